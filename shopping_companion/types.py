@@ -1,0 +1,308 @@
+"""Pydantic models shared by every part of Shopping Companion.
+
+One environment, one trajectory type and one reward breakdown are used by evaluation, SFT data
+collection and GRPO, so a number in an evaluation report means the same as a reward in training.
+All models are plain pydantic v2 models and serialise losslessly to JSON (``model_dump_json``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TaskType = Literal["single", "addon"]
+Split = Literal["train", "test"]
+Role = Literal["system", "user", "assistant", "tool"]
+Stage = Literal[1, 2]
+Polarity = Literal["want", "avoid"]
+TerminationReason = Literal["answered", "max_turns", "token_budget", "backend_error", "running"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+class Product(_Model):
+    """One real product of the catalog.
+
+    ``product_id`` is globally unique (``source:id``). ``shop_id`` is the store identity used by
+    the ``shop_id`` filter of ``product_search`` and by same-shop vouchers: the seller at the
+    retailer where it is known, otherwise the brand's own store at that retailer.
+    ``price`` is in ``currency`` units (``None`` when the source has no price).
+    ``attributes`` are the source's structured key/values (strings after normalisation);
+    ``options`` lists purchasable variants, e.g. ``{"size": ["S", "M", "L"]}``.
+    """
+
+    product_id: str
+    title: str
+    source: str
+    shop: str = Field(description="The retailer, e.g. 'Myntra (India)'.")
+    shop_id: str
+    seller: str | None = None
+    brand: str | None = None
+    price: float | None = Field(default=None, ge=0)
+    list_price: float | None = Field(default=None, ge=0)
+    currency: str | None = None
+    category_path: list[str] = Field(default_factory=list)
+    description: str | None = None
+    features: list[str] = Field(default_factory=list)
+    attributes: dict[str, str] = Field(default_factory=dict)
+    options: dict[str, list[str]] = Field(default_factory=dict)
+    rating: float | None = None
+    rating_count: float | None = None
+    url: str | None = None
+    image: str | None = None
+
+    @property
+    def category(self) -> str:
+        """The finest category level, or '' when the source has none."""
+        return self.category_path[-1] if self.category_path else ""
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class Turn(_Model):
+    """One utterance of a past conversation. ``role`` is 'user' or 'assistant'."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class Session(_Model):
+    """One past conversation of a user. ``date`` is an ISO date ``YYYY-MM-DD``."""
+
+    session_id: str
+    date: str | None = None
+    turns: list[Turn]
+    source: str = ""
+
+
+class SessionRef(_Model):
+    """A session of a user's history, in chronological order, with its date."""
+
+    session_id: str
+    date: str
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+class Preference(_Model):
+    """A user preference: ``slot`` is the index of the product of the task it applies to."""
+
+    slot: int = 0
+    attribute: str
+    value: str
+    polarity: Polarity = "want"
+
+
+class Voucher(_Model):
+    """A same-shop voucher: spend at least ``min_spend`` in ``shop_id`` and get ``discount`` off."""
+
+    shop_id: str
+    min_spend: float = Field(ge=0)
+    discount: float = Field(ge=0)
+
+
+class ProductSlot(_Model):
+    """What the instruction asks for in one slot: a product type and the reference product."""
+
+    product_type: str
+    category_path: list[str] = Field(default_factory=list)
+    reference_product_id: str
+
+
+class Task(_Model):
+    """One benchmark instance (Shopping Companion Bench, §4).
+
+    ``history`` lists every session of the user's memory in chronological order; the needle
+    sessions carrying the preferences are among them. ``preferences`` are the gold wanted
+    features (F = ``len(preferences)``); ``dont_care`` are real attributes of the reference
+    product(s) that the user does not care about. ``slots`` has one entry per requested product
+    (N = ``n_products``).
+    """
+
+    task_id: str
+    task_type: TaskType = "single"
+    split: Split = "test"
+    instruction: str
+    user_id: str
+    history: list[SessionRef]
+    needle_session_ids: list[str]
+    preferences: list[Preference]
+    dont_care: list[Preference] = Field(default_factory=list)
+    slots: list[ProductSlot]
+    voucher: Voucher | None = None
+    budget: float | None = None
+    currency: str | None = None
+    seed: int = 0
+
+    @property
+    def n_products(self) -> int:
+        return len(self.slots)
+
+    @property
+    def reference_product_ids(self) -> list[str]:
+        return [s.reference_product_id for s in self.slots]
+
+    @field_validator("slots")
+    @classmethod
+    def _at_least_one_slot(cls, v: list[ProductSlot]) -> list[ProductSlot]:
+        if not v:
+            raise ValueError("slots: a task needs at least one product slot")
+        return v
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+class ToolCall(_Model):
+    """A parsed tool call. ``arguments`` is the decoded JSON object."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    call_id: str
+
+
+class ToolResult(_Model):
+    """The observation a tool call produced.
+
+    ``content`` is exactly the text shown to the agent. ``returned_ids`` are the session ids
+    (memory tools) or product ids (product tools) the call returned, in order, so tool-wise
+    rewards (Eqs. 8–9) are exact. ``error`` is set when the call was rejected; the episode goes on.
+    """
+
+    call_id: str
+    name: str
+    content: str
+    returned_ids: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class FormatFlags(_Model):
+    """Per-turn protocol checks behind the format reward (Eq. 11)."""
+
+    think_ok: bool = True
+    tool_json_ok: bool = True
+    has_answer: bool = False
+    errors: list[str] = Field(default_factory=list)
+
+
+class Step(_Model):
+    """One assistant turn and what the environment answered."""
+
+    assistant_text: str
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_results: list[ToolResult] = Field(default_factory=list)
+    format: FormatFlags = Field(default_factory=FormatFlags)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+
+
+class Message(BaseModel):
+    """A chat message in OpenAI form (role, content, optional tool_call_id / name)."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Role
+    content: str
+    name: str | None = None
+    tool_call_id: str | None = None
+
+
+class Trajectory(_Model):
+    """Everything one stage of one episode did.
+
+    ``messages`` is the exact chat the policy saw and produced (system prompt first).
+    ``final_answer`` is the text inside ``<answer>…</answer>`` (None if the stage ended otherwise).
+    Stage 1 fills ``identified_preferences``; stage 2 fills ``recommended_ids``.
+    """
+
+    task_id: str
+    stage: Stage
+    mode: str = "two_stage"
+    messages: list[Message] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    final_answer: str | None = None
+    identified_preferences: list[Preference] | None = None
+    recommended_ids: list[str] = Field(default_factory=list)
+    termination: TerminationReason = "running"
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        return [r for s in self.steps for r in s.tool_results]
+
+
+class Verdict(_Model):
+    """The judge's structured fields for one stage (Shopping Companion §5.3, App. C.1).
+
+    Stage 1: ``q1`` query relevance ∈ {0,1}, ``m1`` matched preference attributes ∈ [0, F],
+    ``c1`` matched product count ∈ [0, N] (add-on only).
+    Stage 2: ``p2`` product validity ∈ {0,1}, ``q2`` relevance ∈ {0,1}, ``m2`` matched preference
+    attributes ∈ [0, F], ``n2`` matched product count ∈ [0, N] and ``u2`` budget feasibility ∈
+    {0,1} (add-on only). ``success`` is Succ for stage 2 (Eq. 5) and "all preferences found" for
+    stage 1. ``failed`` marks a judge failure: such a verdict must never be scored as 0.
+    """
+
+    judge: str
+    stage: Stage
+    F: int = Field(ge=0)
+    N: int = Field(ge=1)
+    b: Literal[0, 1] = 0
+    q1: int | None = None
+    m1: float | None = None
+    c1: float | None = None
+    p2: int | None = None
+    q2: int | None = None
+    m2: float | None = None
+    n2: float | None = None
+    u2: int | None = None
+    success: bool = False
+    matched: list[str] = Field(default_factory=list, description="gold preferences judged matched")
+    reasons: list[str] = Field(default_factory=list)
+    failed: bool = False
+
+
+class RewardBreakdown(_Model):
+    """The reward of one stage trajectory: ``total`` and every named component.
+
+    ``per_tool_call`` holds r(u) for every tool call in order (Eqs. 8–9).
+    """
+
+    total: float
+    components: dict[str, float] = Field(default_factory=dict)
+    per_tool_call: list[float] = Field(default_factory=list)
+    per_turn: list[float] = Field(default_factory=list)
+
+
+class StageResult(_Model):
+    """A judged and rewarded stage trajectory."""
+
+    trajectory: Trajectory
+    verdict: Verdict
+    reward: RewardBreakdown
+
+
+class EpisodeResult(_Model):
+    """One evaluated episode (both stages in ``two_stage`` mode): one line of results.jsonl.
+
+    ``acc`` is the stage-1 preference accuracy m1/F; ``succ`` is the stage-2 success (Eq. 5).
+    """
+
+    task_id: str
+    task_type: TaskType
+    mode: str
+    hint: str = "none"
+    policy: str
+    trial: int = 0
+    seed: int = 0
+    stages: list[StageResult]
+    acc: float
+    succ: bool
+    wall_s: float
+    error: str | None = None
