@@ -1,0 +1,398 @@
+"""Load the product catalog (``catalog/products.jsonl.gz``) into :class:`~shopping_companion.types.Product`.
+
+Input: one JSON object per line (gzip or plain text), with the fields documented in the data README
+(``uid, source, shop, id, title, brand, seller, price, list_price, currency, category_path,
+description, features, attributes, rating, rating_count, url, image``).
+
+Mapping to :class:`Product`:
+
+* ``product_id`` = ``uid`` (globally unique, ``source:id``).
+* ``attributes``: a flat ``dict[str, str]``. Missing values (``None``, ``""``, ``"NA"``, NaN) are
+  dropped; numbers and booleans are stringified (``84``, ``1.5``, ``Yes``/``No``). Keys that carry
+  no product property (image counts, popularity counters, internal SKUs, caption fragments) are
+  dropped; variant lists move to ``options``.
+* ``options``: purchasable variants, ``{"size": ["S", "M", "L"]}`` from Myntra's comma-separated
+  ``sizes``.
+* ``shop_id``: a stable, readable store id (see :func:`make_shop_id`).
+
+Bad records never crash the load and never vanish silently: each is counted by reason in the
+:class:`LoadReport` (with the first few line numbers as examples) and logged as a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import gzip
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from pydantic import ValidationError
+
+from shopping_companion.types import Product
+
+log = logging.getLogger(__name__)
+
+#: Bump when the record -> Product mapping changes: indexes built by an older loader are stale.
+LOADER_VERSION = 1
+
+#: Values that mean "no value" in the source dumps (compared case-insensitively after strip).
+_MISSING = {"", "na", "n/a", "nan", "none", "null", "-"}
+
+#: Attribute keys that describe no product property (counters, internal ids, caption fragments).
+_DROP_ATTRIBUTES = {"num_images", "popularity", "sku", "Body or Garment Size", "taxMaterial"}
+
+#: Attribute keys holding a comma-separated variant list -> option name.
+_OPTION_ATTRIBUTES = {"sizes": "size"}
+
+_MAX_EXAMPLES = 20
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_products` read.
+
+    ``n_lines`` counts every line read (blank ones included); ``n_loaded`` products were returned;
+    ``by_source`` counts loaded products per ``source``; ``bad`` counts rejected lines per reason
+    (``invalid_json``, ``not_an_object``, ``missing_uid``, ``missing_title``, ``negative_price``,
+    ``invalid_price``, ``duplicate_uid``, ``invalid_record``, ``empty_line``); ``fixed`` counts
+    values repaired in kept products (e.g. ``negative_list_price`` set to None); ``examples``
+    holds up to 20 ``(line_number, reason, detail)`` tuples (1-based line numbers).
+    Invariant: ``n_lines == n_loaded + n_bad``.
+    """
+
+    path: str
+    n_lines: int = 0
+    n_loaded: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    bad: dict[str, int] = field(default_factory=dict)
+    fixed: dict[str, int] = field(default_factory=dict)
+    examples: list[tuple[int, str, str]] = field(default_factory=list)
+
+    @property
+    def n_bad(self) -> int:
+        """Number of rejected lines (all reasons)."""
+        return sum(self.bad.values())
+
+    def summary(self) -> str:
+        """One human-readable line, e.g. for logs and CLI output."""
+        s = f"{self.n_loaded} products loaded from {self.path} ({self.n_lines} lines)"
+        if self.bad:
+            s += "; rejected " + ", ".join(f"{k}={v}" for k, v in sorted(self.bad.items()))
+        if self.fixed:
+            s += "; repaired " + ", ".join(f"{k}={v}" for k, v in sorted(self.fixed.items()))
+        return s
+
+
+class BadRecord(ValueError):
+    """A catalog record that cannot become a :class:`Product`; ``reason`` is a
+    :class:`LoadReport` reason key, ``detail`` a short human-readable explanation."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _open_text(path: Path):
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _clean_str(v: Any) -> str | None:
+    """A stripped, non-missing string or None (numbers are stringified, NaN is missing)."""
+    if type(v) is str:
+        s = v.strip()
+        if len(s) <= 4 and s.lower() in _MISSING:
+            return None
+        return s
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "Yes" if v else "No"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return None
+        return str(int(v)) if v.is_integer() else repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return _clean_str(str(v))
+    return None
+
+
+def _opt_number(v: Any) -> float | None:
+    """A finite float or None. Strings holding numbers are accepted."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v.replace(",", "")) if v.strip() else None
+        except ValueError:
+            return None
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+_SLUG_DROP = str.maketrans({"™": "", "®": "", "©": "", "'": "", "’": ""})
+
+
+@functools.lru_cache(maxsize=65536)
+def slugify(text: str) -> str:
+    """Lower-case ASCII slug: ``"Myntra (India)" -> "myntra-india"``, ``"adidas.com (US)" ->
+    "adidas-com-us"``. Text with no ASCII letters or digits becomes ``"x" + 8 hex digits`` of its
+    SHA-1, so the slug is never empty and stays stable."""
+    t = unicodedata.normalize("NFKD", text.translate(_SLUG_DROP))
+    t = t.encode("ascii", "ignore").decode("ascii").lower()
+    t = re.sub(r"[^a-z0-9]+", "-", t).strip("-")
+    if not t:
+        t = "x" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+    return t
+
+
+def make_shop_id(shop: str, seller: str | None, brand: str | None) -> str:
+    """The store identity used for shop filters and same-shop vouchers.
+
+    * the seller at the retailer where ``seller`` is set: ``myntra-india/mayazen``;
+    * else the brand's official store at the retailer: ``myntra-india/brand-nike``;
+    * else the retailer itself: ``amazon-com``.
+    """
+    base = slugify(shop)
+    if seller:
+        return f"{base}/{slugify(seller)}"
+    if brand:
+        return f"{base}/brand-{slugify(brand)}"
+    return base
+
+
+def _split_list(v: str) -> list[str]:
+    out: list[str] = []
+    for part in v.split(","):
+        p = part.strip()
+        if p and p.lower() not in _MISSING and p not in out:
+            out.append(p)
+    return out
+
+
+def _normalise_option_value(name: str, value: str) -> str:
+    if name == "size" and value.lower() == "onesize":
+        return "Onesize"
+    return value
+
+
+def record_to_product(rec: Any) -> tuple[Product, list[str]]:
+    """Map one catalog record (a decoded JSON line) to a :class:`Product`.
+
+    Returns ``(product, fixes)`` where ``fixes`` names values repaired on the way.
+    Raises :class:`BadRecord` for a record that must be rejected.
+    """
+    if not isinstance(rec, dict):
+        raise BadRecord("not_an_object", type(rec).__name__)
+    uid = rec.get("uid")
+    if isinstance(uid, (int, float)) and not isinstance(uid, bool):
+        uid = _clean_str(uid)
+    if not isinstance(uid, str) or not uid.strip():
+        raise BadRecord("missing_uid", repr(uid)[:80])
+    uid = uid.strip()
+    title = rec.get("title")
+    if not isinstance(title, str) or not title.strip():
+        raise BadRecord("missing_title", f"{uid}: title={title!r}"[:120])
+    title = " ".join(title.split())
+
+    fixes: list[str] = []
+    raw_price = rec.get("price")
+    price = _opt_number(raw_price)
+    if raw_price is not None and price is None:
+        raise BadRecord("invalid_price", f"{uid}: price={raw_price!r}"[:120])
+    if price is not None and price < 0:
+        raise BadRecord("negative_price", f"{uid}: price={price}")
+    list_price = _opt_number(rec.get("list_price"))
+    if list_price is not None and list_price < 0:
+        list_price = None
+        fixes.append("negative_list_price")
+
+    source = _clean_str(rec.get("source")) or uid.split(":", 1)[0]
+    shop = _clean_str(rec.get("shop")) or source
+    seller = _clean_str(rec.get("seller"))
+    brand = _clean_str(rec.get("brand"))
+
+    attributes: dict[str, str] = {}
+    options: dict[str, list[str]] = {}
+    raw_attrs = rec.get("attributes") or {}
+    if not isinstance(raw_attrs, dict):
+        fixes.append("attributes_not_an_object")
+        raw_attrs = {}
+    for k, v in raw_attrs.items():
+        key = _clean_str(k) if isinstance(k, str) else None
+        if not key or key in _DROP_ATTRIBUTES:
+            continue
+        if key in _OPTION_ATTRIBUTES:
+            if isinstance(v, list):
+                vals = [s for s in (_clean_str(x) for x in v) if s]
+            else:
+                sv = _clean_str(v)
+                vals = _split_list(sv) if sv else []
+            name = _OPTION_ATTRIBUTES[key]
+            vals = list(dict.fromkeys(_normalise_option_value(name, x) for x in vals))
+            if vals:
+                options[name] = vals
+            continue
+        if isinstance(v, list):
+            sv = ", ".join(s for s in (_clean_str(x) for x in v) if s) or None
+        else:
+            sv = _clean_str(v)
+        if sv:
+            attributes[key] = sv
+
+    category_path = [s for s in (_clean_str(c) for c in (rec.get("category_path") or [])) if s]
+    features = [s for s in (_clean_str(f) for f in (rec.get("features") or [])) if s]
+    rating = _opt_number(rec.get("rating"))
+    rating_count = _opt_number(rec.get("rating_count"))
+    try:
+        product = Product(
+            product_id=uid,
+            title=title,
+            source=source,
+            shop=shop,
+            shop_id=make_shop_id(shop, seller, brand),
+            seller=seller,
+            brand=brand,
+            price=price,
+            list_price=list_price,
+            currency=_clean_str(rec.get("currency")),
+            category_path=category_path,
+            description=_clean_str(rec.get("description")),
+            features=features,
+            attributes=attributes,
+            options=options,
+            rating=rating,
+            rating_count=rating_count,
+            url=_clean_str(rec.get("url")),
+            image=_clean_str(rec.get("image")),
+        )
+    except ValidationError as e:  # pragma: no cover - the mapping above should prevent it
+        raise BadRecord("invalid_record", f"{uid}: {e.errors()[0].get('msg', e)}"[:160]) from e
+    return product, fixes
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def iter_products(path: str | os.PathLike[str], report: LoadReport | None = None) -> Iterator[Product]:
+    """Stream products from ``path``; bad lines are counted in ``report`` (if given) and skipped.
+
+    Duplicate ``uid``s keep the first record and count the later ones as ``duplicate_uid``.
+    """
+    p = Path(path)
+    rep = report if report is not None else LoadReport(path=str(p))
+    bad: Counter[str] = Counter(rep.bad)
+    fixed: Counter[str] = Counter(rep.fixed)
+    by_source: Counter[str] = Counter(rep.by_source)
+    seen: set[str] = set()
+
+    def reject(lineno: int, reason: str, detail: str) -> None:
+        bad[reason] += 1
+        if len(rep.examples) < _MAX_EXAMPLES:
+            rep.examples.append((lineno, reason, detail))
+
+    try:
+        with _open_text(p) as fh:
+            for lineno, line in enumerate(fh, 1):
+                rep.n_lines += 1
+                if not line.strip():
+                    reject(lineno, "empty_line", "")
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    reject(lineno, "invalid_json", str(e)[:120])
+                    continue
+                try:
+                    product, fixes = record_to_product(rec)
+                except BadRecord as e:
+                    reject(lineno, e.reason, e.detail)
+                    continue
+                if product.product_id in seen:
+                    reject(lineno, "duplicate_uid", product.product_id)
+                    continue
+                seen.add(product.product_id)
+                for f in fixes:
+                    fixed[f] += 1
+                by_source[product.source] += 1
+                rep.n_loaded += 1
+                yield product
+    finally:
+        rep.bad = dict(bad)
+        rep.fixed = dict(fixed)
+        rep.by_source = dict(by_source)
+
+
+def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadReport]:
+    """Load every valid product of a catalog JSONL(.gz) file.
+
+    Returns ``(products, report)``: products in file order, and a :class:`LoadReport` with counts
+    per source and per rejection reason. Rejected lines are logged as one warning (never raised).
+    Raises ``FileNotFoundError`` when ``path`` does not exist. The full catalog (98,730 products)
+    loads in a few seconds.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"catalog file {str(p)!r} does not exist")
+    report = LoadReport(path=str(p))
+    # The load allocates millions of small container objects that all stay alive; the cyclic
+    # garbage collector would rescan them again and again (it doubles the load time).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        products = list(iter_products(p, report))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if report.bad:
+        log.warning("%s (first examples: %s)", report.summary(), report.examples[:3])
+    return products, report
+
+
+def catalog_hash(path: str | os.PathLike[str]) -> str:
+    """Content hash of a catalog file: ``"sha256:" + hex digest`` of its bytes, combined with
+    :data:`LOADER_VERSION` so that a change of the record mapping also changes the hash."""
+    h = hashlib.sha256()
+    h.update(f"loader-v{LOADER_VERSION}\n".encode())
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def json_lines_hash(lines: Iterable[str]) -> str:
+    """``"sha256:" + hex`` of the given JSON strings, one per line (order-sensitive)."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8"))
+        h.update(b"\n")
+    return "sha256:" + h.hexdigest()
+
+
+def products_hash(products: Iterable[Product]) -> str:
+    """Content hash of an in-memory product list (order-sensitive), ``"sha256:" + hex``; the
+    default ``catalog_hash`` of :func:`~shopping_companion.catalog.index.build_index`."""
+    return json_lines_hash(p.model_dump_json() for p in products)
