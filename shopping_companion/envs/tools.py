@@ -1,0 +1,244 @@
+"""The four tools of the Shopping Companion agent (paper App. B.1; DESIGN.md §5).
+
+Every tool validates its arguments with a pydantic model and never raises into the episode: bad
+arguments, unknown ids or unknown tool names become a :class:`ToolResult` with ``error`` set and a
+JSON observation that names the problem and the allowed values. Every result records the ids it
+returned (``returned_ids``) so the tool-wise reward (Eqs. 8–9) can be computed exactly.
+
+Observations are JSON text (``content``), truncated at ``max_observation_chars`` with a visible
+marker.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from shopping_companion.errors import ToolInputError
+from shopping_companion.types import Product, Session, ToolCall, ToolResult
+
+TRUNCATION_MARKER = "\n…[observation truncated: {n} more characters not shown]"
+
+MEMORY_TOOLS = ("mem_search", "mem_view")
+PRODUCT_TOOLS = ("product_search", "product_view")
+
+
+class ProductBackend(Protocol):
+    def search(
+        self,
+        query: str,
+        shop_id: str | None = None,
+        min_price: float | None = None,
+        max_price: float | None = None,
+        top_k: int = 10,
+    ) -> list[dict[str, Any]]: ...
+
+    def view(self, product_ids: list[str]) -> tuple[list[Product], list[str]]: ...
+
+
+class MemoryBackend(Protocol):
+    def search(self, queries: list[str] | str, top_k: int = 10) -> list[dict[str, Any]]: ...
+
+    def view(self, session_ids: list[str]) -> tuple[list[Session], list[str]]: ...
+
+
+# --------------------------------------------------------------------------- argument models
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class MemSearchArgs(_Args):
+    """Search the user's past conversations; returns the best-matching turns."""
+
+    queries: list[str] = Field(
+        min_length=1, max_length=10,
+        description="1-10 natural-language queries about what the user said before.",
+    )
+    top_k: int = Field(default=10, ge=1, le=50, description="Number of turns to return (1-50).")
+
+    @field_validator("queries", mode="before")
+    @classmethod
+    def _one_query_is_a_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class MemViewArgs(_Args):
+    """Read whole past sessions by id (ids come from mem_search results)."""
+
+    session_ids: list[str] = Field(min_length=1, max_length=10, description="1-10 session ids.")
+
+
+class ProductSearchArgs(_Args):
+    """BM25 search over the product catalog with optional shop and price filters."""
+
+    query: str = Field(description="Keywords describing the product.")
+    shop_id: str | None = Field(default=None, description="Only products of this shop.")
+    min_price: float | None = Field(default=None, ge=0, description="Lowest price, inclusive.")
+    max_price: float | None = Field(default=None, ge=0, description="Highest price, inclusive.")
+    top_k: int = Field(default=10, ge=1, le=50, description="Number of products (1-50).")
+
+
+class ProductViewArgs(_Args):
+    """Full product records: description, attributes, options, shop."""
+
+    product_ids: list[str] = Field(min_length=1, max_length=20, description="1-20 product ids.")
+
+
+ARG_MODELS: dict[str, type[_Args]] = {
+    "mem_search": MemSearchArgs,
+    "mem_view": MemViewArgs,
+    "product_search": ProductSearchArgs,
+    "product_view": ProductViewArgs,
+}
+
+
+def tool_schema(name: str) -> dict[str, Any]:
+    """The OpenAI function schema of tool ``name``, generated from its pydantic model."""
+    model = ARG_MODELS[name]
+    params = model.model_json_schema()
+    params.pop("title", None)
+    for prop in params.get("properties", {}).values():
+        prop.pop("title", None)
+    return {
+        "type": "function",
+        "function": {"name": name, "description": (model.__doc__ or "").strip(), "parameters": params},
+    }
+
+
+def _describe_validation_error(tool: str, err: ValidationError) -> str:
+    model = ARG_MODELS[tool]
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(arguments)"
+        field = str(e["loc"][0]) if e["loc"] else ""
+        hint = ""
+        if field in model.model_fields:
+            desc = model.model_fields[field].description
+            hint = f" (allowed: {desc})" if desc else ""
+        elif e["type"] == "extra_forbidden":
+            hint = f" (allowed arguments: {', '.join(model.model_fields)})"
+        parts.append(f"argument '{loc}': {e['msg']}{hint}")
+    return f"{tool}: " + "; ".join(parts)
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+
+
+class ToolBox:
+    """Executes tool calls for one episode.
+
+    ``products`` serves product_search / product_view; ``memory`` (the user's own
+    :class:`~shopping_companion.memory.store.MemoryStore`) serves mem_search / mem_view.
+    ``allowed`` restricts which tools the current stage may call.
+    """
+
+    def __init__(
+        self,
+        products: ProductBackend,
+        memory: MemoryBackend | None,
+        max_observation_chars: int = 12_000,
+    ) -> None:
+        if max_observation_chars < 200:
+            raise ValueError("max_observation_chars: must be >= 200")
+        self.products = products
+        self.memory = memory
+        self.max_observation_chars = max_observation_chars
+        self._handlers: dict[str, Callable[[Any], tuple[Any, list[str]]]] = {
+            "mem_search": self._mem_search,
+            "mem_view": self._mem_view,
+            "product_search": self._product_search,
+            "product_view": self._product_view,
+        }
+
+    def schemas(self, names: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+        return [tool_schema(n) for n in names]
+
+    def truncate(self, text: str) -> str:
+        """Cut ``text`` at ``max_observation_chars`` and append a visible marker."""
+        if len(text) <= self.max_observation_chars:
+            return text
+        kept = text[: self.max_observation_chars]
+        return kept + TRUNCATION_MARKER.format(n=len(text) - len(kept))
+
+    def _error(self, call: ToolCall, message: str) -> ToolResult:
+        return ToolResult(
+            call_id=call.call_id, name=call.name, content=_dump({"error": message}), error=message
+        )
+
+    def execute(self, call: ToolCall, allowed: tuple[str, ...] | list[str]) -> ToolResult:
+        """Run one tool call; never raises for bad model output."""
+        if call.name not in allowed:
+            known = "known" if call.name in ARG_MODELS else "unknown"
+            return self._error(
+                call,
+                f"{known} tool {call.name!r} is not available in this stage; "
+                f"allowed tools: {', '.join(allowed)}",
+            )
+        try:
+            args = ARG_MODELS[call.name].model_validate(call.arguments)
+        except ValidationError as e:
+            return self._error(call, _describe_validation_error(call.name, e))
+        try:
+            payload, ids = self._handlers[call.name](args)
+        except ToolInputError as e:
+            return self._error(call, f"{call.name}: {e}")
+        content = self.truncate(_dump(payload))
+        return ToolResult(call_id=call.call_id, name=call.name, content=content, returned_ids=ids)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _need_memory(self) -> MemoryBackend:
+        if self.memory is None:
+            raise ToolInputError("tool", "this episode has no memory store (oracle mode)")
+        return self.memory
+
+    def _mem_search(self, a: MemSearchArgs) -> tuple[Any, list[str]]:
+        hits = self._need_memory().search(a.queries, top_k=a.top_k)
+        ids = list(dict.fromkeys(h["session_id"] for h in hits))
+        return {"results": hits, "n_results": len(hits)}, ids
+
+    def _mem_view(self, a: MemViewArgs) -> tuple[Any, list[str]]:
+        sessions, unknown = self._need_memory().view(a.session_ids)
+        if not sessions:
+            raise ToolInputError(
+                "session_ids", f"unknown session ids {unknown}; use ids returned by mem_search"
+            )
+        payload: dict[str, Any] = {
+            "sessions": [
+                {
+                    "session_id": s.session_id,
+                    "date": s.date,
+                    "turns": [{"role": t.role, "content": t.content} for t in s.turns],
+                }
+                for s in sessions
+            ]
+        }
+        if unknown:
+            payload["unknown_session_ids"] = unknown
+        return payload, [s.session_id for s in sessions]
+
+    def _product_search(self, a: ProductSearchArgs) -> tuple[Any, list[str]]:
+        hits = self.products.search(
+            a.query, shop_id=a.shop_id, min_price=a.min_price, max_price=a.max_price, top_k=a.top_k
+        )
+        return {"results": hits, "n_results": len(hits)}, [h["product_id"] for h in hits]
+
+    def _product_view(self, a: ProductViewArgs) -> tuple[Any, list[str]]:
+        products, unknown = self.products.view(a.product_ids)
+        if not products:
+            raise ToolInputError(
+                "product_ids", f"unknown product ids {unknown}; use ids returned by product_search"
+            )
+        payload: dict[str, Any] = {
+            "products": [
+                p.model_dump(exclude={"url", "image", "source"}, exclude_none=True) for p in products
+            ]
+        }
+        if unknown:
+            payload["unknown_product_ids"] = unknown
+        return payload, [p.product_id for p in products]

@@ -1,0 +1,66 @@
+"""Shared fixtures: real data from ../shared/data, built once per test session.
+
+The full-catalog BM25 index is built once into a session temp directory (about a minute on two
+cores) and shared by every test that needs product search.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    from shopping_companion.paths import resolve_data_dir
+
+    return resolve_data_dir()
+
+
+@pytest.fixture(scope="session")
+def catalog_path(data_dir: Path) -> Path:
+    return data_dir / "catalog" / "products.jsonl.gz"
+
+
+@pytest.fixture(scope="session")
+def catalog_products(catalog_path: Path):
+    from shopping_companion.catalog.loader import load_products
+
+    products, _report = load_products(catalog_path)
+    return products
+
+
+@pytest.fixture(scope="session")
+def catalog_index_dir(catalog_path: Path, tmp_path_factory) -> Path:
+    """The full real catalog indexed once per test session."""
+    from shopping_companion.catalog.index import open_or_build
+
+    d = tmp_path_factory.mktemp("bm25") / "products"
+    open_or_build(catalog_path, d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def product_search(catalog_index_dir: Path):
+    from shopping_companion.catalog.search import ProductSearch
+
+    return ProductSearch(catalog_index_dir)
+
+
+@pytest.fixture(scope="session")
+def embedder(tmp_path_factory):
+    from shopping_companion.memory.embedder import Embedder
+
+    return Embedder(cache_path=tmp_path_factory.mktemp("emb") / "cache.sqlite")
+
+
+@pytest.fixture(scope="session")
+def sgd_sessions(data_dir: Path):
+    from shopping_companion.memory.loaders import load_sgd
+
+    return load_sgd(data_dir / "conversations" / "sgd_dialogues.jsonl.gz")

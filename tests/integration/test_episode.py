@@ -1,0 +1,150 @@
+"""Full episodes of the reference policy through the real environment, tools, judge and rewards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shopping_companion.benchmark.evaluate import EvalSettings, run_episode
+from shopping_companion.benchmark.synth import SynthConfig, synthesize
+from shopping_companion.envs.env import EnvConfig, ShoppingCompanionEnv
+from shopping_companion.envs.tools import ToolBox
+from shopping_companion.judges.rule import RuleJudge
+from shopping_companion.llm.reference import ReferencePolicy, build_attribute_vocabulary
+from shopping_companion.memory.store import MemoryStore
+from shopping_companion.rewards.tool_wise import memory_call_reward, product_call_reward
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def bench(catalog_products, sgd_sessions, product_search):
+    def searcher(q, k):
+        return [h["product_id"] for h in product_search.search(q, top_k=k)]
+
+    return synthesize(
+        catalog_products, sgd_sessions, SynthConfig(n_tasks=4, seed=7, sessions_per_user=40), searcher=searcher
+    )
+
+
+@pytest.fixture(scope="module")
+def policy(catalog_products):
+    return ReferencePolicy(build_attribute_vocabulary(catalog_products))
+
+
+@pytest.fixture(scope="module")
+def judge(product_search):
+    return RuleJudge(lambda ids: {p: product_search.get(p) for p in ids if product_search.get(p) is not None})
+
+
+def _memory(bench, task, embedder):
+    return MemoryStore.from_pool(bench.sessions, task.history, embedder)
+
+
+def test_synthesised_tasks_are_well_formed(bench, product_search):
+    for t in bench.tasks:
+        assert 1 <= len(t.preferences) <= 3
+        assert len(t.history) >= 41 and set(t.needle_session_ids) <= {r.session_id for r in t.history}
+        dates = [r.date for r in t.history]
+        assert dates == sorted(dates)
+        ref = product_search.get(t.slots[0].reference_product_id)
+        assert ref is not None and ref.title not in t.instruction
+        for p in t.preferences:  # the instruction never states a wanted value
+            assert p.value.lower() not in t.instruction.lower()
+        needle_text = " ".join(
+            turn.content.lower() for sid in t.needle_session_ids for turn in bench.sessions[sid].turns
+        )
+        for p in t.preferences:  # every wanted value is stated in a needle
+            assert p.value.lower() in needle_text
+
+
+def test_reference_episode_records_tools_ids_and_rewards(bench, policy, product_search, embedder, judge):
+    task = bench.tasks[0]
+    res = run_episode(task, policy, product_search, _memory(bench, task, embedder), judge, EvalSettings())
+    assert res.error is None and len(res.stages) == 2
+    s1, s2 = res.stages
+    names1 = [c.name for st in s1.trajectory.steps for c in st.tool_calls]
+    names2 = [c.name for st in s2.trajectory.steps for c in st.tool_calls]
+    assert names1 == ["mem_search", "mem_view"]
+    assert names2 == ["product_search", "product_view"]
+    assert s1.trajectory.termination == s2.trajectory.termination == "answered"
+    history_ids = {r.session_id for r in task.history}
+    for r in s1.trajectory.tool_results:
+        assert r.error is None and r.returned_ids and set(r.returned_ids) <= history_ids
+        # the ids recorded are exactly the ids shown to the agent
+        shown = json.loads(r.content)
+        shown_ids = [h["session_id"] for h in shown.get("results", shown.get("sessions", []))]
+        assert set(r.returned_ids) == set(shown_ids)
+    for r in s2.trajectory.tool_results:
+        assert r.error is None and r.returned_ids
+        assert all(product_search.get(pid) is not None for pid in r.returned_ids)
+    # recommended id comes from what the tools returned
+    assert len(s2.trajectory.recommended_ids) == 1
+    assert s2.trajectory.recommended_ids[0] in s2.trajectory.tool_results[-1].returned_ids
+    # reward breakdown: recompute Eqs. 8-10 and 12 from the recorded ids
+    gold_s, ref_p = set(task.needle_session_ids), set(task.reference_product_ids)
+    exp1 = [memory_call_reward(r, gold_s) for r in s1.trajectory.tool_results]
+    exp2 = [product_call_reward(r, ref_p) for r in s2.trajectory.tool_results]
+    assert s1.reward.per_tool_call == pytest.approx(exp1)
+    assert s2.reward.per_tool_call == pytest.approx(exp2)
+    assert s1.reward.components["R_tool"] == pytest.approx(sum(exp1) / len(exp1))
+    for st in (s1, s2):
+        c = st.reward.components
+        assert st.reward.total == pytest.approx(c["R_z"] + c["R_tool"] + c["R_fmt"])
+        assert c["R_fmt"] == pytest.approx(1.0)  # the reference policy follows the protocol
+    assert 0.0 <= res.acc <= 1.0 and res.acc == pytest.approx(s1.verdict.m1 / s1.verdict.F)
+
+
+def test_reference_policy_recovers_preferences_on_several_tasks(bench, policy, product_search, embedder, judge):
+    results = [
+        run_episode(t, policy, product_search, _memory(bench, t, embedder), judge, EvalSettings())
+        for t in bench.tasks
+    ]
+    assert all(r.error is None for r in results)
+    # The baseline is weak but not blind: it recovers some preferences on these tasks.
+    assert sum(r.acc for r in results) > 0
+
+
+BAD_CALLS = [
+    ('{"name": "product_view", "arguments": {"product_ids": ["nope:1"]}}', "unknown product ids"),
+    ('{"name": "product_search", "arguments": {"query": ""}}', "query"),
+    ('{"name": "product_search", "arguments": {"query": "' + "shirt " * 2000 + '"}}', "query"),
+    ('{"name": "product_search", "arguments": {"query": "shirt", "top_k": 500}}', "top_k"),
+    ('{"name": "product_search", "arguments": {"query": "shirt", "min_price": 900, "max_price": 10}}', "min_price"),
+    ('{"name": "product_search", "arguments": {"query": "shirt", "colour": "red"}}', "allowed arguments"),
+    ('{"name": "buy_now", "arguments": {}}', "allowed tools"),
+    ('{"name": "mem_search", "arguments": {"queries": ["x"]}}', "not available in this stage"),
+    ('{"name": "product_search", "arguments": {query: shirt}}', "JSON"),
+    ('{"name": "product_view", "arguments": "not an object"}', "arguments"),
+]
+
+
+@pytest.mark.parametrize("call,expect", BAD_CALLS)
+def test_bad_tool_calls_become_error_observations(bench, product_search, embedder, judge, call, expect):
+    task = bench.tasks[0]
+    env = ShoppingCompanionEnv(task, ToolBox(product_search, _memory(bench, task, embedder)), judge, EnvConfig())
+    env.reset()
+    env.step('<answer>{"preferences": []}</answer>')  # finish stage 1
+    assert env.stage == 2
+    out = env.step(f"<tool_call>{call}</tool_call>")
+    assert not out.terminated
+    assert len(out.observations) == 1
+    text = out.observations[0]["content"]
+    assert "error" in text and expect.lower() in text.lower(), text
+    # the episode goes on: a valid call afterwards works
+    ok = env.step('<tool_call>{"name": "product_search", "arguments": {"query": "title:(x AND shirt"}}</tool_call>')
+    assert "error" not in json.loads(ok.observations[0]["content"])
+
+
+def test_episode_hits_turn_limit_and_is_scored(bench, product_search, embedder, judge):
+    task = bench.tasks[0]
+    env = ShoppingCompanionEnv(
+        task, ToolBox(product_search, _memory(bench, task, embedder)), judge, EnvConfig(max_turns=2)
+    )
+    env.reset()
+    env.step("I am thinking about it.")  # neither a call nor an answer
+    out = env.step('<tool_call>{"name": "mem_search", "arguments": {"queries": ["shoes"]}}</tool_call>')
+    assert out.info["stage_done"] and out.truncated and env.stage == 2
+    assert env.results[0].trajectory.termination == "max_turns"
+    assert env.results[0].reward.components["f_ans"] == 0.0
