@@ -46,10 +46,10 @@ def _lookup(search):
 def _make_backend(backend: str, base_url: Optional[str], model: Optional[str], api_key_env: str, products):
     if backend == "reference":
         from shopping_companion.llm.reference import ReferencePolicy, build_attribute_vocabulary
-        from shopping_companion.catalog.loader import load_products
+        from shopping_companion.pipeline import load_catalog
 
         with console.status("building the reference policy's attribute vocabulary from the catalog"):
-            prods, _ = load_products(products)
+            prods, _ = load_catalog(products)
             vocab = build_attribute_vocabulary(prods)
         return ReferencePolicy(vocab)
     if backend == "openai":
@@ -99,14 +99,13 @@ def synth(
 
 def _synth(out, n_tasks, seed, sessions_per_user, data_dir, index_dir, sharegpt):
     from shopping_companion.benchmark.synth import SynthConfig, SynthError, synthesize, write_benchmark
-    from shopping_companion.catalog.loader import load_products
-    from shopping_companion.pipeline import catalog_file, file_sha256, load_pool, open_product_search
+    from shopping_companion.pipeline import catalog_file, file_sha256, load_catalog, load_pool, open_product_search
 
     try:
         cat = catalog_file(data_dir)
         search = open_product_search(data_dir, index_dir, console)
         with console.status("loading catalog"):
-            products, report = load_products(cat)
+            products, report = load_catalog(cat)
         pool, pool_info = load_pool(data_dir, sharegpt=sharegpt, console=console)
         cfg = SynthConfig(n_tasks=n_tasks, seed=seed, sessions_per_user=sessions_per_user)
         sources = {"catalog": {"path": str(cat), "sha256": file_sha256(cat), "products": len(products),

@@ -3,6 +3,7 @@ conversation pool, a benchmark, per-user memory stores and the default judge."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -25,6 +26,14 @@ def catalog_file(data_dir: str | Path | None = None) -> Path:
     if not p.is_file():
         raise FileNotFoundError(f"catalog file {p} not found (expected catalog/products.jsonl.gz in the data directory)")
     return p
+
+
+@functools.lru_cache(maxsize=2)
+def load_catalog(path: str | Path):
+    """Load the catalog once per process (``(products, LoadReport)``); later calls reuse it."""
+    from shopping_companion.catalog.loader import load_products
+
+    return load_products(Path(path))
 
 
 def default_index_dir() -> Path:

@@ -15,6 +15,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shopcomp_cache_dir(tmp_path_factory) -> Path:
+    """Every test session gets its own cache directory (indexes, embeddings); never ~/.cache."""
+    d = tmp_path_factory.mktemp("shopcomp-cache")
+    os.environ["SHOPCOMP_CACHE_DIR"] = str(d)
+    return d
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     from shopping_companion.paths import resolve_data_dir
@@ -53,10 +61,11 @@ def product_search(catalog_index_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def embedder(tmp_path_factory):
-    from shopping_companion.memory.embedder import Embedder
+def embedder(shopcomp_cache_dir: Path):
+    """The embedder the CLI would use (same cache file), so CLI tests hit the warm cache."""
+    from shopping_companion.pipeline import make_embedder
 
-    return Embedder(cache_path=tmp_path_factory.mktemp("emb") / "cache.sqlite")
+    return make_embedder()
 
 
 @pytest.fixture(scope="session")

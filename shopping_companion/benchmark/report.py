@@ -54,6 +54,8 @@ def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
             s = st.trajectory.stage
             comp[f"stage{s}.total"].append(st.reward.total)
             for k, v in st.reward.components.items():
+                if k == "stage":
+                    continue
                 comp[f"stage{s}.{k}"].append(float(v))
             turns[s].append(len(st.trajectory.steps))
             term[f"stage{s}:{st.trajectory.termination}"] += 1

@@ -148,3 +148,36 @@ def test_episode_hits_turn_limit_and_is_scored(bench, product_search, embedder, 
     assert out.info["stage_done"] and out.truncated and env.stage == 2
     assert env.results[0].trajectory.termination == "max_turns"
     assert env.results[0].reward.components["f_ans"] == 0.0
+
+
+def test_synthesis_is_deterministic(catalog_products, sgd_sessions, tmp_path):
+    cfg = SynthConfig(n_tasks=3, seed=5, sessions_per_user=40)
+    from shopping_companion.benchmark.synth import write_benchmark
+
+    a = write_benchmark(synthesize(catalog_products, sgd_sessions, cfg), tmp_path / "a")
+    b = write_benchmark(synthesize(catalog_products, sgd_sessions, cfg), tmp_path / "b")
+    c = write_benchmark(synthesize(catalog_products, sgd_sessions, cfg.model_copy(update={"seed": 6})), tmp_path / "c")
+    for name in ("tasks.jsonl", "sessions.jsonl", "manifest.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes()
+    assert (a / "tasks.jsonl").read_bytes() != (c / "tasks.jsonl").read_bytes()
+
+
+def test_run_evaluation_appends_resumes_and_repairs_a_torn_line(bench, policy, product_search, embedder, judge, tmp_path):
+    from shopping_companion.benchmark.evaluate import run_evaluation
+    from shopping_companion.benchmark.report import read_results
+
+    path = tmp_path / "results.jsonl"
+
+    def make_memory(t):
+        return _memory(bench, t, embedder)
+
+    run_evaluation(bench.tasks[:2], policy, product_search, make_memory, judge, path, progress=False)
+    first = path.read_text().splitlines()
+    assert len(first) == 2
+    with open(path, "a") as f:  # an interrupted write leaves half a line behind
+        f.write(first[0][: len(first[0]) // 2])
+    results = run_evaluation(bench.tasks[:3], policy, product_search, make_memory, judge, path, progress=False)
+    lines = path.read_text().splitlines()
+    assert lines[:2] == first and len(lines) == 3
+    assert [r.task_id for r in results] == [t.task_id for t in bench.tasks[:3]]
+    assert len(read_results(path)) == 3
