@@ -148,7 +148,7 @@ def eval_cmd(
 
 def _eval(bench, run_name, backend, base_url, model, api_key_env, split, limit, max_turns, temperature,
           data_dir, index_dir, runs_dir, baseline_note=None):
-    from shopping_companion.benchmark.evaluate import EvalSettings, describe, run_evaluation
+    from shopping_companion.benchmark.evaluate import EvalSettings, RunLockedError, describe, run_evaluation
     from shopping_companion.benchmark.report import write_report
     from shopping_companion.benchmark.synth import load_benchmark
     from shopping_companion.envs.env import EnvConfig
@@ -178,8 +178,11 @@ def _eval(bench, run_name, backend, base_url, model, api_key_env, split, limit, 
     )
     judge = RuleJudge(_lookup(search))
     t0 = time.perf_counter()
-    results = run_evaluation(tasks, policy, search, memory_factory(b.sessions, embedder), judge,
-                             run_dir / "results.jsonl", settings)
+    try:
+        results = run_evaluation(tasks, policy, search, memory_factory(b.sessions, embedder), judge,
+                                 run_dir / "results.jsonl", settings)
+    except RunLockedError as e:
+        _fail(str(e))
     wall = time.perf_counter() - t0
     if baseline_note is None and backend == "reference":
         baseline_note = REFERENCE_NOTE

@@ -8,7 +8,9 @@ appending, so nothing is lost or duplicated.
 
 from __future__ import annotations
 
+import fcntl
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -73,6 +75,28 @@ def _repair_tail(path: Path) -> None:
         f.truncate(cut)
 
 
+class RunLockedError(RuntimeError):
+    """Another process is writing the same results file."""
+
+
+@contextmanager
+def _exclusive(path: Path):
+    """Hold an exclusive lock on ``<results>.lock`` so two runs never append to one file."""
+    lock_path = path.with_name(path.name + ".lock")
+    with open(lock_path, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLockedError(
+                f"{path} is being written by another running evaluation (lock {lock_path}); "
+                "wait for it to finish or use another --name"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def done_keys(path: Path) -> set[tuple[str, int]]:
     return {(r.task_id, r.trial) for r in read_results(path)}
 
@@ -92,6 +116,12 @@ def run_evaluation(
     settings = settings or EvalSettings()
     path = Path(results_path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(path):
+        _run_locked(tasks, backend, products, make_memory, judge, path, settings, progress)
+    return read_results(path)
+
+
+def _run_locked(tasks, backend, products, make_memory, judge, path: Path, settings: EvalSettings, progress: bool) -> None:
     _repair_tail(path)
     done = done_keys(path)
     todo = [(t, k) for t in tasks for k in range(settings.trials) if (t.task_id, k) not in done]
@@ -109,7 +139,6 @@ def run_evaluation(
             n += 1
             succ += int(res.succ)
             bar.update(job, advance=1, status=f"Succ {succ}/{n}")
-    return read_results(path)
 
 
 def describe(settings: EvalSettings) -> dict[str, Any]:

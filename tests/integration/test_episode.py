@@ -181,3 +181,17 @@ def test_run_evaluation_appends_resumes_and_repairs_a_torn_line(bench, policy, p
     assert lines[:2] == first and len(lines) == 3
     assert [r.task_id for r in results] == [t.task_id for t in bench.tasks[:3]]
     assert len(read_results(path)) == 3
+
+
+def test_two_runs_never_append_to_one_results_file(bench, policy, product_search, embedder, judge, tmp_path):
+    import fcntl
+
+    from shopping_companion.benchmark.evaluate import RunLockedError, run_evaluation
+
+    path = tmp_path / "results.jsonl"
+    with open(tmp_path / "results.jsonl.lock", "w") as held:  # another process is running
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RunLockedError, match="another running evaluation"):
+            run_evaluation(bench.tasks[:1], policy, product_search, lambda t: _memory(bench, t, embedder),
+                           judge, path, progress=False)
+    assert not path.exists() or path.read_text() == ""
