@@ -15,21 +15,48 @@ Conventions (not fixed by the paper, stated here):
 - duplicated ids within one result count once (|I_u| is a set size), so repeating an id cannot
   inflate or deflate the score;
 - a call to any other tool name scores 0 and still counts in the mean of Eq. 10;
-- the paper's LLM semantic-matching fallback for missing ids is not applied here: ids are always
-  recorded by our tools.
+- exact id matching is the default (:func:`tool_wise_reward`); the paper's semantic fallback
+  "when exact ID matching is unavailable" is :func:`semantic_tool_wise_reward` (below), opt-in
+  through the rubric (``tool_wise`` params ``semantic_fallback: auto|always``).
+
+Semantic fallback (§5.3, sentence after Eq. 9)
+    Exact matching is *unavailable* for product calls when the task has no reference product id,
+    or when a reference id is unknown to the catalog the ``lookup`` serves (e.g. another catalog
+    version); for memory calls when the task has no needle session id, or (with a
+    ``session_lookup``) a needle id is unknown. Then an item of a call counts as relevant when its
+    id is an available gold id **or** its record semantically matches the gold annotations:
+
+    - a product matches when it is a *valid alternative* for some slot of the task: relevant to the
+      slot (:func:`~shopping_companion.judges.rule.is_relevant`) and satisfying every gold
+      preference of that slot (:func:`~shopping_companion.judges.rule.product_satisfies`), the
+      rule judge's own value matching — or whatever a configured matcher decides (an
+      :class:`~shopping_companion.judges.llm.LLMJudge`'s :meth:`match_products`);
+    - a session matches when one of its user turns states the value of a gold ``want``
+      preference (normalised phrase match of the rule judge).
+
+    r(u) is then the fraction of the call's distinct returned ids that count (Eqs. 8–9 with the
+    relevance test widened). ``auto`` applies this only where exact matching is unavailable;
+    ``always`` applies it to every product call (and memory calls when a ``session_lookup`` is
+    given), so valid alternatives to the reference product earn process reward too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal
 
-from shopping_companion.types import Task, ToolResult, Trajectory
+from shopping_companion.errors import ConfigError
+from shopping_companion.types import Product, Session, Task, ToolResult, Trajectory
 
 __all__ = [
     "MEMORY_TOOLS",
     "PRODUCT_TOOLS",
     "memory_call_reward",
     "product_call_reward",
+    "reference_ids_available",
+    "rule_product_matcher",
+    "semantic_tool_wise_reward",
+    "session_matches",
     "tool_call_reward",
     "tool_wise_reward",
     "trajectory_tool_results",
@@ -111,3 +138,171 @@ def tool_wise_reward(trajectory: Trajectory, task: Task) -> tuple[float, list[fl
     per_call = [tool_call_reward(r, task) for r in trajectory_tool_results(trajectory)]
     total = sum(per_call) / len(per_call) if per_call else 0.0
     return total, per_call
+
+
+# --------------------------------------------------------------------------- semantic fallback
+
+#: ``lookup(ids) -> {id: Product}`` for the ids the catalog knows (unknown ids absent).
+ProductLookup = Callable[[list[str]], Mapping[str, Product]]
+#: ``lookup(ids) -> {id: Session}`` for the sessions it knows.
+SessionLookup = Callable[[list[str]], Mapping[str, Session]]
+#: ``matcher(task, products) -> [bool, ...]``: one decision per product, in order.
+ProductMatcher = Callable[[Task, Sequence[Product]], Sequence[bool]]
+FallbackMode = Literal["off", "auto", "always"]
+
+
+def rule_product_matcher(task: Task, products: Sequence[Product]) -> list[bool]:
+    """For each product: is it a valid alternative for some slot of ``task``?
+
+    True iff for at least one slot the product is relevant to it and satisfies every gold
+    preference of that slot (a single-product task has one slot holding all preferences), by the
+    rule judge's normalised matching.
+    """
+    from shopping_companion.judges.rule import is_relevant, product_satisfies
+
+    n = task.n_products
+    slot_prefs: list[list] = [[] for _ in range(n)]
+    for g in task.preferences:
+        s = 0 if n == 1 else g.slot
+        if 0 <= s < n:
+            slot_prefs[s].append(g)
+    out = []
+    for p in products:
+        out.append(
+            any(
+                is_relevant(p, slot) and all(product_satisfies(p, g) for g in slot_prefs[s])
+                for s, slot in enumerate(task.slots)
+            )
+        )
+    return out
+
+
+def session_matches(task: Task, session: Session) -> bool:
+    """A session expresses a gold preference: a user turn contains the normalised value phrase of
+    a gold ``want`` preference (``avoid`` values are not searched: mentioning a disliked value is
+    as likely in unrelated chat)."""
+    from shopping_companion.judges.rule import phrase_in
+
+    wants = [g.value for g in task.preferences if g.polarity == "want"]
+    return any(phrase_in(v, t.content) for t in session.turns if t.role == "user" for v in wants)
+
+
+def reference_ids_available(task: Task, lookup: ProductLookup | None) -> bool:
+    """Exact product-id matching is possible: the task names reference ids and (when a lookup is
+    given) the catalog knows all of them."""
+    refs = [r for r in task.reference_product_ids if r]
+    if not refs:
+        return False
+    if lookup is None:
+        return True
+    found = lookup(list(refs))
+    return all(r in found for r in refs)
+
+
+def _needles_available(task: Task, session_lookup: SessionLookup | None) -> bool:
+    ids = [s for s in task.needle_session_ids if s]
+    if not ids:
+        return False
+    if session_lookup is None:
+        return True
+    found = session_lookup(list(ids))
+    return all(s in found for s in ids)
+
+
+def semantic_tool_wise_reward(
+    trajectory: Trajectory,
+    task: Task,
+    *,
+    lookup: ProductLookup | None = None,
+    mode: FallbackMode = "auto",
+    matcher: ProductMatcher | None = None,
+    session_lookup: SessionLookup | None = None,
+) -> tuple[float, list[float], dict[str, float]]:
+    """R_tool (Eq. 10) with the semantic fallback of §5.3 (module docstring).
+
+    Args:
+        lookup: product records by id; required when product calls need semantic matching.
+        mode: ``"off"`` (exact ids only: same as :func:`tool_wise_reward`), ``"auto"`` (semantic
+            matching only where exact matching is unavailable) or ``"always"``.
+        matcher: decides which products match; default :func:`rule_product_matcher`. It is called
+            once per trajectory with every product needing a decision (deduplicated); an exception
+            it raises (e.g. an LLM judge failure) propagates: the trajectory is then not scored.
+        session_lookup: session records by id, for the memory fallback.
+
+    Returns ``(R_tool, per_call, info)`` where ``per_call`` is r(u) ∈ [0, 1] in the order of
+    :func:`trajectory_tool_results` and ``info`` has ``tool_semantic_calls`` (calls scored with
+    semantic matching) and ``tool_semantic_matched`` (distinct items judged matching).
+    Raises :class:`ConfigError` when semantic matching is needed but no ``lookup`` (products) is
+    given, or ``mode`` is unknown.
+    """
+    if mode not in ("off", "auto", "always"):
+        raise ConfigError(f"semantic_fallback: must be 'off', 'auto' or 'always', got {mode!r}")
+    results = trajectory_tool_results(trajectory)
+    if mode == "off":
+        per_call = [tool_call_reward(r, task) for r in results]
+        return (sum(per_call) / len(per_call) if per_call else 0.0), per_call, {
+            "tool_semantic_calls": 0.0, "tool_semantic_matched": 0.0}
+
+    has_prod = any(r.name in PRODUCT_TOOLS for r in results)
+    has_mem = any(r.name in MEMORY_TOOLS for r in results)
+    prod_semantic = has_prod and (mode == "always" or not reference_ids_available(task, lookup))
+    mem_semantic = has_mem and (
+        (mode == "always" and session_lookup is not None) or not _needles_available(task, session_lookup)
+    )
+    if prod_semantic and lookup is None:
+        raise ConfigError(
+            "tool_wise semantic fallback: product calls need semantic matching but no product lookup "
+            "was given (Rubric resources={'lookup': ids -> {id: Product}})"
+        )
+
+    gold_products = set(task.reference_product_ids) - {""}
+    if prod_semantic and lookup is not None and gold_products:
+        gold_products = set(lookup(sorted(gold_products)))  # only ids the catalog knows
+    gold_sessions = set(task.needle_session_ids) - {""}
+
+    # one matcher call for every product needing a decision
+    prod_match: dict[str, bool] = {}
+    if prod_semantic:
+        need = sorted({i for r in results if r.name in PRODUCT_TOOLS and r.error is None
+                       for i in r.returned_ids if i not in gold_products})
+        if need:
+            assert lookup is not None
+            found = lookup(need)
+            prods = [found[i] for i in need if i in found]
+            decisions = list((matcher or rule_product_matcher)(task, prods)) if prods else []
+            if len(decisions) != len(prods):
+                raise ValueError(f"product matcher returned {len(decisions)} decisions for {len(prods)} products")
+            prod_match = {p.product_id: bool(d) for p, d in zip(prods, decisions)}
+    sess_match: dict[str, bool] = {}
+    if mem_semantic and session_lookup is not None:
+        need = sorted({i for r in results if r.name in MEMORY_TOOLS and r.error is None
+                       for i in r.returned_ids if i not in gold_sessions})
+        if need:
+            found_s = session_lookup(need)
+            sess_match = {i: session_matches(task, s) for i, s in found_s.items()}
+
+    per_call: list[float] = []
+    n_sem = 0
+    for r in results:
+        if r.name in PRODUCT_TOOLS and prod_semantic:
+            n_sem += 1
+            per_call.append(_precision_with(r, gold_products, prod_match))
+        elif r.name in MEMORY_TOOLS and mem_semantic:
+            n_sem += 1
+            per_call.append(_precision_with(r, gold_sessions, sess_match))
+        else:
+            per_call.append(tool_call_reward(r, task))
+    info = {
+        "tool_semantic_calls": float(n_sem),
+        "tool_semantic_matched": float(sum(prod_match.values()) + sum(sess_match.values())),
+    }
+    return (sum(per_call) / len(per_call) if per_call else 0.0), per_call, info
+
+
+def _precision_with(result: ToolResult, gold: set[str], matched: Mapping[str, bool]) -> float:
+    if result.error is not None:
+        return 0.0
+    returned = list(dict.fromkeys(result.returned_ids))
+    if not returned:
+        return 0.0
+    return sum(1 for i in returned if i in gold or matched.get(i, False)) / len(returned)

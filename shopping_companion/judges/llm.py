@@ -1,0 +1,756 @@
+"""The LLM judge: the paper's LLM-as-judge protocol (§4 "Evaluation Metrics", App. C.1) over any
+OpenAI-compatible endpoint (or any :class:`~shopping_companion.llm.base.ChatBackend`).
+
+Prompts
+    Four task-and-stage prompts of our own wording (single / add-on × stage 1 / stage 2), each built
+    from (i) the user instruction, (ii) the agent's output for that stage, (iii) the benchmark's
+    annotations — the wanted features (gold preferences, grouped by requested product for add-on
+    deals) — and, in stage 2, the catalog records of the recommended products (title, brand, price,
+    shop, category, attributes, options, features, description) with the facts the judge needs for
+    product validity (count, whether each id exists and was returned by one of the agent's product
+    tools), the voucher and the budget. A fifth prompt decides, for the tool-wise semantic fallback
+    (§5.3), which products satisfy a requested product's wanted features
+    (:meth:`LLMJudge.match_products`).
+
+Output
+    One JSON object, validated by a strict pydantic schema per prompt (no extra keys, integers must
+    be JSON integers): stage 1 ``q1`` ∈ {0,1}, ``m1`` ∈ [0, F], add-on ``c1`` ∈ [0, N]; stage 2
+    ``p2``, ``q2`` ∈ {0,1}, ``m2`` ∈ [0, F], add-on ``n2`` ∈ [0, N], ``u2`` ∈ {0,1}; plus
+    ``matched`` (the 1-based numbers of the wanted features counted, exactly m of them, distinct)
+    and ``reasons``. Values are never clamped: a reply that is not JSON, breaks the schema or is out
+    of range is answered with the validation error and asked again (up to ``max_retries`` times);
+    if every attempt fails the verdict has ``failed=True`` and the errors as ``reasons`` — it is
+    then never scored (rewards raise, :func:`~shopping_companion.rewards.total.safe_reward` returns
+    None). ``success`` follows Eq. 5 from the fields exactly as the rule judge derives it.
+
+Transport
+    Each attempt has a wall-clock ``timeout_s`` (enforced here, whatever the backend); a backend
+    error or timeout is retried with exponential backoff (``backoff_s · 2^k``, capped at
+    ``max_backoff_s``), except HTTP errors that cannot succeed on retry (400, 401, 403, 404, …).
+    Use :class:`~shopping_companion.llm.openai_backend.OpenAIBackend` (its API key handling and
+    scrubbing apply; :meth:`LLMJudge.from_openai` builds one). Sampling is greedy
+    (temperature 0).
+
+Cache
+    Valid replies are cached under ``sha256(model, sampling, messages)``: in memory, and in an SQLite
+    file when ``cache_path`` is given (shared by processes and runs; safe across threads). A cached
+    reply is validated again before use. Failures are never cached.
+
+Concurrency
+    :meth:`LLMJudge.judge_many` judges many (task, trajectory) pairs on a thread pool of at most
+    ``concurrency`` workers, keeping the input order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+from shopping_companion.errors import ConfigError
+from shopping_companion.judges.base import JudgeFailedError
+from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
+from shopping_companion.registry import JUDGES
+from shopping_companion.types import Preference, Product, Task, Trajectory, Verdict
+
+__all__ = [
+    "LLMJudge",
+    "ProductMatchReply",
+    "Stage1AddonReply",
+    "Stage1SingleReply",
+    "Stage2AddonReply",
+    "Stage2SingleReply",
+    "parse_json_reply",
+]
+
+log = logging.getLogger(__name__)
+
+PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+
+# --------------------------------------------------------------------------- reply schemas
+
+Bit = Annotated[int, Field(ge=0, le=1)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    matched: list[int] = Field(description="1-based numbers of the wanted features counted as matched")
+    reasons: list[str] = Field(description="short justifications, one per decision")
+
+    _count_field: ClassVar[str] = "m1"
+
+    @model_validator(mode="after")
+    def _ranges(self, info: ValidationInfo) -> _Reply:
+        ctx = info.context or {}
+        F, N = ctx.get("F"), ctx.get("N")
+        if F is None or N is None:
+            return self
+        m = getattr(self, self._count_field)
+        if m > F:
+            raise ValueError(f"{self._count_field}={m} exceeds the number of wanted features F={F}")
+        for f in ("c1", "n2"):
+            v = getattr(self, f, None)
+            if v is not None and v > N:
+                raise ValueError(f"{f}={v} exceeds the number of requested products N={N}")
+        bad = [i for i in self.matched if not 1 <= i <= F]
+        if bad:
+            raise ValueError(f"matched has numbers outside 1..{F}: {bad}")
+        if len(set(self.matched)) != len(self.matched):
+            raise ValueError("matched lists a feature more than once")
+        if len(self.matched) != m:
+            raise ValueError(f"{self._count_field}={m} but matched lists {len(self.matched)} feature(s); they must agree")
+        return self
+
+
+class Stage1SingleReply(_Reply):
+    """Stage 1, single product: q1 query relevance, m1 wanted features surfaced."""
+
+    q1: Bit
+    m1: Count
+
+
+class Stage1AddonReply(Stage1SingleReply):
+    """Stage 1, add-on deal: also c1, the requested products correctly identified."""
+
+    c1: Count
+
+
+class Stage2SingleReply(_Reply):
+    """Stage 2, single product: p2 validity, q2 relevance, m2 wanted features satisfied."""
+
+    _count_field: ClassVar[str] = "m2"
+    p2: Bit
+    q2: Bit
+    m2: Count
+
+
+class Stage2AddonReply(Stage2SingleReply):
+    """Stage 2, add-on deal: also n2 requested products fully satisfied and u2 budget feasibility."""
+
+    n2: Count
+    u2: Bit
+
+
+class ProductDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    product_id: str
+    matches: bool
+    reason: str
+
+
+class ProductMatchReply(BaseModel):
+    """The semantic-fallback reply: one decision per product, each product exactly once."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    decisions: list[ProductDecision]
+
+    @model_validator(mode="after")
+    def _all_once(self, info: ValidationInfo) -> ProductMatchReply:
+        ids = (info.context or {}).get("ids")
+        if ids is not None:
+            got = [d.product_id for d in self.decisions]
+            if sorted(got) != sorted(ids):
+                raise ValueError(f"decisions must cover each product exactly once: expected {sorted(ids)}, got {got}")
+        return self
+
+
+_SCHEMAS: dict[tuple[int, bool], type[_Reply]] = {
+    (1, False): Stage1SingleReply,
+    (1, True): Stage1AddonReply,
+    (2, False): Stage2SingleReply,
+    (2, True): Stage2AddonReply,
+}
+
+
+def _strip_titles(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_titles(v) for k, v in node.items() if k != "title"}
+    if isinstance(node, list):
+        return [_strip_titles(v) for v in node]
+    return node
+
+
+def _schema_text(model: type[BaseModel], F: int | None = None, N: int | None = None) -> str:
+    """The model's JSON schema, compact, with the task's bounds (F, N) written into it."""
+    schema = _strip_titles(model.model_json_schema())
+    schema["additionalProperties"] = False
+    props = schema.get("properties", {})
+    if F is not None:
+        for f in ("m1", "m2"):
+            if f in props:
+                props[f]["maximum"] = F
+        if "matched" in props:
+            props["matched"]["items"].update({"minimum": 1, "maximum": F})
+    if N is not None:
+        for f in ("c1", "n2"):
+            if f in props:
+                props[f]["maximum"] = N
+    return json.dumps(schema, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- reply parsing
+
+_THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
+
+
+def parse_json_reply(text: str) -> dict[str, Any]:
+    """The JSON object a judge replied with.
+
+    Reasoning in ``<think>…</think>`` (or everything up to a lone ``</think>``) and one enclosing
+    Markdown code fence are removed; what remains must be exactly one JSON object. Raises
+    ``ValueError`` describing the problem otherwise.
+    """
+    s = _THINK_RE.sub("", text or "")
+    if "</think>" in s:
+        s = s.rsplit("</think>", 1)[1]
+    s = s.strip()
+    m = _FENCE_RE.match(s)
+    if m:
+        s = m.group(1).strip()
+    if not s:
+        raise ValueError("the reply is empty; expected one JSON object")
+    try:
+        obj = json.loads(s)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the reply is not valid JSON ({e.msg} at character {e.pos}); expected one JSON object and nothing else") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"the reply is JSON {type(obj).__name__}, expected an object")
+    return obj
+
+
+def _validation_message(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ())) or "(object)"
+        parts.append(f"{loc}: {e.get('msg')}")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- prompt text
+
+_SYSTEM = (
+    "You grade the work of an AI shopping assistant for an e-commerce benchmark. You receive the "
+    "shopper's request, the annotated ground truth the assistant never saw, and what the assistant "
+    "produced. Judge meaning rather than wording: a feature counts when it is stated with the same "
+    "meaning in other words (\"dark navy\" covers \"navy\"; \"100% cotton\" covers \"cotton\"), and it does "
+    "not count when it is missing, contradicted, vaguer than the annotation, or only assumed. Decide "
+    "each point on the evidence shown to you, never on the assistant's claims alone. Your whole reply "
+    "must be one JSON object that follows the given schema: no prose before or after it and no code "
+    "fences."
+)
+
+
+def _clip(text: str | None, limit: int) -> str:
+    if not text:
+        return ""
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + f" … [cut, {len(text) - limit} more characters]"
+
+
+def _pref_text(p: Preference) -> str:
+    verb = "wants" if p.polarity == "want" else "must avoid"
+    return f"{verb} {p.attribute} = {p.value}"
+
+
+def _features_block(task: Task) -> str:
+    addon = task.task_type == "addon"
+    if not task.preferences:
+        return "(none: the shopper has no annotated preference for this request, F = 0)"
+    lines = []
+    for i, p in enumerate(task.preferences, 1):
+        where = ""
+        if addon and 0 <= p.slot < task.n_products:
+            where = f" [for product {p.slot + 1}: {task.slots[p.slot].product_type}]"
+        lines.append(f"{i}. {_pref_text(p)}{where}")
+    return "\n".join(lines)
+
+
+def _products_block(task: Task) -> str:
+    lines = []
+    for i, s in enumerate(task.slots, 1):
+        cat = f" (category: {' > '.join(s.category_path)})" if s.category_path else ""
+        lines.append(f"{i}. {s.product_type}{cat}")
+    return "\n".join(lines)
+
+
+def _deal_block(task: Task) -> str:
+    cur = f" {task.currency}" if task.currency else ""
+    lines = []
+    if task.voucher is not None:
+        v = task.voucher
+        lines.append(
+            f"Voucher: {v.discount:g}{cur} off when every product is bought from shop {v.shop_id!r} and their "
+            f"total price is at least {v.min_spend:g}{cur}."
+        )
+    else:
+        lines.append("Voucher: none.")
+    lines.append(f"Budget: {task.budget:g}{cur} (the amount paid after any voucher discount)." if task.budget is not None
+                 else "Budget: none stated.")
+    return "\n".join(lines)
+
+
+def _record_block(p: Product, max_desc: int) -> str:
+    price = "unknown" if p.price is None else f"{p.price:g}" + (f" {p.currency}" if p.currency else "")
+    lines = [
+        f"- product_id: {p.product_id}",
+        f"  title: {p.title}",
+        f"  brand: {p.brand or '(none)'}",
+        f"  price: {price}",
+        f"  shop_id: {p.shop_id}",
+        f"  category: {' > '.join(p.category_path) or '(none)'}",
+    ]
+    if p.attributes:
+        lines.append("  attributes: " + "; ".join(f"{k}: {v}" for k, v in p.attributes.items()))
+    if p.options:
+        lines.append("  options: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in p.options.items()))
+    if p.features:
+        lines.append("  features: " + _clip(" | ".join(p.features), max_desc))
+    if p.description:
+        lines.append("  description: " + _clip(p.description, max_desc))
+    return "\n".join(lines)
+
+
+def _stage1_output(traj: Trajectory, limit: int, addon: bool) -> str:
+    if traj.final_answer is None:
+        return f"(the assistant gave no final answer; the stage ended by {traj.termination})"
+    out = _clip(traj.final_answer, limit)
+    if traj.identified_preferences:
+        parsed = "; ".join(
+            (f"product {q.slot + 1}: " if addon else "") + _pref_text(q) for q in traj.identified_preferences
+        )
+        out += f"\n\n(The environment parsed these preferences from the answer: {parsed})"
+    return out
+
+
+def _stage1_prompt(task: Task, traj: Trajectory, limit: int) -> str:
+    addon = task.task_type == "addon"
+    F, N = len(task.preferences), task.n_products
+    kind = "an add-on deal (several products bought together)" if addon else "a single product"
+    parts = [
+        f"## What is being graded\nStage 1 of a shopping task for {kind}: before any product search, the assistant "
+        "read the shopper's long chat history and had to report which personal preferences matter for the request. "
+        "Grade how well its report grounds those preferences.",
+        f"## Shopper's request\n{task.instruction}",
+    ]
+    if addon:
+        parts.append(f"## Products the request covers (N = {N})\n{_products_block(task)}")
+    parts.append(f"## Annotated wanted features (F = {F})\n{_features_block(task)}")
+    parts.append(f"## The assistant's stage-1 answer\n{_stage1_output(traj, limit, addon)}")
+    fields = [
+        '- "q1": 1 if the answer addresses the shopper\'s request (it is about the product(s) asked for and reports '
+        "at least one preference bearing on them), otherwise 0.",
+        f'- "m1": how many of the F = {F} annotated features the answer reports with the same meaning and the same '
+        "direction (wanting versus avoiding). Each annotated feature counts at most once; one that is contradicted "
+        f"or stated for the wrong product does not count. An integer from 0 to {F}.",
+    ]
+    if addon:
+        fields.append(
+            f'- "c1": how many of the N = {N} requested products the answer correctly recognises as part of the '
+            f"bundle and attaches its preferences to. An integer from 0 to {N}."
+        )
+    fields += [
+        '- "matched": the numbers of the annotated features you counted in m1 (exactly m1 distinct numbers).',
+        '- "reasons": one short sentence per decision, naming every annotated feature you did not count and why.',
+    ]
+    schema = _SCHEMAS[(1, addon)]
+    parts.append("## Reply\nReturn one JSON object with these keys:\n" + "\n".join(fields)
+                 + f"\nJSON schema: {_schema_text(schema, F, N)}")
+    return "\n\n".join(parts)
+
+
+def _stage2_prompt(task: Task, traj: Trajectory, ids: list[str], found: Mapping[str, Product],
+                   returned: set[str], limit: int, max_desc: int) -> str:
+    addon = task.task_type == "addon"
+    F, N = len(task.preferences), task.n_products
+    kind = "an add-on deal (several products bought together)" if addon else "a single product"
+    cur = f" {task.currency}" if task.currency else ""
+    facts = [f"Distinct product ids recommended: {len(ids)} (the request needs {N})."]
+    for pid in ids:
+        facts.append(
+            f"- {pid}: {'found' if pid in found else 'NOT found'} in the catalog; "
+            f"{'returned' if pid in returned else 'never returned'} by the assistant's own product_search/product_view calls"
+        )
+    priced = [found[p].price for p in ids if p in found]
+    if addon and ids and all(x is not None for x in priced) and len(priced) == len(ids):
+        facts.append(f"Sum of the listed prices: {sum(priced):g}{cur}.")  # type: ignore[arg-type]
+    records = "\n".join(_record_block(found[p], max_desc) for p in ids if p in found) or "(no catalog record)"
+    parts = [
+        f"## What is being graded\nStage 2 of a shopping task for {kind}: the assistant searched the catalog and "
+        "recommended product(s) with @REC::product_id@ markers. Grade the recommendation against the request and the "
+        "annotated features, using the catalog records below as the only evidence about each product.",
+        f"## Shopper's request\n{task.instruction}",
+        f"## Products requested (N = {N})\n{_products_block(task)}",
+        f"## Annotated wanted features (F = {F})\n{_features_block(task)}",
+    ]
+    if addon:
+        parts.append(f"## Deal terms\n{_deal_block(task)}")
+    parts += [
+        f"## Facts about the recommended ids\n" + "\n".join(facts),
+        f"## Catalog records of the recommended products\n{records}",
+        f"## The assistant's final answer\n{_clip(traj.final_answer, limit) or '(no final answer)'}",
+    ]
+    fields = [
+        f'- "p2": 1 only if exactly {N} distinct product id(s) were recommended, every one exists in the catalog and '
+        "every one was returned by the assistant's own product tools (not invented); otherwise 0.",
+        '- "q2": 1 if every recommended product is the kind of product requested'
+        + (" (each requested product covered by a matching recommended product)" if addon else "")
+        + ", otherwise 0.",
+        f'- "m2": how many of the F = {F} annotated features are satisfied by the catalog record of the product they '
+        "apply to (a feature to avoid is satisfied when the product does not have it). Use attributes and options "
+        f"first, then title, features and description. An integer from 0 to {F}.",
+    ]
+    if addon:
+        fields += [
+            f'- "n2": how many of the N = {N} requested products are covered by a recommended product of the right '
+            f"kind that satisfies all of that product's annotated features. An integer from 0 to {N}.",
+            '- "u2": 1 if all requested products are recommended, all come from one shop, every price is known, and '
+            "the sum of prices minus the voucher discount (only when the voucher's conditions hold) is within the "
+            "budget; otherwise 0.",
+        ]
+    fields += [
+        '- "matched": the numbers of the annotated features you counted in m2 (exactly m2 distinct numbers).',
+        '- "reasons": one short sentence per decision, naming every feature not satisfied and every failed check.',
+    ]
+    schema = _SCHEMAS[(2, addon)]
+    parts.append("## Reply\nReturn one JSON object with these keys:\n" + "\n".join(fields)
+                 + f"\nJSON schema: {_schema_text(schema, F, N)}")
+    return "\n\n".join(parts)
+
+
+def _match_prompt(task: Task, products: Sequence[Product], max_desc: int) -> str:
+    records = "\n".join(_record_block(p, max_desc) for p in products)
+    return "\n\n".join([
+        "## What is being graded\nA shopping assistant's tool call returned the products below. For each product, "
+        "decide whether it is a valid choice for one of the requested products: it is that kind of product and its "
+        "catalog record satisfies every annotated feature of that requested product (a feature to avoid is "
+        "satisfied when the product lacks it).",
+        f"## Shopper's request\n{task.instruction}",
+        f"## Products requested (N = {task.n_products})\n{_products_block(task)}",
+        f"## Annotated wanted features\n{_features_block(task)}",
+        f"## Products to decide on ({len(products)})\n{records}",
+        "## Reply\nReturn one JSON object: {\"decisions\": [{\"product_id\": str, \"matches\": bool, \"reason\": str}, "
+        "...]} with exactly one decision per product listed above.\nJSON schema: " + _schema_text(ProductMatchReply),
+    ])
+
+
+# --------------------------------------------------------------------------- cache
+
+
+class _Cache:
+    """Content-addressed reply cache: a dict, plus an SQLite file when ``path`` is given."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self._mem: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            p = Path(path).expanduser()
+            p.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(p), check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL)")
+            self._db.commit()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            if key in self._mem:
+                return self._mem[key]
+            if self._db is not None:
+                row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
+                if row is not None:
+                    self._mem[key] = row[0]
+                    return row[0]
+        return None
+
+    def put(self, key: str, reply: str) -> None:
+        with self._lock:
+            self._mem[key] = reply
+            if self._db is not None:
+                self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", (key, reply, time.time()))
+                self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+# --------------------------------------------------------------------------- the judge
+
+
+class _AttemptTimeout(Exception):
+    pass
+
+
+@JUDGES.register("llm")
+class LLMJudge:
+    """LLM-as-judge over a :class:`ChatBackend` (module docstring).
+
+    Args:
+        backend: the judge model's backend (e.g. an ``OpenAIBackend``).
+        lookup: ``ids -> {id: Product}`` catalog records; required to judge stage 2 and for
+            :meth:`match_products` callers that pass ids.
+        cache_path: SQLite file for the reply cache (``None``: in-memory only).
+        max_retries: re-asks after the first attempt, for invalid replies, timeouts and retryable
+            backend errors (so ``max_retries + 1`` attempts at most).
+        timeout_s: wall-clock limit of one attempt, in seconds (``None``: the backend's own).
+        concurrency: worker threads of :meth:`judge_many` (≥ 1).
+        backoff_s, max_backoff_s: retry delay after a backend error or timeout:
+            ``min(backoff_s · 2^k, max_backoff_s)``; invalid replies are re-asked at once.
+        sampling: defaults to greedy decoding (temperature 0, top-p 1, no top-k), 2,048 tokens.
+        name: the verdicts' ``judge`` field; default ``llm:<model>``.
+        max_answer_chars, max_description_chars: how much of the agent's answer and of each
+            product's description / features the prompt includes.
+    """
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        lookup: Callable[[list[str]], Mapping[str, Product]] | None = None,
+        *,
+        cache_path: str | Path | None = None,
+        max_retries: int = 2,
+        timeout_s: float | None = 180.0,
+        concurrency: int = 4,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        sampling: Sampling | None = None,
+        name: str | None = None,
+        max_answer_chars: int = 6000,
+        max_description_chars: int = 1200,
+    ) -> None:
+        if max_retries < 0:
+            raise ConfigError(f"max_retries: must be >= 0, got {max_retries}")
+        if concurrency < 1:
+            raise ConfigError(f"concurrency: must be >= 1, got {concurrency}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError(f"timeout_s: must be > 0 or None, got {timeout_s}")
+        self.backend = backend
+        self.lookup = lookup
+        self.max_retries = int(max_retries)
+        self.timeout_s = timeout_s
+        self.concurrency = int(concurrency)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.sampling = sampling or Sampling(temperature=0.0, top_p=1.0, top_k=None, max_tokens=2048)
+        self.model_id = str(getattr(backend, "model", None) or getattr(backend, "name", "unknown"))
+        self.name = name or f"llm:{self.model_id}"
+        self.max_answer_chars = max_answer_chars
+        self.max_description_chars = max_description_chars
+        self._cache = _Cache(cache_path)
+        self._stats_lock = threading.Lock()
+        self._stats = {"requests": 0, "cache_hits": 0, "retries": 0, "failures": 0, "judged": 0}
+
+    @classmethod
+    def from_openai(
+        cls,
+        model: str,
+        base_url: str | None = None,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        lookup: Callable[[list[str]], Mapping[str, Product]] | None = None,
+        http_timeout_s: float = 120.0,
+        http_retries: int = 3,
+        **kwargs: Any,
+    ) -> LLMJudge:
+        """A judge over an :class:`~shopping_companion.llm.openai_backend.OpenAIBackend` (key read from
+        ``api_key_env``; HTTP-level timeouts and retries as given); ``kwargs`` go to the judge."""
+        from shopping_companion.llm.openai_backend import OpenAIBackend
+
+        backend = OpenAIBackend(model, base_url=base_url, api_key_env=api_key_env, timeout_s=http_timeout_s,
+                                max_retries=http_retries, send_top_k=False, name=f"judge:{model}")
+        return cls(backend, lookup, **kwargs)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: ``requests`` sent, ``cache_hits``, ``retries``, ``failures`` (failed verdicts or
+        matcher calls), ``judged`` (verdicts returned)."""
+        with self._stats_lock:
+            return dict(self._stats)
+
+    def close(self) -> None:
+        """Close the persistent cache (the backend is the caller's)."""
+        self._cache.close()
+
+    def build_messages(self, task: Task, trajectory: Trajectory) -> list[dict[str, str]]:
+        """The chat sent for this stage trajectory (system + user). Raises :class:`ConfigError` for a
+        stage-2 trajectory without a ``lookup``; a failing lookup raises its own exception."""
+        if trajectory.stage == 1:
+            user = _stage1_prompt(task, trajectory, self.max_answer_chars)
+        else:
+            ids, found, returned = self._stage2_facts(task, trajectory)
+            user = _stage2_prompt(task, trajectory, ids, found, returned, self.max_answer_chars,
+                                  self.max_description_chars)
+        return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+    def judge(self, task: Task, trajectory: Trajectory, stage: int | None = None) -> Verdict:
+        """A :class:`Verdict` for the trajectory's stage (``failed=True`` with reasons when the model
+        gives no valid reply or the catalog lookup fails). ``stage``, if given, must agree."""
+        if stage is not None and stage != trajectory.stage:
+            raise ValueError(f"asked to judge stage {stage} but the trajectory is stage {trajectory.stage}")
+        addon = task.task_type == "addon"
+        base = {"judge": self.name, "stage": trajectory.stage, "F": len(task.preferences), "N": task.n_products,
+                "b": 1 if addon else 0}
+        try:
+            messages = self.build_messages(task, trajectory)
+        except ConfigError:
+            raise
+        except Exception as e:  # catalog failure: a judge failure, never a 0 reward
+            self._bump("failures")
+            return Verdict(**base, failed=True, reasons=[f"catalog lookup failed: {type(e).__name__}: {e}"])
+        schema = _SCHEMAS[(trajectory.stage, addon)]
+        ctx = {"F": base["F"], "N": base["N"]}
+        reply, errors = self._ask(messages, lambda obj: schema.model_validate(obj, context=ctx))
+        self._bump("judged")
+        if reply is None:
+            self._bump("failures")
+            return Verdict(**base, failed=True, reasons=[f"LLM judge {self.name} gave no valid reply"] + errors)
+        return self._verdict(task, trajectory.stage, addon, base, reply)
+
+    __call__ = judge
+
+    def judge_many(self, items: Iterable[tuple[Task, Trajectory]]) -> list[Verdict]:
+        """Judge every ``(task, trajectory)`` with at most ``concurrency`` requests in flight; the
+        result is in input order, with failed verdicts where the judge failed."""
+        items = list(items)
+        if not items:
+            return []
+        workers = min(self.concurrency, len(items))
+        if workers == 1:
+            return [self.judge(t, tr) for t, tr in items]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-judge") as pool:
+            return list(pool.map(lambda it: self.judge(it[0], it[1]), items))
+
+    def match_products(self, task: Task, products: Sequence[Product]) -> list[bool]:
+        """For the tool-wise semantic fallback: is each product a valid choice for a requested
+        product (right kind, all its annotated features satisfied)? One request for all products.
+        Raises :class:`JudgeFailedError` when no valid reply comes."""
+        products = list(products)
+        if not products:
+            return []
+        user = _match_prompt(task, products, self.max_description_chars)
+        messages = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+        ids = [p.product_id for p in products]
+        reply, errors = self._ask(messages, lambda obj: ProductMatchReply.model_validate(obj, context={"ids": ids}))
+        if reply is None:
+            self._bump("failures")
+            raise JudgeFailedError(f"LLM judge {self.name}: product matching failed: " + " | ".join(errors))
+        by_id = {d.product_id: d.matches for d in reply.decisions}
+        return [by_id[i] for i in ids]
+
+    # ------------------------------------------------------------------ internals
+    def _bump(self, key: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self._stats[key] += n
+
+    def _stage2_facts(self, task: Task, traj: Trajectory) -> tuple[list[str], dict[str, Product], set[str]]:
+        if self.lookup is None:
+            raise ConfigError("LLMJudge: judging stage 2 needs a product lookup (ids -> {id: Product})")
+        ids = list(dict.fromkeys(traj.recommended_ids))
+        if not ids and traj.final_answer:
+            from shopping_companion.envs.parsing import extract_rec_ids
+
+            ids = extract_rec_ids(traj.final_answer)[0]
+        found = dict(self.lookup(list(ids))) if ids else {}
+        returned: set[str] = set()
+        for r in traj.tool_results:
+            if r.name in PRODUCT_TOOLS and r.error is None:
+                returned.update(r.returned_ids)
+        return ids, found, returned
+
+    def _key(self, messages: list[dict[str, str]]) -> str:
+        blob = json.dumps({"model": self.model_id, "sampling": self.sampling.model_dump(), "messages": messages},
+                          sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _call(self, messages: list[dict[str, str]]) -> str:
+        self._bump("requests")
+        if self.timeout_s is None:
+            return self.backend.chat(messages, None, self.sampling).content
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["msg"] = self.backend.chat(messages, None, self.sampling)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                box["err"] = e
+
+        t = threading.Thread(target=run, daemon=True, name="llm-judge-call")
+        t.start()
+        t.join(self.timeout_s)
+        if t.is_alive():
+            raise _AttemptTimeout(f"no reply within {self.timeout_s:g}s")
+        if "err" in box:
+            raise box["err"]
+        return box["msg"].content
+
+    def _ask(self, messages: list[dict[str, str]], validate: Callable[[dict[str, Any]], Any]) -> tuple[Any, list[str]]:
+        """``(validated reply, [])`` or ``(None, errors)`` after the retries; caches valid replies."""
+        key = self._key(messages)
+        cached = self._cache.get(key)
+        if cached is not None:
+            try:
+                out = validate(parse_json_reply(cached))
+                self._bump("cache_hits")
+                return out, []
+            except (ValueError, ValidationError):
+                log.warning("%s: ignoring an invalid cached reply %s", self.name, key[:12])
+        errors: list[str] = []
+        convo = list(messages)
+        backoff_k = 0
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self._bump("retries")
+            try:
+                text = self._call(convo)
+            except (BackendError, _AttemptTimeout) as e:
+                status = getattr(e, "status_code", None)
+                errors.append(f"attempt {attempt + 1}: {'timeout' if isinstance(e, _AttemptTimeout) else 'backend error'}: {e}")
+                if status is not None and status not in _RETRYABLE_STATUS and status < 500:
+                    break  # cannot succeed on retry (bad request, bad key, unknown model)
+                if attempt < self.max_retries:
+                    delay = min(self.backoff_s * 2 ** backoff_k, self.max_backoff_s)
+                    backoff_k += 1
+                    if delay > 0:
+                        time.sleep(delay)
+                continue
+            try:
+                out = validate(parse_json_reply(text))
+            except (ValueError, ValidationError) as e:
+                msg = _validation_message(e) if isinstance(e, ValidationError) else str(e)
+                errors.append(f"attempt {attempt + 1}: invalid reply: {msg}")
+                convo = list(messages) + [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": f"Your reply was rejected: {msg}. Reply again with only the corrected JSON object."},
+                ]
+                continue
+            self._cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
+            return out, errors
+        return None, errors
+
+    def _verdict(self, task: Task, stage: int, addon: bool, base: dict[str, Any], r: Any) -> Verdict:
+        F, N = base["F"], base["N"]
+        matched = [f"{task.preferences[i - 1].attribute}={task.preferences[i - 1].value}" for i in sorted(r.matched)]
+        if stage == 1:
+            return Verdict(**base, q1=r.q1, m1=r.m1, c1=r.c1 if addon else None, success=r.m1 == F,
+                           matched=matched, reasons=list(r.reasons))
+        success = bool(r.p2 and r.q2 and r.m2 == F)
+        if addon:
+            success = success and r.n2 == N and r.u2 == 1
+        return Verdict(**base, p2=r.p2, q2=r.q2, m2=r.m2, n2=r.n2 if addon else None, u2=r.u2 if addon else None,
+                       success=success, matched=matched, reasons=list(r.reasons))
