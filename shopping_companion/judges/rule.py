@@ -47,11 +47,11 @@ import itertools
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 
 from shopping_companion.registry import JUDGES
-from shopping_companion.types import Preference, Product, ProductSlot, Task, Trajectory, Verdict
+from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict
 
 __all__ = [
     "RuleJudge",
@@ -282,12 +282,39 @@ class RuleJudge:
     """Deterministic judge. ``lookup(ids) -> {id: Product}`` returns the catalog records it knows
     (unknown ids are simply absent). ``judge(task, trajectory)`` returns a stage-1 or stage-2
     :class:`Verdict` (``judge="rule"``); if ``lookup`` raises, the verdict has ``failed=True``.
+
+    ``sessions`` (session id -> :class:`Session`, e.g. the benchmark's sessions) lets the stage-1
+    judgement check that identified preferences are grounded in what the user said; without it
+    q1 only checks that preferences were identified.
     """
 
     name = "rule"
 
-    def __init__(self, lookup: Callable[[list[str]], dict[str, Product]]) -> None:
+    def __init__(
+        self,
+        lookup: Callable[[list[str]], dict[str, Product]],
+        sessions: Mapping[str, Session] | None = None,
+    ) -> None:
         self.lookup = lookup
+        self.sessions = sessions
+        self._user_text: dict[str, str] = {}
+
+    def _history_user_text(self, task: Task) -> str | None:
+        """All user turns of the task's history, joined and normalised (cached per task)."""
+        if self.sessions is None:
+            return None
+        text = self._user_text.get(task.task_id)
+        if text is None:
+            parts = []
+            for ref in task.history:
+                s = self.sessions.get(ref.session_id)
+                if s is not None:
+                    parts.extend(t.content for t in s.turns if t.role == "user")
+            text = _padded_uncached("\n".join(parts))
+            if len(self._user_text) > 4096:
+                self._user_text.clear()
+            self._user_text[task.task_id] = text
+        return text
 
     def judge(self, task: Task, trajectory: Trajectory, stage: int | None = None) -> Verdict:
         """Judge one stage trajectory. ``stage``, if given, must equal ``trajectory.stage``."""
@@ -311,8 +338,11 @@ class RuleJudge:
         }
 
     def _stage1(self, task: Task, traj: Trajectory) -> Verdict:
-        """q1 = 1 iff ≥1 preference identified; m1 = gold preferences matched (one-to-one);
-        c1 (add-on) = slots 0..N-1 with ≥1 identified preference of that slot; success = m1 == F."""
+        """q1 = 1 iff ≥1 preference identified and, when the judge knows the sessions, at least half
+        of the identified preference values occur in the user's own turns of the history (a list of
+        guessed or hallucinated values is not a relevant answer); m1 = gold preferences matched
+        (one-to-one); c1 (add-on) = slots 0..N-1 with ≥1 identified preference of that slot;
+        success = m1 == F."""
         base = self._base(task, 1)
         reasons: list[str] = []
         identified = traj.identified_preferences
@@ -328,6 +358,16 @@ class RuleJudge:
                     reasons.append(f"answer not parsable as preferences: {err}")
         q1 = 1 if identified else 0
         reasons.append(f"{len(identified)} preference(s) identified" if identified else "no preference identified")
+        user_text = self._history_user_text(task)
+        if identified and user_text is not None:
+            ungrounded = [q for q in identified if _padded(q.value).strip() == "" or _padded(q.value) not in user_text]
+            if ungrounded:
+                reasons.append(
+                    f"{len(ungrounded)} of {len(identified)} identified value(s) never said by the user: "
+                    + ", ".join(q.value for q in ungrounded[:5]) + (" …" if len(ungrounded) > 5 else "")
+                )
+            if 2 * len(ungrounded) > len(identified):
+                q1 = 0
         matches = match_identified(task.preferences, identified)
         matched: list[str] = []
         for g, j in zip(task.preferences, matches):
