@@ -117,6 +117,51 @@ class ProductSlot(_Model):
     reference_product_id: str
 
 
+class Change(_Model):
+    """One edit made while denoising a task (§4 step 3), recorded with the task.
+
+    ``kind``: ``session_replaced`` (a haystack session holding a statement that conflicts with a
+    wanted feature was swapped for another real session). ``session_id`` and ``replacement_id``
+    are the *source* ids of the sessions (e.g. ``sharegpt:abc``), ``detail`` quotes the
+    conflicting statement and names the feature, ``detector`` says who found it (``rule`` or
+    ``llm``).
+    """
+
+    kind: Literal["session_replaced"] = "session_replaced"
+    session_id: str | None = None
+    replacement_id: str | None = None
+    detail: str = ""
+    detector: str = "rule"
+
+
+class Verification(_Model):
+    """The automatic checks of one task (§4 step 5), recorded with the task.
+
+    ``resolvable``: every wanted feature is stated in a user turn of a needle session.
+    ``searchable``: every reference product is in the BM25 top ``search_top_k`` for the query in
+    ``search_queries`` (one per slot; ``search_ranks`` are 1-based ranks, None = not found);
+    None when no search engine was given. ``conflict_free``: no haystack statement contradicts a
+    wanted feature. ``gold_accepted``: the rule judge scores the reference product(s) as a success.
+    ``n_alternatives``: other catalog products (single) or same-shop bundles (add-on) the rule
+    judge would also accept, counted up to a cap (``alternatives_capped`` = the cap was hit).
+    Add-on only: ``budget_slack`` = budget − (reference total − discount) in the task currency,
+    ``over_budget_share`` = share of single-product substitutions (same shop, same product type,
+    preferences ignored) that break the budget.
+    """
+
+    resolvable: bool
+    searchable: bool | None = None
+    conflict_free: bool
+    gold_accepted: bool
+    n_alternatives: int = Field(ge=0)
+    alternatives_capped: bool = False
+    search_top_k: int = 50
+    search_queries: list[str] = Field(default_factory=list)
+    search_ranks: list[int | None] = Field(default_factory=list)
+    budget_slack: float | None = None
+    over_budget_share: float | None = None
+
+
 class Task(_Model):
     """One benchmark instance (Shopping Companion Bench, §4).
 
@@ -141,6 +186,10 @@ class Task(_Model):
     budget: float | None = None
     currency: str | None = None
     seed: int = 0
+    # Benchmark construction records (§4 steps 3 and 5); optional so older files still load.
+    n_alternatives: int | None = Field(default=None, ge=0, description="other accepted products/bundles (capped)")
+    verification: Verification | None = None
+    changes: list[Change] = Field(default_factory=list)
 
     @property
     def n_products(self) -> int:
@@ -292,6 +341,9 @@ class EpisodeResult(_Model):
     """One evaluated episode (both stages in ``two_stage`` mode): one line of results.jsonl.
 
     ``acc`` is the stage-1 preference accuracy m1/F; ``succ`` is the stage-2 success (Eq. 5).
+    ``one_stage`` episodes hold one stage-2 result and the stage-1 fields in
+    ``preference_verdict``; ``oracle`` episodes hold one stage-2 result and ``acc`` = 1.0 (not
+    applicable). ``simulator`` records the user simulator (name, model, seed) and its feedback.
     """
 
     task_id: str
@@ -306,3 +358,10 @@ class EpisodeResult(_Model):
     succ: bool
     wall_s: float
     error: str | None = None
+    simulator: dict[str, Any] | None = Field(
+        default=None,
+        description="the user simulator: name, model, seed, hint, consulted, feedback, source, redacted, reason",
+    )
+    preference_verdict: Verdict | None = Field(
+        default=None, description="one_stage mode: the stage-1 fields judged on the single trajectory (Acc)"
+    )

@@ -67,6 +67,8 @@ class ParsedAction(BaseModel):
     ``thinking``: the text inside the thinking span(s), joined by blank lines.
     ``tool_calls``: every successfully parsed call, text blocks and structured calls.
     ``tool_errors``: one message per tool-call block (or structured call) that failed to parse.
+    ``tool_error_ids``: parallel to ``tool_errors``: the server's call id when the error is about a
+    structured call (its tool response must carry that id), else None (a text block).
     ``tool_json_ok``: ``not tool_errors``.
     ``answer``: the text inside the last complete ``<answer>…</answer>`` outside thinking (stripped).
     ``has_answer``: ``answer is not None``.
@@ -78,6 +80,7 @@ class ParsedAction(BaseModel):
     thinking: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_errors: list[str] = Field(default_factory=list)
+    tool_error_ids: list[str | None] = Field(default_factory=list)
     tool_json_ok: bool = True
     answer: str | None = None
     has_answer: bool = False
@@ -326,7 +329,9 @@ def parse_action(
         return _parse_action(text, structured, call_id_prefix)
     except Exception as e:  # pragma: no cover - defensive: the parser must be total
         msg = f"internal parser error: {type(e).__name__}: {_snippet(str(e))}"
-        return ParsedAction(think_ok=False, tool_json_ok=False, tool_errors=[msg], errors=[msg])
+        return ParsedAction(
+            think_ok=False, tool_json_ok=False, tool_errors=[msg], tool_error_ids=[None], errors=[msg]
+        )
 
 
 def _parse_action(
@@ -337,6 +342,7 @@ def _parse_action(
     think_ok, spans, outside, think_errors = _split_thinking(text)
     text_calls, tool_errors, no_tools = _extract_tool_blocks(outside)
     answer, answer_errors = _extract_answer(no_tools)
+    error_ids: list[str | None] = [None] * len(tool_errors)
 
     calls: list[ToolCall] = []
     seen: list[tuple[str, str]] = []
@@ -347,13 +353,16 @@ def _parse_action(
             sid = _as_text(getattr(sc, "id", "")).strip()
         except Exception as e:  # pragma: no cover - defensive
             tool_errors.append(f"structured tool call #{k}: unreadable ({type(e).__name__})")
+            error_ids.append(None)
             continue
         if not name:
             tool_errors.append(f'structured tool call #{k}: missing "name"')
+            error_ids.append(sid or None)
             continue
         args, err = _decode_arguments(raw_args)
         if err is not None or args is None:
             tool_errors.append(f"structured tool call #{k} ({name!r}): {err}")
+            error_ids.append(sid or None)
             continue
         cid = sid or f"{prefix}_{len(calls)}"
         calls.append(ToolCall(name=name, arguments=args, call_id=cid))
@@ -380,6 +389,7 @@ def _parse_action(
         thinking=thinking,
         tool_calls=calls,
         tool_errors=tool_errors,
+        tool_error_ids=error_ids,
         tool_json_ok=not tool_errors,
         answer=answer,
         has_answer=answer is not None,

@@ -5,8 +5,10 @@ arguments, unknown ids or unknown tool names become a :class:`ToolResult` with `
 JSON observation that names the problem and the allowed values. Every result records the ids it
 returned (``returned_ids``) so the tool-wise reward (Eqs. 8–9) can be computed exactly.
 
-Observations are JSON text (``content``), truncated at ``max_observation_chars`` with a visible
-marker.
+Observations are JSON text (``content``), truncated at ``max_observation_chars`` (or the smaller
+per-call ``max_chars`` the environment passes) with a visible marker (:data:`TRUNCATION_MARKER`).
+When an observation is cut, ``returned_ids`` keeps only the ids that still appear in the visible
+text, so the tool-wise reward counts exactly what the agent was shown.
 """
 
 from __future__ import annotations
@@ -20,6 +22,15 @@ from shopping_companion.errors import ToolInputError
 from shopping_companion.types import Product, Session, ToolCall, ToolResult
 
 TRUNCATION_MARKER = "\n…[observation truncated: {n} more characters not shown]"
+
+
+def truncate_text(text: str, limit: int) -> str:
+    """``text`` cut to its first ``limit`` characters plus :data:`TRUNCATION_MARKER` (which states
+    how many characters were dropped); unchanged when ``len(text) <= limit``. ``limit`` >= 0."""
+    if len(text) <= limit:
+        return text
+    kept = text[: max(0, limit)]
+    return kept + TRUNCATION_MARKER.format(n=len(text) - len(kept))
 
 MEMORY_TOOLS = ("mem_search", "mem_view")
 PRODUCT_TOOLS = ("product_search", "product_view")
@@ -48,7 +59,19 @@ class MemoryBackend(Protocol):
 
 
 class _Args(BaseModel):
+    """Lax validation (a numeric string such as ``"10"`` is accepted for a number, as models often
+    quote numbers) except that booleans are never numbers (``top_k: true`` is an error)."""
+
     model_config = ConfigDict(extra="forbid", strict=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: Any, info: Any) -> Any:
+        if isinstance(v, bool):
+            ann = cls.model_fields[info.field_name].annotation
+            if ann in (int, float, int | None, float | None):
+                raise ValueError("must be a number, not a boolean")
+        return v
 
 
 class MemSearchArgs(_Args):
@@ -155,39 +178,59 @@ class ToolBox:
             "product_view": self._product_view,
         }
 
+    def __copy__(self) -> "ToolBox":
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "ToolBox":
+        """A tool box is stateless over shared read-only services (the Lucene index, a memory
+        store); copies share them. (``gymnasium.make`` deep-copies an environment's kwargs.)"""
+        return self
+
     def schemas(self, names: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
         return [tool_schema(n) for n in names]
 
-    def truncate(self, text: str) -> str:
-        """Cut ``text`` at ``max_observation_chars`` and append a visible marker."""
-        if len(text) <= self.max_observation_chars:
-            return text
-        kept = text[: self.max_observation_chars]
-        return kept + TRUNCATION_MARKER.format(n=len(text) - len(kept))
+    def truncate(self, text: str, max_chars: int | None = None) -> str:
+        """Cut ``text`` at ``min(max_observation_chars, max_chars)`` and append a visible marker."""
+        return truncate_text(text, self._limit(max_chars))
 
-    def _error(self, call: ToolCall, message: str) -> ToolResult:
-        return ToolResult(
-            call_id=call.call_id, name=call.name, content=_dump({"error": message}), error=message
-        )
+    def _limit(self, max_chars: int | None) -> int:
+        return self.max_observation_chars if max_chars is None else min(max_chars, self.max_observation_chars)
 
-    def execute(self, call: ToolCall, allowed: tuple[str, ...] | list[str]) -> ToolResult:
-        """Run one tool call; never raises for bad model output."""
+    def _error(self, call: ToolCall, message: str, max_chars: int | None = None) -> ToolResult:
+        content = self.truncate(_dump({"error": message}), max_chars)
+        return ToolResult(call_id=call.call_id, name=call.name, content=content, error=message)
+
+    def execute(
+        self, call: ToolCall, allowed: tuple[str, ...] | list[str], max_chars: int | None = None
+    ) -> ToolResult:
+        """Run one tool call; never raises for bad model output.
+
+        ``allowed``: the tool names of the current stage (others get an error result naming the
+        allowed ones). ``max_chars``: a per-call observation limit (the smaller of it and
+        ``max_observation_chars`` applies). An observation that is cut keeps in ``returned_ids``
+        only the ids still visible in ``content``.
+        """
         if call.name not in allowed:
             known = "known" if call.name in ARG_MODELS else "unknown"
             return self._error(
                 call,
                 f"{known} tool {call.name!r} is not available in this stage; "
                 f"allowed tools: {', '.join(allowed)}",
+                max_chars,
             )
         try:
             args = ARG_MODELS[call.name].model_validate(call.arguments)
         except ValidationError as e:
-            return self._error(call, _describe_validation_error(call.name, e))
+            return self._error(call, _describe_validation_error(call.name, e), max_chars)
         try:
             payload, ids = self._handlers[call.name](args)
         except ToolInputError as e:
-            return self._error(call, f"{call.name}: {e}")
-        content = self.truncate(_dump(payload))
+            return self._error(call, f"{call.name}: {e}", max_chars)
+        full = _dump(payload)
+        content = self.truncate(full, max_chars)
+        if len(content) != len(full):  # cut: count only what the agent can see
+            visible = content[: self._limit(max_chars)]
+            ids = [i for i in ids if _dump(i) in visible]
         return ToolResult(call_id=call.call_id, name=call.name, content=content, returned_ids=ids)
 
     # ------------------------------------------------------------------ handlers
@@ -226,7 +269,13 @@ class ToolBox:
         hits = self.products.search(
             a.query, shop_id=a.shop_id, min_price=a.min_price, max_price=a.max_price, top_k=a.top_k
         )
-        return {"results": hits, "n_results": len(hits)}, [h["product_id"] for h in hits]
+        payload: dict[str, Any] = {"results": hits, "n_results": len(hits)}
+        if not hits:
+            payload["note"] = (
+                "no product matched; use plain descriptive keywords (search syntax such as AND, *, "
+                "field:value is treated as text) or relax the shop/price filters"
+            )
+        return payload, [h["product_id"] for h in hits]
 
     def _product_view(self, a: ProductViewArgs) -> tuple[Any, list[str]]:
         products, unknown = self.products.view(a.product_ids)
