@@ -14,12 +14,15 @@ text, so the tool-wise reward counts exactly what the agent was shown.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shopping_companion.errors import ToolInputError
 from shopping_companion.types import Product, Session, ToolCall, ToolResult
+
+_log = logging.getLogger(__name__)
 
 TRUNCATION_MARKER = "\n…[observation truncated: {n} more characters not shown]"
 
@@ -226,6 +229,11 @@ class ToolBox:
             payload, ids = self._handlers[call.name](args)
         except ToolInputError as e:
             return self._error(call, f"{call.name}: {e}", max_chars)
+        except Exception as e:  # a backend bug must not end the episode; it is logged and shown
+            _log.exception("tool %s failed on arguments %r", call.name, call.arguments)
+            return self._error(
+                call, f"{call.name}: internal error ({type(e).__name__}); try different arguments", max_chars
+            )
         full = _dump(payload)
         content = self.truncate(full, max_chars)
         if len(content) != len(full):  # cut: count only what the agent can see
