@@ -155,6 +155,13 @@ def _check_running(max_heap: str | None) -> None:
             f"(class path: {cp!r}); call shopping_companion.catalog.jvm.ensure_jvm() before "
             "anything imports jnius or pyserini"
         )
+    spec = str(system.getProperty("java.specification.version") or "0")
+    if int(spec.split(".")[-1] if spec.startswith("1.") else spec.split(".")[0]) < 21:
+        raise JVMError(
+            f"the JVM was already started with Java {spec} (java.home {system.getProperty('java.home')!r}); "
+            "Anserini needs Java 21: call shopping_companion.catalog.jvm.ensure_jvm() before anything "
+            "imports jnius or pyserini.pyclass"
+        )
     if max_heap is not None:
         want = _heap_bytes(max_heap)
         have = autoclass("java.lang.Runtime").getRuntime().maxMemory()

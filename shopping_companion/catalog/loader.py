@@ -11,8 +11,12 @@ Mapping to :class:`Product`:
   dropped; numbers and booleans are stringified (``84``, ``1.5``, ``Yes``/``No``). Keys that carry
   no product property (image counts, popularity counters, internal SKUs, caption fragments) are
   dropped; variant lists move to ``options``.
-* ``options``: purchasable variants, ``{"size": ["S", "M", "L"]}`` from Myntra's comma-separated
-  ``sizes``.
+* ``options``: purchasable variants: ``{"size": ["S", "M", "L"]}`` from Myntra's comma-separated
+  ``sizes``; ``{"colour": [...]}`` where one model is sold in several colours as separate
+  listings (see :func:`link_colour_variants`: adidas colours, IKEA colour/finish variants).
+* IKEA records carry their colour/finish only in the product URL
+  (``.../p/algot-bracket-white-20218545/``); it becomes ``attributes["colour"]`` (see
+  :func:`ikea_colour_from_url`).
 * ``shop_id``: a stable, readable store id (see :func:`make_shop_id`).
 
 Bad records never crash the load and never vanish silently: each is counted by reason in the
@@ -43,7 +47,8 @@ from shopping_companion.types import Product
 log = logging.getLogger(__name__)
 
 #: Bump when the record -> Product mapping changes: indexes built by an older loader are stale.
-LOADER_VERSION = 1
+#: v2: IKEA colour from the URL, colour variants as ``options["colour"]``.
+LOADER_VERSION = 2
 
 #: Values that mean "no value" in the source dumps (compared case-insensitively after strip).
 _MISSING = {"", "na", "n/a", "nan", "none", "null", "-"}
@@ -68,9 +73,10 @@ class LoadReport:
     ``by_source`` counts loaded products per ``source``; ``bad`` counts rejected lines per reason
     (``invalid_json``, ``not_an_object``, ``missing_uid``, ``missing_title``, ``negative_price``,
     ``invalid_price``, ``duplicate_uid``, ``invalid_record``, ``empty_line``); ``fixed`` counts
-    values repaired in kept products (e.g. ``negative_list_price`` set to None); ``examples``
-    holds up to 20 ``(line_number, reason, detail)`` tuples (1-based line numbers).
-    Invariant: ``n_lines == n_loaded + n_bad``.
+    values repaired in kept products (e.g. ``negative_list_price`` set to None); ``derived``
+    counts values derived from the catalog as a whole (``colour_variants_linked``: products that
+    got ``options["colour"]``); ``examples`` holds up to 20 ``(line_number, reason, detail)``
+    tuples (1-based line or record numbers). Invariant: ``n_lines == n_loaded + n_bad``.
     """
 
     path: str
@@ -79,6 +85,7 @@ class LoadReport:
     by_source: dict[str, int] = field(default_factory=dict)
     bad: dict[str, int] = field(default_factory=dict)
     fixed: dict[str, int] = field(default_factory=dict)
+    derived: dict[str, int] = field(default_factory=dict)
     examples: list[tuple[int, str, str]] = field(default_factory=list)
 
     @property
@@ -93,6 +100,8 @@ class LoadReport:
             s += "; rejected " + ", ".join(f"{k}={v}" for k, v in sorted(self.bad.items()))
         if self.fixed:
             s += "; repaired " + ", ".join(f"{k}={v}" for k, v in sorted(self.fixed.items()))
+        if self.derived:
+            s += "; " + ", ".join(f"{k}={v}" for k, v in sorted(self.derived.items()))
         return s
 
 
@@ -199,6 +208,90 @@ def _normalise_option_value(name: str, value: str) -> str:
     return value
 
 
+#: Attribute keys that hold a product's own colour, in order of preference.
+COLOUR_KEYS = ("colour", "color", "Colour", "Color", "base_colour", "primary_color")
+
+_IKEA_URL = re.compile(r"ikea\.com/.*/p/([a-z0-9-]+?)-([a-z]?\d{5,})/?$")
+_IKEA_FOLD = str.maketrans({"ä": "ae", "ö": "oe", "å": "aa", "ü": "ue", "æ": "ae", "ø": "oe"})
+
+
+def _ascii_words(text: str) -> set[str]:
+    t = text.lower()
+    folded = unicodedata.normalize("NFKD", t).encode("ascii", "ignore").decode("ascii")
+    return set(re.findall(r"[a-z0-9]+", t.translate(_IKEA_FOLD))) | set(re.findall(r"[a-z0-9]+", folded))
+
+
+def ikea_colour_from_url(url: str, title: str) -> str | None:
+    """The colour/finish an IKEA product URL names after the product name, or None.
+
+    ``".../p/bagganaes-handle-brass-colour-00338407/"`` with title ``"BAGGANÄS Handle, 143 mm"``
+    gives ``"Brass colour"``: the trailing slug words that are not words of the title (IKEA
+    transliterates ä/ö/å as ae/oe/aa in slugs). Returns None for other URLs or when the slug adds
+    nothing to the title.
+    """
+    m = _IKEA_URL.search(url)
+    if not m:
+        return None
+    title_words = _ascii_words(title)
+    out: list[str] = []
+    for w in reversed(m.group(1).split("-")):
+        if w in title_words:
+            break
+        out.append(w)
+    if not out:
+        return None
+    colour = " ".join(reversed(out))
+    return colour[0].upper() + colour[1:]
+
+
+def product_colour(p: Product) -> str | None:
+    """The product's own colour from its attributes (first of :data:`COLOUR_KEYS`), or None."""
+    for k in COLOUR_KEYS:
+        v = p.attributes.get(k)
+        if v:
+            return v
+    return None
+
+
+def link_colour_variants(products: list[Product]) -> int:
+    """Record colour variants as ``options["colour"]``, in place; returns how many products got them.
+
+    Several sources list each colour of one model as its own product (adidas: "Superstar Shoes"
+    in White and in Blue; IKEA: "ALGOT Bracket" in white and in black). Products with the same
+    shop id, brand, title (case-insensitive) and category path whose colours
+    (:func:`product_colour`) differ are treated as one model: each gets ``options["colour"]`` =
+    its own colour first, then the other colours in catalog order (distinct values,
+    case-insensitive). A group where a title names a member's colour is skipped: such titles
+    are generic descriptions (Myntra's "Nike Men White Polo Tshirts" is also listed in grey),
+    not model names. Products without a colour or without a differently coloured sibling are
+    left unchanged.
+    """
+    groups: dict[tuple, list[tuple[Product, str]]] = {}
+    for p in products:
+        colour = product_colour(p)
+        if colour is None:
+            continue
+        key = (p.shop_id, (p.brand or "").casefold(), p.title.casefold(), tuple(p.category_path))
+        groups.setdefault(key, []).append((p, colour))
+    n = 0
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        distinct: dict[str, str] = {}
+        for _, c in members:
+            distinct.setdefault(c.casefold(), c)
+        if len(distinct) < 2:
+            continue
+        title_words = set(re.findall(r"\w+", members[0][0].title.casefold()))
+        if any(set(re.findall(r"\w+", k)) <= title_words for k in distinct):
+            continue
+        for p, own in members:
+            others = [c for k, c in distinct.items() if k != own.casefold()]
+            p.options = {**p.options, "colour": [own, *others]}
+            n += 1
+    return n
+
+
 def record_to_product(rec: Any) -> tuple[Product, list[str]]:
     """Map one catalog record (a decoded JSON line) to a :class:`Product`.
 
@@ -263,6 +356,12 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
         if sv:
             attributes[key] = sv
 
+    url = _clean_str(rec.get("url"))
+    if url and not any(k in attributes for k in COLOUR_KEYS):
+        colour = ikea_colour_from_url(url, title)
+        if colour:
+            attributes["colour"] = colour
+
     category_path = [s for s in (_clean_str(c) for c in (rec.get("category_path") or [])) if s]
     features = [s for s in (_clean_str(f) for f in (rec.get("features") or [])) if s]
     rating = _opt_number(rec.get("rating"))
@@ -286,7 +385,7 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
             options=options,
             rating=rating,
             rating_count=rating_count,
-            url=_clean_str(rec.get("url")),
+            url=url,
             image=_clean_str(rec.get("image")),
         )
     except ValidationError as e:  # pragma: no cover - the mapping above should prevent it
@@ -301,6 +400,7 @@ def iter_products(path: str | os.PathLike[str], report: LoadReport | None = None
     """Stream products from ``path``; bad lines are counted in ``report`` (if given) and skipped.
 
     Duplicate ``uid``s keep the first record and count the later ones as ``duplicate_uid``.
+    Colour variants need the whole catalog and are linked by :func:`load_products` only.
     """
     p = Path(path)
     rep = report if report is not None else LoadReport(path=str(p))
@@ -350,7 +450,9 @@ def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadRepo
     """Load every valid product of a catalog JSONL(.gz) file.
 
     Returns ``(products, report)``: products in file order, and a :class:`LoadReport` with counts
-    per source and per rejection reason. Rejected lines are logged as one warning (never raised).
+    per source and per rejection reason (``report.derived["colour_variants_linked"]`` counts
+    products given colour options by :func:`link_colour_variants`). Rejected lines are logged as
+    one warning (never raised).
     Raises ``FileNotFoundError`` when ``path`` does not exist. The full catalog (98,730 products)
     loads in a few seconds.
     """
@@ -364,9 +466,12 @@ def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadRepo
     gc.disable()
     try:
         products = list(iter_products(p, report))
+        n_variants = link_colour_variants(products)
     finally:
         if gc_was_enabled:
             gc.enable()
+    if n_variants:
+        report.derived["colour_variants_linked"] = n_variants
     if report.bad:
         log.warning("%s (first examples: %s)", report.summary(), report.examples[:3])
     return products, report

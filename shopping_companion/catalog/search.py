@@ -4,11 +4,14 @@
 with Anserini's ``SimpleSearcher`` through ``pyserini.pyclass.autoclass`` (the light path: no torch,
 ~1 s start), ranks with BM25 (k1/b from the manifest, Anserini's defaults 0.9/0.4) and applies the
 shop and price filters inside Lucene as non-scoring FILTER clauses, so a selective filter still
-returns the best ``top_k`` matching products. Hits are ordered exactly as Anserini's
-``SimpleSearcher.search`` orders them (score, then product id); the query runs on the searcher's
-own ``IndexSearcher`` with Anserini's sort, and each hit's stored JSON is read with one
-``doc_raw`` call, which avoids materialising a Lucene ``Document`` and its Python wrapper per hit
-(``SimpleSearcher.search`` plus reading ``raw`` from each hit was ~1.5x slower at k=50).
+returns the best ``top_k`` matching products.
+
+Hits are ordered exactly as Anserini's ``SimpleSearcher.search`` orders them (score, then product
+id), but found faster: the index is sorted by product id, so Lucene's own top-k collector (score,
+then document id) yields the same order while skipping documents that cannot reach the top k
+(block-max WAND), where Anserini's field sort scores every matching document. A hit's fields come
+from the index's ``hits.jsonl`` (mapped into memory, one line per document in document order), so a
+hit costs no JNI call and no stored-document decompression; ``view`` reads the full stored JSON.
 
 User text is never parsed as Lucene query syntax: it is analysed with the index's English analyzer
 and searched as a bag of words, so ``title:(x AND``, ``*``, ``~``, quotes or backslashes are just
@@ -19,24 +22,33 @@ reads run concurrently (pyjnius releases the GIL while Java runs) through wrappe
 to the instance; the short query-building glue is serialised by
 :data:`~shopping_companion.catalog.jvm.JNI_LOCK`, because pyjnius method objects are shared by all
 objects of a class (see :mod:`shopping_companion.catalog.jvm`). A worker thread that used the
-searcher should call :func:`shopping_companion.catalog.jvm.detach_thread` before it exits.
+searcher should call :func:`shopping_companion.catalog.jvm.detach_thread` before it exits;
+:class:`SearchThreadPool` does this for its workers and is the way to serve concurrent episodes
+from one process. For a process pool, start workers with the ``spawn`` method (a JVM does not
+survive ``fork``) and open one :class:`ProductSearch` per worker process (see
+:func:`process_pool_initializer`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
+import struct
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Real
 from pathlib import Path
 from typing import Any
 
 from shopping_companion.catalog.index import (
     FIELD_CONTENTS,
-    FIELD_ID,
     FIELD_PRICE,
     FIELD_SHOP,
+    HITS_FILE,
+    HITS_OFFSETS_FILE,
+    ID_ORDER,
     IndexManifest,
     verify_index,
 )
@@ -50,6 +62,7 @@ MAX_TOP_K = 50
 MAX_VIEW_IDS = 20
 
 _LONG_MAX = 2**63 - 1
+_OFFSETS = struct.Struct("<2q")  # start and end of one hits.jsonl line
 #: Lucene's per-query clause limit we need (JVM-wide setting; only ever raised).
 _MAX_CLAUSES = 4096
 
@@ -143,6 +156,11 @@ class ProductSearch:
     def __init__(self, index_dir: str | os.PathLike[str]) -> None:
         self.index_dir = Path(index_dir)
         self.manifest: IndexManifest = verify_index(self.index_dir)
+        if self.manifest.id_order != ID_ORDER:
+            raise IndexError_(
+                f"index {str(self.index_dir)!r} is not sorted by product id; rebuild it "
+                "(open_or_build(..., rebuild=True) or shopcomp build-index --rebuild)"
+            )
         ensure_jvm()
         from pyserini.pyclass import autoclass
 
@@ -162,10 +180,7 @@ class ProductSearch:
         index_searcher_cls = private_class(
             "org.apache.lucene.search.IndexSearcher",
             None,
-            {
-                "search": "(Lorg/apache/lucene/search/Query;ILorg/apache/lucene/search/Sort;Z)"
-                "Lorg/apache/lucene/search/TopFieldDocs;"
-            },
+            {"search": "(Lorg/apache/lucene/search/Query;I)Lorg/apache/lucene/search/TopDocs;"},
         )
         try:
             self._searcher = searcher_cls(str(self.index_dir.resolve()))
@@ -188,12 +203,6 @@ class ProductSearch:
             self._raw_by_docid = cast(raw_by_docid_cls, self._searcher)
             self._raw_by_id = cast(raw_by_id_cls, self._searcher)
             self._index_searcher = cast(index_searcher_cls, self._searcher.searcher)
-            sort_field = autoclass("org.apache.lucene.search.SortField")
-            string_val = autoclass("org.apache.lucene.search.SortField$Type").STRING_VAL
-            # Anserini's order: score, then ties by the id doc values (SimpleSearcher's sort).
-            self._sort = autoclass("org.apache.lucene.search.Sort")(
-                sort_field.FIELD_SCORE, sort_field(FIELD_ID, string_val)
-            )
             self._analyzer = autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
             self._qgen = autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
             self._Builder = autoclass("org.apache.lucene.search.BooleanQuery$Builder")
@@ -206,8 +215,43 @@ class ProductSearch:
             index_searcher = autoclass("org.apache.lucene.search.IndexSearcher")
             if index_searcher.getMaxClauseCount() < _MAX_CLAUSES:
                 index_searcher.setMaxClauseCount(_MAX_CLAUSES)
+        self._open_hits()
         self._closed = False
         self._close_lock = threading.Lock()
+
+    def _open_hits(self) -> None:
+        """Map ``hits.jsonl`` / ``hits.offsets`` and check they describe this index's documents."""
+        try:
+            self._hits_fh = open(self.index_dir / HITS_FILE, "rb")
+            self._offsets_fh = open(self.index_dir / HITS_OFFSETS_FILE, "rb")
+            self._hits = mmap.mmap(self._hits_fh.fileno(), 0, access=mmap.ACCESS_READ)
+            self._offsets = mmap.mmap(self._offsets_fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:
+            self._searcher.close()
+            raise IndexError_(f"index {str(self.index_dir)!r} is corrupted: cannot map its hit files ({e}); "
+                              "rebuild it") from e
+        ok = len(self._offsets) == 8 * (self._n_docs + 1)
+        try:
+            for docid in {0, self._n_docs // 2, self._n_docs - 1} if ok else ():
+                stored = json.loads(self._raw_by_docid.doc_raw(docid))["product_id"]
+                ok = ok and self._hit_row(docid)[0] == stored
+        except (ValueError, IndexError, struct.error):
+            ok = False
+        if not ok:
+            self._close_hits()
+            self._searcher.close()
+            raise IndexError_(f"index {str(self.index_dir)!r} is corrupted: {HITS_FILE} does not match its "
+                              "documents; rebuild it")
+
+    def _hit_row(self, docid: int) -> list:
+        start, end = _OFFSETS.unpack_from(self._offsets, 8 * docid)
+        return json.loads(self._hits[start:end])
+
+    def _close_hits(self) -> None:
+        for name in ("_hits", "_offsets", "_hits_fh", "_offsets_fh"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
 
     # ------------------------------------------------------------------ tools
 
@@ -256,24 +300,27 @@ class ProductSearch:
                     hi_c = _cents_floor(hi) if hi is not None else _LONG_MAX
                     b.add(self._LongField.newRangeQuery(FIELD_PRICE, lo_c, hi_c), self._FILTER)
                 lucene_query = b.build()
-        # The Lucene work, concurrent and lock-free: top k by (score, id) as Anserini's
-        # SimpleSearcher.search ranks, then the stored JSON of each hit.
-        top = self._index_searcher.search(lucene_query, k, self._sort, True)
-        rows = [(self._raw_by_docid.doc_raw(d.doc), d.score) for d in top.scoreDocs]
+        # The Lucene work, concurrent and lock-free: top k by (score, docid) == (score, product
+        # id) on an id-sorted index, as Anserini's SimpleSearcher.search ranks; then the stored
+        # JSON of each hit.
+        top = self._index_searcher.search(lucene_query, k)
+        rows = [(d.doc, d.score) for d in top.scoreDocs]
+        # Each hit's fields from hits.jsonl (docid order == product id order): no JNI per hit.
+        hits, offsets, unpack = self._hits, self._offsets, _OFFSETS.unpack_from
         out: list[dict[str, Any]] = []
-        for raw, score in rows:
-            rec = json.loads(raw)
-            cat = rec.get("category_path") or []
+        for docid, score in rows:
+            start, end = unpack(offsets, 8 * docid)
+            pid, title, price, currency, category, shop, shop_id, brand = json.loads(hits[start:end])
             out.append(
                 {
-                    "product_id": rec["product_id"],
-                    "title": rec["title"],
-                    "price": rec.get("price"),
-                    "currency": rec.get("currency"),
-                    "category": cat[-1] if cat else "",
-                    "shop": rec.get("shop"),
-                    "shop_id": rec.get("shop_id"),
-                    "brand": rec.get("brand"),
+                    "product_id": pid,
+                    "title": title,
+                    "price": price,
+                    "currency": currency,
+                    "category": category,
+                    "shop": shop,
+                    "shop_id": shop_id,
+                    "brand": brand,
                     "score": round(float(score), 4),
                 }
             )
@@ -322,6 +369,7 @@ class ProductSearch:
             if not self._closed:
                 self._closed = True
                 self._searcher.close()
+                self._close_hits()
 
     def __enter__(self) -> "ProductSearch":
         return self
@@ -331,3 +379,62 @@ class ProductSearch:
 
     def __repr__(self) -> str:
         return f"ProductSearch({str(self.index_dir)!r}, n_docs={self._n_docs})"
+
+
+# --------------------------------------------------------------------------- pools
+
+
+class SearchThreadPool(ThreadPoolExecutor):
+    """A :class:`~concurrent.futures.ThreadPoolExecutor` for running searches (or whole episodes
+    that search) concurrently on shared :class:`ProductSearch` instances.
+
+    ``max_workers``: number of threads (>= 1). On :meth:`shutdown` (or leaving a ``with`` block)
+    every worker thread detaches from the JVM before it ends, as pyjnius requires of threads
+    that called Java. Results equal a sequential run; throughput grows with cores (searches
+    release the GIL while Lucene runs).
+    """
+
+    def __init__(self, max_workers: int, thread_name_prefix: str = "product-search") -> None:
+        if not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers: must be an integer >= 1, got {max_workers!r}")
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Detach every started worker from the JVM, then shut the pool down."""
+        with self._shutdown_lock:
+            n = len(self._threads)
+            closed = self._shutdown
+        if n and not closed:
+            barrier = threading.Barrier(n)
+
+            def detach() -> None:
+                # the barrier makes each worker take exactly one of the n detach tasks
+                try:
+                    barrier.wait(timeout=60)
+                finally:
+                    from shopping_companion.catalog.jvm import detach_thread
+
+                    detach_thread()
+
+            for _ in range(n):
+                self.submit(detach)
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+_process_search: ProductSearch | None = None
+
+
+def process_pool_initializer(index_dir: str) -> None:
+    """``initializer`` for a ``ProcessPoolExecutor`` (``mp_context=multiprocessing.get_context("spawn")``):
+    opens one :class:`ProductSearch` of ``index_dir`` per worker process, available through
+    :func:`process_search`."""
+    global _process_search
+    _process_search = ProductSearch(index_dir)
+
+
+def process_search() -> ProductSearch:
+    """The worker process's :class:`ProductSearch` (see :func:`process_pool_initializer`);
+    raises :class:`IndexError_` outside such a worker."""
+    if _process_search is None:
+        raise IndexError_("no ProductSearch in this process: start the pool with process_pool_initializer")
+    return _process_search
