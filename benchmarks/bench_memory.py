@@ -3,15 +3,23 @@
 Measures
 - cold encode throughput: every turn embedded with a fresh on-disk cache (sentences/s, and
   tokens/s counting only the tokens the model processes; model load excluded, printed apart),
-- rebuild: a new Embedder on the same cache file builds the same store (cache hit rate, seconds),
-- ``mem_search`` latency including query encoding: single query with an uncached query (the model
-  runs), single query again (query vector cached), three queries per call (uncached).
+  in float32 and (``--bf16``) under bfloat16 autocast;
+- rebuild: a new Embedder on the same cache file builds the same store (cache hit rate, seconds);
+- ``mem_search`` latency including query encoding, p50/p95 wall and CPU milliseconds: a single
+  uncached query on the query path (``Embedder.encode_queries``: bf16 weights, one thread), the
+  same through the document path it replaced (sentence-transformers ``encode`` + SQLite write),
+  each in its own block; a repeated (LRU-cached) query; three uncached queries per call;
+- float16 storage quality: top-10 recall of the float16 index against float32 vectors over many
+  queries (instruction-like queries and real turns), and the same with bf16 query vectors;
+- many users: 50 users of ~56 sessions drawn from a shared pool, stores built warm through the
+  SQLite cache (``MemoryStore.from_pool``) and through ``MemoryBank``.
 
 Tokens are counted with the MiniLM word-piece tokenizer over each turn's full text (no
 truncation, no special tokens); the model itself truncates a turn to 256 word pieces.
 
-Usage: python benchmarks/bench_memory.py [--sessions 56] [--tokens 100000] [--seed 0]
-Prints medians (and p95 for latencies); no asserts.
+Usage: python benchmarks/bench_memory.py [--sessions 56] [--tokens 100000] [--seed 0] [--bf16]
+Prints medians and p95; no asserts. On a shared machine the load average is printed with each
+stage: wall times scale with it, CPU times much less.
 """
 
 from __future__ import annotations
@@ -23,14 +31,17 @@ import random
 import statistics
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
 
+from shopping_companion.memory.bank import MemoryBank
 from shopping_companion.memory.embedder import Embedder, default_model_path
-from shopping_companion.memory.loaders import load_sgd, load_sharegpt
+from shopping_companion.memory.loaders import SessionPool, load_sgd, load_sharegpt
+from shopping_companion.memory.quality import topk_recall
 from shopping_companion.memory.store import MemoryStore
-from shopping_companion.types import Session
+from shopping_companion.types import Session, SessionRef
 
 QUERIES = [
     "what colours does the user like for clothes",
@@ -121,13 +132,47 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q))
 
 
-def time_searches(store: MemoryStore, calls: list[list[str]]) -> list[float]:
-    out = []
-    for qs in calls:
-        t0 = time.perf_counter()
-        store.search(qs, top_k=10)
-        out.append((time.perf_counter() - t0) * 1000)
+def load() -> str:
+    return f"load average {os.getloadavg()[0]:.2f}"
+
+
+class _DocumentPathOnly:
+    """An embedder view with only ``encode``: MemoryStore then embeds queries the way it did
+    before the query path existed (sentence-transformers ``encode`` + SQLite write)."""
+
+    def __init__(self, emb: Embedder) -> None:
+        self.encode = emb.encode
+
+
+def timed(fn, *a) -> tuple[float, float]:
+    """(wall ms, process CPU ms) of one call."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn(*a)
+    return (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+
+
+def row(name: str, wall: list[float], cpu: list[float] | None = None) -> dict[str, float]:
+    out = {f"{name}_p50_ms": round(statistics.median(wall), 2), f"{name}_p95_ms": round(pct(wall, 95), 2)}
+    msg = f"{name}: wall p50 {out[f'{name}_p50_ms']:.2f} ms, p95 {out[f'{name}_p95_ms']:.2f} ms"
+    if cpu is not None:
+        out[f"{name}_cpu_p50_ms"] = round(statistics.median(cpu), 2)
+        msg += f"; CPU p50 {out[f'{name}_cpu_p50_ms']:.2f} ms"
+    print(f"{msg} (n={len(wall)})")
     return out
+
+
+def cold_build(sessions: list[Session], cache: Path, batch_size: int, precision: str,
+               label: str, threads: int | None = None) -> tuple[MemoryStore, Embedder, float]:
+    emb = Embedder(cache_path=cache, batch_size=batch_size, precision=precision, threads=threads)
+    emb.encode(["warm-up sentence that loads the model"])
+    load_s = emb.stats.load_s
+    emb.reset_stats()
+    t0 = time.perf_counter()
+    store = MemoryStore(sessions, emb)
+    dt = time.perf_counter() - t0
+    print(f"  cold build {label}: {emb.stats.misses} texts encoded in {dt:.2f} s "
+          f"(model load {load_s:.2f} s apart; {load()})")
+    return store, emb, dt
 
 
 def main() -> None:
@@ -136,14 +181,25 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3, help="cold builds (fresh cache each)")
+    ap.add_argument("--repeats", type=int, default=1, help="cold float32 builds (fresh cache each)")
+    ap.add_argument("--bf16", action="store_true", help="also a cold build under bf16 autocast")
+    ap.add_argument("--searches", type=int, default=40, help="timed calls per latency row")
+    ap.add_argument("--recall-queries", type=int, default=200)
+    ap.add_argument("--users", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads for document encoding (default: torch's setting)")
+    ap.add_argument("--cache", default=None,
+                    help="keep the user's vectors in this cache file; when it already holds them "
+                         "the cold builds are skipped (a quick rerun of the latency rows)")
+    ap.add_argument("--latency-only", action="store_true",
+                    help="stop after the mem_search latency rows (with a warm --cache: ~1 minute)")
     args = ap.parse_args()
 
     import torch
     from transformers import AutoTokenizer
 
-    print(f"machine: {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, "
-          f"load average {os.getloadavg()[0]:.2f} (other jobs on a shared machine skew timings)")
+    print(f"machine: {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, {load()} "
+          f"(other jobs on a shared machine skew wall times)")
     t0 = time.perf_counter()
     sgd = load_sgd()
     sharegpt, report = load_sharegpt()
@@ -165,66 +221,162 @@ def main() -> None:
           f"{total_tokens} MiniLM word-piece tokens ({per_src}; {n_words} whitespace words); "
           f"{n_trunc} turns longer than the model's 256-token window; {seen_tokens} tokens "
           f"reach the model")
+    summary: dict[str, object] = {
+        "sessions": len(sessions), "turns": len(turns), "tokens_minilm": total_tokens,
+        "whitespace_words": n_words, "sharegpt_parsed": report.parsed, "sharegpt_kept": report.kept,
+    }
 
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as tmp:
+        # ---------------------------------------------------------------- cold encode
         cold_runs = []
-        for r in range(max(1, args.repeats)):
-            cache = Path(tmp) / f"emb{r}.sqlite"
-            emb = Embedder(cache_path=cache, batch_size=args.batch_size)
-            emb.encode(["warm-up sentence that loads the model"])
-            if r == 0:
-                print(f"model load: {emb.stats.load_s:.2f} s")
-            emb.reset_stats()
-            t0 = time.perf_counter()
+        warm = False
+        if args.cache and Path(args.cache).is_file():
+            probe = Embedder(cache_path=args.cache, memory_cache_size=0)
+            probe.encode_f16(turns)
+            warm = probe.stats.misses == 0
+            probe.close()
+        if warm:
+            cache = Path(args.cache)
+            emb = Embedder(cache_path=cache, batch_size=args.batch_size, threads=args.threads)
             store = MemoryStore(sessions, emb)
-            cold_runs.append(time.perf_counter() - t0)
-            print(f"  cold build {r + 1}: {emb.stats.misses} texts encoded in {cold_runs[-1]:.2f} s"
-                  f" (load average {os.getloadavg()[0]:.2f})")
-        cold_s = statistics.median(cold_runs)
-        sps = emb.stats.misses / cold_s
-        print(f"cold build (median of {len(cold_runs)}): {store.n_turns} turns, "
-              f"{emb.stats.misses} distinct texts encoded in {cold_s:.2f} s -> {sps:.0f} "
-              f"sentences/s, {seen_tokens / cold_s:.0f} model tokens/s (batch {args.batch_size})")
+            print(f"cache {cache} already holds this user: cold builds skipped")
+        else:
+            for r in range(max(1, args.repeats)):
+                cache = Path(args.cache) if (args.cache and r == 0) else Path(tmp) / f"emb{r}.sqlite"
+                store, emb, dt = cold_build(sessions, cache, args.batch_size, "fp32",
+                                            f"fp32 #{r + 1}", args.threads)
+                cold_runs.append(dt)
+            if args.cache:
+                cache = Path(args.cache)
+                emb = Embedder(cache_path=cache, batch_size=args.batch_size, threads=args.threads)
+                store = MemoryStore(sessions, emb)
+            n_texts = len(set(turns))
+            cold_s = statistics.median(cold_runs)
+            sps = n_texts / cold_s
+            print(f"cold build fp32 (median of {len(cold_runs)}): {store.n_turns} turns, {n_texts} "
+                  f"distinct texts in {cold_s:.2f} s -> {sps:.0f} sentences/s, "
+                  f"{seen_tokens / cold_s:.0f} model tokens/s (batch {args.batch_size})")
+            summary.update(cold_encode_sentences_per_s=round(sps, 1),
+                           cold_encode_model_tokens_per_s=round(seen_tokens / cold_s, 1))
+        if args.bf16:
+            n_texts = len(set(turns))
+            store16, emb16, dt16 = cold_build(sessions, Path(tmp) / "emb_bf16.sqlite",
+                                              args.batch_size, "bf16", "bf16 autocast", args.threads)
+            cos = (store16.embeddings * store.embeddings).sum(axis=1)
+            ratio = f"{statistics.median(cold_runs) / dt16:.2f}x float32 in this run; " if cold_runs else ""
+            print(f"cold build bf16: {n_texts / dt16:.0f} sentences/s ({ratio}cosine to float32 "
+                  f"min {cos.min():.5f}, mean {cos.mean():.6f})")
+            summary.update(cold_encode_bf16_sentences_per_s=round(n_texts / dt16, 1),
+                           bf16_cos_min=round(float(cos.min()), 5))
+            emb16.close()
 
-        # rebuild: a new embedder (new process's view) on the same cache file
+        # ---------------------------------------------------------------- rebuild
         emb2 = Embedder(cache_path=cache, batch_size=args.batch_size)
         t0 = time.perf_counter()
         store2 = MemoryStore(sessions, emb2)
         rebuild_s = time.perf_counter() - t0
         print(f"rebuild: hit rate {emb2.stats.hit_rate:.3f} ({emb2.stats.hits} hits, "
-              f"{emb2.stats.misses} misses), {rebuild_s * 1000:.1f} ms, model loaded: "
-              f"{emb2.stats.load_s > 0}")
-
-        same = np.array_equal(store._matrix, store2._matrix)  # noqa: SLF001 - a benchmark check
+              f"{emb2.stats.misses} misses), {rebuild_s * 1000:.1f} ms, model loaded: {emb2.loaded}")
+        same = np.array_equal(store.embeddings, store2.embeddings)
         print(f"rebuilt index identical to the cold one: {same}")
+        summary.update(rebuild_hit_rate=round(emb2.stats.hit_rate, 4),
+                       rebuild_ms=round(rebuild_s * 1000, 1), rebuild_identical=same)
 
-        # searches on the first store (its embedder has the model loaded)
+        # ---------------------------------------------------------------- mem_search latency
+        emb.warm_up()  # query encoder built and run once (a server does this at start)
+        old = MemoryStore(sessions, _DocumentPathOnly(emb), embeddings=store.embeddings)  # type: ignore[arg-type]
+        qs = [QUERIES[i % len(QUERIES)] for i in range(args.searches)]
+        run = uuid.uuid4().hex[:6]  # query texts never seen before, even with a persistent --cache
+        # Separate blocks: a document-path call between two query-path calls evicts the bf16
+        # query weights from the shared cache (and runs two threads), which roughly doubles the
+        # next query's time on this machine; in a serving process queries follow queries.
+        new_w, new_c = map(list, zip(*(timed(store.search, [f"{q} ({run} new {i})"], 10)
+                                       for i, q in enumerate(qs))))
+        print(f"mem_search, {store.n_turns} turns, top_k=10, including query encoding ({load()}):")
+        summary.update(row("search_1q_uncached", new_w, new_c))
+        emb.encode_queries(qs)  # now every plain query text is in the LRU
+        cw, cc = zip(*(timed(store.search, [q], 10) for q in qs * 3))
+        summary.update(row("search_1q_cached", list(cw), list(cc)))
         rng = random.Random(args.seed)
-        uncached = time_searches(store, [[q] for q in QUERIES])
-        cached = time_searches(store, [[q] for q in QUERIES] * 3)
-        triples = []
-        for i in range(40):
-            qs = rng.sample(QUERIES, 3)
-            triples.append([f"{q} (variant {i})" for q in qs])  # distinct texts: uncached
-        multi = time_searches(store, triples)
+        triples = [[f"{q} ({run} triple {i})" for q in rng.sample(QUERIES, 3)]
+                   for i in range(args.searches)]
+        tw, tc = zip(*(timed(store.search, t, 10) for t in triples))
+        summary.update(row("search_3q_uncached", list(tw), list(tc)))
+        old_w, old_c = map(list, zip(*(timed(old.search, [f"{q} ({run} old {i})"], 10)
+                                       for i, q in enumerate(qs))))
+        summary.update(row("search_1q_uncached_st_path", old_w, old_c))
+        print(f"single-query p50: {statistics.median(old_w) / statistics.median(new_w):.2f}x faster "
+              f"than the document path (wall), "
+              f"{statistics.median(old_c) / max(statistics.median(new_c), 1e-9):.2f}x (CPU)")
 
-    rows = {
-        "search_1q_uncached_ms": uncached,
-        "search_1q_cached_ms": cached,
-        "search_3q_uncached_ms": multi,
-    }
-    for name, xs in rows.items():
-        print(f"{name}: p50 {statistics.median(xs):.2f} ms, p95 {pct(xs, 95):.2f} ms (n={len(xs)})")
-    summary = {
-        "sessions": len(sessions), "turns": len(turns), "tokens_minilm": total_tokens,
-        "whitespace_words": n_words,
-        "sharegpt_parsed": report.parsed, "sharegpt_kept": report.kept,
-        "cold_encode_sentences_per_s": round(sps, 1),
-        "cold_encode_model_tokens_per_s": round(seen_tokens / cold_s, 1),
-        "rebuild_hit_rate": round(emb2.stats.hit_rate, 4), "rebuild_ms": round(rebuild_s * 1000, 1),
-        **{k.replace("_ms", "_p50_ms"): round(statistics.median(v), 2) for k, v in rows.items()},
-        **{k.replace("_ms", "_p95_ms"): round(pct(v, 95), 2) for k, v in rows.items()},
-    }
+        if args.latency_only:
+            emb.close()
+            emb2.close()
+            summary["load_average_end"] = round(os.getloadavg()[0], 2)
+            print(json.dumps(summary))
+            return
+
+        # ---------------------------------------------------------------- fp16 storage quality
+        rng = random.Random(args.seed + 1)
+        turn_queries = [t[:300] for t in rng.sample(turns, min(len(turns), max(0, args.recall_queries - len(QUERIES))))]
+        rq = QUERIES + turn_queries
+        exact_docs = emb.encode_uncached(turns)
+        exact_q = emb.encode_uncached(rq)
+        stored = store.embeddings
+        rec16 = topk_recall(exact_q, exact_docs, stored, k=10)
+        recq = topk_recall(exact_q, exact_docs, stored, k=10, candidate_queries=emb.encode_queries(rq))
+        recq_instr = recq[: len(QUERIES)]
+        print(f"top-10 recall vs float32 ({len(rq)} queries: {len(QUERIES)} instruction-like, "
+              f"{len(turn_queries)} real turns): float16 storage {rec16.mean():.4f} (loss "
+              f"{100 * (1 - rec16.mean()):.2f}%); + bf16 query vectors {recq.mean():.4f} (loss "
+              f"{100 * (1 - recq.mean()):.2f}%; instruction-like only {recq_instr.mean():.4f})")
+        summary.update(fp16_recall_at_10=round(float(rec16.mean()), 4),
+                       fp16_recall_loss_pct=round(100 * (1 - float(rec16.mean())), 2),
+                       fp16_bf16q_recall_at_10=round(float(recq.mean()), 4))
+        if args.bf16:
+            rec_b = topk_recall(exact_q, exact_docs, store16.embeddings, k=10)
+            print(f"top-10 recall, bf16-autocast documents (float16 stored): {rec_b.mean():.4f}")
+            summary["bf16_docs_recall_at_10"] = round(float(rec_b.mean()), 4)
+
+        # ---------------------------------------------------------------- many users
+        rng = random.Random(args.seed + 2)
+        mine = {s.session_id for s in sessions}
+        extra = [s for s in rng.sample(sgd, 200) if s.session_id not in mine][:60]
+        pool = SessionPool([s.model_copy(update={"date": None}) for s in sessions] + extra)
+        ids = list(pool)
+        users = []
+        for _ in range(args.users):
+            picked = rng.sample(ids, min(len(ids), args.sessions))
+            users.append([SessionRef(session_id=sid, date=f"2024-{1 + i // 28:02d}-{1 + i % 28:02d}")
+                          for i, sid in enumerate(picked)])
+        MemoryBank(pool, emb).prewarm()  # every pool text in the cache file (the extra SGD is new)
+        e_sql = Embedder(cache_path=cache)
+        t0 = time.perf_counter()
+        for refs in users:
+            MemoryStore.from_pool(pool, refs, e_sql)
+        sql_s = time.perf_counter() - t0
+        e_bank = Embedder(cache_path=cache)
+        t0 = time.perf_counter()
+        bank = MemoryBank(pool, e_bank)
+        bank.prewarm()
+        t1 = time.perf_counter()
+        for refs in users:
+            bank.store(refs)
+        bank_s = time.perf_counter() - t0
+        n_rows = sum(len(pool[r.session_id].turns) for refs in users for r in refs)
+        print(f"{args.users} users x {args.sessions} sessions from a {len(pool)}-session pool "
+              f"({n_rows} turn rows in all; {load()}): warm from_pool via SQLite {sql_s:.2f} s "
+              f"({1000 * sql_s / args.users:.1f} ms/user, hit rate {e_sql.stats.hit_rate:.3f}, "
+              f"model loaded: {e_sql.loaded}); MemoryBank {bank_s:.2f} s incl. prewarm "
+              f"{t1 - t0:.2f} s ({1000 * (bank_s - (t1 - t0)) / args.users:.1f} ms/user after it; "
+              f"{bank.nbytes / 1e6:.1f} MB float16)")
+        summary.update(users=args.users, users_warm_from_pool_s=round(sql_s, 3),
+                       users_bank_s=round(bank_s, 3), users_bank_prewarm_s=round(t1 - t0, 3),
+                       bank_mb=round(bank.nbytes / 1e6, 2))
+        for e in (emb, emb2, e_sql, e_bank):
+            e.close()
+
+    summary["load_average_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(summary))
 
 

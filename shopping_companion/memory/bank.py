@@ -1,0 +1,152 @@
+"""Turn embeddings of a whole session pool, shared by many users' memory stores.
+
+A benchmark draws every user's history from one pool of real sessions, so the same session (and
+the same turn text) appears in many users' histories. :class:`MemoryBank` embeds each distinct
+turn text once (through the :class:`~shopping_companion.memory.embedder.Embedder` and its on-disk
+content-hash cache, so also once across processes and reruns), keeps each session's turn vectors
+in memory as float16 (768 bytes a turn), and builds a user's
+:class:`~shopping_companion.memory.store.MemoryStore` by concatenating them: no hashing, no SQLite
+and no model call per user.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from shopping_companion.memory.embedder import DIM, Embedder, finish_f16
+from shopping_companion.memory.store import MemoryStore
+from shopping_companion.types import Session, SessionRef, Task
+
+__all__ = ["MemoryBank"]
+
+
+class MemoryBank:
+    """Per-session turn vectors of ``pool`` (a mapping ``session_id -> Session``, e.g. a
+    :class:`~shopping_companion.memory.loaders.SessionPool` or a benchmark's ``sessions``),
+    computed on first use and shared by every store built from it.
+
+    ``embedder``: the document embedder (its cache file makes a rebuild in another process cheap).
+    ``snippet_chars``: passed to every :class:`MemoryStore`. ``chunk``: texts per ``encode`` call
+    when embedding many sessions at once (>= 1).
+
+    A store built here is identical (bit for bit, same matrix) to
+    ``MemoryStore.from_pool(pool, history, embedder)``. Thread-safe: one lock guards the
+    per-session table. Raises ``ValueError`` for ``snippet_chars < 1`` or ``chunk < 1``.
+    """
+
+    def __init__(
+        self,
+        pool: Mapping[str, Session],
+        embedder: Embedder,
+        snippet_chars: int = 300,
+        *,
+        chunk: int = 2048,
+    ) -> None:
+        if snippet_chars < 1:
+            raise ValueError(f"snippet_chars must be >= 1, got {snippet_chars}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        self.pool = pool
+        self.embedder = embedder
+        self.snippet_chars = snippet_chars
+        self.chunk = chunk
+        self._vecs: dict[str, np.ndarray] = {}  # session id -> float16 [n_turns, 384]
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        """Number of sessions whose vectors are held."""
+        return len(self._vecs)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._vecs
+
+    def __repr__(self) -> str:
+        return f"MemoryBank({len(self)} of {len(self.pool)} sessions embedded, {self.nbytes} bytes)"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of vectors held (float16: 768 per turn)."""
+        return sum(v.nbytes for v in self._vecs.values())
+
+    def prewarm(self, session_ids: Iterable[str] | None = None) -> int:
+        """Embed the turns of ``session_ids`` (default: every session of the pool) that are not
+        held yet, ``chunk`` distinct texts per embedder call. Returns the number of distinct turn
+        texts looked up or encoded. Raises ``KeyError`` listing ids missing from the pool."""
+        ids = list(self.pool) if session_ids is None else list(dict.fromkeys(session_ids))
+        missing = [i for i in ids if i not in self.pool]
+        if missing:
+            raise KeyError(
+                f"{len(missing)} session id(s) not in the pool: {missing[:10]}"
+                + (" …" if len(missing) > 10 else "")
+            )
+        with self._lock:
+            todo = [i for i in ids if i not in self._vecs]
+            texts = list(dict.fromkeys(t.content for i in todo for t in self.pool[i].turns))
+            by_text: dict[str, np.ndarray] = {}
+            for j in range(0, len(texts), self.chunk):
+                part = texts[j : j + self.chunk]
+                v16 = self.embedder.encode_f16(part)
+                for t, row in zip(part, v16):
+                    by_text[t] = row
+            for i in todo:
+                turns = self.pool[i].turns
+                m = np.empty((len(turns), DIM), dtype=np.float16)
+                for r, t in enumerate(turns):
+                    m[r] = by_text[t.content]
+                self._vecs[i] = m
+        return len(texts)
+
+    def session_vectors(self, session_id: str) -> np.ndarray:
+        """float16 ``[n_turns, 384]`` stored vectors of one session (embedded on first use);
+        ``KeyError`` if the id is not in the pool."""
+        with self._lock:
+            v = self._vecs.get(session_id)
+            if v is None:
+                self.prewarm([session_id])
+                v = self._vecs[session_id]
+        return v
+
+    def store(self, history: Sequence[SessionRef] | Sequence[str]) -> MemoryStore:
+        """A user's :class:`MemoryStore` over ``history``: ``SessionRef`` items (each session is
+        copied with the ref's date) or plain session ids (the pool's sessions as they are), in
+        chronological order. Sessions not embedded yet are embedded first. Raises ``KeyError``
+        listing ids missing from the pool, ``ValueError`` for a repeated id."""
+        refs = list(history)
+        ids = [r.session_id if isinstance(r, SessionRef) else str(r) for r in refs]
+        missing = [i for i in ids if i not in self.pool]
+        if missing:
+            raise KeyError(
+                f"{len(missing)} history session id(s) not in the pool: {missing[:10]}"
+                + (" …" if len(missing) > 10 else "")
+            )
+        with self._lock:
+            todo = [i for i in ids if i not in self._vecs]
+            if todo:
+                self.prewarm(todo)
+            blocks = [self._vecs[i] for i in ids]
+        sessions = [
+            self.pool[r.session_id].model_copy(update={"date": r.date})
+            if isinstance(r, SessionRef) else self.pool[str(r)]
+            for r in refs
+        ]
+        m16 = np.concatenate(blocks, axis=0) if blocks else np.zeros((0, DIM), np.float16)
+        return MemoryStore(
+            sessions, self.embedder, snippet_chars=self.snippet_chars, embeddings=finish_f16(m16)
+        )
+
+    def for_task(self, task: Task) -> MemoryStore:
+        """``store(task.history)``: the memory of the task's user, with the task's dates."""
+        return self.store(task.history)
+
+    def stats(self) -> dict[str, Any]:
+        """``{"sessions": held, "turns": rows held, "bytes": nbytes}``."""
+        with self._lock:
+            return {
+                "sessions": len(self._vecs),
+                "turns": int(sum(v.shape[0] for v in self._vecs.values())),
+                "bytes": self.nbytes,
+            }
