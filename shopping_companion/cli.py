@@ -43,7 +43,9 @@ def _lookup(search):
     return lookup
 
 
-def _make_backend(backend: str, base_url: Optional[str], model: Optional[str], api_key_env: str, products):
+def _make_backend(backend: str, base_url: Optional[str], model: Optional[str], api_key_env: str, products,
+                  *, model_path: Optional[Path] = None, adapter: Optional[Path] = None, device: str = "cpu",
+                  dtype: str = "auto", timeout_s: float = 120.0, max_retries: int = 3):
     if backend == "reference":
         from shopping_companion.llm.reference import ReferencePolicy, build_attribute_vocabulary
         from shopping_companion.pipeline import load_catalog
@@ -57,8 +59,16 @@ def _make_backend(backend: str, base_url: Optional[str], model: Optional[str], a
 
         if not model:
             _fail("--model is required with --backend openai (e.g. --model Qwen/Qwen3-4B-Thinking-2507)")
-        return OpenAIBackend(model=model, base_url=base_url, api_key_env=api_key_env)
-    _fail(f"--backend must be one of: reference, openai (got {backend!r})")
+        return OpenAIBackend(model=model, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
+                             max_retries=max_retries)
+    if backend == "local":
+        from shopping_companion.llm.local_transformers import LocalTransformersBackend
+
+        if not model_path:
+            _fail("--model-path is required with --backend local (a Hugging Face checkpoint directory)")
+        with console.status(f"loading {model_path} on {device}"):
+            return LocalTransformersBackend(model_path, device=device, dtype=dtype, adapter_path=adapter)
+    _fail(f"--backend must be one of: reference, openai, local (got {backend!r})")
 
 
 @app.command()
@@ -71,135 +81,367 @@ def version() -> None:
 def build_index(
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: ../shared/data or $SHOPCOMP_DATA_DIR)."),
     index_dir: Optional[Path] = typer.Option(None, help="Where the index lives (default: cache dir)."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild even a fresh index (replaces a foreign one)."),
 ) -> None:
-    """Build (or verify) the BM25 product index."""
-    from shopping_companion.pipeline import open_product_search
+    """Build (or verify) the BM25 product index. Without a data directory (none passed or found),
+    a small Amazon Reviews 2023 category is downloaded once into the cache and indexed instead."""
+    from shopping_companion.pipeline import open_product_search, resolve_sources
 
     t0 = time.perf_counter()
     try:
-        search = open_product_search(data_dir, index_dir, console)
+        sources = resolve_sources(data_dir, console=console)
+        search = open_product_search(index_dir=index_dir, console=console, sources=sources, rebuild=rebuild)
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         _fail(str(e))
-    console.print(f"index ready: {len(search)} products ({time.perf_counter() - t0:.1f}s)")
+    console.print(f"index ready: {len(search)} products from {sources.catalog_path.name} "
+                  f"({time.perf_counter() - t0:.1f}s)")
 
 
 @app.command()
 def synth(
-    out: Path = typer.Option(..., help="Output benchmark directory."),
-    n_tasks: int = typer.Option(50, min=1, help="Number of tasks."),
-    seed: int = typer.Option(0, help="Random seed (same seed, same files)."),
-    sessions_per_user: int = typer.Option(42, min=1, help="Real haystack sessions per user."),
+    out: Optional[Path] = typer.Option(None, help="Output benchmark directory (default: the config's `out`, else runs/bench)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="Benchmark config YAML, e.g. configs/benchmark/shopping_companion.yaml (paper scale)."),
+    n_tasks: Optional[int] = typer.Option(None, min=1, help="Number of tasks (overrides the config; default 50)."),
+    seed: Optional[int] = typer.Option(None, help="Random seed (same seed, same files)."),
+    sessions_per_user: Optional[int] = typer.Option(None, min=1, help="Real haystack sessions per user (mean)."),
+    addon_share: Optional[float] = typer.Option(None, min=0.0, max=1.0, help="Share of add-on deals (default 0.5)."),
+    llm_model: Optional[str] = typer.Option(None, help="Write texts with this LLM instead of the templates."),
+    llm_base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint of --llm-model."),
+    llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Variable holding the LLM's API key."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard an unfinished build in OUT instead of resuming it."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory."),
     index_dir: Optional[Path] = typer.Option(None, help="BM25 index directory."),
     sharegpt: bool = typer.Option(True, help="Use ShareGPT conversations in the haystack."),
 ) -> None:
-    """Synthesise single-product tasks with the offline template generator."""
-    _synth(out, n_tasks, seed, sessions_per_user, data_dir, index_dir, sharegpt)
+    """Build a benchmark (§4: products and vouchers, instructions, preference dialogues with
+    denoising, injection into real conversation histories, verification) and its statistics.
+    Resumable: rerun the same command after an interruption."""
+    llm = {"model": llm_model, "base_url": llm_base_url, "api_key_env": llm_api_key_env} if llm_model else None
+    _synth(out, n_tasks, seed, sessions_per_user, data_dir, index_dir, sharegpt, config=config,
+           addon_share=addon_share, fresh=fresh, llm=llm)
 
 
-def _synth(out, n_tasks, seed, sessions_per_user, data_dir, index_dir, sharegpt):
-    from shopping_companion.benchmark.synth import SynthConfig, SynthError, synthesize, write_benchmark
-    from shopping_companion.pipeline import catalog_file, file_sha256, load_catalog, load_pool, open_product_search
+def _synth(out, n_tasks, seed, sessions_per_user, data_dir, index_dir, sharegpt, *, config=None,
+           addon_share=None, fresh=False, llm=None):
+    from rich.progress import Progress
 
+    from shopping_companion.benchmark.synth import SynthConfig, SynthError, build_benchmark, load_synth_config
+    from shopping_companion.pipeline import file_sha256, load_catalog, load_pool, make_embedder, open_product_search, resolve_sources
+
+    overrides = {"n_tasks": n_tasks, "seed": seed, "sessions_per_user": sessions_per_user, "addon_share": addon_share}
     try:
-        cat = catalog_file(data_dir)
-        search = open_product_search(data_dir, index_dir, console)
+        if config is not None:
+            cfg, extras = load_synth_config(config, overrides)
+            out = out or (Path(extras["out"]) if extras.get("out") else None)
+        else:
+            base = {"n_tasks": 50, "addon_share": 0.5, "allow_shortfall": True}
+            base.update({k: v for k, v in overrides.items() if v is not None})
+            cfg = SynthConfig(**base)
+        if llm:
+            cfg = cfg.model_copy(update={"generator": cfg.generator.model_copy(update={"kind": "llm", "endpoints": [llm]})})
+            cfg = SynthConfig.model_validate(cfg.model_dump())
+        out = Path(out) if out else Path("runs") / "bench"
+        sources = resolve_sources(data_dir, console=console)
+        search = open_product_search(index_dir=index_dir, console=console, sources=sources)
         with console.status("loading catalog"):
-            products, report = load_catalog(cat)
-        pool, pool_info = load_pool(data_dir, sharegpt=sharegpt, console=console)
-        cfg = SynthConfig(n_tasks=n_tasks, seed=seed, sessions_per_user=sessions_per_user)
-        sources = {"catalog": {"path": str(cat), "sha256": file_sha256(cat), "products": len(products),
-                               "bad_records": report.n_bad}, "conversations": pool_info}
+            products, report = load_catalog(sources.catalog_path, sources.catalog_format)
+        pool, pool_info = load_pool(sharegpt=sharegpt, console=console, sources=sources)
+        prov = {"catalog": {"path": str(sources.catalog_path), "format": sources.catalog_format,
+                            "sha256": file_sha256(sources.catalog_path), "products": len(products),
+                            "bad_records": report.n_bad}, "conversations": pool_info}
+        if sharegpt and isinstance(pool_info.get("sharegpt"), dict):
+            from shopping_companion.memory.loaders import sharegpt_default_path
 
-        def searcher(q: str, k: int) -> list[str]:
-            return [h["product_id"] for h in search.search(q, top_k=k)]
+            sg_path = sharegpt_default_path()
+            pool_info["sharegpt"].update({"path": str(sg_path), "sha256": file_sha256(sg_path)})
+        embedder = make_embedder() if cfg.minilm_tasks != 0 else None
+        with Progress(console=console, transient=False) as bar:
+            job = bar.add_task(f"synthesising {cfg.n_tasks} tasks → {out}", total=cfg.n_tasks)
 
-        with console.status(f"synthesising {n_tasks} tasks"):
-            result = synthesize(products, pool, cfg, searcher=searcher, sources=sources)
-        write_benchmark(result, out)
+            def progress(done: int, total: int, rec: dict) -> None:
+                bar.update(job, completed=done)
+
+            try:
+                result = build_benchmark(out, products, pool, cfg, searcher=search, sources=prov, embedder=embedder,
+                                         fresh=fresh, progress=progress)
+            except SynthError as e:
+                # Without a config, an attribute-poor catalog (e.g. one Amazon category) may still give
+                # tasks with one phrasable attribute per reference product: say so and go on.
+                if config is not None or cfg.min_attributes == 1 or not str(e).startswith("no product can be"):
+                    raise
+                console.print(f"[yellow]note:[/] {e}; retrying with min_attributes=1")
+                cfg = cfg.model_copy(update={"min_attributes": 1})
+                result = build_benchmark(out, products, pool, cfg, searcher=search, sources=prov, embedder=embedder,
+                                         fresh=True, progress=progress)
     except (FileNotFoundError, SynthError, RuntimeError, ValueError) as e:
         _fail(str(e))
-    c = result.manifest["counts"]
-    console.print(f"benchmark written to {out}: {c['tasks']} tasks ({c['train']} train / {c['test']} test), "
-                  f"{c['sessions']} sessions, {c['preferences_mean']} preferences per task")
+    c, v, st = result.manifest["counts"], result.manifest["verification"], result.manifest["stats_summary"]
+    console.print(f"benchmark written to {out}: {c['tasks']} of {c['requested']} tasks ({c['single']} single, "
+                  f"{c['addon']} add-on; {c['train']} train / {c['test']} test), {c['sessions']} sessions")
+    console.print(f"verification: {v['attempts']} attempts, failed checks {v['failed_attempts_by_check'] or 'none'}, "
+                  f"{v['dropped_tasks']} task(s) dropped")
+    if v.get("shortfall"):
+        console.print(f"[yellow]shortfall:[/] {v['shortfall']}")
+    console.print(f"wanted attributes per task {st['attributes_per_task']}, sessions/user {st['sessions_per_user']}, "
+                  f"tokens/user {st['tokens_per_user']}; needle top-1 share BM25 {st['needle_top1_bm25']}, "
+                  f"MiniLM {st['needle_top1_minilm']}; statistics in {out / 'stats.md'} "
+                  f"(build {result.build_log['timings'].get('total_s')}s)")
     return result
+
+
+def _list_strategies(value: bool) -> None:
+    if value:
+        from shopping_companion.benchmark.evaluate import supported_strategies
+
+        print("\n".join(supported_strategies()))
+        raise typer.Exit()
 
 
 @app.command("eval")
 def eval_cmd(
     bench: Path = typer.Option(..., help="Benchmark directory written by `shopcomp synth`."),
     run_name: str = typer.Option(..., "--run-name", "--name", help="Results go to runs/<name>/."),
-    backend: str = typer.Option("reference", help="reference | openai"),
+    backend: str = typer.Option("reference", help="reference | openai | local"),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"),
-    model: Optional[str] = typer.Option(None, help="Model name served by the endpoint."),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
+    model: Optional[str] = typer.Option(None, help="Model name served by the endpoint (--backend openai)."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key (never written anywhere)."),
+    timeout_s: float = typer.Option(120.0, min=0.001, help="Per-request HTTP timeout (--backend openai)."),
+    max_retries: int = typer.Option(3, min=0, help="Retries per request after timeouts, 5xx, 429 and invalid JSON."),
+    model_path: Optional[Path] = typer.Option(None, help="Checkpoint directory (--backend local)."),
+    adapter: Optional[Path] = typer.Option(None, help="LoRA adapter directory (--backend local; needs peft)."),
+    device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto (--backend local)."),
+    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16 (--backend local)."),
+    strategies: str = typer.Option(
+        "two_stage:none", help="Comma-separated strategies (Table 3): oracle, one_stage, two_stage:none|low|high, or all."
+    ),
+    list_strategies: bool = typer.Option(False, "--list-strategies", callback=_list_strategies, is_eager=True,
+                                         help="Print the strategies this release supports and exit."),
+    trials: int = typer.Option(1, min=1, help="Trials per task and strategy (for pass@k / pass^k)."),
+    pass_k: Optional[str] = typer.Option(None, help="k values for pass@k / pass^k, e.g. 1,2,4 (default: 1..trials)."),
+    concurrency: int = typer.Option(8, min=1, help="Episodes in flight at once."),
+    retry_errors: bool = typer.Option(True, help="On resume, rerun episodes that ended with a backend error."),
+    simulator: str = typer.Option("scripted", help="User simulator (registered name or module:attr)."),
+    judge: str = typer.Option("rule", help="rule (deterministic, offline) | llm (OpenAI-compatible endpoint)."),
+    judge_model: Optional[str] = typer.Option(None, help="Judge model name (--judge llm)."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Judge endpoint (--judge llm)."),
+    judge_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Variable holding the judge's API key."),
+    attribution_model: Optional[str] = typer.Option(
+        None, help="Also attribute each failure with this LLM (error taxonomy, App. F.2)."),
+    attribution_base_url: Optional[str] = typer.Option(None, help="Endpoint of the attribution LLM."),
+    attribution_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Variable holding its API key."),
     split: Optional[str] = typer.Option(None, help="train | test (default: all tasks)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
     max_turns: int = typer.Option(20, min=1, help="Max assistant turns per stage."),
     temperature: float = typer.Option(0.6, min=0.0),
+    top_p: float = typer.Option(0.95, min=0.0, max=1.0),
+    top_k: int = typer.Option(20, min=0, help="0: not sent."),
+    max_tokens: int = typer.Option(4096, min=1, help="Max new tokens per assistant turn."),
+    seed: int = typer.Option(0, help="Base seed: per-episode seeds derive from (seed, task id, trial)."),
+    sampling_seed: bool = typer.Option(True, help="Send a per-episode sampling seed to the backend."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory."),
     index_dir: Optional[Path] = typer.Option(None, help="BM25 index directory."),
     runs_dir: Path = typer.Option(Path("runs"), help="Parent directory of run outputs."),
 ) -> None:
     """Evaluate a policy on a benchmark; resumable (rerun the same command to continue)."""
-    _eval(bench, run_name, backend, base_url, model, api_key_env, split, limit, max_turns, temperature,
-          data_dir, index_dir, runs_dir)
+    _eval(bench, run_name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
+          timeout_s=timeout_s, max_retries=max_retries, model_path=model_path, adapter=adapter, device=device,
+          dtype=dtype, strategies=strategies, trials=trials, pass_k=pass_k, concurrency=concurrency,
+          retry_errors=retry_errors, simulator=simulator, judge=judge, judge_model=judge_model,
+          judge_base_url=judge_base_url, judge_api_key_env=judge_api_key_env, attribution_model=attribution_model,
+          attribution_base_url=attribution_base_url, attribution_api_key_env=attribution_api_key_env, split=split,
+          limit=limit, max_turns=max_turns, temperature=temperature, top_p=top_p, top_k=top_k,
+          max_tokens=max_tokens, seed=seed, sampling_seed=sampling_seed, data_dir=data_dir, index_dir=index_dir,
+          runs_dir=runs_dir)
 
 
-def _eval(bench, run_name, backend, base_url, model, api_key_env, split, limit, max_turns, temperature,
-          data_dir, index_dir, runs_dir, baseline_note=None):
-    from shopping_companion.benchmark.evaluate import EvalSettings, RunLockedError, describe, run_evaluation
-    from shopping_companion.benchmark.report import write_report
-    from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.envs.env import EnvConfig
+def _parse_ks(text: Optional[str]) -> Optional[list[int]]:
+    if not text:
+        return None
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        _fail(f"--pass-k must be comma-separated integers, e.g. 1,2,4 (got {text!r})")
+    if not ks or ks[0] < 1:
+        _fail(f"--pass-k values must be >= 1 (got {text!r})")
+    return ks
+
+
+def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir: Path):
     from shopping_companion.judges.rule import RuleJudge
+
+    if judge == "rule":
+        return RuleJudge(lookup), "rule (deterministic, offline)"
+    if judge == "llm":
+        if not judge_model:
+            _fail("--judge-model is required with --judge llm")
+        from shopping_companion.judges.llm import LLMJudge
+        from shopping_companion.benchmark.report import scrub_url
+
+        j = LLMJudge.from_openai(judge_model, judge_base_url, api_key_env=judge_api_key_env, lookup=lookup,
+                                 cache_path=run_dir / "judge_cache.sqlite")
+        return j, f"llm: {judge_model} at {scrub_url(judge_base_url) or 'the provider default endpoint'}"
+    _fail(f"--judge must be rule or llm (got {judge!r})")
+
+
+def _attribute_failures(items, results, tasks_by_id, run_dir: Path, model, base_url, api_key_env, concurrency):
+    """LLM attribution of each failure, cached in runs/<name>/taxonomy_llm.jsonl (reruns only ask
+    for failures not attributed yet)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shopping_companion.benchmark.metrics import strategy_of
+    from shopping_companion.benchmark.taxonomy import llm_attribute
+    from shopping_companion.llm.openai_backend import OpenAIBackend
+
+    cache_path = run_dir / "taxonomy_llm.jsonl"
+    cached: dict[tuple, dict] = {}
+    if cache_path.exists():
+        for line in cache_path.read_text(encoding="utf-8").splitlines():
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if d.get("model") == f"attribution:{model}" and d.get("category"):
+                cached[(d["task_id"], d["trial"], d["strategy"])] = d
+    by_key = {(r.task_id, r.trial, strategy_of(r)): r for r in results}
+    todo = [it for it in items if (it.task_id, it.trial, it.strategy) not in cached]
+    if todo:
+        backend = OpenAIBackend(model=model, base_url=base_url, api_key_env=api_key_env, send_top_k=False,
+                                name=f"attribution:{model}")
+
+        def work(it):
+            return it, llm_attribute(by_key[(it.task_id, it.trial, it.strategy)], backend, tasks_by_id.get(it.task_id))
+
+        with console.status(f"LLM attribution of {len(todo)} failure(s) with {model}"), \
+                ThreadPoolExecutor(max(1, min(concurrency, 16))) as ex, open(cache_path, "a", encoding="utf-8") as f:
+            for it, att in ex.map(work, todo):
+                d = {"task_id": it.task_id, "trial": it.trial, "strategy": it.strategy, **att.to_dict()}
+                f.write(json.dumps(d) + "\n")
+                cached[(it.task_id, it.trial, it.strategy)] = d
+    for it in items:
+        d = cached.get((it.task_id, it.trial, it.strategy))
+        if d is not None:
+            it.llm = {k: v for k, v in d.items() if k not in ("task_id", "trial", "strategy")}
+    return items
+
+
+def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, api_key_env="OPENAI_API_KEY",
+          timeout_s=120.0, max_retries=3, model_path=None, adapter=None, device="cpu", dtype="auto",
+          strategies="two_stage:none", trials=1, pass_k=None, concurrency=8, retry_errors=True,
+          simulator="scripted", judge="rule", judge_model=None, judge_base_url=None,
+          judge_api_key_env="OPENAI_API_KEY", attribution_model=None, attribution_base_url=None,
+          attribution_api_key_env="OPENAI_API_KEY", split=None, limit=None, max_turns=20, temperature=0.6,
+          top_p=0.95, top_k=20, max_tokens=4096, seed=0, sampling_seed=True, data_dir=None, index_dir=None,
+          runs_dir=Path("runs"), baseline_note=None):
+    import hashlib
+
+    from shopping_companion.benchmark.evaluate import (EvalSettings, RunIdentityError, RunLockedError, derive_seed,
+                                                       describe, parse_strategies, run_evaluation)
+    from shopping_companion.benchmark.report import scrub_url, write_parquet, write_report
+    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.benchmark.taxonomy import classify_failures
+    from shopping_companion.envs.env import EnvConfig
+    from shopping_companion.errors import ConfigError
     from shopping_companion.llm.base import Sampling
-    from shopping_companion.pipeline import (catalog_file, make_embedder, memory_factory, open_product_search,
-                                             prewarm_memory, write_json)
+    from shopping_companion.pipeline import (make_embedder, memory_factory, open_product_search, prewarm_memory,
+                                             resolve_sources, write_json)
 
     if split not in (None, "train", "test"):
         _fail(f"--split must be train or test (got {split!r})")
     try:
+        strats = parse_strategies(strategies)
+    except ConfigError as e:
+        _fail(str(e))
+    ks = _parse_ks(pass_k)
+    sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k or None, max_tokens=max_tokens,
+                        seed=seed if sampling_seed else None)
+    env_kwargs: dict = {"max_turns": max_turns}
+    if "simulator" in EnvConfig.model_fields:
+        env_kwargs.update(simulator=simulator, simulator_seed=seed)
+    elif simulator != "scripted":
+        _fail("--simulator: this release's environment has no user simulator setting")
+    try:
+        env_cfg = EnvConfig(**env_kwargs)
         b = load_benchmark(bench)
         tasks = [t for t in b.tasks if split is None or t.split == split][:limit]
         if not tasks:
             _fail(f"no tasks selected from {bench} (split={split}, limit={limit})")
-        search = open_product_search(data_dir, index_dir, console)
-        policy = _make_backend(backend, base_url, model, api_key_env, catalog_file(data_dir))
+        sources = resolve_sources(data_dir, console=console)
+        search = open_product_search(index_dir=index_dir, console=console, sources=sources)
+        policy = _make_backend(backend, base_url, model, api_key_env, sources.catalog_path if backend == "reference" else None,
+                               model_path=model_path, adapter=adapter, device=device, dtype=dtype,
+                               timeout_s=timeout_s, max_retries=max_retries)
         embedder = make_embedder()
         prewarm_memory(tasks, b.sessions, embedder, console)
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         _fail(str(e))
     run_dir = Path(runs_dir) / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
-    settings = EvalSettings(
-        sampling=Sampling(temperature=temperature),
-        env=EnvConfig(max_turns=max_turns),
-    )
-    judge = RuleJudge(_lookup(search))
+    settings = EvalSettings(trials=trials, sampling=sampling, env=env_cfg, seed=seed)
+    lookup = _lookup(search)
+    judge_obj, judge_desc = _make_judge(judge, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir)
+    bench_hash = hashlib.sha256("\n".join(t.model_dump_json() for t in b.tasks).encode()).hexdigest()[:16]
+    identity = {
+        "policy": policy.name, "backend": backend, "model": model,
+        "model_path": str(model_path) if model_path else None, "adapter": str(adapter) if adapter else None,
+        "benchmark_tasks_sha256": bench_hash, "judge": judge_desc, "simulator": simulator,
+        "sampling": sampling.model_dump(), "seed": seed, "max_turns": max_turns,
+        "max_observation_chars": env_cfg.max_observation_chars,
+    }
     t0 = time.perf_counter()
     try:
-        results = run_evaluation(tasks, policy, search, memory_factory(b.sessions, embedder), judge,
-                                 run_dir / "results.jsonl", settings)
-    except RunLockedError as e:
+        results = run_evaluation(tasks, policy, search, memory_factory(b.sessions, embedder), judge_obj,
+                                 run_dir / "results.jsonl", settings, concurrency=concurrency, strategies=strats,
+                                 retry_errors=retry_errors, identity=identity)
+    except (RunLockedError, RunIdentityError) as e:
         _fail(str(e))
     wall = time.perf_counter() - t0
     if baseline_note is None and backend == "reference":
         baseline_note = REFERENCE_NOTE
+    tasks_by_id = {t.task_id: t for t in b.tasks}
+    items = classify_failures(results, tasks_by_id, lookup)
+    if attribution_model:
+        items = _attribute_failures(items, results, tasks_by_id, run_dir, attribution_model, attribution_base_url,
+                                    attribution_api_key_env, concurrency)
+    example = tasks[0].task_id
     meta = {
         "run_name": run_name,
         "policy": policy.name,
+        "model": model,
+        "endpoint": scrub_url(base_url) if backend == "openai" else None,
+        "model_path": str(model_path) if backend == "local" and model_path else None,
+        "adapter": str(adapter) if backend == "local" and adapter else None,
         "benchmark": str(bench),
-        "judge": "rule (deterministic, offline)",
+        "judge": judge_desc,
+        "simulator": f"{simulator} (seed {seed})" if "simulator" in EnvConfig.model_fields else None,
+        "strategies": ", ".join(s.name for s in strats),
+        "trials": trials,
+        "seeds": (f"base {seed}; episode seed = derive_seed({seed}, task_id, trial) "
+                  f"(e.g. {example} trial 0 → {derive_seed(seed, example, 0)})"
+                  + (f"; sampling seed = derive_seed({seed}, task_id, trial)" if sampling_seed else "; no sampling seed")),
         "baseline_note": baseline_note,
-        "config": {"eval": describe(settings), "backend": backend, "base_url": base_url, "model": model,
-                   "split": split, "limit": limit, "n_tasks": len(tasks),
+        "config": {"eval": describe(settings), "backend": backend, "base_url": scrub_url(base_url), "model": model,
+                   "api_key_env": api_key_env if backend == "openai" else None,
+                   "timeout_s": timeout_s, "max_retries": max_retries, "device": device, "dtype": dtype,
+                   "strategies": [s.name for s in strats], "concurrency": concurrency, "retry_errors": retry_errors,
+                   "judge": judge_desc, "attribution_model": attribution_model,
+                   "attribution_base_url": scrub_url(attribution_base_url),
+                   "split": split, "limit": limit, "n_tasks": len(tasks), "benchmark_tasks_sha256": bench_hash,
                    "benchmark_manifest": b.manifest.get("counts"), "generator": b.manifest.get("generator")},
     }
-    summary = write_report(results, run_dir / "report.md", meta)
+    summary = write_report(results, run_dir / "report.md", meta, tasks=tasks_by_id, ks=ks, lookup=lookup,
+                           taxonomy=items)
+    write_parquet(results, run_dir)
+    with open(run_dir / "taxonomy.jsonl", "w", encoding="utf-8") as f:
+        for it in items:
+            f.write(json.dumps(it.to_dict()) + "\n")
     write_json(run_dir / "summary.json", {"summary": summary, "meta": meta, "eval_wall_s": round(wall, 2)})
-    console.print(f"[bold]Acc[/] {summary['acc']:.3f}  [bold]Succ[/] {summary['succ']:.3f}  "
-                  f"({summary['n_scored']} scored, {summary['n_errors']} errors) → {run_dir / 'report.md'}")
+    for name, st in summary["strategies"].items():
+        acc = st["all"]["acc"]
+        succ = st["all"]["succ"]
+        console.print(f"[bold]{name}[/]  Acc {'–' if acc is None else f'{acc:.3f}'}  "
+                      f"Succ {'–' if succ is None else f'{succ:.3f}'}  ({st['all']['n']} scored)")
+    console.print(f"{summary['n_scored']} scored, {summary['n_errors']} errors → {run_dir / 'report.md'}")
     return summary
 
 
@@ -222,14 +464,17 @@ def quickstart(
 
     try:
         existing = load_benchmark(bench)
-        reuse = existing.manifest.get("config", {}).get("n_tasks") == n_tasks and existing.manifest.get("config", {}).get("seed") == seed
+        reuse = (existing.manifest.get("config", {}).get("n_tasks") == n_tasks
+                 and existing.manifest.get("config", {}).get("seed") == seed
+                 and existing.manifest.get("format_version") == 2)
     except FileNotFoundError:
         reuse = False
     if reuse:
         console.print(f"reusing benchmark {bench}")
     else:
         _synth(bench, n_tasks, seed, 42, data_dir, None, True)
-    _eval(bench, name, backend, base_url, model, api_key_env, None, None, 20, 0.6, data_dir, None, runs_dir)
+    _eval(bench, name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
+          data_dir=data_dir, runs_dir=runs_dir)
     console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s")
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
 
-from shopping_companion.paths import cache_dir, resolve_data_dir
+from shopping_companion.paths import DataDirError, cache_dir, resolve_data_dir
 from shopping_companion.types import Session, Task
 
 CATALOG_RELPATH = Path("catalog") / "products.jsonl.gz"
@@ -29,11 +31,98 @@ def catalog_file(data_dir: str | Path | None = None) -> Path:
 
 
 @functools.lru_cache(maxsize=2)
-def load_catalog(path: str | Path):
-    """Load the catalog once per process (``(products, LoadReport)``); later calls reuse it."""
-    from shopping_companion.catalog.loader import load_products
+def load_catalog(path: str | Path, format: str = "auto"):
+    """Load a catalog file once per process (``(products, LoadReport)``); later calls reuse it.
+    ``format``: as for :func:`shopping_companion.catalog.sources.load_catalog_file` (``"auto"``
+    reads our products.jsonl.gz and Amazon 2023 / 2018 metadata)."""
+    from shopping_companion.catalog.sources import load_catalog_file
 
-    return load_products(Path(path))
+    return load_catalog_file(Path(path), format)
+
+
+#: Set to 1 to never download the fallback catalog (fail with the data-directory error instead).
+ENV_NO_DOWNLOAD = "SHOPCOMP_NO_DOWNLOAD"
+#: The Amazon Reviews 2023 category of the fallback (default ``Subscription_Boxes``).
+ENV_FALLBACK_CATEGORY = "SHOPCOMP_FALLBACK_CATEGORY"
+
+
+@dataclass(frozen=True)
+class DataSources:
+    """Where the main job's inputs come from.
+
+    Local data directory: ``catalog_path`` = ``<data>/catalog/products.jsonl.gz`` (format
+    ``products``), ``sgd_path`` = ``<data>/conversations/sgd_dialogues.jsonl.gz``, ``fallback`` False.
+    Fallback (no data directory found and none passed): ``catalog_path`` = a downloaded Amazon
+    Reviews 2023 ``meta_<Category>.jsonl`` (format ``amazon2023``), ``reviews_path`` its reviews,
+    ``sgd_path`` None (the memory haystack is ShareGPT only), ``fallback`` True.
+    """
+
+    catalog_path: Path
+    catalog_format: str
+    sgd_path: Path | None
+    data_dir: Path | None = None
+    reviews_path: Path | None = None
+    category: str | None = None
+    fallback: bool = False
+
+    @property
+    def index_dir(self) -> Path:
+        """The default BM25 index directory of this catalog (in the cache)."""
+        if self.catalog_format == "products":
+            return default_index_dir()
+        from shopping_companion.catalog.fallback import default_index_dir as amazon_index_dir
+
+        return amazon_index_dir(self.category or "unknown")
+
+
+def resolve_sources(
+    data_dir: str | Path | None = None,
+    *,
+    allow_download: bool | None = None,
+    category: str | None = None,
+    console: Console | None = None,
+) -> DataSources:
+    """The main job's inputs: the local data directory when there is one, else the fallback.
+
+    1. ``data_dir`` given (``--data-dir``): that directory (raises :class:`DataDirError` /
+       ``FileNotFoundError`` if it or its catalog is missing; never downloads).
+    2. else a data directory found by :func:`~shopping_companion.paths.resolve_data_dir`
+       (``$SHOPCOMP_DATA_DIR``, ``../shared/data``) holding ``catalog/products.jsonl.gz``.
+    3. else, unless ``allow_download`` is False (default: True unless ``$SHOPCOMP_NO_DOWNLOAD=1``),
+       download one small Amazon Reviews 2023 category (``category``, else
+       ``$SHOPCOMP_FALLBACK_CATEGORY``, else ``Subscription_Boxes``: metadata + reviews, SHA-256
+       checked, cached and reused; hub endpoint ``$SHOPCOMP_HF_ENDPOINT``) with
+       :func:`shopping_companion.catalog.fallback.prepare_amazon2023` (index not built here).
+       Raises :class:`DataDirError` naming both the places tried and the download error when that
+       fails too.
+    """
+    if data_dir is not None:
+        return DataSources(catalog_file(data_dir), "products", resolve_data_dir(data_dir) / SGD_RELPATH,
+                           data_dir=resolve_data_dir(data_dir))
+    try:
+        d = resolve_data_dir(None)
+        cat = d / CATALOG_RELPATH
+        if not cat.is_file():
+            raise DataDirError(f"data directory {d} has no {CATALOG_RELPATH}")
+        return DataSources(cat, "products", d / SGD_RELPATH, data_dir=d)
+    except DataDirError as local_error:
+        if allow_download is None:
+            allow_download = os.environ.get(ENV_NO_DOWNLOAD, "") not in ("1", "true", "yes")
+        if not allow_download:
+            raise
+        from shopping_companion.catalog.download import DEFAULT_CATEGORY, DownloadError
+        from shopping_companion.catalog.fallback import prepare_amazon2023
+
+        console = console or _console
+        cat_name = category or os.environ.get(ENV_FALLBACK_CATEGORY) or DEFAULT_CATEGORY
+        console.print(f"{local_error}\nUsing the Amazon Reviews 2023 category {cat_name} from the Hugging Face hub "
+                      "instead (downloaded once, cached).")
+        try:
+            data = prepare_amazon2023(cat_name, build_index=False)
+        except (DownloadError, ValueError) as e:
+            raise DataDirError(f"{local_error}\nThe fallback download failed as well: {e}") from e
+        return DataSources(data.catalog_path, data.catalog_format, None, reviews_path=data.reviews_path,
+                           category=data.category, fallback=True)
 
 
 def default_index_dir() -> Path:
@@ -44,16 +133,25 @@ def open_product_search(
     data_dir: str | Path | None = None,
     index_dir: str | Path | None = None,
     console: Console | None = None,
+    *,
+    sources: DataSources | None = None,
+    rebuild: bool = False,
 ):
-    """Open the BM25 product index, building it first if missing or stale (cached afterwards)."""
+    """Open the BM25 product index, building it first if missing or stale (cached afterwards).
+
+    ``sources`` (from :func:`resolve_sources`) selects the catalog; without it the catalog is
+    ``<data_dir>/catalog/products.jsonl.gz``. ``index_dir`` defaults to ``sources.index_dir``.
+    """
     from shopping_companion.catalog.index import open_or_build
     from shopping_companion.catalog.search import ProductSearch
 
     console = console or _console
-    cat = catalog_file(data_dir)
-    idx = Path(index_dir) if index_dir else default_index_dir()
+    if sources is None:
+        sources = DataSources(catalog_file(data_dir), "products", None)
+    cat = sources.catalog_path
+    idx = Path(index_dir) if index_dir else sources.index_dir
     with console.status(f"BM25 index for {cat.name} at {idx} (built on first use, ~1 min)"):
-        open_or_build(cat, idx)
+        open_or_build(cat, idx, format=sources.catalog_format, category=sources.category, rebuild=rebuild)
     return ProductSearch(idx)
 
 
@@ -62,17 +160,26 @@ def load_pool(
     sharegpt: bool = True,
     sharegpt_limit: int | None = None,
     console: Console | None = None,
+    *,
+    sources: DataSources | None = None,
 ) -> tuple[list[Session], dict[str, Any]]:
-    """Real conversations for the memory haystack: SGD (data dir) + ShareGPT (PyPI package)."""
+    """Real conversations for the memory haystack: SGD (data dir) + ShareGPT (PyPI package).
+
+    With ``sources`` from the fallback (``sources.sgd_path`` None) the haystack is ShareGPT only
+    (``sharegpt`` must then be True)."""
     from shopping_companion.memory.loaders import load_sgd, load_sharegpt
 
     console = console or _console
-    sgd_path = resolve_data_dir(data_dir) / SGD_RELPATH
-    if not sgd_path.is_file():
+    sgd_path = sources.sgd_path if sources is not None else resolve_data_dir(data_dir) / SGD_RELPATH
+    if sgd_path is None and not sharegpt:
+        raise ValueError("no conversations: the fallback catalog has no SGD file, so ShareGPT must be enabled")
+    if sgd_path is not None and not sgd_path.is_file():
         raise FileNotFoundError(f"conversation file {sgd_path} not found")
-    with console.status("loading conversations (SGD, ShareGPT)"):
-        sessions = list(load_sgd(sgd_path))
-        info: dict[str, Any] = {"sgd": {"path": str(sgd_path), "sessions": len(sessions), "sha256": file_sha256(sgd_path)}}
+    with console.status("loading conversations (SGD, ShareGPT)" if sgd_path else "loading conversations (ShareGPT)"):
+        sessions = list(load_sgd(sgd_path)) if sgd_path else []
+        info: dict[str, Any] = {}
+        if sgd_path:
+            info["sgd"] = {"path": str(sgd_path), "sessions": len(sessions), "sha256": file_sha256(sgd_path)}
         if sharegpt:
             sg, report = load_sharegpt(limit=sharegpt_limit)
             sessions += sg

@@ -1,37 +1,219 @@
 """The evaluation runner: episodes through :class:`ShoppingCompanionEnv`, results appended to JSONL.
 
-``results.jsonl`` gets one :class:`~shopping_companion.types.EpisodeResult` per line, written and
-flushed as each episode finishes. Rerunning with the same output directory resumes: finished
-(task_id, trial) pairs are skipped, and a torn last line from an interrupted run is cut off before
-appending, so nothing is lost or duplicated.
+``results.jsonl`` gets one :class:`~shopping_companion.types.EpisodeResult` per line, written,
+flushed and fsynced by a single writer as each episode finishes.
+
+Concurrency
+    :func:`run_evaluation` runs up to ``concurrency`` episodes at once on one asyncio event loop:
+    each episode's backend calls go through ``asyncio.to_thread(backend.chat, ...)`` and its
+    environment steps through :meth:`ShoppingCompanionEnv.astep` (tools in a worker thread), bounded
+    by a semaphore. Episodes start in task order; with ``concurrency > 1`` lines are written in
+    finishing order.
+
+Determinism
+    Every episode is a function of (task, trial, strategy) only: its seed is
+    :func:`derive_seed` ``(settings.seed, task_id, trial)`` and, when ``settings.sampling.seed`` is
+    set, the backend's sampling seed is ``derive_seed(sampling.seed, task_id, trial)``. So a
+    concurrent run gives the same results as a sequential one for the same seeds (everything
+    except wall times and latencies), provided the backend answers a request deterministically.
+
+Strategies (paper §6.3, Table 3)
+    ``strategies`` runs each task under several environment modes / user-simulator hint modes
+    (:class:`Strategy`: ``oracle``, ``one_stage``, ``two_stage:none|low|high``) into ONE results
+    file; every line carries its ``mode`` and ``hint``.
+
+Resume
+    A result's key is ``(task_id, trial, mode, hint)`` (:func:`~shopping_companion.benchmark.report.result_key`).
+    Rerunning with the same results file skips keys that already have a result without an error;
+    keys whose only results are backend errors are run again (``retry_errors=True``, the default)
+    and the newest line wins when reading (:func:`~shopping_companion.benchmark.report.final_results`).
+    A torn last line left by a killed process is cut off before appending, so nothing is lost or
+    duplicated. An exclusive ``flock`` on ``<results>.lock`` keeps two processes from appending to
+    one file, and an optional run identity (``identity=``) stored next to the results refuses to
+    mix results of a different policy or configuration into the same file.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import fcntl
+import hashlib
+import json
 import os
+import threading
+import time
+import typing
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from shopping_companion.benchmark.report import read_results
+from shopping_companion.benchmark.metrics import STRATEGY_LABELS, strategy_name
+from shopping_companion.benchmark.report import final_results, read_results, result_key
 from shopping_companion.envs.env import EnvConfig, Judge, ShoppingCompanionEnv
 from shopping_companion.envs.tools import MemoryBackend, ProductBackend, ToolBox
+from shopping_companion.errors import ConfigError
 from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
 from shopping_companion.types import EpisodeResult, Task
+
+__all__ = [
+    "EvalSettings",
+    "Strategy",
+    "supported_strategies",
+    "parse_strategies",
+    "derive_seed",
+    "run_episode",
+    "arun_episode",
+    "run_evaluation",
+    "arun_evaluation",
+    "RunLockedError",
+    "RunIdentityError",
+    "done_keys",
+    "describe",
+]
 
 
 @dataclass
 class EvalSettings:
-    """Runner settings: ``trials`` episodes per task, sampling for the backend, env config."""
+    """Runner settings.
+
+    ``trials``: episodes per (task, strategy), ≥ 1 (k trials for pass@k / pass^k).
+    ``sampling``: passed to the backend (``None``: the backend's defaults); its ``seed``, when
+    set, is the base of the per-episode sampling seeds. ``env``: the base environment config
+    (a strategy overrides its ``mode`` and ``hint``). ``seed``: base of the per-episode seeds.
+    """
 
     trials: int = 1
     sampling: Sampling | None = None
     env: EnvConfig | None = None
     seed: int = 0
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+def _literal_values(field: str) -> tuple[str, ...] | None:
+    """The allowed values of an ``EnvConfig`` Literal field, or None when it is not a Literal."""
+    info = EnvConfig.model_fields.get(field)
+    if info is None:
+        return None
+    ann = info.annotation
+    if typing.get_origin(ann) is typing.Literal:
+        return tuple(str(a) for a in typing.get_args(ann))
+    return None
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """An environment mode plus a user-simulator hint mode (paper §6.3, App. B.3).
+
+    ``name`` is the canonical form (:func:`~shopping_companion.benchmark.metrics.strategy_name`).
+    """
+
+    mode: str = "two_stage"
+    hint: str = "none"
+
+    @property
+    def name(self) -> str:
+        return strategy_name(self.mode, self.hint)
+
+    @property
+    def label(self) -> str:
+        return STRATEGY_LABELS.get(self.name, self.name)
+
+    @classmethod
+    def parse(cls, text: str) -> Strategy:
+        """``"mode"`` or ``"mode:hint"`` (hint defaults to ``none``), e.g. ``two_stage:high``.
+
+        Raises :class:`ConfigError` naming the supported strategies when the mode or hint is
+        not accepted by this release's :class:`EnvConfig`.
+        """
+        raw = (text or "").strip()
+        mode, _, hint = raw.partition(":")
+        mode, hint = mode.strip(), (hint.strip() or "none")
+        modes, hints = _literal_values("mode"), _literal_values("hint")
+        if not mode or (modes is not None and mode not in modes) or (hints is not None and hint not in hints):
+            raise ConfigError(
+                f"strategy {raw!r} is not supported by this environment; supported: "
+                f"{', '.join(supported_strategies())} (form: mode[:hint])"
+            )
+        return cls(mode, hint)
+
+    def env_config(self, base: EnvConfig | None = None) -> EnvConfig:
+        """``base`` with this strategy's mode and hint (validated by :class:`EnvConfig`)."""
+        data = (base or EnvConfig()).model_dump()
+        data.update(mode=self.mode, hint=self.hint)
+        return EnvConfig.model_validate(data)
+
+
+def supported_strategies() -> list[str]:
+    """Strategy names this release's :class:`EnvConfig` accepts, in the paper's Table 3 order.
+
+    Hint modes other than ``none`` are offered for ``two_stage`` only (the user simulator sits
+    between the two stages).
+    """
+    modes = _literal_values("mode") or ("two_stage",)
+    hints = _literal_values("hint") or ("none",)
+    names = []
+    for m in modes:
+        for h in hints:
+            if m != "two_stage" and h != "none":
+                continue
+            names.append(strategy_name(m, h))
+    order = list(STRATEGY_LABELS)
+    return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+def parse_strategies(spec: str | Sequence[str | Strategy] | None) -> list[Strategy]:
+    """Comma-separated names (or a list) → distinct strategies in the given order.
+
+    ``"all"`` means every supported strategy. Raises :class:`ConfigError` for an unknown one.
+    """
+    if spec is None:
+        return [Strategy()]
+    items: list[str | Strategy] = [s for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    out: list[Strategy] = []
+    for it in items:
+        if isinstance(it, str) and it.strip() == "all":
+            parsed = [Strategy.parse(n) for n in supported_strategies()]
+        elif isinstance(it, Strategy):
+            parsed = [Strategy.parse(it.name)]
+        elif isinstance(it, str) and not it.strip():
+            continue
+        else:
+            parsed = [Strategy.parse(it)]
+        for s in parsed:
+            if s not in out:
+                out.append(s)
+    if not out:
+        raise ConfigError(f"no strategy given; supported: {', '.join(supported_strategies())}")
+    return out
+
+
+# --------------------------------------------------------------------------- one episode
+
+
+def derive_seed(base: int, task_id: str, trial: int) -> int:
+    """A per-(task, trial) seed in [0, 2**31): the first 4 bytes of SHA-256 of
+    ``"<base>:<task_id>:<trial>"`` (stable across processes and Python versions)."""
+    h = hashlib.sha256(f"{int(base)}:{task_id}:{int(trial)}".encode()).digest()
+    return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
+
+
+def _prepare(task: Task, products: ProductBackend, memory: MemoryBackend, judge: Judge,
+             settings: EvalSettings, trial: int, strategy: Strategy | str | None, simulator: Any = None):
+    if isinstance(strategy, str):
+        strategy = Strategy.parse(strategy)
+    env_cfg = strategy.env_config(settings.env) if strategy is not None else (settings.env or EnvConfig())
+    extra = {"simulator": simulator} if simulator is not None else {}
+    env = ShoppingCompanionEnv(task, ToolBox(products, memory, env_cfg.max_observation_chars), judge, env_cfg, **extra)
+    seed = derive_seed(settings.seed, task.task_id, trial)
+    env.reset(seed=seed)
+    sampling = settings.sampling
+    if sampling is not None and sampling.seed is not None:
+        sampling = sampling.model_copy(update={"seed": derive_seed(sampling.seed, task.task_id, trial)})
+    return env, sampling, seed
 
 
 def run_episode(
@@ -42,14 +224,18 @@ def run_episode(
     judge: Judge,
     settings: EvalSettings,
     trial: int = 0,
+    strategy: Strategy | str | None = None,
+    simulator: Any = None,
 ) -> EpisodeResult:
-    """Run one full episode; a backend failure ends it with ``error`` set (never scored as 0)."""
-    env_cfg = settings.env or EnvConfig()
-    env = ShoppingCompanionEnv(task, ToolBox(products, memory, env_cfg.max_observation_chars), judge, env_cfg)
-    env.reset(seed=settings.seed + trial)
-    sampling = settings.sampling
-    if sampling is not None and sampling.seed is not None:
-        sampling = sampling.model_copy(update={"seed": sampling.seed + trial})
+    """Run one full episode synchronously.
+
+    A :class:`BackendError` (the backend failed after its own retries) ends the episode with
+    ``error`` set and termination ``backend_error``: it is recorded and never scored as 0.
+    ``strategy`` (default: ``settings.env``'s mode and hint) selects the mode and hint;
+    ``simulator`` (a user-simulator object, e.g. an LLM simulator) replaces the one the
+    environment would build from ``EnvConfig.simulator``.
+    """
+    env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
     while not env.done:
         try:
             msg = backend.chat(env.messages, env.tool_schemas, sampling)
@@ -57,7 +243,34 @@ def run_episode(
             env.abort("backend_error", str(e))
             break
         env.step(msg)
-    return env.episode_result(policy=backend.name, trial=trial, seed=settings.seed + trial)
+    return env.episode_result(policy=backend.name, trial=trial, seed=seed)
+
+
+async def arun_episode(
+    task: Task,
+    backend: ChatBackend,
+    products: ProductBackend,
+    memory: MemoryBackend,
+    judge: Judge,
+    settings: EvalSettings,
+    trial: int = 0,
+    strategy: Strategy | str | None = None,
+    simulator: Any = None,
+) -> EpisodeResult:
+    """:func:`run_episode` for an event loop: backend calls in a worker thread
+    (``asyncio.to_thread``), steps through :meth:`ShoppingCompanionEnv.astep`. Same result."""
+    env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
+    while not env.done:
+        try:
+            msg = await asyncio.to_thread(backend.chat, env.messages, env.tool_schemas, sampling)
+        except BackendError as e:
+            env.abort("backend_error", str(e))
+            break
+        await env.astep(msg)
+    return env.episode_result(policy=backend.name, trial=trial, seed=seed)
+
+
+# --------------------------------------------------------------------------- results file
 
 
 def _repair_tail(path: Path) -> None:
@@ -79,6 +292,10 @@ class RunLockedError(RuntimeError):
     """Another process is writing the same results file."""
 
 
+class RunIdentityError(ConfigError):
+    """The results file belongs to a run with a different policy or configuration."""
+
+
 @contextmanager
 def _exclusive(path: Path):
     """Hold an exclusive lock on ``<results>.lock`` so two runs never append to one file."""
@@ -97,8 +314,46 @@ def _exclusive(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def done_keys(path: Path) -> set[tuple[str, int]]:
-    return {(r.task_id, r.trial) for r in read_results(path)}
+def identity_path(results_path: str | Path) -> Path:
+    p = Path(results_path)
+    return p.with_name(p.stem + ".identity.json")
+
+
+def _check_identity(path: Path, identity: dict[str, Any] | None) -> None:
+    """Store ``identity`` next to the results on the first run; refuse a different one later."""
+    if identity is None:
+        return
+    ip = identity_path(path)
+    norm = json.loads(json.dumps(identity, sort_keys=True, default=str))
+    if ip.exists():
+        try:
+            old = json.loads(ip.read_text(encoding="utf-8"))
+        except ValueError:
+            old = None
+        if isinstance(old, dict) and old != norm:
+            diff = sorted(k for k in set(old) | set(norm) if old.get(k) != norm.get(k))
+            details = "; ".join(f"{k}: {old.get(k)!r} → {norm.get(k)!r}" for k in diff)
+            raise RunIdentityError(
+                f"{path} holds results of a different run configuration ({details}); "
+                "use another --name, or delete the run directory to start over"
+            )
+        if old == norm:
+            return
+    tmp = ip.with_suffix(".tmp")
+    tmp.write_text(json.dumps(norm, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.replace(ip)
+
+
+def done_keys(path: Path, retry_errors: bool = True) -> set[tuple[str, int, str, str]]:
+    """Keys ``(task_id, trial, mode, hint)`` already in ``path`` that a rerun skips: those with a
+    result without error (and, when ``retry_errors`` is False, errored ones too)."""
+    return {result_key(r) for r in read_results(path) if r.error is None or not retry_errors}
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+EventFn = Callable[[str, tuple[str, int, str, str], float], None]
 
 
 def run_evaluation(
@@ -110,38 +365,178 @@ def run_evaluation(
     results_path: str | Path,
     settings: EvalSettings | None = None,
     progress: bool = True,
+    *,
+    concurrency: int = 1,
+    strategies: str | Sequence[str | Strategy] | None = None,
+    retry_errors: bool = True,
+    identity: dict[str, Any] | None = None,
+    on_event: EventFn | None = None,
+    simulator: Any = None,
 ) -> list[EpisodeResult]:
-    """Evaluate ``backend`` on ``tasks``, appending to ``results_path``; returns ALL results in
-    the file (earlier runs included) in file order."""
+    """Evaluate ``backend`` on ``tasks`` × ``strategies`` × ``settings.trials``, appending to
+    ``results_path``; returns the final result of every key in the file (earlier runs included),
+    in file order.
+
+    Args:
+        make_memory: ``task -> MemoryBackend`` (the user's memory store), called in a worker thread.
+        concurrency: episodes in flight at once (≥ 1).
+        strategies: names like ``"oracle,one_stage,two_stage:none"`` or :class:`Strategy` objects;
+            default: ``settings.env``'s mode and hint.
+        retry_errors: rerun keys whose only results are backend errors.
+        identity: JSON-able description of the run (policy, sampling, judge, …) stored in
+            ``<results stem>.identity.json``; a later run with a different one raises
+            :class:`RunIdentityError` before anything is written.
+        on_event: ``(event, key, time.monotonic())`` with event ``"start"`` / ``"end"`` per episode
+            (for measuring episodes in flight).
+        simulator: a user-simulator object shared by all episodes (it must be thread-safe);
+            default: each environment builds one from ``EnvConfig.simulator``.
+
+    Raises :class:`RunLockedError` when another process holds the file, :class:`ConfigError` for
+    a bad strategy or concurrency. Any other exception from an episode stops the run after
+    cancelling the others; results written before it stay in the file (rerun to resume).
+    """
+    if concurrency < 1:
+        raise ConfigError(f"concurrency: must be >= 1, got {concurrency}")
     settings = settings or EvalSettings()
+    if settings.trials < 1:
+        raise ConfigError(f"trials: must be >= 1, got {settings.trials}")
+    if strategies is None:
+        env = settings.env or EnvConfig()
+        strats = [Strategy(env.mode, env.hint)]
+    else:
+        strats = parse_strategies(strategies)
+    tasks = list(tasks)
+    path = Path(results_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    coro = arun_evaluation(tasks, backend, products, make_memory, judge, path, settings, progress,
+                           concurrency=concurrency, strategies=strats, retry_errors=retry_errors,
+                           identity=identity, on_event=on_event, simulator=simulator)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:  # called from inside an event loop
+        return ex.submit(asyncio.run, coro).result()
+
+
+async def arun_evaluation(
+    tasks: list[Task],
+    backend: ChatBackend,
+    products: ProductBackend,
+    make_memory: Callable[[Task], MemoryBackend],
+    judge: Judge,
+    results_path: str | Path,
+    settings: EvalSettings | None = None,
+    progress: bool = True,
+    *,
+    concurrency: int = 1,
+    strategies: Sequence[Strategy] | None = None,
+    retry_errors: bool = True,
+    identity: dict[str, Any] | None = None,
+    on_event: EventFn | None = None,
+    simulator: Any = None,
+) -> list[EpisodeResult]:
+    """The coroutine behind :func:`run_evaluation` (same arguments; ``strategies`` parsed).
+
+    While it runs, the loop's default executor is a thread pool of ``concurrency + 2`` workers
+    (so ``asyncio.to_thread`` is not capped at Python's default pool size); the previous default
+    executor is restored afterwards.
+    """
+    settings = settings or EvalSettings()
+    env = settings.env or EnvConfig()
+    strats = list(strategies or [Strategy(env.mode, env.hint)])
     path = Path(results_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(path):
-        _run_locked(tasks, backend, products, make_memory, judge, path, settings, progress)
-    return read_results(path)
+        _check_identity(path, identity)
+        _repair_tail(path)
+        done = done_keys(path, retry_errors)
+        todo = [(s, t, k) for s in strats for t in tasks for k in range(settings.trials)
+                if (t.task_id, k, s.mode, s.hint) not in done]
+        loop = asyncio.get_running_loop()
+        previous = getattr(loop, "_default_executor", None)
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency + 2, thread_name_prefix="shopcomp-eval")
+        loop.set_default_executor(pool)
+        try:
+            await _run_todo(todo, backend, products, make_memory, judge, path, settings, progress,
+                            concurrency, on_event, simulator)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)  # do not wait for a hung backend call
+            loop._default_executor = previous  # type: ignore[attr-defined]
+            raise
+        await _detach_workers(loop, pool)
+        loop._default_executor = previous  # type: ignore[attr-defined]
+    return final_results(read_results(path))
 
 
-def _run_locked(tasks, backend, products, make_memory, judge, path: Path, settings: EvalSettings, progress: bool) -> None:
-    _repair_tail(path)
-    done = done_keys(path)
-    todo = [(t, k) for t in tasks for k in range(settings.trials) if (t.task_id, k) not in done]
+async def _run_todo(todo, backend, products, make_memory, judge, path: Path, settings: EvalSettings,
+                    progress: bool, concurrency: int, on_event: EventFn | None, simulator: Any = None) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(strategy: Strategy, task: Task, trial: int) -> EpisodeResult:
+        async with sem:
+            key = (task.task_id, trial, strategy.mode, strategy.hint)
+            if on_event:
+                on_event("start", key, time.monotonic())
+            memory = await asyncio.to_thread(make_memory, task)
+            res = await arun_episode(task, backend, products, memory, judge, settings, trial, strategy, simulator)
+            if on_event:
+                on_event("end", key, time.monotonic())
+            return res
+
     cols = [TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[status]}")]
-    succ = n = 0
+    succ = n = errors = 0
     with Progress(*cols, disable=not progress, transient=False) as bar, open(path, "a", encoding="utf-8") as f:
         job = bar.add_task("eval", total=len(todo), status="")
-        for task, trial in todo:
-            memory = make_memory(task)
-            res = run_episode(task, backend, products, memory, judge, settings, trial)
-            f.write(res.model_dump_json() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-            n += 1
-            succ += int(res.succ)
-            bar.update(job, advance=1, status=f"Succ {succ}/{n}")
+        pending = [asyncio.ensure_future(one(s, t, k)) for s, t, k in todo]
+        try:
+            for fut in asyncio.as_completed(pending):
+                res = await fut
+                # the single writer: only this loop thread writes, one whole line at a time
+                f.write(res.model_dump_json() + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+                n += 1
+                succ += int(res.succ and res.error is None)
+                errors += int(res.error is not None)
+                bar.update(job, advance=1, status=f"Succ {succ}/{n}" + (f", {errors} errors" if errors else ""))
+        finally:
+            for p in pending:
+                p.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _detach_workers(loop: asyncio.AbstractEventLoop, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    """Detach every worker thread from the JVM (the product index runs on it) before the pool's
+    threads exit: one job per live thread, held at a barrier so each thread takes exactly one."""
+    threads = len(getattr(pool, "_threads", ()))
+    if threads:
+        try:
+            from shopping_companion.catalog.jvm import detach_thread
+        except ImportError:  # pragma: no cover
+            detach_thread = None  # type: ignore[assignment]
+        barrier = threading.Barrier(threads)
+
+        def job() -> None:
+            try:
+                barrier.wait(timeout=10)
+            except threading.BrokenBarrierError:
+                pass
+            if detach_thread is not None:
+                try:
+                    detach_thread()
+                except Exception:  # pragma: no cover - best effort
+                    pass
+
+        await asyncio.gather(*(loop.run_in_executor(pool, job) for _ in range(threads)), return_exceptions=True)
+    pool.shutdown(wait=True)  # every worker is idle by now: this only joins the threads
 
 
 def describe(settings: EvalSettings) -> dict[str, Any]:
+    """The settings as JSON-able data (for reports and the run identity)."""
     return {
         "trials": settings.trials,
         "seed": settings.seed,

@@ -1,19 +1,47 @@
-"""Metrics over ``results.jsonl`` and the Markdown evaluation report."""
+"""Reading ``results.jsonl``, aggregate metrics, the Markdown report, plots and parquet exports.
+
+Files written next to the report by :func:`write_report` / :func:`write_parquet`:
+
+- ``report.md``: run identity (policy, model/endpoint without credentials, judge, simulator,
+  strategies, trials, seeds, package version), Acc/Succ per task type (Table 2 shape), the
+  strategies table (Table 3), pass@k / pass^k, behaviour (Table 4), tool calls per turn
+  (Figure 3), the error taxonomy (Table 7) with optional LLM attribution, errored episodes, reward
+  components, configuration, example trajectories;
+- ``tool_calls_per_turn[_<strategy>].png`` and ``error_taxonomy.png``;
+- ``results.parquet`` (one row per episode) and ``results_stages.parquet`` (one row per stage).
+
+Metric definitions are in :mod:`shopping_companion.benchmark.metrics`, taxonomy rules in
+:mod:`shopping_companion.benchmark.taxonomy`.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from shopping_companion import __version__
-from shopping_companion.types import EpisodeResult
+from shopping_companion.types import EpisodeResult, Task
+
+__all__ = [
+    "read_results",
+    "result_key",
+    "final_results",
+    "summarize",
+    "write_report",
+    "write_parquet",
+    "episode_rows",
+    "stage_rows",
+    "scrub_url",
+]
 
 
 def read_results(path: str | Path) -> list[EpisodeResult]:
-    """Read every complete line of a results file (a torn last line is ignored)."""
+    """Read every complete line of a results file (a torn last line is ignored), in file order."""
     out = []
     p = Path(path)
     if not p.exists():
@@ -30,26 +58,85 @@ def read_results(path: str | Path) -> list[EpisodeResult]:
     return out
 
 
+def result_key(r: EpisodeResult) -> tuple[str, int, str, str]:
+    """The resume key of a result: ``(task_id, trial, mode, hint)``."""
+    return (r.task_id, r.trial, r.mode, r.hint)
+
+
+def final_results(results: Iterable[EpisodeResult]) -> list[EpisodeResult]:
+    """One result per key: the last one without an error, else the last errored one.
+
+    Order: by the position of the chosen line. (A key has several lines only when errored
+    episodes were retried by a resumed run.)
+    """
+    chosen: dict[tuple[str, int, str, str], tuple[int, EpisodeResult]] = {}
+    for i, r in enumerate(results):
+        k = result_key(r)
+        prev = chosen.get(k)
+        if prev is None or r.error is None or prev[1].error is not None:
+            chosen[k] = (i, r)
+    return [r for _, r in sorted(chosen.values(), key=lambda x: x[0])]
+
+
+def scrub_url(url: str | None) -> str | None:
+    """``url`` without credentials: user-info, query string and fragment removed."""
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
 def _mean(xs: Iterable[float]) -> float | None:
     xs = list(xs)
     return statistics.fmean(xs) if xs else None
 
 
-def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
-    """Aggregate metrics.
+def _default_ks(results: list[EpisodeResult]) -> list[int]:
+    from shopping_companion.benchmark.metrics import scored, strategy_of
 
-    Acc: mean over episodes of m1/F (paper §4). Succ: fraction of episodes whose stage-2 verdict
-    is a success (Eq. 5). Episodes that ended with a backend error are counted apart and excluded
-    from Acc/Succ and reward means (never scored as 0).
+    per: Counter[tuple[str, str]] = Counter((strategy_of(r), r.task_id) for r in scored(results))
+    top = max(per.values(), default=1)
+    ks = [k for k in (1, 2, 3, 4, 5, 8, 10, 16, 32) if k <= top]
+    return sorted(set(ks + [top]))
+
+
+def summarize(
+    results: list[EpisodeResult],
+    *,
+    tasks: Mapping[str, Task] | None = None,
+    ks: Sequence[int] | None = None,
+    lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
+    taxonomy: list[Any] | None = None,
+) -> dict[str, Any]:
+    """Aggregate metrics over the final result of every key (:func:`final_results`).
+
+    Top-level ``acc`` / ``succ`` / ``by_task_type`` pool all strategies (Acc: mean m1/F, paper §4;
+    Succ: fraction of stage-2 successes, Eq. 5); ``strategies`` has them per strategy (Table 3).
+    Episodes with a backend error or a failed judge verdict are counted apart (``n_errors``,
+    ``n_judge_failed``) and excluded from every metric, never scored as 0. ``ks``: the k values of
+    pass@k / pass^k (default: 1, 2, 3, 4, 5, 8, … up to the number of trials). ``taxonomy``:
+    precomputed :class:`~shopping_companion.benchmark.taxonomy.Classification` items (default:
+    the rules applied here, with ``tasks`` and ``lookup`` when given).
     """
-    scored = [r for r in results if r.error is None]
+    from shopping_companion.benchmark import metrics as M
+    from shopping_companion.benchmark import taxonomy as T
+
+    results = final_results(results)
+    ok = M.scored(results)
     errors = [r for r in results if r.error is not None]
+    judge_failed = [r for r in results if r.error is None and r not in ok]
     comp: dict[str, list[float]] = defaultdict(list)
     turns: dict[int, list[int]] = defaultdict(list)
     tool_counts: Counter[str] = Counter()
     resp_chars: list[int] = []
     term: Counter[str] = Counter()
-    for r in scored:
+    for r in ok:
         for st in r.stages:
             s = st.trajectory.stage
             comp[f"stage{s}.total"].append(st.reward.total)
@@ -63,19 +150,35 @@ def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
                 resp_chars.append(len(step.assistant_text))
                 for tr in step.tool_results:
                     tool_counts[tr.name] += 1
-    n = len(scored)
-    by_type: dict[str, dict[str, float | int]] = {}
-    for tt in sorted({r.task_type for r in scored}):
-        rs = [r for r in scored if r.task_type == tt]
-        by_type[tt] = {"n": len(rs), "acc": _mean(r.acc for r in rs) or 0.0,
-                       "succ": _mean(float(r.succ) for r in rs) or 0.0}
+    n = len(ok)
+    pooled = M.acc_succ(ok)
+    by_strategy: dict[str, list[EpisodeResult]] = defaultdict(list)
+    for r in results:
+        by_strategy[M.strategy_of(r)].append(r)
+    strategies = M.strategy_table(results)
+    ks = list(ks) if ks else _default_ks(results)
+    items = taxonomy if taxonomy is not None else T.classify_failures(results, tasks, lookup)
     return {
         "n_episodes": len(results),
         "n_scored": n,
         "n_errors": len(errors),
-        "acc": _mean(r.acc for r in scored),
-        "succ": _mean(float(r.succ) for r in scored),
-        "by_task_type": by_type,
+        "n_judge_failed": len(judge_failed),
+        "acc": pooled["all"]["acc"],
+        "succ": pooled["all"]["succ"],
+        "avg": pooled["avg"],
+        "by_task_type": {tt: {"n": v["n"], "acc": v["acc"] or 0.0, "succ": v["succ"] or 0.0}
+                         for tt, v in pooled["by_task_type"].items()},
+        "strategies": strategies,
+        "pass_k": {s: M.pass_k_table(by_strategy[s], ks) for s in strategies},
+        "behaviour": {s: M.behaviour(by_strategy[s]) for s in strategies},
+        "tool_calls_per_turn": {s: M.tool_calls_per_turn(by_strategy[s]) for s in strategies},
+        "taxonomy": {
+            "primary": T.taxonomy_table(items, "primary"),
+            "labels": T.taxonomy_table(items, "labels"),
+            "items": [it.to_dict() for it in items],
+        },
+        "errors": [{"task_id": r.task_id, "trial": r.trial, "strategy": M.strategy_of(r), "error": r.error}
+                   for r in errors],
         "reward_means": {k: round(statistics.fmean(v), 4) for k, v in sorted(comp.items())},
         "mean_turns": {f"stage{s}": round(statistics.fmean(v), 3) for s, v in sorted(turns.items())},
         "mean_tool_calls_per_episode": {k: round(v / n, 3) for k, v in sorted(tool_counts.items())} if n else {},
@@ -86,12 +189,25 @@ def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- formatting
+
+
 def _fmt(x: Any) -> str:
     if x is None:
         return "–"
+    if isinstance(x, bool):
+        return str(int(x))
     if isinstance(x, float):
         return f"{x:.4f}"
     return str(x)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def _transcript(r: EpisodeResult, max_chars: int = 600) -> str:
@@ -110,39 +226,206 @@ def _transcript(r: EpisodeResult, max_chars: int = 600) -> str:
     return "\n".join(lines)
 
 
+def _plot_taxonomy(table: dict[str, Any], path: Path) -> Path | None:
+    from shopping_companion.benchmark.taxonomy import CATEGORY_LABELS
+
+    rows = {c: v for c, v in table["rows"].items() if v["total"]}
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    names = [CATEGORY_LABELS.get(c, c) for c in rows]
+    single = [v["single"] for v in rows.values()]
+    addon = [v["addon"] for v in rows.values()]
+    fig, ax = plt.subplots(figsize=(7.0, 0.45 * len(rows) + 1.5), dpi=110)
+    ys = list(range(len(rows)))[::-1]
+    ax.barh(ys, single, label="Single", color="#4C72B0")
+    ax.barh(ys, addon, left=single, label="Add-on", color="#DD8452")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(names, fontsize=8)
+    ax.set_xlabel(f"failed episodes (primary category, n={table['n_failures']})")
+    ax.set_title("Error taxonomy of failed episodes (rules)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
 def write_report(
     results: list[EpisodeResult],
     path: str | Path,
     meta: dict[str, Any],
     n_examples: int = 2,
+    *,
+    tasks: Mapping[str, Task] | None = None,
+    ks: Sequence[int] | None = None,
+    lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
+    taxonomy: list[Any] | None = None,
+    plots: bool = True,
 ) -> dict[str, Any]:
-    """Write the Markdown report and return the summary it shows."""
-    s = summarize(results)
-    policy = meta.get("policy", "")
+    """Write the Markdown report (and its PNG plots next to it); return :func:`summarize`'s dict.
+
+    ``meta`` keys shown when present: ``run_name``, ``policy``, ``baseline_note``, ``benchmark``,
+    ``judge``, ``simulator``, ``endpoint`` (passed through :func:`scrub_url`), ``model``,
+    ``model_path``, ``adapter``, ``strategies``, ``trials``, ``seeds``, ``config`` (JSON). Never
+    put secrets in ``meta``: it is written as given (except the endpoint, scrubbed).
+    """
+    from shopping_companion.benchmark.metrics import STRATEGY_LABELS, TASK_TYPE_LABELS, plot_tool_calls_per_turn
+    from shopping_companion.benchmark.taxonomy import CATEGORY_LABELS
+
+    results = final_results(results)
+    s = summarize(results, tasks=tasks, ks=ks, lookup=lookup, taxonomy=taxonomy)
+    out_path = Path(path)
+    out_dir = out_path.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    strategies = list(s["strategies"])
     out = [f"# Shopping Companion evaluation: {meta.get('run_name', '')}", ""]
     if meta.get("baseline_note"):
         out += [f"> **{meta['baseline_note']}**", ""]
-    out += [
-        "| | |", "|---|---|",
-        f"| policy | {policy} |",
-        f"| benchmark | {meta.get('benchmark', '')} |",
-        f"| judge | {meta.get('judge', '')} |",
-        f"| mode / hint | {meta.get('mode', 'two_stage')} / {meta.get('hint', 'none')} |",
-        f"| episodes (scored / errors) | {s['n_episodes']} ({s['n_scored']} / {s['n_errors']}) |",
-        f"| package version | {__version__} |",
-        "",
-        "## Main metrics", "",
-        "| task type | n | Acc | Succ |", "|---|---|---|---|",
+    ident = [
+        ("policy", meta.get("policy", "")),
+        ("model", meta.get("model")),
+        ("endpoint", scrub_url(meta.get("endpoint"))),
+        ("local checkpoint", meta.get("model_path")),
+        ("LoRA adapter", meta.get("adapter")),
+        ("benchmark", meta.get("benchmark", "")),
+        ("judge", meta.get("judge", "")),
+        ("user simulator", meta.get("simulator")),
+        ("strategies", ", ".join(strategies) or meta.get("strategies")),
+        ("trials per task", meta.get("trials")),
+        ("seeds", meta.get("seeds")),
+        ("episodes (scored / backend errors / judge failures)",
+         f"{s['n_episodes']} ({s['n_scored']} / {s['n_errors']} / {s['n_judge_failed']})"),
+        ("package version", __version__),
     ]
-    for tt, v in s["by_task_type"].items():
-        out.append(f"| {tt} | {v['n']} | {_fmt(v['acc'])} | {_fmt(v['succ'])} |")
-    out.append(f"| **all** | {s['n_scored']} | **{_fmt(s['acc'])}** | **{_fmt(s['succ'])}** |")
-    out += ["", "Acc: fraction of gold preference attributes recovered in stage 1. "
-            "Succ: stage-2 recommendation satisfies count, request, every preference (and budget for add-on deals).",
-            "", "## Reward components (means)", "", "| component | mean |", "|---|---|"]
+    out += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in ident if v not in (None, "")] + [""]
+
+    # ---- Table 2 shape: Acc / Succ per task type, per strategy
+    out += ["## Main metrics (Acc, Succ)", ""]
+    for name in strategies:
+        st = s["strategies"][name]
+        if len(strategies) > 1:
+            out += [f"### {STRATEGY_LABELS.get(name, name)} (`{name}`)", ""]
+        out += ["| task type | n | Acc | Succ |", "|---|---|---|---|"]
+        for tt, v in st["by_task_type"].items():
+            out.append(f"| {tt} | {v['n']} | {_fmt(v['acc'])} | {_fmt(v['succ'])} |")
+        if len(st["by_task_type"]) > 1:
+            out.append(f"| avg (of types) | – | {_fmt(st['avg']['acc'])} | {_fmt(st['avg']['succ'])} |")
+        out.append(f"| **all** | {st['all']['n']} | **{_fmt(st['all']['acc'])}** | **{_fmt(st['all']['succ'])}** |")
+        out.append("")
+    out += ["Acc: fraction of gold preference attributes recovered in stage 1 (m1/F). "
+            "Succ: the recommendation satisfies count, request, every preference (and budget for add-on deals). "
+            "Episodes with backend errors or failed judge verdicts are excluded, never scored as 0.", ""]
+
+    # ---- Table 3: strategies
+    if len(strategies) > 1:
+        types = sorted({tt for v in s["strategies"].values() for tt in v["by_task_type"]})
+        head = " | ".join(TASK_TYPE_LABELS.get(t, t) for t in types)
+        out += ["## Strategies (Succ %, Table 3)", "", f"| strategy | {head} | Avg. | Acc avg. |",
+                "|---|" + "---|" * (len(types) + 2)]
+        for name, v in s["strategies"].items():
+            cells = " | ".join(_pct(v["by_task_type"].get(t, {}).get("succ")) for t in types)
+            out.append(f"| {STRATEGY_LABELS.get(name, name)} | {cells} | {_pct(v['avg']['succ'])} | {_pct(v['avg']['acc'])} |")
+        out.append("")
+
+    # ---- pass@k / pass^k
+    out += ["## pass@k and pass^k", "",
+            "Per task with n scored trials and c successes: pass@k = 1 − C(n−c,k)/C(n,k), "
+            "pass^k = C(c,k)/C(n,k); means over tasks with n ≥ k.", "",
+            "| strategy | k | tasks | pass@k | pass^k |", "|---|---|---|---|---|"]
+    for name, tab in s["pass_k"].items():
+        for k, v in tab["k"].items():
+            out.append(f"| {name} | {k} | {v['n_tasks']} | {_fmt(v['pass@k'])} | {_fmt(v['pass^k'])} |")
+    out.append("")
+
+    # ---- Table 4: behaviour
+    out += ["## Behaviour (Table 4, means per episode)", "",
+            "| strategy | Turns | Tool Uses | Resp. Len. (tokens) | Resp. Len. (chars) | tool-call rate |",
+            "|---|---|---|---|---|---|"]
+    for name, b in s["behaviour"].items():
+        tok = _fmt(b["resp_tokens"]) + (f" (n={b['n_resp_tokens']})" if b["n_resp_tokens"] != b["n"] else "")
+        out.append(f"| {name} | {_fmt(b['turns'])} | {_fmt(b['tool_uses'])} | {tok} | {_fmt(b['resp_chars'])} | "
+                   f"{_fmt(b['tool_call_rate'])} |")
+    out += ["", "Turns: assistant turns over all stages. Tool uses: every tool call issued (rejected and "
+            "malformed ones included). Resp. Len.: sum of completion tokens (as reported by the backend) and "
+            "of characters over the episode's assistant turns.", ""]
+    tools = sorted({t for b in s["behaviour"].values() for t in b["tool_uses_by_tool"]})
+    if tools:
+        out += ["| strategy | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---|" + "---|" * len(tools)]
+        for name, b in s["behaviour"].items():
+            out.append(f"| {name} | " + " | ".join(_fmt(b["tool_uses_by_tool"].get(t)) for t in tools) + " |")
+        out.append("")
+
+    # ---- Figure 3: tool calls per turn
+    out += ["## Tool calls per turn (Figure 3)", ""]
+    for name, data in s["tool_calls_per_turn"].items():
+        if not data:
+            continue
+        label = STRATEGY_LABELS.get(name, name)
+        fname = "tool_calls_per_turn.png" if len(strategies) == 1 else f"tool_calls_per_turn_{_safe(name)}.png"
+        if plots:
+            sub = [r for r in results if _strategy(r) == name]
+            if plot_tool_calls_per_turn(sub, out_dir / fname, title=f"Tool calls per turn — {label}"):
+                out += [f"![tool calls per turn, {label}]({fname})", ""]
+        n_turns = len(next(iter(data.values())))
+        out += [f"{label}: tool calls summed over episodes, by episode turn (stage 1 then stage 2, from 0).", "",
+                "| tool | " + " | ".join(str(i) for i in range(n_turns)) + " |", "|---|" + "---|" * n_turns]
+        for tool, ys in data.items():
+            out.append(f"| `{tool}` | " + " | ".join(str(y) for y in ys) + " |")
+        out.append("")
+
+    # ---- Table 7: error taxonomy
+    tax = s["taxonomy"]
+    out += ["## Error taxonomy of failed episodes (App. F.2, Table 7)", ""]
+    if tax["primary"]["n_failures"]:
+        out += ["Rules over the recorded trajectories (definitions in `shopping_companion.benchmark.taxonomy`). "
+                "Primary: one category per failure, earliest failure in the trajectory first; "
+                "all labels: a failure counts under every rule it matches.", "",
+                "| error type | Single | Add-on | Total (primary) | all labels |", "|---|---|---|---|---|"]
+        for c, v in tax["primary"]["rows"].items():
+            lab = tax["labels"]["rows"].get(c, {}).get("total", 0)
+            share = f" ({100 * v['share']:.1f}%)" if v["share"] is not None else ""
+            out.append(f"| {CATEGORY_LABELS.get(c, c)} | {v['single']} | {v['addon']} | {v['total']}{share} | {lab} |")
+        out.append(f"| **Total** | {tax['primary']['by_task_type'].get('single', 0)} | "
+                   f"{tax['primary']['by_task_type'].get('addon', 0)} | {tax['primary']['n_failures']} | |")
+        out.append("")
+        if plots and _plot_taxonomy(tax["primary"], out_dir / "error_taxonomy.png"):
+            out += ["![error taxonomy](error_taxonomy.png)", ""]
+        llm = [it for it in tax["items"] if it.get("llm")]
+        if llm:
+            agree = sum(1 for it in llm if it["llm"].get("category") == it["primary"])
+            usable = sum(1 for it in llm if it["llm"].get("category"))
+            model = llm[0]["llm"].get("model", "")
+            cnt = Counter(it["llm"].get("category") or "(unusable reply)" for it in llm)
+            out += [f"LLM attribution ({model}): {usable}/{len(llm)} usable replies; "
+                    f"agrees with the rule's primary category on {agree}.", "",
+                    "| LLM category | failures |", "|---|---|"]
+            for c, v in cnt.most_common():
+                out.append(f"| {CATEGORY_LABELS.get(c, c)} | {v} |")
+            out.append("")
+    else:
+        out += ["No failed episode.", ""]
+
+    # ---- errors
+    if s["errors"]:
+        out += ["## Episodes not scored (backend errors)", "",
+                "Retried by the backend and recorded; excluded from every metric. Rerunning the same "
+                "command retries them.", "", "| task | trial | strategy | error |", "|---|---|---|---|"]
+        for e in s["errors"][:50]:
+            msg = (e["error"] or "").replace("|", "\\|").replace("\n", " ")[:300]
+            out.append(f"| {e['task_id']} | {e['trial']} | {e['strategy']} | {msg} |")
+        if len(s["errors"]) > 50:
+            out.append(f"| … | | | {len(s['errors']) - 50} more |")
+        out.append("")
+
+    out += ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
     for k, v in s["reward_means"].items():
         out.append(f"| {k} | {_fmt(v)} |")
-    out += ["", "## Behaviour", "", "| metric | value |", "|---|---|"]
+    out += ["", "## Other behaviour", "", "| metric | value |", "|---|---|"]
     for k, v in s["mean_turns"].items():
         out.append(f"| mean assistant turns, {k} | {_fmt(v)} |")
     out.append(f"| mean tool calls per episode | {_fmt(s['mean_total_tool_calls'])} |")
@@ -158,5 +441,104 @@ def write_report(
         out += ["## Example trajectories", ""]
         for r in examples:
             out.append(_transcript(r))
-    Path(path).write_text("\n".join(out), encoding="utf-8")
+    out_path.write_text("\n".join(out), encoding="utf-8")
     return s
+
+
+def _strategy(r: EpisodeResult) -> str:
+    from shopping_companion.benchmark.metrics import strategy_of
+
+    return strategy_of(r)
+
+
+# --------------------------------------------------------------------------- parquet
+
+
+def _stage_stats(st) -> dict[str, Any]:
+    steps = st.trajectory.steps
+    ctoks = [x.completion_tokens for x in steps]
+    ptoks = [x.prompt_tokens for x in steps]
+    return {
+        "turns": len(steps),
+        "tool_uses": sum(len(x.tool_results) for x in steps),
+        "tool_errors": sum(1 for x in steps for tr in x.tool_results if tr.error),
+        "completion_tokens": sum(ctoks) if steps and all(t is not None for t in ctoks) else None,  # type: ignore[arg-type]
+        "prompt_tokens": sum(ptoks) if steps and all(t is not None for t in ptoks) else None,  # type: ignore[arg-type]
+        "resp_chars": sum(len(x.assistant_text) for x in steps),
+        "termination": st.trajectory.termination,
+        "reward_total": st.reward.total,
+        "success": st.verdict.success,
+    }
+
+
+def _json_or_none(x: Any) -> str | None:
+    return None if x is None else json.dumps(x, sort_keys=True, default=str)
+
+
+def episode_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
+    """One flat dict per final result: identity, Acc/Succ, error, ``simulator`` (JSON text),
+    then ``stage<s>_*`` columns (turns, tool uses, tokens, termination, reward total, verdict
+    success, reward components)."""
+    from shopping_companion.benchmark.metrics import strategy_of
+
+    rows = []
+    for r in final_results(results):
+        row: dict[str, Any] = {
+            "task_id": r.task_id, "task_type": r.task_type, "strategy": strategy_of(r), "mode": r.mode,
+            "hint": r.hint, "simulator": _json_or_none(getattr(r, "simulator", None)), "policy": r.policy, "trial": r.trial,
+            "seed": r.seed, "acc": r.acc, "succ": bool(r.succ), "error": r.error, "wall_s": r.wall_s,
+            "scored": r.error is None and not any(s.verdict.failed for s in r.stages),
+            "recommended_ids": list(r.stages[-1].trajectory.recommended_ids) if r.stages else [],
+        }
+        for st in r.stages:
+            p = f"stage{st.trajectory.stage}_"
+            for k, v in _stage_stats(st).items():
+                row[p + k] = v
+            for k, v in st.reward.components.items():
+                row[p + "reward_" + k] = float(v)
+        rows.append(row)
+    return rows
+
+
+def stage_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
+    """One flat dict per stage of every final result: identity, stage statistics, every verdict
+    field (``verdict_*``), reward components (``reward_*``), identified preferences (JSON) and
+    recommended ids."""
+    from shopping_companion.benchmark.metrics import strategy_of
+
+    rows = []
+    for r in final_results(results):
+        for st in r.stages:
+            v = st.verdict
+            row: dict[str, Any] = {
+                "task_id": r.task_id, "task_type": r.task_type, "strategy": strategy_of(r), "trial": r.trial,
+                "policy": r.policy, "error": r.error, "stage": st.trajectory.stage, **_stage_stats(st),
+                "identified_preferences": json.dumps(
+                    [p.model_dump() for p in st.trajectory.identified_preferences])
+                if st.trajectory.identified_preferences is not None else None,
+                "recommended_ids": list(st.trajectory.recommended_ids),
+                "verdict_judge": v.judge, "verdict_failed": v.failed, "verdict_F": v.F, "verdict_N": v.N,
+                "verdict_reasons": "; ".join(v.reasons),
+            }
+            for f in ("q1", "m1", "c1", "p2", "q2", "m2", "n2", "u2"):
+                val = getattr(v, f)
+                row["verdict_" + f] = None if val is None else float(val)
+            for k, val in st.reward.components.items():
+                row["reward_" + k] = float(val)
+            row["reward_per_tool_call"] = list(st.reward.per_tool_call)
+            rows.append(row)
+    return rows
+
+
+def write_parquet(results: Iterable[EpisodeResult], out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``results.parquet`` (per episode) and ``results_stages.parquet`` (per stage) into
+    ``out_dir``; returns both paths. Needs pandas and pyarrow."""
+    import pandas as pd
+
+    results = list(results)
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    ep, st = d / "results.parquet", d / "results_stages.parquet"
+    pd.DataFrame(episode_rows(results)).to_parquet(ep, engine="pyarrow", index=False)
+    pd.DataFrame(stage_rows(results)).to_parquet(st, engine="pyarrow", index=False)
+    return ep, st
