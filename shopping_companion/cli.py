@@ -223,6 +223,8 @@ def eval_cmd(
     retry_errors: bool = typer.Option(True, help="On resume, rerun episodes that ended with a backend error."),
     simulator: str = typer.Option("scripted", help="User simulator (registered name or module:attr)."),
     judge: str = typer.Option("rule", help="rule (deterministic, offline) | llm (OpenAI-compatible endpoint)."),
+    reward_config: Optional[str] = typer.Option(
+        None, help="Reward rubric: paper (default) | outcome_only | a YAML file of {name|path, weight} entries."),
     judge_model: Optional[str] = typer.Option(None, help="Judge model name (--judge llm)."),
     judge_base_url: Optional[str] = typer.Option(None, help="Judge endpoint (--judge llm)."),
     judge_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Variable holding the judge's API key."),
@@ -247,7 +249,8 @@ def eval_cmd(
     _eval(bench, run_name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
           timeout_s=timeout_s, max_retries=max_retries, model_path=model_path, adapter=adapter, device=device,
           dtype=dtype, strategies=strategies, trials=trials, pass_k=pass_k, concurrency=concurrency,
-          retry_errors=retry_errors, simulator=simulator, judge=judge, judge_model=judge_model,
+          retry_errors=retry_errors, simulator=simulator, judge=judge, reward_config=reward_config,
+          judge_model=judge_model,
           judge_base_url=judge_base_url, judge_api_key_env=judge_api_key_env, attribution_model=attribution_model,
           attribution_base_url=attribution_base_url, attribution_api_key_env=attribution_api_key_env, split=split,
           limit=limit, max_turns=max_turns, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -267,11 +270,11 @@ def _parse_ks(text: Optional[str]) -> Optional[list[int]]:
     return ks
 
 
-def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir: Path):
+def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir: Path, sessions=None):
     from shopping_companion.judges.rule import RuleJudge
 
     if judge == "rule":
-        return RuleJudge(lookup), "rule (deterministic, offline)"
+        return RuleJudge(lookup, sessions=sessions), "rule (deterministic, offline)"
     if judge == "llm":
         if not judge_model:
             _fail("--judge-model is required with --judge llm")
@@ -328,7 +331,7 @@ def _attribute_failures(items, results, tasks_by_id, run_dir: Path, model, base_
 def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, api_key_env="OPENAI_API_KEY",
           timeout_s=120.0, max_retries=3, model_path=None, adapter=None, device="cpu", dtype="auto",
           strategies="two_stage:none", trials=1, pass_k=None, concurrency=8, retry_errors=True,
-          simulator="scripted", judge="rule", judge_model=None, judge_base_url=None,
+          simulator="scripted", judge="rule", reward_config=None, judge_model=None, judge_base_url=None,
           judge_api_key_env="OPENAI_API_KEY", attribution_model=None, attribution_base_url=None,
           attribution_api_key_env="OPENAI_API_KEY", split=None, limit=None, max_turns=20, temperature=0.6,
           top_p=0.95, top_k=20, max_tokens=4096, seed=0, sampling_seed=True, data_dir=None, index_dir=None,
@@ -377,14 +380,22 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
         _fail(str(e))
     run_dir = Path(runs_dir) / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
-    settings = EvalSettings(trials=trials, sampling=sampling, env=env_cfg, seed=seed)
     lookup = _lookup(search)
-    judge_obj, judge_desc = _make_judge(judge, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir)
+    judge_obj, judge_desc = _make_judge(judge, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir,
+                                        sessions=b.sessions)
+    from shopping_companion.rewards.rubric import load_rubric
+
+    try:
+        rubric = load_rubric(reward_config, resources={"lookup": lookup})
+    except (FileNotFoundError, ValueError, KeyError, ImportError) as e:
+        _fail(f"--reward-config: {e}")
+    settings = EvalSettings(trials=trials, sampling=sampling, env=env_cfg, seed=seed, reward_fn=rubric)
     bench_hash = hashlib.sha256("\n".join(t.model_dump_json() for t in b.tasks).encode()).hexdigest()[:16]
     identity = {
         "policy": policy.name, "backend": backend, "model": model,
         "model_path": str(model_path) if model_path else None, "adapter": str(adapter) if adapter else None,
         "benchmark_tasks_sha256": bench_hash, "judge": judge_desc, "simulator": simulator,
+        "reward_config": reward_config or "paper",
         "sampling": sampling.model_dump(), "seed": seed, "max_turns": max_turns,
         "max_observation_chars": env_cfg.max_observation_chars,
     }

@@ -82,12 +82,15 @@ class EvalSettings:
     ``sampling``: passed to the backend (``None``: the backend's defaults); its ``seed``, when
     set, is the base of the per-episode sampling seeds. ``env``: the base environment config
     (a strategy overrides its ``mode`` and ``hint``). ``seed``: base of the per-episode seeds.
+    ``reward_fn``: ``(task, trajectory, verdict) -> RewardBreakdown`` used by every episode, e.g. a
+    :class:`~shopping_companion.rewards.rubric.Rubric` (``None``: the paper's total, Eq. 12).
     """
 
     trials: int = 1
     sampling: Sampling | None = None
     env: EnvConfig | None = None
     seed: int = 0
+    reward_fn: Any = None
 
 
 # --------------------------------------------------------------------------- strategies
@@ -206,7 +209,9 @@ def _prepare(task: Task, products: ProductBackend, memory: MemoryBackend, judge:
     if isinstance(strategy, str):
         strategy = Strategy.parse(strategy)
     env_cfg = strategy.env_config(settings.env) if strategy is not None else (settings.env or EnvConfig())
-    extra = {"simulator": simulator} if simulator is not None else {}
+    extra: dict[str, Any] = {"simulator": simulator} if simulator is not None else {}
+    if settings.reward_fn is not None:
+        extra["reward_fn"] = settings.reward_fn
     env = ShoppingCompanionEnv(task, ToolBox(products, memory, env_cfg.max_observation_chars), judge, env_cfg, **extra)
     seed = derive_seed(settings.seed, task.task_id, trial)
     env.reset(seed=seed)

@@ -214,3 +214,24 @@ def test_a_tool_backend_exception_is_an_observation_not_a_crash(bench, embedder,
     out = env.step('<tool_call>{"name": "product_search", "arguments": {"query": "shirt", "max_price": 1e308}}</tool_call>')
     assert not out.terminated and "internal error (OverflowError)" in out.observations[0]["content"]
     assert env.trajectory.tool_results[-1].error
+
+
+def brevity_bonus(ctx):
+    """A custom reward for the test below: 0.5 for a stage finished in at most 3 turns."""
+    return 0.5 if len(ctx.trajectory.steps) <= 3 else 0.0
+
+
+def test_a_custom_reward_named_in_yaml_changes_the_runner_total(bench, policy, product_search, embedder, judge, tmp_path):
+    from shopping_companion.rewards.rubric import load_rubric
+
+    cfg = tmp_path / "rubric.yaml"
+    cfg.write_text(
+        "rewards:\n  - {name: outcome, weight: 1}\n  - {name: tool_wise, weight: 1}\n"
+        "  - {name: format, weight: 1}\n  - {path: 'tests.integration.test_episode:brevity_bonus', weight: 1}\n"
+    )
+    task = bench.tasks[0]
+    base = run_episode(task, policy, product_search, _memory(bench, task, embedder), judge, EvalSettings())
+    custom = run_episode(task, policy, product_search, _memory(bench, task, embedder), judge,
+                         EvalSettings(reward_fn=load_rubric(str(cfg))))
+    for b, c in zip(base.stages, custom.stages):
+        assert c.reward.total == pytest.approx(b.reward.total + 0.5)
