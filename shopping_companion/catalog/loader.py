@@ -38,7 +38,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -396,6 +396,64 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
 # --------------------------------------------------------------------------- public API
 
 
+def _stream(
+    records: Iterable[tuple[int, Any]],
+    to_product: Callable[[Any], tuple[Product, list[str]]],
+    report: LoadReport,
+) -> Iterator[Product]:
+    """Map ``(record_number, record)`` pairs to products; count every rejection in ``report``.
+
+    A record is either a decoded object or a :class:`BadRecord` raised while decoding it (bad
+    JSON, blank line). Duplicate product ids keep the first record (``duplicate_uid``).
+    """
+    bad: Counter[str] = Counter(report.bad)
+    fixed: Counter[str] = Counter(report.fixed)
+    by_source: Counter[str] = Counter(report.by_source)
+    seen: set[str] = set()
+
+    def reject(n: int, reason: str, detail: str) -> None:
+        bad[reason] += 1
+        if len(report.examples) < _MAX_EXAMPLES:
+            report.examples.append((n, reason, detail))
+
+    try:
+        for n, rec in records:
+            report.n_lines += 1
+            if isinstance(rec, BadRecord):
+                reject(n, rec.reason, rec.detail)
+                continue
+            try:
+                product, fixes = to_product(rec)
+            except BadRecord as e:
+                reject(n, e.reason, e.detail)
+                continue
+            if product.product_id in seen:
+                reject(n, "duplicate_uid", product.product_id)
+                continue
+            seen.add(product.product_id)
+            for f in fixes:
+                fixed[f] += 1
+            by_source[product.source] += 1
+            report.n_loaded += 1
+            yield product
+    finally:
+        report.bad = dict(bad)
+        report.fixed = dict(fixed)
+        report.by_source = dict(by_source)
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                yield lineno, BadRecord("empty_line", "")
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield lineno, BadRecord("invalid_json", str(e)[:120])
+
+
 def iter_products(path: str | os.PathLike[str], report: LoadReport | None = None) -> Iterator[Product]:
     """Stream products from ``path``; bad lines are counted in ``report`` (if given) and skipped.
 
@@ -404,46 +462,7 @@ def iter_products(path: str | os.PathLike[str], report: LoadReport | None = None
     """
     p = Path(path)
     rep = report if report is not None else LoadReport(path=str(p))
-    bad: Counter[str] = Counter(rep.bad)
-    fixed: Counter[str] = Counter(rep.fixed)
-    by_source: Counter[str] = Counter(rep.by_source)
-    seen: set[str] = set()
-
-    def reject(lineno: int, reason: str, detail: str) -> None:
-        bad[reason] += 1
-        if len(rep.examples) < _MAX_EXAMPLES:
-            rep.examples.append((lineno, reason, detail))
-
-    try:
-        with _open_text(p) as fh:
-            for lineno, line in enumerate(fh, 1):
-                rep.n_lines += 1
-                if not line.strip():
-                    reject(lineno, "empty_line", "")
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    reject(lineno, "invalid_json", str(e)[:120])
-                    continue
-                try:
-                    product, fixes = record_to_product(rec)
-                except BadRecord as e:
-                    reject(lineno, e.reason, e.detail)
-                    continue
-                if product.product_id in seen:
-                    reject(lineno, "duplicate_uid", product.product_id)
-                    continue
-                seen.add(product.product_id)
-                for f in fixes:
-                    fixed[f] += 1
-                by_source[product.source] += 1
-                rep.n_loaded += 1
-                yield product
-    finally:
-        rep.bad = dict(bad)
-        rep.fixed = dict(fixed)
-        rep.by_source = dict(by_source)
+    return _stream(_json_lines(p), record_to_product, rep)
 
 
 def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadReport]:

@@ -65,7 +65,9 @@ from shopping_companion.catalog.loader import (
     _clean_str,
     _open_text,
     _opt_number,
+    _json_lines,
     _split_list,
+    _stream,
     catalog_hash,
     link_colour_variants,
     make_shop_id,
@@ -90,64 +92,6 @@ class CatalogFormatError(ValueError):
 
 
 # --------------------------------------------------------------------------- shared record stream
-
-
-def _stream(
-    records: Iterable[tuple[int, Any]],
-    to_product: Callable[[Any], tuple[Product, list[str]]],
-    report: LoadReport,
-) -> Iterator[Product]:
-    """Map ``(record_number, record)`` pairs to products; count every rejection in ``report``.
-
-    A record is either a decoded object or a :class:`BadRecord` raised while decoding it (bad
-    JSON, blank line). Duplicate product ids keep the first record (``duplicate_uid``).
-    """
-    bad: Counter[str] = Counter(report.bad)
-    fixed: Counter[str] = Counter(report.fixed)
-    by_source: Counter[str] = Counter(report.by_source)
-    seen: set[str] = set()
-
-    def reject(n: int, reason: str, detail: str) -> None:
-        bad[reason] += 1
-        if len(report.examples) < _MAX_EXAMPLES:
-            report.examples.append((n, reason, detail))
-
-    try:
-        for n, rec in records:
-            report.n_lines += 1
-            if isinstance(rec, BadRecord):
-                reject(n, rec.reason, rec.detail)
-                continue
-            try:
-                product, fixes = to_product(rec)
-            except BadRecord as e:
-                reject(n, e.reason, e.detail)
-                continue
-            if product.product_id in seen:
-                reject(n, "duplicate_uid", product.product_id)
-                continue
-            seen.add(product.product_id)
-            for f in fixes:
-                fixed[f] += 1
-            by_source[product.source] += 1
-            report.n_loaded += 1
-            yield product
-    finally:
-        report.bad = dict(bad)
-        report.fixed = dict(fixed)
-        report.by_source = dict(by_source)
-
-
-def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                yield lineno, BadRecord("empty_line", "")
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as e:
-                yield lineno, BadRecord("invalid_json", str(e)[:120])
 
 
 # --------------------------------------------------------------------------- value helpers
