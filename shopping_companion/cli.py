@@ -456,6 +456,118 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
     return summary
 
 
+def _parse_judge_specs(specs: list[str], default_base_url: Optional[str]) -> list[tuple[str, Optional[str], Optional[str]]]:
+    """``rule`` | ``recorded`` | ``llm:MODEL`` | ``llm:MODEL@BASE_URL`` → (kind, model, base_url)."""
+    out = []
+    for spec in specs:
+        s = spec.strip()
+        if s in ("rule", "recorded"):
+            out.append((s, None, None))
+        elif s.startswith("llm:") and len(s) > 4:
+            model, _, url = s[4:].partition("@")
+            if not model:
+                _fail(f"--judge {spec!r}: the model name after 'llm:' is empty")
+            out.append(("llm", model, url or default_base_url))
+        else:
+            _fail(f"--judge {spec!r}: allowed values are rule, recorded, llm:MODEL or llm:MODEL@BASE_URL")
+    kinds = [(k, m) for k, m, _ in out]
+    if len(set(kinds)) != len(kinds):
+        _fail(f"--judge: each judge may be named once (got {', '.join(specs)})")
+    if len(out) < 2:
+        _fail("--judge: agreement needs at least two judges, e.g. --judge recorded --judge rule")
+    return out
+
+
+@app.command("judge-agreement")
+def judge_agreement(
+    bench: Path = typer.Option(..., help="Benchmark directory the results were evaluated on."),
+    results: list[Path] = typer.Option(..., "--results", help="results.jsonl of a run; repeat for several systems."),
+    judges: list[str] = typer.Option(
+        ["recorded", "rule"], "--judge",
+        help="Judges to compare (repeat): recorded (verdicts stored at evaluation time), rule, llm:MODEL[@BASE_URL]."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Endpoint for llm:MODEL judges given without @BASE_URL."),
+    judge_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Variable holding the LLM judges' API key."),
+    concurrency: int = typer.Option(8, min=1, help="LLM judge requests in flight."),
+    stage: str = typer.Option("all", help="1 | 2 | all: which stages' verdicts to compare."),
+    opc_by: str = typer.Option("system", help="system (the paper's OPC over systems' success rates) | item | none."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: the first results file's directory)."),
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory."),
+    index_dir: Optional[Path] = typer.Option(None, help="BM25 index directory."),
+) -> None:
+    """Re-judge finished episodes with several judges; write per-field agreement, Cohen's κ and OPC.
+
+    OPC is the mean pairwise Pearson correlation of the judges' score vectors (Shopping Companion,
+    App. E). Failed verdicts are excluded and counted, never scored 0. Writes ``agreement.md`` and
+    ``agreement.json`` (LLM verdicts are cached in ``judge_cache.sqlite`` there).
+    """
+    from shopping_companion.benchmark.report import read_results
+    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.judges.agreement import agreement_report, items_from_results, judge_all
+    from shopping_companion.pipeline import open_product_search, resolve_sources, write_json
+
+    stages = {"1": (1,), "2": (2,), "all": (1, 2)}.get(stage)
+    if stages is None:
+        _fail(f"--stage must be 1, 2 or all (got {stage!r})")
+    if opc_by not in ("system", "item", "none"):
+        _fail(f"--opc-by must be system, item or none (got {opc_by!r})")
+    specs = _parse_judge_specs(judges, judge_base_url)
+    try:
+        b = load_benchmark(bench)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    eps = []
+    for path in results:
+        if not Path(path).is_file():
+            _fail(f"--results {path}: no such file")
+        eps += [r for r in read_results(path) if r.error is None]
+    tasks = {t.task_id: t for t in b.tasks}
+    try:
+        items, recorded = items_from_results(eps, tasks, stages=stages)
+    except KeyError as e:
+        _fail(f"--results do not belong to --bench {bench}: {e.args[0]}")
+    if not items:
+        _fail("no judged stages in the results given (episodes that ended with an error are left out)")
+    out_dir = Path(out) if out else Path(results[0]).parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lookup = None
+    if any(k != "recorded" for k, _, _ in specs):
+        try:
+            search = open_product_search(index_dir=index_dir, console=console, sources=resolve_sources(data_dir, console=console))
+        except (FileNotFoundError, RuntimeError, ValueError) as e:
+            _fail(str(e))
+        lookup = _lookup(search)
+    table: dict = {}
+    judge_objs = []
+    for kind, model, url in specs:
+        if kind == "recorded":
+            table["recorded"] = recorded
+        elif kind == "rule":
+            from shopping_companion.judges.rule import RuleJudge
+
+            judge_objs.append(RuleJudge(lookup, sessions=b.sessions))
+        else:
+            from shopping_companion.judges.llm import LLMJudge
+
+            judge_objs.append(LLMJudge.from_openai(model, url, api_key_env=judge_api_key_env, lookup=lookup,
+                                                   concurrency=concurrency, cache_path=out_dir / "judge_cache.sqlite"))
+    t0 = time.perf_counter()
+    with console.status(f"judging {len(items)} stage trajectories with {len(judge_objs)} judge(s)"):
+        table.update(judge_all(judge_objs, items))
+    wall = time.perf_counter() - t0
+    try:
+        rep = agreement_report(table, opc_by=None if opc_by == "none" else opc_by,  # type: ignore[arg-type]
+                               opc_stage=2 if 2 in stages else 1)
+    except ValueError as e:
+        _fail(str(e))
+    md = rep.to_markdown()
+    header = (f"# Judge agreement\n\nBenchmark: `{bench}` · results: {', '.join(f'`{p}`' for p in results)} · "
+              f"stages: {stage} · judging wall time {wall:.1f}s\n\n")
+    (out_dir / "agreement.md").write_text(header + md, encoding="utf-8")
+    write_json(out_dir / "agreement.json", {**rep.to_dict(), "stages": list(stages), "judging_wall_s": round(wall, 3)})
+    console.print(md)
+    console.print(f"→ {out_dir / 'agreement.md'}")
+
+
 @app.command()
 def quickstart(
     name: str = typer.Option("quickstart", help="Run name: outputs go to runs/<name>/."),
