@@ -87,3 +87,25 @@ def test_one_product_for_a_two_product_task_is_invalid(case, kit):
     v = res.stages[1].verdict
     assert v.p2 == 0 and v.u2 == 0 and v.n2 == 1 and not v.success
     assert any("expected 2 product(s), got 1" in r for r in v.reasons)
+
+
+def test_reference_policy_builds_a_same_shop_bundle_within_budget(case, kit, catalog_products):
+    """The rule baseline reads the deal terms and the item phrases, searches the voucher's shop once
+    per item, and answers with N distinct products whose arithmetic it shows."""
+    from shopping_companion.llm.reference import ReferencePolicy, build_attribute_vocabulary
+
+    t = case.task
+    res = run(kit.env(t), ReferencePolicy(build_attribute_vocabulary(catalog_products)))
+    s2 = res.stages[-1]
+    searches = [c for st in s2.trajectory.steps for c in st.tool_calls if c.name == "product_search"]
+    views = [c for st in s2.trajectory.steps for c in st.tool_calls if c.name == "product_view"]
+    assert len(searches) == len(views) == t.n_products
+    assert all(c.arguments["shop_id"] == t.voucher.shop_id for c in searches)
+    rec = s2.trajectory.recommended_ids
+    assert len(rec) == len(set(rec)) == t.n_products
+    prods = [kit.products.get(i) for i in rec]
+    total, discount, same = bundle_cost(prods, t)
+    assert same and total - discount <= t.budget + 1e-6
+    assert f"{total:g}" in s2.trajectory.final_answer  # the arithmetic is shown
+    v = s2.verdict
+    assert v.p2 == 1 and v.u2 == 1, v.reasons
