@@ -601,6 +601,16 @@ def quickstart(
     console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s")
 
 
+def _add_subcommands() -> None:
+    """Training and second-benchmark command groups (their modules import heavy stacks lazily)."""
+    from shopping_companion.sft.cli import app as sft_app
+
+    app.add_typer(sft_app, name="sft", help="SFT: rejection sampling, step-level examples, LLaMA-Factory export.")
+
+
+_add_subcommands()
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,382 @@
+"""LLaMA-Factory export: ShareGPT-with-tools data, ``dataset_info.json`` and LoRA configs
+(Shopping Companion §6.1, App. D).
+
+Data format (LLaMA-Factory ``formatting: sharegpt``), one JSON object per line::
+
+    {"conversations": [{"from": "human", "value": ...}, {"from": "function_call", "value": ...},
+                       {"from": "observation", "value": ...}, ..., {"from": "gpt", "value": ...}],
+     "system": "<the stage's system prompt>",
+     "tools": "<JSON list of the stage's OpenAI function schemas>",
+     "id": "<example id>"}
+
+Roles: user → ``human``; an assistant turn that called tools → ``function_call`` whose value is
+``<think>\\n…\\n</think>\\n\\n`` (when the turn had thinking) followed by the JSON list of
+``{"name", "arguments"}`` objects; any other assistant turn (the ``<answer>`` turn) → ``gpt``
+with its text (thinking normalised to the same ``<think>\\n…\\n</think>\\n\\n`` prefix); the
+tool responses of one turn → ONE ``observation`` (LLaMA-Factory needs strict alternation), joined
+as Qwen's template joins consecutive tool messages (``…\\n</tool_response>\\n<tool_response>\\n…``).
+Each example ends with its target assistant turn; with ``mask_history: true`` (the default in
+the YAML) LLaMA-Factory puts loss on that last turn only: one step-level example, one target.
+
+Round trip. For the Hermes/Qwen tool format (templates in :data:`SUPPORTED_TEMPLATES`)
+LLaMA-Factory renders a ``function_call`` value as the thinking prefix followed by
+``<tool_call>\\n{"name": …, "arguments": …}\\n</tool_call>`` blocks joined by newlines, and a
+``gpt`` value verbatim. :func:`render_target` writes that text and :func:`export_dataset`
+checks, for every example, that :func:`~shopping_companion.envs.parsing.parse_action` recovers from
+it exactly the teacher's tool calls, answer and thinking; an example that does not round-trip is
+left out and counted. (The extras tests check :func:`render_target` against LLaMA-Factory's own
+template code.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping
+
+import yaml
+
+from shopping_companion.envs.parsing import parse_action
+from shopping_companion.errors import ConfigError
+from shopping_companion.sft.decontam import check_decontaminated
+from shopping_companion.sft.examples import StepExample, example_stats
+from shopping_companion.types import Session, Task
+
+__all__ = [
+    "SUPPORTED_TEMPLATES",
+    "DEFAULT_BASE_MODEL",
+    "DATASET_INFO_COLUMNS",
+    "to_sharegpt",
+    "render_target",
+    "round_trip_ok",
+    "paper_train_config",
+    "merge_config",
+    "dataset_info",
+    "ExportSummary",
+    "export_dataset",
+]
+
+#: LLaMA-Factory templates whose tool format is Qwen/Hermes ``<tool_call>`` blocks, i.e. what our
+#: environment parses. ``qwen3``: Qwen3 thinking models (the paper's Qwen3-4B-Thinking-2507);
+#: ``qwen3_nothink``: Qwen3 instruct (no reasoning template); ``qwen``: Qwen2.5-style chat.
+SUPPORTED_TEMPLATES = ("qwen3", "qwen3_nothink", "qwen")
+DEFAULT_BASE_MODEL = "Qwen/Qwen3-4B-Thinking-2507"
+DEFAULT_DATASET = "shopcomp_sft"
+TOOL_RESPONSE_JOIN = "\n</tool_response>\n<tool_response>\n"
+DATASET_INFO_COLUMNS = {"messages": "conversations", "system": "system", "tools": "tools"}
+_THINK_SPAN = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def _split_thinking(text: str) -> tuple[str, str]:
+    """(thinking, rest): the environment parser's thinking, and the text outside thinking."""
+    thinking = parse_action(text).thinking
+    rest = _THINK_SPAN.sub("", text)
+    if "</think>" in rest:  # Qwen3 form: <think> was in the prompt, only </think> in the text
+        rest = rest.split("</think>", 1)[1]
+    return thinking, rest.strip()
+
+
+def _think_prefix(thinking: str) -> str:
+    return f"<think>\n{thinking}\n</think>\n\n" if thinking else ""
+
+
+def _assistant_turn(m: dict[str, Any]) -> dict[str, str]:
+    thinking, rest = _split_thinking(str(m.get("content") or ""))
+    calls = m.get("tool_calls") or []
+    if calls:
+        objs = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"] or "{}")}
+                for c in calls]
+        return {"from": "function_call", "value": _think_prefix(thinking) + json.dumps(objs, ensure_ascii=False)}
+    return {"from": "gpt", "value": _think_prefix(thinking) + rest}
+
+
+def to_sharegpt(example: StepExample) -> dict[str, Any]:
+    """One :class:`StepExample` → one LLaMA-Factory ShareGPT record (module docstring).
+
+    Raises ``ValueError`` when the messages cannot alternate as LLaMA-Factory requires (no
+    system prompt first, two assistant turns in a row, or not ending with the target turn).
+    """
+    msgs = example.messages
+    if not msgs or msgs[0]["role"] != "system":
+        raise ValueError(f"{example.example_id}: messages must start with the system prompt")
+    conv: list[dict[str, str]] = []
+    for m in msgs[1:]:
+        role = m["role"]
+        if role == "tool":
+            if conv and conv[-1]["from"] == "observation":
+                conv[-1]["value"] += TOOL_RESPONSE_JOIN + str(m.get("content") or "")
+            else:
+                conv.append({"from": "observation", "value": str(m.get("content") or "")})
+        elif role == "user":
+            conv.append({"from": "human", "value": str(m.get("content") or "")})
+        elif role == "assistant":
+            conv.append(_assistant_turn(m))
+        else:
+            raise ValueError(f"{example.example_id}: unexpected role {role!r} after the system prompt")
+    for k, turn in enumerate(conv):
+        prompt_side = turn["from"] in ("human", "observation")
+        if prompt_side != (k % 2 == 0):
+            raise ValueError(f"{example.example_id}: turn {k} ({turn['from']}) breaks human/assistant alternation")
+    if not conv or conv[-1]["from"] not in ("gpt", "function_call"):
+        raise ValueError(f"{example.example_id}: must end with the target assistant turn")
+    return {"conversations": conv, "system": msgs[0]["content"], "tools": json.dumps(example.tools, ensure_ascii=False),
+            "id": example.example_id}
+
+
+def render_target(turn: dict[str, str]) -> str:
+    """The assistant text LLaMA-Factory's Qwen templates train on for a ``gpt`` or
+    ``function_call`` turn (before the ``<|im_end|>`` stop token). Raises ``ValueError`` for
+    another role or a ``function_call`` value that is not thinking + JSON."""
+    if turn["from"] == "gpt":
+        return turn["value"]
+    if turn["from"] != "function_call":
+        raise ValueError(f"from: must be gpt or function_call, got {turn['from']!r}")
+    value = turn["value"]
+    m = re.search(r"<think>\n(.*?)\n</think>\n\n", value, re.DOTALL)
+    prefix = m.group(0) if m else ""
+    calls = json.loads(value.replace(prefix, "") if prefix else value)
+    calls = calls if isinstance(calls, list) else [calls]
+    blocks = [json.dumps({"name": c["name"], "arguments": c["arguments"]}, ensure_ascii=False) for c in calls]
+    return prefix + "\n".join(f"<tool_call>\n{b}\n</tool_call>" for b in blocks)
+
+
+def _calls_of(m: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(c["function"]["name"], json.dumps(json.loads(c["function"]["arguments"] or "{}"), sort_keys=True))
+            for c in m.get("tool_calls") or []]
+
+
+def round_trip_ok(example: StepExample, record: dict[str, Any]) -> str | None:
+    """None when the environment parser recovers the target's tool calls, answer and thinking
+    from :func:`render_target` of the record's last turn; otherwise the reason."""
+    target = example.messages[-1]
+    orig = parse_action(str(target.get("content") or ""))
+    try:
+        text = render_target(record["conversations"][-1])
+    except (ValueError, KeyError, TypeError) as e:
+        return f"unrenderable target: {e}"
+    got = parse_action(text)
+    want_calls = _calls_of(target)
+    got_calls = [(c.name, json.dumps(c.arguments, sort_keys=True)) for c in got.tool_calls]
+    if got.has_answer:
+        if orig.answer != got.answer:
+            return "answer changed"
+    elif want_calls != got_calls:
+        return "tool calls changed"
+    if got.errors:
+        return "rendered target has format errors: " + "; ".join(got.errors[:2])
+    if orig.thinking.strip() != got.thinking.strip():
+        return "thinking changed"
+    return None
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def paper_train_config(*, base_model: str = DEFAULT_BASE_MODEL, dataset: str = DEFAULT_DATASET,
+                       dataset_dir: str = "data", template: str = "qwen3",
+                       output_dir: str = "saves/shopcomp-sft-lora") -> dict[str, Any]:
+    """The LLaMA-Factory LoRA SFT config with the paper's settings (App. D): LoRA rank 64 on
+    q_proj, k_proj, v_proj, o_proj; 3 epochs; cosine schedule; peak lr 5e-5; bf16; per-device
+    batch 4 (gradient accumulation 1, so "effective batch size 4 per device").
+    Settings the paper does not state are LLaMA-Factory's usual choices, marked in
+    ``configs/sft/qwen3_4b_thinking_lora.yaml``. Raises :class:`ConfigError` for an unsupported
+    ``template``."""
+    if template not in SUPPORTED_TEMPLATES:
+        raise ConfigError(f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)} "
+                          f"(Hermes <tool_call> format, what the environment parses); got {template!r}")
+    return {
+        # model
+        "model_name_or_path": base_model,
+        "trust_remote_code": True,
+        # method
+        "stage": "sft",
+        "do_train": True,
+        "finetuning_type": "lora",
+        "lora_rank": 64,
+        "lora_alpha": 128,
+        "lora_dropout": 0.0,
+        "lora_target": "q_proj,k_proj,v_proj,o_proj",
+        # dataset
+        "dataset": dataset,
+        "dataset_dir": dataset_dir,
+        "template": template,
+        "enable_thinking": True,
+        "preserve_thinking": True,
+        "mask_history": True,
+        "cutoff_len": 32768,
+        "overwrite_cache": True,
+        "preprocessing_num_workers": 16,
+        "dataloader_num_workers": 4,
+        # output
+        "output_dir": output_dir,
+        "logging_steps": 10,
+        "save_steps": 500,
+        "plot_loss": True,
+        "overwrite_output_dir": True,
+        "save_only_model": False,
+        "report_to": "none",
+        # train
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": 5.0e-5,
+        "num_train_epochs": 3.0,
+        "lr_scheduler_type": "cosine",
+        "warmup_ratio": 0.1,
+        "bf16": True,
+        "ddp_timeout": 180000000,
+    }
+
+
+def merge_config(*, base_model: str, adapter_dir: str, export_dir: str, template: str = "qwen3") -> dict[str, Any]:
+    """``llamafactory-cli export`` config that merges a LoRA adapter into the base weights
+    (the SFT → RL hand-off by merging; docs/sft.md)."""
+    if template not in SUPPORTED_TEMPLATES:
+        raise ConfigError(f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)}; got {template!r}")
+    return {"model_name_or_path": base_model, "adapter_name_or_path": adapter_dir, "template": template,
+            "finetuning_type": "lora", "trust_remote_code": True, "export_dir": export_dir, "export_size": 5,
+            "export_device": "cpu", "export_legacy_format": False}
+
+
+def dataset_info(dataset: str, file_name: str) -> dict[str, Any]:
+    """``dataset_info.json`` entry for the ShareGPT-with-tools file (default role tags)."""
+    return {dataset: {"file_name": file_name, "formatting": "sharegpt", "columns": dict(DATASET_INFO_COLUMNS),
+                      "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human",
+                               "assistant_tag": "gpt", "observation_tag": "observation",
+                               "function_tag": "function_call", "system_tag": "system"}}}
+
+
+def _parse_override(value: Any) -> Any:
+    return yaml.safe_load(value) if isinstance(value, str) else value
+
+
+def _write_yaml(path: Path, cfg: dict[str, Any], header: str) -> None:
+    path.write_text(header + yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass
+class ExportSummary:
+    """What :func:`export_dataset` wrote. ``examples``: records written; ``skipped``: examples
+    left out, by reason; ``stats``: :func:`~shopping_companion.sft.examples.example_stats` of the
+    written examples; ``decontamination``: the check's report; ``wall_s``: export time (s)."""
+
+    out_dir: Path
+    data_file: Path
+    train_yaml: Path
+    merge_yaml: Path
+    examples: int
+    skipped: dict[str, int]
+    stats: dict[str, Any]
+    decontamination: dict[str, Any]
+    sha256: str
+    wall_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        for k in ("out_dir", "data_file", "train_yaml", "merge_yaml"):
+            d[k] = str(d[k])
+        return d
+
+
+def export_dataset(
+    examples: Iterable[StepExample],
+    out_dir: str | Path,
+    *,
+    test_tasks: Iterable[Task],
+    train_tasks: Iterable[Task] = (),
+    sessions: Mapping[str, Session] | None = None,
+    template: str = "qwen3",
+    base_model: str = DEFAULT_BASE_MODEL,
+    dataset: str = DEFAULT_DATASET,
+    products: Literal["assistant", "all", "none"] = "assistant",
+    overrides: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    base_config: Mapping[str, Any] | None = None,
+) -> ExportSummary:
+    """Write LLaMA-Factory data and configs for ``examples`` into ``out_dir``.
+
+    Files: ``data/<dataset>.jsonl`` (ShareGPT with tools), ``data/dataset_info.json``,
+    ``train_lora.yaml`` (:func:`paper_train_config` with ``dataset_dir`` pointing at ``data/``,
+    or ``base_config`` when given (e.g. a YAML of ``configs/sft/``; its ``template`` and
+    ``model_name_or_path`` win over the arguments), then ``overrides`` — any LLaMA-Factory key, e.g. ``cutoff_len`` or ``use_cpu``),
+    ``merge_lora.yaml`` (:func:`merge_config` for the trained adapter) and ``export.json``
+    (counts, stats, decontamination report, provenance, sha256 of the data file).
+
+    Decontamination runs first (:func:`~shopping_companion.sft.decontam.check_decontaminated`
+    against ``test_tasks``; texts owned by ``train_tasks`` are not findings): it raises
+    :class:`~shopping_companion.sft.decontam.ContaminationError` and nothing is written when a
+    test task appears. Raises :class:`ConfigError` for an unsupported template, an empty
+    dataset name, or no example left to write.
+    """
+    t0 = time.perf_counter()
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", dataset or ""):
+        raise ConfigError(f"dataset: letters, digits, '_', '.', '-' only; got {dataset!r}")
+    if base_config is not None:
+        template = str(base_config.get("template", template))
+        base_model = str(base_config.get("model_name_or_path", base_model))
+    cfg = paper_train_config(base_model=base_model, dataset=dataset, template=template)  # validates template
+    if base_config is not None:
+        cfg = {**dict(base_config), "dataset": dataset}
+    examples = list(examples)
+    report = check_decontaminated(examples, list(test_tasks), sessions, products=products,
+                                  train_tasks=list(train_tasks))
+    records, kept, skipped = [], [], Counter()
+    for ex in examples:
+        try:
+            rec = to_sharegpt(ex)
+        except ValueError:
+            skipped["bad_alternation"] += 1
+            continue
+        reason = round_trip_ok(ex, rec)
+        if reason is not None:
+            skipped["no_round_trip: " + reason.split(":")[0]] += 1
+            continue
+        records.append(rec)
+        kept.append(ex)
+    if not records:
+        raise ConfigError(f"no example to export ({sum(skipped.values())} skipped: {dict(skipped)}); "
+                          "collect more successful trajectories first")
+    out = Path(out_dir).resolve()
+    data_dir = out / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_file = data_dir / f"{dataset}.jsonl"
+    h = hashlib.sha256()
+    tmp = data_file.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for rec in records:
+            line = json.dumps(rec, ensure_ascii=False) + "\n"
+            h.update(line.encode("utf-8"))
+            f.write(line)
+    tmp.replace(data_file)
+    (data_dir / "dataset_info.json").write_text(json.dumps(dataset_info(dataset, data_file.name), indent=2),
+                                                encoding="utf-8")
+    cfg["dataset_dir"] = str(data_dir)
+    cfg["output_dir"] = str(out / "lora")
+    for k, v in (overrides or {}).items():
+        cfg[k] = _parse_override(v)
+    train_yaml = out / "train_lora.yaml"
+    _write_yaml(train_yaml, cfg, "# LLaMA-Factory LoRA SFT (Shopping Companion §6.1, App. D); "
+                                 "written by `shopcomp sft export`.\n# Run: scripts/run_sft.sh "
+                                 f"{train_yaml}\n")
+    merge_yaml = out / "merge_lora.yaml"
+    _write_yaml(merge_yaml, merge_config(base_model=str(cfg["model_name_or_path"]), adapter_dir=str(cfg["output_dir"]),
+                                         export_dir=str(out / "merged"), template=str(cfg["template"])),
+                "# Merge the trained adapter into the base weights: llamafactory-cli export "
+                f"{out / 'merge_lora.yaml'}\n")
+    stats = example_stats(kept)
+    summary = ExportSummary(out_dir=out, data_file=data_file, train_yaml=train_yaml, merge_yaml=merge_yaml,
+                            examples=len(records), skipped=dict(skipped), stats=stats, decontamination=report,
+                            sha256=h.hexdigest(), wall_s=0.0)
+    summary.wall_s = round(time.perf_counter() - t0, 3)
+    manifest = {**summary.to_dict(), "template": cfg["template"], "base_model": cfg["model_name_or_path"],
+                "dataset": dataset, "provenance": dict(provenance or {})}
+    (out / "export.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    return summary
