@@ -603,9 +603,12 @@ def quickstart(
 
 def _add_subcommands() -> None:
     """Training and second-benchmark command groups (their modules import heavy stacks lazily)."""
+    from shopping_companion.personalization.cli import app as personalize_app
     from shopping_companion.sft.cli import app as sft_app
 
     app.add_typer(sft_app, name="sft", help="SFT: rejection sampling, step-level examples, LLaMA-Factory export.")
+    app.add_typer(personalize_app, name="personalize",
+                  help="Second benchmark: multi-agent personalised RAG over Amazon Reviews 2023 (build, run, eval).")
 
 
 _add_subcommands()

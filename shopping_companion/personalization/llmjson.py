@@ -1,0 +1,116 @@
+"""Ask a chat backend for one strict JSON object validated by a pydantic model.
+
+Shared by the LLM profile builder, the LLM query generator and the trajectory judge. Follows the
+conventions of :mod:`shopping_companion.judges.llm` (and reuses its reply parser and cache): the
+reply must be exactly one JSON object (``<think>`` blocks and one code fence are tolerated); an
+invalid reply is answered with the validation error and asked again up to ``max_retries`` times;
+backend errors are retried with exponential backoff unless the HTTP status cannot succeed on retry;
+valid replies are cached under ``sha256(model, sampling, messages)`` (memory, plus an SQLite file
+when ``cache_path`` is given).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from shopping_companion.judges.llm import _Cache, _validation_message, parse_json_reply
+from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
+
+__all__ = ["JSONAsker", "JSONAskError"]
+
+M = TypeVar("M", bound=BaseModel)
+_NO_RETRY = frozenset({400, 401, 403, 404, 422})
+
+
+class JSONAskError(RuntimeError):
+    """No valid reply after the retries; ``errors`` lists what went wrong per attempt."""
+
+    def __init__(self, message: str, errors: list[str]) -> None:
+        super().__init__(message + ": " + " | ".join(errors)[:2000])
+        self.errors = errors
+
+
+class JSONAsker:
+    """``ask(messages, Model, context=None) -> Model`` over a :class:`ChatBackend`.
+
+    Args:
+        backend: any chat backend (e.g. ``OpenAIBackend``).
+        sampling: default greedy (temperature 0, top-p 1, no top-k), 2,048 tokens.
+        max_retries: re-asks after the first attempt (invalid replies and retryable errors).
+        cache_path: SQLite reply cache (None: in-memory only).
+        backoff_s, max_backoff_s: delay after a backend error, ``min(backoff_s * 2**k, max)``.
+    """
+
+    def __init__(self, backend: ChatBackend, *, sampling: Sampling | None = None, max_retries: int = 2,
+                 cache_path: str | Path | None = None, backoff_s: float = 0.5, max_backoff_s: float = 8.0) -> None:
+        self.backend = backend
+        self.sampling = sampling or Sampling(temperature=0.0, top_p=1.0, top_k=None, max_tokens=2048)
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._cache = _Cache(cache_path)
+        self.model_id = getattr(backend, "model", None) or getattr(backend, "name", type(backend).__name__)
+        self.stats = {"requests": 0, "cache_hits": 0, "retries": 0}
+        self._lock = threading.Lock()
+
+    def _bump(self, k: str) -> None:
+        with self._lock:
+            self.stats[k] += 1
+
+    def _key(self, messages: list[dict[str, Any]], model: type[BaseModel]) -> str:
+        blob = json.dumps({"model": self.model_id, "schema": model.__name__, "sampling": self.sampling.model_dump(),
+                           "messages": messages}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def ask(self, messages: list[dict[str, Any]], model: type[M], context: dict[str, Any] | None = None) -> M:
+        """The validated reply. Raises :class:`JSONAskError` after ``max_retries`` re-asks."""
+        key = self._key(messages, model)
+        cached = self._cache.get(key)
+        if cached is not None:
+            try:
+                out = model.model_validate(parse_json_reply(cached), context=context)
+                self._bump("cache_hits")
+                return out
+            except (ValueError, ValidationError):
+                pass
+        errors: list[str] = []
+        convo = list(messages)
+        k = 0
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self._bump("retries")
+            self._bump("requests")
+            try:
+                text = self.backend.chat(convo, None, self.sampling).content
+            except BackendError as e:
+                errors.append(f"attempt {attempt + 1}: backend error: {e}")
+                status = getattr(e, "status_code", None)
+                if status in _NO_RETRY:
+                    break
+                if attempt < self.max_retries:
+                    time.sleep(min(self.backoff_s * 2**k, self.max_backoff_s))
+                    k += 1
+                continue
+            try:
+                out = model.model_validate(parse_json_reply(text), context=context)
+            except (ValueError, ValidationError) as e:
+                msg = _validation_message(e) if isinstance(e, ValidationError) else str(e)
+                errors.append(f"attempt {attempt + 1}: invalid reply: {msg}")
+                convo = list(messages) + [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": f"That reply was rejected ({msg}). Send only the corrected JSON object."},
+                ]
+                continue
+            self._cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
+            return out
+        raise JSONAskError(f"{model.__name__}: no valid reply from {self.model_id}", errors)
+
+    def close(self) -> None:
+        self._cache.close()

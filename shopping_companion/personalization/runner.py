@@ -1,0 +1,167 @@
+"""Run the assistant variants over a built dataset (`shopcomp personalize run`).
+
+``dialogues.jsonl`` gets one record per (case, variant, memory mode) — the whole dialogue with
+every :class:`~.agents.TurnRecord` — appended, flushed and fsynced as each dialogue finishes. A
+rerun skips keys already present without an error (errored dialogues are retried). ``run.json``
+holds the run identity (engine, embedder, retrieval depths, dataset manifest hash); resuming with
+a different identity raises :class:`ConfigError` instead of mixing results.
+
+By default memory ablations (Table 11) run for the ``full`` variant only; the other variants use
+``memory="full"``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from shopping_companion.errors import ConfigError
+from shopping_companion.personalization.agents import VARIANTS, Assistant, RoleEngine
+from shopping_companion.personalization.build import Case, load_cases, load_item_reviews, load_items
+from shopping_companion.personalization.metrics import first_hit_turn, retrieval_correct
+from shopping_companion.personalization.retrieval import ProductIndex, ReviewIndex, TextEmbedder, build_product_index, review_text
+
+__all__ = ["dialogue_key", "read_dialogues", "run_dialogues"]
+
+
+def dialogue_key(rec: dict[str, Any]) -> tuple[str, str, str]:
+    """``(case_id, variant, memory)``."""
+    return rec["case_id"], rec["variant"], rec["memory"]
+
+
+def read_dialogues(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Complete lines of a dialogues file; the newest record per key wins."""
+    p = Path(path)
+    out: dict[tuple, dict] = {}
+    if not p.exists():
+        return []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        out[dialogue_key(rec)] = rec
+    return list(out.values())
+
+
+def _identity(dataset: Path, engine: RoleEngine, embedder_name: str, k: tuple[int, int, int]) -> dict[str, Any]:
+    man = (dataset / "manifest.json").read_bytes() if (dataset / "manifest.json").exists() else b""
+    cases = (dataset / "cases.jsonl").read_bytes()
+    return {"engine": engine.name, "engine_kind": engine.kind, "embedder": embedder_name, "k_d": k[0], "k_p": k[1],
+            "k_r": k[2], "dataset_sha256": hashlib.sha256(man + cases).hexdigest()[:16]}
+
+
+def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], engine: RoleEngine,
+                  embedder: TextEmbedder, *, variants: list[str] | None = None, memory_modes: list[str] | None = None,
+                  ablation_variants: tuple[str, ...] = ("full",), embedder_name: str = "minilm", k_d: int = 1,
+                  k_p: int = 5, k_r: int = 5, categories: list[str] | None = None, max_cases: int | None = None,
+                  concurrency: int = 1, record_messages: bool = False,
+                  progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """Run every (case, variant, memory) dialogue not yet in ``<out_dir>/dialogues.jsonl``.
+
+    ``variants``: names (default all five); ``memory_modes``: applied to ``ablation_variants``
+    (default ``["full"]``: no ablation). ``categories`` / ``max_cases``: restrict the cases.
+    ``concurrency``: dialogues in flight (threads; useful with an LLM endpoint). Returns the
+    dialogues path. Raises :class:`ConfigError` for unknown names or a foreign run identity.
+    """
+    dataset = Path(dataset_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    variants = variants or list(VARIANTS)
+    for v in variants:
+        if v not in VARIANTS:
+            raise ConfigError(f"variants: unknown {v!r}; allowed {list(VARIANTS)}")
+    memory_modes = memory_modes or ["full"]
+    ident = _identity(dataset, engine, embedder_name, (k_d, k_p, k_r))
+    idp = out / "run.json"
+    if idp.exists():
+        old = json.loads(idp.read_text())
+        diff = {k: (old.get(k), ident[k]) for k in ident if old.get(k) != ident[k]}
+        if diff:
+            raise ConfigError(f"run identity: {out} holds a different run ({diff}); use another --out")
+    else:
+        idp.write_text(json.dumps(ident, indent=2))
+    cases = load_cases(dataset)
+    if categories:
+        cases = [c for c in cases if c.case.category in set(categories)]
+    if max_cases is not None:
+        cases = cases[:max_cases]
+    path = out / "dialogues.jsonl"
+    done = {dialogue_key(r) for r in read_dialogues(path) if not r.get("error")}
+    jobs = [(c, v, m) for c in cases for v in variants for m in (memory_modes if v in ablation_variants else ["full"])
+            if (c.case.case_id, v, m) not in done]
+    indexes: dict[str, tuple[ProductIndex, dict]] = {}
+
+    def index_for(cat: str) -> tuple[ProductIndex, dict]:
+        if cat not in indexes:
+            items = load_items(dataset, cat)
+            indexes[cat] = (build_product_index(items, load_item_reviews(dataset, cat), embedder), items)
+        return indexes[cat]
+
+    # build indexes up front (single-threaded; the embedder cache is shared)
+    for cat in sorted({c.case.category for c, _, _ in jobs}):
+        index_for(cat)
+    review_idx: dict[str, ReviewIndex] = {}
+    for c in {c.case.case_id: c for c, _, _ in jobs}.values():
+        revs = c.case.visible_reviews
+        vecs = embedder.encode([review_text(r) for r in revs]) if revs else np.zeros((0, 1), np.float32)
+        review_idx[c.case.case_id] = ReviewIndex(revs, vecs)
+
+    def one(job: tuple[Case, str, str]) -> dict[str, Any]:
+        c, v, m = job
+        pidx, items = indexes[c.case.category]
+        t0 = time.perf_counter()
+        rec: dict[str, Any] = {"case_id": c.case.case_id, "category": c.case.category, "user_id": c.case.user_id,
+                               "variant": v, "memory": m, "engine": engine.name, "engine_kind": engine.kind,
+                               "embedder": embedder_name, "target_asin": c.case.target_asin,
+                               "target_title": c.target_item.title, "title_source": c.target_item.title_source,
+                               "error": None}
+        a = Assistant(v, m, engine, embedder, pidx, items, review_idx[c.case.case_id], k_d=k_d, k_p=k_p, k_r=k_r,
+                      record_messages=record_messages)
+        try:
+            a.run(c.trajectory.queries)
+        except Exception as e:  # noqa: BLE001 - recorded per dialogue; the run goes on
+            rec["error"] = f"{type(e).__name__}: {e}"[:500]
+        turns = a.turns
+        rec["turns"] = [t.model_dump(exclude_none=True) for t in turns]
+        rec["n_turns"] = len(turns)
+        rec["first_hit_turn"] = first_hit_turn([t.retrieved for t in turns], c.case.target_asin)
+        rec["first_rec_hit_turn"] = first_hit_turn([t.recommended for t in turns], c.case.target_asin)
+        ok, best = retrieval_correct(c.target_item.title, [t.reply for t in turns])
+        rec["overlap_max"], rec["retrieval_correct"] = best, ok
+        rec["wall_s"] = time.perf_counter() - t0
+        return rec
+
+    lock = open(out / "dialogues.lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ConfigError(f"run: another process is writing {path}") from None
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            def write(rec: dict[str, Any]) -> None:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+                if progress:
+                    progress(rec)
+
+            if concurrency <= 1:
+                for j in jobs:
+                    write(one(j))
+            else:
+                with ThreadPoolExecutor(concurrency) as ex:
+                    for rec in ex.map(one, jobs):
+                        write(rec)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+    return path
