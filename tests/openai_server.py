@@ -108,6 +108,7 @@ class ScriptedOpenAIServer:
         model: str = "scripted-model",
         host: str = "127.0.0.1",
         port: int = 0,
+        embed: Callable[[str], list[float]] | None = None,
     ) -> None:
         if callable(script):
             self._script_fn: Callable[[dict[str, Any]], ResponseSpec] | None = script
@@ -116,6 +117,8 @@ class ScriptedOpenAIServer:
             self._script_fn = None
             self._script = list(script)
         self.model = model
+        #: text -> vector for POST /v1/embeddings (no route without it)
+        self.embed = embed
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -331,6 +334,9 @@ class _Handler(BaseHTTPRequestHandler):
             RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         )
         path = self.path.split("?")[0].rstrip("/")
+        if path in ("/v1/embeddings", "/embeddings") and self.owner.embed is not None:
+            self._embeddings(body)
+            return
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._send_error_json(404, f"no route for POST {self.path}")
             return
@@ -345,6 +351,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error_json(500, msg)
             return
         self._serve(body, spec)
+
+    def _embeddings(self, body: Any) -> None:
+        """OpenAI embeddings response for ``body["input"]`` (a string or a list of strings), vectors
+        from the owner's ``embed`` function, returned in reverse order to exercise ``index``."""
+        if not isinstance(body, dict) or not isinstance(body.get("input"), (str, list)):
+            self._send_error_json(400, "input: must be a string or a list of strings")
+            return
+        inputs = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        data = [{"object": "embedding", "index": i, "embedding": list(self.owner.embed(str(t)))}
+                for i, t in enumerate(inputs)]
+        self._send_json(200, {"object": "list", "data": data[::-1], "model": body.get("model", self.owner.model),
+                              "usage": {"prompt_tokens": 0, "total_tokens": 0}})
 
     def _serve(self, body: dict[str, Any], spec: ResponseSpec) -> None:
         if isinstance(spec, str):

@@ -126,3 +126,35 @@ def test_spearman_against_scipy():
     b = [4, 4, 5, 3, 5, 1, 2]
     assert spearman(a, b) == pytest.approx(stats.spearmanr(a, b).statistic)
     assert math.isnan(spearman([5, 5, 5], [1, 2, 3]))
+
+
+def test_openai_embedder_over_a_local_embeddings_endpoint(monkeypatch):
+    """``openai:<model>`` embeddings: batched requests, rows put back in input order by ``index``,
+    L2-normalised, the key sent as a bearer token; a failing endpoint raises BackendError."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from shopping_companion.llm.base import BackendError
+    from shopping_companion.personalization.retrieval import make_text_embedder
+    from tests.openai_server import ScriptedOpenAIServer
+
+    table = {"red shoe": [3.0, 4.0, 0.0], "blue hat": [0.0, 0.0, 2.0], "red hat": [1.0, 0.0, 1.0]}
+    monkeypatch.setenv("EMB_KEY", "k-123")
+    with ScriptedOpenAIServer([], embed=lambda t: table[t]) as srv:
+        emb = make_text_embedder("openai:emb-model", base_url=srv.base_url, api_key_env="EMB_KEY")
+        emb.batch_size = 2
+        m = emb.encode(["red shoe", "blue hat", "red hat"])
+        posts = [r for r in srv.requests if r.method == "POST"]
+        assert [r.body["input"] for r in posts] == [["red shoe", "blue hat"], ["red hat"]]
+        assert all(r.body["model"] == "emb-model" for r in posts)
+        assert {r.authorization for r in posts} == {"Bearer k-123"}
+    np.testing.assert_allclose(m, [[0.6, 0.8, 0.0], [0.0, 0.0, 1.0], [2 ** -0.5, 0.0, 2 ** -0.5]], atol=1e-6)
+    q = normalize(np.array([[1.0, 0.0, 0.0]], dtype=np.float32))[0]
+    assert top_k(cosine(q, m), 2) == [2, 0]  # red hat (0.707) before red shoe (0.6)
+    with ScriptedOpenAIServer([]) as srv:  # no embeddings route: HTTP 404
+        emb = make_text_embedder("openai:emb-model", base_url=srv.base_url)
+        with pytest.raises(BackendError, match="emb-model"):
+            emb.encode(["x"])
+    with pytest.raises(ConfigError, match="openai:<model>"):
+        make_text_embedder("qwen3-embedding")
