@@ -605,8 +605,10 @@ def _add_subcommands() -> None:
     """Training and second-benchmark command groups (their modules import heavy stacks lazily)."""
     from shopping_companion.personalization.cli import app as personalize_app
     from shopping_companion.sft.cli import app as sft_app
+    from shopping_companion.trainers.cli import app as grpo_app
 
     app.add_typer(sft_app, name="sft", help="SFT: rejection sampling, step-level examples, LLaMA-Factory export.")
+    app.add_typer(grpo_app, name="grpo", help="GRPO: verl parquet datasets and launch (cluster), TRL on one node.")
     app.add_typer(personalize_app, name="personalize",
                   help="Second benchmark: multi-agent personalised RAG over Amazon Reviews 2023 (build, run, eval).")
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPU smoke test of the verl GRPO path (one GPU, < 10 minutes): a few GRPO steps of a small model
+# on a handful of tasks, then throughput figures. NOT RUN in development (no GPU there); written
+# from verl 0.9.1's config (the same configs/grpo/*.yaml the CPU tests compose) — see docs/grpo.md.
+#
+#   MODEL=/path/to/Qwen3-0.6B BENCH=runs/bench scripts/gpu_smoke.sh [extra hydra overrides]
+#
+# Needs: CUDA, `pip install -e ".[verl]" vllm` (vLLM matching verl 0.9.1), a benchmark directory
+# (shopcomp synth --out runs/bench --n-tasks 20), the catalog data, and a local model directory
+# (no downloads). Prints tokens/s, steps/s and the share of rollout time spent in our environment
+# (agent_loop/tool_calls = environment time per trajectory, agent_loop/generate_sequences = model).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${MODEL:?set MODEL to a local model directory, e.g. Qwen3-0.6B}"
+BENCH="${BENCH:-runs/bench}"
+OUT="${OUT:-runs/gpu_smoke}"
+STEPS="${STEPS:-3}"
+PY="${PYTHON:-python}"
+mkdir -p "$OUT"
+"$PY" -m shopping_companion.trainers.cli prepare --benchmark "$BENCH" --out "$OUT/data" --limit 4 >/dev/null
+export WANDB_MODE=offline HYDRA_FULL_ERROR=1 VLLM_USE_V1=1
+ray status >/dev/null 2>&1 || ray start --head --num-gpus 1 --disable-usage-stats >/dev/null
+start=$(date +%s)
+"$PY" -m shopping_companion.trainers.cli launch --variant outcome_tool --model "$MODEL" --data-dir "$OUT/data" --run \
+  trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.total_training_steps="$STEPS" trainer.logger='[console]' \
+  trainer.save_freq=-1 trainer.test_freq=-1 trainer.val_before_train=false trainer.default_local_dir="$OUT/ckpt" \
+  data.train_batch_size=4 actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 \
+  data.max_prompt_length=6144 data.max_response_length=4096 actor_rollout_ref.actor.ppo_max_token_len_per_gpu=12288 \
+  actor_rollout_ref.rollout.multi_turn.max_assistant_turns=6 actor_rollout_ref.rollout.agent.num_workers=2 \
+  actor_rollout_ref.model.lora_rank=0 actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
+  actor_rollout_ref.rollout.tensor_model_parallel_size=1 "$@" 2>&1 | tee "$OUT/train.log"
+end=$(date +%s)
+"$PY" - "$OUT/train.log" "$STEPS" "$((end - start))" <<'PYEOF'
+import re, sys, statistics
+log, steps, wall = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
+def vals(key):
+    return [float(m) for m in re.findall(re.escape(key) + r":\s*([-+0-9.eE]+)", log)]
+step_s = vals("timing_s/step"); tps = vals("perf/throughput")
+env = vals("agent_loop/tool_calls/mean"); gen = vals("agent_loop/generate_sequences/mean")
+print(f"wall {wall} s for {steps} steps (incl. start-up)")
+if step_s:
+    print(f"steps/s {1 / statistics.median(step_s):.3f} (median step {statistics.median(step_s):.1f} s)")
+if tps:
+    print(f"tokens/s per GPU {statistics.median(tps):.0f}")
+if env and gen:
+    share = [e / (e + g) for e, g in zip(env, gen) if e + g > 0]
+    print(f"environment share of rollout time per trajectory {100 * statistics.median(share):.1f}% "
+          f"(env {statistics.median(env):.2f} s, generation {statistics.median(gen):.2f} s)")
+for k in ("critic/score/mean", "critic/rewards/mean"):
+    if vals(k):
+        print(f"{k} {vals(k)}")
+PYEOF

@@ -1,0 +1,385 @@
+"""Token-level GRPO episodes over :class:`~shopping_companion.envs.env.ShoppingCompanionEnv`
+(Shopping Companion §5.1, §6.1, App. D.1–D.2), independent of any trainer.
+
+One dataset row is one (task, stage) pair (App. D.1: 800 train tasks → 1,600 rows). A row of
+stage 1 trains preference identification: the trajectory is stage 1 of a two-stage episode. A row
+of stage 2 trains shopping execution: stage 1 is played first by ``stage1`` —
+
+- ``"gold"``: the scripted :class:`~shopping_companion.envs.scripted.GoldPolicy` (real memory-tool
+  calls, then the gold preferences), so stage 2 opens with the reference preferences;
+- ``"policy"``: the policy being trained (through the same ``generate``; these tokens are not part
+  of the returned trajectory and are not trained on);
+
+then the user simulator answers at the row's ``hint`` level (the paper trains with ``none``,
+§6.1) and stage 2 is the returned trajectory.
+
+The trajectory is kept as token ids, never re-tokenised from text (DESIGN.md §12): ``prompt_ids``
+is the chat template over the stage's opening messages and tool schemas; every assistant turn
+appends the ids the model generated (``response_mask`` 1); every observation (tool results,
+reminders) appends the ids of the template's rendering of the new messages (``response_mask`` 0),
+computed as the text the template adds after the assistant turn. After each observation the
+decoded ids are compared with the template's rendering of the environment's messages; a difference
+(template drift, e.g. a thinking template that rewrites earlier turns) is counted in
+``prefix_mismatches``, never silently ignored.
+
+Limits: the environment ends a stage after ``max_turns`` assistant turns (paper: 20). The
+response (generated + observation tokens) is capped at ``response_length`` tokens (paper: 32,768):
+each generation may use at most the remaining budget, and a stage that runs out of it ends with
+termination ``token_budget`` and is judged and rewarded as it stands (usually without an answer).
+Malformed model output is the environment's business: it becomes an error observation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Literal
+
+from shopping_companion.types import RewardBreakdown, StageResult, Trajectory, Verdict
+
+__all__ = [
+    "Generation",
+    "GenerateFn",
+    "ChatTokens",
+    "TokenEpisode",
+    "EpisodeOutput",
+    "run_row_episode",
+    "STAGE1_SOURCES",
+]
+
+STAGE1_SOURCES = ("gold", "policy")
+Stage1Source = Literal["gold", "policy"]
+
+
+@dataclass
+class Generation:
+    """One model answer: ``token_ids`` generated (may end with EOS) and, optionally, their log-probs."""
+
+    token_ids: list[int]
+    log_probs: list[float] | None = None
+
+
+#: ``generate(context_ids, sampling_params) -> Generation``; ``sampling_params`` carries ``max_tokens``.
+GenerateFn = Callable[[list[int], dict[str, Any]], Awaitable[Generation]]
+
+
+class ChatTokens:
+    """Chat-template rendering and tokenisation for one tokenizer.
+
+    ``render(messages, tools, add_generation_prompt)`` returns the template's text;
+    ``encode(text)`` its ids (special tokens in the text are parsed, none added);
+    ``decode(ids)`` the exact text of ids (special tokens kept); ``content(ids)`` the text the
+    environment receives as the assistant's message (see :meth:`content`).
+    ``chat_template_kwargs`` go to ``apply_chat_template`` (e.g. ``{"enable_thinking": True}``).
+    """
+
+    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> None:
+        self.tok = tokenizer
+        self.kwargs = dict(chat_template_kwargs or {})
+        eos = tokenizer.eos_token_id
+        self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+        self.eos_text: str = tokenizer.eos_token or ""
+        self._tail: str | None = None
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               add_generation_prompt: bool) -> str:
+        return self.tok.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False, **self.kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+    def content(self, ids: list[int]) -> str:
+        """The assistant message the environment receives: the generated text exactly, special
+        tokens included (so the environment's chat re-renders to the same ids), minus the
+        trailing stop (EOS) token(s)."""
+        end = len(ids)
+        while end > 0 and ids[end - 1] in self.eos_ids:
+            end -= 1
+        return self.tok.decode(ids[:end], skip_special_tokens=False)
+
+    @property
+    def assistant_tail(self) -> str:
+        """The text the template writes after an assistant message's content (``<|im_end|>\\n``
+        for Qwen templates), found by rendering a probe conversation."""
+        if self._tail is None:
+            probe = "\u2063probe\u2063"
+            msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": probe}]
+            text = self.render(msgs, None, False)
+            i = text.rfind(probe)
+            self._tail = text[i + len(probe):] if i >= 0 else self.eos_text
+        return self._tail
+
+
+@dataclass
+class TokenEpisode:
+    """The token buffers of one trajectory: ``prompt_ids`` (length P), ``response_ids``,
+    ``response_mask`` (1 = generated by the policy, 0 = observation) and ``response_logprobs``
+    (same length as ``response_ids`` when the generator returns log-probs, else empty)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    response_logprobs: list[float] = field(default_factory=list)
+    has_logprobs: bool = True
+
+    @property
+    def context(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+    def add(self, ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
+        self.response_ids.extend(ids)
+        self.response_mask.extend([mask] * len(ids))
+        if logprobs is not None and len(logprobs) == len(ids):
+            self.response_logprobs.extend(float(x) for x in logprobs)
+        else:
+            if mask == 1:
+                self.has_logprobs = False
+            self.response_logprobs.extend([0.0] * len(ids))
+
+    def truncate(self, n: int) -> None:
+        del self.response_ids[n:], self.response_mask[n:], self.response_logprobs[n:]
+
+
+@dataclass
+class EpisodeOutput:
+    """The trained trajectory of one row and what the environment made of it.
+
+    ``tokens``: the :class:`TokenEpisode`. ``stage``: the trained stage (1 or 2). ``result``: the
+    judged and rewarded :class:`StageResult` (None when the judge failed). ``reward``: its
+    :class:`RewardBreakdown` (``total`` = the rubric's Eq. 12 sum by default). ``judge_failed``: a
+    reason string when the judge failed (the trajectory must not be trained on as a 0).
+    ``messages``: the stage's chat as the environment saw it (OpenAI dicts). ``num_turns``:
+    messages of the stage after the system prompt. ``termination``: ``answered`` |
+    ``max_turns`` | ``token_budget``. ``env_s`` / ``generate_s``: wall seconds spent in the
+    environment (tools, parsing, judge, reward, simulator, tokenisation of observations) and in
+    generation. ``stage1``: a summary of the stage played before a stage-2 row (source, turns,
+    termination, generated tokens). ``prefix_mismatches``: observations whose ids did not
+    reproduce the template's rendering (0 expected).
+    """
+
+    tokens: TokenEpisode
+    stage: int
+    task_id: str
+    result: StageResult | None
+    reward: RewardBreakdown
+    judge_failed: str | None
+    messages: list[dict[str, Any]]
+    num_turns: int
+    termination: str
+    env_s: float
+    generate_s: float
+    n_generations: int
+    prefix_mismatches: int
+    stage1: dict[str, Any] | None = None
+
+    def extra_fields(self) -> dict[str, Any]:
+        """JSON-able fields for a trainer (verl ``AgentLoopOutput.extra_fields``; the reward
+        function reads ``shopcomp_reward``)."""
+        return {
+            "shopcomp_reward": self.reward.model_dump(),
+            "shopcomp_stage": self.stage,
+            "shopcomp_task_id": self.task_id,
+            "shopcomp_termination": self.termination,
+            "shopcomp_judge_failed": self.judge_failed or "",
+            "shopcomp_env_s": self.env_s,
+            "shopcomp_generate_s": self.generate_s,
+            "shopcomp_prefix_mismatches": self.prefix_mismatches,
+            "shopcomp_stage1": self.stage1 or {},
+        }
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _score_unfinished(env: Any, reason: str) -> tuple[StageResult | None, RewardBreakdown, str | None]:
+    """Judge and reward the current stage as it stands (the response budget ran out)."""
+    traj: Trajectory = env.trajectory
+    traj.termination = reason  # type: ignore[assignment]
+    try:
+        verdict: Verdict = env.judge.judge(env.task, traj)
+    except Exception as e:  # a judge failure is recorded, never scored as 0
+        return None, RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)}), \
+            f"judge failed: {type(e).__name__}: {str(e)[:300]}"
+    if verdict.failed:
+        return None, RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)}), \
+            "judge failed: " + ("; ".join(verdict.reasons) or "no reason given")
+    reward = env.reward_fn(env.task, traj, verdict)
+    return StageResult(trajectory=traj, verdict=verdict, reward=reward), reward, None
+
+
+async def _play_stage1(env: Any, source: Stage1Source, chat: ChatTokens, generate: GenerateFn,
+                       sampling: dict[str, Any], response_length: int) -> dict[str, Any]:
+    """Play stage 1 until the environment moves to stage 2 (or ends). Returns a summary."""
+    from shopping_companion.envs.scripted import GoldPolicy
+
+    n_gen = 0
+    turns = 0
+    if source == "gold":
+        policy = GoldPolicy(env.task)
+        while env.stage == 1 and not env.done:
+            msg = policy.chat(env.messages, env.tool_schemas)
+            await env.astep(msg)
+            turns += 1
+    else:
+        ep = TokenEpisode(chat.encode(chat.render(env.messages, env.tool_schemas, True)))
+        while env.stage == 1 and not env.done:
+            budget = response_length - len(ep.response_ids)
+            if budget <= 0:
+                # stage 1 ran out of tokens: hand over an empty answer so stage 2 still opens
+                await env.astep("<answer>{\"preferences\": []}</answer>")
+                turns += 1
+                break
+            gen = await generate(ep.context, {**sampling, "max_tokens": budget})
+            ids = list(gen.token_ids)[:budget]
+            n_gen += len(ids)
+            ep.add(ids, 1)
+            before = env.messages
+            res = await env.astep(chat.content(ids))
+            turns += 1
+            if env.stage == 1 and not res.info.get("stage_done"):
+                _append_observation(ep, chat, before, env, ids)
+    first = env.results[0] if env.results else None
+    return {
+        "source": source,
+        "turns": turns,
+        "generated_tokens": n_gen,
+        "termination": first.trajectory.termination if first else "none",
+        "R_z": first.reward.components.get("R_z", 0.0) if first else 0.0,
+        "feedback": env.feedback.text if env.feedback is not None else None,
+    }
+
+
+def _append_observation(ep: TokenEpisode, chat: ChatTokens, before: list[dict[str, Any]], env: Any,
+                        generated: list[int]) -> bool:
+    """Append the observation tokens (mask 0) for the messages the environment added after the
+    assistant turn. Returns True when the ids reproduce the template's rendering exactly."""
+    tools = env.tool_schemas
+    with_assistant = env.messages[: len(before) + 1]
+    prev = chat.render(with_assistant, tools, False)
+    full = chat.render(env.messages, tools, True)
+    if full.startswith(prev):
+        obs_text = full[len(prev):]
+    else:
+        obs_text = full[_common_prefix(full, prev):]
+    tail = chat.assistant_tail
+    ended = bool(generated) and generated[-1] in chat.eos_ids
+    if ended and chat.eos_text and tail.startswith(chat.eos_text):
+        closing = tail[len(chat.eos_text):]
+    elif ended:
+        closing = ""
+    else:
+        closing = tail
+    ep.add(chat.encode(closing + obs_text), 0)
+    return chat.decode(ep.context) == full
+
+
+async def run_row_episode(
+    env: Any,
+    stage: int,
+    chat: ChatTokens,
+    generate: GenerateFn,
+    sampling: dict[str, Any],
+    response_length: int,
+    *,
+    stage1: Stage1Source = "gold",
+    seed: int | None = None,
+) -> EpisodeOutput:
+    """Run one dataset row's episode and return its trained trajectory (module docstring).
+
+    Args:
+        env: a fresh two-stage :class:`ShoppingCompanionEnv` (not reset yet).
+        stage: the row's stage, 1 or 2.
+        chat: :class:`ChatTokens` of the policy's tokenizer.
+        generate: the policy, ``(context_ids, sampling) -> Generation``.
+        sampling: sampling parameters passed through to ``generate`` (``max_tokens`` is set here
+            to the remaining response budget).
+        response_length: the response token budget (generated + observation tokens), >= 1.
+        stage1: who plays stage 1 of a stage-2 row: ``"gold"`` or ``"policy"``.
+        seed: recorded by ``env.reset``.
+
+    Raises:
+        ValueError: ``stage`` not in {1, 2}, ``stage1`` not in :data:`STAGE1_SOURCES`,
+            ``response_length`` < 1, or an environment that is not in ``two_stage`` mode.
+    """
+    if stage not in (1, 2):
+        raise ValueError(f"stage: must be 1 or 2, got {stage!r}")
+    if stage1 not in STAGE1_SOURCES:
+        raise ValueError(f"stage1: must be one of {STAGE1_SOURCES}, got {stage1!r}")
+    if response_length < 1:
+        raise ValueError(f"response_length: must be >= 1, got {response_length}")
+    if env.mode != "two_stage":
+        raise ValueError(f"env.config.mode: GRPO rows need 'two_stage', got {env.mode!r}")
+
+    env_s = 0.0
+    gen_s = 0.0
+    t = time.perf_counter()
+    env.reset(seed=seed)
+    stage1_info = None
+    if stage == 2:
+        stage1_info = await _play_stage1(env, stage1, chat, generate, sampling, response_length)
+    messages0 = env.messages
+    ep = TokenEpisode(chat.encode(chat.render(messages0, env.tool_schemas, True)))
+    env_s += time.perf_counter() - t
+
+    mismatches = 0
+    n_gen = 0
+    termination = "running"
+    done_result = None
+    while True:
+        budget = response_length - len(ep.response_ids)
+        if budget <= 0:
+            termination = "token_budget"
+            break
+        t = time.perf_counter()
+        gen = await generate(ep.context, {**sampling, "max_tokens": budget})
+        gen_s += time.perf_counter() - t
+        n_gen += 1
+        ids = list(gen.token_ids)[:budget]
+        lps = list(gen.log_probs)[:budget] if gen.log_probs is not None else None
+        t = time.perf_counter()
+        ep.add(ids, 1, lps)
+        before = env.messages
+        res = await env.astep(chat.content(ids))
+        if res.info.get("stage_done"):
+            termination = str(res.info.get("termination"))
+            done_result = res
+            env_s += time.perf_counter() - t
+            break
+        if not _append_observation(ep, chat, before, env, ids):
+            mismatches += 1
+        env_s += time.perf_counter() - t
+        if len(ep.response_ids) >= response_length:
+            ep.truncate(response_length)
+            termination = "token_budget"
+            break
+
+    t = time.perf_counter()
+    if termination == "token_budget":
+        msgs = env.messages
+        result, reward, judge_failed = await asyncio.to_thread(_score_unfinished, env, "token_budget")
+    else:
+        assert done_result is not None
+        ended = [r for r in env.results if r.trajectory.stage == stage]
+        result = ended[-1] if ended else None
+        judge_failed = done_result.info.get("judge_failed")
+        reward = RewardBreakdown.model_validate(done_result.info["reward_breakdown"])
+        msgs = [m.model_dump(exclude_none=True) for m in ended[-1].trajectory.messages] if ended else env.messages
+        if judge_failed:
+            result = None
+    env_s += time.perf_counter() - t
+    return EpisodeOutput(
+        tokens=ep, stage=stage, task_id=env.task.task_id, result=result, reward=reward,
+        judge_failed=judge_failed, messages=msgs, num_turns=len(msgs) - 1, termination=termination,
+        env_s=env_s, generate_s=gen_s, n_generations=n_gen, prefix_mismatches=mismatches, stage1=stage1_info,
+    )

@@ -1,0 +1,171 @@
+"""What an RL rollout worker needs to build :class:`~shopping_companion.envs.env.ShoppingCompanionEnv`
+episodes: the benchmark's tasks and sessions, the product index, the embedder, the judge and the
+reward rubric — loaded once per process and shared by every trajectory of that process.
+
+verl instantiates one agent-loop object per trajectory (and TRL calls its rollout function once per
+batch), so heavy services cannot live on those objects. :func:`get_resources` caches one
+:class:`EnvResources` per :class:`ResourceSpec` per process; per-trajectory state (the environment,
+its token buffers) always lives in the caller's own scope.
+
+Tests and notebooks that already hold the services build :class:`EnvResources` directly and make
+it visible to agent loops with :func:`register_resources` (the loop names it in its config).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from shopping_companion.types import Product, Session, Task
+
+__all__ = ["ResourceSpec", "EnvResources", "get_resources", "register_resources", "registered_resources"]
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """Where a worker loads its services from (all paths as strings; hashable, so it keys a cache).
+
+    ``benchmark``: a benchmark directory (``tasks.jsonl``, ``sessions.jsonl``, ``manifest.json``,
+    as written by ``shopcomp synth``). ``data_dir`` / ``index_dir``: the catalog data directory and
+    the BM25 index directory (defaults as in ``shopcomp eval``). ``rubric``: a built-in rubric name
+    (``paper`` = Eq. 12, ``outcome_only`` = the §6.3 ablation) or a rubric YAML path.
+    ``judge``: ``rule`` (the deterministic rule judge; the only judge a rollout worker builds by
+    itself). ``memory_cache``: per-user memory stores kept in memory (LRU), >= 1.
+    """
+
+    benchmark: str
+    data_dir: str | None = None
+    index_dir: str | None = None
+    rubric: str = "paper"
+    judge: str = "rule"
+    memory_cache: int = 256
+
+    def __post_init__(self) -> None:
+        if self.judge != "rule":
+            raise ValueError(f"judge: rollout workers build the rule judge only; got {self.judge!r} (allowed: 'rule')")
+        if self.memory_cache < 1:
+            raise ValueError(f"memory_cache: must be >= 1, got {self.memory_cache}")
+
+
+@dataclass
+class EnvResources:
+    """Shared, read-only services for many episodes.
+
+    ``tasks``: task id -> :class:`Task`. ``sessions``: session id -> :class:`Session` (the memory
+    pool). ``products``: a product backend (``ProductSearch``). ``embedder``: the MiniLM embedder of
+    the memory stores. ``judge``: an object with ``judge(task, trajectory) -> Verdict``.
+    ``reward_fn``: a rubric, ``(task, trajectory, verdict) -> RewardBreakdown``.
+    Memory stores are built on first use per user history and kept in an LRU of
+    ``memory_cache`` entries (thread-safe).
+    """
+
+    tasks: Mapping[str, Task]
+    sessions: Mapping[str, Session]
+    products: Any
+    embedder: Any
+    judge: Any
+    reward_fn: Callable[..., Any]
+    memory_cache: int = 256
+    _mem: "OrderedDict[str, Any]" = field(default_factory=OrderedDict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def task(self, task_id: str) -> Task:
+        """The task ``task_id``; ``KeyError`` naming the benchmark's size when unknown."""
+        try:
+            return self.tasks[task_id]
+        except KeyError:
+            raise KeyError(
+                f"task_id {task_id!r} is not in the benchmark ({len(self.tasks)} tasks); was the parquet "
+                "prepared from another benchmark directory?"
+            ) from None
+
+    def memory(self, task: Task) -> Any:
+        """The user's :class:`~shopping_companion.memory.store.MemoryStore` (cached per task history)."""
+        from shopping_companion.memory.store import MemoryStore
+
+        key = task.user_id + "\x00" + ",".join(r.session_id for r in task.history)
+        with self._lock:
+            if key in self._mem:
+                self._mem.move_to_end(key)
+                return self._mem[key]
+        store = MemoryStore.from_pool(self.sessions, task.history, self.embedder)
+        with self._lock:
+            self._mem[key] = store
+            while len(self._mem) > self.memory_cache:
+                self._mem.popitem(last=False)
+        return store
+
+    def make_env(self, task: Task, *, hint: str = "none", max_turns: int = 20, simulator_seed: int = 0,
+                 max_observation_chars: int = 12_000) -> Any:
+        """A fresh two-stage :class:`ShoppingCompanionEnv` for ``task`` (one per trajectory)."""
+        from shopping_companion.envs.env import EnvConfig, ShoppingCompanionEnv
+        from shopping_companion.envs.tools import ToolBox
+
+        cfg = EnvConfig(mode="two_stage", hint=hint, max_turns=max_turns, simulator_seed=simulator_seed,
+                        max_observation_chars=max_observation_chars)
+        tools = ToolBox(self.products, self.memory(task), cfg.max_observation_chars)
+        return ShoppingCompanionEnv(task, tools, self.judge, cfg, reward_fn=self.reward_fn)
+
+
+def _lookup(search: Any) -> Callable[[list[str]], dict[str, Product]]:
+    def lookup(ids: list[str]) -> dict[str, Product]:
+        out: dict[str, Product] = {}
+        for i in ids:
+            p = search.get(i)
+            if p is not None:
+                out[i] = p
+        return out
+
+    return lookup
+
+
+def build_resources(spec: ResourceSpec) -> EnvResources:
+    """Load everything ``spec`` names (the index is built on first use, ~1 min; embeddings cached)."""
+    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.judges.rule import RuleJudge
+    from shopping_companion.pipeline import make_embedder, open_product_search, resolve_sources
+    from shopping_companion.rewards.rubric import load_rubric
+
+    bench = load_benchmark(Path(spec.benchmark))
+    sources = resolve_sources(spec.data_dir)
+    search = open_product_search(index_dir=spec.index_dir, sources=sources)
+    lookup = _lookup(search)
+    rubric = load_rubric(spec.rubric, resources={"lookup": lookup})
+    return EnvResources(
+        tasks={t.task_id: t for t in bench.tasks},
+        sessions=bench.sessions,
+        products=search,
+        embedder=make_embedder(),
+        judge=RuleJudge(lookup, sessions=bench.sessions),
+        reward_fn=rubric,
+        memory_cache=spec.memory_cache,
+    )
+
+
+_REGISTERED: dict[str, EnvResources] = {}
+_BUILT: dict[ResourceSpec, EnvResources] = {}
+_BUILD_LOCK = threading.Lock()
+
+
+def register_resources(name: str, resources: EnvResources) -> None:
+    """Make ``resources`` available to agent loops in this process under ``name``."""
+    _REGISTERED[name] = resources
+
+
+def registered_resources(name: str) -> EnvResources:
+    """The resources registered under ``name``; ``KeyError`` listing the registered names."""
+    try:
+        return _REGISTERED[name]
+    except KeyError:
+        raise KeyError(f"no resources registered as {name!r} in this process (registered: {sorted(_REGISTERED)})") from None
+
+
+def get_resources(spec: ResourceSpec) -> EnvResources:
+    """The process-wide :class:`EnvResources` for ``spec`` (built once, then cached)."""
+    with _BUILD_LOCK:
+        if spec not in _BUILT:
+            _BUILT[spec] = build_resources(spec)
+        return _BUILT[spec]

@@ -1,0 +1,151 @@
+"""GRPO on one node (or CPU) with TRL's ``GRPOTrainer`` (needs the ``trl`` extra: ``trl==1.16.0``),
+over the same environment, token-level episodes and rubric as the verl path — for debugging a
+training setup before it goes to a cluster.
+
+:func:`make_rollout_func` returns TRL's ``rollout_func``: for every prompt of the batch (TRL's
+sampler already repeats each prompt ``num_generations`` times) it plays one row episode with
+:func:`~shopping_companion.trainers.episode.run_row_episode`, generating with the trainer's own
+model (``transformers.generate``), and returns ``prompt_ids``, ``completion_ids`` (the response:
+generated + observation tokens), ``env_mask`` (1 = generated, 0 = observation, TRL's name for
+verl's ``response_mask``), ``logprobs`` (None: TRL recomputes them) and the reward breakdown per
+completion (``shopcomp_reward``), which TRL forwards to the reward functions.
+
+:func:`reward_functions` gives TRL reward functions: ``shopcomp_total`` (the rubric's Eq. 12 total,
+the one that trains) and one per logged component (``R_z``, ``R_tool``, ``R_fmt``, ``success``)
+to pass with ``reward_weights`` 0, so TRL logs ``rewards/<name>/mean`` for each. A trajectory whose
+judge failed gets ``None`` (TRL leaves it out of the group baseline) instead of 0.
+
+Rows come from :func:`~shopping_companion.trainers.rows.build_rows` (same as the verl parquet); TRL
+passes only the ``prompt`` column to ``rollout_func``, so rows are found again by their prompt,
+and two rows with the same prompt are rejected up front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Callable
+
+from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
+from shopping_companion.trainers.resources import EnvResources
+from shopping_companion.trainers.reward import score_breakdown
+
+__all__ = ["make_rollout_func", "reward_functions", "trl_dataset_rows", "COMPONENTS"]
+
+COMPONENTS = ("R_z", "R_tool", "R_fmt", "success")
+
+
+def _key(prompt: Any) -> str:
+    msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
+    return json.dumps(msgs, sort_keys=True, ensure_ascii=False)
+
+
+def trl_dataset_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for a ``datasets.Dataset`` (``prompt`` plus flat ``task_id`` / ``stage`` / ``stage1`` /
+    ``hint`` columns). Raises ``ValueError`` when two rows share a prompt (TRL's rollout function
+    could not tell them apart)."""
+    out, seen = [], {}
+    for r in rows:
+        k = _key(r["prompt"])
+        ei = r["extra_info"]
+        if k in seen and seen[k] != (ei["task_id"], ei["stage"]):
+            raise ValueError(f"rows {seen[k]} and {(ei['task_id'], ei['stage'])} have the same prompt; "
+                             "TRL's rollout_func receives only prompts, so each row needs a distinct one")
+        seen[k] = (ei["task_id"], ei["stage"])
+        out.append({"prompt": r["prompt"], "task_id": ei["task_id"], "stage": int(ei["stage"]),
+                    "stage1": ei["stage1"], "hint": ei["hint"]})
+    return out
+
+
+def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, max_turns: int = 20,
+                      max_tokens_per_turn: int = 512, sampling: dict[str, Any] | None = None,
+                      rubric: Any = None) -> Callable[[list, Any], dict[str, list]]:
+    """TRL ``rollout_func(prompts, trainer)`` over our environment (module docstring).
+
+    Args:
+        resources: the shared services (:class:`EnvResources`).
+        rows: the dataset rows (from :func:`trl_dataset_rows`); prompts are looked up among them.
+        max_turns: assistant turns per stage (paper: 20).
+        max_tokens_per_turn: cap on one generation (the response budget is the trainer's
+            ``max_completion_length``).
+        sampling: ``temperature`` / ``top_p`` / ``top_k`` (default: the trainer's arguments).
+        rubric: re-weight the breakdown for the ``shopcomp_total`` reward (None: the environment's).
+
+    Raises ``KeyError`` at rollout time for a prompt that is not one of ``rows``.
+    """
+    by_prompt = {_key(r["prompt"]): r for r in rows}
+
+    def rollout(prompts: list, trainer: Any) -> dict[str, list]:
+        import torch
+
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tok = trainer.processing_class
+        chat = ChatTokens(tok, getattr(trainer, "chat_template_kwargs", None) or {})
+        args = trainer.args
+        sp = dict(sampling or {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k})
+        budget = int(args.max_completion_length)
+        was_training = model.training
+        model.eval()
+
+        async def generate(ids: list[int], params: dict[str, Any]) -> Generation:
+            n = max(1, min(int(params.get("max_tokens", max_tokens_per_turn)), max_tokens_per_turn))
+            kw: dict[str, Any] = {"max_new_tokens": n, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
+            temp = float(params.get("temperature") or 0.0)
+            if temp > 0:
+                kw.update(do_sample=True, temperature=temp, top_p=float(params.get("top_p") or 1.0),
+                          top_k=int(params["top_k"]) if params.get("top_k") else None)
+            else:
+                kw.update(do_sample=False)
+            x = torch.tensor([ids], device=model.device)
+            with torch.no_grad():
+                y = model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
+            return Generation(y[0, len(ids):].tolist())
+
+        async def play(prompt: Any) -> Any:
+            row = by_prompt.get(_key(prompt))
+            if row is None:
+                raise KeyError("rollout_func got a prompt that is not one of the dataset rows it was built with")
+            env = resources.make_env(resources.task(row["task_id"]), hint=row["hint"], max_turns=max_turns)
+            return await run_row_episode(env, int(row["stage"]), chat, generate, sp, budget, stage1=row["stage1"])
+
+        async def all_rows() -> list[Any]:
+            return [await play(p) for p in prompts]  # one model, one process: sequential generation
+
+        try:
+            eps = asyncio.run(all_rows())
+        finally:
+            model.train(was_training)
+        rewards = []
+        for e in eps:
+            br = e.reward.model_dump()
+            br["judge_failed"] = e.judge_failed or ""
+            br["scored"] = score_breakdown(br, rubric)
+            rewards.append(br)
+        return {
+            "prompt_ids": [e.tokens.prompt_ids for e in eps],
+            "completion_ids": [e.tokens.response_ids for e in eps],
+            "env_mask": [e.tokens.response_mask for e in eps],
+            "logprobs": None,
+            "shopcomp_reward": rewards,
+            "shopcomp_env_s": [e.env_s for e in eps],
+        }
+
+    return rollout
+
+
+def _component(name: str) -> Callable[..., list[float | None]]:
+    def fn(completions: list, shopcomp_reward: list[dict[str, Any]] | None = None, **kwargs: Any) -> list[float | None]:
+        if shopcomp_reward is None:
+            raise ValueError("shopcomp_reward missing: use make_rollout_func as the trainer's rollout_func")
+        key = "score" if name == "shopcomp_total" else name
+        return [None if r.get("judge_failed") else float(r["scored"][key]) for r in shopcomp_reward]
+
+    fn.__name__ = name
+    return fn
+
+
+def reward_functions() -> tuple[list[Callable[..., list[float | None]]], list[float]]:
+    """``(reward_funcs, reward_weights)`` for ``GRPOTrainer`` / ``GRPOConfig``: the total with
+    weight 1 and :data:`COMPONENTS` with weight 0 (logged only)."""
+    funcs = [_component("shopcomp_total")] + [_component(c) for c in COMPONENTS]
+    return funcs, [1.0] + [0.0] * len(COMPONENTS)

@@ -1,0 +1,83 @@
+"""Fixtures for the RL extras (verl 0.9.1, TRL 1.16.0): run in ``.venv-rl`` with
+``.venv-rl/bin/python -m pytest -q tests/extras/rl`` (``scripts/install_rl.sh`` builds it).
+
+Shadowing fix: verl's wheel installs a top-level REGULAR package named ``tests`` into
+site-packages. Our ``tests/`` directory has no ``__init__.py`` (a namespace package, importable
+because pytest puts the repository root on ``sys.path``), and Python's import system lets a
+regular package anywhere on ``sys.path`` win over a namespace portion — so ``import tests.tiny_model``
+would look inside verl's ``tests``. Before anything imports our helpers, this conftest binds
+``sys.modules["tests"]`` to a namespace module whose ``__path__`` is exactly our ``tests/``
+directory (and drops any ``tests.*`` submodules already loaded from elsewhere). Nothing outside
+this directory changes, and verl's own test package stays untouched on disk.
+
+Missing stacks: each test module calls :func:`require` for the packages it needs; it skips when
+they are missing, and FAILS when ``SHOPCOMP_REQUIRE_EXTRAS=1`` (CI sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+_OUR_TESTS = Path(__file__).resolve().parents[2]
+
+
+def _bind_our_tests_package() -> None:
+    mod = sys.modules.get("tests")
+    if mod is not None and [str(p) for p in getattr(mod, "__path__", [])] == [str(_OUR_TESTS)]:
+        return
+    pkg = types.ModuleType("tests")
+    pkg.__path__ = [str(_OUR_TESTS)]  # a namespace-style package rooted at our tests/ only
+    pkg.__package__ = "tests"
+    sys.modules["tests"] = pkg
+    for name in [n for n in sys.modules if n.startswith("tests.")]:
+        f = getattr(sys.modules[name], "__file__", None) or ""
+        if not f.startswith(str(_OUR_TESTS)):
+            del sys.modules[name]
+
+
+_bind_our_tests_package()
+
+
+def require(*modules: str) -> None:
+    """Import ``modules`` or skip (fail under ``SHOPCOMP_REQUIRE_EXTRAS=1``)."""
+    import importlib
+
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except ImportError as e:
+            if os.environ.get("SHOPCOMP_REQUIRE_EXTRAS") == "1":
+                pytest.fail(f"{m} is required (SHOPCOMP_REQUIRE_EXTRAS=1) but cannot be imported: {e}")
+            pytest.skip(f"{m} not installed (run scripts/install_rl.sh and use .venv-rl)")
+
+
+@pytest.fixture(scope="session")
+def tool_model_dir() -> Path:
+    """The tiny tool-calling model (overfit once, cached under the session's cache dir)."""
+    from tests.tiny_model import build_tool_calling_model
+
+    return build_tool_calling_model()
+
+
+@pytest.fixture(scope="session")
+def rl_kit(catalog_products, sgd_sessions, product_search, embedder):
+    """Real tasks (2 single + 1 add-on) over the real index and memory, as EnvResources."""
+    from tests.env_support import EnvKit, make_addon_task, make_single_tasks
+
+    from shopping_companion.rewards.rubric import load_rubric
+    from shopping_companion.trainers.resources import EnvResources
+
+    tasks, pool = make_single_tasks(catalog_products, sgd_sessions, n=2, seed=7, haystack_size=15)
+    addon = make_addon_task(catalog_products, sgd_sessions, seed=7, haystack_size=15)
+    pool.update(addon.pool)
+    tasks = tasks + [addon.task]
+    kit = EnvKit(product_search, embedder, pool)
+    return EnvResources(
+        tasks={t.task_id: t for t in tasks}, sessions=pool, products=product_search, embedder=embedder,
+        judge=kit.judge, reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
+    )

@@ -1,0 +1,207 @@
+"""verl 0.9.1 integration, offline on CPU: our parquet through verl's RLHFDataset, whole two-stage
+episodes through our agent loop inside verl's own AgentLoopWorker (fake server manager backed by
+a real tiny model), the reward breakdown through verl's reward loop to the batch the trainer
+reads, and verl's GRPO advantage on those rewards."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.extras.rl.conftest import require
+
+require("verl", "ray", "tensordict")
+
+from tests.extras.rl.rl_support import LocalReward, ScriptedServer, TinyModelServer, verl_config  # noqa: E402
+
+from shopping_companion.trainers.resources import register_resources  # noqa: E402
+from shopping_companion.trainers.rows import build_rows, write_parquet  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, rl_kit, tool_model_dir):
+    d = tmp_path_factory.mktemp("verl")
+    register_resources("rl-test", rl_kit)
+    tasks = list(rl_kit.tasks.values())
+    rows = build_rows(tasks, benchmark="(test kit)", stage1="policy")
+    path = write_parquet(rows, d / "train.parquet")
+    loop_yaml = d / "agent_loop.yaml"
+    loop_yaml.write_text(
+        "- name: shopping_companion\n"
+        "  _target_: shopping_companion.trainers.verl_agent_loop.ShoppingCompanionAgentLoop\n"
+        "  resources: rl-test\n  record_messages: true\n"
+    )
+    return {"dir": d, "parquet": path, "tasks": tasks, "rows": rows, "loop_yaml": str(loop_yaml)}
+
+
+def _dataset(setup, tool_model_dir, cfg):
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    tok = AutoTokenizer.from_pretrained(tool_model_dir)
+    return RLHFDataset(data_files=[str(setup["parquet"])], tokenizer=tok, config=cfg.data), tok
+
+
+def test_rlhf_dataset_reads_our_parquet(setup, tool_model_dir):
+    cfg = verl_config(tool_model_dir, setup["loop_yaml"])
+    ds, _ = _dataset(setup, tool_model_dir, cfg)
+    assert len(ds) == 2 * len(setup["tasks"])  # one row per (task, stage)
+    for i in range(len(ds)):
+        item = ds[i]
+        row = setup["rows"][i]
+        assert item["agent_name"] == "shopping_companion"
+        assert [dict(m) for m in item["raw_prompt"]] == row["prompt"]
+        assert item["extra_info"]["task_id"] == row["extra_info"]["task_id"]
+        assert item["extra_info"]["stage"] == (1 if i % 2 == 0 else 2)
+        assert item["index"] == i
+        gt = json.loads(item["reward_model"]["ground_truth"])
+        assert gt["reference_product_ids"] == rl_ref_ids(setup, row)
+
+
+def rl_ref_ids(setup, row):
+    return next(t for t in setup["tasks"] if t.task_id == row["extra_info"]["task_id"]).reference_product_ids
+
+
+def _batch(ds, n_repeat: int = 1, only: list[int] | None = None):
+    from verl import DataProto
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    items = [ds[i] for i in (only if only is not None else range(len(ds)))]
+    batch = DataProto.from_single_dict(collate_fn(items))
+    if n_repeat > 1:
+        batch = batch.repeat(repeat_times=n_repeat, interleave=True)
+    batch.non_tensor_batch["uid"] = np.array([str(x) for x in batch.non_tensor_batch["index"]], dtype=object)
+    return batch
+
+
+def _worker(cfg, server):
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    return AgentLoopWorker(cfg, llm_client=server, reward_loop_worker_handles=[LocalReward(RewardLoopWorker(cfg))])
+
+
+def _run(coro):
+    """verl's workers keep the event loop current at construction (``get_event_loop``); run there."""
+    from verl.utils.ray_utils import get_event_loop
+
+    return get_event_loop().run_until_complete(coro)
+
+
+def _segments(mask: list[int]) -> list[tuple[int, int, int]]:
+    out, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((mask[start], start, i))
+            start = i
+    return out
+
+
+def test_agent_loop_runs_two_stage_episodes_with_a_tiny_model(setup, tool_model_dir):
+    """Stage-2 rows with stage1='policy': the tiny model plays stage 1, the simulator runs, then
+    stage 2 is the trajectory. Masks are 0 exactly on observation tokens, and the decoded ids are
+    the chat the environment saw."""
+    from shopping_companion.trainers.episode import ChatTokens
+
+    cfg = verl_config(tool_model_dir, setup["loop_yaml"], max_turns=4)
+    ds, tok = _dataset(setup, tool_model_dir, cfg)
+    server = TinyModelServer(str(tool_model_dir))
+    worker = _worker(cfg, server)
+    out = _run(worker.generate_sequences(_batch(ds, only=[0, 1, 3])))
+    chat = ChatTokens(tok)
+    nt = out.non_tensor_batch
+    tool_calls_seen = 0
+    for i in range(len(out)):
+        stage = int(nt["shopcomp_stage"][i])
+        msgs = nt["shopcomp_messages"][i]
+        prompt = out.batch["prompts"][i]
+        attn = out.batch["attention_mask"][i]
+        P = prompt.shape[0]
+        prompt_ids = prompt[attn[:P].bool()].tolist()
+        resp_len = int(attn[P:].sum())
+        resp = out.batch["responses"][i][:resp_len].tolist()
+        mask = out.batch["response_mask"][i][:resp_len].tolist()
+        assert stage == (1 if i == 0 else 2)
+        text = chat.decode(prompt_ids + resp)
+        last = max(j for j, m in enumerate(msgs) if m["role"] == "assistant")
+        seen = msgs[: last + 1]  # the trajectory ends with its last assistant turn
+        # prompt ids are the template over the stage's opening messages and its tools
+        assert chat.decode(prompt_ids) == tok.apply_chat_template(seen[:2], tools=_tools_of(stage), tokenize=False,
+                                                                  add_generation_prompt=True)
+        rendered = tok.apply_chat_template(seen, tools=_tools_of(stage), tokenize=False)
+        # decoded prompt+response == the environment's chat, up to the template's closing tail
+        k = next((j for j, (a, b) in enumerate(zip(text, rendered)) if a != b), min(len(text), len(rendered)))
+        assert rendered.startswith(text), (k, text[k - 200: k + 100], rendered[k - 200: k + 100])
+        assert rendered[len(text):] in ("\n", "<|im_end|>\n")
+        segs = _segments(mask)
+        assert segs[0][0] == 1 and segs[-1][0] == 1  # starts and ends with generated tokens
+        gen_segs = [chat.content(resp[a:b]) for m, a, b in segs if m == 1]
+        obs_segs = [tok.decode(resp[a:b], skip_special_tokens=False) for m, a, b in segs if m == 0]
+        asst = [m["content"] for m in seen if m["role"] == "assistant"]
+        assert gen_segs == asst  # mask 1 = exactly the assistant's generated text
+        observations = [m for m in seen[2:] if m["role"] != "assistant"]
+        assert len(obs_segs) == len(asst) - 1
+        for o in observations:  # every observation lies in a mask-0 span ...
+            assert any(o["content"] in x for x in obs_segs)
+        for x in obs_segs:  # ... and a mask-0 span holds observations and template framing only
+            assert x.endswith("<|im_start|>assistant\n")
+        tool_calls_seen += sum(1 for o in observations if o["role"] == "tool")
+        assert int(nt["shopcomp_prefix_mismatches"][i]) == 0
+        if stage == 2:
+            s1 = nt["shopcomp_stage1"][i]
+            assert s1["source"] == "policy" and s1["turns"] >= 1 and s1["generated_tokens"] > 0
+    assert tool_calls_seen > 0, "the tiny tool-calling model made no tool call"
+    assert server.calls > 0
+    # the reward reached the batch the trainer reads
+    assert "rm_scores" in out.batch.keys()
+    for k in ("R_z", "R_tool", "R_fmt", "success", "f_tc"):
+        assert k in out.meta_info["reward_extra_keys"]
+
+
+def _tools_of(stage: int):
+    from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS, tool_schema
+
+    return [tool_schema(n) for n in (MEMORY_TOOLS if stage == 1 else PRODUCT_TOOLS)]
+
+
+@pytest.mark.parametrize("rubric", ["paper", "outcome_only"])
+def test_tool_wise_reward_reaches_the_trainer_and_grpo_advantages(setup, tool_model_dir, rubric):
+    """A group of 4 rollouts per row (gold policy vs a wrong recommendation), through verl's
+    AgentLoopWorker → reward loop → batch: token_level_scores carry R_tool under the paper rubric
+    and not under outcome_only; compute_grpo_outcome_advantage gives (s - mean) / (std + eps)."""
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+    from verl.trainer.ppo.reward import extract_reward
+
+    cfg = verl_config(tool_model_dir, setup["loop_yaml"], rubric=rubric)
+    ds, tok = _dataset(setup, tool_model_dir, cfg)
+    other = setup["tasks"][2].reference_product_ids[-1]  # the add-on task's second product: another category
+    server = ScriptedServer(tok, setup["tasks"], wrong_id=other, mix=True)
+    worker = _worker(cfg, server)
+    batch = _batch(ds, n_repeat=4, only=[0, 1, 2, 3])
+    out = _run(worker.generate_sequences(batch))
+    reward_tensor, extra = extract_reward(out)
+    scores = reward_tensor.sum(-1)
+    R_z, R_tool, R_fmt = (np.asarray(extra[k], dtype=float) for k in ("R_z", "R_tool", "R_fmt"))
+    assert (R_tool > 0).all()  # the gold policy's tool calls return gold sessions / reference products
+    expected = R_z + R_fmt + (R_tool if rubric == "paper" else 0.0)
+    assert np.allclose(scores.numpy(), expected, atol=1e-5)
+    # the score sits on the last response token (verl's convention for outcome rewards)
+    mask = out.batch["response_mask"]
+    last = out.batch["attention_mask"][:, out.batch["prompts"].shape[1]:].sum(-1) - 1
+    assert torch.allclose(reward_tensor[torch.arange(len(out)), last], scores)
+    # the group of stage-2 rows has different outcomes (gold vs wrong product)
+    stage = np.asarray(out.non_tensor_batch["shopcomp_stage"], dtype=int)
+    index = np.asarray(batch.non_tensor_batch["uid"])  # verl keeps the batch order
+    adv, _ = compute_grpo_outcome_advantage(token_level_rewards=reward_tensor, response_mask=mask, index=index)
+    for uid in np.unique(index):
+        sel = index == uid
+        s = scores[torch.as_tensor(sel)]
+        want = (s - s.mean()) / (s.std() + 1e-6)
+        got = (adv[torch.as_tensor(sel)] * mask[torch.as_tensor(sel)]).sum(-1) / mask[torch.as_tensor(sel)].sum(-1)
+        assert torch.allclose(got, want, atol=1e-4)
+    s2 = scores[torch.as_tensor(stage == 2)]
+    assert s2.max() > s2.min(), "gold and wrong recommendations should score differently"
+    assert sum(server.requests.values()) == 4  # half of the 8 stage-2 trajectories recommended the wrong product
