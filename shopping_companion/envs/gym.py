@@ -194,7 +194,7 @@ class ShoppingCompanionGymEnv(gymnasium.Env[str, str]):
         assert env is not None
         info = copy.deepcopy(base)
         info["messages"] = env.messages
-        info["tools"] = env.tool_schemas
+        info["tools"] = copy.deepcopy(env.tool_schemas)  # the env's list is shared
         info["stage"] = env.stage
         info["done"] = env.done
         return info

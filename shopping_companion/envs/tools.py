@@ -13,6 +13,9 @@ text, so the tool-wise reward counts exactly what the agent was shown.
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import json
 import logging
 from typing import Any, Callable, Protocol
@@ -123,7 +126,16 @@ ARG_MODELS: dict[str, type[_Args]] = {
 
 
 def tool_schema(name: str) -> dict[str, Any]:
-    """The OpenAI function schema of tool ``name``, generated from its pydantic model."""
+    """The OpenAI function schema of tool ``name``, generated from its pydantic model (once per
+    process; each call returns a fresh copy the caller may change). KeyError for an unknown tool."""
+    return copy.deepcopy(_tool_schema(name))
+
+
+_SCHEMA_LISTS: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_schema(name: str) -> dict[str, Any]:
     model = ARG_MODELS[name]
     params = model.model_json_schema()
     params.pop("title", None)
@@ -190,7 +202,13 @@ class ToolBox:
         return self
 
     def schemas(self, names: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
-        return [tool_schema(n) for n in names]
+        """The function schemas of ``names``: one shared list per tool set (read-only: copy before
+        changing it; :func:`tool_schema` gives private copies)."""
+        key = tuple(names)
+        cached = _SCHEMA_LISTS.get(key)
+        if cached is None:
+            cached = _SCHEMA_LISTS.setdefault(key, [tool_schema(n) for n in key])
+        return cached
 
     def truncate(self, text: str, max_chars: int | None = None) -> str:
         """Cut ``text`` at ``min(max_observation_chars, max_chars)`` and append a visible marker."""

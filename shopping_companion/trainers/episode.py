@@ -92,7 +92,19 @@ class ChatTokens:
         return list(self.tok.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int]) -> str:
+        backend = self._backend
+        if backend is not None:  # the Rust tokenizer directly: no per-id Python conversion
+            return backend.decode(list(ids), skip_special_tokens=False)
         return self.tok.decode(ids, skip_special_tokens=False)
+
+    @property
+    def _backend(self) -> Any:
+        """The fast tokenizer's Rust backend when decoding through it equals ``tok.decode`` (no
+        clean-up of tokenisation spaces), else None."""
+        if not hasattr(self, "_backend_cache"):
+            b = getattr(self.tok, "backend_tokenizer", None)
+            self._backend_cache = b if b is not None and not getattr(self.tok, "clean_up_tokenization_spaces", False) else None
+        return self._backend_cache
 
     def content(self, ids: list[int]) -> str:
         """The assistant message the environment receives: the generated text exactly, special
@@ -101,7 +113,7 @@ class ChatTokens:
         end = len(ids)
         while end > 0 and ids[end - 1] in self.eos_ids:
             end -= 1
-        return self.tok.decode(ids[:end], skip_special_tokens=False)
+        return self.decode(ids[:end])
 
     @property
     def assistant_tail(self) -> str:
@@ -127,6 +139,8 @@ class TokenEpisode:
     response_mask: list[int] = field(default_factory=list)
     response_logprobs: list[float] = field(default_factory=list)
     has_logprobs: bool = True
+    #: decoded text of ``context`` kept up to date by the observation check (None: not yet decoded)
+    text: str | None = None
 
     @property
     def context(self) -> list[int]:
@@ -144,6 +158,7 @@ class TokenEpisode:
 
     def truncate(self, n: int) -> None:
         del self.response_ids[n:], self.response_mask[n:], self.response_logprobs[n:]
+        self.text = None
 
 
 @dataclass
@@ -263,25 +278,38 @@ async def _play_stage1(env: Any, source: Stage1Source, chat: ChatTokens, generat
 def _append_observation(ep: TokenEpisode, chat: ChatTokens, before: list[dict[str, Any]], env: Any,
                         generated: list[int]) -> bool:
     """Append the observation tokens (mask 0) for the messages the environment added after the
-    assistant turn. Returns True when the ids reproduce the template's rendering exactly."""
+    assistant turn. Returns True when the ids reproduce the template's rendering exactly.
+
+    The decoded context is kept incrementally in ``ep.text`` (generated ids, then observation ids)
+    instead of decoding the whole context each turn. When the template's rendering of the new chat
+    extends that text (the usual case), the observation is exactly the rest of the rendering: one
+    render per turn. Otherwise (a template that rewrites earlier turns, e.g. one dropping past
+    thinking) the observation is the difference between the renderings with and without the new
+    messages, and the mismatch is reported (False)."""
     tools = env.tool_schemas
-    with_assistant = env.messages[: len(before) + 1]
-    prev = chat.render(with_assistant, tools, False)
     full = chat.render(env.messages, tools, True)
-    if full.startswith(prev):
-        obs_text = full[len(prev):]
+    if ep.text is None:
+        ep.text = chat.decode(ep.context)
     else:
-        obs_text = full[_common_prefix(full, prev):]
-    tail = chat.assistant_tail
-    ended = bool(generated) and generated[-1] in chat.eos_ids
-    if ended and chat.eos_text and tail.startswith(chat.eos_text):
-        closing = tail[len(chat.eos_text):]
-    elif ended:
-        closing = ""
+        ep.text += chat.decode(generated)
+    if full.startswith(ep.text):
+        obs_ids = chat.encode(full[len(ep.text):])
     else:
-        closing = tail
-    ep.add(chat.encode(closing + obs_text), 0)
-    return chat.decode(ep.context) == full
+        with_assistant = env.messages[: len(before) + 1]
+        prev = chat.render(with_assistant, tools, False)
+        obs_text = full[len(prev):] if full.startswith(prev) else full[_common_prefix(full, prev):]
+        tail = chat.assistant_tail
+        ended = bool(generated) and generated[-1] in chat.eos_ids
+        if ended and chat.eos_text and tail.startswith(chat.eos_text):
+            closing = tail[len(chat.eos_text):]
+        elif ended:
+            closing = ""
+        else:
+            closing = tail
+        obs_ids = chat.encode(closing + obs_text)
+    ep.add(obs_ids, 0)
+    ep.text += chat.decode(obs_ids)
+    return ep.text == full
 
 
 async def run_row_episode(

@@ -107,3 +107,41 @@ def test_bad_arguments_are_rejected_with_the_field_name(setup):
         asyncio.run(run_row_episode(res.make_env(task), 2, ChatTokens(tok), _policy(tok, task), {}, 100, stage1="x"))
     with pytest.raises(ValueError, match="stage"):
         asyncio.run(run_row_episode(res.make_env(task), 3, ChatTokens(tok), _policy(tok, task), {}, 100))
+
+
+def test_a_template_that_rewrites_past_turns_is_counted_not_fatal(setup):
+    """A Qwen3-style template drops earlier turns' thinking when it renders the chat, so the token
+    context (which keeps what the policy generated) no longer equals the rendering: each such
+    observation is counted in ``prefix_mismatches`` and still appended as the difference between
+    the renderings with and without it (mask 0), and the episode is scored as usual."""
+    res, task, tok = setup
+    drop_think = TOOL_CHAT_TEMPLATE.replace(
+        "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}",
+        "{%- elif m.role == 'assistant' and not loop.last %}"
+        "{{ '<|im_start|>assistant\n' + m.content.split('</think>')[-1].lstrip() + '<|im_end|>\n' }}"
+        "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}")
+    assert drop_think != TOOL_CHAT_TEMPLATE
+    gold = GoldPolicy(task)
+    names = [tool_schema(n) for n in PRODUCT_TOOLS]
+    turn = [0]
+
+    async def generate(ids, sp):
+        reply = "<think>check the catalog</think>\n" + gold.chat([{"role": "assistant"}] * turn[0], names).content
+        turn[0] += 1
+        return Generation(tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id])
+
+    saved = tok.chat_template
+    try:
+        tok.chat_template = drop_think
+        ep = asyncio.run(run_row_episode(res.make_env(task), 2, ChatTokens(tok), generate, {}, 32768, stage1="gold"))
+    finally:
+        tok.chat_template = saved
+    assert ep.termination == "answered" and ep.reward.components["success"] == 1.0
+    n_obs = sum(1 for m in ep.messages if m["role"] == "tool")
+    assert n_obs >= 2 and ep.prefix_mismatches == n_obs
+    # every generated turn is in the response with mask 1, observations with mask 0
+    t = ep.tokens
+    assert t.response_mask[0] == 1 and t.response_mask[-1] == 1 and 0 in t.response_mask
+    gen = sum(t.response_mask)
+    asst = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+    assert gen == sum(len(tok.encode(a, add_special_tokens=False)) + 1 for a in asst)
