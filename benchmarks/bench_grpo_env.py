@@ -107,9 +107,9 @@ def _scripted(task, stage: int, nonce: str):
     return generate, spent
 
 
-def _run_share(step_rows: tuple[int, list[tuple[int, int, int]]]) -> tuple[float, list[tuple[float, int, float, float]]]:
+def _run_share(step_rows: tuple[int, list[tuple[int, int, int]]]) -> tuple[float, float, list[tuple[float, int, float, float]]]:
     """Run this worker's trajectories (task index, stage, rollout) of one step concurrently on one
-    event loop (tools in threads)."""
+    event loop (tools in threads); returns (wall s, CPU s of the whole process, per-trajectory figures)."""
     from shopping_companion.trainers.episode import run_row_episode
 
     args, tasks, res, chat = _W["args"], _W["tasks"], _W["res"], _W["chat"]
@@ -130,9 +130,9 @@ def _run_share(step_rows: tuple[int, list[tuple[int, int, int]]]) -> tuple[float
         sem = asyncio.Semaphore(args.concurrency)
         return await asyncio.gather(*(one(ti, s, r, sem) for ti, s, r in rows))
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     out = asyncio.run(share())
-    return time.perf_counter() - t, out
+    return time.perf_counter() - t, time.process_time() - c, out
 
 
 def main() -> None:
@@ -158,19 +158,24 @@ def main() -> None:
         rows = [(ti, s) for ti in range(n_tasks) for s in (1, 2)][: args.prompts]
         jobs = [(ti, s, r) for ti, s in rows for r in range(args.rollouts)]
         shares = [jobs[w:: args.workers] for w in range(args.workers)]
-        walls = []
+        walls, cpus = [], []
         for k in range(args.steps):
             t = time.perf_counter()
             parts = pool.map(_run_share, [(k, sh) for sh in shares], chunksize=1)
             wall = time.perf_counter() - t
-            out = [o for _, share in parts for o in share]
+            out = [o for _, _, share in parts for o in share]
+            cpu = sum(p[1] for p in parts)
             walls.append(wall)
-            print(f"step {k}: {len(out)} trajectories in {wall:.2f} s wall "
+            cpus.append(cpu)
+            print(f"step {k}: {len(out)} trajectories in {wall:.2f} s wall, {cpu:.2f} CPU s over all threads of the "
+                  f"workers "
                   f"(env summed over trajectories {sum(o[0] for o in out):.1f} s, scripted policy {sum(o[3] for o in out):.2f} s), "
                   f"tool calls per trained trajectory median {statistics.median(o[1] for o in out)}, "
                   f"mean R_tool {statistics.mean(o[2] for o in out):.3f}")
     print(f"median environment wall time per GRPO step ({len(rows)} prompts x {args.rollouts} rollouts, "
-          f"{args.workers} worker process(es)): {statistics.median(walls):.2f} s (target <= 3 s)")
+          f"{args.workers} worker process(es)): {statistics.median(walls):.2f} s (target <= 3 s); "
+          f"median CPU {statistics.median(cpus):.2f} s per step = {statistics.median(cpus) / args.workers:.2f} s of wall "
+          f"on {args.workers} otherwise idle core(s)")
 
 
 if __name__ == "__main__":
