@@ -515,10 +515,23 @@ def judge_agreement(
         b = load_benchmark(bench)
     except FileNotFoundError as e:
         _fail(str(e))
+    import hashlib
+
+    from shopping_companion.benchmark.evaluate import identity_path
+
+    bench_hash = hashlib.sha256("\n".join(t.model_dump_json() for t in b.tasks).encode()).hexdigest()[:16]
     eps = []
     for path in results:
         if not Path(path).is_file():
             _fail(f"--results {path}: no such file")
+        # task ids repeat across benchmarks (sc-<seed>-NNNNN): the hash the eval recorded tells them apart
+        try:
+            recorded_hash = json.loads(identity_path(path).read_text()).get("benchmark_tasks_sha256")
+        except (OSError, ValueError, AttributeError):
+            recorded_hash = None
+        if recorded_hash and recorded_hash != bench_hash:
+            _fail(f"--results {path} do not belong to --bench {bench}: they were evaluated on a benchmark whose tasks "
+                  f"hash to {recorded_hash} ({identity_path(path).name}), --bench's tasks hash to {bench_hash}")
         eps += [r for r in read_results(path) if r.error is None]
     tasks = {t.task_id: t for t in b.tasks}
     try:
@@ -554,6 +567,12 @@ def judge_agreement(
     with console.status(f"judging {len(items)} stage trajectories with {len(judge_objs)} judge(s)"):
         table.update(judge_all(judge_objs, items))
     wall = time.perf_counter() - t0
+    for name, verdicts in table.items():
+        if verdicts and all(v.failed for v in verdicts.values()):
+            first = next(iter(verdicts.values()))
+            _fail(f"--judge {name}: all {len(verdicts)} verdicts failed, nothing to compare (first: "
+                  f"{'; '.join(first.reasons[:1]) or 'no reason given'}); check the judge's endpoint "
+                  "(llm:MODEL@BASE_URL or --judge-base-url) and --judge-api-key-env")
     try:
         rep = agreement_report(table, opc_by=None if opc_by == "none" else opc_by,  # type: ignore[arg-type]
                                opc_stage=2 if 2 in stages else 1)

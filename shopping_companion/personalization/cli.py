@@ -166,7 +166,7 @@ def eval_cmd(
     """Judge the dialogues (when an endpoint is given) and write report.md, parquet and PNGs."""
     from shopping_companion.personalization.judge import TrajectoryJudge
     from shopping_companion.personalization.llmjson import JSONAsker
-    from shopping_companion.personalization.report import judge_run, write_report
+    from shopping_companion.personalization.report import judge_run, read_judgments, write_report
     from shopping_companion.paths import cache_dir
 
     paths = []
@@ -175,7 +175,12 @@ def eval_cmd(
             if not m:
                 continue
             asker = JSONAsker(_backend(m, u, api_key_env), cache_path=cache_dir() / "personalization_judge.sqlite")
-            paths.append(judge_run(run_dir, dataset, TrajectoryJudge(asker), tag=m, concurrency=concurrency))
+            jp = judge_run(run_dir, dataset, TrajectoryJudge(asker), tag=m, concurrency=concurrency)
+            js = list(read_judgments(jp).values())
+            if js and all(j.get("error") for j in js):
+                raise ConfigError(f"judge {m}: all {len(js)} judgments failed (first: {str(js[0]['error'])[:300]}); "
+                                  f"check --judge-base-url / the API key; a rerun retries them")
+            paths.append(jp)
         rp = write_report(run_dir, dataset, paths or None)
     except ConfigError as e:
         _fail(str(e))

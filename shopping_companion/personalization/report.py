@@ -22,14 +22,25 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from shopping_companion.errors import ConfigError
 from shopping_companion.personalization.agents import VARIANTS
 from shopping_companion.personalization.build import load_cases
 from shopping_companion.personalization.judge import JUDGE_METRICS, TrajectoryJudge
 from shopping_companion.personalization.llmjson import JSONAskError
 from shopping_companion.personalization.metrics import holm, paired_wilcoxon, spearman
-from shopping_companion.personalization.runner import read_dialogues
+from shopping_companion.personalization.runner import read_dialogues, repair_torn_tail
 
 __all__ = ["judge_run", "read_judgments", "write_report"]
+
+
+def _check_inputs(run: Path, dataset: Path) -> None:
+    """Raise :class:`ConfigError` naming the missing input (run directory, dialogues, dataset)."""
+    if not (run / "dialogues.jsonl").is_file():
+        raise ConfigError(f"run: {str(run / 'dialogues.jsonl')!r} missing; run `shopcomp personalize run --out {run}` "
+                          "first")
+    if not (dataset / "cases.jsonl").is_file():
+        raise ConfigError(f"dataset: {str(dataset / 'cases.jsonl')!r} missing; pass the dataset directory written "
+                          "by `shopcomp personalize build`")
 
 
 def _safe(name: str) -> str:
@@ -60,8 +71,10 @@ def judge_run(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[st
     from concurrent.futures import ThreadPoolExecutor
 
     run = Path(run_dir)
+    _check_inputs(run, Path(dataset_dir))
     profiles = {c.case.case_id: c.profile for c in load_cases(dataset_dir)}
     path = run / (f"judgments_{_safe(tag)}.jsonl" if tag else "judgments.jsonl")
+    repair_torn_tail(path)  # an interrupted judge run may have left half a line
     done = {k for k, v in read_judgments(path).items() if not v.get("error")}
     todo = [d for d in read_dialogues(run / "dialogues.jsonl") if not d.get("error")
             and (d["case_id"], d["variant"], d["memory"]) not in done]
@@ -138,6 +151,7 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
 
     run = Path(run_dir)
     ds = Path(dataset_dir)
+    _check_inputs(run, ds)
     manifest = json.loads((ds / "manifest.json").read_text()) if (ds / "manifest.json").exists() else {}
     dialogues = [d for d in read_dialogues(run / "dialogues.jsonl")]
     ident = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}

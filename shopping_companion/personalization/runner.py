@@ -29,7 +29,39 @@ from shopping_companion.personalization.build import Case, load_cases, load_item
 from shopping_companion.personalization.metrics import first_hit_turn, retrieval_correct
 from shopping_companion.personalization.retrieval import ProductIndex, ReviewIndex, TextEmbedder, build_product_index, review_text
 
-__all__ = ["dialogue_key", "read_dialogues", "run_dialogues"]
+__all__ = ["dialogue_key", "read_dialogues", "repair_torn_tail", "run_dialogues"]
+
+
+def repair_torn_tail(path: str | os.PathLike[str]) -> int:
+    """Cut a torn last line (a write interrupted by a crash or ``kill -9``) off an append-only
+    JSONL file, so the next appended record starts on its own line instead of being glued to
+    the fragment (and lost). Returns the number of bytes removed. Call under the file's lock."""
+    p = Path(path)
+    if not p.is_file():
+        return 0
+    size = p.stat().st_size
+    if size == 0:
+        return 0
+    with open(p, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        # find the last newline (scan backwards in blocks)
+        pos, block = size, 1 << 16
+        keep = 0
+        while pos > 0:
+            start = max(0, pos - block)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                keep = start + i + 1
+                break
+            pos = start
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return size - keep
 
 
 def dialogue_key(rec: dict[str, Any]) -> tuple[str, str, str]:
@@ -74,13 +106,25 @@ def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLik
     """
     dataset = Path(dataset_dir)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if not (dataset / "cases.jsonl").is_file():
+        raise ConfigError(f"dataset: {str(dataset / 'cases.jsonl')!r} missing; run `shopcomp personalize build "
+                          f"--out {dataset}` first")
     variants = variants or list(VARIANTS)
     for v in variants:
         if v not in VARIANTS:
             raise ConfigError(f"variants: unknown {v!r}; allowed {list(VARIANTS)}")
     memory_modes = memory_modes or ["full"]
+    cases = load_cases(dataset)
+    if categories:
+        known = sorted({c.case.category for c in cases})
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise ConfigError(f"categories: {unknown} not in the dataset; available: {', '.join(known)}")
+        cases = [c for c in cases if c.case.category in set(categories)]
+    if max_cases is not None:
+        cases = cases[:max_cases]
     ident = _identity(dataset, engine, embedder_name, (k_d, k_p, k_r))
+    out.mkdir(parents=True, exist_ok=True)
     idp = out / "run.json"
     if idp.exists():
         old = json.loads(idp.read_text())
@@ -89,12 +133,26 @@ def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLik
             raise ConfigError(f"run identity: {out} holds a different run ({diff}); use another --out")
     else:
         idp.write_text(json.dumps(ident, indent=2))
-    cases = load_cases(dataset)
-    if categories:
-        cases = [c for c in cases if c.case.category in set(categories)]
-    if max_cases is not None:
-        cases = cases[:max_cases]
     path = out / "dialogues.jsonl"
+    lock = open(out / "dialogues.lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ConfigError(f"run: another process is writing {path}") from None
+    try:
+        repair_torn_tail(path)  # an interrupted run may have left half a line
+        return _run_locked(path, cases, dataset, engine, embedder, variants, memory_modes, ablation_variants,
+                           embedder_name, k_d, k_p, k_r, concurrency, record_messages, progress)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+
+def _run_locked(path: Path, cases: list[Case], dataset: Path, engine: RoleEngine, embedder: TextEmbedder,
+                variants: list[str], memory_modes: list[str], ablation_variants: tuple[str, ...], embedder_name: str,
+                k_d: int, k_p: int, k_r: int, concurrency: int, record_messages: bool,
+                progress: Callable[[dict[str, Any]], None] | None) -> Path:
     done = {dialogue_key(r) for r in read_dialogues(path) if not r.get("error")}
     jobs = [(c, v, m) for c in cases for v in variants for m in (memory_modes if v in ablation_variants else ["full"])
             if (c.case.case_id, v, m) not in done]
@@ -140,28 +198,19 @@ def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLik
         rec["wall_s"] = time.perf_counter() - t0
         return rec
 
-    lock = open(out / "dialogues.lock", "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise ConfigError(f"run: another process is writing {path}") from None
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
-            def write(rec: dict[str, Any]) -> None:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-                if progress:
-                    progress(rec)
+    with open(path, "a", encoding="utf-8") as fh:
+        def write(rec: dict[str, Any]) -> None:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            if progress:
+                progress(rec)
 
-            if concurrency <= 1:
-                for j in jobs:
-                    write(one(j))
-            else:
-                with ThreadPoolExecutor(concurrency) as ex:
-                    for rec in ex.map(one, jobs):
-                        write(rec)
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
+        if concurrency <= 1:
+            for j in jobs:
+                write(one(j))
+        else:
+            with ThreadPoolExecutor(concurrency) as ex:
+                for rec in ex.map(one, jobs):
+                    write(rec)
     return path

@@ -102,6 +102,8 @@ def collect(
                                 max_retries=max_retries)
         embedder = make_embedder()
         prewarm_memory(tasks, b.sessions, embedder, console)
+    except typer.Exit:  # a helper already printed its error (click's Exit is a RuntimeError)
+        raise
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         _fail(str(e))
     out.mkdir(parents=True, exist_ok=True)
@@ -116,7 +118,7 @@ def collect(
         summary = run_collect(tasks, teacher, search, memory_factory(b.sessions, embedder), judge_obj, out, settings,
                               policy=policy, concurrency=concurrency, strategies=strategies, identity=identity)
     except (RunLockedError, RunIdentityError, ConfigError) as e:
-        _fail(str(e))
+        _fail(str(e).replace("use another --name", "use another --out"))
     console.print(f"{summary.episodes} episodes ({summary.new_episodes} new, {summary.errors} errors), "
                   f"Succ {summary.succ_rate:.3f}; kept {summary.kept} stage trajectories "
                   f"{summary.kept_by_stage} → {out} ({summary.wall_s:.1f}s, {summary.episodes_per_s:.3f} episodes/s)")
@@ -128,7 +130,8 @@ def _load_examples(collect_dir: Path, keep: Optional[str], min_acc: float, stage
     from shopping_companion.sft.examples import step_examples
 
     try:
-        kept = reselect(collect_dir, _policy(keep, min_acc, stages)) if keep else read_kept(collect_dir)
+        # re-selection is read-only: kept.jsonl keeps the rule collect.json records
+        kept = reselect(collect_dir, _policy(keep, min_acc, stages), write=False) if keep else read_kept(collect_dir)
     except FileNotFoundError as e:
         _fail(str(e))
     return kept, step_examples(kept, drop_malformed=drop_malformed, drop_error_calls=drop_error_calls)
@@ -194,8 +197,13 @@ def export(
             _fail(f"--config {config}: {e}")
         if not isinstance(base_config, dict):
             _fail(f"--config {config}: expected a YAML mapping of LLaMA-Factory keys")
+    if not collect_dir.is_dir():
+        _fail(f"--collect {collect_dir}: no such directory (run `shopcomp sft collect --out {collect_dir}` first)")
     manifest_path = collect_dir / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    try:
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    except (OSError, ValueError) as e:
+        _fail(f"{manifest_path}: unreadable ({e}); rerun `shopcomp sft collect` to rewrite it")
     if bench is None:
         b_path = (manifest.get("identity") or {}).get("bench")
         if not b_path:
@@ -220,6 +228,8 @@ def export(
         _fail(str(e))
     except ConfigError as e:
         _fail(str(e))
+    except OSError as e:
+        _fail(f"--out {out}: cannot write the export ({e})")
     s = summary.stats
     console.print(f"{summary.examples} step-level examples (by stage {s['by_stage']}, by tool {s['by_tool']}) from "
                   f"{len(kept)} kept stages; skipped {summary.skipped or 'none'}; decontamination: "

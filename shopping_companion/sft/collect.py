@@ -277,12 +277,14 @@ def collect(
     return summary
 
 
-def reselect(out_dir: str | Path, policy: KeepPolicy) -> list[KeptStage]:
-    """Re-apply a keep policy to an existing collect directory's rollouts (no new episodes) and
-    rewrite its ``kept.jsonl``. Raises FileNotFoundError when there are no rollouts."""
+def reselect(out_dir: str | Path, policy: KeepPolicy, *, write: bool = True) -> list[KeptStage]:
+    """Re-apply a keep policy to an existing collect directory's rollouts (no new episodes);
+    with ``write`` rewrite its ``kept.jsonl`` (``sft stats`` / ``sft export --keep`` do not: the
+    file stays what ``collect.json`` says). Raises FileNotFoundError when there are no rollouts."""
     out = Path(out_dir)
     if not (out / ROLLOUTS).is_file():
         raise FileNotFoundError(f"{out / ROLLOUTS}: no rollouts (run `shopcomp sft collect` first)")
     kept = select_kept(read_results(out / ROLLOUTS), policy)
-    _write_lines(out / KEPT, (k.model_dump_json() for k in kept))
+    if write:
+        _write_lines(out / KEPT, (k.model_dump_json() for k in kept))
     return kept

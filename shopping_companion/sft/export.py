@@ -323,8 +323,15 @@ def export_dataset(
         template = str(base_config.get("template", template))
         base_model = str(base_config.get("model_name_or_path", base_model))
     cfg = paper_train_config(base_model=base_model, dataset=dataset, template=template)  # validates template
-    if base_config is not None:
-        cfg = {**dict(base_config), "dataset": dataset}
+    if base_config is not None:  # keys it lacks come from the arguments (a partial YAML is fine)
+        cfg = {"model_name_or_path": base_model, "template": template, **dict(base_config), "dataset": dataset}
+    parsed = {k: _parse_override(v) for k, v in (overrides or {}).items()}
+    if "dataset" in parsed and parsed["dataset"] != dataset:
+        raise ConfigError(f"overrides: dataset is set by the export (--dataset), got dataset={parsed['dataset']!r}")
+    final_template = parsed.get("template", cfg.get("template", template))
+    if final_template not in SUPPORTED_TEMPLATES:
+        raise ConfigError(f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)} (Hermes <tool_call> format, "
+                          f"what the environment parses); got {final_template!r}")
     examples = list(examples)
     report = check_decontaminated(examples, list(test_tasks), sessions, products=products,
                                   train_tasks=list(train_tasks))
@@ -360,8 +367,7 @@ def export_dataset(
                                                 encoding="utf-8")
     cfg["dataset_dir"] = str(data_dir)
     cfg["output_dir"] = str(out / "lora")
-    for k, v in (overrides or {}).items():
-        cfg[k] = _parse_override(v)
+    cfg.update(parsed)
     train_yaml = out / "train_lora.yaml"
     _write_yaml(train_yaml, cfg, "# LLaMA-Factory LoRA SFT (Shopping Companion §6.1, App. D); "
                                  "written by `shopcomp sft export`.\n# Run: scripts/run_sft.sh "

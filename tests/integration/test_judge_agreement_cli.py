@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -86,6 +87,26 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
                                   "--index-dir", str(catalog_index_dir)])
         assert out.exit_code == 0, out.output
         assert grader2.bodies == []
+
+    # results of another benchmark whose task ids coincide (same seed, other content) are refused,
+    # not silently re-judged against the wrong gold (regression)
+    other = tmp_path / "other-bench"
+    shutil.copytree(bench_dir, other)
+    lines = (other / "tasks.jsonl").read_text().splitlines()
+    t0 = json.loads(lines[0])
+    t0["instruction"] += " Something else entirely."
+    (other / "tasks.jsonl").write_text("\n".join([json.dumps(t0)] + lines[1:]) + "\n")
+    out = runner.invoke(app, ["judge-agreement", "--bench", str(other), "--results", str(results),
+                              "--judge", "recorded", "--judge", "rule", "--index-dir", str(catalog_index_dir)])
+    assert out.exit_code == 2 and "do not belong to --bench" in " ".join(out.output.split()), out.output
+
+    # a judge whose every verdict failed (wrong endpoint, bad replies) is an error, not an empty report
+    with ScriptedOpenAIServer(lambda body: "not json at all") as broken:
+        out = runner.invoke(app, ["judge-agreement", "--bench", str(bench_dir), "--results", str(results),
+                                  "--judge", "recorded", "--judge", f"llm:broken@{broken.base_url}",
+                                  "--index-dir", str(catalog_index_dir), "--out", str(tmp_path / "ja-broken")])
+    flat = " ".join(out.output.split())
+    assert out.exit_code == 2 and "all" in flat and "verdicts failed" in flat, out.output
 
 
 def test_judge_agreement_cli_rejects_bad_input(tmp_path):

@@ -48,6 +48,28 @@ def test_build_run_eval_end_to_end(tmp_path, data_dir, embedder):
     # resume: nothing left to do, nothing appended
     res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(run), "--config", str(cfg), "--memory", "all"])
     assert res.exit_code == 0 and len((run / "dialogues.jsonl").read_text().splitlines()) == len(lines)
+    # kill -9 mid-write leaves half a line: the rerun cuts it off and redoes that dialogue, nothing
+    # is glued to the fragment (regression: the redone record was appended to the torn line and lost)
+    raw = (run / "dialogues.jsonl").read_bytes()
+    last = raw.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    (run / "dialogues.jsonl").write_bytes(raw[: len(raw) - len(last) - 1] + last[: len(last) // 2])
+    res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(run), "--config", str(cfg), "--memory", "all"])
+    assert res.exit_code == 0, res.output
+    healed = (run / "dialogues.jsonl").read_text().splitlines()
+    assert len(healed) == len(lines) and all(json.loads(l) for l in healed)
+    assert {(d["case_id"], d["variant"], d["memory"]) for d in map(json.loads, healed)} == \
+        {(d["case_id"], d["variant"], d["memory"]) for d in map(json.loads, lines)}
+    # missing inputs are named errors, not tracebacks, and create nothing
+    res = r.invoke(app, ["run", "--dataset", str(tmp_path / "nope"), "--out", str(tmp_path / "r3")])
+    assert res.exit_code == 2 and "dataset" in res.output and "cases.jsonl" in res.output
+    assert not (tmp_path / "r3").exists()
+    res = r.invoke(app, ["eval", "--run", str(tmp_path / "nope"), "--dataset", str(ds)])
+    assert res.exit_code == 2 and "dialogues.jsonl" in res.output
+    res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(tmp_path / "r4"), "--categories", "Nope"])
+    assert res.exit_code == 2 and "categories" in res.output and "Video_Games" in res.output
+    assert not (tmp_path / "r4").exists()
+    res = r.invoke(app, ["eval", "--run", str(run), "--dataset", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "dataset" in res.output
     # a different identity is refused
     res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(run), "--roles", "llm", "--model", "x",
                          "--base-url", "http://127.0.0.1:9/v1"])
@@ -83,3 +105,9 @@ def test_build_run_eval_end_to_end(tmp_path, data_dir, embedder):
     assert "Paired comparisons" in md and "full vs single" in md
     j = [json.loads(l) for l in (run / "judgments_judge-a.jsonl").read_text().splitlines()]
     assert len(j) == 16 and all(x["error"] is None and 1 <= x["gpc"] <= 5 for x in j)
+
+    # a judge whose every call fails is an error naming it, not a report full of dashes (regression)
+    with ScriptedOpenAIServer(lambda body: "not json") as broken:
+        res = r.invoke(app, ["eval", "--run", str(run), "--dataset", str(ds), "--judge-model", "judge-broken",
+                             "--judge-base-url", broken.base_url, "--concurrency", "4"])
+    assert res.exit_code == 2 and "judge-broken" in res.output and "judgments failed" in res.output, res.output

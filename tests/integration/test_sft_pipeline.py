@@ -237,3 +237,49 @@ def test_cli_collect_with_reference_policy_resumes_and_exports(bench_dir, catalo
     assert json.loads((exp / "export.json").read_text())["examples"] == stats["examples"]["n"]
     r7 = runner.invoke(app, ["export", "--collect", str(out), "--out", str(exp), "--template", "llama3"])
     assert r7.exit_code == 2 and "template" in r7.output
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())  # rich wraps long error lines
+
+
+def test_cli_read_only_stats_and_export_input_errors(thinking_collect, bench_dir, catalog_index_dir, tmp_path):
+    """Regressions found by adversarial testing: `stats --keep` rewrote kept.jsonl (a later export
+    then shipped another rule's data while export.json claimed collect's rule); bad export inputs
+    gave tracebacks or half-written exports; a bad --backend printed a second, empty error."""
+    runner = CliRunner()
+    out, _ = thinking_collect
+    before = (out / "kept.jsonl").read_bytes()
+    r = runner.invoke(app, ["stats", "--collect", str(out), "--keep", "succ", "--stages", "2"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["kept_stages"] != len(before.splitlines())  # another selection was printed ...
+    assert (out / "kept.jsonl").read_bytes() == before  # ... and the collect directory is unchanged
+    exp = tmp_path / "exp"
+    r = runner.invoke(app, ["export", "--collect", str(out), "--bench", str(bench_dir), "--out", str(exp),
+                            "--keep", "succ", "--stages", "2"])
+    assert r.exit_code == 0, r.output
+    assert (out / "kept.jsonl").read_bytes() == before
+    assert json.loads((exp / "export.json").read_text())["provenance"]["keep"]["rule"] == "succ"
+
+    base = ["export", "--collect", str(out), "--bench", str(bench_dir)]
+    for extra, needle in ((["--set", "template=llama3"], "template"), (["--set", "dataset=other"], "dataset")):
+        bad = tmp_path / f"bad-{needle}"
+        r = runner.invoke(app, base + ["--out", str(bad)] + extra)
+        assert r.exit_code == 2 and needle in _flat(r.output) and not bad.exists(), r.output
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    r = runner.invoke(app, base + ["--out", str(a_file)])
+    assert r.exit_code == 2 and "--out" in _flat(r.output) and not isinstance(r.exception, OSError), r.output
+    r = runner.invoke(app, ["export", "--collect", str(tmp_path / "nope"), "--out", str(tmp_path / "e")])
+    assert r.exit_code == 2 and "no such directory" in _flat(r.output)
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("lora_rank: 8\n")  # a base YAML without model/template: the arguments fill them in
+    r = runner.invoke(app, base + ["--out", str(tmp_path / "p"), "--config", str(partial), "--base-model", "/m/x"])
+    assert r.exit_code == 0, r.output
+    merge = yaml.safe_load((tmp_path / "p" / "merge_lora.yaml").read_text())
+    assert merge["model_name_or_path"] == "/m/x" and merge["template"] == "qwen3"
+
+    r = runner.invoke(app, ["collect", "--bench", str(bench_dir), "--out", str(tmp_path / "c"), "--backend", "bogus",
+                            "--index-dir", str(catalog_index_dir)])
+    assert r.exit_code == 2 and "--backend must be one of" in _flat(r.output)
+    assert r.output.count("error:") == 1, r.output

@@ -194,3 +194,21 @@ def test_assert_no_leak_detects_hidden_review_text():
     assert_no_leak(case, ["nothing to see", "velvet case"])
     with pytest.raises(LeakageError):
         assert_no_leak(case, ["prefix " + " ".join(long.split()[2:14]) + " suffix"])
+
+
+def test_repair_torn_tail_cuts_only_a_partial_last_line(tmp_path):
+    from shopping_companion.personalization.runner import read_dialogues, repair_torn_tail
+
+    p = tmp_path / "d.jsonl"
+    assert repair_torn_tail(p) == 0  # missing file
+    good = '{"case_id": "a", "variant": "full", "memory": "full"}\n'
+    p.write_text(good * 2)
+    assert repair_torn_tail(p) == 0 and p.read_text() == good * 2
+    p.write_text(good + '{"case_id": "b", "vari')
+    assert repair_torn_tail(p) == len('{"case_id": "b", "vari')
+    assert p.read_text() == good
+    with open(p, "a") as f:  # the next append starts on its own line
+        f.write(good.replace('"a"', '"b"'))
+    assert {d["case_id"] for d in read_dialogues(p)} == {"a", "b"}
+    p.write_text('{"torn without any newline')
+    assert repair_torn_tail(p) > 0 and p.read_text() == ""
