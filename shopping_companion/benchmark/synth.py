@@ -133,6 +133,10 @@ def load_benchmark(directory: str | Path) -> Benchmark:
             f"{d}: no manifest.json, so this is not a complete benchmark directory "
             "(build it with `shopcomp synth --out DIR`; an interrupted build resumes when rerun)"
         )
+    for name in ("tasks.jsonl", "sessions.jsonl"):
+        if not (d / name).is_file():
+            raise FileNotFoundError(f"{d}: no {name}, so this is not a Shopping Companion benchmark directory "
+                                    "(make one with `shopcomp synth --out DIR`)")
     manifest = json.loads((d / "manifest.json").read_text())
     tasks = [Task.model_validate_json(line) for line in open(d / "tasks.jsonl", encoding="utf-8") if line.strip()]
     sessions = {}

@@ -6,8 +6,9 @@ Per category: rank users by review count (ties by user id), keep the ``top_n_act
 (``rating >= min_target_rating``, paper: 4) purchased item. A drawn user without such an item is
 skipped and the next user in draw order is taken.
 
-Leakage control (pre-purchase setting): every review the target user wrote about the target item
-is removed from the user's visible reviews (profile construction, user-review retrieval R_r), and
+Leakage control (pre-purchase setting): the user's visible reviews are those written before the
+target review (``before_target_only``), and every review the target user wrote about the target item
+is removed from them (profile construction, user-review retrieval R_r), and
 the target reviews of *all* selected users of the category are removed from the item review corpus
 (product review embeddings, placeholder descriptions). :func:`visible_corpus` returns that corpus and
 :func:`assert_no_leak` checks any text against a case's hidden review.
@@ -32,7 +33,9 @@ class SelectionConfig(BaseModel):
     """User / target selection settings (paper defaults).
 
     ``target_strategy``: ``"latest"`` (the most recent positively rated review; ties by ASIN) or
-    ``"random"`` (seeded draw among them).
+    ``"random"`` (seeded draw among them). ``before_target_only`` (default True): the user's visible
+    reviews are those written before the target review (at the moment of the purchase the later ones
+    do not exist yet); False keeps every review except those of the target item.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -41,6 +44,7 @@ class SelectionConfig(BaseModel):
     users_per_category: int = Field(default=10, ge=1)
     min_target_rating: float = Field(default=4.0, ge=1, le=5)
     target_strategy: Literal["latest", "random"] = "latest"
+    before_target_only: bool = True
     seed: int = 0
 
 
@@ -97,7 +101,8 @@ def select_cases(reviews: Iterable[Review], category: str, config: SelectionConf
             target = pos[-1]
         else:
             target = pos[rng.randrange(len(pos))]
-        visible = [r for r in revs if r.parent_asin != target.parent_asin]
+        visible = [r for r in revs if r.parent_asin != target.parent_asin
+                   and (not cfg.before_target_only or (r.timestamp, r.parent_asin) < (target.timestamp, target.parent_asin))]
         if not visible:
             continue  # nothing left to personalise from (every review was about the target)
         cases.append(UserCase(case_id=f"{category}:{uid}", category=category, user_id=uid,

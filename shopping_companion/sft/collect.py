@@ -225,12 +225,14 @@ def collect(
         teacher: the policy (ChatBackend); ``settings.sampling`` carries temperature etc.
         products / make_memory / judge: as for :func:`~shopping_companion.benchmark.evaluate.run_evaluation`.
         policy: the keep rule (default ``succ``).
-        identity: the run identity (teacher, judge, sampling, ...); ``settings`` and the task ids
-            are added. A rerun with a different identity raises
-            :class:`~shopping_companion.benchmark.evaluate.RunIdentityError`.
+        identity: the run identity (teacher, judge, sampling, ...); ``settings`` are added. A
+            rerun with a different identity raises
+            :class:`~shopping_companion.benchmark.evaluate.RunIdentityError`; a rerun with other
+            tasks (e.g. another ``--limit``) adds to the same collection.
 
     Writes ``rollouts.jsonl`` (every episode, appended as it finishes; resumable), ``kept.jsonl``
-    (the kept stage trajectories, rewritten) and ``collect.json`` (identity, keep policy, counts,
+    (the kept stage trajectories of every episode in ``rollouts.jsonl``, rewritten: a rerun on fewer
+    tasks never drops data collected before) and ``collect.json`` (identity, keep policy, counts,
     throughput). Returns a :class:`CollectSummary`.
     """
     settings = settings or EvalSettings()
@@ -254,8 +256,7 @@ def collect(
     results = run_evaluation(tasks, teacher, products, make_memory, judge, rollouts, settings, progress,
                              concurrency=concurrency, strategies=strategies, identity=ident, simulator=simulator)
     wall = time.perf_counter() - t0
-    wanted = {t.task_id for t in tasks}
-    results = [r for r in results if r.task_id in wanted]
+    results = final_results(read_results(rollouts))  # the whole collection, earlier runs' tasks included
     kept = select_kept(results, policy)
     _write_lines(out / KEPT, (k.model_dump_json() for k in kept))
     scored = [r for r in results if r.error is None]
@@ -270,7 +271,7 @@ def collect(
         episodes_per_s=round(new / wall, 4) if new and wall > 0 else 0.0,
     )
     manifest = {"identity": json.loads(json.dumps(ident, default=str)), "keep": policy.model_dump(),
-                "tasks": len(tasks), "summary": summary.to_dict()}
+                "tasks": len({r.task_id for r in results}), "summary": summary.to_dict()}
     tmp = out / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
     tmp.replace(out / MANIFEST)

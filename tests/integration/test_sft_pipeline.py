@@ -217,6 +217,10 @@ def test_cli_collect_with_reference_policy_resumes_and_exports(bench_dir, catalo
     assert r2.exit_code == 0, r2.output
     assert len(read_results(out / "rollouts.jsonl")) == n1
     assert json.loads((out / "collect.json").read_text())["summary"]["new_episodes"] == 0
+    kept_before = (out / "kept.jsonl").read_text()
+    r_lim = runner.invoke(app, args + ["--limit", "1"])  # a rerun on fewer tasks drops nothing collected
+    assert r_lim.exit_code == 0, r_lim.output
+    assert (out / "kept.jsonl").read_text() == kept_before and len(read_results(out / "rollouts.jsonl")) == n1
     r3 = runner.invoke(app, args[:-6] + ["--temperature", "0.9", "--index-dir", str(catalog_index_dir)])
     assert r3.exit_code == 2 and "different run configuration" in r3.output  # other sampling refused
     r4 = runner.invoke(app, ["collect", "--bench", str(bench_dir), "--out", str(out), "--split", "test"])

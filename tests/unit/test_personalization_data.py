@@ -161,6 +161,7 @@ def test_selection_on_real_reviews_follows_the_paper(sub_boxes):
         assert c.user_id in top100 and counts[c.user_id] >= 2
         assert c.target_review.rating >= 4 and c.target_review.user_id == c.user_id
         assert all(r.parent_asin != c.target_asin for r in c.visible_reviews)
+        assert all(r.timestamp <= c.target_review.timestamp for r in c.visible_reviews)
         assert len(c.visible_reviews) >= 1
         # latest positively rated review is the target
         pos = [r for r in revs if r.user_id == c.user_id and r.rating >= 4]
@@ -176,11 +177,15 @@ def test_selection_on_real_reviews_follows_the_paper(sub_boxes):
 
 def test_selection_skips_users_without_a_positive_item_and_keeps_fewer_when_few_qualify():
     revs = [_rv("a", "P1", 2, 1), _rv("a", "P2", 3, 2),            # no positive review: skipped
-            _rv("b", "P1", 5, 1), _rv("b", "P2", 1, 2),            # target P1
-            _rv("c", "P3", 5, 1)]                                   # one review: not eligible
+            _rv("b", "P0", 3, 0), _rv("b", "P1", 5, 1), _rv("b", "P2", 1, 2),  # target P1
+            _rv("c", "P3", 5, 1),                                   # one review: not eligible
+            _rv("d", "P4", 5, 1), _rv("d", "P5", 2, 2)]             # nothing written before the target
     cases = select_cases(revs, "C", SelectionConfig(users_per_category=10))
     assert [c.user_id for c in cases] == ["b"]
-    assert cases[0].target_asin == "P1" and [r.parent_asin for r in cases[0].visible_reviews] == ["P2"]
+    # pre-purchase: only what b wrote before buying the target is visible
+    assert cases[0].target_asin == "P1" and [r.parent_asin for r in cases[0].visible_reviews] == ["P0"]
+    every = select_cases(revs, "C", SelectionConfig(users_per_category=10, before_target_only=False))
+    assert [(c.user_id, [r.parent_asin for r in c.visible_reviews]) for c in every] == [("b", ["P0", "P2"]), ("d", ["P5"])]
     with pytest.raises(ConfigError, match="category"):
         select_cases(revs, "Nope")
     with pytest.raises(ValueError):
@@ -189,7 +194,7 @@ def test_selection_skips_users_without_a_positive_item_and_keeps_fewer_when_few_
 
 def test_assert_no_leak_detects_hidden_review_text():
     long = "the pink velvet case arrived with a cracked hinge and I still loved the color a lot"
-    revs = [_rv("b", "P1", 5, 1, text=long), _rv("b", "P2", 1, 2)]
+    revs = [_rv("b", "P1", 5, 1, text=long), _rv("b", "P2", 1, 0)]
     case = select_cases(revs, "C")[0]
     assert_no_leak(case, ["nothing to see", "velvet case"])
     with pytest.raises(LeakageError):

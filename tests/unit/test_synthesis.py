@@ -439,3 +439,13 @@ def test_phrasing_banks_fill_every_placeholder():
         assert set(re.findall(r"{(\w+)}", s)) == {"item", "s"}
     for s in T.SINGLE_INSTRUCTIONS:
         assert set(re.findall(r"{(\w+)}", s)) == {"item"}
+
+
+def test_load_benchmark_names_what_a_foreign_directory_lacks(tmp_path):
+    from shopping_companion.benchmark.synth import load_benchmark
+
+    with pytest.raises(FileNotFoundError, match="no manifest.json"):
+        load_benchmark(tmp_path)
+    (tmp_path / "manifest.json").write_text("{}")  # e.g. a `shopcomp personalize build` dataset
+    with pytest.raises(FileNotFoundError, match="no tasks.jsonl, so this is not a Shopping Companion benchmark"):
+        load_benchmark(tmp_path)
