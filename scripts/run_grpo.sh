@@ -12,32 +12,48 @@
 # (SHOPCOMP_DATA_DIR) and the BM25 index (built on first use per node, or shared storage).
 # Checkpoints go to trainer.default_local_dir; a rerun with the same experiment resumes from the
 # latest one (trainer.resume_mode=auto).
+# Environment: PYTHON (default: `python` when it imports verl and this package, else .venv-rl/bin/python);
+# verl and `ray` run from that interpreter's environment.
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")/.."
+# a relative --data / --model that exists from the caller's directory means that path (not one under the repo)
+from_caller() { case "$1" in /*) echo "$1" ;; *) if [ -e "$caller/$1" ]; then echo "$caller/$1"; else echo "$1"; fi ;; esac; }
 cmd="${1:-}"; shift || true
-PY="${PYTHON:-python}"
+if [ -n "${PYTHON:-}" ]; then
+  PY="$PYTHON"
+elif ! python -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("verl") and u.find_spec("shopping_companion")))' >/dev/null 2>&1 \
+    && [ -x .venv-rl/bin/python ]; then
+  PY=.venv-rl/bin/python
+else
+  PY=python
+fi
+RAY="$(dirname "$(command -v "$PY" || echo "$PY")")/ray"
+[ -x "$RAY" ] || RAY=ray
+need() { [ $# -ge 2 ] && [ -n "$2" ] || { echo "$1: needs a value" >&2; exit 2; }; }
 case "$cmd" in
   head)
     port=6379
-    [ "${1:-}" = "--port" ] && port="$2" && shift 2
-    ray start --head --port "$port" --dashboard-host 0.0.0.0 "$@"
+    if [ "${1:-}" = "--port" ]; then need "$@"; port="$2"; shift 2; fi
+    "$RAY" start --head --port "$port" --dashboard-host 0.0.0.0 "$@"
     ;;
   worker)
     [ "${1:-}" = "--address" ] || { echo "usage: $0 worker --address HEAD_IP:PORT" >&2; exit 2; }
-    ray start --address "$2" "${@:3}"
+    need "$@"
+    "$RAY" start --address "$2" "${@:3}"
     ;;
   train)
     variant=outcome_tool; model=""; data=runs/grpo/data
     while [ $# -gt 0 ]; do
       case "$1" in
-        --variant) variant="$2"; shift 2 ;;
-        --model) model="$2"; shift 2 ;;
-        --data) data="$2"; shift 2 ;;
+        --variant) need "$@"; variant="$2"; shift 2 ;;
+        --model) need "$@"; model="$(from_caller "$2")"; shift 2 ;;
+        --data) need "$@"; data="$(from_caller "$2")"; shift 2 ;;
         *) break ;;
       esac
     done
     [ -f "$data/train.parquet" ] || { echo "$data/train.parquet missing: run shopcomp grpo prepare --benchmark DIR --out $data" >&2; exit 2; }
-    ray status >/dev/null 2>&1 || ray start --head --disable-usage-stats
+    "$RAY" status >/dev/null 2>&1 || "$RAY" start --head --disable-usage-stats
     export VLLM_USE_V1=1 HYDRA_FULL_ERROR=1
     args=(--variant "$variant" --data-dir "$data")
     [ -n "$model" ] && args+=(--model "$model")
@@ -45,5 +61,5 @@ case "$cmd" in
     exec "$PY" -m shopping_companion.trainers.cli launch "${args[@]}" --run "$@"
     ;;
   *)
-    sed -n '2,16p' "$0"; exit 2 ;;
+    sed -n '2,/^set -e/p' "$0" | grep '^#'; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -48,10 +49,15 @@ def prepare(
 
 
 def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: List[str]) -> list[str]:
-    """The verl command for ``variant`` (``outcome_tool`` | ``outcome_only``) with our config dir."""
+    """The verl command for ``variant`` (``outcome_tool`` | ``outcome_only``) with our config dir.
+
+    verl runs under this interpreter (``sys.executable``: the environment that has this package and
+    verl, also when it is not the ``python`` on PATH), and the data files are absolute paths (verl
+    reads them inside Ray actors, whose working directory is not necessarily this one)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
-    cmd = ["python", "-m", "verl.trainer.main_ppo", f"--config-path={_REPO / 'configs' / 'grpo'}",
+    data_dir = Path(data_dir).expanduser().absolute()
+    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={_REPO / 'configs' / 'grpo'}",
            f"--config-name={variant}", f"data.train_files={data_dir / 'train.parquet'}",
            f"data.val_files={data_dir / 'test.parquet'}",
            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={_REPO / 'configs' / 'grpo' / 'agent_loop.yaml'}"]

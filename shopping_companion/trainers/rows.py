@@ -62,12 +62,14 @@ def task_rows(task: Task, *, benchmark: str, stages: Sequence[int] = (1, 2), sta
               hint: str = "none", max_turns: int = 20) -> list[dict[str, Any]]:
     """The rows of one task (one per stage in ``stages``); ``index`` is filled by :func:`build_rows`.
 
-    Raises ``ValueError`` naming the field for a stage not in {1, 2}, ``stage1`` not in
+    Raises ``ValueError`` naming the field for a stage not in {1, 2} or given twice, ``stage1`` not in
     {gold, policy} or ``hint`` not in {none, low, high}.
     """
     bad = [s for s in stages if s not in (1, 2)]
     if bad or not stages:
         raise ValueError(f"stages: each must be 1 or 2 (got {list(stages)!r})")
+    if len(set(stages)) != len(stages):
+        raise ValueError(f"stages: each stage at most once (got {list(stages)!r}); a repeated stage would duplicate rows")
     if stage1 not in ("gold", "policy"):
         raise ValueError(f"stage1: must be 'gold' or 'policy', got {stage1!r}")
     if hint not in HINTS:
@@ -134,11 +136,16 @@ def prepare_datasets(benchmark: str | Path, out_dir: str | Path, *, stages: Sequ
     out = Path(out_dir)
     summary: dict[str, Any] = {"benchmark": str(bench), "stages": list(stages), "stage1": stage1, "hint": hint,
                                "max_turns": max_turns, "splits": {}}
+    # check every split and build every row before writing anything: a failure must not leave a
+    # new train.parquet next to an older test.parquet / prepare.json in a reused output directory
+    built: dict[str, tuple[list[Task], list[dict[str, Any]]]] = {}
     for split in ("train", "test"):
         tasks = [t for t in b.tasks if t.split == split][:limit]
         if not tasks:
             raise ValueError(f"split {split!r}: the benchmark {bench} has no {split} tasks")
-        rows = build_rows(tasks, benchmark=str(bench), stages=stages, stage1=stage1, hint=hint, max_turns=max_turns)
+        built[split] = (tasks, build_rows(tasks, benchmark=str(bench), stages=stages, stage1=stage1, hint=hint,
+                                          max_turns=max_turns))
+    for split, (tasks, rows) in built.items():
         path = write_parquet(rows, out / f"{split}.parquet")
         summary["splits"][split] = {"path": str(path), "tasks": len(tasks), "rows": len(rows)}
     (out / "prepare.json").write_text(json.dumps(summary, indent=2))

@@ -39,7 +39,8 @@ def test_one_row_per_task_and_stage_with_chat_prompts_and_task_reference(tmp_pat
     assert back == rows
 
 
-@pytest.mark.parametrize("kw,field", [({"stages": [3]}, "stages"), ({"stage1": "oracle"}, "stage1"),
+@pytest.mark.parametrize("kw,field", [({"stages": [3]}, "stages"), ({"stages": [1, 1]}, "stages"),
+                                      ({"stage1": "oracle"}, "stage1"),
                                       ({"hint": "medium"}, "hint")])
 def test_bad_options_name_the_field(kw, field):
     with pytest.raises(ValueError, match=field):
@@ -96,3 +97,31 @@ def test_cli_prepare_writes_train_and_test_parquet(tmp_path):
     assert train[0]["extra_info"]["benchmark"] == str(bench.resolve())
     bad = CliRunner().invoke(app, ["prepare", "--benchmark", str(bench), "--out", str(tmp_path / "d2"), "--hint", "x"])
     assert bad.exit_code == 2 and "hint" in bad.output
+
+
+def test_cli_prepare_failure_leaves_an_existing_output_directory_untouched(tmp_path):
+    """A benchmark without test tasks: nothing is written, so a reused --out directory never ends
+    up with a new train.parquet next to the previous run's test.parquet and prepare.json."""
+    from typer.testing import CliRunner
+
+    from shopping_companion.trainers.cli import app
+
+    def bench(name, tasks):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
+        (d / "sessions.jsonl").write_text("")
+        (d / "manifest.json").write_text("{}")
+        return d
+
+    good = bench("good", [_task(0, "train"), _task(1, "test")])
+    train_only = bench("train_only", [_task(i, "train") for i in range(3)])
+    out = tmp_path / "data"
+    assert CliRunner().invoke(app, ["prepare", "--benchmark", str(good), "--out", str(out)]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    res = CliRunner().invoke(app, ["prepare", "--benchmark", str(train_only), "--out", str(out)])
+    assert res.exit_code == 2 and "no test tasks" in res.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    fresh = tmp_path / "fresh"
+    assert CliRunner().invoke(app, ["prepare", "--benchmark", str(train_only), "--out", str(fresh)]).exit_code == 2
+    assert not fresh.exists() or not any(fresh.iterdir())
