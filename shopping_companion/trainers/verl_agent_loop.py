@@ -19,7 +19,9 @@ tokens with ``response_mask`` 0. Limits: ``actor_rollout_ref.rollout.multi_turn.
 (paper: 20) → the environment's ``max_turns``; ``rollout.response_length`` (paper: 32,768) → the
 response token budget. The trajectory's reward breakdown goes to the trainer in ``extra_fields``
 (read by :func:`shopping_companion.trainers.reward.compute_score`). A trajectory whose judge failed
-gets ``response_mask`` all 0 (no gradient) instead of being trained on as a 0.
+gets ``response_mask`` all 0 (no gradient) instead of being trained on as a 0, and the
+``grpo_judged`` advantage estimator (:mod:`shopping_companion.trainers.verl_plugin`) keeps it out of
+its group's statistics.
 
 Agent-loop config keys (``configs/grpo/agent_loop.yaml``; each is a constructor argument):
 ``benchmark`` (default: the row's ``extra_info.benchmark``), ``data_dir``, ``index_dir``, ``rubric``

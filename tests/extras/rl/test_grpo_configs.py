@@ -28,7 +28,7 @@ def test_variants_compose_with_verl_and_hold_the_paper_settings(variant, rubric)
     cfg = _compose(variant)
     OmegaConf.resolve(cfg)
     r = cfg.actor_rollout_ref.rollout
-    assert cfg.algorithm.adv_estimator == "grpo"
+    assert cfg.algorithm.adv_estimator == "grpo_judged"  # GRPO without judge failures (test_grpo_judged_advantage.py)
     assert (r.n, r.temperature, r.top_k, r.top_p) == (8, 0.6, 20, 0.95)
     assert r.multi_turn.enable and r.multi_turn.max_assistant_turns == 20
     assert r.name == "vllm" and r.response_length == cfg.data.max_response_length == 32768
