@@ -135,6 +135,62 @@ def _run_share(step_rows: tuple[int, list[tuple[int, int, int]]]) -> tuple[float
     return time.perf_counter() - t, time.process_time() - c, out
 
 
+def _breakdown(rows: list[tuple[int, int, int]]) -> dict[str, float]:
+    """One worker, one trajectory at a time (wall = CPU): seconds spent in the environment
+    (``env.astep``: tools, parsing, simulator, judge and rubric at stage ends; stage 1 played by the
+    gold policy for stage-2 rows) versus the agent loop's token work (chat-template rendering,
+    tokenising observations and prompts, decoding) for the given trajectories."""
+    from shopping_companion.trainers.episode import ChatTokens, run_row_episode
+
+    args, tasks, res, tok = _W["args"], _W["tasks"], _W["res"], _W["tok"]
+    spent = {"env": 0.0, "render": 0.0, "encode": 0.0, "decode": 0.0}
+
+    class TimedChat(ChatTokens):
+        def render(self, *a, **k):
+            t = time.perf_counter()
+            try:
+                return super().render(*a, **k)
+            finally:
+                spent["render"] += time.perf_counter() - t
+
+        def encode(self, text):
+            t = time.perf_counter()
+            try:
+                return super().encode(text)
+            finally:
+                spent["encode"] += time.perf_counter() - t
+
+        def decode(self, ids):
+            t = time.perf_counter()
+            try:
+                return super().decode(ids)
+            finally:
+                spent["decode"] += time.perf_counter() - t
+
+    chat = TimedChat(tok)
+
+    async def run_all():
+        for ti, stage, rollout in rows:
+            env = res.make_env(tasks[ti])
+            astep = env.astep
+
+            async def timed(text, _astep=astep):
+                t = time.perf_counter()
+                try:
+                    return await _astep(text)
+                finally:
+                    spent["env"] += time.perf_counter() - t
+
+            env.astep = timed
+            gen, _ = _scripted(tasks[ti], stage, f"b{rollout}")
+            await run_row_episode(env, stage, chat, gen, {}, 32768, stage1="gold")
+
+    t = time.perf_counter()
+    asyncio.run(run_all())
+    spent["total"] = time.perf_counter() - t
+    return spent
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=16)
@@ -145,6 +201,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32, help="trajectories in flight per worker")
     ap.add_argument("--extra-calls", type=int, default=7, help="searches before the gold path, per stage")
     ap.add_argument("--index-dir", default=None)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also run one step sequentially in one worker and split its time: environment vs token work")
     args = ap.parse_args()
 
     import multiprocessing as mp
@@ -172,6 +230,13 @@ def main() -> None:
                   f"(env summed over trajectories {sum(o[0] for o in out):.1f} s, scripted policy {sum(o[3] for o in out):.2f} s), "
                   f"tool calls per trained trajectory median {statistics.median(o[1] for o in out)}, "
                   f"mean R_tool {statistics.mean(o[2] for o in out):.3f}")
+        if args.breakdown:
+            b = pool.apply(_breakdown, (jobs,))
+            other = b["total"] - b["env"] - b["render"] - b["encode"] - b["decode"]
+            print(f"sequential breakdown of one step ({len(jobs)} trajectories, one worker): total {b['total']:.2f} s = "
+                  f"environment {b['env']:.2f} s (tools, parsing, simulator, judge, rubric) + token work "
+                  f"{b['render'] + b['encode'] + b['decode']:.2f} s (render {b['render']:.2f}, encode {b['encode']:.2f}, "
+                  f"decode {b['decode']:.2f}) + other {other:.2f} s (scripted policy, bookkeeping)")
     print(f"median environment wall time per GRPO step ({len(rows)} prompts x {args.rollouts} rollouts, "
           f"{args.workers} worker process(es)): {statistics.median(walls):.2f} s (target <= 3 s); "
           f"median CPU {statistics.median(cpus):.2f} s per step = {statistics.median(cpus) / args.workers:.2f} s of wall "
