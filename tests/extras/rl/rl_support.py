@@ -62,13 +62,16 @@ class TinyModelServer:
 class ScriptedServer:
     """GoldPolicy over tokens. With ``mix``, every second stage-2 trajectory of a task (in the order
     their request ids first arrive) recommends ``wrong_id`` instead of the reference product, so a
-    GRPO group of an even size gets exactly half gold and half wrong answers."""
+    GRPO group of an even size gets exactly half gold and half wrong answers. ``wrong_tasks``: every
+    stage-2 trajectory of these task ids recommends ``wrong_id`` (no dependence on arrival order)."""
 
-    def __init__(self, tokenizer: Any, tasks: list[Task], wrong_id: str | None = None, mix: bool = False) -> None:
+    def __init__(self, tokenizer: Any, tasks: list[Task], wrong_id: str | None = None, mix: bool = False,
+                 wrong_tasks: set[str] | frozenset[str] = frozenset()) -> None:
         self.tok = tokenizer
         self.tasks = tasks
         self.wrong_id = wrong_id
         self.mix = mix
+        self.wrong_tasks = set(wrong_tasks)
         self.requests: dict[str, bool] = {}
         self._seen: dict[str, int] = {}
 
@@ -93,7 +96,7 @@ class ScriptedServer:
             if request_id not in self.requests:
                 k = self._seen.get(task.task_id, 0)
                 self._seen[task.task_id] = k + 1
-                self.requests[request_id] = self.mix and k % 2 == 1
+                self.requests[request_id] = (self.mix and k % 2 == 1) or task.task_id in self.wrong_tasks
             bad = self.requests[request_id]
         policy = GoldPolicy(task, recommend=[self.wrong_id] if bad and self.wrong_id else None)
         msgs = [{"role": "assistant", "content": ""}] * turn

@@ -168,7 +168,7 @@ def _tools_of(stage: int):
 
 @pytest.mark.parametrize("rubric", ["paper", "outcome_only"])
 def test_tool_wise_reward_reaches_the_trainer_and_grpo_advantages(setup, tool_model_dir, rubric):
-    """A group of 4 rollouts per row (gold policy vs a wrong recommendation), through verl's
+    """Groups of 4 rollouts per row (one task's stage-2 rollouts recommend a wrong product), through verl's
     AgentLoopWorker → reward loop → batch: token_level_scores carry R_tool under the paper rubric
     and not under outcome_only; compute_grpo_outcome_advantage gives (s - mean) / (std + eps)."""
     import torch
@@ -178,7 +178,9 @@ def test_tool_wise_reward_reaches_the_trainer_and_grpo_advantages(setup, tool_mo
     cfg = verl_config(tool_model_dir, setup["loop_yaml"], rubric=rubric)
     ds, tok = _dataset(setup, tool_model_dir, cfg)
     other = setup["tasks"][2].reference_product_ids[-1]  # the add-on task's second product: another category
-    server = ScriptedServer(tok, setup["tasks"], wrong_id=other, mix=True)
+    rows = [setup["rows"][i]["extra_info"]["task_id"] for i in (0, 1, 2, 3)]
+    wrong_task = rows[-1]  # every rollout of this task's stage-2 row recommends the wrong product
+    server = ScriptedServer(tok, setup["tasks"], wrong_id=other, wrong_tasks={wrong_task})
     worker = _worker(cfg, server)
     batch = _batch(ds, n_repeat=4, only=[0, 1, 2, 3])
     out = _run(worker.generate_sequences(batch))
@@ -203,5 +205,10 @@ def test_tool_wise_reward_reaches_the_trainer_and_grpo_advantages(setup, tool_mo
         got = (adv[torch.as_tensor(sel)] * mask[torch.as_tensor(sel)]).sum(-1) / mask[torch.as_tensor(sel)].sum(-1)
         assert torch.allclose(got, want, atol=1e-4)
     s2 = scores[torch.as_tensor(stage == 2)]
+    tids = np.asarray(out.non_tensor_batch["shopcomp_task_id"]) if "shopcomp_task_id" in out.non_tensor_batch else None
     assert s2.max() > s2.min(), "gold and wrong recommendations should score differently"
-    assert sum(server.requests.values()) == 4  # half of the 8 stage-2 trajectories recommended the wrong product
+    if tids is not None:
+        wrong = torch.as_tensor((stage == 2) & (tids == wrong_task))
+        gold = torch.as_tensor((stage == 2) & (tids != wrong_task))
+        assert scores[wrong].max() < scores[gold].min()
+    assert sum(server.requests.values()) == 4  # the 4 stage-2 rollouts of one task recommended the wrong product
