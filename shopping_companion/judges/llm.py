@@ -496,6 +496,72 @@ class _AttemptTimeout(Exception):
     pass
 
 
+def ask_strict_json(
+    call: Callable[[list[dict[str, str]]], str],
+    messages: list[dict[str, str]],
+    validate: Callable[[dict[str, Any]], Any],
+    cache: _Cache,
+    key: str,
+    *,
+    max_retries: int,
+    backoff_s: float,
+    max_backoff_s: float,
+    bump: Callable[[str], None] = lambda k: None,
+    name: str = "llm",
+) -> tuple[Any, list[str]]:
+    """Ask for one strict JSON object until ``validate`` accepts it; shared by the LLM judge and the
+    personalization benchmark's LLM roles.
+
+    A reply cached under ``key`` is validated first (an invalid cached reply is ignored). Otherwise
+    up to ``1 + max_retries`` attempts: ``call(conversation) -> text``; a :class:`BackendError` or an
+    attempt timeout is retried after ``min(backoff_s * 2**k, max_backoff_s)`` seconds unless its HTTP
+    status cannot succeed on retry (4xx other than 408/409/429); a reply that is not one JSON object
+    (:func:`parse_json_reply`) or that ``validate`` rejects is answered with the error and asked again.
+    ``bump`` counts ``"cache_hits"`` and ``"retries"``. Returns ``(validated object, errors)`` with the
+    valid reply cached, or ``(None, errors)`` (one line per failed attempt).
+    """
+    cached = cache.get(key)
+    if cached is not None:
+        try:
+            out = validate(parse_json_reply(cached))
+            bump("cache_hits")
+            return out, []
+        except (ValueError, ValidationError):
+            log.warning("%s: ignoring an invalid cached reply %s", name, key[:12])
+    errors: list[str] = []
+    convo = list(messages)
+    backoff_k = 0
+    for attempt in range(max_retries + 1):
+        if attempt:
+            bump("retries")
+        try:
+            text = call(convo)
+        except (BackendError, _AttemptTimeout) as e:
+            status = getattr(e, "status_code", None)
+            errors.append(f"attempt {attempt + 1}: {'timeout' if isinstance(e, _AttemptTimeout) else 'backend error'}: {e}")
+            if status is not None and status not in _RETRYABLE_STATUS and status < 500:
+                break  # cannot succeed on retry (bad request, bad key, unknown model)
+            if attempt < max_retries:
+                delay = min(backoff_s * 2 ** backoff_k, max_backoff_s)
+                backoff_k += 1
+                if delay > 0:
+                    time.sleep(delay)
+            continue
+        try:
+            out = validate(parse_json_reply(text))
+        except (ValueError, ValidationError) as e:
+            msg = _validation_message(e) if isinstance(e, ValidationError) else str(e)
+            errors.append(f"attempt {attempt + 1}: invalid reply: {msg}")
+            convo = list(messages) + [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": f"Your reply was rejected: {msg}. Reply again with only the corrected JSON object."},
+            ]
+            continue
+        cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
+        return out, errors
+    return None, errors
+
+
 @JUDGES.register("llm")
 class LLMJudge:
     """LLM-as-judge over a :class:`ChatBackend` (module docstring).
@@ -701,47 +767,10 @@ class LLMJudge:
 
     def _ask(self, messages: list[dict[str, str]], validate: Callable[[dict[str, Any]], Any]) -> tuple[Any, list[str]]:
         """``(validated reply, [])`` or ``(None, errors)`` after the retries; caches valid replies."""
-        key = self._key(messages)
-        cached = self._cache.get(key)
-        if cached is not None:
-            try:
-                out = validate(parse_json_reply(cached))
-                self._bump("cache_hits")
-                return out, []
-            except (ValueError, ValidationError):
-                log.warning("%s: ignoring an invalid cached reply %s", self.name, key[:12])
-        errors: list[str] = []
-        convo = list(messages)
-        backoff_k = 0
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self._bump("retries")
-            try:
-                text = self._call(convo)
-            except (BackendError, _AttemptTimeout) as e:
-                status = getattr(e, "status_code", None)
-                errors.append(f"attempt {attempt + 1}: {'timeout' if isinstance(e, _AttemptTimeout) else 'backend error'}: {e}")
-                if status is not None and status not in _RETRYABLE_STATUS and status < 500:
-                    break  # cannot succeed on retry (bad request, bad key, unknown model)
-                if attempt < self.max_retries:
-                    delay = min(self.backoff_s * 2 ** backoff_k, self.max_backoff_s)
-                    backoff_k += 1
-                    if delay > 0:
-                        time.sleep(delay)
-                continue
-            try:
-                out = validate(parse_json_reply(text))
-            except (ValueError, ValidationError) as e:
-                msg = _validation_message(e) if isinstance(e, ValidationError) else str(e)
-                errors.append(f"attempt {attempt + 1}: invalid reply: {msg}")
-                convo = list(messages) + [
-                    {"role": "assistant", "content": text},
-                    {"role": "user", "content": f"Your reply was rejected: {msg}. Reply again with only the corrected JSON object."},
-                ]
-                continue
-            self._cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
-            return out, errors
-        return None, errors
+        return ask_strict_json(
+            self._call, messages, validate, self._cache, self._key(messages), max_retries=self.max_retries,
+            backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s, bump=self._bump, name=self.name,
+        )
 
     def _verdict(self, task: Task, stage: int, addon: bool, base: dict[str, Any], r: Any) -> Verdict:
         F, N = base["F"], base["N"]

@@ -4,7 +4,8 @@ Shared by the LLM profile builder, the LLM query generator and the trajectory ju
 conventions of :mod:`shopping_companion.judges.llm` (and reuses its reply parser and cache): the
 reply must be exactly one JSON object (``<think>`` blocks and one code fence are tolerated); an
 invalid reply is answered with the validation error and asked again up to ``max_retries`` times;
-backend errors are retried with exponential backoff unless the HTTP status cannot succeed on retry;
+backend errors are retried with exponential backoff unless the HTTP status cannot succeed on retry
+(the loop is :func:`shopping_companion.judges.llm.ask_strict_json`);
 valid replies are cached under ``sha256(model, sampling, messages)`` (memory, plus an SQLite file
 when ``cache_path`` is given).
 """
@@ -14,19 +15,17 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from shopping_companion.judges.llm import _Cache, _validation_message, parse_json_reply
-from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
+from shopping_companion.judges.llm import _Cache, ask_strict_json
+from shopping_companion.llm.base import ChatBackend, Sampling
 
 __all__ = ["JSONAsker", "JSONAskError"]
 
 M = TypeVar("M", bound=BaseModel)
-_NO_RETRY = frozenset({400, 401, 403, 404, 422})
 
 
 class JSONAskError(RuntimeError):
@@ -71,46 +70,19 @@ class JSONAsker:
 
     def ask(self, messages: list[dict[str, Any]], model: type[M], context: dict[str, Any] | None = None) -> M:
         """The validated reply. Raises :class:`JSONAskError` after ``max_retries`` re-asks."""
-        key = self._key(messages, model)
-        cached = self._cache.get(key)
-        if cached is not None:
-            try:
-                out = model.model_validate(parse_json_reply(cached), context=context)
-                self._bump("cache_hits")
-                return out
-            except (ValueError, ValidationError):
-                pass
-        errors: list[str] = []
-        convo = list(messages)
-        k = 0
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self._bump("retries")
+
+        def call(convo: list[dict[str, Any]]) -> str:
             self._bump("requests")
-            try:
-                text = self.backend.chat(convo, None, self.sampling).content
-            except BackendError as e:
-                errors.append(f"attempt {attempt + 1}: backend error: {e}")
-                status = getattr(e, "status_code", None)
-                if status in _NO_RETRY:
-                    break
-                if attempt < self.max_retries:
-                    time.sleep(min(self.backoff_s * 2**k, self.max_backoff_s))
-                    k += 1
-                continue
-            try:
-                out = model.model_validate(parse_json_reply(text), context=context)
-            except (ValueError, ValidationError) as e:
-                msg = _validation_message(e) if isinstance(e, ValidationError) else str(e)
-                errors.append(f"attempt {attempt + 1}: invalid reply: {msg}")
-                convo = list(messages) + [
-                    {"role": "assistant", "content": text},
-                    {"role": "user", "content": f"That reply was rejected ({msg}). Send only the corrected JSON object."},
-                ]
-                continue
-            self._cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
-            return out
-        raise JSONAskError(f"{model.__name__}: no valid reply from {self.model_id}", errors)
+            return self.backend.chat(convo, None, self.sampling).content
+
+        out, errors = ask_strict_json(
+            call, messages, lambda obj: model.model_validate(obj, context=context), self._cache,
+            self._key(messages, model), max_retries=self.max_retries, backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s, bump=self._bump, name=f"{model.__name__} asker",
+        )
+        if out is None:
+            raise JSONAskError(f"{model.__name__}: no valid reply from {self.model_id}", errors)
+        return out
 
     def close(self) -> None:
         self._cache.close()
