@@ -335,40 +335,38 @@ def _deal_terms(messages: list[dict[str, Any]]) -> dict[str, Any]:
 _PHRASE_END = set("there here in from all for at on with please to that which so both together".split())
 
 
+_ITEM_SPLIT = re.compile(r",\s*(?:and\s+)?|\s+and\s+|\s+plus\s+")
+
+
+def _phrase(text: str) -> str:
+    """``text``'s leading words up to the first word that ends an item phrase ("… shoes there")."""
+    words: list[str] = []
+    for w in text.split():
+        if words and w.lower().strip(".") in _PHRASE_END:
+            break
+        words.append(w.strip("."))
+    return " ".join(words)
+
+
 def _product_phrases(request: str, n: int) -> list[str]:
     """The ``n`` requested product phrases of an add-on request ("a pair of men's trousers, a unisex
-    cap and a unisex wallet" → three phrases), read from the sentence listing the most items; []
-    when no sentence lists ``n`` items."""
-    first = request.split("\n", 1)[0]
+    cap and a unisex wallet" → three phrases), read from the sentence listing the most items (items
+    introduced by an article; else the list after the last buying verb, "I want to buy bras and
+    backpacks"); [] when no sentence lists ``n`` items."""
+    sentences = re.split(r"(?<=[.!?])\s+", request.split("\n", 1)[0])
     best: list[str] = []
-    for sent in re.split(r"(?<=[.!?])\s+", first):
+    for sent in sentences:
         items = []
-        for part in re.split(r",\s*(?:and\s+)?|\s+and\s+|\s+plus\s+", sent):
+        for part in _ITEM_SPLIT.split(sent):
             m = re.search(r"\b(?:an?|one)\s+((?:pair of\s+)?[\w'’\-]+(?:\s+[\w'’\-]+)*)", part, re.I)
-            if not m:
-                continue
-            words = []
-            for w in m.group(1).split():
-                if words and w.lower().strip(".") in _PHRASE_END:
-                    break
-                words.append(w.strip("."))
-            items.append(" ".join(words))
+            if m:
+                items.append(_phrase(m.group(1)))
         if len(items) > len(best):
             best = items
-    if len(best) < n:  # no articles: "I want to buy bras and backpacks together from one shop"
-        for sent in re.split(r"(?<=[.!?])\s+", first):
+    if len(best) < n:
+        for sent in sentences:
             m = re.search(r".*\b(?:buy|get|find|need|want|order|purchase)\s+(.*)", sent, re.I)
-            if not m:
-                continue
-            items = []
-            for part in re.split(r",\s*(?:and\s+)?|\s+and\s+|\s+plus\s+", m.group(1)):
-                words = []
-                for w in part.split():
-                    if words and w.lower().strip(".") in _PHRASE_END:
-                        break
-                    words.append(w.strip("."))
-                if words:
-                    items.append(" ".join(words))
+            items = [p for p in (_phrase(part) for part in _ITEM_SPLIT.split(m.group(1))) if p] if m else []
             if len(items) >= n:
                 best = items
                 break
