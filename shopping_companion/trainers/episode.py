@@ -32,7 +32,10 @@ Malformed model output is the environment's business: it becomes an error observ
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
@@ -45,6 +48,7 @@ __all__ = [
     "TokenEpisode",
     "EpisodeOutput",
     "run_row_episode",
+    "clear_encode_caches",
     "STAGE1_SOURCES",
 ]
 
@@ -64,6 +68,59 @@ class Generation:
 GenerateFn = Callable[[list[int], dict[str, Any]], Awaitable[Generation]]
 
 
+class _LRU:
+    """A thread-safe least-recently-used map of at most ``size`` entries."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+            return v
+
+    def put(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+_ENCODE_CACHES: "weakref.WeakKeyDictionary[Any, _LRU]" = weakref.WeakKeyDictionary()
+_ENCODE_CACHES_LOCK = threading.Lock()
+
+
+def _encode_cache(tokenizer: Any, size: int) -> _LRU | None:
+    """The process-wide encode cache of ``tokenizer`` (None when the object cannot be weakly
+    referenced: then no cache is shared)."""
+    with _ENCODE_CACHES_LOCK:
+        try:
+            cache = _ENCODE_CACHES.get(tokenizer)
+            if cache is None:
+                cache = _ENCODE_CACHES[tokenizer] = _LRU(size)
+        except TypeError:
+            return _LRU(size)
+        cache.size = max(cache.size, size)
+        return cache
+
+
+def clear_encode_caches() -> None:
+    """Empty every tokenizer's shared encode cache in this process (e.g. between benchmark steps,
+    so that a step gets no cache hits from the same prompts in an earlier step)."""
+    with _ENCODE_CACHES_LOCK:
+        for cache in list(_ENCODE_CACHES.values()):
+            with cache._lock:
+                cache._d.clear()
+
+
 class ChatTokens:
     """Chat-template rendering and tokenisation for one tokenizer.
 
@@ -72,11 +129,21 @@ class ChatTokens:
     ``decode(ids)`` the exact text of ids (special tokens kept); ``content(ids)`` the text the
     environment receives as the assistant's message (see :meth:`content`).
     ``chat_template_kwargs`` go to ``apply_chat_template`` (e.g. ``{"enable_thinking": True}``).
+
+    Encodings are cached per tokenizer object, shared by every ``ChatTokens`` of that tokenizer in
+    the process (verl builds one agent loop, hence one ``ChatTokens``, per trajectory): the n
+    rollouts of a prompt start from the same prompt text and often view the same products, so
+    about 40% of the observation text of a GRPO step repeats (``benchmarks/bench_grpo_env.py``).
+    ``encode_cache_size`` texts are kept (least recently used evicted; 0 disables the cache).
     """
 
-    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None,
+                 encode_cache_size: int = 4096) -> None:
+        if encode_cache_size < 0:
+            raise ValueError(f"encode_cache_size: must be >= 0, got {encode_cache_size}")
         self.tok = tokenizer
         self.kwargs = dict(chat_template_kwargs or {})
+        self._cache = _encode_cache(tokenizer, encode_cache_size) if encode_cache_size else None
         eos = tokenizer.eos_token_id
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
         self.eos_text: str = tokenizer.eos_token or ""
@@ -89,7 +156,26 @@ class ChatTokens:
         )
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False))
+        """Token ids of ``text`` (special tokens written in it are parsed, none added); a new list."""
+        return list(self.encode_decoded(text)[0])
+
+    def encode_decoded(self, text: str) -> tuple[tuple[int, ...], str]:
+        """``(ids, decode(ids))`` of ``text``: the ids and the exact text they decode to (equal to
+        ``text`` for byte-level BPE; kept separately because other tokenizers may normalise)."""
+        cache = self._cache
+        if cache is not None:
+            hit = cache.get(text)
+            if hit is not None:
+                return hit
+        backend = self._backend
+        if backend is not None:
+            ids = tuple(backend.encode(text, add_special_tokens=False).ids)
+        else:
+            ids = tuple(self.tok.encode(text, add_special_tokens=False))
+        out = (ids, self.decode(list(ids)))
+        if cache is not None:
+            cache.put(text, out)
+        return out
 
     def decode(self, ids: list[int]) -> str:
         backend = self._backend
@@ -99,11 +185,23 @@ class ChatTokens:
 
     @property
     def _backend(self) -> Any:
-        """The fast tokenizer's Rust backend when decoding through it equals ``tok.decode`` (no
-        clean-up of tokenisation spaces), else None."""
+        """The fast tokenizer's Rust backend when encoding and decoding through it equal
+        ``tok.encode`` / ``tok.decode`` (no clean-up of tokenisation spaces; checked on a probe text
+        with special tokens), else None."""
         if not hasattr(self, "_backend_cache"):
             b = getattr(self.tok, "backend_tokenizer", None)
-            self._backend_cache = b if b is not None and not getattr(self.tok, "clean_up_tokenization_spaces", False) else None
+            if b is not None and getattr(self.tok, "clean_up_tokenization_spaces", False):
+                b = None
+            if b is not None:
+                specials = "".join(str(t) for t in (getattr(self.tok, "all_special_tokens", None) or [])[:4])
+                probe = f"{specials}Probe: caf\u00e9  \u2014 {{\"a\": [1, 2]}}\n\t{specials} \u4e2d\u6587 end"
+                try:
+                    same = list(b.encode(probe, add_special_tokens=False).ids) == list(
+                        self.tok.encode(probe, add_special_tokens=False))
+                except Exception:  # noqa: BLE001 - any backend oddity: use the tokenizer's own encode
+                    same = False
+                b = b if same else None
+            self._backend_cache = b
         return self._backend_cache
 
     def content(self, ids: list[int]) -> str:
@@ -247,7 +345,8 @@ async def _play_stage1(env: Any, source: Stage1Source, chat: ChatTokens, generat
             await env.astep(msg)
             turns += 1
     else:
-        ep = TokenEpisode(chat.encode(chat.render(env.messages, env.tool_schemas, True)))
+        ids0, text0 = chat.encode_decoded(chat.render(env.messages, env.tool_schemas, True))
+        ep = TokenEpisode(list(ids0), text=text0)
         while env.stage == 1 and not env.done:
             budget = response_length - len(ep.response_ids)
             if budget <= 0:
@@ -293,7 +392,7 @@ def _append_observation(ep: TokenEpisode, chat: ChatTokens, before: list[dict[st
     else:
         ep.text += chat.decode(generated)
     if full.startswith(ep.text):
-        obs_ids = chat.encode(full[len(ep.text):])
+        obs_ids, obs_text_decoded = chat.encode_decoded(full[len(ep.text):])
     else:
         with_assistant = env.messages[: len(before) + 1]
         prev = chat.render(with_assistant, tools, False)
@@ -306,9 +405,9 @@ def _append_observation(ep: TokenEpisode, chat: ChatTokens, before: list[dict[st
             closing = ""
         else:
             closing = tail
-        obs_ids = chat.encode(closing + obs_text)
-    ep.add(obs_ids, 0)
-    ep.text += chat.decode(obs_ids)
+        obs_ids, obs_text_decoded = chat.encode_decoded(closing + obs_text)
+    ep.add(list(obs_ids), 0)
+    ep.text += obs_text_decoded
     return ep.text == full
 
 
@@ -357,7 +456,8 @@ async def run_row_episode(
     if stage == 2:
         stage1_info = await _play_stage1(env, stage1, chat, generate, sampling, response_length)
     messages0 = env.messages
-    ep = TokenEpisode(chat.encode(chat.render(messages0, env.tool_schemas, True)))
+    ids0, text0 = chat.encode_decoded(chat.render(messages0, env.tool_schemas, True))
+    ep = TokenEpisode(list(ids0), text=text0)
     env_s += time.perf_counter() - t
 
     mismatches = 0
