@@ -37,7 +37,8 @@ import asyncio
 from typing import Any, Optional
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+import numpy as np
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopManager, AgentLoopMetrics, AgentLoopOutput
 
 from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
 from shopping_companion.trainers.resources import (
@@ -47,7 +48,7 @@ from shopping_companion.trainers.resources import (
     registered_resources,
 )
 
-__all__ = ["ShoppingCompanionAgentLoop"]
+__all__ = ["ShoppingCompanionAgentLoop", "ShoppingCompanionAgentLoopManager", "rollout_reward_metrics"]
 
 
 def _plain(x: Any) -> Any:
@@ -122,3 +123,96 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             metrics=AgentLoopMetrics(generate_sequences=ep.generate_s, tool_calls=ep.env_s),
             extra_fields={**ep.extra_fields(), **({"shopcomp_messages": ep.messages} if self.record_messages else {})},
         )
+
+
+def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]:
+    """Per-step reward metrics of one rollout batch, from the agent loop's ``extra_fields``.
+
+    ``non_tensor_batch`` is a rollout ``DataProto``'s ``non_tensor_batch`` (one entry per
+    trajectory; rows not played by this agent loop are ignored). Returns, over the trajectories
+    whose judge did not fail, ``shopcomp/<key>/mean`` for ``total`` (the environment rubric's
+    Eq. 12 sum) and every :data:`~shopping_companion.trainers.reward.LOGGED_KEYS` component
+    (R_z, R_tool, R_fmt, f_*, per-tool means, n_tool_calls, success), the same means per stage
+    (``shopcomp/stage<s>/<key>/mean``), plus ``shopcomp/judge_failed/count``,
+    ``shopcomp/trajectories``, ``shopcomp/termination/<reason>/share``,
+    ``shopcomp/prefix_mismatches/sum`` and ``shopcomp/env_s/mean`` (seconds per trajectory in the
+    environment). Empty when the batch has no Shopping Companion trajectories.
+    """
+    from shopping_companion.trainers.reward import LOGGED_KEYS
+
+    rewards = non_tensor_batch.get("shopcomp_reward")
+    if rewards is None:
+        return {}
+    n = len(rewards)
+    col = {k: list(non_tensor_batch.get(k, [None] * n)) for k in (
+        "shopcomp_stage", "shopcomp_judge_failed", "shopcomp_termination", "shopcomp_prefix_mismatches", "shopcomp_env_s")}
+    kept: dict[str, list[float]] = {}
+    failed = 0
+    played = 0
+    terms: dict[str, int] = {}
+    mismatches = 0.0
+    env_s: list[float] = []
+    for i, rb in enumerate(rewards):
+        if not isinstance(rb, dict) or "components" not in rb:
+            continue
+        played += 1
+        term = str(col["shopcomp_termination"][i] or "unknown")
+        terms[term] = terms.get(term, 0) + 1
+        mismatches += float(col["shopcomp_prefix_mismatches"][i] or 0)
+        if col["shopcomp_env_s"][i] is not None:
+            env_s.append(float(col["shopcomp_env_s"][i]))
+        comps = {str(k): float(v) for k, v in dict(rb["components"]).items()}
+        if col["shopcomp_judge_failed"][i] or comps.get("judge_failed", 0.0) > 0:
+            failed += 1
+            continue
+        stage = col["shopcomp_stage"][i]
+        values = {"total": float(rb.get("total", 0.0)), **{k: comps.get(k, 0.0) for k in LOGGED_KEYS if k not in ("stage", "judge_failed")}}
+        for k, v in values.items():
+            kept.setdefault(f"shopcomp/{k}/mean", []).append(v)
+            if stage is not None:
+                kept.setdefault(f"shopcomp/stage{int(stage)}/{k}/mean", []).append(v)
+    if not played:
+        return {}
+    out = {k: float(np.mean(v)) for k, v in kept.items()}
+    out["shopcomp/trajectories"] = float(played)
+    out["shopcomp/judge_failed/count"] = float(failed)
+    out["shopcomp/prefix_mismatches/sum"] = mismatches
+    for term, c in terms.items():
+        out[f"shopcomp/termination/{term}/share"] = c / played
+    if env_s:
+        out["shopcomp/env_s/mean"] = float(np.mean(env_s))
+    return out
+
+
+class ShoppingCompanionAgentLoopManager(AgentLoopManager):
+    """verl's ``AgentLoopManager`` that also reports our reward components for every training step.
+
+    verl 0.9.1 logs the reward function's extra keys only in validation metrics (``val-aux/…``) and
+    rollout dumps; its training-step metrics carry only the total (``critic/score/…``), and it has
+    no public hook for custom training metrics. The rollout's timing dictionary is the one dict a
+    manager returns that the trainer logs whole, so this manager adds
+    :func:`rollout_reward_metrics` to it: each training step logs ``timing_s/shopcomp/R_tool/mean``,
+    ``timing_s/shopcomp/stage2/R_z/mean``, ``timing_s/shopcomp/success/mean`` and the rest (the
+    ``timing_s/`` prefix is verl's, not a unit). Selected with
+    ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (``configs/grpo/grpo_common.yaml``);
+    everything else is verl's manager unchanged.
+
+    Raises:
+        ValueError: at construction when ``trainer.use_v1`` is true (verl's TransferQueue trainer
+            needs its own manager; this one would leave it waiting for rollouts).
+    """
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        trainer = config.get("trainer", {}) if hasattr(config, "get") else {}
+        if trainer and trainer.get("use_v1", False):
+            raise ValueError(
+                "actor_rollout_ref.rollout.agent.agent_loop_manager_class: ShoppingCompanionAgentLoopManager works "
+                "with verl's RayPPOTrainer (trainer.use_v1=false, as in configs/grpo); with trainer.use_v1=true set "
+                "agent_loop_manager_class=null (verl's TransferQueue manager)"
+            )
+        super().__init__(config, *args, **kwargs)
+
+    def _performance_metrics(self, metrics: list[list[dict[str, str]]], output: Any) -> dict[str, float]:
+        timing = super()._performance_metrics(metrics, output)
+        timing.update(rollout_reward_metrics(dict(output.non_tensor_batch)))
+        return timing

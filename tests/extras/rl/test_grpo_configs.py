@@ -39,6 +39,15 @@ def test_variants_compose_with_verl_and_hold_the_paper_settings(variant, rubric)
     assert list(cfg.actor_rollout_ref.model.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert r.agent.default_agent_loop == "shopping_companion"
     assert (CONFIG_DIR.parent.parent / r.agent.agent_loop_config_path).is_file()
+    # the trainer loads our manager (reward components in training-step metrics) from this key
+    from verl.utils.import_utils import load_class_from_fqn
+
+    from shopping_companion.trainers.verl_agent_loop import ShoppingCompanionAgentLoopManager
+
+    assert load_class_from_fqn(r.agent.agent_loop_manager_class, "AgentLoopManager") is ShoppingCompanionAgentLoopManager
+    assert cfg.trainer.use_v1 is False  # the RayPPOTrainer path that manager belongs to
+    with pytest.raises(ValueError, match="use_v1"):  # verl's v1 trainer would wait forever on this manager
+        ShoppingCompanionAgentLoopManager(OmegaConf.merge(cfg, {"trainer": {"use_v1": True}}), llm_client=None)
     rf = cfg.reward.custom_reward_function
     assert rf.path == "pkg://shopping_companion.trainers.reward" and rf.name == "compute_score"
     assert rf.reward_kwargs.rubric == rubric

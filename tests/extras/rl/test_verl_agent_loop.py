@@ -212,3 +212,81 @@ def test_tool_wise_reward_reaches_the_trainer_and_grpo_advantages(setup, tool_mo
         gold = torch.as_tensor((stage == 2) & (tids != wrong_task))
         assert scores[wrong].max() < scores[gold].min()
     assert sum(server.requests.values()) == 4  # the 4 stage-2 rollouts of one task recommended the wrong product
+
+
+class _LocalWorkerHandle:
+    """A Ray actor handle stand-in: ``handle.generate_sequences.remote(batch)`` runs the worker here."""
+
+    def __init__(self, worker):
+        self.generate_sequences = self
+        self.worker = worker
+
+    def remote(self, batch):
+        return self.worker.generate_sequences(batch)
+
+
+def test_training_step_metrics_carry_every_reward_component(setup, tool_model_dir):
+    """Our AgentLoopManager (configs' agent_loop_manager_class) runs verl's own generate_sequences
+    over a real AgentLoopWorker and adds the per-component means to the rollout timing dict, which
+    verl's trainer turns into training-step metrics (compute_timing_metrics): they must equal the
+    reward loop's per-trajectory components, per stage too."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.trainer.ppo.metric_utils import compute_timing_metrics
+    from verl.trainer.ppo.reward import extract_reward
+
+    from shopping_companion.trainers.verl_agent_loop import ShoppingCompanionAgentLoopManager
+
+    cfg = verl_config(tool_model_dir, setup["loop_yaml"])
+    ds, tok = _dataset(setup, tool_model_dir, cfg)
+    other = setup["tasks"][2].reference_product_ids[-1]
+    wrong_task = setup["rows"][3]["extra_info"]["task_id"]
+    server = ScriptedServer(tok, setup["tasks"], wrong_id=other, wrong_tasks={wrong_task})
+    manager = ShoppingCompanionAgentLoopManager.__new__(ShoppingCompanionAgentLoopManager)
+    manager.agent_loop_workers = [_LocalWorkerHandle(_worker(cfg, server)), _LocalWorkerHandle(_worker(cfg, server))]
+    batch = _batch(ds, n_repeat=2, only=[0, 1, 2, 3])
+
+    async def go():
+        return await manager.generate_sequences(batch)
+
+    out = _run(go())
+    timing = out.meta_info["timing"]
+    assert "agent_loop/generate_sequences/mean" in timing  # verl's own metrics are still there
+    _, extra = extract_reward(out)
+    stage = np.asarray(out.non_tensor_batch["shopcomp_stage"], dtype=int)
+    for key in ("R_z", "R_tool", "R_fmt", "success", "tool_prod_mean"):
+        vals = np.asarray(extra[key], dtype=float)
+        assert timing[f"shopcomp/{key}/mean"] == pytest.approx(vals.mean())
+        for s in (1, 2):
+            assert timing[f"shopcomp/stage{s}/{key}/mean"] == pytest.approx(vals[stage == s].mean())
+    assert timing["shopcomp/R_tool/mean"] > 0
+    assert 0 < timing["shopcomp/stage2/success/mean"] < 1  # one task's rollouts recommend the wrong product
+    assert timing["shopcomp/trajectories"] == len(out) == 8
+    assert timing["shopcomp/judge_failed/count"] == 0
+    assert sum(v for k, v in timing.items() if k.startswith("shopcomp/termination/")) == pytest.approx(1.0)
+    # what the trainer logs for this step
+    logged = compute_timing_metrics(batch=out, timing_raw={"gen": 1.0, **timing})
+    assert logged["timing_s/shopcomp/R_tool/mean"] == pytest.approx(timing["shopcomp/R_tool/mean"])
+    # verl's plain manager would not report them
+    plain = AgentLoopManager._performance_metrics(manager, [[{"generate_sequences": 0.0, "tool_calls": 0.0,
+                                                              "compute_score": 0.0, "num_preempted": -1}] * len(out)], out)
+    assert not any(k.startswith("shopcomp/") for k in plain)
+
+
+def test_reward_metrics_leave_out_judge_failures_and_foreign_rows():
+    from shopping_companion.trainers.verl_agent_loop import rollout_reward_metrics
+
+    ok = {"total": 2.0, "components": {"R_z": 1.5, "R_tool": 0.25, "R_fmt": 0.25, "success": 1.0}}
+    bad = {"total": 0.0, "components": {"R_z": 0.0, "judge_failed": 1.0}}
+    m = rollout_reward_metrics({
+        "shopcomp_reward": np.array([ok, bad, None], dtype=object),
+        "shopcomp_stage": np.array([2, 2, 0], dtype=object),
+        "shopcomp_judge_failed": np.array(["", "judge unreachable", ""], dtype=object),
+        "shopcomp_termination": np.array(["answered", "answered", None], dtype=object),
+        "shopcomp_prefix_mismatches": np.array([0, 1, 0], dtype=object),
+        "shopcomp_env_s": np.array([0.5, 1.5, None], dtype=object),
+    })
+    assert m["shopcomp/R_z/mean"] == 1.5 and m["shopcomp/stage2/total/mean"] == 2.0  # the failure is not a 0
+    assert m["shopcomp/judge_failed/count"] == 1 and m["shopcomp/trajectories"] == 2
+    assert m["shopcomp/termination/answered/share"] == 1.0 and m["shopcomp/prefix_mismatches/sum"] == 1
+    assert m["shopcomp/env_s/mean"] == 1.0
+    assert rollout_reward_metrics({"responses": np.zeros(3)}) == {}
