@@ -4,7 +4,10 @@
 # from verl 0.9.1's config (the same configs/grpo/*.yaml the CPU tests compose) — see docs/grpo.md.
 #
 #   MODEL=/path/to/Qwen3-0.6B BENCH=runs/bench scripts/gpu_smoke.sh [extra hydra overrides]
+#   CHECK_ONLY=1 MODEL=... scripts/gpu_smoke.sh     # prepare the rows and check the config on CPU, then stop
 #
+# Settings: configs/grpo/gpu_smoke.yaml (outcome_tool scaled to one GPU: 4 prompts x 4 rollouts,
+# 4,096-token responses, 6 turns, full fine-tuning); extra arguments are Hydra overrides.
 # Needs: CUDA, `pip install -e ".[verl]" vllm` (vLLM matching verl 0.9.1), a benchmark directory
 # (shopcomp synth --out runs/bench --n-tasks 20), the catalog data, and a local model directory
 # (no downloads). Prints tokens/s, steps/s and the share of rollout time spent in our environment
@@ -19,16 +22,17 @@ PY="${PYTHON:-python}"
 mkdir -p "$OUT"
 "$PY" -m shopping_companion.trainers.cli prepare --benchmark "$BENCH" --out "$OUT/data" --limit 4 >/dev/null
 export WANDB_MODE=offline HYDRA_FULL_ERROR=1 VLLM_USE_V1=1
-ray status >/dev/null 2>&1 || ray start --head --num-gpus 1 --disable-usage-stats >/dev/null
+# the config composed and checked on CPU first (verl's validate_config, data, model, agent loop,
+# reward function, estimator): a mistake costs seconds here instead of minutes of GPU start-up
+"$PY" -m shopping_companion.trainers.cli launch --variant gpu_smoke --model "$MODEL" --data-dir "$OUT/data" --check \
+  trainer.default_local_dir="$OUT/ckpt" trainer.total_training_steps="$STEPS" "$@"
+if [ "${CHECK_ONLY:-0}" = 1 ]; then exit 0; fi   # e.g. on a login node before asking for a GPU
+RAY="$(dirname "$(command -v "$PY" || echo "$PY")")/ray"   # the ray of verl's environment
+[ -x "$RAY" ] || RAY=ray
+"$RAY" status >/dev/null 2>&1 || "$RAY" start --head --num-gpus 1 --disable-usage-stats >/dev/null
 start=$(date +%s)
-"$PY" -m shopping_companion.trainers.cli launch --variant outcome_tool --model "$MODEL" --data-dir "$OUT/data" --run \
-  trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.total_training_steps="$STEPS" trainer.logger='[console]' \
-  trainer.save_freq=-1 trainer.test_freq=-1 trainer.val_before_train=false trainer.default_local_dir="$OUT/ckpt" \
-  data.train_batch_size=4 actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 \
-  data.max_prompt_length=6144 data.max_response_length=4096 actor_rollout_ref.actor.ppo_max_token_len_per_gpu=12288 \
-  actor_rollout_ref.rollout.multi_turn.max_assistant_turns=6 actor_rollout_ref.rollout.agent.num_workers=2 \
-  actor_rollout_ref.model.lora_rank=0 actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
-  actor_rollout_ref.rollout.tensor_model_parallel_size=1 "$@" 2>&1 | tee "$OUT/train.log"
+"$PY" -m shopping_companion.trainers.cli launch --variant gpu_smoke --model "$MODEL" --data-dir "$OUT/data" --run \
+  trainer.default_local_dir="$OUT/ckpt" trainer.total_training_steps="$STEPS" "$@" 2>&1 | tee "$OUT/train.log"
 end=$(date +%s)
 "$PY" - "$OUT/train.log" "$STEPS" "$((end - start))" <<'PYEOF'
 import re, sys, statistics
@@ -46,7 +50,8 @@ if env and gen:
     share = [e / (e + g) for e, g in zip(env, gen) if e + g > 0]
     print(f"environment share of rollout time per trajectory {100 * statistics.median(share):.1f}% "
           f"(env {statistics.median(env):.2f} s, generation {statistics.median(gen):.2f} s)")
-for k in ("critic/score/mean", "critic/rewards/mean"):
+for k in ("critic/score/mean", "timing_s/shopcomp/R_z/mean", "timing_s/shopcomp/R_tool/mean",
+          "timing_s/shopcomp/R_fmt/mean", "timing_s/shopcomp/success/mean", "timing_s/shopcomp/judge_failed/count"):
     if vals(k):
         print(f"{k} {vals(k)}")
 PYEOF

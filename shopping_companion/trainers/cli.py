@@ -1,7 +1,7 @@
 """``shopcomp grpo``: prepare verl GRPO datasets and print/run the verl launch command.
 
     shopcomp grpo prepare --benchmark runs/bench --out runs/grpo/data
-    shopcomp grpo launch --variant outcome_tool --model /path/to/sft-merged [--run] [-- extra=overrides]
+    shopcomp grpo launch --variant outcome_tool --model /path/to/sft-merged [--check] [--run] [-- extra=overrides]
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import typer
 app = typer.Typer(help="GRPO with verl (cluster) — datasets, configs and launch (docs/grpo.md).",
                   no_args_is_help=True)
 
-VARIANTS = ("outcome_tool", "outcome_only")
+#: configs/grpo/<name>.yaml a launch can use: the paper's two variants and the one-GPU smoke run
+VARIANTS = ("outcome_tool", "outcome_only", "gpu_smoke")
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -49,7 +50,7 @@ def prepare(
 
 
 def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: List[str]) -> list[str]:
-    """The verl command for ``variant`` (``outcome_tool`` | ``outcome_only``) with our config dir.
+    """The verl command for ``variant`` (one of :data:`VARIANTS`) with our config dir.
 
     verl runs under this interpreter (``sys.executable``: the environment that has this package and
     verl, also when it is not the ``python`` on PATH), and the data files are absolute paths (verl
@@ -69,10 +70,12 @@ def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: Li
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def launch(
     ctx: typer.Context,
-    variant: str = typer.Option("outcome_tool", help="outcome_tool (R_z + R_tool + R_fmt) | outcome_only (R_z + R_fmt)."),
+    variant: str = typer.Option("outcome_tool", help="outcome_tool (R_z + R_tool + R_fmt) | outcome_only (R_z + R_fmt) | gpu_smoke (outcome_tool on one GPU, 3 steps)."),
     model: Optional[str] = typer.Option(None, help="Policy checkpoint (merged SFT model, or base + LoRA adapter override)."),
     data_dir: Path = typer.Option(Path("runs/grpo/data"), help="Directory with train.parquet / test.parquet."),
     run: bool = typer.Option(False, "--run", help="Run it (needs GPUs, verl and vLLM); default: print it."),
+    check: bool = typer.Option(False, "--check", help="First compose the config and check it on CPU (verl's "
+                               "validate_config, data, model, agent loop, reward, estimator); exit 2 on problems."),
 ) -> None:
     """Print (or run) the verl GRPO command; extra arguments are Hydra overrides."""
     try:
@@ -81,6 +84,20 @@ def launch(
         typer.echo(str(e), err=True)
         raise typer.Exit(2)
     typer.echo(shlex.join(cmd))
+    if check:
+        from shopping_companion.trainers.launch_check import check_launch
+
+        try:
+            problems, summary = check_launch(cmd)
+        except RuntimeError as e:
+            typer.echo(str(e), err=True)
+            raise typer.Exit(2)
+        if problems:
+            typer.echo(f"launch check: {len(problems)} problem(s):", err=True)
+            for p in problems:
+                typer.echo(f"  - {p}", err=True)
+            raise typer.Exit(2)
+        typer.echo("launch check passed: " + json.dumps(summary))
     if run:
         raise typer.Exit(subprocess.call(cmd))
 

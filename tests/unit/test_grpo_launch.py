@@ -61,3 +61,19 @@ def test_run_grpo_reports_a_missing_option_value_and_prints_usage(tmp_path):
     usage = _run([], env, tmp_path)
     assert usage.returncode == 2 and "run_grpo.sh train" in usage.stdout
     assert all(x.startswith("#") for x in usage.stdout.splitlines())  # the header only, no script lines
+
+
+def test_check_without_verl_says_which_environment_has_it():
+    import importlib.util
+
+    import pytest
+    from typer.testing import CliRunner
+
+    from shopping_companion.trainers.cli import app
+
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("verl is installed here: tests/extras/rl/test_grpo_launch_check.py covers --check")
+    r = CliRunner().invoke(app, ["launch", "--variant", "gpu_smoke", "--model", "/m", "--check"])
+    assert r.exit_code == 2 and "install_rl.sh" in r.output and "--check" in r.output
+    r = CliRunner().invoke(app, ["launch", "--variant", "nope"])
+    assert r.exit_code == 2 and "gpu_smoke" in r.output  # the message lists the configs

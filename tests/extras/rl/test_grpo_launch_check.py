@@ -1,0 +1,79 @@
+"""`shopcomp grpo launch --check` and `CHECK_ONLY=1 scripts/gpu_smoke.sh`: the GPU smoke run's config
+composed with verl's Hydra config and checked by verl's validate_config plus our checks, on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.extras.rl.conftest import require
+
+require("verl", "hydra")
+
+from shopping_companion.trainers.cli import launch_command  # noqa: E402
+from shopping_companion.trainers.launch_check import check_launch  # noqa: E402
+from shopping_companion.types import Preference, ProductSlot, SessionRef, Task  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _bench(root: Path) -> Path:
+    bench = root / "bench"
+    bench.mkdir()
+    tasks = [Task(task_id=f"t{i}", split="train" if i < 6 else "test", instruction=f"I need shoes number {i}.",
+                  user_id=f"u{i}", history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
+                  needle_session_ids=[f"s{i}"], preferences=[Preference(attribute="base_colour", value="Black")],
+                  slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")]) for i in range(8)]
+    (bench / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
+    (bench / "sessions.jsonl").write_text("")
+    (bench / "manifest.json").write_text("{}")
+    return bench
+
+
+def test_gpu_smoke_script_prepares_rows_and_its_config_passes_the_check(tmp_path, tool_model_dir):
+    bench = _bench(tmp_path)
+    env = {**os.environ, "CHECK_ONLY": "1", "MODEL": str(tool_model_dir), "BENCH": str(bench),
+           "OUT": str(tmp_path / "smoke"), "PYTHON": sys.executable}
+    r = subprocess.run(["bash", str(REPO / "scripts" / "gpu_smoke.sh")], env=env, capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("launch check passed: "))
+    summary = json.loads(line.split(": ", 1)[1])
+    assert summary["config"] == "gpu_smoke" and summary["gpus"] == 1 and summary["trainer"] == "RayPPOTrainer"
+    assert summary["train_rows"] == 8 and summary["val_rows"] == 4  # --limit 4 tasks x 2 stages; 2 test tasks
+    assert summary["trajectories_per_step"] == 16 and summary["total_training_steps"] == 3
+    assert summary["adv_estimator"] == "grpo_judged" and summary["rubric"] == "paper"
+    assert not (tmp_path / "smoke" / "train.log").exists()  # stopped before Ray and verl
+
+
+def test_check_names_each_problem(tmp_path, tool_model_dir):
+    cmd = launch_command("gpu_smoke", str(tmp_path / "no-model"), tmp_path / "no-data",
+                         ["algorithm.adv_estimator=not_an_estimator", "trainer.use_v1=true",
+                          "reward.custom_reward_function.reward_kwargs.rubric=no_such_rubric"])
+    problems, _ = check_launch(cmd)
+    text = "\n".join(problems)
+    for needle in ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "algorithm.adv_estimator",
+                   "trainer.use_v1=true", "rubric"):
+        assert needle in text, (needle, text)
+    problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), tmp_path, ["data.no_such_key=1"]))
+    assert len(problems) == 1 and problems[0].startswith("hydra overrides:")
+    # verl's own validate_config runs too
+    problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), tmp_path, [
+        "actor_rollout_ref.rollout.temperature=0"]))  # validation samples (do_sample) at temperature 0
+    assert any(p.startswith("verl validate_config") for p in problems), problems
+
+
+def test_paper_configs_pass_and_a_batch_larger_than_the_data_is_refused(tmp_path, tool_model_dir):
+    bench = _bench(tmp_path)
+    from shopping_companion.trainers.rows import prepare_datasets
+
+    prepare_datasets(bench, tmp_path / "data")  # 6 train tasks -> 12 rows, 2 test tasks -> 4 rows
+    for variant in ("outcome_tool", "outcome_only"):
+        problems, summary = check_launch(launch_command(variant, str(tool_model_dir), tmp_path / "data",
+                                                        ["data.train_batch_size=8"]))
+        assert problems == [] and summary["trajectories_per_step"] == 64 and summary["lora_rank"] == 64
+    problems, _ = check_launch(launch_command("outcome_tool", str(tool_model_dir), tmp_path / "data", []))
+    assert len(problems) == 1 and "data.train_batch_size: 16 prompts per step" in problems[0]
