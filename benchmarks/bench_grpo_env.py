@@ -150,7 +150,7 @@ def _breakdown(rows: list[tuple[int, int, int]]) -> dict[str, float]:
     tokenising observations and prompts, decoding) for the given trajectories."""
     from shopping_companion.trainers.episode import ChatTokens, clear_encode_caches, run_row_episode
 
-    args, tasks, res, tok = _W["args"], _W["tasks"], _W["res"], _W["tok"]
+    tasks, res, tok = _W["tasks"], _W["res"], _W["tok"]
     spent = {"env": 0.0, "render": 0.0, "encode": 0.0, "decode": 0.0}
 
     class TimedChat(ChatTokens):
