@@ -35,6 +35,7 @@ import asyncio
 import threading
 import time
 import weakref
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
@@ -69,38 +70,55 @@ GenerateFn = Callable[[list[int], dict[str, Any]], Awaitable[Generation]]
 
 
 class _LRU:
-    """A thread-safe least-recently-used map of at most ``size`` entries."""
+    """A thread-safe least-recently-used map of at most ``size`` entries. ``stamp`` is what the
+    entries were computed under (the tokenizer's vocabulary size): a different stamp empties it."""
 
     def __init__(self, size: int) -> None:
         self.size = size
+        self.stamp: Any = None
         self._d: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str, stamp: Any = None) -> Any:
         with self._lock:
+            if stamp != self.stamp:
+                self._d.clear()
+                self.stamp = stamp
+                return None
             v = self._d.get(key)
             if v is not None:
                 self._d.move_to_end(key)
             return v
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: str, value: Any, stamp: Any = None) -> None:
         with self._lock:
+            if stamp != self.stamp:
+                self._d.clear()
+                self.stamp = stamp
             self._d[key] = value
             self._d.move_to_end(key)
             while len(self._d) > self.size:
                 self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
 
     def __len__(self) -> int:
         return len(self._d)
 
 
 _ENCODE_CACHES: "weakref.WeakKeyDictionary[Any, _LRU]" = weakref.WeakKeyDictionary()
+_BACKEND_OK: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 _ENCODE_CACHES_LOCK = threading.Lock()
+#: methods a tokenizer class must inherit unchanged from the fast-tokenizer base for its Rust
+#: backend to stand in for ``encode`` (a subclass overriding them may pre- or post-process text)
+_ENCODE_METHODS = ("encode", "_encode_plus", "tokenize", "__call__", "convert_tokens_to_ids")
 
 
 def _encode_cache(tokenizer: Any, size: int) -> _LRU | None:
-    """The process-wide encode cache of ``tokenizer`` (None when the object cannot be weakly
-    referenced: then no cache is shared)."""
+    """The process-wide encode cache of ``tokenizer`` (a private one when the object cannot be
+    weakly referenced). Its size is that of the first ``ChatTokens`` made for the tokenizer."""
     with _ENCODE_CACHES_LOCK:
         try:
             cache = _ENCODE_CACHES.get(tokenizer)
@@ -108,17 +126,41 @@ def _encode_cache(tokenizer: Any, size: int) -> _LRU | None:
                 cache = _ENCODE_CACHES[tokenizer] = _LRU(size)
         except TypeError:
             return _LRU(size)
-        cache.size = max(cache.size, size)
         return cache
+
+
+def _backend_agrees(tok: Any, backend: Any) -> bool:
+    """Whether ``backend.encode`` gives ``tok.encode``'s ids: the tokenizer class inherits the
+    encode methods of the fast-tokenizer base unchanged, does not clean up tokenisation spaces, and
+    a probe with every special and added token plus mixed text encodes identically."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:  # pragma: no cover - transformers is a dependency of the trainers
+        return False
+    if not isinstance(tok, PreTrainedTokenizerFast) or getattr(tok, "clean_up_tokenization_spaces", False):
+        return False
+    for name in _ENCODE_METHODS:
+        if getattr(type(tok), name, None) is not getattr(PreTrainedTokenizerFast, name, None):
+            return False
+    specials = list(getattr(tok, "all_special_tokens", None) or [])
+    added = getattr(tok, "added_tokens_decoder", None) or {}
+    specials += [getattr(t, "content", str(t)) for t in added.values()]
+    joined = " x".join(dict.fromkeys(str(t) for t in specials))
+    probe = f"{joined}Probe: caf\u00e9  \u2014 {{\"a\": [1, 2]}}\n\t{joined} \u4e2d\u6587 end"
+    try:
+        return list(backend.encode(probe, add_special_tokens=False).ids) == list(
+            tok.encode(probe, add_special_tokens=False))
+    except Exception:  # noqa: BLE001 - any backend oddity: use the tokenizer's own encode
+        return False
 
 
 def clear_encode_caches() -> None:
     """Empty every tokenizer's shared encode cache in this process (e.g. between benchmark steps,
     so that a step gets no cache hits from the same prompts in an earlier step)."""
     with _ENCODE_CACHES_LOCK:
-        for cache in list(_ENCODE_CACHES.values()):
-            with cache._lock:
-                cache._d.clear()
+        caches = list(_ENCODE_CACHES.values())
+    for cache in caches:
+        cache.clear()
 
 
 class ChatTokens:
@@ -159,23 +201,46 @@ class ChatTokens:
         """Token ids of ``text`` (special tokens written in it are parsed, none added); a new list."""
         return list(self.encode_decoded(text)[0])
 
-    def encode_decoded(self, text: str) -> tuple[tuple[int, ...], str]:
-        """``(ids, decode(ids))`` of ``text``: the ids and the exact text they decode to (equal to
-        ``text`` for byte-level BPE; kept separately because other tokenizers may normalise)."""
+    def encode_decoded(self, text: str) -> tuple[array, str]:
+        """``(ids, decode(ids))`` of ``text``: the ids (an ``array("i")``, read-only by convention:
+        it may be the cached object) and the exact text they decode to (equal to ``text`` for
+        byte-level BPE; kept separately because other tokenizers may normalise)."""
         cache = self._cache
+        stamp = self._vocab_stamp() if cache is not None else None
         if cache is not None:
-            hit = cache.get(text)
+            hit = cache.get(text, stamp)
             if hit is not None:
                 return hit
         backend = self._backend
-        if backend is not None:
-            ids = tuple(backend.encode(text, add_special_tokens=False).ids)
+        if backend is not None and self._backend_state_is_plain(backend):
+            ids = array("i", backend.encode(text, add_special_tokens=False).ids)
         else:
-            ids = tuple(self.tok.encode(text, add_special_tokens=False))
-        out = (ids, self.decode(list(ids)))
+            ids = array("i", self.tok.encode(text, add_special_tokens=False))
+        decoded = self.decode(ids.tolist())
+        out = (ids, text if decoded == text else decoded)  # one string object when they are equal
         if cache is not None:
-            cache.put(text, out)
+            cache.put(text, out, stamp)
         return out
+
+    def _vocab_stamp(self) -> int:
+        """The vocabulary size including added tokens: adding tokens changes how text encodes, so
+        cached encodings made before are dropped."""
+        b = getattr(self.tok, "backend_tokenizer", None)
+        if b is not None:
+            try:
+                return int(b.get_vocab_size(with_added_tokens=True))
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            return len(self.tok)
+        except TypeError:  # a tokenizer-like object without a size: entries are kept as they are
+            return -1
+
+    def _backend_state_is_plain(self, b: Any) -> bool:
+        """True when the Rust tokenizer carries no truncation, padding or special-token splitting
+        left by an earlier ``tokenizer(...)`` call (``tok.encode`` resets those; the backend does not)."""
+        return (getattr(b, "truncation", None) is None and getattr(b, "padding", None) is None
+                and bool(getattr(b, "encode_special_tokens", False)) == bool(getattr(self.tok, "split_special_tokens", False)))
 
     def decode(self, ids: list[int]) -> str:
         backend = self._backend
@@ -185,22 +250,22 @@ class ChatTokens:
 
     @property
     def _backend(self) -> Any:
-        """The fast tokenizer's Rust backend when encoding and decoding through it equal
-        ``tok.encode`` / ``tok.decode`` (no clean-up of tokenisation spaces; checked on a probe text
-        with special tokens), else None."""
+        """The fast tokenizer's Rust backend when it may stand in for ``tok.encode`` /
+        ``tok.decode`` (:func:`_backend_agrees`, decided once per tokenizer object), else None."""
         if not hasattr(self, "_backend_cache"):
             b = getattr(self.tok, "backend_tokenizer", None)
-            if b is not None and getattr(self.tok, "clean_up_tokenization_spaces", False):
-                b = None
             if b is not None:
-                specials = "".join(str(t) for t in (getattr(self.tok, "all_special_tokens", None) or [])[:4])
-                probe = f"{specials}Probe: caf\u00e9  \u2014 {{\"a\": [1, 2]}}\n\t{specials} \u4e2d\u6587 end"
                 try:
-                    same = list(b.encode(probe, add_special_tokens=False).ids) == list(
-                        self.tok.encode(probe, add_special_tokens=False))
-                except Exception:  # noqa: BLE001 - any backend oddity: use the tokenizer's own encode
-                    same = False
-                b = b if same else None
+                    ok = _BACKEND_OK.get(self.tok)
+                except TypeError:
+                    ok = None
+                if ok is None:
+                    ok = _backend_agrees(self.tok, b)
+                    try:
+                        _BACKEND_OK[self.tok] = ok
+                    except TypeError:
+                        pass
+                b = b if ok else None
             self._backend_cache = b
         return self._backend_cache
 

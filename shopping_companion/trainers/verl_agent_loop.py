@@ -34,6 +34,8 @@ resources, for tests), ``record_messages`` (also return the stage's chat in
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 from typing import Any, Optional
 from uuid import uuid4
 
@@ -47,6 +49,8 @@ from shopping_companion.trainers.resources import (
     get_resources,
     registered_resources,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ShoppingCompanionAgentLoop", "ShoppingCompanionAgentLoopManager", "rollout_reward_metrics"]
 
@@ -125,52 +129,89 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         )
 
 
+def _finite(x: Any) -> float | None:
+    """``x`` as a finite float, else None (None, strings, NaN, inf, arrays that are not scalars)."""
+    try:
+        v = float(_plain(x))
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+#: components that exist for one stage only (0 on the other stage's rows): logged per stage only
+_STAGE_ONLY = {"tool_mem_mean": 1, "tool_prod_mean": 2, "f_rec": 2}
+
+
 def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]:
     """Per-step reward metrics of one rollout batch, from the agent loop's ``extra_fields``.
 
     ``non_tensor_batch`` is a rollout ``DataProto``'s ``non_tensor_batch`` (one entry per
-    trajectory; rows not played by this agent loop are ignored). Returns, over the trajectories
-    whose judge did not fail, ``shopcomp/<key>/mean`` for ``total`` (the environment rubric's
-    Eq. 12 sum) and every :data:`~shopping_companion.trainers.reward.LOGGED_KEYS` component
-    (R_z, R_tool, R_fmt, f_*, per-tool means, n_tool_calls, success), the same means per stage
-    (``shopcomp/stage<s>/<key>/mean``), plus ``shopcomp/judge_failed/count``,
-    ``shopcomp/trajectories``, ``shopcomp/termination/<reason>/share``,
-    ``shopcomp/prefix_mismatches/sum`` and ``shopcomp/env_s/mean`` (seconds per trajectory in the
-    environment). Empty when the batch has no Shopping Companion trajectories.
+    trajectory; rows not played by this agent loop are ignored). Over the trajectories whose judge
+    did not fail, it returns ``shopcomp/<key>/mean`` for ``env_total`` (the total under the agent
+    loop's rubric — the trained score is verl's ``critic/score/mean``, which uses
+    ``reward_kwargs.rubric``) and the :data:`~shopping_companion.trainers.reward.LOGGED_KEYS`
+    components that apply to both stages (R_z, R_tool, R_fmt, f_ans, f_th, f_tc, n_tool_calls,
+    success); per stage, ``shopcomp/stage<s>/<key>/mean`` for those and the stage's own ones
+    (``tool_mem_mean`` for stage 1; ``tool_prod_mean``, ``f_rec`` for stage 2). Also
+    ``shopcomp/trajectories``, ``shopcomp/judge_failed/count``,
+    ``shopcomp/termination/<reason>/share``, ``shopcomp/prefix_mismatches/sum`` and
+    ``shopcomp/env_s/mean`` (environment seconds per trajectory). Values that are missing or not
+    finite are left out of their mean (never turned into 0 or NaN); a stage other than 1 or 2 gets
+    no per-stage keys. Empty when the batch has no Shopping Companion trajectories. Never raises
+    on malformed entries.
     """
     from shopping_companion.trainers.reward import LOGGED_KEYS
 
     rewards = non_tensor_batch.get("shopcomp_reward")
-    if rewards is None:
+    if rewards is None or getattr(rewards, "ndim", 1) == 0:
         return {}
+    rewards = list(rewards)
     n = len(rewards)
-    col = {k: list(non_tensor_batch.get(k, [None] * n)) for k in (
-        "shopcomp_stage", "shopcomp_judge_failed", "shopcomp_termination", "shopcomp_prefix_mismatches", "shopcomp_env_s")}
+
+    def column(key: str) -> list[Any]:
+        v = non_tensor_batch.get(key)
+        try:
+            vals = list(v) if v is not None and getattr(v, "ndim", 1) != 0 else []
+        except TypeError:
+            vals = []
+        return (vals + [None] * n)[:n]
+
+    stages, failed_col, term_col = column("shopcomp_stage"), column("shopcomp_judge_failed"), column("shopcomp_termination")
+    mism_col, env_col = column("shopcomp_prefix_mismatches"), column("shopcomp_env_s")
+    both = [k for k in LOGGED_KEYS if k not in ("stage", "judge_failed")]
     kept: dict[str, list[float]] = {}
-    failed = 0
-    played = 0
+    failed = played = 0
     terms: dict[str, int] = {}
     mismatches = 0.0
     env_s: list[float] = []
     for i, rb in enumerate(rewards):
-        if not isinstance(rb, dict) or "components" not in rb:
+        rb = _plain(rb)
+        if not isinstance(rb, dict) or not isinstance(rb.get("components"), dict):
             continue
         played += 1
-        term = str(col["shopcomp_termination"][i] or "unknown")
+        term = str(_plain(term_col[i]) or "unknown")
         terms[term] = terms.get(term, 0) + 1
-        mismatches += float(col["shopcomp_prefix_mismatches"][i] or 0)
-        if col["shopcomp_env_s"][i] is not None:
-            env_s.append(float(col["shopcomp_env_s"][i]))
-        comps = {str(k): float(v) for k, v in dict(rb["components"]).items()}
-        if col["shopcomp_judge_failed"][i] or comps.get("judge_failed", 0.0) > 0:
+        mismatches += _finite(mism_col[i]) or 0.0
+        e = _finite(env_col[i])
+        if e is not None:
+            env_s.append(e)
+        comps = rb["components"]
+        if _plain(failed_col[i]) or (_finite(comps.get("judge_failed")) or 0.0) > 0:
             failed += 1
             continue
-        stage = col["shopcomp_stage"][i]
-        values = {"total": float(rb.get("total", 0.0)), **{k: comps.get(k, 0.0) for k in LOGGED_KEYS if k not in ("stage", "judge_failed")}}
+        st = _finite(stages[i])
+        if st is None:
+            st = _finite(comps.get("stage"))
+        stage = int(st) if st is not None and st in (1.0, 2.0) else None
+        values = {"env_total": _finite(rb.get("total")), **{k: _finite(comps.get(k, 0.0)) for k in both}}
         for k, v in values.items():
-            kept.setdefault(f"shopcomp/{k}/mean", []).append(v)
-            if stage is not None:
-                kept.setdefault(f"shopcomp/stage{int(stage)}/{k}/mean", []).append(v)
+            if v is None:
+                continue
+            only = _STAGE_ONLY.get(k)
+            if only is None:
+                kept.setdefault(f"shopcomp/{k}/mean", []).append(v)
+            if stage is not None and (only is None or only == stage):
+                kept.setdefault(f"shopcomp/stage{stage}/{k}/mean", []).append(v)
     if not played:
         return {}
     out = {k: float(np.mean(v)) for k, v in kept.items()}
@@ -214,5 +255,8 @@ class ShoppingCompanionAgentLoopManager(AgentLoopManager):
 
     def _performance_metrics(self, metrics: list[list[dict[str, str]]], output: Any) -> dict[str, float]:
         timing = super()._performance_metrics(metrics, output)
-        timing.update(rollout_reward_metrics(dict(output.non_tensor_batch)))
+        try:
+            timing.update(rollout_reward_metrics(dict(output.non_tensor_batch)))
+        except Exception as e:  # noqa: BLE001 - metrics must never stop a training step
+            logger.warning("shopcomp reward metrics skipped for this step: %s: %s", type(e).__name__, e)
         return timing

@@ -102,3 +102,44 @@ def test_a_backend_that_disagrees_is_not_used(tok):
     chat = ChatTokens(_Wrapped(tok))
     assert chat._backend is None
     assert chat.encode(TEXTS[0]) == tok.encode(TEXTS[0], add_special_tokens=False)
+
+
+def test_state_left_on_the_rust_tokenizer_by_other_calls_never_reaches_the_ids(tok):
+    """tokenizer(...) with truncation / padding / split_special_tokens leaves that state on the Rust
+    backend; tok.encode resets it, ChatTokens must give tok.encode's ids regardless."""
+    text = TEXTS[0]
+    want = tok.encode(text, add_special_tokens=False)
+    for call in (dict(truncation=True, max_length=2), dict(padding="max_length", max_length=400),
+                 dict(split_special_tokens=True)):
+        clear_encode_caches()
+        tok(text, **call)
+        assert ChatTokens(tok).encode(text) == want, call
+        clear_encode_caches()
+    tok(text)  # leave the tokenizer as the other tests expect it
+
+
+def test_added_tokens_invalidate_cached_encodings(tmp_path):
+    from transformers import AutoTokenizer
+
+    t = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tok", vocab_size=600))
+    chat = ChatTokens(t)
+    text = "buy <NEWTOK> now"
+    before = chat.encode(text)
+    t.add_tokens(["<NEWTOK>"])
+    after = ChatTokens(t).encode(text)
+    assert after == t.encode(text, add_special_tokens=False) != before
+    assert t.convert_tokens_to_ids("<NEWTOK>") in after
+
+
+def test_a_tokenizer_class_that_overrides_encoding_keeps_its_own_encode(tok):
+    from transformers import PreTrainedTokenizerFast
+
+    class Shouting(type(tok)):
+        def encode(self, text, *a, **k):
+            return super().encode(text.upper(), *a, **k)
+
+    loud = Shouting(tokenizer_object=tok.backend_tokenizer, eos_token=tok.eos_token)
+    assert isinstance(loud, PreTrainedTokenizerFast)
+    chat = ChatTokens(loud)
+    assert chat._backend is None
+    assert chat.encode("shoes") == loud.encode("shoes", add_special_tokens=False) != tok.encode("shoes", add_special_tokens=False)

@@ -253,11 +253,17 @@ def test_training_step_metrics_carry_every_reward_component(setup, tool_model_di
     assert "agent_loop/generate_sequences/mean" in timing  # verl's own metrics are still there
     _, extra = extract_reward(out)
     stage = np.asarray(out.non_tensor_batch["shopcomp_stage"], dtype=int)
-    for key in ("R_z", "R_tool", "R_fmt", "success", "tool_prod_mean"):
+    for key in ("R_z", "R_tool", "R_fmt", "success"):
         vals = np.asarray(extra[key], dtype=float)
         assert timing[f"shopcomp/{key}/mean"] == pytest.approx(vals.mean())
         for s in (1, 2):
             assert timing[f"shopcomp/stage{s}/{key}/mean"] == pytest.approx(vals[stage == s].mean())
+    # stage-specific components: per stage only (a 0 from the other stage's rows would halve them)
+    assert "shopcomp/tool_prod_mean/mean" not in timing and "shopcomp/stage1/tool_prod_mean/mean" not in timing
+    prod = np.asarray(extra["tool_prod_mean"], dtype=float)
+    assert timing["shopcomp/stage2/tool_prod_mean/mean"] == pytest.approx(prod[stage == 2].mean())
+    assert timing["shopcomp/stage2/tool_prod_mean/mean"] > 0
+    assert "shopcomp/stage1/tool_mem_mean/mean" in timing and "shopcomp/stage2/tool_mem_mean/mean" not in timing
     assert timing["shopcomp/R_tool/mean"] > 0
     assert 0 < timing["shopcomp/stage2/success/mean"] < 1  # one task's rollouts recommend the wrong product
     assert timing["shopcomp/trajectories"] == len(out) == 8
@@ -285,8 +291,38 @@ def test_reward_metrics_leave_out_judge_failures_and_foreign_rows():
         "shopcomp_prefix_mismatches": np.array([0, 1, 0], dtype=object),
         "shopcomp_env_s": np.array([0.5, 1.5, None], dtype=object),
     })
-    assert m["shopcomp/R_z/mean"] == 1.5 and m["shopcomp/stage2/total/mean"] == 2.0  # the failure is not a 0
+    assert m["shopcomp/R_z/mean"] == 1.5 and m["shopcomp/stage2/env_total/mean"] == 2.0  # the failure is not a 0
     assert m["shopcomp/judge_failed/count"] == 1 and m["shopcomp/trajectories"] == 2
     assert m["shopcomp/termination/answered/share"] == 1.0 and m["shopcomp/prefix_mismatches/sum"] == 1
     assert m["shopcomp/env_s/mean"] == 1.0
     assert rollout_reward_metrics({"responses": np.zeros(3)}) == {}
+
+
+
+def test_reward_metrics_survive_malformed_entries_without_inventing_numbers():
+    from shopping_companion.trainers.verl_agent_loop import rollout_reward_metrics
+
+    good = {"total": 1.0, "components": {"R_z": 1.0, "R_tool": 0.5}}
+    odd = [
+        {"total": None, "components": {"R_z": float("nan"), "R_tool": "x"}},   # nothing usable but counted
+        {"total": 3.0, "components": {"R_z": float("inf"), "R_tool": 1.5, "stage": 2}},
+        {"total": 2.0, "components": None},                                   # not a breakdown: ignored
+        "garbage",
+    ]
+    m = rollout_reward_metrics({
+        "shopcomp_reward": np.array([good, *odd], dtype=object),
+        "shopcomp_stage": np.array([1, float("nan"), None, "x"], dtype=object),   # shorter than the rewards
+        "shopcomp_prefix_mismatches": np.array([float("nan"), "2", None, 0, 0], dtype=object),
+        "shopcomp_env_s": np.array(["slow", 1.0, None, None, None], dtype=object),
+        "shopcomp_termination": np.array(["answered", None, "max_turns", None, None], dtype=object),
+    })
+    assert m["shopcomp/trajectories"] == 3
+    assert m["shopcomp/R_z/mean"] == 1.0                # NaN and inf left out, not averaged in
+    assert m["shopcomp/R_tool/mean"] == pytest.approx(1.0)   # 0.5 and 1.5; "x" left out
+    assert m["shopcomp/env_total/mean"] == pytest.approx(2.0)
+    assert m["shopcomp/stage1/R_z/mean"] == 1.0
+    assert m["shopcomp/stage2/R_tool/mean"] == 1.5      # stage taken from the components when the column has none
+    assert m["shopcomp/prefix_mismatches/sum"] == 2 and m["shopcomp/env_s/mean"] == 1.0
+    assert all(np.isfinite(v) for v in m.values())
+    assert rollout_reward_metrics({"shopcomp_reward": np.array(None, dtype=object)}) == {}
+    assert rollout_reward_metrics({"shopcomp_reward": np.array([], dtype=object)}) == {}
