@@ -13,12 +13,24 @@
 # (no downloads). Prints tokens/s, steps/s and the share of rollout time spent in our environment
 # (agent_loop/tool_calls = environment time per trajectory, agent_loop/generate_sequences = model).
 set -euo pipefail
+caller="$(pwd)"
 cd "$(dirname "$0")/.."
-: "${MODEL:?set MODEL to a local model directory, e.g. Qwen3-0.6B}"
-BENCH="${BENCH:-runs/bench}"
-OUT="${OUT:-runs/gpu_smoke}"
+# relative MODEL / BENCH / OUT are taken from the caller's directory (the script runs from the repo root)
+from_caller() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
+[ -n "${MODEL:-}" ] || { echo "MODEL: set it to a local model directory, e.g. MODEL=/models/Qwen3-0.6B" >&2; exit 2; }
+MODEL="$(from_caller "$MODEL")"
+BENCH="$(from_caller "${BENCH:-runs/bench}")"
+OUT="$(from_caller "${OUT:-runs/gpu_smoke}")"
 STEPS="${STEPS:-3}"
-PY="${PYTHON:-python}"
+# the interpreter: $PYTHON, else `python` when it has verl and this package, else .venv-rl/bin/python
+if [ -n "${PYTHON:-}" ]; then
+  PY="$PYTHON"
+elif ! python -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("verl") and u.find_spec("shopping_companion")))' >/dev/null 2>&1 \
+    && [ -x .venv-rl/bin/python ]; then
+  PY=.venv-rl/bin/python
+else
+  PY=python
+fi
 mkdir -p "$OUT"
 "$PY" -m shopping_companion.trainers.cli prepare --benchmark "$BENCH" --out "$OUT/data" --limit 4 >/dev/null
 export WANDB_MODE=offline HYDRA_FULL_ERROR=1 VLLM_USE_V1=1

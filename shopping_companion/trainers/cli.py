@@ -54,7 +54,8 @@ def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: Li
 
     verl runs under this interpreter (``sys.executable``: the environment that has this package and
     verl, also when it is not the ``python`` on PATH), and the data files are absolute paths (verl
-    reads them inside Ray actors, whose working directory is not necessarily this one)."""
+    reads them inside Ray actors, whose working directory is not necessarily this one); so is a
+    ``model`` that exists as a local path (anything else is passed on, e.g. a hub id)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
     data_dir = Path(data_dir).expanduser().absolute()
@@ -63,6 +64,9 @@ def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: Li
            f"data.val_files={data_dir / 'test.parquet'}",
            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={_REPO / 'configs' / 'grpo' / 'agent_loop.yaml'}"]
     if model:
+        local = Path(model).expanduser()
+        if local.exists():  # a local directory: absolute, as Ray actors may run elsewhere
+            model = str(local.absolute())
         cmd.append(f"actor_rollout_ref.model.path={model}")
     return cmd + list(extra)
 

@@ -17,6 +17,9 @@ from typing import Any
 
 __all__ = ["check_launch"]
 
+#: verl's ppo_trainer default model path: still there means no model was given
+_VERL_DEFAULT_MODEL = "~/models/deepseek-llm-7b-chat"
+
 
 def _compose(config_dir: Path, name: str, overrides: list[str]) -> Any:
     from hydra import compose, initialize_config_dir
@@ -28,24 +31,77 @@ def _compose(config_dir: Path, name: str, overrides: list[str]) -> Any:
     return cfg
 
 
-def _rows(path: str, key: str, problems: list[str]) -> int:
-    p = Path(path)
-    if not p.is_file():
-        problems.append(f"{key}: {p} does not exist (make it with `shopcomp grpo prepare`)")
-        return 0
-    try:
-        import pyarrow.parquet as pq
+def _files(value: Any, key: str, problems: list[str]) -> list[str]:
+    """The file list of ``data.train_files`` / ``data.val_files`` (a path or a list of paths)."""
+    if isinstance(value, str) and value:
+        return [value]
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        files = [str(v) for v in value if v is not None and str(v)]
+        if files:
+            return files
+    problems.append(f"{key}: expected a parquet path or a list of them, got {value!r}")
+    return []
 
-        table = pq.read_table(p)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is reported, not raised
-        problems.append(f"{key}: {p} is not a readable parquet file ({type(e).__name__}: {e})")
-        return 0
-    missing = [c for c in ("prompt", "agent_name", "extra_info", "reward_model") if c not in table.column_names]
-    if missing:
-        problems.append(f"{key}: {p} lacks columns {missing}: not made by `shopcomp grpo prepare`")
-    if table.num_rows == 0:
-        problems.append(f"{key}: {p} has no rows")
-    return table.num_rows
+
+def _rows(value: Any, key: str, problems: list[str], agent_names: set[str] | None) -> int:
+    """Rows in the parquet file(s) of ``key``, checking they were made by ``shopcomp grpo prepare``:
+    the columns, an ``agent_name`` in the agent-loop registry, ``extra_info`` with ``task_id`` and
+    ``stage``, and benchmark directories that exist on this machine."""
+    import pyarrow.parquet as pq
+
+    n = 0
+    for path in _files(value, key, problems):
+        p = Path(path).expanduser()
+        if not p.is_file():
+            problems.append(f"{key}: {p} does not exist (make it with `shopcomp grpo prepare`)")
+            continue
+        try:
+            table = pq.read_table(p)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is reported, not raised
+            problems.append(f"{key}: {p} is not a readable parquet file ({type(e).__name__}: {e})")
+            continue
+        missing = [c for c in ("prompt", "agent_name", "extra_info", "reward_model") if c not in table.column_names]
+        if missing:
+            problems.append(f"{key}: {p} lacks columns {missing}: not made by `shopcomp grpo prepare`")
+            continue
+        if table.num_rows == 0:
+            problems.append(f"{key}: {p} has no rows")
+            continue
+        n += table.num_rows
+        names = {str(x) for x in table.column("agent_name").to_pylist()}
+        if agent_names is not None and names - agent_names:
+            problems.append(f"{key}: {p} has rows for agent loops {sorted(names - agent_names)} that are not in the "
+                            f"agent-loop registry ({sorted(agent_names)})")
+        extras = table.column("extra_info").to_pylist()
+        bad = sum(1 for e in extras if not isinstance(e, dict) or e.get("task_id") is None or e.get("stage") is None)
+        if bad:
+            problems.append(f"{key}: {p}: {bad} of {len(extras)} rows have no extra_info.task_id / extra_info.stage "
+                            "(rows must come from `shopcomp grpo prepare`)")
+        benches = {str(e["benchmark"]) for e in extras if isinstance(e, dict) and e.get("benchmark")}
+        for b in sorted(benches):
+            if not Path(b).is_dir():
+                problems.append(f"{key}: {p} refers to the benchmark directory {b}, which does not exist here (every "
+                                "node needs it at that path, or set `benchmark` in the agent-loop config)")
+    return n
+
+
+def _int(cfg: Any, key: str, problems: list[str], minimum: int | None = None) -> int | None:
+    """The integer at dotted ``key`` of ``cfg``, or None with a problem naming the key."""
+    from omegaconf import OmegaConf
+
+    v = OmegaConf.select(cfg, key)
+    try:
+        if isinstance(v, bool) or v is None:
+            raise TypeError
+        i = int(v)
+        if i != v and not isinstance(v, str):
+            raise TypeError
+    except (TypeError, ValueError):
+        problems.append(f"{key}: expected an integer, got {v!r}")
+        return None
+    if minimum is not None and i < minimum:
+        problems.append(f"{key}: must be >= {minimum}, got {i}")
+    return i
 
 
 def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
@@ -84,7 +140,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     notes: list[str] = []
     try:
         validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    except (AssertionError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - verl raises AssertionError/ValueError, odd values give TypeError
         if "vllm" in str(e).lower() and importlib.util.find_spec("vllm") is None:
             # validate_config's LoRA-rank check asks the installed vLLM; without vLLM (a CPU machine)
             # run the other checks on a copy without LoRA and say so
@@ -94,30 +150,14 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             plain = OmegaConf.merge(cfg, {"actor_rollout_ref": {"model": {"lora_rank": 0, "lora": {"rank": 0}}}})
             try:
                 validate_config(plain, use_reference_policy=need_reference_policy(plain), use_critic=need_critic(plain))
-            except (AssertionError, ValueError) as e2:
-                problems.append(f"verl validate_config: {e2}")
+            except Exception as e2:  # noqa: BLE001
+                problems.append(f"verl validate_config: {type(e2).__name__}: {e2}")
         else:
-            problems.append(f"verl validate_config: {e}")
-
-    n_train = _rows(cfg.data.train_files, "data.train_files", problems)
-    n_val = _rows(cfg.data.val_files, "data.val_files", problems)
-    bs = int(cfg.data.train_batch_size)
-    if 0 < n_train < bs:
-        problems.append(f"data.train_batch_size: {bs} prompts per step but data.train_files has {n_train} rows; verl's "
-                        "train dataloader drops the incomplete last batch, so no step would run")
-
-    model = str(cfg.actor_rollout_ref.model.path or "")
-    mp = Path(model).expanduser()
-    if not model or model == "None":
-        problems.append("actor_rollout_ref.model.path: not set (--model)")
-    elif mp.exists():
-        if not (mp / "config.json").is_file():
-            problems.append(f"actor_rollout_ref.model.path: {mp} has no config.json (a Hugging Face model directory is expected)")
-    elif mp.is_absolute() or model.startswith(("./", "../", "~")) or model.count("/") != 1:
-        problems.append(f"actor_rollout_ref.model.path: {model} does not exist")
+            problems.append(f"verl validate_config: {type(e).__name__}: {e}")
 
     agent = cfg.actor_rollout_ref.rollout.agent
     loop_path = Path(str(agent.agent_loop_config_path))
+    registry: set[str] | None = None
     if not loop_path.is_file():
         problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} does not exist")
     else:
@@ -125,6 +165,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
 
         entries = yaml.safe_load(loop_path.read_text()) or []
         names = {e.get("name"): e for e in entries if isinstance(e, dict)}
+        registry = {str(k) for k in names}
         want = str(agent.default_agent_loop)
         if want not in names:
             problems.append(f"actor_rollout_ref.rollout.agent.default_agent_loop: {want!r} is not in {loop_path} "
@@ -185,17 +226,43 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             problems.append(f"algorithm.adv_estimator: {est!r} is not registered ({e}); grpo_judged needs this "
                             "package installed in the environment (its verl.plugins entry point)")
 
+    n_train = _rows(cfg.data.train_files, "data.train_files", problems, registry)
+    n_val = _rows(cfg.data.val_files, "data.val_files", problems, registry)
+    bs = _int(cfg, "data.train_batch_size", problems, minimum=1)
+    n = _int(cfg, "actor_rollout_ref.rollout.n", problems, minimum=1)
+    mini = _int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size", problems, minimum=1)
+    turns = _int(cfg, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns", problems, minimum=1)
+    if bs and 0 < n_train < bs:
+        problems.append(f"data.train_batch_size: {bs} prompts per step but data.train_files has {n_train} rows; verl's "
+                        "train dataloader drops the incomplete last batch, so no step would run")
+
+    model = str(cfg.actor_rollout_ref.model.path or "")
+    mp = Path(model).expanduser()
+    if not model or model in ("None", "???") or model == _VERL_DEFAULT_MODEL:
+        problems.append("actor_rollout_ref.model.path: not set (pass --model, a local model directory or a hub id)")
+    elif mp.exists():
+        if not (mp / "config.json").is_file():
+            problems.append(f"actor_rollout_ref.model.path: {mp} has no config.json (a Hugging Face model directory is expected)")
+        elif not mp.is_absolute():
+            notes.append(f"actor_rollout_ref.model.path {model} is relative: Ray actors may resolve it elsewhere; "
+                         "give an absolute path")
+    elif mp.is_absolute() or model.startswith(("./", "../", "~")) or model.count("/") != 1:
+        problems.append(f"actor_rollout_ref.model.path: {model} does not exist")
+    else:
+        notes.append(f"actor_rollout_ref.model.path {model} is not a local directory: it will be read from the "
+                     "Hugging Face hub (or its cache) on every node")
+
     r = cfg.actor_rollout_ref.rollout
     summary = {
         "config": name, "train_rows": n_train, "val_rows": n_val, "model": model,
-        "train_batch_size": int(cfg.data.train_batch_size), "rollout_n": int(r.n),
-        "trajectories_per_step": int(cfg.data.train_batch_size) * int(r.n),
-        "ppo_mini_batch_size": int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size),
-        "total_training_steps": cfg.trainer.get("total_training_steps"), "total_epochs": int(cfg.trainer.total_epochs),
-        "max_prompt_length": int(cfg.data.max_prompt_length), "response_length": int(r.response_length),
-        "max_assistant_turns": int(r.multi_turn.max_assistant_turns), "adv_estimator": est,
-        "rubric": (rf.get("reward_kwargs") or {}).get("rubric"), "lora_rank": int(cfg.actor_rollout_ref.model.lora_rank),
-        "gpus": int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes), "trainer": "v1" if cfg.trainer.get("use_v1") else "RayPPOTrainer",
+        "train_batch_size": bs, "rollout_n": n, "trajectories_per_step": bs * n if bs and n else None,
+        "ppo_mini_batch_size": mini,
+        "total_training_steps": cfg.trainer.get("total_training_steps"), "total_epochs": cfg.trainer.get("total_epochs"),
+        "max_prompt_length": cfg.data.get("max_prompt_length"), "response_length": r.get("response_length"),
+        "max_assistant_turns": turns, "adv_estimator": est,
+        "rubric": (rf.get("reward_kwargs") or {}).get("rubric"), "lora_rank": cfg.actor_rollout_ref.model.get("lora_rank"),
+        "gpus": (cfg.trainer.get("n_gpus_per_node") or 0) * (cfg.trainer.get("nnodes") or 0) if isinstance(cfg.trainer.get("n_gpus_per_node"), int) and isinstance(cfg.trainer.get("nnodes"), int) else None,
+        "trainer": "v1" if cfg.trainer.get("use_v1") else "RayPPOTrainer",
         "notes": notes,
     }
     return problems, summary

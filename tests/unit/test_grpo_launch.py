@@ -77,3 +77,11 @@ def test_check_without_verl_says_which_environment_has_it():
     assert r.exit_code == 2 and "install_rl.sh" in r.output and "--check" in r.output
     r = CliRunner().invoke(app, ["launch", "--variant", "nope"])
     assert r.exit_code == 2 and "gpu_smoke" in r.output  # the message lists the configs
+
+
+def test_a_local_model_path_becomes_absolute_and_a_hub_id_is_passed_on(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    cmd = launch_command("gpu_smoke", "models/tiny", Path("d"), [])
+    assert f"actor_rollout_ref.model.path={tmp_path / 'models' / 'tiny'}" in cmd
+    assert "actor_rollout_ref.model.path=Qwen/Qwen3-0.6B" in launch_command("gpu_smoke", "Qwen/Qwen3-0.6B", Path("d"), [])

@@ -77,3 +77,38 @@ def test_paper_configs_pass_and_a_batch_larger_than_the_data_is_refused(tmp_path
         assert problems == [] and summary["trajectories_per_step"] == 64 and summary["lora_rank"] == 64
     problems, _ = check_launch(launch_command("outcome_tool", str(tool_model_dir), tmp_path / "data", []))
     assert len(problems) == 1 and "data.train_batch_size: 16 prompts per step" in problems[0]
+
+
+def test_odd_values_are_problems_not_tracebacks_and_foreign_rows_are_refused(tmp_path, tool_model_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shopping_companion.trainers.rows import prepare_datasets
+
+    prepare_datasets(_bench(tmp_path), tmp_path / "data")
+    data = tmp_path / "data"
+    for override, key in [("data.train_batch_size=abc", "data.train_batch_size"),
+                          ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n"),
+                          ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=null", "max_assistant_turns"),
+                          ("trainer.n_gpus_per_node=null", "validate_config"),
+                          ("data.train_files=null", "data.train_files")]:
+        problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), data, [override]))
+        assert any(key in p for p in problems), (override, problems)
+    # verl takes a list of files
+    both = f"data.train_files=[{data / 'train.parquet'},{data / 'train.parquet'}]"
+    problems, summary = check_launch(launch_command("gpu_smoke", str(tool_model_dir), data, [both]))
+    assert problems == [] and summary["train_rows"] == 24
+    # rows of another agent loop, without our extra_info
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    table = pa.table({"prompt": [[{"role": "user", "content": "hi"}]] * 4, "agent_name": ["tool_agent"] * 4,
+                      "extra_info": [{"index": i} for i in range(4)], "reward_model": [{"ground_truth": "x"}] * 4})
+    for f in ("train.parquet", "test.parquet"):
+        pq.write_table(table, foreign / f)
+    problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), foreign, []))
+    assert any("tool_agent" in p for p in problems) and any("extra_info.task_id" in p for p in problems)
+    # no model given: verl's placeholder default is not taken for a model
+    problems, _ = check_launch(launch_command("gpu_smoke", None, data, []))
+    assert any(p.startswith("actor_rollout_ref.model.path: not set") for p in problems)
+    _, summary = check_launch(launch_command("gpu_smoke", "Qwen/Qwen3-0.6B", data, []))
+    assert any("hub" in n for n in summary["notes"])
