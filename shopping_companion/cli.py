@@ -270,6 +270,14 @@ def _parse_ks(text: Optional[str]) -> Optional[list[int]]:
     return ks
 
 
+def _check_judge_options(judge: str, judge_model) -> None:
+    """Refuse bad judge options before anything slow (catalog, index, embeddings) is loaded."""
+    if judge not in ("rule", "llm"):
+        _fail(f"--judge must be rule or llm (got {judge!r})")
+    if judge == "llm" and not judge_model:
+        _fail("--judge-model is required with --judge llm")
+
+
 def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir: Path, sessions=None):
     from shopping_companion.judges.rule import RuleJudge
 
@@ -351,6 +359,7 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
 
     if split not in (None, "train", "test"):
         _fail(f"--split must be train or test (got {split!r})")
+    _check_judge_options(judge, judge_model)
     try:
         strats = parse_strategies(strategies)
     except ConfigError as e:

@@ -78,7 +78,7 @@ def collect(
     from shopping_companion.benchmark.evaluate import EvalSettings, RunIdentityError, RunLockedError
     from shopping_companion.benchmark.report import scrub_url
     from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.cli import _lookup, _make_backend, _make_judge
+    from shopping_companion.cli import _check_judge_options, _lookup, _make_backend, _make_judge
     from shopping_companion.envs.env import EnvConfig
     from shopping_companion.errors import ConfigError
     from shopping_companion.llm.base import Sampling
@@ -88,6 +88,7 @@ def collect(
     if split != "train":
         _fail(f"--split must be train (SFT data never comes from the test split); got {split!r}")
     policy = _policy(keep, min_acc, stages)
+    _check_judge_options(judge, judge_model)
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k or None, max_tokens=max_tokens, seed=seed)
     try:
         b = load_benchmark(bench)

@@ -1,0 +1,19 @@
+"""Bad judge options are refused at once, before the catalog, index and embeddings are loaded."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from shopping_companion.cli import app
+
+
+@pytest.mark.parametrize("cmd", [["eval"], ["sft", "collect"]])
+@pytest.mark.parametrize("opts,msg", [(["--judge", "bogus"], "--judge must be rule or llm"),
+                                      (["--judge", "llm"], "--judge-model is required")])
+def test_bad_judge_options_fail_before_loading_anything(tmp_path, cmd, opts, msg):
+    extra = ["--out", str(tmp_path / "out")] if cmd[0] == "sft" else ["--name", "x"]
+    r = CliRunner().invoke(app, [*cmd, "--bench", str(tmp_path / "no-bench"), *extra, *opts])
+    assert r.exit_code == 2, r.output
+    assert msg in r.output  # not "no-bench is not a benchmark": checked before the benchmark, catalog and index load
+    assert not (tmp_path / "out").exists()
