@@ -59,8 +59,8 @@ def _make_backend(backend: str, base_url: Optional[str], model: Optional[str], a
 
         if not model:
             _fail("--model is required with --backend openai (e.g. --model Qwen/Qwen3-4B-Thinking-2507)")
-        return OpenAIBackend(model=model, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
-                             max_retries=max_retries)
+        return _reachable(OpenAIBackend(model=model, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
+                                        max_retries=max_retries), "--base-url")
     if backend == "local":
         from shopping_companion.llm.local_transformers import LocalTransformersBackend
 
@@ -270,6 +270,18 @@ def _parse_ks(text: Optional[str]) -> Optional[list[int]]:
     return ks
 
 
+def _reachable(backend, option: str):
+    """``backend`` when its OpenAI-compatible endpoint answers (:meth:`OpenAIBackend.ping`); else
+    exit 2 at once naming ``option``, instead of minutes of per-request retries into the run."""
+    from shopping_companion.llm.base import BackendError
+
+    try:
+        backend.ping()
+    except BackendError as e:
+        _fail(f"{option}: {e}")
+    return backend
+
+
 def _check_judge_options(judge: str, judge_model) -> None:
     """Refuse bad judge options before anything slow (catalog, index, embeddings) is loaded."""
     if judge not in ("rule", "llm"):
@@ -291,6 +303,7 @@ def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_e
 
         j = LLMJudge.from_openai(judge_model, judge_base_url, api_key_env=judge_api_key_env, lookup=lookup,
                                  cache_path=run_dir / "judge_cache.sqlite")
+        _reachable(j.backend, "--judge-base-url")
         return j, f"llm: {judge_model} at {scrub_url(judge_base_url) or 'the provider default endpoint'}"
     _fail(f"--judge must be rule or llm (got {judge!r})")
 

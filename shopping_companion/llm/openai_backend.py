@@ -199,6 +199,30 @@ class OpenAIBackend:
             f"api_key=<{self._key_source}>, timeout_s={self.timeout_s}, max_retries={self.max_retries})"
         )
 
+    def ping(self, timeout_s: float = 10.0) -> None:
+        """Check that the server answers at all, before a long run depends on it: one
+        ``GET {base_url}/models`` without retries. Any HTTP answer (also 401 or 404) counts as
+        reachable; a refused connection, an unknown host or no answer within ``timeout_s`` seconds
+        raises :class:`BackendError` naming the endpoint (instead of minutes of per-request retries
+        later). Nothing is sent when ``base_url`` is None (the provider's default endpoint).
+        """
+        import openai
+
+        if not self.base_url:
+            return
+        try:
+            self._client.with_options(timeout=timeout_s, max_retries=0).models.list()
+        except openai.APIStatusError:
+            return
+        except openai.APITimeoutError:
+            raise self._error(f"{self.name}: no answer from {self._scrub(str(self.base_url))} within {timeout_s:g}s "
+                              "(is the server running? check --base-url)", 1, None) from None
+        except openai.APIConnectionError as exc:
+            raise self._error(f"{self.name}: cannot reach {self._scrub(str(self.base_url))}: {self._describe(exc)} "
+                              "(is the server running? check --base-url)", 1, None) from None
+        except Exception:  # noqa: BLE001 - an answer we cannot parse still means the server is there
+            return
+
     # ------------------------------------------------------------------ the protocol
     def chat(
         self,

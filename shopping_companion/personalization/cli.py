@@ -25,8 +25,15 @@ def _backend(model: Optional[str], base_url: Optional[str], api_key_env: str, ti
              max_retries: int = 3):
     from shopping_companion.llm.openai_backend import OpenAIBackend
 
-    return OpenAIBackend(model=model or "", base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
-                         max_retries=max_retries, send_top_k=False)
+    from shopping_companion.llm.base import BackendError
+
+    backend = OpenAIBackend(model=model or "", base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
+                            max_retries=max_retries, send_top_k=False)
+    try:  # an endpoint that does not answer fails here, not after minutes of per-request retries
+        backend.ping()
+    except BackendError as e:
+        _fail(str(e))
+    return backend
 
 
 def _run_section(config: Optional[Path]) -> dict:

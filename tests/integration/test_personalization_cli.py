@@ -71,9 +71,14 @@ def test_build_run_eval_end_to_end(tmp_path, data_dir, embedder):
     res = r.invoke(app, ["eval", "--run", str(run), "--dataset", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "dataset" in res.output
     # a different identity is refused
-    res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(run), "--roles", "llm", "--model", "x",
-                         "--base-url", "http://127.0.0.1:9/v1"])
+    with ScriptedOpenAIServer([]) as srv:  # a reachable endpoint: the identity check is what refuses
+        res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(run), "--roles", "llm", "--model", "x",
+                             "--base-url", srv.base_url])
     assert res.exit_code == 2 and "run identity" in res.output
+    # an endpoint that does not answer is named at once (no minutes of per-request retries)
+    res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(tmp_path / "r5"), "--roles", "llm", "--model", "x",
+                         "--base-url", "http://127.0.0.1:9/v1"])
+    assert res.exit_code == 2 and "cannot reach http://127.0.0.1:9/v1" in res.output
     res = r.invoke(app, ["run", "--dataset", str(ds), "--out", str(tmp_path / "r2"), "--variants", "fancy"])
     assert res.exit_code == 2 and "variants" in res.output
 

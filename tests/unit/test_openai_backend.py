@@ -458,3 +458,22 @@ def test_server_helper_models_endpoint_and_exhaustion() -> None:
             client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
         assert srv.errors and "exhausted" in srv.errors[0]
         client.close()
+
+
+def test_ping_names_an_endpoint_that_does_not_answer_and_accepts_any_http_reply():
+    import socket
+
+    from shopping_companion.llm.base import BackendError
+    from shopping_companion.llm.openai_backend import OpenAIBackend
+    from tests.openai_server import ScriptedOpenAIServer
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = OpenAIBackend("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=5)
+    with pytest.raises(BackendError, match=f"cannot reach http://127.0.0.1:{port}/v1"):
+        dead.ping(timeout_s=2)
+    with ScriptedOpenAIServer([]) as srv:
+        OpenAIBackend("m", base_url=srv.base_url, api_key="k").ping()  # /v1/models answers
+        OpenAIBackend("m", base_url=srv.base_url + "/nope", api_key="k").ping()  # a 404 is an answer too
+        assert srv.chat_requests == [] and len(srv.requests) == 2  # two GETs, no chat request
