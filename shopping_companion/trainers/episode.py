@@ -112,8 +112,10 @@ _ENCODE_CACHES: "weakref.WeakKeyDictionary[Any, _LRU]" = weakref.WeakKeyDictiona
 _BACKEND_OK: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 _ENCODE_CACHES_LOCK = threading.Lock()
 #: methods a tokenizer class must inherit unchanged from the fast-tokenizer base for its Rust
-#: backend to stand in for ``encode`` (a subclass overriding them may pre- or post-process text)
-_ENCODE_METHODS = ("encode", "_encode_plus", "tokenize", "__call__", "convert_tokens_to_ids")
+#: backend to stand in for ``encode`` / ``decode`` (a subclass overriding them may pre- or
+#: post-process text)
+_CODEC_METHODS = ("encode", "_encode_plus", "tokenize", "__call__", "convert_tokens_to_ids",
+                  "decode", "_decode", "batch_decode", "convert_ids_to_tokens")
 
 
 def _encode_cache(tokenizer: Any, size: int) -> _LRU | None:
@@ -139,7 +141,7 @@ def _backend_agrees(tok: Any, backend: Any) -> bool:
         return False
     if not isinstance(tok, PreTrainedTokenizerFast) or getattr(tok, "clean_up_tokenization_spaces", False):
         return False
-    for name in _ENCODE_METHODS:
+    for name in _CODEC_METHODS:
         if getattr(type(tok), name, None) is not getattr(PreTrainedTokenizerFast, name, None):
             return False
     specials = list(getattr(tok, "all_special_tokens", None) or [])
@@ -212,29 +214,39 @@ class ChatTokens:
             if hit is not None:
                 return hit
         backend = self._backend
-        if backend is not None and self._backend_state_is_plain(backend):
+        fast = backend is not None and self._backend_state_is_plain(backend)
+        if fast:
             ids = array("i", backend.encode(text, add_special_tokens=False).ids)
-        else:
+            if not self._backend_state_is_plain(backend):  # another thread set state meanwhile
+                fast = False
+        if not fast:
             ids = array("i", self.tok.encode(text, add_special_tokens=False))
+            cache = None if backend is not None else cache  # a racing state change: do not keep it
         decoded = self.decode(ids.tolist())
         out = (ids, text if decoded == text else decoded)  # one string object when they are equal
         if cache is not None:
             cache.put(text, out, stamp)
         return out
 
-    def _vocab_stamp(self) -> int:
-        """The vocabulary size including added tokens: adding tokens changes how text encodes, so
-        cached encodings made before are dropped."""
+    def _vocab_stamp(self) -> tuple:
+        """What encodings depend on besides the text: the vocabulary size with added tokens, the
+        added tokens themselves (content and flags) and ``split_special_tokens``. Any change drops
+        the cached encodings made before it."""
+        split = bool(getattr(self.tok, "split_special_tokens", False))
         b = getattr(self.tok, "backend_tokenizer", None)
         if b is not None:
             try:
-                return int(b.get_vocab_size(with_added_tokens=True))
+                added = b.get_added_tokens_decoder()
+                return (int(b.get_vocab_size(with_added_tokens=True)), len(added), hash(tuple(sorted(
+                    (i, str(t), bool(getattr(t, "special", False)), bool(getattr(t, "lstrip", False)),
+                     bool(getattr(t, "rstrip", False)), bool(getattr(t, "single_word", False)),
+                     bool(getattr(t, "normalized", False))) for i, t in added.items()))), split)
             except Exception:  # noqa: BLE001
                 pass
         try:
-            return len(self.tok)
+            return (len(self.tok), split)
         except TypeError:  # a tokenizer-like object without a size: entries are kept as they are
-            return -1
+            return (-1, split)
 
     def _backend_state_is_plain(self, b: Any) -> bool:
         """True when the Rust tokenizer carries no truncation, padding or special-token splitting

@@ -130,12 +130,29 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
 
 
 def _finite(x: Any) -> float | None:
-    """``x`` as a finite float, else None (None, strings, NaN, inf, arrays that are not scalars)."""
+    """``x`` as a finite float, else None (None, strings, NaN, inf, arrays that are not scalars,
+    integers too large for a float)."""
     try:
         v = float(_plain(x))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _flag(x: Any) -> bool:
+    """A judge-failure cell as a bool: a non-empty reason string (but not "false"/"0"/"none"), a
+    non-zero number; anything else (None, arrays, dicts) is False."""
+    x = _plain(x)
+    if isinstance(x, str):
+        return x.strip().lower() not in ("", "0", "false", "none", "no")
+    v = _finite(x) if isinstance(x, (bool, int, float)) else None
+    return bool(v)
+
+
+def _label(x: Any) -> str:
+    """A termination cell as a label: a string, else ``unknown``."""
+    x = _plain(x)
+    return x if isinstance(x, str) and x else "unknown"
 
 
 #: components that exist for one stage only (0 on the other stage's rows): logged per stage only
@@ -163,9 +180,12 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     from shopping_companion.trainers.reward import LOGGED_KEYS
 
     rewards = non_tensor_batch.get("shopcomp_reward")
-    if rewards is None or getattr(rewards, "ndim", 1) == 0:
+    if rewards is None or getattr(rewards, "ndim", 1) == 0 or isinstance(rewards, (str, bytes, dict)):
         return {}
-    rewards = list(rewards)
+    try:
+        rewards = list(rewards)
+    except TypeError:
+        return {}
     n = len(rewards)
 
     def column(key: str) -> list[Any]:
@@ -189,21 +209,23 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
         if not isinstance(rb, dict) or not isinstance(rb.get("components"), dict):
             continue
         played += 1
-        term = str(_plain(term_col[i]) or "unknown")
+        term = _label(term_col[i])
         terms[term] = terms.get(term, 0) + 1
-        mismatches += _finite(mism_col[i]) or 0.0
+        mm = _finite(mism_col[i])
+        if mm is not None and mm > 0:
+            mismatches += mm
         e = _finite(env_col[i])
-        if e is not None:
+        if e is not None and e >= 0:
             env_s.append(e)
         comps = rb["components"]
-        if _plain(failed_col[i]) or (_finite(comps.get("judge_failed")) or 0.0) > 0:
+        if _flag(failed_col[i]) or (_finite(comps.get("judge_failed")) or 0.0) > 0:
             failed += 1
             continue
         st = _finite(stages[i])
         if st is None:
             st = _finite(comps.get("stage"))
         stage = int(st) if st is not None and st in (1.0, 2.0) else None
-        values = {"env_total": _finite(rb.get("total")), **{k: _finite(comps.get(k, 0.0)) for k in both}}
+        values = {"env_total": _finite(rb.get("total")), **{k: _finite(comps.get(k)) for k in both}}
         for k, v in values.items():
             if v is None:
                 continue
@@ -214,14 +236,20 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
                 kept.setdefault(f"shopcomp/stage{stage}/{k}/mean", []).append(v)
     if not played:
         return {}
-    out = {k: float(np.mean(v)) for k, v in kept.items()}
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = {k: float(np.mean(v)) for k, v in kept.items()}
+    out = {k: v for k, v in out.items() if math.isfinite(v)}  # e.g. a mean of values near the float limit
     out["shopcomp/trajectories"] = float(played)
     out["shopcomp/judge_failed/count"] = float(failed)
-    out["shopcomp/prefix_mismatches/sum"] = mismatches
+    if math.isfinite(mismatches):
+        out["shopcomp/prefix_mismatches/sum"] = mismatches
     for term, c in terms.items():
         out[f"shopcomp/termination/{term}/share"] = c / played
     if env_s:
-        out["shopcomp/env_s/mean"] = float(np.mean(env_s))
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean_env = float(np.mean(env_s))
+        if math.isfinite(mean_env):
+            out["shopcomp/env_s/mean"] = mean_env
     return out
 
 

@@ -143,3 +143,27 @@ def test_a_tokenizer_class_that_overrides_encoding_keeps_its_own_encode(tok):
     chat = ChatTokens(loud)
     assert chat._backend is None
     assert chat.encode("shoes") == loud.encode("shoes", add_special_tokens=False) != tok.encode("shoes", add_special_tokens=False)
+
+
+def test_token_changes_that_keep_the_vocabulary_size_also_invalidate(tmp_path):
+    from transformers import AutoTokenizer
+
+    t = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tok", vocab_size=600))
+    text = "colour navy <|im_end|>"
+    ChatTokens(t).encode(text)
+    t.add_special_tokens({"additional_special_tokens": ["navy"]})  # already a word of the text: same size
+    assert ChatTokens(t).encode(text) == t.encode(text, add_special_tokens=False)
+    t.split_special_tokens = True
+    assert ChatTokens(t).encode(text) == t.encode(text, add_special_tokens=False)
+    assert t.convert_tokens_to_ids("<|im_end|>") not in ChatTokens(t).encode(text)
+
+
+def test_a_tokenizer_class_that_overrides_decoding_keeps_its_own_decode(tok):
+    class Loud(type(tok)):
+        def decode(self, ids, *a, **k):
+            return super().decode(ids, *a, **k).upper()
+
+    loud = Loud(tokenizer_object=tok.backend_tokenizer, eos_token=tok.eos_token)
+    chat = ChatTokens(loud)
+    ids, text = chat.encode_decoded("navy shirt")
+    assert chat._backend is None and text == loud.decode(list(ids), skip_special_tokens=False) == "NAVY SHIRT"

@@ -326,3 +326,17 @@ def test_reward_metrics_survive_malformed_entries_without_inventing_numbers():
     assert all(np.isfinite(v) for v in m.values())
     assert rollout_reward_metrics({"shopcomp_reward": np.array(None, dtype=object)}) == {}
     assert rollout_reward_metrics({"shopcomp_reward": np.array([], dtype=object)}) == {}
+    assert rollout_reward_metrics({"shopcomp_reward": 5}) == {}
+    # a missing component is left out, not a 0; "False" is not a judge failure; array cells and
+    # huge numbers do not raise
+    a = {"total": 1.0, "components": {"R_z": 1.0}}
+    b = {"total": 1.0, "components": {"R_z": 0.5, "R_tool": 10 ** 400}}
+    m = rollout_reward_metrics({
+        "shopcomp_reward": np.array([a, b], dtype=object),
+        "shopcomp_judge_failed": np.array(["False", np.array([1, 2])], dtype=object),
+        "shopcomp_termination": np.array([np.array(["x", "y"]), "answered"], dtype=object),
+        "shopcomp_prefix_mismatches": np.array([1e308, 1e308], dtype=object),
+    })
+    assert m["shopcomp/R_z/mean"] == 0.75 and "shopcomp/R_tool/mean" not in m
+    assert m["shopcomp/judge_failed/count"] == 0 and m["shopcomp/termination/unknown/share"] == 0.5
+    assert all(np.isfinite(v) for v in m.values())
