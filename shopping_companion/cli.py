@@ -27,7 +27,10 @@ REFERENCE_NOTE = (
 
 
 def _fail(msg: str) -> None:
-    console.print(f"[bold red]error:[/] {msg}")
+    from rich.text import Text
+
+    # the message as plain text: no Rich markup or emoji codes (a model named "x" made ":x:" an emoji)
+    console.print(Text.assemble(("error: ", "bold red"), str(msg)))
     raise typer.Exit(code=2)
 
 
@@ -282,12 +285,19 @@ def _reachable(backend, option: str):
     return backend
 
 
-def _check_judge_options(judge: str, judge_model) -> None:
-    """Refuse bad judge options before anything slow (catalog, index, embeddings) is loaded."""
+def _check_judge_options(judge: str, judge_model, judge_base_url=None, judge_api_key_env: str = "OPENAI_API_KEY") -> None:
+    """Refuse bad judge options, and an LLM judge endpoint that cannot be reached, before anything
+    slow (catalog, index, embeddings) is loaded or any run directory is made."""
     if judge not in ("rule", "llm"):
         _fail(f"--judge must be rule or llm (got {judge!r})")
     if judge == "llm" and not judge_model:
         _fail("--judge-model is required with --judge llm")
+    if judge == "llm":
+        from shopping_companion.llm.openai_backend import OpenAIBackend
+
+        with OpenAIBackend(judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
+                           name=f"judge:{judge_model}") as probe:
+            _reachable(probe, "--judge-base-url")
 
 
 def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir: Path, sessions=None):
@@ -303,7 +313,6 @@ def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_e
 
         j = LLMJudge.from_openai(judge_model, judge_base_url, api_key_env=judge_api_key_env, lookup=lookup,
                                  cache_path=run_dir / "judge_cache.sqlite")
-        _reachable(j.backend, "--judge-base-url")
         return j, f"llm: {judge_model} at {scrub_url(judge_base_url) or 'the provider default endpoint'}"
     _fail(f"--judge must be rule or llm (got {judge!r})")
 
@@ -372,7 +381,7 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
 
     if split not in (None, "train", "test"):
         _fail(f"--split must be train or test (got {split!r})")
-    _check_judge_options(judge, judge_model)
+    _check_judge_options(judge, judge_model, judge_base_url, judge_api_key_env)
     try:
         strats = parse_strategies(strategies)
     except ConfigError as e:
@@ -398,6 +407,8 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
                                timeout_s=timeout_s, max_retries=max_retries)
         embedder = make_embedder()
         prewarm_memory(tasks, b.sessions, embedder, console)
+    except typer.Exit:  # a helper already printed its error (click's Exit is a RuntimeError)
+        raise
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         _fail(str(e))
     run_dir = Path(runs_dir) / run_name

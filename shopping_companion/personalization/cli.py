@@ -22,17 +22,19 @@ def _fail(msg: str) -> None:
 
 
 def _backend(model: Optional[str], base_url: Optional[str], api_key_env: str, timeout_s: float = 120.0,
-             max_retries: int = 3):
-    from shopping_companion.llm.openai_backend import OpenAIBackend
-
+             max_retries: int = 3, option: str = "--base-url", ping: bool = True):
+    """An OpenAI-compatible backend; with ``ping`` an endpoint that cannot be reached fails here,
+    naming ``option``, not after minutes of per-request retries."""
     from shopping_companion.llm.base import BackendError
+    from shopping_companion.llm.openai_backend import OpenAIBackend
 
     backend = OpenAIBackend(model=model or "", base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
                             max_retries=max_retries, send_top_k=False)
-    try:  # an endpoint that does not answer fails here, not after minutes of per-request retries
-        backend.ping()
-    except BackendError as e:
-        _fail(str(e))
+    if ping:
+        try:
+            backend.ping()
+        except BackendError as e:
+            _fail(f"{option}: {e}")
     return backend
 
 
@@ -86,14 +88,14 @@ def build(
         if "llm" in (profile_builder, query_generator):
             if not llm_model:
                 raise ConfigError("llm_model: required with --profile-builder llm or --query-generator llm")
-            asker = JSONAsker(_backend(llm_model, llm_base_url, llm_api_key_env))
+            asker = JSONAsker(_backend(llm_model, llm_base_url, llm_api_key_env, option="--llm-base-url"))
         pb = LLMProfileBuilder(asker) if profile_builder == "llm" else RuleProfileBuilder()
         qg = LLMQueryGenerator(asker) if query_generator == "llm" else TemplateQueryGenerator(cfg.seed)
         describe = None
         if vlm_model:
             from shopping_companion.personalization.vision import describe_images
 
-            vb = _backend(vlm_model, vlm_base_url, llm_api_key_env)
+            vb = _backend(vlm_model, vlm_base_url, llm_api_key_env, option="--vlm-base-url")
             describe = lambda items: describe_images(items, vb)  # noqa: E731
         man = build_dataset(cfg, data, out, profile_builder=pb, query_generator=qg, describe=describe,
                             progress=lambda s: typer.echo(s))
@@ -174,6 +176,7 @@ def eval_cmd(
     from shopping_companion.personalization.judge import TrajectoryJudge
     from shopping_companion.personalization.llmjson import JSONAsker
     from shopping_companion.personalization.report import judge_run, read_judgments, write_report
+    from shopping_companion.llm.base import BackendError
     from shopping_companion.paths import cache_dir
 
     paths = []
@@ -181,7 +184,7 @@ def eval_cmd(
         for m, u in ((judge_model, judge_base_url), (second_judge_model, second_judge_base_url)):
             if not m:
                 continue
-            asker = JSONAsker(_backend(m, u, api_key_env), cache_path=cache_dir() / "personalization_judge.sqlite")
+            asker = JSONAsker(_backend(m, u, api_key_env, ping=False), cache_path=cache_dir() / "personalization_judge.sqlite")
             jp = judge_run(run_dir, dataset, TrajectoryJudge(asker), tag=m, concurrency=concurrency)
             js = list(read_judgments(jp).values())
             if js and all(j.get("error") for j in js):
@@ -189,6 +192,8 @@ def eval_cmd(
                                   f"check --judge-base-url / the API key; a rerun retries them")
             paths.append(jp)
         rp = write_report(run_dir, dataset, paths or None)
+    except BackendError as e:  # judge_run checks the endpoint only when dialogues are left to judge
+        _fail(f"--judge-base-url: {e}")
     except ConfigError as e:
         _fail(str(e))
         return

@@ -67,6 +67,9 @@ def judge_run(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[st
     """Judge every dialogue of the run not yet judged by ``judge``; returns the judgments path.
 
     A judge failure (no valid JSON after retries) is recorded with ``error`` and retried next time.
+    When dialogues are left to judge, the judge's endpoint is checked first (``backend.ping()``,
+    :meth:`~shopping_companion.llm.openai_backend.OpenAIBackend.ping`): ``BackendError`` when it
+    cannot be reached.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -78,6 +81,9 @@ def judge_run(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[st
     done = {k for k, v in read_judgments(path).items() if not v.get("error")}
     todo = [d for d in read_dialogues(run / "dialogues.jsonl") if not d.get("error")
             and (d["case_id"], d["variant"], d["memory"]) not in done]
+    ping = getattr(getattr(judge.asker, "backend", None), "ping", None)
+    if todo and callable(ping):
+        ping()  # an endpoint that cannot be reached fails now (BackendError), not after minutes of retries
 
     def one(d: dict) -> dict:
         rec = {"case_id": d["case_id"], "variant": d["variant"], "memory": d["memory"], "judge": judge.name, "error": None}

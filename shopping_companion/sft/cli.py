@@ -24,7 +24,9 @@ console = Console(stderr=True)
 
 
 def _fail(msg: str) -> None:
-    console.print(f"[bold red]error:[/] {msg}")
+    from rich.text import Text
+
+    console.print(Text.assemble(("error: ", "bold red"), str(msg)))  # plain text: no markup or emoji codes
     raise typer.Exit(code=2)
 
 
@@ -88,7 +90,7 @@ def collect(
     if split != "train":
         _fail(f"--split must be train (SFT data never comes from the test split); got {split!r}")
     policy = _policy(keep, min_acc, stages)
-    _check_judge_options(judge, judge_model)
+    _check_judge_options(judge, judge_model, judge_base_url, judge_api_key_env)
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k or None, max_tokens=max_tokens, seed=seed)
     try:
         b = load_benchmark(bench)

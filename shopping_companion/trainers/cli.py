@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -49,6 +50,15 @@ def prepare(
     typer.echo(json.dumps(summary, indent=2))
 
 
+def _hydra_value(value: object) -> str:
+    """A path as a Hydra override value: as is when it has only plain path characters, else quoted
+    (Hydra's override grammar reads ``,``, brackets, spaces, quotes, ``=`` … as syntax)."""
+    text = str(value)
+    if re.fullmatch(r"[\w./~+@%-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: List[str]) -> list[str]:
     """The verl command for ``variant`` (one of :data:`VARIANTS`) with our config dir.
 
@@ -60,14 +70,14 @@ def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: Li
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
     data_dir = Path(data_dir).expanduser().absolute()
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={_REPO / 'configs' / 'grpo'}",
-           f"--config-name={variant}", f"data.train_files={data_dir / 'train.parquet'}",
-           f"data.val_files={data_dir / 'test.parquet'}",
-           f"actor_rollout_ref.rollout.agent.agent_loop_config_path={_REPO / 'configs' / 'grpo' / 'agent_loop.yaml'}"]
+           f"--config-name={variant}", f"data.train_files={_hydra_value(data_dir / 'train.parquet')}",
+           f"data.val_files={_hydra_value(data_dir / 'test.parquet')}",
+           f"actor_rollout_ref.rollout.agent.agent_loop_config_path={_hydra_value(_REPO / 'configs' / 'grpo' / 'agent_loop.yaml')}"]
     if model:
         local = Path(model).expanduser()
         if local.exists():  # a local directory: absolute, as Ray actors may run elsewhere
             model = str(local.absolute())
-        cmd.append(f"actor_rollout_ref.model.path={model}")
+        cmd.append(f"actor_rollout_ref.model.path={_hydra_value(model)}")
     return cmd + list(extra)
 
 
@@ -101,7 +111,9 @@ def launch(
             for p in problems:
                 typer.echo(f"  - {p}", err=True)
             raise typer.Exit(2)
-        typer.echo("launch check passed: " + json.dumps(summary))
+        for note in summary.get("notes") or []:
+            typer.echo(f"warning: {note}", err=True)
+        typer.echo("launch check passed: " + json.dumps(summary, default=str))
     if run:
         raise typer.Exit(subprocess.call(cmd))
 

@@ -163,11 +163,19 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     else:
         import yaml
 
-        entries = yaml.safe_load(loop_path.read_text()) or []
-        names = {e.get("name"): e for e in entries if isinstance(e, dict)}
-        registry = {str(k) for k in names}
+        try:
+            entries = yaml.safe_load(loop_path.read_text()) or []
+        except yaml.YAMLError as e:
+            entries = None
+            problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} is not valid YAML ({e})")
+        if entries is not None and not (isinstance(entries, list) and all(isinstance(e, dict) for e in entries)):
+            problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} must be a list of "
+                            "{name, _target_, ...} entries")
+            entries = None
+        names = {e.get("name"): e for e in entries or []}
+        registry = {str(k) for k in names} if entries is not None else None
         want = str(agent.default_agent_loop)
-        if want not in names:
+        if entries is not None and want not in names:
             problems.append(f"actor_rollout_ref.rollout.agent.default_agent_loop: {want!r} is not in {loop_path} "
                             f"(names: {sorted(names)})")
         for entry in names.values():
@@ -232,6 +240,8 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     n = _int(cfg, "actor_rollout_ref.rollout.n", problems, minimum=1)
     mini = _int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size", problems, minimum=1)
     turns = _int(cfg, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns", problems, minimum=1)
+    gpus = _int(cfg, "trainer.n_gpus_per_node", problems, minimum=1)
+    nodes = _int(cfg, "trainer.nnodes", problems, minimum=1)
     if bs and 0 < n_train < bs:
         problems.append(f"data.train_batch_size: {bs} prompts per step but data.train_files has {n_train} rows; verl's "
                         "train dataloader drops the incomplete last batch, so no step would run")
@@ -261,7 +271,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         "max_prompt_length": cfg.data.get("max_prompt_length"), "response_length": r.get("response_length"),
         "max_assistant_turns": turns, "adv_estimator": est,
         "rubric": (rf.get("reward_kwargs") or {}).get("rubric"), "lora_rank": cfg.actor_rollout_ref.model.get("lora_rank"),
-        "gpus": (cfg.trainer.get("n_gpus_per_node") or 0) * (cfg.trainer.get("nnodes") or 0) if isinstance(cfg.trainer.get("n_gpus_per_node"), int) and isinstance(cfg.trainer.get("nnodes"), int) else None,
+        "gpus": gpus * nodes if gpus and nodes else None,
         "trainer": "v1" if cfg.trainer.get("use_v1") else "RayPPOTrainer",
         "notes": notes,
     }

@@ -110,6 +110,14 @@ def test_build_run_eval_end_to_end(tmp_path, data_dir, embedder):
     assert "Paired comparisons" in md and "full vs single" in md
     j = [json.loads(l) for l in (run / "judgments_judge-a.jsonl").read_text().splitlines()]
     assert len(j) == 16 and all(x["error"] is None and 1 <= x["gpc"] <= 5 for x in j)
+    # every dialogue judged already: the report is rebuilt although the endpoint is gone now
+    res = r.invoke(app, ["eval", "--run", str(run), "--dataset", str(ds), "--judge-model", "judge-a",
+                         "--judge-base-url", "http://127.0.0.1:9/v1"])
+    assert res.exit_code == 0, res.output
+    # work left and an endpoint that cannot be reached: named at once
+    res = r.invoke(app, ["eval", "--run", str(run), "--dataset", str(ds), "--judge-model", "judge-new",
+                         "--judge-base-url", "http://127.0.0.1:9/v1"])
+    assert res.exit_code == 2 and "--judge-base-url" in res.output and "cannot reach" in res.output, res.output
 
     # a judge whose every call fails is an error naming it, not a report full of dashes (regression)
     with ScriptedOpenAIServer(lambda body: "not json") as broken:

@@ -472,8 +472,36 @@ def test_ping_names_an_endpoint_that_does_not_answer_and_accepts_any_http_reply(
         port = s.getsockname()[1]
     dead = OpenAIBackend("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=5)
     with pytest.raises(BackendError, match=f"cannot reach http://127.0.0.1:{port}/v1"):
-        dead.ping(timeout_s=2)
+        dead.ping(connect_timeout_s=2)
     with ScriptedOpenAIServer([]) as srv:
         OpenAIBackend("m", base_url=srv.base_url, api_key="k").ping()  # /v1/models answers
         OpenAIBackend("m", base_url=srv.base_url + "/nope", api_key="k").ping()  # a 404 is an answer too
         assert srv.chat_requests == [] and len(srv.requests) == 2  # two GETs, no chat request
+
+
+def test_ping_lets_a_slow_models_route_through():
+    """A server that accepts the connection but answers /models slowly is reachable (only a failure
+    to connect is refused), and ping waits no longer than the backend's own timeout."""
+    import http.server
+    import threading
+
+    from shopping_companion.llm.openai_backend import OpenAIBackend
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            time.sleep(1.5)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"object": "list", "data": []}')
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+        OpenAIBackend("m", base_url=url, api_key="k", timeout_s=5).ping(connect_timeout_s=1)  # slower than connect: fine
+        OpenAIBackend("m", base_url=url, api_key="k", timeout_s=0.5).ping(connect_timeout_s=1)  # read timeout: a warning
+    finally:
+        srv.shutdown()

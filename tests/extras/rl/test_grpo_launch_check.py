@@ -112,3 +112,29 @@ def test_odd_values_are_problems_not_tracebacks_and_foreign_rows_are_refused(tmp
     assert any(p.startswith("actor_rollout_ref.model.path: not set") for p in problems)
     _, summary = check_launch(launch_command("gpu_smoke", "Qwen/Qwen3-0.6B", data, []))
     assert any("hub" in n for n in summary["notes"])
+
+
+def test_paths_needing_quotes_bad_registries_and_odd_summary_values(tmp_path, tool_model_dir):
+    import shutil
+
+    from shopping_companion.trainers.rows import prepare_datasets
+
+    prepare_datasets(_bench(tmp_path), tmp_path / "data, v2")   # a comma and a space in the path
+    model = tmp_path / "models" / "m,1"
+    shutil.copytree(tool_model_dir, model)
+    problems, summary = check_launch(launch_command("gpu_smoke", str(model), tmp_path / "data, v2", []))
+    assert problems == [] and summary["model"] == str(model) and summary["train_rows"] == 12
+    bad = tmp_path / "loops.yaml"
+    for text, msg in (("- name: [unclosed\n", "not valid YAML"), ("5\n", "must be a list")):
+        bad.write_text(text)
+        problems, _ = check_launch(launch_command("gpu_smoke", str(model), tmp_path / "data, v2", [
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={bad}"]))
+        assert any(msg in p for p in problems), problems
+    problems, _ = check_launch(launch_command("gpu_smoke", str(model), tmp_path / "data, v2",
+                                              ["trainer.n_gpus_per_node=abc"]))
+    assert any(p.startswith("trainer.n_gpus_per_node") for p in problems), problems
+    # a summary value that is not JSON-able (a mapping) does not break the report
+    r = subprocess.run([sys.executable, "-m", "shopping_companion.trainers.cli", "launch", "--variant", "gpu_smoke",
+                        "--model", str(model), "--data-dir", str(tmp_path / "data, v2"), "--check",
+                        "trainer.total_epochs={a:1}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr[-2000:]
