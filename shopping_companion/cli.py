@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from shopping_companion import __version__
 
@@ -96,7 +97,7 @@ def build_index(
         search = open_product_search(index_dir=index_dir, console=console, sources=sources, rebuild=rebuild)
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         _fail(str(e))
-    console.print(f"index ready: {len(search)} products from {sources.catalog_path.name} "
+    console.print(f"index ready: {len(search)} products from {escape(sources.catalog_path.name)} "
                   f"({time.perf_counter() - t0:.1f}s)")
 
 
@@ -180,7 +181,7 @@ def _synth(out, n_tasks, seed, sessions_per_user, data_dir, index_dir, sharegpt,
     except (FileNotFoundError, SynthError, RuntimeError, ValueError) as e:
         _fail(str(e))
     c, v, st = result.manifest["counts"], result.manifest["verification"], result.manifest["stats_summary"]
-    console.print(f"benchmark written to {out}: {c['tasks']} of {c['requested']} tasks ({c['single']} single, "
+    console.print(f"benchmark written to {escape(str(out))}: {c['tasks']} of {c['requested']} tasks ({c['single']} single, "
                   f"{c['addon']} add-on; {c['train']} train / {c['test']} test), {c['sessions']} sessions")
     console.print(f"verification: {v['attempts']} attempts, failed checks {v['failed_attempts_by_check'] or 'none'}, "
                   f"{v['dropped_tasks']} task(s) dropped")
@@ -485,7 +486,7 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
         succ = st["all"]["succ"]
         console.print(f"[bold]{name}[/]  Acc {'–' if acc is None else f'{acc:.3f}'}  "
                       f"Succ {'–' if succ is None else f'{succ:.3f}'}  ({st['all']['n']} scored)")
-    console.print(f"{summary['n_scored']} scored, {summary['n_errors']} errors → {run_dir / 'report.md'}")
+    console.print(f"{summary['n_scored']} scored, {summary['n_errors']} errors → {escape(str(run_dir / 'report.md'))}")
     return summary
 
 
@@ -617,7 +618,7 @@ def judge_agreement(
     (out_dir / "agreement.md").write_text(header + md, encoding="utf-8")
     write_json(out_dir / "agreement.json", {**rep.to_dict(), "stages": list(stages), "judging_wall_s": round(wall, 3)})
     console.print(md)
-    console.print(f"→ {out_dir / 'agreement.md'}")
+    console.print(f"→ {escape(str(out_dir / 'agreement.md'))}")
 
 
 @app.command()
@@ -645,7 +646,7 @@ def quickstart(
     except FileNotFoundError:
         reuse = False
     if reuse:
-        console.print(f"reusing benchmark {bench}")
+        console.print(f"reusing benchmark {escape(str(bench))}")
     else:
         _synth(bench, n_tasks, seed, 42, data_dir, None, True)
     _eval(bench, name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,

@@ -212,6 +212,13 @@ class OpenAIBackend:
 
         if not self.base_url:
             return
+        from urllib.parse import urlsplit
+
+        url = self._scrub(str(self.base_url))
+        parts = urlsplit(str(self.base_url))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise self._error(f"{self.name}: base_url {url!r} is not an http:// or https:// URL with a host "
+                              "(e.g. http://localhost:8000/v1)", 1, None)
         timeout = openai.Timeout(self.timeout_s, connect=connect_timeout_s)
         try:
             self._client.with_options(timeout=timeout, max_retries=0).models.list()
@@ -219,11 +226,12 @@ class OpenAIBackend:
             cause = exc.__cause__ or exc.__context__
             # the HTTP library's ConnectError / ConnectTimeout (matched by name: openai 1.x uses
             # httpx, later versions another package with the same exception names)
-            if cause is not None and type(cause).__name__ in ("ConnectError", "ConnectTimeout"):
-                raise self._error(f"{self.name}: cannot reach {self._scrub(str(self.base_url))}: "
-                                  f"{self._describe(exc)} (is the server running at that address?)", 1, None) from None
-            log.warning("%s: %s answered GET /models oddly (%s); going on", self.name,
-                        self._scrub(str(self.base_url)), self._describe(exc))
+            if cause is not None and type(cause).__name__ in ("ConnectError", "ConnectTimeout", "UnsupportedProtocol",
+                                                              "InvalidURL"):
+                detail = self._scrub(str(cause)) or type(cause).__name__
+                raise self._error(f"{self.name}: cannot reach {url}: {type(cause).__name__}: {detail} "
+                                  "(is a server listening there, with that scheme?)", 1, None) from None
+            log.warning("%s: %s answered GET /models oddly (%s); going on", self.name, url, self._describe(exc))
         except Exception:  # noqa: BLE001 - an HTTP error or an answer we cannot parse: the server is there
             return
 

@@ -181,19 +181,21 @@ def eval_cmd(
 
     paths = []
     try:
-        for m, u in ((judge_model, judge_base_url), (second_judge_model, second_judge_base_url)):
+        for m, u, option in ((judge_model, judge_base_url, "--judge-base-url"),
+                             (second_judge_model, second_judge_base_url, "--second-judge-base-url")):
             if not m:
                 continue
             asker = JSONAsker(_backend(m, u, api_key_env, ping=False), cache_path=cache_dir() / "personalization_judge.sqlite")
-            jp = judge_run(run_dir, dataset, TrajectoryJudge(asker), tag=m, concurrency=concurrency)
+            try:
+                jp = judge_run(run_dir, dataset, TrajectoryJudge(asker), tag=m, concurrency=concurrency)
+            except BackendError as e:  # judge_run checks the endpoint only when dialogues are left to judge
+                _fail(f"{option}: {e}")
             js = list(read_judgments(jp).values())
             if js and all(j.get("error") for j in js):
                 raise ConfigError(f"judge {m}: all {len(js)} judgments failed (first: {str(js[0]['error'])[:300]}); "
                                   f"check --judge-base-url / the API key; a rerun retries them")
             paths.append(jp)
         rp = write_report(run_dir, dataset, paths or None)
-    except BackendError as e:  # judge_run checks the endpoint only when dialogues are left to judge
-        _fail(f"--judge-base-url: {e}")
     except ConfigError as e:
         _fail(str(e))
         return

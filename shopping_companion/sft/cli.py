@@ -17,6 +17,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="SFT (paper §6.1, App. D): rejection sampling, step-level examples, LLaMA-Factory export.")
@@ -124,7 +125,7 @@ def collect(
         _fail(str(e).replace("use another --name", "use another --out"))
     console.print(f"{summary.episodes} episodes ({summary.new_episodes} new, {summary.errors} errors), "
                   f"Succ {summary.succ_rate:.3f}; kept {summary.kept} stage trajectories "
-                  f"{summary.kept_by_stage} → {out} ({summary.wall_s:.1f}s, {summary.episodes_per_s:.3f} episodes/s)")
+                  f"{summary.kept_by_stage} → {escape(str(out))} ({summary.wall_s:.1f}s, {summary.episodes_per_s:.3f} episodes/s)")
 
 
 def _load_examples(collect_dir: Path, keep: Optional[str], min_acc: float, stages: str, drop_malformed: bool,
@@ -238,4 +239,4 @@ def export(
                   f"{len(kept)} kept stages; skipped {summary.skipped or 'none'}; decontamination: "
                   f"{summary.decontamination['test_tasks']} test tasks, 0 violations, "
                   f"{summary.decontamination['exposures']} observation-only product exposures "
-                  f"→ {summary.train_yaml} ({time.perf_counter() - t0:.1f}s)")
+                  f"→ {escape(str(summary.train_yaml))} ({time.perf_counter() - t0:.1f}s)")

@@ -51,12 +51,33 @@ def prepare(
 
 
 def _hydra_value(value: object) -> str:
-    """A path as a Hydra override value: as is when it has only plain path characters, else quoted
-    (Hydra's override grammar reads ``,``, brackets, spaces, quotes, ``=`` … as syntax)."""
+    """A path as a Hydra override value: as is when it has only ASCII path characters, else
+    single-quoted by Hydra's rules (``\\'`` for a quote; backslashes doubled only where they
+    precede a quote or ``${`` or end the value; ``\\${`` so a ``${`` in a path is not an
+    interpolation)."""
     text = str(value)
-    if re.fullmatch(r"[\w./~+@%-]+", text):
+    if re.fullmatch(r"[A-Za-z0-9_./+@%-]+", text):
         return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == "\\":
+            j = i
+            while j < n and text[j] == "\\":
+                j += 1
+            run = text[i:j]
+            out.append(run * 2 if j == n or text[j] == "'" or text.startswith("${", j) else run)
+            i = j
+        elif text[i] == "'":
+            out.append("\\'")
+            i += 1
+        elif text.startswith("${", i):
+            out.append("\\${")
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "'" + "".join(out) + "'"
 
 
 def launch_command(variant: str, model: Optional[str], data_dir: Path, extra: List[str]) -> list[str]:

@@ -44,16 +44,20 @@ def bench(catalog_products, sgd_sessions, product_search):
                       searcher=searcher)
 
 
+#: a run name Rich would read as markup ("[/]" closes nothing): printed paths must be escaped
+RUN = "a[/]b"
+
+
 def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp_path):
     bench_dir = write_benchmark(bench, tmp_path / "bench")
     runs = tmp_path / "runs"
     runner = CliRunner()
     with ScriptedOpenAIServer(policy_script(bench.tasks)) as srv:
-        out = runner.invoke(app, ["eval", "--bench", str(bench_dir), "--name", "a", "--backend", "openai",
+        out = runner.invoke(app, ["eval", "--bench", str(bench_dir), "--name", RUN, "--backend", "openai",
                                   "--model", "m", "--base-url", srv.base_url, "--index-dir", str(catalog_index_dir),
                                   "--runs-dir", str(runs), "--trials", "2", "--max-turns", "6"])
         assert out.exit_code == 0, out.output
-    results = runs / "a" / "results.jsonl"
+    results = runs / RUN / "results.jsonl"
     res = read_results(results)
     n_stages = sum(len(r.stages) for r in res if r.error is None)
     assert n_stages >= 8
@@ -64,7 +68,7 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
         assert out.exit_code == 0, out.output
         # identical trajectories of two trials share one cached reply
         assert 0 < len(grader.bodies) <= n_stages
-    rep = json.loads((runs / "a" / "agreement.json").read_text())
+    rep = json.loads((runs / RUN / "agreement.json").read_text())
     assert rep["judges"] == ["recorded", "rule", "llm:grader"] and rep["n_items"] == n_stages
     assert rep["failures"] == {"recorded": 0, "rule": 0, "llm:grader": 0}
     pairs = {(p["judge_a"], p["judge_b"], p["field"]): p for p in rep["pairs"]}
@@ -78,7 +82,7 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
     # OPC over stage-2 items: the grader's all-zero vector has no correlation with anyone (2 undefined pairs)
     assert rep["opc"]["by"] == "item" and rep["opc"]["n_pairs"] == 1 and rep["opc"]["n_undefined"] == 2
     assert rep["opc"]["mean"] == pytest.approx(1.0)
-    md = (runs / "a" / "agreement.md").read_text()
+    md = (runs / RUN / "agreement.md").read_text()
     assert "| recorded | rule |" in md and "OPC" in md
     # the grader's replies are cached: a rerun asks the endpoint nothing
     with ScriptedOpenAIServer(strict_grader) as grader2:

@@ -118,6 +118,9 @@ def test_build_run_eval_end_to_end(tmp_path, data_dir, embedder):
     res = r.invoke(app, ["eval", "--run", str(run), "--dataset", str(ds), "--judge-model", "judge-new",
                          "--judge-base-url", "http://127.0.0.1:9/v1"])
     assert res.exit_code == 2 and "--judge-base-url" in res.output and "cannot reach" in res.output, res.output
+    res = r.invoke(app, ["eval", "--run", str(run), "--dataset", str(ds), "--second-judge-model", "judge-b",
+                         "--second-judge-base-url", "http://127.0.0.1:9/v1"])
+    assert res.exit_code == 2 and "--second-judge-base-url" in res.output, res.output
 
     # a judge whose every call fails is an error naming it, not a report full of dashes (regression)
     with ScriptedOpenAIServer(lambda body: "not json") as broken:

@@ -505,3 +505,12 @@ def test_ping_lets_a_slow_models_route_through():
         OpenAIBackend("m", base_url=url, api_key="k", timeout_s=0.5).ping(connect_timeout_s=1)  # read timeout: a warning
     finally:
         srv.shutdown()
+
+
+def test_ping_refuses_a_base_url_without_http_scheme_or_host():
+    from shopping_companion.llm.base import BackendError
+    from shopping_companion.llm.openai_backend import OpenAIBackend
+
+    for url in ("127.0.0.1:8000/v1", "ftp://127.0.0.1:8000/v1", "http:///v1"):
+        with pytest.raises(BackendError, match="http:// or https://"):
+            OpenAIBackend("m", base_url=url, api_key="k").ping()

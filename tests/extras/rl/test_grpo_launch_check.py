@@ -138,3 +138,20 @@ def test_paths_needing_quotes_bad_registries_and_odd_summary_values(tmp_path, to
                         "--model", str(model), "--data-dir", str(tmp_path / "data, v2"), "--check",
                         "trainer.total_epochs={a:1}"], capture_output=True, text=True, timeout=300)
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_hydra_values_round_trip_for_awkward_paths():
+    """Every path launch_command writes into an override reads back unchanged through Hydra's
+    override parser and OmegaConf's resolution (quotes, backslashes, ${, non-ASCII, brackets)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from shopping_companion.trainers.cli import _hydra_value
+
+    parser = OverridesParser.create()
+    for path in ["/plain/p-1_2.x", "/tmp/données/x", "/tmp/~tilde/x", "/tmp/back\\slash/x", "/tmp/end\\", "/tmp/it's",
+                 "/tmp/a b,c", "/tmp/[x]", "/tmp/a=b", "/tmp/$x", "/tmp/${oc.env:HOME}/x", "/tmp/q\\'z", "/tmp/a\\${b}",
+                 "/tmp/x\\\\y", "/tmp/{a:1}", '/tmp/"dq"']:
+        value = parser.parse_override(f"data.train_files={_hydra_value(path)}").value()
+        cfg = OmegaConf.create({"data": {"train_files": value}})
+        assert OmegaConf.to_container(cfg, resolve=True)["data"]["train_files"] == path, path
