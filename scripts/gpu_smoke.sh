@@ -22,15 +22,7 @@ MODEL="$(from_caller "$MODEL")"
 BENCH="$(from_caller "${BENCH:-runs/bench}")"
 OUT="$(from_caller "${OUT:-runs/gpu_smoke}")"
 STEPS="${STEPS:-3}"
-# the interpreter: $PYTHON, else `python` when it has verl and this package, else .venv-rl/bin/python
-if [ -n "${PYTHON:-}" ]; then
-  PY="$PYTHON"
-elif ! python -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("verl") and u.find_spec("shopping_companion")))' >/dev/null 2>&1 \
-    && [ -x .venv-rl/bin/python ]; then
-  PY=.venv-rl/bin/python
-else
-  PY=python
-fi
+. scripts/rl_python.sh   # PY and RAY: verl's interpreter and its ray
 mkdir -p "$OUT"
 "$PY" -m shopping_companion.trainers.cli prepare --benchmark "$BENCH" --out "$OUT/data" --limit 4 >/dev/null
 export WANDB_MODE=offline HYDRA_FULL_ERROR=1 VLLM_USE_V1=1
@@ -39,8 +31,6 @@ export WANDB_MODE=offline HYDRA_FULL_ERROR=1 VLLM_USE_V1=1
 "$PY" -m shopping_companion.trainers.cli launch --variant gpu_smoke --model "$MODEL" --data-dir "$OUT/data" --check \
   trainer.default_local_dir="$OUT/ckpt" trainer.total_training_steps="$STEPS" "$@"
 if [ "${CHECK_ONLY:-0}" = 1 ]; then exit 0; fi   # e.g. on a login node before asking for a GPU
-RAY="$(dirname "$(command -v "$PY" || echo "$PY")")/ray"   # the ray of verl's environment
-[ -x "$RAY" ] || RAY=ray
 "$RAY" status >/dev/null 2>&1 || "$RAY" start --head --num-gpus 1 --disable-usage-stats >/dev/null
 start=$(date +%s)
 "$PY" -m shopping_companion.trainers.cli launch --variant gpu_smoke --model "$MODEL" --data-dir "$OUT/data" --run \

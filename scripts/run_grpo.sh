@@ -20,16 +20,7 @@ cd "$(dirname "$0")/.."
 # a relative --data / --model that exists from the caller's directory means that path (not one under the repo)
 from_caller() { case "$1" in /*) echo "$1" ;; *) if [ -e "$caller/$1" ]; then echo "$caller/$1"; else echo "$1"; fi ;; esac; }
 cmd="${1:-}"; shift || true
-if [ -n "${PYTHON:-}" ]; then
-  PY="$PYTHON"
-elif ! python -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("verl") and u.find_spec("shopping_companion")))' >/dev/null 2>&1 \
-    && [ -x .venv-rl/bin/python ]; then
-  PY=.venv-rl/bin/python
-else
-  PY=python
-fi
-RAY="$(dirname "$(command -v "$PY" || echo "$PY")")/ray"
-[ -x "$RAY" ] || RAY=ray
+. scripts/rl_python.sh   # PY and RAY: verl's interpreter and its ray
 need() { [ $# -ge 2 ] && [ -n "$2" ] || { echo "$1: needs a value" >&2; exit 2; }; }
 case "$cmd" in
   head)
