@@ -153,27 +153,28 @@ def _breakdown(rows: list[tuple[int, int, int]]) -> dict[str, float]:
     tasks, res, tok = _W["tasks"], _W["res"], _W["tok"]
     spent = {"env": 0.0, "render": 0.0, "encode": 0.0, "decode": 0.0}
 
+    depth = [0]  # timed calls in progress: a call inside another one is counted by the outer one only
+
+    def timed(name: str, key: str):
+        """Wrap ChatTokens.<name> to add its time to spent[key] (encode_decoded decodes what it
+        encoded: that decode counts as encoding, not twice)."""
+        inner = getattr(ChatTokens, name)
+
+        def wrapper(self, *a, **k):
+            depth[0] += 1
+            t = time.perf_counter()
+            try:
+                return inner(self, *a, **k)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    spent[key] += time.perf_counter() - t
+        return wrapper
+
     class TimedChat(ChatTokens):
-        def render(self, *a, **k):
-            t = time.perf_counter()
-            try:
-                return super().render(*a, **k)
-            finally:
-                spent["render"] += time.perf_counter() - t
-
-        def encode_decoded(self, text):
-            t = time.perf_counter()
-            try:
-                return super().encode_decoded(text)
-            finally:
-                spent["encode"] += time.perf_counter() - t
-
-        def decode(self, ids):
-            t = time.perf_counter()
-            try:
-                return super().decode(ids)
-            finally:
-                spent["decode"] += time.perf_counter() - t
+        render = timed("render", "render")
+        encode_decoded = timed("encode_decoded", "encode")
+        decode = timed("decode", "decode")
 
     chat = TimedChat(tok)
     clear_encode_caches()
