@@ -25,10 +25,10 @@ console = Console(stderr=True)
 
 
 def _fail(msg: str) -> None:
-    from rich.text import Text
+    """The main CLI's error printer (plain text, exit 2); imported late: that module imports this one."""
+    from shopping_companion.cli import _fail as fail
 
-    console.print(Text.assemble(("error: ", "bold red"), str(msg)))  # plain text: no markup or emoji codes
-    raise typer.Exit(code=2)
+    fail(msg)
 
 
 def _policy(keep: str, min_acc: float, stages: str):
