@@ -22,6 +22,13 @@ the environment shows to the agent and that feed the format reward (Eq. 11,
 
 Tags are matched exactly and case-sensitively (``<think>``, ``</think>``, ``<tool_call>``,
 ``</tool_call>``, ``<answer>``, ``</answer>``): they are the protocol, not prose.
+
+The protocol of one turn (each violation is an error message; :func:`parse_action` has the details):
+at most one thinking block, balanced; tool-call blocks read by JSON object boundary
+(``raw_decode``, so ``</tool_call>`` inside a JSON string does not end a block) as strict JSON (no
+``NaN``/``Infinity``, also in ``arguments`` strings and in the stage-1 preference JSON); exactly one
+``<answer>`` block to end a stage (a second one is an error; the first is the answer); no tool
+call after the answer.
 """
 
 from __future__ import annotations
@@ -70,24 +77,63 @@ class ParsedAction(BaseModel):
     ``tool_error_ids``: parallel to ``tool_errors``: the server's call id when the error is about a
     structured call (its tool response must carry that id), else None (a text block).
     ``tool_json_ok``: ``not tool_errors``.
-    ``answer``: the text inside the last complete ``<answer>…</answer>`` outside thinking (stripped).
+    ``answer``: the text inside the FIRST complete ``<answer>…</answer>`` outside thinking
+    (stripped): the first answer ends the stage, so what follows it is "after the answer".
     ``has_answer``: ``answer is not None``.
+    ``n_answers``: the number of complete answer blocks (exactly one is the protocol; more is an
+    error in ``errors``).
+    ``n_think_blocks``: the number of thinking spans (at most one is the protocol).
+    ``tool_after_answer``: a tool call (text block, well-formed or not, or a structured call) comes
+    after the start of the first answer block (see :func:`parse_action`); an error in ``errors``.
     ``errors``: every problem found (thinking, tool calls, answer), in that order.
     """
 
     model_config = ConfigDict(extra="forbid")
     think_ok: bool = True
     thinking: str = ""
+    n_think_blocks: int = 0
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_errors: list[str] = Field(default_factory=list)
     tool_error_ids: list[str | None] = Field(default_factory=list)
     tool_json_ok: bool = True
+    tool_after_answer: bool = False
     answer: str | None = None
     has_answer: bool = False
+    n_answers: int = 0
     errors: list[str] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+class _NonStandardConstant(ValueError):
+    """Raised by the strict decoder for ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonStandardConstant(
+        f"non-standard JSON constant {name} (strict JSON has no NaN, Infinity or -Infinity)"
+    )
+
+
+#: The one decoder of the protocol: standard JSON only (Python's ``json`` accepts NaN/Infinity).
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+_WS = re.compile(r"\s*")
+_FENCE_OPEN = re.compile(r"```[a-zA-Z]*\s*")
+
+
+def strict_json_loads(s: str) -> Any:
+    """``json.loads`` for the protocol: strict JSON (``NaN``/``Infinity`` raise ``ValueError``).
+    Raises ``json.JSONDecodeError`` / ``ValueError`` / ``RecursionError`` like ``json.loads``."""
+    return _STRICT.decode(s)
+
+
+def _json_error(e: BaseException) -> str:
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at line {e.lineno} column {e.colno} (char {e.pos})"
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    return str(e)
 
 
 def _snippet(s: str, n: int = _MAX_SNIPPET) -> str:
@@ -112,14 +158,17 @@ def _as_text(text: Any) -> str:
 def _split_thinking(text: str) -> tuple[bool, list[str], str, list[str]]:
     """Separate thinking spans from the rest.
 
-    Returns ``(think_ok, spans, outside_text, errors)``.
+    Returns ``(think_ok, spans, outside_text, errors)``; ``len(spans)`` is the number of thinking
+    blocks.
 
     Rules: a ``</think>`` that is the first thinking tag of the turn and has no opener is accepted
     (Qwen3 thinking templates put ``<think>`` in the prompt): the text before it is thinking.
     Any other ``</think>`` without an opener is a stray tag (error, the tag is dropped). A
     ``<think>`` inside an open span is nesting (error; spans are delimited by depth counting, so
     the outermost span is thinking). A span still open at the end is unclosed (error; the rest of
-    the turn is thinking, so nothing after it is executed).
+    the turn is thinking, so nothing after it is executed). More than one thinking span in a turn
+    (two ``<think>`` blocks, or a leading ``</think>`` and a later block) is an error: the protocol
+    is at most one thinking block per turn.
     """
     errors: list[str] = []
     spans: list[str] = []
@@ -162,6 +211,8 @@ def _split_thinking(text: str) -> tuple[bool, list[str], str, list[str]]:
         spans.append(text[span_start:])
     else:
         outside.append(text[pos:])
+    if len(spans) > 1:
+        errors.append(f"{len(spans)} thinking blocks in one turn (at most one {THINK_OPEN} block per turn)")
     return not errors, spans, "".join(outside), errors
 
 
@@ -175,11 +226,9 @@ def _decode_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         if not raw.strip():
             return {}, None
         try:
-            val = json.loads(raw)
-        except json.JSONDecodeError as e:
-            return None, f'"arguments" is a string but not valid JSON: {e.msg} at line {e.lineno} column {e.colno} (char {e.pos})'
+            val = strict_json_loads(raw)
         except (ValueError, RecursionError) as e:
-            return None, f'"arguments" is a string but not valid JSON: {e}'
+            return None, f'"arguments" is a string but not valid JSON: {_json_error(e)}'
         if isinstance(val, dict):
             return val, None
         return None, f'"arguments" must be a JSON object, got a string holding {type(val).__name__}'
@@ -208,23 +257,8 @@ def _call_from_obj(obj: Any) -> tuple[tuple[str, dict[str, Any]] | None, str | N
     return (name.strip(), args), None
 
 
-def _parse_block(body: str) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
-    """Parse the JSON inside one ``<tool_call>`` block (a call object or a list of them)."""
-    s = body.strip()
-    if s.startswith("```"):
-        s = re.sub(r"^```[a-zA-Z]*\s*", "", s)
-        s = re.sub(r"\s*```$", "", s)
-    if not s:
-        return [], "empty <tool_call> block"
-    try:
-        obj = json.loads(s)
-    except json.JSONDecodeError as e:
-        return [], (
-            f"invalid JSON in <tool_call>: {e.msg} at line {e.lineno} column {e.colno} (char {e.pos}); "
-            f"got {_snippet(s)!r}"
-        )
-    except (ValueError, RecursionError) as e:
-        return [], f"invalid JSON in <tool_call>: {e}"
+def _calls_from_value(obj: Any) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+    """The calls of one decoded block value (a call object or a non-empty list of them)."""
     objs = obj if isinstance(obj, list) else [obj]
     if not objs:
         return [], "empty list in <tool_call>"
@@ -237,11 +271,85 @@ def _parse_block(body: str) -> tuple[list[tuple[str, dict[str, Any]]], str | Non
     return calls, None
 
 
-def _extract_tool_blocks(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str], str]:
-    """Find every ``<tool_call>…</tool_call>`` block. Returns (calls, errors, text_without_blocks)."""
+def _parse_block(body: str) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+    """Parse the text between ``<tool_call>`` and a ``</tool_call>`` as one whole JSON value.
+
+    Used for the error message of a block that :func:`_extract_tool_blocks` could not read by
+    object boundary (the positions are then relative to the block's JSON text)."""
+    s = body.strip()
+    if s.startswith("```"):
+        s = re.sub(r"^```[a-zA-Z]*\s*", "", s)
+        s = re.sub(r"\s*```$", "", s)
+    if not s:
+        return [], "empty <tool_call> block"
+    try:
+        obj = strict_json_loads(s)
+    except (ValueError, RecursionError) as e:
+        return [], f"invalid JSON in <tool_call>: {_json_error(e)}; got {_snippet(s)!r}"
+    return _calls_from_value(obj)
+
+
+def _read_block(text: str, start: int) -> tuple[int, Any] | None:
+    """Read one block by JSON object boundary from ``start`` (just after ``<tool_call>``).
+
+    Skips whitespace and an optional Markdown fence opener, decodes one strict JSON value with
+    ``raw_decode``, then requires (after whitespace and the fence's closing ```` ``` ````, if any)
+    ``</tool_call>``. Returns ``(end, value)`` with ``end`` just after the closer, or None
+    when the block cannot be read that way (invalid JSON, text after the value, no closer)."""
+    n = len(text)
+    p = _WS.match(text, start).end()  # type: ignore[union-attr]
+    fenced = False
+    if text.startswith("```", p):
+        p = _FENCE_OPEN.match(text, p).end()  # type: ignore[union-attr]
+        fenced = True
+    if p >= n or text.startswith(TOOL_CLOSE, p):
+        return None
+    try:
+        obj, e = _STRICT.raw_decode(text, p)
+    except (ValueError, RecursionError):
+        return None
+    q = _WS.match(text, e).end()  # type: ignore[union-attr]
+    if fenced and text.startswith("```", q):
+        q = _WS.match(text, q + 3).end()  # type: ignore[union-attr]
+    if not text.startswith(TOOL_CLOSE, q):
+        return None
+    return q + len(TOOL_CLOSE), obj
+
+
+def _decoded_end(text: str, start: int) -> int:
+    """Where the JSON object or list after ``start`` ends when it decodes (else ``start``): the
+    search for the closer of a block that has text after its value starts there, so a
+    ``</tool_call>`` inside a JSON string is not taken for the closer. (A bare string value is not
+    trusted: an unterminated ``"`` would otherwise run into the following blocks.)"""
+    p = _WS.match(text, start).end()  # type: ignore[union-attr]
+    if text.startswith("```", p):
+        p = _FENCE_OPEN.match(text, p).end()  # type: ignore[union-attr]
+    if not text.startswith(("{", "["), p):
+        return start
+    try:
+        return _STRICT.raw_decode(text, p)[1]
+    except (ValueError, RecursionError):
+        return start
+
+
+def _extract_tool_blocks(
+    text: str,
+) -> tuple[list[tuple[str, dict[str, Any]]], list[int], list[str], list[int], str]:
+    """Find every ``<tool_call>…</tool_call>`` block, by JSON object boundary.
+
+    Returns ``(calls, call_pos, errors, block_pos, text_without_blocks)``: ``call_pos[k]`` and
+    ``block_pos`` (one per opened block, good or bad) are offsets in ``text_without_blocks`` where
+    the block was cut out, so the caller can tell what came before or after an answer block.
+
+    A block is read by :func:`_read_block` (JSON value, then the closer); when that fails the block
+    ends at the next ``</tool_call>`` (after the decodable JSON value, if any) and the error message
+    comes from decoding the whole block text (:func:`_parse_block`)."""
     calls: list[tuple[str, dict[str, Any]]] = []
+    call_pos: list[int] = []
     errors: list[str] = []
+    block_pos: list[int] = []
     rest: list[str] = []
+    rest_len = 0
     pos = 0
     n = len(text)
     block = 0
@@ -251,15 +359,28 @@ def _extract_tool_blocks(text: str) -> tuple[list[tuple[str, dict[str, Any]]], l
         if j_stray != -1 and (i == -1 or j_stray < i):
             errors.append(f"stray {TOOL_CLOSE} without a matching {TOOL_OPEN}")
             rest.append(text[pos:j_stray])
+            rest_len += j_stray - pos
             pos = j_stray + len(TOOL_CLOSE)
             continue
         if i == -1:
             rest.append(text[pos:])
             break
         rest.append(text[pos:i])
+        rest_len += i - pos
         block += 1
+        block_pos.append(rest_len)
         start = i + len(TOOL_OPEN)
-        j = text.find(TOOL_CLOSE, start)
+        read = _read_block(text, start)
+        if read is not None:
+            end, obj = read
+            got, err = _calls_from_value(obj)
+            if err is not None:
+                errors.append(f"tool-call block #{block}: {err}")
+            calls.extend(got)
+            call_pos.extend([rest_len] * len(got))
+            pos = end
+            continue
+        j = text.find(TOOL_CLOSE, _decoded_end(text, start))
         if j == -1:
             errors.append(f"tool-call block #{block}: unclosed {TOOL_OPEN} (no {TOOL_CLOSE}); got {_snippet(text[start:])!r}")
             pos = n
@@ -271,31 +392,40 @@ def _extract_tool_blocks(text: str) -> tuple[list[tuple[str, dict[str, Any]]], l
             got, err = _parse_block(body)
             if err is not None:
                 errors.append(f"tool-call block #{block}: {err}")
-            calls.extend(got)
+            calls.extend(got)  # (empty: _read_block reads every block that decodes as a whole)
+            call_pos.extend([rest_len] * len(got))
         pos = j + len(TOOL_CLOSE)
-    return calls, errors, "".join(rest)
+    return calls, call_pos, errors, block_pos, "".join(rest)
 
 
-def _extract_answer(text: str) -> tuple[str | None, list[str]]:
-    """The content of the last complete ``<answer>…</answer>``; errors for unclosed/stray/nested."""
+def _extract_answer(text: str) -> tuple[list[tuple[int, str]], list[str]]:
+    """Every complete ``<answer>…</answer>`` as ``(offset of its <answer> tag, stripped content)``;
+    errors for unclosed/stray/nested tags and for more than one complete block."""
     errors: list[str] = []
-    answer: str | None = None
+    blocks: list[tuple[int, str]] = []
     open_at: int | None = None
+    tag_at = 0
     for m in _ANSWER_TAG.finditer(text):
         if m.group(0) == ANSWER_OPEN:
             if open_at is not None:
                 errors.append(f"nested {ANSWER_OPEN} (answer blocks cannot nest)")
                 continue
             open_at = m.end()
+            tag_at = m.start()
         else:
             if open_at is None:
                 errors.append(f"stray {ANSWER_CLOSE} without a matching {ANSWER_OPEN}")
                 continue
-            answer = text[open_at : m.start()].strip()
+            blocks.append((tag_at, text[open_at : m.start()].strip()))
             open_at = None
     if open_at is not None:
         errors.append(f"unclosed {ANSWER_OPEN} (no {ANSWER_CLOSE} before the end of the turn)")
-    return answer, errors
+    if len(blocks) > 1:
+        errors.append(
+            f"{len(blocks)} {ANSWER_OPEN} blocks in one turn: exactly one answer block ends a stage "
+            "(the first one was taken as the answer)"
+        )
+    return blocks, errors
 
 
 # --------------------------------------------------------------------------- public API
@@ -313,17 +443,36 @@ def parse_action(
        (the first thinking tag of the turn) is accepted: Qwen3 thinking templates put ``<think>``
        in the prompt, so the text before it is thinking. No thinking tags at all is fine.
     2. **Tool calls**: every ``<tool_call>…</tool_call>`` block *outside* thinking holds a JSON
-       object ``{"name": str, "arguments": {...}}`` (or a JSON list of them). ``arguments`` may be
-       a JSON string holding an object (decoded), missing/null/"" (→ ``{}``); ``parameters`` is an
-       alias, unknown keys are ignored, a Markdown fence inside the block is tolerated. One error per
-       failing block: invalid JSON (with line/column/char position), missing ``"name"``, arguments
-       not an object, nested or unclosed ``<tool_call>``, stray ``</tool_call>``. A block that
-       fails contributes no call (a list block is all-or-nothing).
+       object ``{"name": str, "arguments": {...}}`` (or a JSON list of them). A block is read by
+       JSON object boundary: after ``<tool_call>`` (whitespace and an optional Markdown fence
+       skipped) one JSON value is decoded (``json.JSONDecoder.raw_decode``) and ``</tool_call>``
+       must follow it (whitespace and the fence's closing backticks allowed), so the text
+       ``</tool_call>`` inside a JSON string argument does not cut the call. JSON is strict:
+       ``NaN``, ``Infinity`` and ``-Infinity`` are invalid (also in an ``arguments`` string).
+       ``arguments`` may be a JSON string holding an object (decoded), missing/null/"" (→ ``{}``);
+       ``parameters`` is an alias, unknown keys are ignored. One error per failing block: invalid
+       JSON (with line/column/char position, relative to the block's JSON text), text after the
+       JSON value, missing ``"name"``, arguments not an object, nested or unclosed ``<tool_call>``,
+       stray ``</tool_call>``. A block that fails contributes no call (a list block is
+       all-or-nothing); it ends at the next ``</tool_call>`` after its decodable JSON value (or
+       after the opener when nothing decodes).
        Structured calls come first, keeping the server's ``id``; a text block identical (same name
        and arguments) to a structured call is dropped as its echo. Calls without an id get
        ``f"{call_id_prefix}_{k}"``, k counting the calls of this turn from 0.
-    3. **Answer**: the last complete ``<answer>…</answer>`` outside thinking and outside tool-call
-       blocks (stripped). Unclosed, stray or nested answer tags are errors.
+    3. **Answer**: the first complete ``<answer>…</answer>`` outside thinking and outside tool-call
+       blocks (stripped). Unclosed, stray or nested answer tags are errors, and so is a second
+       complete answer block (``n_answers`` > 1; ``answer`` stays the first: the first answer ends
+       the stage).
+    4. **Order**: a tool call after the answer is a protocol error (``tool_after_answer``, one
+       message in ``errors``): a text block (parsed or not) that starts after the first answer
+       block's ``<answer>`` tag (inside or after it), or a structured call in a turn whose text
+       holds an answer, unless the structured call's text echo comes before the ``<answer>`` tag
+       (an OpenAI-style message carries its ``tool_calls`` after its content; a server-side Hermes
+       parser moves blocks that followed the answer there). Such calls stay in ``tool_calls``
+       (recorded), but a turn with an answer ends the stage, so the environment runs none of them.
+       Tool calls before the answer in an answer turn are not an error (they are not run either).
+    5. **Thinking blocks**: at most one per turn (``n_think_blocks``); a second one makes
+       ``think_ok`` False.
     """
     try:
         return _parse_action(text, structured, call_id_prefix)
@@ -340,9 +489,18 @@ def _parse_action(
     text = _as_text(text)
     prefix = _as_text(call_id_prefix) or "call"
     think_ok, spans, outside, think_errors = _split_thinking(text)
-    text_calls, tool_errors, no_tools = _extract_tool_blocks(outside)
-    answer, answer_errors = _extract_answer(no_tools)
+    text_calls, call_pos, tool_errors, block_pos, no_tools = _extract_tool_blocks(outside)
+    answers, answer_errors = _extract_answer(no_tools)
+    answer = answers[0][1] if answers else None
+    answer_at = answers[0][0] if answers else None
     error_ids: list[str | None] = [None] * len(tool_errors)
+    # text blocks after the first answer's <answer> tag; structured calls unless echoed before it
+    n_after = 0 if answer_at is None else sum(1 for b in block_pos if b > answer_at)
+    echoes_before: list[tuple[str, str]] = []
+    echoes_after: list[tuple[str, str]] = []
+    if answer_at is not None and structured:
+        for (name, args), cp in zip(text_calls, call_pos):
+            (echoes_before if cp <= answer_at else echoes_after).append((name, _canon(args)))
 
     calls: list[ToolCall] = []
     seen: list[tuple[str, str]] = []
@@ -355,11 +513,19 @@ def _parse_action(
             tool_errors.append(f"structured tool call #{k}: unreadable ({type(e).__name__})")
             error_ids.append(None)
             continue
+        args, err = _decode_arguments(raw_args) if name else (None, None)
+        if answer_at is not None:  # where does this structured call sit relative to the answer?
+            key_k = (name, _canon(args)) if args is not None else None
+            if key_k is not None and key_k in echoes_before:
+                echoes_before.remove(key_k)  # its text echo precedes the answer
+            elif key_k is not None and key_k in echoes_after:
+                echoes_after.remove(key_k)  # its text echo follows the answer (already counted)
+            else:
+                n_after += 1
         if not name:
             tool_errors.append(f'structured tool call #{k}: missing "name"')
             error_ids.append(sid or None)
             continue
-        args, err = _decode_arguments(raw_args)
         if err is not None or args is None:
             tool_errors.append(f"structured tool call #{k} ({name!r}): {err}")
             error_ids.append(sid or None)
@@ -383,17 +549,26 @@ def _parse_action(
             c.call_id = f"{base}_{n}"
         used.add(c.call_id)
 
+    order_errors: list[str] = []
+    if n_after:
+        order_errors.append(
+            f"{n_after} tool call(s) after the {ANSWER_OPEN} block: an answer ends the stage, so "
+            "nothing after it is run (put tool calls in a turn without an answer)"
+        )
     thinking = "\n\n".join(s.strip() for s in spans if s.strip())
     return ParsedAction(
         think_ok=think_ok,
         thinking=thinking,
+        n_think_blocks=len(spans),
         tool_calls=calls,
         tool_errors=tool_errors,
         tool_error_ids=error_ids,
         tool_json_ok=not tool_errors,
+        tool_after_answer=n_after > 0,
         answer=answer,
         has_answer=answer is not None,
-        errors=think_errors + tool_errors + answer_errors,
+        n_answers=len(answers),
+        errors=think_errors + tool_errors + answer_errors + order_errors,
     )
 
 
@@ -481,8 +656,9 @@ def _json_candidates(s: str) -> list[str]:
 def parse_preferences(answer: str | None) -> tuple[list[Preference], str | None]:
     """Parse a stage-1 answer into preferences. Returns ``(prefs, None)`` or ``([], error)``.
 
-    The answer is JSON, optionally inside a Markdown ```json fence or surrounded by prose (the
-    first fenced block, else the whole text, else the outermost ``{…}`` / ``[…]`` is decoded).
+    The answer is strict JSON (``NaN``/``Infinity`` are invalid), optionally inside a Markdown
+    ```json fence or surrounded by prose (the first fenced block, else the whole text, else the
+    outermost ``{…}`` / ``[…]`` is decoded).
     Accepted shapes:
 
     - ``{"preferences": [item, ...]}`` or a bare list ``[item, ...]`` where an item is
@@ -510,12 +686,10 @@ def _parse_preferences(answer: Any) -> tuple[list[Preference], str | None]:
     last_err = "no JSON found"
     for cand in _json_candidates(text):
         try:
-            obj = json.loads(cand)
+            obj = strict_json_loads(cand)
             break
-        except json.JSONDecodeError as e:
-            last_err = f"{e.msg} at line {e.lineno} column {e.colno} (char {e.pos})"
         except (ValueError, RecursionError) as e:
-            last_err = str(e)
+            last_err = _json_error(e)
     else:
         return [], f"answer is not valid JSON: {last_err}"
 
@@ -593,10 +767,16 @@ def _item_prefs(it: Any) -> tuple[list[Preference], str | None]:
 
 
 def format_flags(parsed: ParsedAction) -> FormatFlags:
-    """The per-turn protocol flags of Eq. 11 (stored on ``Step.format``)."""
+    """The per-turn protocol flags of Eq. 11 (stored on ``Step.format``).
+
+    ``tool_json_ok`` is the turn's tool-call verdict: every block parsed (``parsed.tool_json_ok``)
+    AND no tool call after the answer (``tool_after_answer`` is also stored on its own)."""
     return FormatFlags(
         think_ok=parsed.think_ok,
-        tool_json_ok=parsed.tool_json_ok,
+        tool_json_ok=parsed.tool_json_ok and not parsed.tool_after_answer,
         has_answer=parsed.has_answer,
+        n_answers=parsed.n_answers,
+        n_think_blocks=parsed.n_think_blocks,
+        tool_after_answer=parsed.tool_after_answer,
         errors=list(parsed.errors),
     )

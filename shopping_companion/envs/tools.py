@@ -8,7 +8,9 @@ returned (``returned_ids``) so the tool-wise reward (Eqs. 8–9) can be computed
 Observations are JSON text (``content``), truncated at ``max_observation_chars`` (or the smaller
 per-call ``max_chars`` the environment passes) with a visible marker (:data:`TRUNCATION_MARKER`).
 When an observation is cut, ``returned_ids`` keeps only the ids that still appear in the visible
-text, so the tool-wise reward counts exactly what the agent was shown.
+text (an id listed k times, as many times as it still appears, at most k), so the tool-wise reward
+counts exactly what the agent was shown. ``mem_search`` lists one session id per retrieved turn
+(Eq. 8 counts retrieved items); the other tools list each returned session/product once.
 """
 
 from __future__ import annotations
@@ -167,6 +169,20 @@ def _dump(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
 
 
+def _visible_ids(ids: list[str], visible: str) -> list[str]:
+    """The ids still shown in a cut observation: an id listed k times (``mem_search`` lists a
+    session once per retrieved turn) is kept as many times as it still appears, at most k."""
+    left: dict[str, int] = {}
+    out: list[str] = []
+    for i in ids:
+        if i not in left:
+            left[i] = visible.count(_dump(i))
+        if left[i] > 0:
+            left[i] -= 1
+            out.append(i)
+    return out
+
+
 class ToolBox:
     """Executes tool calls for one episode.
 
@@ -256,7 +272,7 @@ class ToolBox:
         content = self.truncate(full, max_chars)
         if len(content) != len(full):  # cut: count only what the agent can see
             visible = content[: self._limit(max_chars)]
-            ids = [i for i in ids if _dump(i) in visible]
+            ids = _visible_ids(ids, visible)
         return ToolResult(call_id=call.call_id, name=call.name, content=content, returned_ids=ids)
 
     # ------------------------------------------------------------------ handlers
@@ -267,8 +283,13 @@ class ToolBox:
         return self.memory
 
     def _mem_search(self, a: MemSearchArgs) -> tuple[Any, list[str]]:
+        """``returned_ids``: one session id per retrieved ITEM (a distinct ``(session_id,
+        turn_index)`` hit), in rank order, so a session appears once per turn of it that was
+        retrieved: Eq. 8's ``|I_u|`` counts retrieved turns and ``sess(i)`` maps each to its
+        session (10 turns of a gold session + 5 turns of 5 other sessions -> 10/15)."""
         hits = self._need_memory().search(a.queries, top_k=a.top_k)
-        ids = list(dict.fromkeys(h["session_id"] for h in hits))
+        items = dict.fromkeys((h["session_id"], h.get("turn_index")) for h in hits)
+        ids = [sid for sid, _ in items]
         return {"results": hits, "n_results": len(hits)}, ids
 
     def _mem_view(self, a: MemViewArgs) -> tuple[Any, list[str]]:

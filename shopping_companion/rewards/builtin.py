@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.rewards.format import format_indicators
+from shopping_companion.rewards.format import format_indicators, format_reward_from_indicators
 from shopping_companion.rewards.outcome import outcome_reward
 from shopping_companion.rewards.rubric import RewardContext, RewardOutput, reward
 from shopping_companion.rewards.tool_wise import (
@@ -111,12 +111,11 @@ def _flags(ctx: RewardContext) -> dict[str, float]:
 
 @reward("format", key="R_fmt", needs=("trajectory", "stage"))
 def format_(ctx: RewardContext) -> RewardOutput:
-    """R_fmt (Eq. 11); the same arithmetic as :func:`~shopping_companion.rewards.format.format_reward`
-    on indicators cached for the other members."""
+    """R_fmt (Eq. 11): :func:`~shopping_companion.rewards.format.format_reward_from_indicators` (the
+    arithmetic of :func:`~shopping_companion.rewards.format.format_reward`) on indicators cached for
+    the other members."""
     flags = _flags(ctx)
-    z2 = 1 if ctx.stage == 2 else 0
-    value = (flags["f_ans"] + flags["f_th"] + flags["f_tc"] + z2 * flags["f_rec"]) / (3 + z2)
-    return RewardOutput(value, dict(flags))
+    return RewardOutput(format_reward_from_indicators(flags, ctx.stage), dict(flags))
 
 
 def _flag_reward(flag: str) -> None:

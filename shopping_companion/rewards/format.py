@@ -1,30 +1,40 @@
 """Format reward R_fmt (Shopping Companion §5.3, Eq. 11).
 
-``R_fmt = (f_ans + f_th + f_tc + 𝟙[z=2]·f_rec) / (3 + 𝟙[z=2])`` with four binary indicators,
-defined here precisely from the trajectory (per-turn flags are ``Step.format``, filled by the
-environment from :func:`shopping_companion.envs.parsing.format_flags`):
+``R_fmt = (f_ans + f_th + f_tc + 𝟙[z=2]·f_rec) / (3 + 𝟙[z=2])`` with four binary indicators. The
+paper names them (answer in answer tags, thinking tags, tool-call JSON, recommendation schema)
+without fixing their rules; these are our precise definitions, computed from the trajectory's
+per-turn flags ``Step.format`` (filled by the environment from
+:func:`shopping_companion.envs.parsing.format_flags`, whose parser enforces the protocol):
 
-- ``f_ans`` — the stage ended with a parsable answer in answer tags: ``trajectory.final_answer``
-  is not None and, in stage 1, :func:`~shopping_companion.envs.parsing.parse_preferences` decodes it
-  without error (an empty preference list is parsable); in stage 2, it is non-blank.
-- ``f_th`` — every assistant turn's thinking tags are well-formed: ``step.format.think_ok`` for
-  every step.
-- ``f_tc`` — every tool-call block in the trajectory parsed: ``step.format.tool_json_ok`` for every
-  step (1 when no tool call was attempted).
+- ``f_ans`` — the stage ended with exactly one answer block in its final turn, and that answer is
+  parsable: ``trajectory.final_answer`` is not None, the last step holds exactly one complete
+  ``<answer>…</answer>`` (``n_answers == 1``: two answer blocks, identical or not, give 0), and in
+  stage 1 :func:`~shopping_companion.envs.parsing.parse_preferences` decodes it without error
+  (strict JSON; an empty preference list is parsable); in stage 2 it is non-blank.
+- ``f_th`` — every assistant turn's thinking tags are balanced (no unclosed, nested or stray tag;
+  one leading ``</think>`` is the Qwen3 template's) with at most one thinking block per turn:
+  ``step.format.think_ok`` (and ``n_think_blocks <= 1``) for every step.
+- ``f_tc`` — every tool-call block of the trajectory parsed as strict JSON by object boundary
+  (``</tool_call>`` inside a JSON string does not cut a call; ``NaN``/``Infinity`` are invalid) and
+  no tool call comes after the answer in its turn: ``step.format.tool_json_ok`` and not
+  ``step.format.tool_after_answer`` for every step (1 when no tool call was attempted).
 - ``f_rec`` (stage 2 only) — the recommendation conforms to the schema: the final answer has at
   least one well-formed ``@REC::id@`` marker and no malformed one
   (:func:`~shopping_companion.envs.parsing.extract_rec_ids`). Whether the count is N is the judge's
   product-validity check p2, not a format matter.
 
 A trajectory with no assistant turn scores 0 on every indicator (nothing was produced, so nothing
-is well-formed).
+is well-formed). Flags stored before ``n_answers`` / ``n_think_blocks`` existed (None) are read as
+one answer block when ``final_answer`` is set, and as ``think_ok`` alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from shopping_companion.types import Trajectory
 
-__all__ = ["format_indicators", "format_reward"]
+__all__ = ["format_indicators", "format_reward", "format_reward_from_indicators"]
 
 
 def format_indicators(trajectory: Trajectory) -> dict[str, float]:
@@ -37,14 +47,15 @@ def format_indicators(trajectory: Trajectory) -> dict[str, float]:
     if not steps:
         return {"f_ans": 0.0, "f_th": 0.0, "f_tc": 0.0, "f_rec": 0.0}
     ans = trajectory.final_answer
-    if ans is None:
+    n_final = steps[-1].format.n_answers
+    if ans is None or (n_final is not None and n_final != 1):
         f_ans = False
     elif trajectory.stage == 1:
         f_ans = parse_preferences(ans)[1] is None
     else:
         f_ans = bool(ans.strip())
-    f_th = all(s.format.think_ok for s in steps)
-    f_tc = all(s.format.tool_json_ok for s in steps)
+    f_th = all(s.format.think_ok and (s.format.n_think_blocks or 0) <= 1 for s in steps)
+    f_tc = all(s.format.tool_json_ok and not s.format.tool_after_answer for s in steps)
     f_rec = False
     if trajectory.stage == 2 and ans is not None:
         ids, malformed = extract_rec_ids(ans)
@@ -52,8 +63,13 @@ def format_indicators(trajectory: Trajectory) -> dict[str, float]:
     return {"f_ans": float(f_ans), "f_th": float(f_th), "f_tc": float(f_tc), "f_rec": float(f_rec)}
 
 
+def format_reward_from_indicators(flags: Mapping[str, float], stage: int) -> float:
+    """Eq. 11's arithmetic on indicators of :func:`format_indicators`:
+    ``(f_ans + f_th + f_tc + 𝟙[z=2]·f_rec) / (3 + 𝟙[z=2])``."""
+    z2 = 1 if stage == 2 else 0
+    return (flags["f_ans"] + flags["f_th"] + flags["f_tc"] + z2 * flags["f_rec"]) / (3 + z2)
+
+
 def format_reward(trajectory: Trajectory) -> float:
     """R_fmt (Eq. 11): ``(f_ans + f_th + f_tc + 𝟙[z=2]·f_rec) / (3 + 𝟙[z=2])`` (module docstring)."""
-    f = format_indicators(trajectory)
-    z2 = 1 if trajectory.stage == 2 else 0
-    return (f["f_ans"] + f["f_th"] + f["f_tc"] + z2 * f["f_rec"]) / (3 + z2)
+    return format_reward_from_indicators(format_indicators(trajectory), trajectory.stage)

@@ -39,9 +39,12 @@ def test_two_tool_calls_get_distinct_ids_with_prefix():
     assert [c.name for c in p.tool_calls] == ["product_search", "product_view"]
 
 
-def test_answer_only_and_last_answer_wins():
+def test_two_answer_blocks_are_an_error_and_the_first_is_the_answer():
+    # was: the last answer silently won with no error (issue 13); exactly one answer ends a stage
     p = parse_action("<think>x</think><answer> first </answer> then <answer>second</answer>")
-    assert p.answer == "second" and p.has_answer and p.think_ok and not p.errors
+    assert p.answer == "first" and p.has_answer and p.think_ok and p.n_answers == 2
+    assert p.errors == ["2 <answer> blocks in one turn: exactly one answer block ends a stage "
+                        "(the first one was taken as the answer)"]
 
 
 def test_no_think_tags_is_fine():
