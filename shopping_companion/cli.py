@@ -301,11 +301,12 @@ def _check_judge_options(judge: str, judge_model, judge_base_url=None, judge_api
             _reachable(probe, "--judge-base-url")
 
 
-def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir: Path, sessions=None):
-    from shopping_companion.judges.rule import RuleJudge
+def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir: Path, sessions=None,
+                embedder=None):
+    from shopping_companion.pipeline import make_rule_judge
 
     if judge == "rule":
-        return RuleJudge(lookup, sessions=sessions), "rule (deterministic, offline)"
+        return make_rule_judge(lookup, sessions, embedder), "rule (deterministic, offline)"
     if judge == "llm":
         if not judge_model:
             _fail("--judge-model is required with --judge llm")
@@ -416,7 +417,7 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
     run_dir.mkdir(parents=True, exist_ok=True)
     lookup = _lookup(search)
     judge_obj, judge_desc = _make_judge(judge, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir,
-                                        sessions=b.sessions)
+                                        sessions=b.sessions, embedder=embedder)
     from shopping_companion.rewards.rubric import load_rubric
 
     try:
@@ -589,9 +590,9 @@ def judge_agreement(
         if kind == "recorded":
             table["recorded"] = recorded
         elif kind == "rule":
-            from shopping_companion.judges.rule import RuleJudge
+            from shopping_companion.pipeline import make_rule_judge
 
-            judge_objs.append(RuleJudge(lookup, sessions=b.sessions))
+            judge_objs.append(make_rule_judge(lookup, b.sessions))
         else:
             from shopping_companion.judges.llm import LLMJudge
 

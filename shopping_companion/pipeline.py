@@ -201,6 +201,17 @@ def make_embedder(cache_path: str | Path | None = None):
     return Embedder(cache_path=cache_path or (cache_dir() / "embeddings" / "minilm.sqlite"))
 
 
+def make_rule_judge(lookup: Callable[[list[str]], dict[str, Any]], sessions: dict[str, Session] | None = None,
+                    embedder: Any = None) -> Any:
+    """The rule judge over ``lookup`` (product records) and ``sessions`` (stage-1 grounding), with the
+    value matcher's embedding fallback over ``embedder`` (MiniLM, cached) when one is given."""
+    from shopping_companion.judges.matching.similarity import embedding_similarity
+    from shopping_companion.judges.rule import RuleJudge
+
+    sim = embedding_similarity(embedder) if embedder is not None else None
+    return RuleJudge(lookup, sessions=sessions, similarity=sim)
+
+
 def prewarm_memory(tasks: list[Task], sessions: dict[str, Session], embedder, console: Console | None = None) -> int:
     """Embed every turn of every history session of ``tasks`` in large batches (cache-backed),
     so per-user stores are built from cache hits. Returns the number of distinct texts."""

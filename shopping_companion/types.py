@@ -234,11 +234,21 @@ class ToolResult(_Model):
 
 
 class FormatFlags(_Model):
-    """Per-turn protocol checks behind the format reward (Eq. 11)."""
+    """Per-turn protocol checks behind the format reward (Eq. 11).
+
+    ``think_ok``: thinking tags balanced and at most one thinking block. ``tool_json_ok``: every
+    tool-call block parsed as strict JSON and no tool call after the answer. ``has_answer``: the
+    turn holds a complete answer block. ``n_answers`` / ``n_think_blocks``: counts of complete
+    answer blocks / thinking blocks (None in results written before these fields existed).
+    ``tool_after_answer``: a tool call follows the answer. ``errors``: the parser's messages.
+    """
 
     think_ok: bool = True
     tool_json_ok: bool = True
     has_answer: bool = False
+    n_answers: int | None = None
+    n_think_blocks: int | None = None
+    tool_after_answer: bool = False
     errors: list[str] = Field(default_factory=list)
 
 
@@ -291,7 +301,9 @@ class Verdict(_Model):
     """The judge's structured fields for one stage (Shopping Companion §5.3, App. C.1).
 
     Stage 1: ``q1`` query relevance ∈ {0,1}, ``m1`` matched preference attributes ∈ [0, F],
-    ``c1`` matched product count ∈ [0, N] (add-on only).
+    ``c1`` matched product count ∈ [0, N] (add-on only), ``h1`` spurious identified preferences
+    ≥ 0 (hallucinated, contradictory, piled on one attribute, misattributed to another product or
+    not an attribute value; our precision rule, see ``docs/judge.md``; None = not assessed).
     Stage 2: ``p2`` product validity ∈ {0,1}, ``q2`` relevance ∈ {0,1}, ``m2`` matched preference
     attributes ∈ [0, F], ``n2`` matched product count ∈ [0, N] and ``u2`` budget feasibility ∈
     {0,1} (add-on only). ``success`` is Succ for stage 2 (Eq. 5) and "all preferences found" for
@@ -306,6 +318,7 @@ class Verdict(_Model):
     q1: int | None = None
     m1: float | None = None
     c1: float | None = None
+    h1: int | None = Field(default=None, ge=0)
     p2: int | None = None
     q2: int | None = None
     m2: float | None = None

@@ -12,8 +12,8 @@ simulator answers with one of three hint levels:
     *which* preference keys (attribute names) are missing or wrong, never their values.
 
 The truth comes from the judge's own stage-1 matching
-(:func:`~shopping_companion.judges.rule.match_identified`, one-to-one on value and polarity), so a
-preference the judge would count as found is never reported as missing.
+(:func:`~shopping_companion.judges.rule.match_preferences`, one-to-one on slot, attribute, value
+and polarity), so a preference the judge would count as found is never reported as missing.
 
 Two simulators implement the :class:`UserSimulator` protocol:
 
@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from shopping_companion.judges.rule import key_matches, match_identified, normalize_tokens
+from shopping_companion.judges.rule import key_matches, match_preferences, normalize_tokens
 from shopping_companion.types import Preference, Task
 
 __all__ = [
@@ -155,14 +155,14 @@ class PreferenceCheck:
 def check_preferences(task: Task, identified: list[Preference] | None) -> PreferenceCheck:
     """Compare ``identified`` (None = nothing identified) with ``task.preferences``.
 
-    Gold ↔ identified matching is :func:`~shopping_companion.judges.rule.match_identified` (the
+    Gold ↔ identified matching is :func:`~shopping_companion.judges.rule.match_preferences` (the
     rule judge's m1). An unmatched gold preference is ``wrong`` when an unmatched identified
     preference has a matching key (:func:`key_matches`) and the same slot (any slot for
     single-product tasks), else ``missing``; each identified preference explains at most one.
     """
     ident = list(identified or [])
     gold = list(task.preferences)
-    matches = match_identified(gold, ident)
+    matches = match_preferences(task, ident).matches
     used = {j for j in matches if j is not None}
     single = task.n_products == 1
     missing: list[Preference] = []

@@ -14,7 +14,8 @@ Prompts
 
 Output
     One JSON object, validated by a strict pydantic schema per prompt (no extra keys, integers must
-    be JSON integers): stage 1 ``q1`` ∈ {0,1}, ``m1`` ∈ [0, F], add-on ``c1`` ∈ [0, N]; stage 2
+    be JSON integers): stage 1 ``q1`` ∈ {0,1}, ``m1`` ∈ [0, F], ``h1`` ≥ 0 (spurious preferences:
+    the rule judge's precision rule, ``docs/judge.md``), add-on ``c1`` ∈ [0, N]; stage 2
     ``p2``, ``q2`` ∈ {0,1}, ``m2`` ∈ [0, F], add-on ``n2`` ∈ [0, N], ``u2`` ∈ {0,1}; plus
     ``matched`` (the 1-based numbers of the wanted features counted, exactly m of them, distinct)
     and ``reasons``. Values are never clamped: a reply that is not JSON, breaks the schema or is out
@@ -22,6 +23,15 @@ Output
     if every attempt fails the verdict has ``failed=True`` and the errors as ``reasons`` — it is
     then never scored (rewards raise, :func:`~shopping_companion.rewards.total.safe_reward` returns
     None). ``success`` follows Eq. 5 from the fields exactly as the rule judge derives it.
+
+Post-checks
+    What the environment knows exactly overrides the model: stage 1, the spurious preferences the
+    rule layer finds without semantics (:func:`~shopping_companion.judges.rule.structural_spurious`:
+    a slot that does not exist, a sentence instead of a value, wanting and avoiding one value, more
+    values on one attribute than the annotation has) raise ``h1`` to at least their count, and
+    ``q1`` is 0 whenever ``h1`` > 0; stage 2, ``p2`` (count, catalog, returned by the agent's own
+    tools) and ``u2`` (one shop, prices, voucher, budget) are recomputed. A reply's JSON is found
+    in a fenced block or after a prose preamble (:func:`parse_json_reply`).
 
 Transport
     Each attempt has a wall-clock ``timeout_s`` (enforced here, whatever the backend); a backend
@@ -115,10 +125,12 @@ class _Reply(BaseModel):
 
 
 class Stage1SingleReply(_Reply):
-    """Stage 1, single product: q1 query relevance, m1 wanted features surfaced."""
+    """Stage 1, single product: q1 query relevance, m1 wanted features surfaced, h1 spurious
+    preferences reported."""
 
     q1: Bit
     m1: Count
+    h1: Count
 
 
 class Stage1AddonReply(Stage1SingleReply):
@@ -209,9 +221,14 @@ _FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
 def parse_json_reply(text: str) -> dict[str, Any]:
     """The JSON object a judge replied with.
 
-    Reasoning in ``<think>…</think>`` (or everything up to a lone ``</think>``) and one enclosing
-    Markdown code fence are removed; what remains must be exactly one JSON object. Raises
-    ``ValueError`` describing the problem otherwise.
+    Reasoning in ``<think>…</think>`` (or everything up to a lone ``</think>``) is removed. Then, in
+    this order: the whole remaining text (or one enclosing Markdown code fence) as one JSON value,
+    which must be an object; else the last Markdown code block (```` ```json ```` or a bare fence)
+    anywhere in the reply whose content is one JSON object; else a bare JSON object in the prose
+    (``json.JSONDecoder.raw_decode`` tried at each ``{``, skipping over every decoded object, so an
+    object nested in another is never taken on its own), the last top-level one when there are
+    several (a preamble comes before the grading). Raises ``ValueError`` describing the problem
+    when the reply holds no JSON object.
     """
     s = _THINK_RE.sub("", text or "")
     if "</think>" in s:
@@ -225,10 +242,40 @@ def parse_json_reply(text: str) -> dict[str, Any]:
     try:
         obj = json.loads(s)
     except json.JSONDecodeError as e:
-        raise ValueError(f"the reply is not valid JSON ({e.msg} at character {e.pos}); expected one JSON object and nothing else") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"the reply is JSON {type(obj).__name__}, expected an object")
-    return obj
+        first_err = f"{e.msg} at character {e.pos}"
+    except (ValueError, RecursionError) as e:
+        first_err = str(e) or type(e).__name__
+    else:
+        if not isinstance(obj, dict):
+            raise ValueError(f"the reply is JSON {type(obj).__name__}, expected an object")
+        return obj
+    decoder = json.JSONDecoder()
+    fenced: dict[str, Any] | None = None
+    for fm in re.finditer(r"```[a-zA-Z]*[ \t]*\n?(.*?)```", s, re.S):
+        try:
+            cand = json.loads(fm.group(1).strip())
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(cand, dict):
+            fenced = cand  # the last fenced object wins
+    if fenced is not None:
+        return fenced
+    found: dict[str, Any] | None = None
+    i = s.find("{")
+    while i != -1:
+        try:
+            cand, end = decoder.raw_decode(s, i)
+        except (ValueError, RecursionError):
+            i = s.find("{", i + 1)
+            continue
+        if isinstance(cand, dict):
+            found = cand
+        i = s.find("{", end)
+    if found is not None:
+        return found
+    raise ValueError(
+        f"the reply holds no JSON object ({first_err}); expected one JSON object and nothing else"
+    )
 
 
 def _validation_message(err: ValidationError) -> str:
@@ -351,15 +398,23 @@ def _stage1_prompt(task: Task, traj: Trajectory, limit: int) -> str:
     parts.append(f"## The assistant's stage-1 answer\n{_stage1_output(traj, limit, addon)}")
     fields = [
         '- "q1": 1 if the answer addresses the shopper\'s request (it is about the product(s) asked for and reports '
-        "at least one preference bearing on them), otherwise 0.",
+        "at least one preference bearing on them) and reports nothing spurious (h1 = 0), otherwise 0.",
         f'- "m1": how many of the F = {F} annotated features the answer reports with the same meaning and the same '
         "direction (wanting versus avoiding). Each annotated feature counts at most once; one that is contradicted "
         f"or stated for the wrong product does not count. An integer from 0 to {F}.",
     ]
+    fields.append(
+        '- "h1": how many reported preferences are spurious: not stated by the shopper (guessed or invented), a '
+        "second or conflicting value for a feature the shopper has one preference about, a value stated for the "
+        "wrong product, a preference that contradicts another reported one, a feature the shopper said does not "
+        "matter, or text that is not a feature value at all (e.g. a quoted sentence). Reporting several candidate "
+        "values for one feature makes all but the right one spurious. Extra preferences the shopper really stated "
+        "about something outside the annotated features are not spurious. An integer of 0 or more."
+    )
     if addon:
         fields.append(
-            f'- "c1": how many of the N = {N} requested products the answer correctly recognises as part of the '
-            f"bundle and attaches its preferences to. An integer from 0 to {N}."
+            f'- "c1": how many of the N = {N} requested products have at least one annotated feature counted in m1. '
+            f"An integer from 0 to {N}."
         )
     fields += [
         '- "matched": the numbers of the annotated features you counted in m1 (exactly m1 distinct numbers).',
@@ -686,7 +741,7 @@ class LLMJudge:
         if reply is None:
             self._bump("failures")
             return Verdict(**base, failed=True, reasons=[f"LLM judge {self.name} gave no valid reply"] + errors)
-        return self._verdict(task, trajectory.stage, addon, base, reply)
+        return self._verdict(task, trajectory, addon, base, reply)
 
     __call__ = judge
 
@@ -772,14 +827,65 @@ class LLMJudge:
             backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s, bump=self._bump, name=self.name,
         )
 
-    def _verdict(self, task: Task, stage: int, addon: bool, base: dict[str, Any], r: Any) -> Verdict:
+    def _verdict(self, task: Task, trajectory: Trajectory, addon: bool, base: dict[str, Any], r: Any) -> Verdict:
+        """The verdict from a valid reply, after the post-checks (module docstring): facts the
+        environment knows exactly override the model."""
         F, N = base["F"], base["N"]
         matched = [f"{task.preferences[i - 1].attribute}={task.preferences[i - 1].value}" for i in sorted(r.matched)]
-        if stage == 1:
-            return Verdict(**base, q1=r.q1, m1=r.m1, c1=r.c1 if addon else None, success=r.m1 == F,
-                           matched=matched, reasons=list(r.reasons))
-        success = bool(r.p2 and r.q2 and r.m2 == F)
+        reasons = list(r.reasons)
+        if trajectory.stage == 1:
+            from shopping_companion.judges.rule import structural_spurious
+
+            identified = trajectory.identified_preferences
+            if identified is None and trajectory.final_answer is not None:
+                from shopping_companion.envs.parsing import parse_preferences
+
+                identified = parse_preferences(trajectory.final_answer)[0]
+            found = structural_spurious(task, identified or [])
+            h1 = max(int(r.h1), len(found))
+            if len(found) > int(r.h1):
+                reasons += [f"post-check: spurious {q.attribute}={q.value} {why}" for q, why in found]
+            q1 = r.q1 if h1 == 0 else 0
+            return Verdict(**base, q1=q1, m1=r.m1, c1=r.c1 if addon else None, h1=h1,
+                           success=r.m1 == F and h1 == 0, matched=matched, reasons=reasons)
+        p2, u2 = r.p2, (r.u2 if addon else None)
+        facts = self._stage2_checks(task, trajectory)
+        if facts is not None:
+            if facts["p2"] != p2:
+                reasons.append(f"post-check: p2 = {facts['p2']} ({facts['p2_reason']})")
+            p2 = facts["p2"]
+            if addon and facts["u2"] != u2:
+                reasons.append(f"post-check: u2 = {facts['u2']} ({facts['u2_reason']})")
+                u2 = facts["u2"]
+        success = bool(p2 and r.q2 and r.m2 == F)
         if addon:
-            success = success and r.n2 == N and r.u2 == 1
-        return Verdict(**base, p2=r.p2, q2=r.q2, m2=r.m2, n2=r.n2 if addon else None, u2=r.u2 if addon else None,
-                       success=success, matched=matched, reasons=list(r.reasons))
+            success = success and r.n2 == N and u2 == 1
+        return Verdict(**base, p2=p2, q2=r.q2, m2=r.m2, n2=r.n2 if addon else None, u2=u2,
+                       success=success, matched=matched, reasons=reasons)
+
+    def _stage2_checks(self, task: Task, trajectory: Trajectory) -> dict[str, Any] | None:
+        """p2 and u2 computed exactly from the ids, the catalog and the deal terms (None when the
+        catalog lookup fails: the model's values stand)."""
+        from shopping_companion.judges.rule import bundle_cost
+
+        try:
+            ids, found, returned = self._stage2_facts(task, trajectory)
+        except Exception:  # noqa: BLE001 - the lookup already worked once for the prompt
+            return None
+        N = task.n_products
+        bad = [i for i in ids if i not in found or i not in returned]
+        p2 = int(len(ids) == N and not bad)
+        p2_reason = f"{len(ids)} of {N} id(s)" + (f", not found or never returned: {bad}" if bad else "")
+        prods = [found[i] for i in ids[:N] if i in found]
+        u2, u2_reason = 0, "the bundle is incomplete"
+        if len(prods) == N:
+            total, discount, same_shop = bundle_cost(prods, task)
+            if not same_shop:
+                u2_reason = "products from different shops"
+            elif total is None:
+                u2_reason = "a price is unknown"
+            elif task.budget is not None and total - discount > task.budget + 1e-6:
+                u2_reason = f"{total:g} - {discount:g} exceeds the budget {task.budget:g}"
+            else:
+                u2, u2_reason = 1, f"{total:g} - {discount:g} within the budget"
+        return {"p2": p2, "p2_reason": p2_reason, "u2": u2, "u2_reason": u2_reason}

@@ -1,44 +1,40 @@
-"""The rule judge: deterministic, offline, free (DESIGN.md §8).
+"""The rule judge: deterministic, offline, free; the default judge of evaluation, SFT rejection
+sampling and GRPO rewards.
 
 It fills the same :class:`~shopping_companion.types.Verdict` fields as the paper's LLM judge
-(App. C.1) from exact checks after text normalisation, so rewards (Eqs. 6–7), Acc and Succ can be
-computed without any model. Alternatives are accepted: a recommended product is judged on its own
-attributes, never by comparison with the reference product.
+(Shopping Companion App. C.1) with rules a careful shopper would sign, every value comparison going
+through the value-matching layer (:mod:`shopping_companion.judges.matching`). ``docs/judge.md`` is
+the judge card: every field, every rule, every deviation from the paper.
 
-Normalisation (:func:`normalize_tokens`)
-    lowercase; accents removed; possessive ``'s`` dropped; split into runs of letters and runs of
-    digits (``"32GB"`` → ``32 gb``); the stop words a/an/the/of/and/or/for/with/in/on/to dropped;
-    simple singularisation (``dresses`` → ``dress``, ``batteries`` → ``battery``, ``shoes`` →
-    ``shoe``, ``mens`` → ``men``); synonyms gray→grey, colour→color, fabric→material,
-    man→men, woman→women.
+Stage 1 — judged per (slot, attribute, value, polarity) (:func:`match_preferences`)
+    A gold preference is matched by at most one identified preference (one-to-one, maximum
+    bipartite matching) of the same slot (ignored for single-product tasks), a compatible
+    attribute (same canonical key; an unknown key only when its value is a value of the gold
+    key's vocabulary), an equivalent value (synonyms, families, units, joined forms) and the same
+    polarity. ``m1`` counts matched gold preferences; ``c1`` counts slots with at least one matched
+    preference. An unmatched identified preference is **spurious** (``h1``) when it names a slot
+    that does not exist, is not an attribute value (a sentence), belongs to another product of
+    the task, is a second value on an attribute the user has a preference about, contradicts
+    another identified preference, is on an attribute the user does not care about, or is stated
+    in no user turn of the history (semantic grounding, not verbatim words). Other unmatched
+    preferences (grounded, on an attribute outside the request) are harmless extras.
+    ``q1`` = 1 iff at least one preference is identified and none is spurious (the paper's "relevant
+    to the request" plus our precision rule); success = ``m1 == F`` and ``h1 == 0``.
+    R1 (Eq. 6, :func:`~shopping_companion.rewards.outcome.stage1_reward`) subtracts ``h1`` from
+    ``m1``, so adding spurious preferences never raises it.
 
-Value match (:func:`value_matches`)
-    gold value tokens ⊆ candidate value tokens (so gold "navy" matches "Navy Blue", gold "grey"
-    matches "Gray", but gold "navy blue" does not match "navy"). An empty gold value never matches.
+Stage 2 — read the product like a person (:class:`~shopping_companion.judges.matching.ProductReader`)
+    ``p2``: exactly N distinct ids, all in the catalog, all returned by this trajectory's product
+    tools. ``q2``: every assigned product is of the slot's product type. ``m2``: gold preferences
+    satisfied by their slot's product (structured fields first, then title/text; unknown does not
+    satisfy a want and does not violate an avoid). Add-on: ``n2`` slots fully satisfied by a
+    relevant product, ``u2`` one shop, all priced, total − discount ≤ budget (discount when every
+    product is in the voucher's shop and total ≥ min_spend). Success (Eq. 5) = p2 ∧ q2 ∧ m2 = F
+    (∧ n2 = N ∧ u2 for add-on).
 
-Attribute-key match (:func:`key_matches`)
-    normalised key tokens of one ⊆ those of the other ("colour" ~ "base_colour" ~ "primary_color"
-    ~ "colour1"; "size" ~ "sizes"; "fabric" ~ "material").
-
-Stage 1 — gold preference matched by an identified preference
-    the values match (above) and the polarities are equal; attribute names and slots are *not*
-    compared. Matching is one-to-one (a maximum bipartite matching), so one identified preference
-    never counts for two gold ones.
-
-Stage 2 — gold preference satisfied by a product
-    the product's *candidate values* are the values of its attributes, options and brand whose key
-    matches the gold attribute. If there is at least one, the preference is satisfied iff one of
-    them value-matches (the structured attribute is authoritative: a description that merely
-    mentions "navy" does not make a black shirt navy). If there is none, it is satisfied iff the
-    gold value's normalised tokens occur as a contiguous phrase in one field of the product: title,
-    brand, description, a feature, an attribute value, an option value or a category name. An
-    ``avoid`` preference is satisfied iff the corresponding ``want`` test fails.
-
-Performance
-    Normalisation results are memoised per distinct text (token tuples, token sets, padded phrase
-    strings, attribute-key matches; bounded LRU caches, thread-safe), since catalog fields recur
-    across trajectories. ``benchmarks/bench_judge.py`` measures throughput (target ≥ 5,000
-    trajectories/s).
+Performance: values, keys, text mentions and product types are memoised (bounded caches); the
+embedding fallback (optional, ``similarity=``) is called only for pairs the lexicon cannot
+decide, and cached. ``benchmarks/bench_judge.py`` measures throughput.
 """
 
 from __future__ import annotations
@@ -46,15 +42,19 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping
-from functools import lru_cache
+from dataclasses import dataclass, field
 
+from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
+from shopping_companion.judges.matching.normalize import padded, tokens
 from shopping_companion.registry import JUDGES
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict
 
 __all__ = [
     "RuleJudge",
+    "Stage1Match",
+    "match_preferences",
+    "structural_spurious",
     "normalize_tokens",
     "value_matches",
     "key_matches",
@@ -66,194 +66,53 @@ __all__ = [
 ]
 
 PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
+MEMORY_TOOLS = frozenset({"mem_search", "mem_view"})
 
-_STOP = frozenset({"a", "an", "the", "of", "and", "or", "for", "with", "in", "on", "to"})
-_SYNONYMS = {
-    "gray": "grey",
-    "colour": "color",
-    "fabric": "material",
-    "man": "men",
-    "woman": "women",
-}
-_NO_SINGULAR = frozenset({"jeans", "glasses", "trousers", "shorts", "pants", "leggings", "sunglasses"})
+#: An identified "value" with more words than this, or with sentence punctuation, is not an
+#: attribute value (e.g. a quoted sentence of the user).
+MAX_VALUE_WORDS = 6
+_SENTENCE = re.compile(r"[.!?;]\s+\S|[.!?]$")
 
 
-def _singular(t: str) -> str:
-    if len(t) <= 3 or t.isdigit() or t in _NO_SINGULAR:
-        return t
-    if t.endswith("ies") and len(t) > 4:
-        return t[:-3] + "y"
-    if t.endswith(("sses", "shes", "ches", "xes")):
-        return t[:-2]
-    if t.endswith("s") and not t.endswith(("ss", "us", "is", "os")):
-        return t[:-1]
-    return t
-
-
-_WORD_RE = re.compile(r"[a-z]+|[0-9]+")
-_POSSESSIVE_RE = re.compile(r"['’]s\b")
-
-
-def _tokens(text: str) -> tuple[str, ...]:
-    if text.isascii():
-        s = text.lower()
-    else:
-        s = unicodedata.normalize("NFKD", text)
-        s = "".join(ch for ch in s if not unicodedata.combining(ch)).lower()
-    s = _POSSESSIVE_RE.sub("", s)
-    out: list[str] = []
-    for t in _WORD_RE.findall(s):
-        if t in _STOP:
-            continue
-        t = _singular(t)
-        out.append(_SYNONYMS.get(t, t))
-    return tuple(out)
-
-
-# Caches keyed by the text itself (catalog fields repeat across trajectories): short texts in a
-# large cache, long ones (descriptions) in a smaller one, so memory stays bounded (tens of MB).
-_tokens_short = lru_cache(maxsize=131072)(_tokens)
-_tokens_long = lru_cache(maxsize=8192)(_tokens)
+# --------------------------------------------------------------------------- compatibility API
 
 
 def normalize_tokens(text: str | None) -> tuple[str, ...]:
-    """Normalised tokens of ``text`` (module docstring), in order."""
-    if not text:
-        return ()
-    return _tokens_short(text) if len(text) <= 512 else _tokens_long(text)
-
-
-@lru_cache(maxsize=131072)
-def _token_set(text: str) -> frozenset[str]:
-    return frozenset(normalize_tokens(text))
-
-
-def _padded_uncached(text: str) -> str:
-    return f" {' '.join(normalize_tokens(text))} "
-
-
-_padded_short = lru_cache(maxsize=65536)(_padded_uncached)
-_padded_long = lru_cache(maxsize=4096)(_padded_uncached)
-
-
-def _padded(text: str) -> str:
-    """``" tok tok … "``: the normalised text, padded so phrase containment is a substring test."""
-    return _padded_short(text) if len(text) <= 512 else _padded_long(text)
-
-
-def value_matches(gold: str, candidate: str | None) -> bool:
-    """Gold value tokens ⊆ candidate tokens (non-empty gold)."""
-    if not gold or not candidate:
-        return False
-    g = _token_set(gold)
-    return bool(g) and g <= _token_set(candidate)
-
-
-def _phrase_in(gold: str, field: str | None) -> bool:
-    if not gold or not field:
-        return False
-    g = _padded(gold)
-    return g != "  " and g in _padded(field)
+    """Normalised tokens of ``text`` (:func:`shopping_companion.judges.matching.tokens`)."""
+    return tokens(text)
 
 
 def phrase_in(gold: str, field: str | None) -> bool:
     """The normalised tokens of ``gold`` occur as a contiguous phrase in ``field`` (non-empty gold)."""
-    return _phrase_in(gold, field)
-
-
-@lru_cache(maxsize=65536)
-def key_matches(a: str, b: str) -> bool:
-    """Attribute keys match when one's normalised tokens ⊆ the other's (both non-empty)."""
-    ta, tb = _token_set(a.replace("_", " ")), _token_set(b.replace("_", " "))
-    return bool(ta) and bool(tb) and (ta <= tb or tb <= ta)
-
-
-# --------------------------------------------------------------------------- stage 1
-
-
-def match_identified(gold: list[Preference], identified: list[Preference]) -> list[int | None]:
-    """For each gold preference, the index of the identified preference matched to it (or None).
-
-    One-to-one maximum matching on (value match and equal polarity); among candidates, those with
-    the same slot and a matching attribute key are tried first.
-    """
-    adj: list[list[int]] = []
-    for g in gold:
-        cands = [j for j, q in enumerate(identified) if q.polarity == g.polarity and value_matches(g.value, q.value)]
-        cands.sort(key=lambda j: (identified[j].slot != g.slot, not key_matches(g.attribute, identified[j].attribute), j))
-        adj.append(cands)
-    owner: dict[int, int] = {}  # identified index -> gold index
-
-    def augment(i: int, seen: set[int]) -> bool:
-        for j in adj[i]:
-            if j in seen:
-                continue
-            seen.add(j)
-            if j not in owner or augment(owner[j], seen):
-                owner[j] = i
-                return True
+    if not gold or not field:
         return False
-
-    for i in range(len(gold)):
-        augment(i, set())
-    result: list[int | None] = [None] * len(gold)
-    for j, i in owner.items():
-        result[i] = j
-    return result
+    g = padded(gold)
+    return g.strip() != "" and g in padded(field)
 
 
-# --------------------------------------------------------------------------- stage 2
+def key_matches(a: str, b: str, matcher: ValueMatcher | None = None) -> bool:
+    """Attribute names ``a`` and ``b`` name the same property (exact canonical-key resolution)."""
+    m = matcher or default_matcher()
+    return m.key(a).same_key(m.key(b))
 
 
-def _candidate_values(product: Product, attribute: str) -> list[str]:
-    vals = [v for k, v in product.attributes.items() if key_matches(attribute, k)]
-    for k, opts in product.options.items():
-        if key_matches(attribute, k):
-            vals.extend(opts)
-    if product.brand and key_matches(attribute, "brand"):
-        vals.append(product.brand)
-    return vals
-
-
-def _text_fields(product: Product) -> Iterable[str | None]:
-    yield product.title
-    yield product.brand
-    yield product.description
-    yield from product.features
-    yield from product.attributes.values()
-    for opts in product.options.values():
-        yield from opts
-    yield from product.category_path
-
-
-def product_satisfies(product: Product, pref: Preference) -> bool:
-    """Whether ``product`` satisfies the gold preference ``pref`` (module docstring, Stage 2)."""
-    cands = _candidate_values(product, pref.attribute)
-    if cands:
-        has = any(value_matches(pref.value, c) for c in cands)
-    else:
-        has = any(_phrase_in(pref.value, f) for f in _text_fields(product))
-    return has if pref.polarity == "want" else not has
-
-
-def is_relevant(product: Product, slot: ProductSlot) -> bool:
-    """The product is what the slot asks for.
-
-    True when the product's finest category equals the slot's finest category (normalised tokens
-    equal), or when the slot's ``product_type`` tokens ⊆ the tokens of the product title and
-    category path.
-    """
-    if slot.category_path and product.category_path:
-        a, b = normalize_tokens(product.category), normalize_tokens(slot.category_path[-1])
-        if a and a == b:
-            return True
-    pt = set(normalize_tokens(slot.product_type))
-    if not pt:
+def value_matches(gold: str, candidate: str | None, attribute: str | None = None,
+                  matcher: ValueMatcher | None = None) -> bool:
+    """A product value ``candidate`` meets the wanted ``gold`` value of ``attribute``."""
+    if not gold or not candidate:
         return False
-    have = set(normalize_tokens(product.title))
-    for c in product.category_path:
-        have.update(normalize_tokens(c))
-    return pt <= have
+    m = matcher or default_matcher()
+    return m.satisfies(m.key(attribute or ""), gold, candidate)
+
+
+def product_satisfies(product: Product, pref: Preference, reader: ProductReader | None = None) -> bool:
+    """Whether ``product`` satisfies the gold preference ``pref`` (module docstring, stage 2)."""
+    return (reader or default_reader()).check(product, pref).satisfied
+
+
+def is_relevant(product: Product, slot: ProductSlot, reader: ProductReader | None = None) -> bool:
+    """The product is of the slot's product type (q2)."""
+    return (reader or default_reader()).is_relevant(product, slot)
 
 
 def bundle_cost(products: list[Product], task: Task) -> tuple[float | None, float, bool]:
@@ -274,18 +133,212 @@ def bundle_cost(products: list[Product], task: Task) -> tuple[float | None, floa
     return total, discount, same_shop
 
 
+# --------------------------------------------------------------------------- stage 1
+
+
+@dataclass
+class Stage1Match:
+    """The stage-1 comparison of identified with gold preferences.
+
+    ``matches[i]``: index of the identified preference matched to gold preference ``i`` (or None).
+    ``spurious``: ``(identified index, reason)`` for every spurious identified preference (h1).
+    ``extras``: indices of unmatched, harmless identified preferences. ``slots_hit``: slots with at
+    least one matched gold preference (c1).
+    """
+
+    matches: list[int | None]
+    spurious: list[tuple[int, str]] = field(default_factory=list)
+    extras: list[int] = field(default_factory=list)
+    slots_hit: set[int] = field(default_factory=set)
+
+    @property
+    def m1(self) -> int:
+        return sum(j is not None for j in self.matches)
+
+    @property
+    def h1(self) -> int:
+        return len(self.spurious)
+
+
+def _is_attribute_value(value: str) -> bool:
+    return len(tokens(value)) <= MAX_VALUE_WORDS and not _SENTENCE.search(value.strip())
+
+
+def match_preferences(
+    task: Task,
+    identified: list[Preference],
+    matcher: ValueMatcher | None = None,
+    grounded: Callable[[Preference], bool] | None = None,
+) -> Stage1Match:
+    """Compare ``identified`` with ``task.preferences`` (module docstring, stage 1).
+
+    ``grounded(q)`` says whether a user turn of the history states ``q``; without it the
+    grounding rule is not applied (the other precision rules still are).
+    """
+    m = matcher or default_matcher()
+    N = task.n_products
+    single = N == 1
+    gold = list(task.preferences)
+
+    def slot(p: Preference) -> int:
+        return 0 if single else p.slot
+
+    gkeys = [m.key(g.attribute) for g in gold]
+    ikeys = [m.key(q.attribute) for q in identified]
+
+    def compatible(i: int, j: int) -> bool:
+        gk, qk = gkeys[i], ikeys[j]
+        if gk.same_key(qk):
+            return True
+        if qk.known:
+            return False
+        vocab = m.vocab_for(gk)
+        return vocab is not None and vocab.lookup(identified[j].value) is not None
+
+    def equal(i: int, j: int) -> bool:
+        return compatible(i, j) and m.equivalent(gkeys[i], gold[i].value, identified[j].value)
+
+    eq_cache: dict[tuple[int, int], bool] = {}
+
+    def eq(i: int, j: int) -> bool:
+        k = (i, j)
+        if k not in eq_cache:
+            eq_cache[k] = equal(i, j)
+        return eq_cache[k]
+
+    adj: list[list[int]] = []
+    for i, g in enumerate(gold):
+        adj.append([j for j, q in enumerate(identified)
+                    if slot(q) == slot(g) and q.polarity == g.polarity and eq(i, j)])
+    owner: dict[int, int] = {}
+
+    def augment(i: int, seen: set[int]) -> bool:
+        for j in adj[i]:
+            if j in seen:
+                continue
+            seen.add(j)
+            if j not in owner or augment(owner[j], seen):
+                owner[j] = i
+                return True
+        return False
+
+    for i in range(len(gold)):
+        augment(i, set())
+    matches: list[int | None] = [None] * len(gold)
+    for j, i in owner.items():
+        matches[i] = j
+    out = Stage1Match(matches=matches, slots_hit={slot(gold[i]) for i, j in enumerate(matches) if j is not None})
+
+    gold_keys = {(slot(g), i) for i, g in enumerate(gold)}
+    dont_care_keys = [(slot(d), m.key(d.attribute)) for d in task.dont_care]
+    for j, q in enumerate(identified):
+        if j in owner:
+            continue
+        qk = ikeys[j]
+        reason = None
+        if not single and not 0 <= q.slot < N:
+            reason = f"names product {q.slot + 1} but the request has {N}"
+        elif not _is_attribute_value(q.value):
+            reason = "is not an attribute value (a sentence or a long quote)"
+        elif any(slot(g) != slot(q) and g.polarity == q.polarity and eq(i, j) for i, g in enumerate(gold)):
+            reason = "belongs to another product of the request"
+        elif any(s == slot(q) and (gkeys[i].same_key(qk) or (not qk.known and compatible(i, j)))
+                 and (q.polarity == "want" or gold[i].polarity == "avoid" or m.equivalent(gkeys[i], gold[i].value, q.value))
+                 for s, i in gold_keys):
+            # a second wanted value, a wrong value, or avoiding what the user wants; an avoid next to
+            # a wanted value ("glass, not plastic") is left to the grounding rule
+            reason = "is a wrong or extra value on an attribute the user has a preference about"
+        elif _contradicts(m, identified, ikeys, j, slot):
+            reason = "contradicts another identified preference"
+        elif any(s == slot(q) and dk.same_key(qk) for s, dk in dont_care_keys):
+            reason = "is on an attribute the user does not care about"
+        elif grounded is not None and not grounded(q):
+            reason = "is stated in no user turn of the history"
+        if reason is None:
+            out.extras.append(j)
+        else:
+            out.spurious.append((j, reason))
+    return out
+
+
+def _contradicts(m: ValueMatcher, identified: list[Preference], keys: list, j: int,
+                 slot: Callable[[Preference], int]) -> bool:
+    q, qk = identified[j], keys[j]
+    for k, o in enumerate(identified):
+        if k == j or slot(o) != slot(q) or not keys[k].same_key(qk):
+            continue
+        same = m.equivalent(qk, q.value, o.value)
+        if same and o.polarity != q.polarity:
+            return True
+        single_valued = qk.spec is not None and not qk.spec.multi_valued  # unknown keys: not judged
+        if not same and q.polarity == o.polarity == "want" and single_valued:
+            return True
+    return False
+
+
+def structural_spurious(task: Task, identified: list[Preference],
+                        matcher: ValueMatcher | None = None) -> list[tuple[Preference, str]]:
+    """The spurious identified preferences that need no judgement of meaning (the LLM judge's
+    post-check): a product slot that does not exist; a sentence instead of a value; wanting and
+    avoiding the same value; more *want* values on one (slot, attribute) than the annotation has
+    (the extras beyond that count, in answer order)."""
+    m = matcher or default_matcher()
+    N = task.n_products
+    single = N == 1
+    out: list[tuple[Preference, str]] = []
+    gold_count: dict[tuple[int, str], int] = {}
+    for g in task.preferences:
+        if g.polarity == "want":
+            k = (0 if single else g.slot, m.key(g.attribute).name)
+            gold_count[k] = gold_count.get(k, 0) + 1
+    seen: dict[tuple[int, str], int] = {}
+    wants = {(0 if single else q.slot, m.key(q.attribute).name, padded(q.value)) for q in identified if q.polarity == "want"}
+    for q in identified:
+        s = 0 if single else q.slot
+        name = m.key(q.attribute).name
+        if not single and not 0 <= q.slot < N:
+            out.append((q, f"names product {q.slot + 1} but the request has {N}"))
+        elif not _is_attribute_value(q.value):
+            out.append((q, "is not an attribute value (a sentence or a long quote)"))
+        elif q.polarity == "avoid" and (s, name, padded(q.value)) in wants:
+            out.append((q, "is both wanted and avoided"))
+        elif q.polarity == "want":
+            seen[(s, name)] = seen.get((s, name), 0) + 1
+            if seen[(s, name)] > max(1, gold_count.get((s, name), 0)):
+                out.append((q, f"is value #{seen[(s, name)]} on {q.attribute!r}, more than the user stated"))
+    return out
+
+
+def match_identified(gold: list[Preference], identified: list[Preference], n_products: int | None = None,
+                     matcher: ValueMatcher | None = None) -> list[int | None]:
+    """For each gold preference, the index of the identified preference matched to it (or None):
+    the stage-1 matching of :func:`match_preferences` (slot, attribute, value, polarity)."""
+    n = n_products if n_products is not None else (max([g.slot for g in gold] + [0]) + 1)
+    from shopping_companion.types import ProductSlot as _Slot
+
+    task = Task(task_id="_", instruction="", user_id="_", history=[], needle_session_ids=[], preferences=list(gold),
+                slots=[_Slot(product_type="item", reference_product_id="_") for _ in range(max(1, n))])
+    return match_preferences(task, identified, matcher).matches
+
+
 # --------------------------------------------------------------------------- the judge
 
 
 @JUDGES.register("rule")
 class RuleJudge:
-    """Deterministic judge. ``lookup(ids) -> {id: Product}`` returns the catalog records it knows
-    (unknown ids are simply absent). ``judge(task, trajectory)`` returns a stage-1 or stage-2
-    :class:`Verdict` (``judge="rule"``); if ``lookup`` raises, the verdict has ``failed=True``.
+    """Deterministic judge (module docstring).
 
-    ``sessions`` (session id -> :class:`Session`, e.g. the benchmark's sessions) lets the stage-1
-    judgement check that identified preferences are grounded in what the user said; without it
-    q1 only checks that preferences were identified.
+    Args:
+        lookup: ``ids -> {id: Product}`` for the catalog records it knows (unknown ids absent); if
+            it raises, the stage-2 verdict has ``failed=True`` (a judge failure is never a 0).
+        sessions: session id → :class:`Session` (e.g. the benchmark's sessions): enables the
+            grounding rule of stage 1 (identified preferences must be stated in a user turn).
+        matcher: the value matcher (default: the package lexicon, no embedding fallback).
+        similarity: ``(a, b) -> cosine`` for the embedding fallback (e.g.
+            :func:`~shopping_companion.judges.matching.similarity.embedding_similarity`); builds a
+            matcher with it when ``matcher`` is not given.
+
+    ``judge(task, trajectory)`` returns a stage-1 or stage-2 :class:`Verdict` (``judge="rule"``).
     """
 
     name = "rule"
@@ -294,13 +347,21 @@ class RuleJudge:
         self,
         lookup: Callable[[list[str]], dict[str, Product]],
         sessions: Mapping[str, Session] | None = None,
+        *,
+        matcher: ValueMatcher | None = None,
+        similarity: Callable[[str, str], float] | None = None,
     ) -> None:
         self.lookup = lookup
         self.sessions = sessions
+        if matcher is None:
+            matcher = ValueMatcher(similarity=similarity) if similarity is not None else default_matcher()
+        self.matcher = matcher
+        self.reader = ProductReader(matcher) if matcher is not default_matcher() else default_reader()
         self._user_text: dict[str, str] = {}
+        self._turn_tokens: dict[str, list[frozenset[str]]] = {}
 
     def _history_user_text(self, task: Task) -> str | None:
-        """All user turns of the task's history, joined and normalised (cached per task)."""
+        """All user turns of the task's history, joined (cached per task)."""
         if self.sessions is None:
             return None
         text = self._user_text.get(task.task_id)
@@ -310,7 +371,7 @@ class RuleJudge:
                 s = self.sessions.get(ref.session_id)
                 if s is not None:
                     parts.extend(t.content for t in s.turns if t.role == "user")
-            text = _padded_uncached("\n".join(parts))
+            text = "\n".join(parts)
             if len(self._user_text) > 4096:
                 self._user_text.clear()
             self._user_text[task.task_id] = text
@@ -326,8 +387,6 @@ class RuleJudge:
 
     __call__ = judge
 
-    # ------------------------------------------------------------------ stage 1
-
     def _base(self, task: Task, stage: int) -> dict:
         return {
             "judge": self.name,
@@ -337,12 +396,31 @@ class RuleJudge:
             "b": 1 if task.task_type == "addon" else 0,
         }
 
+    # ------------------------------------------------------------------ stage 1
+
+    def grounding(self, task: Task) -> Callable[[Preference], bool] | None:
+        """``q -> bool``: a user turn of the task's history states ``q`` (None without sessions)."""
+        text = self._history_user_text(task)
+        if text is None:
+            return None
+        m = self.matcher
+        turns = self._turn_tokens.get(task.task_id)
+        if turns is None:
+            turns = [frozenset(tokens(t)) for t in text.split("\n") if t.strip()]
+            if len(self._turn_tokens) > 4096:
+                self._turn_tokens.clear()
+            self._turn_tokens[task.task_id] = turns
+
+        def grounded(q: Preference) -> bool:
+            if m.mentions(m.key(q.attribute), q.value, text):
+                return True
+            words = set(tokens(q.value))  # every word of the value said in one user turn
+            return bool(words) and any(words <= t for t in turns)
+
+        return grounded
+
     def _stage1(self, task: Task, traj: Trajectory) -> Verdict:
-        """q1 = 1 iff ≥1 preference identified and, when the judge knows the sessions, at least half
-        of the identified preference values occur in the user's own turns of the history (a list of
-        guessed or hallucinated values is not a relevant answer); m1 = gold preferences matched
-        (one-to-one); c1 (add-on) = slots 0..N-1 with ≥1 identified preference of that slot;
-        success = m1 == F."""
+        """Stage-1 fields (module docstring)."""
         base = self._base(task, 1)
         reasons: list[str] = []
         identified = traj.identified_preferences
@@ -356,52 +434,36 @@ class RuleJudge:
                 identified, err = parse_preferences(traj.final_answer)
                 if err:
                     reasons.append(f"answer not parsable as preferences: {err}")
-        q1 = 1 if identified else 0
+        res = match_preferences(task, identified, self.matcher, self.grounding(task))
+        addon = bool(base["b"])
         reasons.append(f"{len(identified)} preference(s) identified" if identified else "no preference identified")
-        user_text = self._history_user_text(task)
-        if identified and user_text is not None:
-            ungrounded = [q for q in identified if _padded(q.value).strip() == "" or _padded(q.value) not in user_text]
-            if ungrounded:
-                reasons.append(
-                    f"{len(ungrounded)} of {len(identified)} identified value(s) never said by the user: "
-                    + ", ".join(q.value for q in ungrounded[:5]) + (" …" if len(ungrounded) > 5 else "")
-                )
-            if 2 * len(ungrounded) > len(identified):
-                q1 = 0
-        matches = match_identified(task.preferences, identified)
         matched: list[str] = []
-        for g, j in zip(task.preferences, matches):
-            label = f"{g.attribute}={g.value}"
+        for g, j in zip(task.preferences, res.matches):
+            label = f"{g.attribute}={g.value}" + (f" (product {g.slot + 1})" if addon else "")
             if j is None:
-                reasons.append(f"missing: {label}" + (f" (slot {g.slot})" if base["b"] else ""))
+                reasons.append(f"missing: {label}")
             else:
-                matched.append(label)
-        m1 = len(matched)
+                matched.append(f"{g.attribute}={g.value}")
+        for j, why in res.spurious:
+            q = identified[j]
+            reasons.append(f"spurious: {q.attribute}={q.value} ({q.polarity}) {why}")
+        q1 = 1 if identified and not res.spurious else 0
         c1 = None
-        if base["b"]:
-            slots_hit = {q.slot for q in identified if 0 <= q.slot < task.n_products}
-            c1 = min(len(slots_hit), task.n_products)
-            reasons.append(f"preferences identified for {c1} of {task.n_products} product(s)")
+        if addon:
+            c1 = min(len(res.slots_hit), task.n_products)
+            reasons.append(f"correct preferences for {c1} of {task.n_products} product(s)")
         return Verdict(
-            **base, q1=q1, m1=m1, c1=c1, success=m1 == len(task.preferences), matched=matched, reasons=reasons
+            **base, q1=q1, m1=res.m1, c1=c1, h1=res.h1,
+            success=res.m1 == len(task.preferences) and res.h1 == 0,
+            matched=matched, reasons=reasons,
         )
 
     # ------------------------------------------------------------------ stage 2
 
     def _stage2(self, task: Task, traj: Trajectory) -> Verdict:
-        """Stage-2 fields (matching rules in the module docstring):
-
-        p2 = 1 iff exactly N distinct ids were recommended, each exists in the catalog and each
-        was returned by a successful product_search/product_view call of this trajectory.
-        The first N ids are assigned to slots (single: the first id; add-on: the assignment of
-        products to slots maximising, in order, fully-satisfied relevant slots, relevant slots,
-        satisfied preferences). q2 = 1 iff ≥1 id and every assigned product is relevant to its
-        slot. m2 = gold preferences satisfied by their slot's product. Add-on: n2 = slots whose
-        product is relevant and satisfies all of the slot's preferences; u2 = 1 iff N products are
-        found, all in one shop, all priced, and total − discount ≤ budget (discount when the shop is
-        the voucher's and total ≥ min_spend; no budget → only the same-shop test).
-        success = p2 ∧ q2 ∧ m2 = F (∧ n2 = N ∧ u2 for add-on).
-        """
+        """Stage-2 fields (module docstring). The first N recommended ids are assigned to slots
+        (single: the first id; add-on: the assignment maximising, in order, fully-satisfied
+        relevant slots, relevant slots, satisfied preferences)."""
         base = self._base(task, 2)
         N, addon = task.n_products, bool(base["b"])
         reasons: list[str] = []
@@ -420,7 +482,6 @@ class RuleJudge:
             if r.name in PRODUCT_TOOLS and r.error is None:
                 returned.update(r.returned_ids)
 
-        # p2: product validity
         p2 = 1
         if len(ids) != N:
             p2 = 0
@@ -433,7 +494,6 @@ class RuleJudge:
                 p2 = 0
                 reasons.append(f"{pid}: never returned by a product tool (fabricated id)")
 
-        # assignment of the first N recommended products to slots
         bundle = ids[:N]
         slot_prefs: list[list[Preference]] = [[] for _ in range(N)]
         for g in task.preferences:
@@ -443,16 +503,17 @@ class RuleJudge:
             else:
                 reasons.append(f"gold preference {g.attribute}={g.value} names slot {g.slot} of {N}")
         rel = [[False] * len(bundle) for _ in range(N)]
-        sat: list[list[list[bool]]] = [[[] for _ in bundle] for _ in range(N)]
+        sat: list[list[list]] = [[[] for _ in bundle] for _ in range(N)]
         for s in range(N):
             for j, pid in enumerate(bundle):
                 prod = found.get(pid)
                 if prod is None:
-                    sat[s][j] = [False] * len(slot_prefs[s])
+                    sat[s][j] = [None] * len(slot_prefs[s])
                     continue
-                rel[s][j] = is_relevant(prod, task.slots[s])
-                sat[s][j] = [product_satisfies(prod, g) for g in slot_prefs[s]]
-        assign = self._assign(rel, sat, N, len(bundle))  # slot -> bundle index or None
+                rel[s][j] = self.reader.is_relevant(prod, task.slots[s])
+                sat[s][j] = [self.reader.check(prod, g) for g in slot_prefs[s]]
+        ok_bits = [[[bool(e and e.satisfied) for e in sat[s][j]] for j in range(len(bundle))] for s in range(N)]
+        assign = self._assign(rel, ok_bits, N, len(bundle))
 
         q2 = 1 if bundle else 0
         m2 = 0
@@ -472,17 +533,19 @@ class RuleJudge:
                 continue
             if not rel[s][j]:
                 q2 = 0
-                want = slot.category_path[-1] if slot.category_path else slot.product_type
-                reasons.append(f"{pid}: category {prod.category or '(none)'!r} does not fit {want!r}")
-            ok = sat[s][j]
+                have = self.reader.title_type(prod) or prod.category or "(no type)"
+                reasons.append(f"{pid}: a {have!r} is not a {slot.product_type!r}")
+            ok = ok_bits[s][j]
             m2 += sum(ok)
-            for g, hit in zip(slot_prefs[s], ok):
+            for g, hit, ev in zip(slot_prefs[s], ok, sat[s][j]):
                 label = f"{g.attribute}={g.value}"
+                why = f" ({ev.detail})" if ev is not None and ev.detail else ""
                 if hit:
                     matched.append(label)
+                elif g.polarity == "want":
+                    reasons.append(f"{pid} lacks {label}{why}")
                 else:
-                    verb = "lacks" if g.polarity == "want" else "has avoided"
-                    reasons.append(f"{pid} {verb} {label}")
+                    reasons.append(f"{pid} has avoided {label}{why}")
             if rel[s][j] and all(ok):
                 n2 += 1
 
@@ -510,15 +573,8 @@ class RuleJudge:
         if addon:
             success = success and n2 == N and u2 == 1
         return Verdict(
-            **base,
-            p2=p2,
-            q2=q2,
-            m2=m2,
-            n2=n2 if addon else None,
-            u2=u2,
-            success=success,
-            matched=matched,
-            reasons=reasons or ["all checks passed"],
+            **base, p2=p2, q2=q2, m2=m2, n2=n2 if addon else None, u2=u2, success=success,
+            matched=matched, reasons=reasons or ["all checks passed"],
         )
 
     @staticmethod

@@ -37,17 +37,23 @@ def _need(verdict: Verdict, field: str, lo: float, hi: float, binary: bool = Fal
 
 
 def stage1_reward(verdict: Verdict) -> float:
-    """R1 (Eq. 6): ``(q1 + m1 + b·c1) / (1 + F + b·N)``.
+    """R1 (Eq. 6) with our precision rule: ``(q1 + max(0, m1 − h1) + b·c1) / (1 + F + b·N)``.
 
-    q1 ∈ {0,1} query relevance, m1 ∈ [0, F] matched preference attributes, c1 ∈ [0, N] matched
-    product count (read only when ``b == 1``, the add-on task). Result in [0, 1].
+    q1 ∈ {0,1} query relevance (the judges set it to 0 when any identified preference is
+    spurious), m1 ∈ [0, F] matched preference attributes, h1 ≥ 0 spurious identified preferences
+    (hallucinated, contradictory, piled on one attribute, misattributed; None = not assessed, read
+    as 0), c1 ∈ [0, N] matched product count (read only when ``b == 1``, the add-on task). Result in
+    [0, 1]. With h1 = 0 this is the paper's Eq. 6 exactly; subtracting h1 is our deviation
+    (``docs/judge.md``): without it, listing several guesses per attribute raises m1 once q1 is
+    already lost, so R1 would reward hallucination.
     """
     _check_usable(verdict, 1)
     F, N, b = verdict.F, verdict.N, verdict.b
     q1 = _need(verdict, "q1", 0, 1, binary=True)
     m1 = _need(verdict, "m1", 0, F)
+    h1 = float(verdict.h1 or 0)
     c1 = _need(verdict, "c1", 0, N) if b else 0.0
-    return (q1 + m1 + b * c1) / (1 + F + b * N)
+    return (q1 + max(0.0, m1 - h1) + b * c1) / (1 + F + b * N)
 
 
 def stage2_reward(verdict: Verdict) -> float:

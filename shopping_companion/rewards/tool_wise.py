@@ -3,8 +3,8 @@
 Every tool call u gets r(u) ∈ [0, 1] from the ids its result returned
 (:attr:`~shopping_companion.types.ToolResult.returned_ids`):
 
-- memory tools (``mem_search``, ``mem_view``): the fraction of returned sessions that are gold
-  preference (needle) sessions (Eq. 8);
+- memory tools (``mem_search``, ``mem_view``): the fraction of retrieved items whose session is a
+  gold preference (needle) session (Eq. 8, ``|{i ∈ I_u : sess(i) ∈ S_gold}| / |I_u|``);
 - product tools (``product_search``, ``product_view``): the fraction of returned products that are
   reference products of the task (Eq. 9).
 
@@ -12,8 +12,12 @@ Conventions (not fixed by the paper, stated here):
 
 - a call whose result has ``error`` set, or that returned no ids, scores 0 (|I_u| = 0 would divide
   by zero, and a rejected call retrieved nothing);
-- duplicated ids within one result count once (|I_u| is a set size), so repeating an id cannot
-  inflate or deflate the score;
+- Eq. 8 is per retrieved ITEM, as in the paper: a ``mem_search`` item is a retrieved turn (the
+  tool returns each ``(session, turn)`` at most once and lists its session id once per retrieved
+  turn in ``returned_ids``), ``sess(i)`` is that session, so 10 turns of a gold session + 5 turns of
+  5 other sessions score 10/15; a ``mem_view`` item is a session viewed (distinct sessions);
+- otherwise duplicated ids within one result count once (``mem_view``, product tools: |I_u| and
+  |P_u| are set sizes), so repeating an id cannot inflate or deflate the score;
 - a call to any other tool name scores 0 and still counts in the mean of Eq. 10;
 - exact id matching is the default (:func:`tool_wise_reward`); the paper's semantic fallback
   "when exact ID matching is unavailable" is :func:`semantic_tool_wise_reward` (below), opt-in
@@ -32,10 +36,11 @@ Semantic fallback (§5.3, sentence after Eq. 9)
       rule judge's own value matching — or whatever a configured matcher decides (an
       :class:`~shopping_companion.judges.llm.LLMJudge`'s :meth:`match_products`);
     - a session matches when one of its user turns states the value of a gold ``want``
-      preference (normalised phrase match of the rule judge).
+      preference (the value matcher's ``mentions``: synonyms, narrower concepts, quantities).
 
-    r(u) is then the fraction of the call's distinct returned ids that count (Eqs. 8–9 with the
-    relevance test widened). ``auto`` applies this only where exact matching is unavailable;
+    r(u) is then the fraction of the call's returned items that count (Eqs. 8–9 with the
+    relevance test widened; items as in the exact rule: retrieved turns for ``mem_search``,
+    distinct ids otherwise). ``auto`` applies this only where exact matching is unavailable;
     ``always`` applies it to every product call (and memory calls when a ``session_lookup`` is
     given), so valid alternatives to the reference product earn process reward too.
 """
@@ -66,10 +71,12 @@ MEMORY_TOOLS = frozenset({"mem_search", "mem_view"})
 PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
 
 
-def _precision(result: ToolResult, gold: Iterable[str]) -> float:
+def _precision(result: ToolResult, gold: Iterable[str], *, per_item: bool = False) -> float:
+    """Share of ``result.returned_ids`` in ``gold``: over distinct ids, or over every listed id
+    when ``per_item`` (each entry is one retrieved item, e.g. a ``mem_search`` turn)."""
     if result.error is not None:
         return 0.0
-    returned = list(dict.fromkeys(result.returned_ids))  # dedupe, keep order
+    returned = list(result.returned_ids) if per_item else list(dict.fromkeys(result.returned_ids))
     if not returned:
         return 0.0
     gold_set = set(gold)
@@ -79,17 +86,19 @@ def _precision(result: ToolResult, gold: Iterable[str]) -> float:
 def memory_call_reward(result: ToolResult, gold_session_ids: Iterable[str]) -> float:
     """r(u) for a memory call (Eq. 8): ``|{i ∈ I_u : sess(i) ∈ S_gold}| / |I_u|``.
 
-    ``I_u`` is the set of distinct session ids in ``result.returned_ids``; 0 when the call errored
-    or returned nothing.
+    ``I_u`` is the call's retrieved items: for ``mem_search`` the retrieved turns, one entry of
+    ``result.returned_ids`` each (their session ids, so ``sess(i)`` is the entry; no dedupe); for
+    ``mem_view`` (and any other name) the distinct session ids viewed. 0 when the call errored or
+    returned nothing.
     """
-    return _precision(result, gold_session_ids)
+    return _precision(result, gold_session_ids, per_item=result.name == "mem_search")
 
 
 def product_call_reward(result: ToolResult, reference_ids: Iterable[str]) -> float:
     """r(u) for a product call (Eq. 9): ``|{p ∈ P_u : p ∈ P_ref}| / |P_u|``.
 
-    ``P_u`` is the set of distinct product ids in ``result.returned_ids``; 0 when the call errored
-    or returned nothing.
+    ``P_u`` is the set of distinct product ids in ``result.returned_ids`` (a product is one item
+    however often it is listed); 0 when the call errored or returned nothing.
     """
     return _precision(result, reference_ids)
 
@@ -178,13 +187,15 @@ def rule_product_matcher(task: Task, products: Sequence[Product]) -> list[bool]:
 
 
 def session_matches(task: Task, session: Session) -> bool:
-    """A session expresses a gold preference: a user turn contains the normalised value phrase of
-    a gold ``want`` preference (``avoid`` values are not searched: mentioning a disliked value is
-    as likely in unrelated chat)."""
-    from shopping_companion.judges.rule import phrase_in
+    """A session expresses a gold preference: a user turn states the value of a gold ``want``
+    preference — the value, a synonym or a narrower concept of it, or an equal quantity, by the
+    value matcher (:meth:`~shopping_companion.judges.matching.ValueMatcher.mentions`); ``avoid``
+    values are not searched: mentioning a disliked value is as likely in unrelated chat."""
+    from shopping_companion.judges.matching import default_matcher
 
-    wants = [g.value for g in task.preferences if g.polarity == "want"]
-    return any(phrase_in(v, t.content) for t in session.turns if t.role == "user" for v in wants)
+    m = default_matcher()
+    wants = [(m.key(g.attribute), g.value) for g in task.preferences if g.polarity == "want"]
+    return any(m.mentions(k, v, t.content) for t in session.turns if t.role == "user" for k, v in wants)
 
 
 def reference_ids_available(task: Task, lookup: ProductLookup | None) -> bool:
@@ -302,7 +313,9 @@ def semantic_tool_wise_reward(
 def _precision_with(result: ToolResult, gold: set[str], matched: Mapping[str, bool]) -> float:
     if result.error is not None:
         return 0.0
-    returned = list(dict.fromkeys(result.returned_ids))
+    # mem_search lists one session id per retrieved turn (Eq. 8 counts items); others: distinct ids
+    per_item = result.name == "mem_search"
+    returned = list(result.returned_ids) if per_item else list(dict.fromkeys(result.returned_ids))
     if not returned:
         return 0.0
     return sum(1 for i in returned if i in gold or matched.get(i, False)) / len(returned)

@@ -112,7 +112,7 @@ def collect(
         _fail(str(e))
     out.mkdir(parents=True, exist_ok=True)
     judge_obj, judge_desc = _make_judge(judge, _lookup(search), judge_model, judge_base_url, judge_api_key_env, out,
-                                        sessions=b.sessions)
+                                        sessions=b.sessions, embedder=embedder)
     settings = EvalSettings(trials=trials, sampling=sampling, env=EnvConfig(max_turns=max_turns), seed=seed)
     identity = {"teacher": teacher.name, "backend": backend, "model": model,
                 "endpoint": scrub_url(base_url) if backend == "openai" else None,

@@ -125,8 +125,7 @@ def _lookup(search: Any) -> Callable[[list[str]], dict[str, Product]]:
 def build_resources(spec: ResourceSpec) -> EnvResources:
     """Load everything ``spec`` names (the index is built on first use, ~1 min; embeddings cached)."""
     from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.judges.rule import RuleJudge
-    from shopping_companion.pipeline import make_embedder, open_product_search, resolve_sources
+    from shopping_companion.pipeline import make_embedder, make_rule_judge, open_product_search, resolve_sources
     from shopping_companion.rewards.rubric import load_rubric
 
     bench = load_benchmark(Path(spec.benchmark))
@@ -134,12 +133,13 @@ def build_resources(spec: ResourceSpec) -> EnvResources:
     search = open_product_search(index_dir=spec.index_dir, sources=sources)
     lookup = _lookup(search)
     rubric = load_rubric(spec.rubric, resources={"lookup": lookup})
+    embedder = make_embedder()
     return EnvResources(
         tasks={t.task_id: t for t in bench.tasks},
         sessions=bench.sessions,
         products=search,
-        embedder=make_embedder(),
-        judge=RuleJudge(lookup, sessions=bench.sessions),
+        embedder=embedder,
+        judge=make_rule_judge(lookup, bench.sessions, embedder),
         reward_fn=rubric,
         memory_cache=spec.memory_cache,
     )

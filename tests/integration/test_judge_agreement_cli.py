@@ -25,7 +25,7 @@ def strict_grader(body):
     prompt = body["messages"][-1]["content"]
     reply = {"matched": [], "reasons": ["scripted grader"]}
     if '"q1"' in prompt:
-        reply.update(q1=1, m1=0)
+        reply.update(q1=1, m1=0, h1=0)
         if '"c1"' in prompt:
             reply["c1"] = 0
     else:

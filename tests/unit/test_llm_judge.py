@@ -94,7 +94,7 @@ def J(**kw):
     return json.dumps(kw)
 
 
-GOOD1 = J(q1=1, m1=2, matched=[1, 3], reasons=["colour and fabric found", "size missing"])
+GOOD1 = J(q1=1, h1=0, m1=2, matched=[1, 3], reasons=["colour and fabric found", "size missing"])
 
 
 def judge_for(srv, **kw):
@@ -113,7 +113,9 @@ def user_prompt(body):
 def test_parse_json_reply_is_strict():
     assert parse_json_reply('<think>hmm {"x": 1}</think>\n```json\n{"a": 1}\n```') == {"a": 1}
     assert parse_json_reply('reasoning here</think>{"a": 2}') == {"a": 2}
-    for bad in ('Sure! {"a": 1}', "[1, 2]", "", '{"a": 1} trailing'):
+    # a prose preamble or trailer around one object is read since issue 13 (item 7); a reply with
+    # no JSON object at all is still rejected
+    for bad in ("[1, 2]", "", "Sure, here it is: [1, 2]", "no json at all", "{not json}", '[{"a": 1}]'):
         with pytest.raises(ValueError):
             parse_json_reply(bad)
 
@@ -148,17 +150,23 @@ def test_stage2_addon_prompt_has_records_deal_terms_and_facts():
 
 
 def test_stage2_single_failure_fields_give_no_success():
+    reply = J(p2=1, q2=0, m2=3, matched=[1, 2, 3], reasons=["not a shirt"])
+    with ScriptedOpenAIServer([reply]) as srv:
+        v = judge_for(srv).judge(single_task(), stage2_traj(["m:1"]))
+    assert (v.p2, v.q2, v.n2, v.u2, v.success) == (1, 0, None, None, False)
+    # p2 is a fact the environment knows (one id, in the catalog, returned by the search): a model
+    # that calls it invented is overruled by the post-check
     reply = J(p2=0, q2=1, m2=3, matched=[1, 2, 3], reasons=["id invented"])
     with ScriptedOpenAIServer([reply]) as srv:
         v = judge_for(srv).judge(single_task(), stage2_traj(["m:1"]))
-    assert (v.p2, v.n2, v.u2, v.success) == (0, None, None, False)
+    assert (v.p2, v.success) == (1, True) and any(r.startswith("post-check: p2 = 1") for r in v.reasons)
 
 
 # --------------------------------------------------------------------------- validation & retries
 
 
 def test_out_of_range_reply_is_asked_again_never_clamped():
-    bad = J(q1=1, m1=5, matched=[1, 2, 3, 4, 5], reasons=["x"])
+    bad = J(q1=1, h1=0, m1=5, matched=[1, 2, 3, 4, 5], reasons=["x"])
     with ScriptedOpenAIServer([bad, GOOD1]) as srv:
         judge = judge_for(srv)
         v = judge.judge(single_task(), stage1_traj())
@@ -171,11 +179,11 @@ def test_out_of_range_reply_is_asked_again_never_clamped():
 
 @pytest.mark.parametrize("bad", [
     "Here is my verdict: q1=1",                                    # not JSON
-    J(q1=1, m1=1.0, matched=[1], reasons=[]),                      # float where an integer is required
-    J(q1=True, m1=1, matched=[1], reasons=[]),                     # bool is not 0/1
-    J(q1=2, m1=1, matched=[1], reasons=[]),                        # q1 out of {0, 1}
-    J(q1=1, m1=2, matched=[1], reasons=[]),                        # matched disagrees with m1
-    J(q1=1, m1=1, matched=[1], reasons=[], confidence=0.9),        # extra key
+    J(q1=1, h1=0, m1=1.0, matched=[1], reasons=[]),                      # float where an integer is required
+    J(q1=True, h1=0, m1=1, matched=[1], reasons=[]),                     # bool is not 0/1
+    J(q1=2, h1=0, m1=1, matched=[1], reasons=[]),                        # q1 out of {0, 1}
+    J(q1=1, h1=0, m1=2, matched=[1], reasons=[]),                        # matched disagrees with m1
+    J(q1=1, h1=0, m1=1, matched=[1], reasons=[], confidence=0.9),        # extra key
     J(q1=1, matched=[], reasons=[]),                               # missing field
 ])
 def test_invalid_replies_end_in_a_failed_verdict_that_is_never_scored(bad):
@@ -280,7 +288,7 @@ def test_judge_many_bounded_concurrency_keeps_order():
         if k == 5:
             return "not json"
         m = k % 4
-        return J(q1=1, m1=m, matched=list(range(1, m + 1)), reasons=[f"item {k}"])
+        return J(q1=1, h1=0, m1=m, matched=list(range(1, m + 1)), reasons=[f"item {k}"])
 
     items = []
     for k in range(10):
@@ -331,8 +339,8 @@ def test_match_products_for_the_tool_wise_fallback():
 
 
 def test_stage1_addon_counts_products_and_rejects_c1_above_n():
-    bad = J(q1=1, m1=2, c1=4, matched=[1, 3], reasons=["x"])
-    good = J(q1=1, m1=2, c1=2, matched=[1, 3], reasons=["jeans preferences missing"])
+    bad = J(q1=1, h1=0, m1=2, c1=4, matched=[1, 3], reasons=["x"])
+    good = J(q1=1, h1=0, m1=2, c1=2, matched=[1, 3], reasons=["jeans preferences missing"])
     traj = stage1_traj().model_copy(update={"task_id": "a1"})
     with ScriptedOpenAIServer([bad, good]) as srv:
         v = judge_for(srv).judge(addon_task(), traj)
@@ -341,3 +349,29 @@ def test_stage1_addon_counts_products_and_rejects_c1_above_n():
     assert (v.q1, v.m1, v.c1, v.b, v.N, v.success) == (1, 2, 2, 1, 3, False)
     assert stage1_reward(v) == pytest.approx((1 + 2 + 2) / (1 + 3 + 3))
     assert "Products the request covers (N = 3)" in prompt and '"c1"' in prompt and "3. belt" in prompt
+
+
+# --------------------------------------------------------------------------- post-checks (issue 13)
+
+
+def test_stage1_post_check_counts_piled_values_the_model_missed():
+    # the model says nothing is spurious, but the answer piles three colours on one attribute:
+    # the structural post-check raises h1 and zeroes q1, so R1 cannot gain from the list
+    piled = [Preference(attribute="colour", value=v) for v in ("navy", "black", "red")]
+    traj = stage1_traj().model_copy(update={"identified_preferences": piled})
+    reply = J(q1=1, h1=0, m1=1, matched=[1], reasons=["navy found"])
+    with ScriptedOpenAIServer([reply]) as srv:
+        v = judge_for(srv).judge(single_task(), traj)
+    assert (v.q1, v.m1, v.h1, v.success) == (0, 1, 2, False)
+    assert sum("post-check" in r for r in v.reasons) == 2
+    assert stage1_reward(v) == 0.0  # (0 + max(0, 1 - 2)) / 4
+
+
+def test_stage2_post_check_overrides_p2_for_an_id_no_tool_returned():
+    traj = stage2_traj(["m:1"])
+    traj = traj.model_copy(update={"steps": [traj.steps[1]]})  # the search step removed: m:1 never returned
+    reply = J(p2=1, q2=1, m2=3, matched=[1, 2, 3], reasons=["all good"])
+    with ScriptedOpenAIServer([reply]) as srv:
+        v = judge_for(srv).judge(single_task(), traj)
+    assert (v.p2, v.q2, v.m2, v.success) == (0, 1, 3, False)
+    assert any(r.startswith("post-check: p2 = 0") for r in v.reasons)

@@ -175,11 +175,12 @@ def test_stage1_all_matched_with_other_attribute_names():
 def test_stage1_partial():
     ident = [Preference(attribute="colour", value="black"), Preference(attribute="size", value="M")]
     v = JUDGE.judge(single_task(), stage1(ident))
-    assert (v.q1, v.m1, v.success) == (1, 1, False)
+    # black is a wrong value on an attribute the user has a preference about: spurious, so q1 = 0
+    assert (v.q1, v.m1, v.h1, v.success) == (0, 1, 1, False)
     assert v.matched == ["size=M"]
     assert any("missing: colour=navy" in r for r in v.reasons)
     assert accuracy(v) == pytest.approx(1 / 3)
-    assert stage1_reward(v) == pytest.approx(2 / 4)  # (1+1)/(1+3)
+    assert stage1_reward(v) == pytest.approx(0.0)  # (q1 0 + max(0, m1 1 - h1 1)) / (1 + 3)
 
 
 def test_stage1_nothing_identified_and_polarity():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from shopping_companion.judges.rule import RuleJudge
+from shopping_companion.rewards import stage1_reward
 from shopping_companion.types import Preference, ProductSlot, Session, SessionRef, Task, Trajectory, Turn
 
 
@@ -38,13 +39,21 @@ def test_grounded_answer_keeps_q1():
     assert (v.q1, v.m1, v.success) == (1, 2, True)
 
 
-def test_spammed_values_lose_q1_but_recall_is_unchanged():
+def test_spammed_values_lose_q1_and_reward():
     spam = ["navy blue", "cotton", "red", "silk", "slim fit", "v-neck", "black"]  # "black" only said by the assistant
     v = RuleJudge(lambda ids: {}, sessions=SESSIONS).judge(_task(), _traj(spam))
-    assert v.q1 == 0 and v.m1 == 2
-    assert any("never said by the user" in r and "black" in r for r in v.reasons)
+    # recall is unchanged (m1 = 2), but every other value piled on the colour / material of the
+    # request, or never said by the user, is spurious: q1 = 0, R1 drops, no stage-1 success
+    assert v.q1 == 0 and v.m1 == 2 and v.h1 == 5 and not v.success
+    assert any("spurious: x=black" in r for r in v.reasons)
+    assert stage1_reward(v) < stage1_reward(RuleJudge(lambda ids: {}, sessions=SESSIONS).judge(
+        _task(), _traj(["navy blue", "cotton"])))
 
 
-def test_without_sessions_q1_only_checks_presence():
-    spam = ["navy blue", "cotton", "red", "silk", "slim fit"]
-    assert RuleJudge(lambda ids: {}).judge(_task(), _traj(spam)).q1 == 1
+def test_ungrounded_extra_on_another_attribute_is_spurious_only_with_sessions():
+    # "slim fit" is on an attribute the user has no preference about; it is said in no user turn,
+    # which the judge can only know when it has the sessions
+    assert RuleJudge(lambda ids: {}, sessions=SESSIONS).judge(
+        _task(), _traj(["navy blue", "cotton", "slim fit"])).h1 == 1
+    v = RuleJudge(lambda ids: {}).judge(_task(), _traj(["navy blue", "cotton", "slim fit"]))
+    assert (v.q1, v.h1, v.success) == (1, 0, True)

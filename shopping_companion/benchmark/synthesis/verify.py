@@ -27,11 +27,12 @@ alternatives
     slots, so every such combination is a valid distinct bundle and the count is exact.
     Both counts stop at ``cap`` (``alternatives_capped``).
 
-Counting uses the judge's own functions (``is_relevant``, ``product_satisfies``). A cheap exact
-pre-filter skips products that cannot satisfy a ``want`` feature: the judge accepts a value only if
-all its normalised tokens occur in one of the product's text fields, so a product whose token set
-over all those fields (a superset, computed word by word) lacks one of them is skipped without
-calling the judge. Relevance candidates come the same way from an index of title and category
+Counting uses the judge's own functions (``is_relevant``, ``product_satisfies``) and so its value
+matcher. A cheap exact pre-filter skips products that cannot satisfy a free-text ``want`` feature
+(a value outside every vocabulary and without a number): the judge accepts such a value only if all
+its normalised tokens occur in one of the product's text fields, so a product whose token set over
+all those fields (a superset, computed word by word) lacks one of them is skipped without calling
+the judge. Relevance candidates come the same way from an index of title and category
 words; ``is_relevant`` then decides.
 """
 
@@ -44,6 +45,7 @@ from itertools import chain
 from collections.abc import Iterable, Sequence
 
 from shopping_companion.benchmark.synthesis.catalog_view import is_wearable_size
+from shopping_companion.judges.matching import default_matcher
 from shopping_companion.judges.rule import (
     RuleJudge,
     is_relevant,
@@ -71,7 +73,7 @@ __all__ = [
 ]
 
 _EPS = 1e-6
-_WORD = re.compile(r"[a-z]+|[0-9]+")
+_WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")  # the judge's token pattern (decimals stay one token)
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
@@ -166,6 +168,8 @@ class CatalogMatcher:
             t = text.lower()
         else:  # as the judge: NFKD, drop combining marks, then lower-case
             t = _NON_ASCII.sub(" ", _COMBINING.sub("", unicodedata.normalize("NFKD", text)).lower())
+        if "+" in t:
+            t = t.replace("+", " plus ")  # as the judge reads "7+"
         cache = self._word_cache
         words = set(_WORD.findall(t))
         for w in words:
@@ -228,9 +232,18 @@ class CatalogMatcher:
         return out
 
     def _may_satisfy(self, i: int, prefs: Sequence[Preference]) -> bool:
+        """Cheap exact pre-filter for free-text wanted values only: the judge accepts such a value
+        only when its tokens occur in a field. Values of a vocabulary (synonyms, families) or
+        numbers (units, operators) go to the judge's own test."""
         toks = self.token_set(i)
+        m = default_matcher()
         for g in prefs:
-            if g.polarity == "want" and not set(normalize_tokens(g.value)) <= toks:
+            if g.polarity != "want":
+                continue
+            v = m.parse(m.key(g.attribute), g.value)
+            if v.concepts or v.constraint is not None:
+                continue
+            if not set(normalize_tokens(g.value)) <= toks:
                 return False
         return True
 

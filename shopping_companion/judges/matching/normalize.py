@@ -1,0 +1,135 @@
+"""Text normalisation shared by every comparison of the value-matching layer.
+
+:func:`tokens` turns a text into comparable tokens:
+
+1. Unicode NFKD, accents removed, lower case; ``&`` read as *and*; a ``+`` glued to a word or a
+   number read as *plus* (``"7+"`` → ``7 plus``, ``"S9+"`` → ``s 9 plus``); the possessive ``'s``
+   dropped.
+2. Split into runs of letters and runs of digits (a decimal such as ``1.5`` stays one token; a
+   number glued to letters is split: ``"32GB"`` → ``32 gb``). Hyphens, slashes, underscores and
+   other punctuation separate tokens, so ``lace-up`` = ``lace up``.
+3. Stop words dropped (a, an, the, of, and, or, for, with, in, on, to); number words up to twenty
+   read as digits (``three`` → ``3``); simple singularisation (``dresses`` → ``dress``, ``batteries``
+   → ``battery``, ``shoes`` → ``shoe``; pair nouns such as *jeans*, *trousers* kept); a few
+   spelling variants unified (gray → grey, color → colour, colored → coloured).
+
+Joined forms are compared through :func:`compact` (tokens concatenated): ``crewneck`` =
+``crew neck``. Results are memoised (bounded LRU caches): catalog fields recur across
+trajectories.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+__all__ = ["tokens", "phrase", "padded", "compact", "NUMBER_WORDS", "STOP_WORDS", "contains_phrase"]
+
+STOP_WORDS = frozenset({"a", "an", "the", "of", "and", "or", "for", "with", "in", "on", "to"})
+
+NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
+    "thirteen": "13", "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17",
+    "eighteen": "18", "nineteen": "19", "twenty": "20", "single": "1", "double": "2", "triple": "3",
+}
+
+_VARIANTS = {"gray": "grey", "color": "colour", "colored": "coloured", "colors": "colour", "centre": "center"}
+_NO_SINGULAR = frozenset({
+    "jeans", "glasses", "trousers", "shorts", "pants", "leggings", "sunglasses", "jeggings", "tights",
+    "pyjamas", "pajamas", "briefs", "boxers", "trunks", "capris", "joggers", "chinos", "overalls",
+    "dungarees", "goggles", "scissors", "earphones", "headphones", "earbuds", "news", "series",
+    "species", "chassis", "lens", "canvas", "bus", "gas", "dress", "less", "plus", "class", "glass",
+    "cross", "gloss", "boss", "mattress", "yes", "this", "its", "us", "is", "was", "has", "his",
+})
+_OS_WORDS = frozenset({"kudos", "chaos", "cosmos", "ethos", "pathos", "thermos", "atlas", "bathos"})
+_WORD_RE = re.compile(r"[a-z]+|\d+(?:\.\d+)?")
+_POSSESSIVE_RE = re.compile(r"['’]s\b")
+_PLUS_RE = re.compile(r"(?<=[A-Za-z0-9])\+")
+
+
+def _singular(t: str) -> str:
+    if len(t) <= 3 or t[0].isdigit() or t in _NO_SINGULAR:
+        return t
+    if t.endswith("ies") and len(t) > 4:
+        return t[:-3] + "y"
+    if t.endswith(("sses", "shes", "ches", "xes", "zes")):
+        return t[:-2]
+    if t.endswith("s") and not t.endswith(("ss", "us", "is")) and t not in _OS_WORDS:
+        return t[:-1]
+    return t
+
+
+def _tokens(text: str) -> tuple[str, ...]:
+    if text.isascii():
+        s = text.lower()
+    else:
+        s = unicodedata.normalize("NFKD", text)
+        s = "".join(ch for ch in s if not unicodedata.combining(ch)).lower()
+    if "&" in s:
+        s = s.replace("&", " and ")
+    if "+" in s:
+        s = _PLUS_RE.sub(" plus ", s)
+    s = _POSSESSIVE_RE.sub("", s)
+    out: list[str] = []
+    for t in _WORD_RE.findall(s):
+        if t in STOP_WORDS:
+            continue
+        t = NUMBER_WORDS.get(t, t)
+        t = _singular(t)
+        out.append(_VARIANTS.get(t, t))
+    return tuple(out)
+
+
+_tokens_short = lru_cache(maxsize=262144)(_tokens)
+_tokens_long = lru_cache(maxsize=8192)(_tokens)
+
+
+def tokens(text: str | None) -> tuple[str, ...]:
+    """Normalised tokens of ``text`` in order (module docstring); ``()`` for None or empty."""
+    if not text:
+        return ()
+    return _tokens_short(text) if len(text) <= 512 else _tokens_long(text)
+
+
+@lru_cache(maxsize=262144)
+def _phrase_short(text: str) -> str:
+    return " ".join(tokens(text))
+
+
+def phrase(text: str | None) -> str:
+    """The normalised tokens joined by single spaces (``"Lace-Ups"`` → ``"lace up"``)."""
+    if not text:
+        return ""
+    return _phrase_short(text) if len(text) <= 512 else " ".join(tokens(text))
+
+
+@lru_cache(maxsize=131072)
+def _padded_short(text: str) -> str:
+    return f" {phrase(text)} "
+
+
+@lru_cache(maxsize=4096)
+def _padded_long(text: str) -> str:
+    return f" {phrase(text)} "
+
+
+def padded(text: str | None) -> str:
+    """``" tok tok … "``: the normalised phrase padded with spaces, so that whole-token phrase
+    containment is a substring test (``padded(a).strip() and padded(a) in padded(b)``)."""
+    if not text:
+        return "  "
+    return _padded_short(text) if len(text) <= 512 else _padded_long(text)
+
+
+@lru_cache(maxsize=131072)
+def compact(text: str | None) -> str:
+    """The normalised tokens concatenated without spaces: ``crew neck`` and ``crewneck`` agree."""
+    return "".join(tokens(text)) if text else ""
+
+
+def contains_phrase(needle: str, haystack: str) -> bool:
+    """The normalised tokens of ``needle`` occur contiguously in ``haystack`` (non-empty needle)."""
+    n = padded(needle)
+    return n.strip() != "" and n in padded(haystack)

@@ -1,0 +1,288 @@
+"""Reading a product like a person: does it satisfy a preference, and is it the kind of product a
+slot asks for?
+
+:meth:`ProductReader.check` decides one (product, preference) pair and says why:
+
+1. **Structured fields first.** The product's attributes and options whose key resolves to the
+   preference's canonical key (exact key resolution: ``Fabric`` and ``Fabric 2`` are different
+   fields; ``base_colour`` is ``colour``), and the brand for ``brand``. Multi-valued fields are
+   split (``sizes: "S,M,L"``); a key's unit applies to bare numbers (``width_cm: 146``). Values
+   such as ``NA`` or ``-`` are ignored. Secondary fields (``colour1``, ``Fabric 2``) count only
+   when the product has no primary field for the key — and always for *avoid*.
+2. **Text when no field exists.** Title first, then features, options and description: the
+   concepts of the key's vocabulary they mention (title ``"… Flip-Flops"`` settles fastening =
+   slip-on; ``"Navy Blue"`` in a title settles the colour), quantities of the right dimension
+   next to the key's word or alone in the title (``"500 g"``), or the gold phrase itself for keys
+   without a vocabulary.
+3. **Nothing settles it** = unknown.
+
+*want*: satisfied iff the evidence states the value (or a narrower one); unknown is not
+satisfied. *avoid*: violated iff the evidence states the avoided value (any share of a blend);
+satisfied otherwise, unknown included — a shopper takes a product page at its word.
+
+:meth:`ProductReader.is_relevant` (q2) compares product types, never loose category words:
+the slot's type (its ``product_type``, e.g. ``"pair of men's casual shoes"`` → casual shoe) with
+the product's own type — the last product-type noun of its title before *for* / *with*
+(``"Octane Case for Galaxy Note 4 Cell Phones"`` → case), else its finest category when that
+names one type. Types match when one is the other or a kind of it; a title type broader than the
+slot's (a plain "shoe" for "casual shoe") needs the same finest category as the slot. Without a
+known type on either side: the finest categories are equal, or the slot's product-type words all
+occur in the title.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
+from shopping_companion.judges.matching.normalize import padded, phrase, tokens
+from shopping_companion.judges.matching.quantity import parse_quantities
+from shopping_companion.judges.matching.values import ValueMatcher, default_matcher
+from shopping_companion.types import Preference, Product, ProductSlot
+
+__all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
+
+UNINFORMATIVE = frozenset({"", "na", "n a", "none", "nan", "null", "not applicable", "no", "other", "others",
+                           "unknown", "not specified", "default"})
+_SPLIT_MULTI = re.compile(r"\s*[,;|/]\s*")
+_TITLE_HEAD_SPLIT = re.compile(r"\s+(?:for|compatible\s+with|with|fits|designed\s+for)\s+", re.IGNORECASE)
+_TYPE_FILLER = frozenset({"pair", "set", "pack", "men", "women", "boy", "girl", "kid", "unisex", "baby", "adult"})
+_COMPOUND_CAT = re.compile(r"\s*(?:&|\band\b|,|/)\s*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Why a (product, preference) pair was decided: ``satisfied``; ``source`` is ``attribute``,
+    ``option``, ``brand``, ``title``, ``features``, ``description`` or ``none`` (unknown);
+    ``detail`` quotes the field (``"Neck='Round Neck'"``)."""
+
+    satisfied: bool
+    source: str
+    detail: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.source != "none"
+
+
+class ProductReader:
+    """Product-side rules over a :class:`~shopping_companion.judges.matching.values.ValueMatcher`."""
+
+    def __init__(self, matcher: ValueMatcher | None = None) -> None:
+        self.m = matcher or default_matcher()
+
+    def __copy__(self) -> ProductReader:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> ProductReader:
+        return self
+
+    # ------------------------------------------------------------------ structured fields
+    def fields(self, product: Product, key: ResolvedKey) -> tuple[tuple[str, str, str, ResolvedKey], ...]:
+        """``(value, role, source label, field key)`` of every structured field of ``key``."""
+        out: list[tuple[str, str, str, ResolvedKey]] = []
+        multi = bool(key.spec and key.spec.multi_valued)
+
+        def add(k: str, v: object, source: str, role: str | None = None) -> None:
+            rk = self.m.key(k)
+            if not rk.same_key(key):
+                return
+            text = str(v).strip()
+            if phrase(text) in UNINFORMATIVE:
+                return
+            parts = [p for p in _SPLIT_MULTI.split(text) if p] if multi and "%" not in text else [text]
+            for p in parts:
+                if phrase(p) not in UNINFORMATIVE:
+                    out.append((p, role or rk.role, f"{source} {k}={text!r}", rk))
+
+        for k, v in product.attributes.items():
+            add(k, v, "attribute")
+        for k, opts in product.options.items():
+            for o in opts:
+                add(k, o, "option", "primary")
+        if product.brand and key.spec is not None and key.spec.name == "brand":
+            out.append((product.brand, "primary", f"brand={product.brand!r}", key))
+        return tuple(out)
+
+    # ------------------------------------------------------------------ one preference
+    def check(self, product: Product, pref: Preference) -> Evidence:
+        """Whether ``product`` satisfies ``pref`` (module docstring), with the evidence used."""
+        key = self.m.key(pref.attribute)
+        want = pref.polarity == "want"
+        fields = self.fields(product, key)
+        if fields:
+            primary = [f for f in fields if f[1] == "primary"] or list(fields)
+            if want:
+                for value, _, label, rk in primary:
+                    if self.m.satisfies(rk, pref.value, value):
+                        return Evidence(True, label.split(" ", 1)[0] if " " in label else "attribute", label)
+                if self._broader_field(key, pref.value, primary):
+                    # the field names only the family ("Blue" for a navy wish): the text may settle it
+                    text = self._from_text(product, key, pref, want)
+                    if text.satisfied and text.known:
+                        return text
+                return Evidence(False, "attribute", "; ".join(f[2] for f in primary[:3]))
+            for value, _, label, rk in fields:
+                if self.m.present(rk, pref.value, value):
+                    return Evidence(False, "attribute", label)
+            return Evidence(True, "attribute", "; ".join(f[2] for f in fields[:3]))
+        return self._from_text(product, key, pref, want)
+
+    def _broader_field(self, key: ResolvedKey, gold: str, fields: list) -> bool:
+        """Some field value is a broader concept of the gold value (the gold is a kind of it)."""
+        vocab = self.m.vocab_for(key)
+        g = self.m.parse(key, gold)
+        if vocab is None or not g.concepts:
+            return False
+        for value, _, _, rk in fields:
+            for c in self.m.parse(rk, value).concepts:
+                if any(gc != c and vocab.is_a(gc, c) for gc in g.concepts):
+                    return True
+        return False
+
+    def _text_fields(self, product: Product) -> list[tuple[str, str]]:
+        out = [("title", product.title)]
+        if product.features:
+            out.append(("features", " | ".join(product.features)))
+        opts = [o for vs in product.options.values() for o in vs]
+        if opts:
+            out.append(("options", ", ".join(opts)))
+        if product.description:
+            out.append(("description", product.description))
+        if product.category_path:
+            out.append(("category", " > ".join(product.category_path)))
+        return out
+
+    def _from_text(self, product: Product, key: ResolvedKey, pref: Preference, want: bool) -> Evidence:
+        vocab = self.m.vocab_for(key)
+        gold = self.m.parse(key, pref.value)
+        fields = self._text_fields(product)
+        if gold.constraint is not None and (key.kind == "quantity" or gold.constraint.op != "="):
+            for source, text in fields:
+                qs = self._quantities_for(key, text, gold.constraint.dim, title=source == "title",
+                                          volume=bool(key.spec and key.spec.dimension and "volume" in key.spec.dimension))
+                if qs:
+                    ok = any(gold.constraint.admits(q) for q in qs)
+                    return Evidence(ok if want else not ok, source, f"{source} states {qs[0].text!r}")
+            return Evidence(not want, "none", "no quantity of this kind stated")
+        if vocab is not None and gold.concepts:
+            for source, text in fields:
+                found = vocab.find(text, prose=True)
+                if not found:
+                    continue
+                has = all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts)
+                names = ", ".join(dict.fromkeys(found))
+                if want:
+                    return Evidence(has, source, f"{source} mentions {names}")
+                return Evidence(not has, source, f"{source} mentions {names}")
+            return Evidence(not want, "none", "no field or text states it")
+        # free-text key: the gold phrase itself
+        for source, text in fields:
+            if padded(pref.value).strip() and padded(pref.value) in padded(text):
+                return Evidence(want, source, f"{source} mentions {pref.value!r}")
+        return Evidence(not want, "none", "no field or text states it")
+
+    def _quantities_for(self, key: ResolvedKey, text: str, dim: str, *, title: bool, volume: bool = False) -> list:
+        qs = [q for q in parse_quantities(text, None, volume) if q.dim == dim]
+        if not qs:
+            return []
+        words = tokens(key.name) if key.name else ()
+        if words:
+            t = text.lower()
+            near = []
+            for q in qs:
+                i = t.find(q.text)
+                window = t[max(0, i - 30): i + len(q.text) + 20] if i >= 0 else ""
+                if any(w[:4] in window for w in words if len(w) >= 3) or re.search(r"\b(wide|high|tall|deep|long)\b", window):
+                    near.append(q)
+            if near:
+                return near
+        if title and dim != "[length]":
+            return qs  # pack sizes, capacities, weights in a title describe the product
+        if title and len(qs) == 1:
+            return qs
+        return []
+
+    def satisfies(self, product: Product, pref: Preference) -> bool:
+        return self.check(product, pref).satisfied
+
+    # ------------------------------------------------------------------ product type (q2)
+    @property
+    def types(self) -> Vocabulary:
+        return self.m.lexicon.product_types
+
+    def title_type(self, product: Product) -> str | None:
+        """The product type its title names (the last type noun before *for*/*with* of the first
+        `` - ``-separated part naming one), or None."""
+        found = _title_types(self.types, product.title)
+        return found[-1] if found else None
+
+    def slot_type(self, slot: ProductSlot) -> str | None:
+        head = _TITLE_HEAD_SPLIT.split(slot.product_type, maxsplit=1)[0]
+        words = [t for t in tokens(head) if t not in _TYPE_FILLER]
+        found = self.types.find(" ".join(words))
+        if found:
+            return found[-1]
+        if slot.category_path:
+            cat = self.types.find(_COMPOUND_CAT.split(slot.category_path[-1])[0])
+            if cat:
+                return cat[-1]
+        return None
+
+    def is_relevant(self, product: Product, slot: ProductSlot) -> bool:
+        """The product is the kind of product the slot asks for (module docstring)."""
+        same_cat = bool(slot.category_path and product.category_path
+                        and phrase(product.category) and phrase(product.category) == phrase(slot.category_path[-1]))
+        compound = len([p for p in _COMPOUND_CAT.split(product.category) if p.strip()]) > 1
+        want = self.slot_type(slot)
+        if same_cat and not compound:
+            cat_types = self.types.find(product.category, prose=True)
+            if want is None or not cat_types or any(self.types.is_a(c, want) for c in cat_types):
+                return True  # the retailer files it under the requested single-type category
+        found = _title_types(self.types, product.title)
+        have = found[-1] if found else None
+        v = self.types
+        if want is not None and have is not None:
+            if v.is_a(have, want):
+                return True
+            if v.is_a(want, have):
+                return same_cat
+            # a title naming several types ("… Bottle, Euro Dropper Cap"): one of them in the same category
+            return same_cat and any(v.is_a(t, want) for t in found)
+        if want is not None and product.category_path:
+            parts = [p for p in _COMPOUND_CAT.split(product.category) if p.strip()]
+            cat_types = [t for p in parts for t in v.find(p)[-1:]]
+            if cat_types:
+                if len(parts) == 1:
+                    return any(v.is_a(c, want) for c in cat_types)
+                return same_cat and any(v.related(c, want) for c in cat_types)
+        if same_cat and (len(_COMPOUND_CAT.split(product.category)) == 1 or have is None):
+            return True
+        words = {t for t in tokens(slot.product_type) if t not in _TYPE_FILLER}
+        return bool(words) and words <= set(tokens(product.title))
+
+
+_TITLE_PARTS = re.compile(r"\s+[-–|]\s+")
+
+
+def _title_types(vocab: Vocabulary, title: str) -> tuple[str, ...]:
+    """Product types named by the first part of the title that names any (parts split at `` - ``;
+    in each part only the words before *for* / *with*)."""
+    for part in _TITLE_PARTS.split(title or ""):
+        head = _TITLE_HEAD_SPLIT.split(part, maxsplit=1)[0]
+        found = vocab.find(head, prose=True)
+        if found:
+            return found
+    return vocab.find(title, prose=True)
+
+
+_DEFAULT: ProductReader | None = None
+
+
+def default_reader() -> ProductReader:
+    """The process-wide reader over :func:`~shopping_companion.judges.matching.values.default_matcher`."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = ProductReader()
+    return _DEFAULT

@@ -1,0 +1,326 @@
+"""Value comparison: what the rule judge, the tool-wise fallback, synthesis verification and the
+LLM judge's post-checks use to decide that two attribute values mean the same, or that a product's
+value meets a wish.
+
+A value is read once (:meth:`ValueMatcher.parse`, cached) into a :class:`Value`: its normalised
+phrase, the concepts of its key's vocabulary it names (``"Navy Blue"`` → navy), a numeric
+:class:`~shopping_companion.judges.matching.quantity.Constraint` when it states a number with a
+unit or an operator (or its key is a quantity), and for materials the composition with
+percentages (``"60% polyester 40% cotton"``).
+
+Three questions, each a documented rule:
+
+:meth:`ValueMatcher.equivalent` — *same meaning* (stage 1: gold vs identified)
+    1. equal normalised or joined phrases (``crewneck`` = ``crew neck``);
+    2. both numeric: the same operator and bounds after unit conversion (``1.5 m`` = ``150 cm``,
+       ``three`` = ``3``; ``<= 150`` ≠ ``>= 150``);
+    3. both name concepts of the vocabulary: the same concept set (``half sleeves`` = ``Short
+       Sleeves``; ``navy`` ≠ ``blue``; ``dark navy`` = ``navy``: modifiers are ignored);
+    4. equal token sets;
+    5. otherwise undecided: the embedding fallback decides when configured (cosine of MiniLM
+       embeddings of ``"<key>: <value>"`` ≥ the calibrated threshold), else not equivalent.
+
+:meth:`ValueMatcher.satisfies` — *a product value meets a wanted value* (stage 2)
+    numeric: a quantity in the product value is admitted by the constraint (``146 cm`` meets
+    ``at most 150 cm``); vocabulary: every gold concept is met by a concept of the product value
+    that is it or a narrower one (``Navy Blue`` meets ``blue``; ``Blue`` does not meet ``navy``);
+    a material wish needs the material to be the main one (sole material, ≥ 50 % of a blend, or
+    first-named without percentages); free text: the gold phrase occurs in the product value;
+    values outside the vocabulary on both sides: the embedding fallback.
+
+:meth:`ValueMatcher.present` — *a product value has an avoided value at all* (stage 2, avoid)
+    as :meth:`satisfies` but any share of a blend counts.
+
+Every answer is ``True``/``False``; ``None`` from the lower-level ``_decide`` helpers means
+"undecided" and never leaves this module.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from shopping_companion.judges.matching.lexicon import Lexicon, ResolvedKey, Vocabulary, load_lexicon
+from shopping_companion.judges.matching.normalize import compact, padded, phrase, tokens
+from shopping_companion.judges.matching.quantity import Constraint, parse_constraint, parse_quantities
+
+__all__ = ["Value", "ValueMatcher", "Similarity", "default_matcher"]
+
+#: ``similarity(a, b) -> cosine in [-1, 1]`` (e.g. MiniLM embeddings, see :mod:`.similarity`).
+Similarity = Callable[[str, str], float]
+
+_HAS_UNIT_OR_OP = re.compile(
+    r"\d\s*(?:mm|cm|m|in|inch|inches|ft|kg|g|gm|mg|lbs?|oz|ml|l|ltr|litre|liter|gb|tb|mb|mah|w|v|hz)\b|"
+    r"\b(?:at\s+most|at\s+least|up\s+to|under|below|over|above|less\s+than|more\s+than|no\s+more|no\s+less|"
+    r"between|max(?:imum)?|min(?:imum)?|no\s+\w+er\s+than)\b|[<>≤≥]",
+    re.IGNORECASE,
+)
+_PCT_BEFORE = re.compile(r"(\d+(?:\.\d+)?)\s*%\s*([A-Za-z][A-Za-z \-]{1,40})")
+_PCT_AFTER = re.compile(r"([A-Za-z][A-Za-z \-]{1,40}?)\s*[-:]?\s*(\d+(?:\.\d+)?)\s*%")
+
+
+@dataclass(frozen=True)
+class Value:
+    """A parsed attribute value (module docstring)."""
+
+    text: str
+    phrase: str
+    concepts: tuple[str, ...]
+    vocabulary: str | None
+    constraint: Constraint | None
+    shares: tuple[tuple[str, float | None], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.phrase and self.constraint is None
+
+
+class ValueMatcher:
+    """The value rules over one :class:`~shopping_companion.judges.matching.lexicon.Lexicon`.
+
+    Args:
+        lexicon: defaults to the package lexicon.
+        similarity: optional ``(a, b) -> cosine`` for the embedding fallback.
+        threshold: the cosine at or above which undecided values count as equal; default the
+            calibrated value shipped with the lexicon (``data/calibration.yaml``).
+    """
+
+    def __init__(self, lexicon: Lexicon | None = None, similarity: Similarity | None = None,
+                 threshold: float | None = None) -> None:
+        self.lexicon = lexicon or load_lexicon()
+        self.similarity = similarity
+        self.threshold = float(threshold if threshold is not None else calibrated_threshold())
+        self._parse = lru_cache(maxsize=262144)(self._parse_uncached)
+        self._sim_cache: dict[tuple[str, str], bool] = {}
+        self._sim_lock = threading.Lock()
+        self.stats = {"similarity_calls": 0}
+
+    def __copy__(self) -> ValueMatcher:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> ValueMatcher:
+        """Shared, read-only rules and thread-safe caches: copies are the same matcher
+        (``gymnasium.make`` deep-copies an environment's judge)."""
+        return self
+
+    # ------------------------------------------------------------------ keys
+    def key(self, name: str | None) -> ResolvedKey:
+        return self.lexicon.resolve_key(name)
+
+    def vocab_for(self, key: ResolvedKey) -> Vocabulary | None:
+        return self.lexicon.vocabulary(key)
+
+    # ------------------------------------------------------------------ parsing
+    def parse(self, key: ResolvedKey, text: str | None) -> Value:
+        """The :class:`Value` of ``text`` read as a value of ``key`` (cached)."""
+        return self._parse(key, text or "")
+
+    def _parse_uncached(self, key: ResolvedKey, text: str) -> Value:
+        vocab = self.vocab_for(key)
+        concepts: tuple[str, ...] = ()
+        if vocab is not None:
+            exact = vocab.lookup(text)
+            concepts = (exact,) if exact else vocab.find(text)
+        constraint = None
+        if key.kind == "quantity" or _HAS_UNIT_OR_OP.search(text):
+            constraint = parse_constraint(text, key.unit, _is_volume(key))
+        shares: tuple[tuple[str, float | None], ...] = ()
+        if vocab is not None and vocab.name == "material" and concepts:
+            shares = _composition(vocab, text, concepts)
+        return Value(text, phrase(text), tuple(dict.fromkeys(concepts)), vocab.name if vocab else None,
+                     constraint, shares)
+
+    # ------------------------------------------------------------------ equivalence (stage 1)
+    def equivalent(self, key: ResolvedKey, a: str, b: str) -> bool:
+        """``a`` and ``b`` mean the same value of ``key`` (module docstring)."""
+        va, vb = self.parse(key, a), self.parse(key, b)
+        d = self._equivalent(key, va, vb)
+        if d is None:
+            d = self._same_in_any_vocabulary(a, b)
+        if d is None:
+            return self._similar(key, a, b)
+        return d
+
+    def _equivalent(self, key: ResolvedKey, va: Value, vb: Value) -> bool | None:
+        if va.empty or vb.empty:
+            return False
+        if va.phrase == vb.phrase or (va.phrase and compact(va.text) == compact(vb.text)):
+            return True
+        if va.constraint is not None and vb.constraint is not None:
+            return va.constraint.same_as(vb.constraint)
+        if va.concepts and vb.concepts:
+            ga, gb = set(va.concepts), set(vb.concepts)
+            if ga == gb:
+                return True
+            vocab = self.vocab_for(key)
+            # "brown amber" for amber: every gold concept named, the extra words only restate it
+            return ga < gb and vocab is not None and all(any(vocab.related(x, g) for g in ga) for x in gb - ga)
+        ta, tb = set(tokens(va.text)), set(tokens(vb.text))
+        if ta == tb:
+            return True
+        if not va.concepts and not vb.concepts and ta and ta <= tb and va.constraint is None:
+            return True  # free text: the other value names the gold one with extra words ("Brother TN 660")
+        kt = set(tokens(key.name))
+        if kt and (ta - kt) and (ta - kt) == (tb - kt):
+            return True  # the attribute's own word repeated or dropped: yield "High Yield" = "high"
+        return None
+
+    def _same_in_any_vocabulary(self, a: str, b: str) -> bool | None:
+        """For keys without a vocabulary: both values named exactly in one vocabulary decide."""
+        for vocab in self.lexicon.vocabularies.values():
+            ca, cb = vocab.lookup(a), vocab.lookup(b)
+            if ca and cb:
+                return ca == cb
+        return None
+
+    # ------------------------------------------------------------------ satisfaction (stage 2)
+    def satisfies(self, key: ResolvedKey, gold: str, product_value: str, *, fallback: bool = True) -> bool:
+        """The product value meets the wanted ``gold`` value (module docstring)."""
+        d = self._decide(key, gold, product_value, main_only=True)
+        if d is None:
+            return fallback and self._similar(key, gold, product_value)
+        return d
+
+    def present(self, key: ResolvedKey, gold: str, product_value: str) -> bool:
+        """The product value has ``gold`` at all (avoid preferences; any share of a blend)."""
+        d = self._decide(key, gold, product_value, main_only=False)
+        return bool(d) if d is not None else self._similar(key, gold, product_value)
+
+    def _decide(self, key: ResolvedKey, gold: str, value: str, *, main_only: bool) -> bool | None:
+        vg = self.parse(key, gold)
+        if vg.empty:
+            return False
+        vp = self.parse(key, value)
+        if vg.constraint is not None and (key.kind == "quantity" or vg.constraint.op != "="
+                                          or _HAS_UNIT_OR_OP.search(gold)):
+            qs = parse_quantities(value, key.unit, _is_volume(key))
+            if qs:
+                return any(vg.constraint.admits(q) for q in qs)
+            if key.kind == "quantity":
+                return None if not vp.phrase else False
+        vocab = self.vocab_for(key)
+        if vocab is not None and vg.concepts:
+            if not vp.concepts:
+                # the product names no concept of this vocabulary: the phrase itself may still match
+                return True if padded(gold) in padded(value) else False
+            if main_only and vp.shares:
+                return all(_main_share(vocab, vp.shares, g) for g in vg.concepts)
+            if main_only:
+                return all(any(vocab.is_a(c, g) for c in vp.concepts) for g in vg.concepts)
+            return any(vocab.has(c, g) for c in vp.concepts for g in vg.concepts)
+        if vp.phrase and padded(gold) in padded(value):
+            return True
+        if vp.phrase and set(tokens(gold)) <= set(tokens(value)):
+            return True
+        if vocab is not None and vp.concepts:
+            return False  # the product value is a known concept, the gold is outside the vocabulary
+        return None
+
+    # ------------------------------------------------------------------ mentions in free text
+    def concepts_in(self, key: ResolvedKey, text: str | None) -> tuple[str, ...]:
+        """Concepts of ``key``'s vocabulary that ``text`` mentions (empty without a vocabulary)."""
+        vocab = self.vocab_for(key)
+        return vocab.find(text, prose=True) if vocab is not None and text else ()
+
+    def mentions(self, key: ResolvedKey, value: str, text: str | None) -> bool:
+        """``text`` states ``value``: a concept it is (or a narrower one), an equal quantity, or
+        the normalised phrase itself."""
+        if not text:
+            return False
+        v = self.parse(key, value)
+        if v.empty:
+            return False
+        if v.phrase and padded(value) in padded(text):
+            return True
+        vocab = self.vocab_for(key)
+        if vocab is not None and v.concepts:
+            found = vocab.find(text, prose=True)
+            if all(any(vocab.is_a(c, g) for c in found) for g in v.concepts):
+                return True
+        if v.constraint is not None:
+            for q in parse_quantities(text, None, _is_volume(key)):
+                if v.constraint.op == "=" and v.constraint.admits(q):
+                    return True
+                if v.constraint.op != "=" and abs(q.value - v.constraint.lo) <= 0.02 * abs(v.constraint.lo or 1) \
+                        and q.dim == v.constraint.dim:
+                    return True
+        return False
+
+    # ------------------------------------------------------------------ embedding fallback
+    def _similar(self, key: ResolvedKey, a: str, b: str) -> bool:
+        if self.similarity is None or not a or not b:
+            return False
+        label = key.name or "value"
+        pair = (f"{label}: {a.strip().lower()}", f"{label}: {b.strip().lower()}")
+        with self._sim_lock:
+            hit = self._sim_cache.get(pair)
+        if hit is not None:
+            return hit
+        self.stats["similarity_calls"] += 1
+        ok = float(self.similarity(*pair)) >= self.threshold
+        with self._sim_lock:
+            if len(self._sim_cache) > 200_000:
+                self._sim_cache.clear()
+            self._sim_cache[pair] = ok
+        return ok
+
+
+def _is_volume(key: ResolvedKey) -> bool:
+    return bool(key.spec and key.spec.dimension and "volume" in key.spec.dimension)
+
+
+def _composition(vocab: Vocabulary, text: str, concepts: Sequence[str]) -> tuple[tuple[str, float | None], ...]:
+    shares: list[tuple[str, float | None]] = []
+    for pct, words in _PCT_BEFORE.findall(text):
+        found = vocab.find(words)
+        if found:
+            shares.append((found[0], float(pct)))
+    if not shares:
+        for words, pct in _PCT_AFTER.findall(text):
+            found = vocab.find(words)
+            if found:
+                shares.append((found[-1], float(pct)))
+    if not shares:
+        return tuple((c, None) for c in concepts)
+    seen = {c for c, _ in shares}
+    return tuple(shares) + tuple((c, 0.0) for c in concepts if c not in seen)
+
+
+def _main_share(vocab: Vocabulary, shares: Sequence[tuple[str, float | None]], g: str) -> bool:
+    """``g`` (or a narrower material) is the main material: the only one, ≥ 50 % of a blend, or the
+    first named when no percentage is given."""
+    if all(p is None for _, p in shares):
+        return vocab.is_a(shares[0][0], g)
+    total = sum(p or 0.0 for c, p in shares if vocab.is_a(c, g))
+    return total >= 50.0
+
+
+@lru_cache(maxsize=1)
+def calibrated_threshold() -> float:
+    """The embedding-fallback threshold shipped in ``data/calibration.yaml`` (0.9 when absent)."""
+    from importlib import resources
+
+    import yaml
+
+    p = resources.files("shopping_companion.judges.matching") / "data" / "calibration.yaml"
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        return float(doc.get("threshold", 0.9))
+    except FileNotFoundError:
+        return 0.9
+
+
+_DEFAULT: ValueMatcher | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_matcher() -> ValueMatcher:
+    """The process-wide matcher over the package lexicon, without the embedding fallback."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = ValueMatcher()
+        return _DEFAULT
