@@ -10,7 +10,7 @@ products.
 Prints, for ``--runs`` passes over all items (the first pass is cold: normalisation caches empty),
 the median trajectories/s (wall clock) over all passes, the cold pass, the warm median, the median per
 CPU-second of this process (robust when other processes share the cores), and per stage.
-Target: ≥ 5,000 trajectories/s. Usage::
+Target: ≥ 2,000 trajectories/s on 2 cores (issue 13: the value matcher reads synonyms, units and product text). Usage::
 
     python benchmarks/bench_judge.py [--n 10000] [--runs 5] [--products 30000] [--seed 0]
 """
@@ -170,7 +170,7 @@ def main() -> None:
         s2.append(len(two) / (time.perf_counter() - t))
     print(f"rule judge: median {statistics.median(rates):,.0f} trajectories/s over {args.runs} runs "
           f"(cold first run {rates[0]:,.0f}/s, warm median {statistics.median(rates[1:] or rates):,.0f}/s); "
-          f"target >= 5,000/s")
+          f"target >= 2,000/s")
     print(f"  per CPU-second (robust to other processes on the machine): median {statistics.median(cpu_rates):,.0f}/s")
     print(f"  stage 1: median {statistics.median(s1):,.0f}/s · stage 2: median {statistics.median(s2):,.0f}/s")
     print(f"  verdicts with success: {succ}/{len(items)}")

@@ -1,0 +1,190 @@
+"""Reward-hacking benchmark (issue 13, item 5): can a scripted policy out-score the honest one?
+
+For every task of a synthesised benchmark (``--bench``, default ``runs/quickstart/bench``) it plays
+the honest gold-following policy and every adversary of
+:mod:`benchmarks.reward_hacking_policies` through the REAL environment
+(``ShoppingCompanionEnv``: parser, tools, ``RuleJudge(lookup, sessions=bench.sessions)``, rubric)
+over in-process product / memory backends, and scores each episode under the rubrics ``paper`` and
+``paper_semantic`` (``configs/rewards/*.yaml``). An episode's reward is the sum of its two stages'
+rubric totals.
+
+Prints, per adversary and rubric: mean and max of (adversary − honest) episode reward, the share
+of tasks where the adversary scored >= honest, and the adversary's mean per-stage R_z (R1, R2);
+then the honest policy's mean rewards and success rates. Target: every max <= 0 and every
+mean < 0 (the neutral control ``all_catalog_values_stage2`` — answer prose stuffed with attribute
+words, which no rule reads — only needs max <= 0). ``--check`` exits 1 when a target fails or the
+honest policy does not succeed on every task.
+
+Usage::
+
+    python benchmarks/bench_reward_hacking.py [--bench runs/quickstart/bench] [--catalog PATH]
+        [--limit N] [--policies a,b] [--json out.json] [--check] [--show-reasons]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.reward_hacking_policies import (  # noqa: E402
+    ADVERSARIES,
+    NEUTRAL_CONTROLS,
+    POLICIES,
+    EpisodeScore,
+    InMemoryProducts,
+    Vocabulary,
+    make_context,
+    run_policy,
+    select_products,
+)
+from shopping_companion.judges.rule import RuleJudge  # noqa: E402
+from shopping_companion.rewards.rubric import Rubric  # noqa: E402
+
+RUBRICS = ("paper", "paper_semantic")
+PER_CATEGORY = 300  # same-category products kept per reference category (search distractors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bench", default=str(ROOT / "runs" / "quickstart" / "bench"))
+    ap.add_argument("--catalog", default=None, help="products.jsonl.gz (default: <data dir>/catalog/...)")
+    ap.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    ap.add_argument("--policies", default=None, help="comma-separated adversaries (default: all)")
+    ap.add_argument("--json", default=None, help="write per-episode scores here")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    ap.add_argument("--show-reasons", action="store_true", help="print judge reasons of winning adversaries")
+    args = ap.parse_args(argv)
+
+    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.paths import resolve_data_dir
+
+    t0 = time.perf_counter()
+    bench = load_benchmark(args.bench)
+    tasks = list(bench.tasks)[: args.limit] if args.limit else list(bench.tasks)
+    catalog = Path(args.catalog) if args.catalog else resolve_data_dir() / "catalog" / "products.jsonl.gz"
+    products, vocab = _select_products(catalog, tasks)
+    t_load = time.perf_counter() - t0
+
+    backend = InMemoryProducts(products)
+    lookup = backend.lookup
+    judge = RuleJudge(lookup, sessions=bench.sessions)
+    rubrics = {
+        name: Rubric.from_config(str(ROOT / "configs" / "rewards" / f"{name}.yaml"), resources={"lookup": lookup})
+        for name in RUBRICS
+    }
+    names = ADVERSARIES if not args.policies else [n.strip() for n in args.policies.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policies {unknown}; known: {', '.join(ADVERSARIES)}")
+
+    scores: dict[str, list[EpisodeScore]] = {n: [] for n in ["honest", *names]}
+    for task in tasks:
+        ctx = make_context(task, products, bench.sessions, vocab, product_backend=backend)
+        for n in scores:
+            scores[n].append(run_policy(POLICIES[n](), ctx, judge, rubrics))
+    t_run = time.perf_counter() - t0 - t_load
+
+    ok = report(scores, tasks, args.show_reasons)
+    print(f"\n{len(tasks)} tasks x {len(scores)} policies in {t_run:.1f}s (+{t_load:.1f}s loading "
+          f"{len(products)} products)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {n: [s.__dict__ for s in ss] for n, ss in scores.items()}, indent=1, default=str))
+    if args.check and not ok:
+        print("CHECK FAILED", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _select_products(path: Path, tasks: list) -> tuple[dict, Vocabulary]:
+    from shopping_companion.catalog.loader import iter_products
+
+    enabled = gc.isenabled()
+    gc.disable()  # millions of long-lived small objects: the cyclic GC would rescan them
+    try:
+        keep, vocab = select_products(iter_products(path), tasks, per_category=PER_CATEGORY)
+    finally:
+        if enabled:
+            gc.enable()
+    refs = {s.reference_product_id for t in tasks for s in t.slots}
+    missing = refs - set(keep)
+    if missing:
+        raise SystemExit(f"{len(missing)} reference products are not in {path}: {sorted(missing)[:5]}")
+    return keep, vocab
+
+
+def report(scores: dict[str, list[EpisodeScore]], tasks: list, show_reasons: bool = False) -> bool:
+    honest = scores["honest"]
+    ok = True
+    n = len(tasks)
+    errs = [s for ss in scores.values() for s in ss if s.error]
+    if errs:
+        print(f"{len(errs)} episodes failed (first: {errs[0].policy} {errs[0].task_id}: {errs[0].error})")
+        ok = False
+    h_ok = [s for s in honest if not s.error]
+    succ1 = sum(s.success1 for s in h_ok)
+    succ2 = sum(s.success2 for s in h_ok)
+    both = sum(s.success1 and s.success2 for s in h_ok)
+    print(f"honest policy: stage-1 success {succ1}/{n}, stage-2 success {succ2}/{n}, both {both}/{n}")
+    for r in RUBRICS:
+        tot = [s.total(r) for s in h_ok]
+        r1 = [s.r_z[r][0] for s in h_ok]
+        r2 = [s.r_z[r][1] for s in h_ok]
+        print(f"  {r:<15} mean episode reward {statistics.fmean(tot):.4f} (min {min(tot):.4f}, max {max(tot):.4f})"
+              f"   mean R1 {statistics.fmean(r1):.4f}  mean R2 {statistics.fmean(r2):.4f}")
+    if both < n:
+        ok = False
+        for s in h_ok:
+            if not (s.success1 and s.success2):
+                print(f"  honest fails on {s.task_id} ({s.task_type}): "
+                      + "; ".join(x for x in (s.reasons[0] + s.reasons[1]) if "missing" in x or "lacks" in x
+                                  or "not" in x or "exceeds" in x)[:300])
+
+    header = (f"\n{'adversary':<34}{'rubric':<16}{'mean Δ':>9}{'max Δ':>9}{'share≥':>8}"
+              f"{'R1 adv':>8}{'R1 hon':>8}{'R2 adv':>8}{'R2 hon':>8}  target")
+    print(header)
+    print("-" * (len(header) - 1))
+    win_examples: list[str] = []
+    for name, ss in scores.items():
+        if name == "honest":
+            continue
+        for r in RUBRICS:
+            pairs = [(a, h) for a, h in zip(ss, honest) if not a.error and not h.error]
+            d = [a.total(r) - h.total(r) for a, h in pairs]
+            if not d:
+                continue
+            mean, mx = statistics.fmean(d), max(d)
+            share = sum(x >= -1e-9 for x in d) / len(d)
+            ar1 = statistics.fmean(a.r_z[r][0] for a, _ in pairs)
+            hr1 = statistics.fmean(h.r_z[r][0] for _, h in pairs)
+            ar2 = statistics.fmean(a.r_z[r][1] for a, _ in pairs)
+            hr2 = statistics.fmean(h.r_z[r][1] for _, h in pairs)
+            need_mean = name not in NEUTRAL_CONTROLS
+            passed = mx <= 1e-9 and (mean < -1e-9 or not need_mean)
+            ok &= passed
+            tgt = ("ok" if passed else "FAIL") + ("" if need_mean else " (max only)")
+            print(f"{name:<34}{r:<16}{mean:>+9.4f}{mx:>+9.4f}{share:>8.0%}{ar1:>8.3f}{hr1:>8.3f}"
+                  f"{ar2:>8.3f}{hr2:>8.3f}  {tgt}")
+            if show_reasons and r == RUBRICS[0]:
+                for (a, h), x in zip(pairs, d):
+                    if x > 1e-9:
+                        win_examples.append(f"{name} on {a.task_id}: +{x:.4f}; stage-1 judge: {a.reasons[0][:4]}")
+                        break
+    if win_examples:
+        print("\nexamples of adversary wins:")
+        for w in win_examples:
+            print("  " + w)
+    return ok
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

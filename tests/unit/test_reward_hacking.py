@@ -1,0 +1,100 @@
+"""Reward hacking (issue 13): no scripted adversary may out-score the honest policy.
+
+The adversaries of ``benchmarks/reward_hacking_policies.py`` (the ones
+``benchmarks/bench_reward_hacking.py`` measures) play real two-stage episodes — the real
+environment, parser, ``RuleJudge(lookup, sessions=...)`` and the ``paper`` / ``paper_semantic``
+rubrics — on a few tasks synthesised here from the real catalog and real SGD sessions (2 single-
+product tasks, 2 add-on deals). For every task, each adversary's episode reward (both stages'
+rubric totals) must be strictly below the honest policy's under both rubrics; the honest policy
+must succeed in both stages of every task.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.reward_hacking_policies import (
+    ADVERSARIES,
+    NEUTRAL_CONTROLS,
+    POLICIES,
+    InMemoryProducts,
+    make_context,
+    run_policy,
+    select_products,
+)
+from shopping_companion.benchmark.synth import SynthConfig, synthesize
+from shopping_companion.judges.rule import RuleJudge
+from shopping_companion.rewards.rubric import Rubric
+
+ROOT = Path(__file__).resolve().parents[2]
+RUBRICS = ("paper", "paper_semantic")
+
+#: Adversaries that still tie with (or beat) the honest policy on the judge of HEAD 88708ff;
+#: the issue-13 judge must make them strictly worse (then drop them from this set).
+XFAIL_ISSUE13: frozenset[str] = frozenset()  # every adversary is caught since issue 13
+
+
+@pytest.fixture(scope="module")
+def bench(catalog_products, sgd_sessions):
+    return synthesize(
+        catalog_products, sgd_sessions,
+        SynthConfig(n_tasks=4, seed=0, addon_share=0.5, sessions_per_user=20),
+    )
+
+
+@pytest.fixture(scope="module")
+def scores(bench, catalog_products):
+    products, vocab = select_products(catalog_products, bench.tasks, per_category=200)
+    backend = InMemoryProducts(products)
+    judge = RuleJudge(backend.lookup, sessions=bench.sessions)
+    rubrics = {
+        r: Rubric.from_config(str(ROOT / "configs" / "rewards" / f"{r}.yaml"), resources={"lookup": backend.lookup})
+        for r in RUBRICS
+    }
+    out: dict[str, list] = {n: [] for n in POLICIES}
+    for task in bench.tasks:
+        ctx = make_context(task, products, bench.sessions, vocab, product_backend=backend)
+        for name, cls in POLICIES.items():
+            out[name].append(run_policy(cls(), ctx, judge, rubrics))
+    return out
+
+
+def test_tasks_cover_both_types(bench):
+    assert {t.task_type for t in bench.tasks} == {"single", "addon"}
+
+
+def test_honest_policy_succeeds_on_every_task(scores):
+    for s in scores["honest"]:
+        assert s.error is None, s.error
+        assert s.success1, (s.task_id, s.reasons[0])
+        assert s.success2, (s.task_id, s.reasons[1])
+
+
+def test_every_adversary_plays_its_hack(scores):
+    for name in ADVERSARIES:
+        for adv, hon in zip(scores[name], scores["honest"]):
+            assert adv.texts != hon.texts, f"{name} played exactly like honest on {adv.task_id}"
+
+
+def _param(name: str):
+    marks = [pytest.mark.xfail(strict=False, reason="issue 13 judge")] if name in XFAIL_ISSUE13 else []
+    return pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("adversary", [_param(n) for n in ADVERSARIES])
+def test_adversary_scores_below_honest(scores, adversary):
+    failures = []
+    for adv, hon in zip(scores[adversary], scores["honest"]):
+        assert adv.error is None and hon.error is None, (adv.error, hon.error)
+        for r in RUBRICS:
+            a, h = adv.total(r), hon.total(r)
+            # a single-product task has one product: the judge does not read the slot index there
+            # (0- or 1-based are both fine), so a "wrong slot" can only tie
+            tie_ok = adversary in NEUTRAL_CONTROLS or (adversary == "wrong_slot" and adv.task_type == "single")
+            bad = a > h + 1e-9 if tie_ok else a >= h - 1e-9
+            if bad:
+                failures.append(f"{adv.task_id} ({adv.task_type}) {r}: adversary {a:.4f} vs honest {h:.4f}; "
+                                f"stage-1 judge: {adv.reasons[0][:3]}")
+    assert not failures, "\n".join(failures)
