@@ -23,11 +23,12 @@ from shopping_companion.types import Preference, Session, Task
 
 _PROTOCOL = """\
 How to act, every turn:
-- You may think first inside <think> … </think>.
+- You may think first inside one <think> … </think> block.
 - Then EITHER call one or more tools, each as
   <tool_call>{"name": "<tool name>", "arguments": {<JSON arguments>}}</tool_call>
   (the results come back in the next message),
-- OR finish with your final answer inside <answer> … </answer>. Nothing after it is read.
+- OR finish with your final answer inside one <answer> … </answer> block, with no tool call after it.
+  Nothing after it is read.
 You have at most {max_turns} turns in this stage. Tool arguments must be valid JSON."""
 
 STAGE1_SYSTEM = """\
@@ -46,7 +47,9 @@ id, turn index, date, score, a snippet). Snippets can be partial or misleading: 
 really said.
 
 Search with several phrasings, open the promising sessions with mem_view, and report only \
-preferences the user actually expressed. Do not guess and do not search for products.
+preferences the user actually expressed, one value per attribute unless they named several. Do not \
+guess (unsupported, contradictory or extra candidate values count against you) and do not search \
+for products.
 
 """ + _PROTOCOL + """
 
