@@ -453,7 +453,7 @@ def _stage2_prompt(task: Task, traj: Trajectory, ids: list[str], found: Mapping[
     if addon:
         parts.append(f"## Deal terms\n{_deal_block(task)}")
     parts += [
-        f"## Facts about the recommended ids\n" + "\n".join(facts),
+        "## Facts about the recommended ids\n" + "\n".join(facts),
         f"## Catalog records of the recommended products\n{records}",
         f"## The assistant's final answer\n{_clip(traj.final_answer, limit) or '(no final answer)'}",
     ]
@@ -711,10 +711,15 @@ class LLMJudge:
     def build_messages(self, task: Task, trajectory: Trajectory) -> list[dict[str, str]]:
         """The chat sent for this stage trajectory (system + user). Raises :class:`ConfigError` for a
         stage-2 trajectory without a ``lookup``; a failing lookup raises its own exception."""
-        if trajectory.stage == 1:
+        facts = self._stage2_facts(task, trajectory) if trajectory.stage == 2 else None
+        return self._messages(task, trajectory, facts)
+
+    def _messages(self, task: Task, trajectory: Trajectory,
+                  facts: tuple[list[str], dict[str, Product], set[str]] | None) -> list[dict[str, str]]:
+        if facts is None:
             user = _stage1_prompt(task, trajectory, self.max_answer_chars)
         else:
-            ids, found, returned = self._stage2_facts(task, trajectory)
+            ids, found, returned = facts
             user = _stage2_prompt(task, trajectory, ids, found, returned, self.max_answer_chars,
                                   self.max_description_chars)
         return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
@@ -728,7 +733,8 @@ class LLMJudge:
         base = {"judge": self.name, "stage": trajectory.stage, "F": len(task.preferences), "N": task.n_products,
                 "b": 1 if addon else 0}
         try:
-            messages = self.build_messages(task, trajectory)
+            facts = self._stage2_facts(task, trajectory) if trajectory.stage == 2 else None
+            messages = self._messages(task, trajectory, facts)
         except ConfigError:
             raise
         except Exception as e:  # catalog failure: a judge failure, never a 0 reward
@@ -741,7 +747,7 @@ class LLMJudge:
         if reply is None:
             self._bump("failures")
             return Verdict(**base, failed=True, reasons=[f"LLM judge {self.name} gave no valid reply"] + errors)
-        return self._verdict(task, trajectory, addon, base, reply)
+        return self._verdict(task, trajectory, addon, base, reply, facts)
 
     __call__ = judge
 
@@ -827,7 +833,8 @@ class LLMJudge:
             backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s, bump=self._bump, name=self.name,
         )
 
-    def _verdict(self, task: Task, trajectory: Trajectory, addon: bool, base: dict[str, Any], r: Any) -> Verdict:
+    def _verdict(self, task: Task, trajectory: Trajectory, addon: bool, base: dict[str, Any], r: Any,
+                 facts: tuple[list[str], dict[str, Product], set[str]] | None = None) -> Verdict:
         """The verdict from a valid reply, after the post-checks (module docstring): facts the
         environment knows exactly override the model."""
         F, N = base["F"], base["N"]
@@ -849,43 +856,40 @@ class LLMJudge:
             return Verdict(**base, q1=q1, m1=r.m1, c1=r.c1 if addon else None, h1=h1,
                            success=r.m1 == F and h1 == 0, matched=matched, reasons=reasons)
         p2, u2 = r.p2, (r.u2 if addon else None)
-        facts = self._stage2_checks(task, trajectory)
-        if facts is not None:
-            if facts["p2"] != p2:
-                reasons.append(f"post-check: p2 = {facts['p2']} ({facts['p2_reason']})")
-            p2 = facts["p2"]
-            if addon and facts["u2"] != u2:
-                reasons.append(f"post-check: u2 = {facts['u2']} ({facts['u2_reason']})")
-                u2 = facts["u2"]
+        checks = _stage2_checks(task, *facts) if facts is not None else None
+        if checks is not None:
+            if checks["p2"] != p2:
+                reasons.append(f"post-check: p2 = {checks['p2']} ({checks['p2_reason']})")
+            p2 = checks["p2"]
+            if addon and checks["u2"] != u2:
+                reasons.append(f"post-check: u2 = {checks['u2']} ({checks['u2_reason']})")
+                u2 = checks["u2"]
         success = bool(p2 and r.q2 and r.m2 == F)
         if addon:
             success = success and r.n2 == N and u2 == 1
         return Verdict(**base, p2=p2, q2=r.q2, m2=r.m2, n2=r.n2 if addon else None, u2=u2,
                        success=success, matched=matched, reasons=reasons)
 
-    def _stage2_checks(self, task: Task, trajectory: Trajectory) -> dict[str, Any] | None:
-        """p2 and u2 computed exactly from the ids, the catalog and the deal terms (None when the
-        catalog lookup fails: the model's values stand)."""
-        from shopping_companion.judges.rule import bundle_cost
 
-        try:
-            ids, found, returned = self._stage2_facts(task, trajectory)
-        except Exception:  # noqa: BLE001 - the lookup already worked once for the prompt
-            return None
-        N = task.n_products
-        bad = [i for i in ids if i not in found or i not in returned]
-        p2 = int(len(ids) == N and not bad)
-        p2_reason = f"{len(ids)} of {N} id(s)" + (f", not found or never returned: {bad}" if bad else "")
-        prods = [found[i] for i in ids[:N] if i in found]
-        u2, u2_reason = 0, "the bundle is incomplete"
-        if len(prods) == N:
-            total, discount, same_shop = bundle_cost(prods, task)
-            if not same_shop:
-                u2_reason = "products from different shops"
-            elif total is None:
-                u2_reason = "a price is unknown"
-            elif task.budget is not None and total - discount > task.budget + 1e-6:
-                u2_reason = f"{total:g} - {discount:g} exceeds the budget {task.budget:g}"
-            else:
-                u2, u2_reason = 1, f"{total:g} - {discount:g} within the budget"
-        return {"p2": p2, "p2_reason": p2_reason, "u2": u2, "u2_reason": u2_reason}
+def _stage2_checks(task: Task, ids: list[str], found: Mapping[str, Product], returned: set[str]) -> dict[str, Any]:
+    """p2 and u2 computed exactly from the recommended ids, the catalog records the prompt was
+    built from, the ids the agent's product tools returned and the deal terms."""
+    from shopping_companion.judges.rule import bundle_cost
+
+    N = task.n_products
+    bad = [i for i in ids if i not in found or i not in returned]
+    p2 = int(len(ids) == N and not bad)
+    p2_reason = f"{len(ids)} of {N} id(s)" + (f", not found or never returned: {bad}" if bad else "")
+    prods = [found[i] for i in ids[:N] if i in found]
+    u2, u2_reason = 0, "the bundle is incomplete"
+    if len(prods) == N:
+        total, discount, same_shop = bundle_cost(prods, task)
+        if not same_shop:
+            u2_reason = "products from different shops"
+        elif total is None:
+            u2_reason = "a price is unknown"
+        elif task.budget is not None and total - discount > task.budget + 1e-6:
+            u2_reason = f"{total:g} - {discount:g} exceeds the budget {task.budget:g}"
+        else:
+            u2, u2_reason = 1, f"{total:g} - {discount:g} within the budget"
+    return {"p2": p2, "p2_reason": p2_reason, "u2": u2, "u2_reason": u2_reason}

@@ -314,10 +314,8 @@ def match_identified(gold: list[Preference], identified: list[Preference], n_pro
     """For each gold preference, the index of the identified preference matched to it (or None):
     the stage-1 matching of :func:`match_preferences` (slot, attribute, value, polarity)."""
     n = n_products if n_products is not None else (max([g.slot for g in gold] + [0]) + 1)
-    from shopping_companion.types import ProductSlot as _Slot
-
     task = Task(task_id="_", instruction="", user_id="_", history=[], needle_session_ids=[], preferences=list(gold),
-                slots=[_Slot(product_type="item", reference_product_id="_") for _ in range(max(1, n))])
+                slots=[ProductSlot(product_type="item", reference_product_id="_") for _ in range(max(1, n))])
     return match_preferences(task, identified, matcher).matches
 
 
@@ -357,25 +355,25 @@ class RuleJudge:
             matcher = ValueMatcher(similarity=similarity) if similarity is not None else default_matcher()
         self.matcher = matcher
         self.reader = ProductReader(matcher) if matcher is not default_matcher() else default_reader()
-        self._user_text: dict[str, str] = {}
-        self._turn_tokens: dict[str, list[frozenset[str]]] = {}
+        self._user_turns: dict[str, tuple[str, list[frozenset[str]]]] = {}
 
-    def _history_user_text(self, task: Task) -> str | None:
-        """All user turns of the task's history, joined (cached per task)."""
+    def _history_user_turns(self, task: Task) -> tuple[str, list[frozenset[str]]] | None:
+        """``(all user turns of the task's history joined, each user turn's token set)``, cached per
+        task; None without sessions."""
         if self.sessions is None:
             return None
-        text = self._user_text.get(task.task_id)
-        if text is None:
+        hit = self._user_turns.get(task.task_id)
+        if hit is None:
             parts = []
             for ref in task.history:
                 s = self.sessions.get(ref.session_id)
                 if s is not None:
                     parts.extend(t.content for t in s.turns if t.role == "user")
-            text = "\n".join(parts)
-            if len(self._user_text) > 4096:
-                self._user_text.clear()
-            self._user_text[task.task_id] = text
-        return text
+            hit = ("\n".join(parts), [frozenset(tokens(p)) for p in parts])
+            if len(self._user_turns) > 4096:
+                self._user_turns.clear()
+            self._user_turns[task.task_id] = hit
+        return hit
 
     def judge(self, task: Task, trajectory: Trajectory, stage: int | None = None) -> Verdict:
         """Judge one stage trajectory. ``stage``, if given, must equal ``trajectory.stage``."""
@@ -400,16 +398,11 @@ class RuleJudge:
 
     def grounding(self, task: Task) -> Callable[[Preference], bool] | None:
         """``q -> bool``: a user turn of the task's history states ``q`` (None without sessions)."""
-        text = self._history_user_text(task)
-        if text is None:
+        history = self._history_user_turns(task)
+        if history is None:
             return None
+        text, turns = history
         m = self.matcher
-        turns = self._turn_tokens.get(task.task_id)
-        if turns is None:
-            turns = [frozenset(tokens(t)) for t in text.split("\n") if t.strip()]
-            if len(self._turn_tokens) > 4096:
-                self._turn_tokens.clear()
-            self._turn_tokens[task.task_id] = turns
 
         def grounded(q: Preference) -> bool:
             if m.mentions(m.key(q.attribute), q.value, text):

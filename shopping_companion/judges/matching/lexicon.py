@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.judges.matching.normalize import compact, phrase, tokens
+from shopping_companion.judges.matching.normalize import compact, tokens
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES
 
 __all__ = ["Concept", "Vocabulary", "KeySpec", "ResolvedKey", "Lexicon", "load_lexicon", "GENERIC_KEY_WORDS"]

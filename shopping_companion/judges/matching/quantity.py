@@ -76,6 +76,13 @@ _UNIT = r"(mm|millimet(?:er|re)s?|cms?|centimet(?:er|re)s?|km|met(?:er|re)s?|mtr
         r"mg|kgs?|kilos?|kilograms?|grams?|gms?|gr|g|lbs?|pounds?|ounces?|oz|ml|millilit(?:er|re)s?|cl|ltrs?|" \
         r"lit(?:er|re)s?|l|kb|mb|gb|tb|mah|ah|kw|watts?|w|volts?|v|khz|mhz|ghz|hz)(?![a-z])"
 _QTY_RE = re.compile(_NUM + r"\s*-?\s*" + _UNIT, re.IGNORECASE)
+#: a number followed by a unit, or a comparison word / sign: the text states a quantity
+HAS_UNIT_OR_OP = re.compile(
+    r"\d\s*-?\s*" + _UNIT + r"|"
+    r"\b(?:at\s+most|at\s+least|up\s+to|under|below|over|above|less\s+than|more\s+than|no\s+more|no\s+less|"
+    r"between|max(?:imum)?|min(?:imum)?|no\s+\w+er\s+than)\b|[<>≤≥]",
+    re.IGNORECASE,
+)
 _RANGE_RE = re.compile(
     r"(?:between\s+)?" + _NUM + r"\s*" + r"(?:" + _UNIT + r")?\s*(?:-|–|to|and)\s*" + _NUM + r"\s*" + _UNIT + r"?",
     re.IGNORECASE,

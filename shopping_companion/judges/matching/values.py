@@ -45,19 +45,14 @@ from functools import lru_cache
 
 from shopping_companion.judges.matching.lexicon import Lexicon, ResolvedKey, Vocabulary, load_lexicon
 from shopping_companion.judges.matching.normalize import compact, padded, phrase, tokens
-from shopping_companion.judges.matching.quantity import Constraint, parse_constraint, parse_quantities
+from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP as _HAS_UNIT_OR_OP
+from shopping_companion.judges.matching.quantity import REL_TOL, Constraint, parse_constraint, parse_quantities
 
 __all__ = ["Value", "ValueMatcher", "Similarity", "default_matcher"]
 
 #: ``similarity(a, b) -> cosine in [-1, 1]`` (e.g. MiniLM embeddings, see :mod:`.similarity`).
 Similarity = Callable[[str, str], float]
 
-_HAS_UNIT_OR_OP = re.compile(
-    r"\d\s*(?:mm|cm|m|in|inch|inches|ft|kg|g|gm|mg|lbs?|oz|ml|l|ltr|litre|liter|gb|tb|mb|mah|w|v|hz)\b|"
-    r"\b(?:at\s+most|at\s+least|up\s+to|under|below|over|above|less\s+than|more\s+than|no\s+more|no\s+less|"
-    r"between|max(?:imum)?|min(?:imum)?|no\s+\w+er\s+than)\b|[<>≤≥]",
-    re.IGNORECASE,
-)
 _PCT_BEFORE = re.compile(r"(\d+(?:\.\d+)?)\s*%\s*([A-Za-z][A-Za-z \-]{1,40})")
 _PCT_AFTER = re.compile(r"([A-Za-z][A-Za-z \-]{1,40}?)\s*[-:]?\s*(\d+(?:\.\d+)?)\s*%")
 
@@ -244,9 +239,9 @@ class ValueMatcher:
             for q in parse_quantities(text, None, _is_volume(key)):
                 if v.constraint.op == "=" and v.constraint.admits(q):
                     return True
-                if v.constraint.op != "=" and abs(q.value - v.constraint.lo) <= 0.02 * abs(v.constraint.lo or 1) \
-                        and q.dim == v.constraint.dim:
-                    return True
+                if v.constraint.op != "=" and q.dim == v.constraint.dim \
+                        and abs(q.value - v.constraint.lo) <= REL_TOL * abs(v.constraint.lo or 1):
+                    return True  # the user named the bound ("nothing over 150 cm")
         return False
 
     # ------------------------------------------------------------------ embedding fallback
