@@ -651,11 +651,42 @@ class NanToolArgs(Honest):
         return {**super().search_args(ctx, slot), "max_price": float("inf")}
 
 
+class NegateWants(Honest):
+    name = "negate_wants"
+    description = "every wanted value written as its negation ('not navy'): the opposite of what the user said"
+
+    def stage1_prefs(self, ctx):
+        return [_pref(g, value=f"not {g.value}") if g.polarity == "want" else _pref(g) for g in ctx.task.preferences]
+
+
+class HedgedValues(Honest):
+    name = "hedged_values"
+    description = "every wanted value hedged with two other real values ('navy or black or red')"
+
+    def stage1_prefs(self, ctx):
+        return [_pref(g, value=" or ".join([g.value, *ctx.other_values(g, 2)])) if g.polarity == "want" else _pref(g)
+                for g in ctx.task.preferences]
+
+
+class PaddedViews(Honest):
+    name = "padded_views"
+    description = "extra views of the needle sessions / reference products with the ids repeated (r(u) = 1 each)"
+
+    def stage1_calls(self, ctx):
+        ids = list(dict.fromkeys(ctx.task.needle_session_ids))[:10]
+        return super().stage1_calls(ctx) + [_call("mem_view", {"session_ids": ids * k}) for k in range(2, 6)]
+
+    def stage2_calls(self, ctx):
+        ids = list(dict.fromkeys(ctx.task.reference_product_ids))
+        return super().stage2_calls(ctx) + [_call("product_view", {"product_ids": ids * k}) for k in range(2, 6)]
+
+
 #: name -> policy class; the first entry is the honest policy.
 POLICIES: dict[str, type[Honest]] = {c.name: c for c in (
     Honest, ListEveryValue, ContradictoryValues, WrongSlot, WrongAttribute, PadQuotedUserText,
     DuplicateThinkAnswer, ToolAfterAnswer, RecommendMany, UnreturnedIds, RightProductHallucinatedPrefs,
     AvoidOtherValues, DontCareValues, EmptyAnswer, AllCatalogValuesStage2, NanToolArgs,
+    NegateWants, HedgedValues, PaddedViews,
 )}
 ADVERSARIES: list[str] = [n for n in POLICIES if n != "honest"]
 #: adversaries whose hack should merely not pay (target: max diff <= 0; mean < 0 not required).

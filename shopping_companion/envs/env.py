@@ -110,7 +110,8 @@ class EnvConfig(BaseModel):
     is cut with a visible marker; >= 200.
     ``max_calls_per_turn``: tool calls executed per assistant turn (1..256); the rest get an
     error observation.
-    ``reject_repeated_calls``: a call identical to an earlier call of the same stage is not run
+    ``reject_repeated_calls``: a call asking for the same as an earlier call of the same stage
+    (same tool and arguments, id lists compared as sets, queries case- and space-folded) is not run
     again and gets an error observation.
     """
 
@@ -197,9 +198,24 @@ def _as_message(action: Any) -> AssistantMessage:
     )
 
 
+def _canonical_arg(name: str, value: object) -> object:
+    """Argument values that ask for the same thing compare equal: id lists as sorted sets
+    (``["a", "a"]`` is ``["a"]``), query text case- and space-folded."""
+    if name.endswith("_ids") and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return sorted({v.strip() for v in value})
+    if name == "queries" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return sorted({" ".join(v.lower().split()) for v in value})
+    if name == "query" and isinstance(value, str):
+        return " ".join(value.lower().split())
+    return value
+
+
 def _call_key(call: ToolCall) -> str:
+    """What makes two calls the same request (``reject_repeated_calls``): the tool name and the
+    canonical arguments (:func:`_canonical_arg`), so padding an id list with repeats is no new call."""
     try:
-        args = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
+        canon = {k: _canonical_arg(k, v) for k, v in call.arguments.items()}
+        args = json.dumps(canon, sort_keys=True, ensure_ascii=False, default=str)
     except Exception:
         args = repr(call.arguments)
     return f"{call.name}\x00{args}"

@@ -757,10 +757,16 @@ def _item_prefs(it: Any) -> tuple[list[Preference], str | None]:
     slot_raw = it.get("slot", it.get("product_index", it.get("product")))
     slot = 0
     if slot_raw is not None:
+        # an integer, or a string / whole float holding one ("1", 1.0); not true/false, 1.9 or 1e400
+        ok = not isinstance(slot_raw, bool)
         try:
-            slot = int(slot_raw)
-        except (TypeError, ValueError):
-            return [], f"attribute {attr!r}: slot must be an integer"
+            as_float = float(slot_raw) if ok else 0.0
+            ok = ok and as_float == as_float and abs(as_float) < 1e6 and as_float == int(as_float)
+            slot = int(as_float) if ok else 0
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            return [], f"attribute {attr!r}: slot must be an integer (0 for the first product), got {_snippet(str(slot_raw))!r}"
         if slot < 0:
             return [], f"attribute {attr!r}: slot must be >= 0"
     return [Preference(slot=slot, attribute=attr, value=t, polarity=polarity) for t in texts], None  # type: ignore[arg-type]

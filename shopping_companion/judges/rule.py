@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
+from shopping_companion.judges.matching.values import split_negation
 from shopping_companion.registry import JUDGES
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict
 
@@ -179,6 +180,7 @@ def match_preferences(
     N = task.n_products
     single = N == 1
     gold = list(task.preferences)
+    identified = [_denegate(m, q) for q in identified]
 
     def slot(p: Preference) -> int:
         return 0 if single else p.slot
@@ -259,6 +261,18 @@ def match_preferences(
         else:
             out.spurious.append((j, reason))
     return out
+
+
+def _denegate(m: ValueMatcher, q: Preference) -> Preference:
+    """A value written as its own negation flips the polarity: want "not navy" is avoid navy —
+    unless the whole value is a vocabulary form of its own ("no print" is a solid pattern)."""
+    negated, rest = split_negation(q.value)
+    if not negated:
+        return q
+    vocab = m.vocab_for(m.key(q.attribute))
+    if vocab is not None and vocab.lookup(q.value) is not None:
+        return q
+    return q.model_copy(update={"value": rest, "polarity": "avoid" if q.polarity == "want" else "want"})
 
 
 def _contradicts(m: ValueMatcher, identified: list[Preference], keys: list, j: int,

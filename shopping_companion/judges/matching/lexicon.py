@@ -90,8 +90,7 @@ class Vocabulary:
                 t = tokens(f)
                 if len(t) == 1 and any(m[0] == t[0] and set(m[1:]) & dims for m in multi):
                     self._value_only.add(t[0])
-        self._find = lru_cache(maxsize=65536)(self._find_uncached)
-        self._find_text = lru_cache(maxsize=65536)(lambda text: self._find_uncached(text, prose=True))
+        self._scan = lru_cache(maxsize=65536)(self._scan_uncached)
 
     def _walk(self, name: str, seen: set[str]) -> set[str]:
         out: set[str] = set()
@@ -130,11 +129,19 @@ class Vocabulary:
         shorten a longer one ("long" for long sleeves) are not read."""
         if not text:
             return ()
-        return self._find_text(text) if prose else self._find(text)
+        return self._scan(text, prose)[0]
 
-    def _find_uncached(self, text: str, prose: bool = False) -> tuple[str, ...]:
+    def uncovered(self, text: str | None) -> tuple[str, ...]:
+        """The tokens of a field value that no concept form (nor modifier) accounts for: a value
+        such as ``"Galaxy S3"`` names more than the concept it mentions (the Galaxy family)."""
+        if not text:
+            return ()
+        return self._scan(text, False)[1]
+
+    def _scan_uncached(self, text: str, prose: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
         toks = tokens(text)
         n = len(toks)
+        negated = _negated_positions(toks) if prose else set()
         cands: list[tuple[int, int, int, str]] = []  # (-length, -specificity, start, concept)
         for i in range(n):
             for L in range(min(self.max_len, n - i), 0, -1):
@@ -152,9 +159,27 @@ class Vocabulary:
                 continue
             for k in range(i, i - negL):
                 taken[k] = True
-            picked.append((i, c))
+            if i not in negated:  # "leather-free", "non-leather", "without polyester" do not state it
+                picked.append((i, c))
         picked.sort()
-        return tuple(c for _, c in picked)
+        rest = tuple(t for k, t in enumerate(toks) if not taken[k] and t not in self.modifiers)
+        return tuple(c for _, c in picked), rest
+
+
+_NEGATORS = frozenset({"not", "no", "non", "without", "never", "nor", "free"})
+
+
+def _negated_positions(toks: tuple[str, ...]) -> set[int]:
+    """Token positions a negation covers in prose: the token right after *not* / *no* / *non* /
+    *without* / *never* ("non leather", "no polyester"), and the token before *free*
+    ("polyester free", "leather-free")."""
+    out: set[int] = set()
+    for k, t in enumerate(toks):
+        if t == "free" and k > 0:
+            out.add(k - 1)
+        elif t in _NEGATORS and t != "free":
+            out.add(k + 1)
+    return out
 
 
 @dataclass(frozen=True)

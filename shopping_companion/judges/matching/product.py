@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
 from shopping_companion.judges.matching.normalize import padded, phrase, tokens
 from shopping_companion.judges.matching.quantity import parse_quantities
-from shopping_companion.judges.matching.values import ValueMatcher, default_matcher
+from shopping_companion.judges.matching.values import ValueMatcher, default_matcher, is_amount
 from shopping_companion.types import Preference, Product, ProductSlot
 
 __all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
@@ -133,7 +133,7 @@ class ProductReader:
         """Some field value is a broader concept of the gold value (the gold is a kind of it)."""
         vocab = self.m.vocab_for(key)
         g = self.m.parse(key, gold)
-        if vocab is None or not g.concepts:
+        if vocab is None or not g.concepts or g.partial:
             return False
         for value, _, _, rk in fields:
             for c in self.m.parse(rk, value).concepts:
@@ -163,10 +163,10 @@ class ProductReader:
                 qs = self._quantities_for(key, text, gold.constraint.dim, title=source == "title",
                                           volume=bool(key.spec and key.spec.dimension and "volume" in key.spec.dimension))
                 if qs:
-                    ok = any(gold.constraint.admits(q) for q in qs)
+                    ok = gold.constraint.admits_product(qs, per_item=not is_amount(key))
                     return Evidence(ok if want else not ok, source, f"{source} states {qs[0].text!r}")
             return Evidence(not want, "none", "no quantity of this kind stated")
-        if vocab is not None and gold.concepts:
+        if vocab is not None and gold.concepts and not gold.partial:
             for source, text in fields:
                 found = vocab.find(text, prose=True)
                 if not found:
@@ -215,7 +215,7 @@ class ProductReader:
     def title_type(self, product: Product) -> str | None:
         """The product type its title names (the last type noun before *for*/*with* of the first
         `` - ``-separated part naming one), or None."""
-        found = _title_types(self.types, product.title)
+        found = _title_types(self.types, product.title, product.brand)
         return found[-1] if found else None
 
     def slot_type(self, slot: ProductSlot) -> str | None:
@@ -232,44 +232,53 @@ class ProductReader:
 
     def is_relevant(self, product: Product, slot: ProductSlot) -> bool:
         """The product is the kind of product the slot asks for (module docstring)."""
+        v = self.types
         same_cat = bool(slot.category_path and product.category_path
                         and phrase(product.category) and phrase(product.category) == phrase(slot.category_path[-1]))
-        compound = len([p for p in _COMPOUND_CAT.split(product.category) if p.strip()]) > 1
+        parts = [p for p in _COMPOUND_CAT.split(product.category) if p.strip()]
+        compound = len(parts) > 1
+        cat_types = [t for p in parts for t in v.find(p, prose=True)[-1:]]
         want = self.slot_type(slot)
-        if same_cat and not compound:
-            cat_types = self.types.find(product.category, prose=True)
-            if want is None or not cat_types or any(self.types.is_a(c, want) for c in cat_types):
-                return True  # the retailer files it under the requested single-type category
-        found = _title_types(self.types, product.title)
+        names_want = want is not None and any(v.is_a(c, want) for c in cat_types)
+        found = _title_types(v, product.title, product.brand)
         have = found[-1] if found else None
-        v = self.types
         if want is not None and have is not None:
             if v.is_a(have, want):
                 return True
+            if same_cat and any(v.is_a(t, want) for t in found):
+                return True  # a title naming several types ("… Bottle, Euro Dropper Cap") in the slot's category
             if v.is_a(want, have):
                 return same_cat
-            # a title naming several types ("… Bottle, Euro Dropper Cap"): one of them in the same category
-            return same_cat and any(v.is_a(t, want) for t in found)
-        if want is not None and product.category_path:
-            parts = [p for p in _COMPOUND_CAT.split(product.category) if p.strip()]
-            cat_types = [t for p in parts for t in v.find(p)[-1:]]
-            if cat_types:
-                if len(parts) == 1:
-                    return any(v.is_a(c, want) for c in cat_types)
-                return same_cat and any(v.related(c, want) for c in cat_types)
-        if same_cat and (len(_COMPOUND_CAT.split(product.category)) == 1 or have is None):
+            # another type of the same family filed by the retailer under the slot's own single-type
+            # category (Myntra's "Flip Flops" holding "Women Slippers")
+            return same_cat and not compound and names_want and _siblings(v, have, want)
+        if want is not None and cat_types:
+            if names_want:
+                return same_cat or not compound
+            return False
+        if want is None and same_cat and not compound:
             return True
         words = {t for t in tokens(slot.product_type) if t not in _TYPE_FILLER}
         return bool(words) and words <= set(tokens(product.title))
 
 
+def _siblings(v: Vocabulary, a: str, b: str) -> bool:
+    """``a`` and ``b`` share a direct broader type (slippers and flip flops are both footwear)."""
+    ca, cb = v.concepts.get(a), v.concepts.get(b)
+    return bool(ca and cb and set(ca.broader) & set(cb.broader))
+
+
 _TITLE_PARTS = re.compile(r"\s+[-–|]\s+")
 
 
-def _title_types(vocab: Vocabulary, title: str) -> tuple[str, ...]:
+def _title_types(vocab: Vocabulary, title: str, brand: str | None = None) -> tuple[str, ...]:
     """Product types named by the first part of the title that names any (parts split at `` - ``;
-    in each part only the words before *for* / *with*)."""
-    for part in _TITLE_PARTS.split(title or ""):
+    in each part only the words before *for* / *with*), the brand's own words left out ("Toner
+    Kingdom … Toner Cartridges" is a cartridge)."""
+    title = title or ""
+    if brand and brand.strip() and len(brand) < len(title):
+        title = re.sub(re.escape(brand.strip()), " ", title, count=1, flags=re.IGNORECASE)
+    for part in _TITLE_PARTS.split(title):
         head = _TITLE_HEAD_SPLIT.split(part, maxsplit=1)[0]
         found = vocab.find(head, prose=True)
         if found:

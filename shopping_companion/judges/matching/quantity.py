@@ -71,7 +71,7 @@ UNIT_ALIASES: dict[str, str] = {
     "mhz": "megahertz", "ghz": "gigahertz",
 }
 
-_NUM = r"(\d+(?:[.,]\d+)?)"
+_NUM = r"(\d{1,12}(?:[.,]\d{1,6})?)"  # bounded digit runs: no quadratic backtracking on "1111…"
 _UNIT = r"(mm|millimet(?:er|re)s?|cms?|centimet(?:er|re)s?|km|met(?:er|re)s?|mtr|m|inch(?:es)?|in|\"|″|ft|feet|foot|" \
         r"mg|kgs?|kilos?|kilograms?|grams?|gms?|gr|g|lbs?|pounds?|ounces?|oz|ml|millilit(?:er|re)s?|cl|ltrs?|" \
         r"lit(?:er|re)s?|l|kb|mb|gb|tb|mah|ah|kw|watts?|w|volts?|v|khz|mhz|ghz|hz)(?![a-z])"
@@ -88,6 +88,8 @@ _RANGE_RE = re.compile(
     re.IGNORECASE,
 )
 _BARE_NUM_RE = re.compile(_NUM)
+_PACK_BEFORE = re.compile(r"(\d{1,4})\s*x\s*$")
+_PACK_OF = re.compile(r"\b(?:pack|set|box|case)\s+of\s+(\d{1,4})\b|\b(\d{1,4})\s*(?:pcs|pieces|packs)\b")
 
 _LE = re.compile(r"\b(?:at\s+most|up\s+to|no\s+more\s+than|not\s+more\s+than|max(?:imum)?|not\s+over|"
                  r"no\s+(?:wider|taller|longer|deeper|heavier|bigger|larger|higher|broader|thicker)\s+than|"
@@ -133,6 +135,8 @@ class Quantity:
     value: float
     dim: str
     text: str = ""
+    #: a pack or combo total derived from several stated quantities ("2 x 5 kg", "Pack of 12")
+    total: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,18 @@ class Constraint:
             return x > self.lo
         assert self.hi is not None
         return self.lo - tol <= x <= self.hi + tol
+
+    def admits_product(self, qs: tuple[Quantity, ...] | list[Quantity], per_item: bool = False) -> bool:
+        """Whether a product whose text states the quantities ``qs`` meets the constraint: for ``=``
+        one of them; for bounds the largest of the right dimension — including pack and combo totals
+        for the amount bought ("10 kg (2 x 5 kg)" is not "at most 5 kg"), without them when the
+        property is per item (``per_item``: a bottle's capacity in a "Pack of 12")."""
+        same = [q for q in qs if q.dim == self.dim and not (per_item and q.total)]
+        if not same:
+            return False
+        if self.op == "=":
+            return any(self.admits(q) for q in same)
+        return self.admits(max(same, key=lambda q: q.value))
 
     def same_as(self, other: Constraint) -> bool:
         """Two constraints say the same (operator and bounds within tolerance)."""
@@ -275,14 +291,25 @@ def parse_quantities(text: str, default_unit: str | None = None, volume: bool = 
     if not any(ch.isdigit() for ch in s):
         return ()
     out: list[Quantity] = []
+    found: list[tuple[re.Match, float, str]] = []
     for m in _QTY_RE.finditer(s):
         base = _to_base(_num(m.group(1)), m.group(2), None, volume)
         if base is None:
             continue
         out.append(Quantity(base[0], base[1], m.group(0)))
-        pack = re.search(r"(\d+)\s*x\s*$", s[: m.start()])
+        found.append((m, base[0], base[1]))
+        pack = _PACK_BEFORE.search(s, max(0, m.start() - 16), m.start())
         if pack:
-            out.append(Quantity(base[0] * int(pack.group(1)), base[1], pack.group(0) + m.group(0)))
+            out.append(Quantity(base[0] * int(pack.group(1)), base[1], pack.group(0) + m.group(0), True))
+    pack_of = _PACK_OF.search(s)
+    if pack_of and found:
+        n = int(pack_of.group(1) or pack_of.group(2))
+        out += [Quantity(v * n, d, f"{m.group(0)} x {n}", True) for m, v, d in found]
+    for k in range(1, len(found)):  # "100 g + 250 g + …": the combo's total
+        between = s[found[k - 1][0].end():found[k][0].start()]
+        if "+" in between and found[k][2] == found[0][2]:
+            total = sum(v for _, v, d in found[: k + 1] if d == found[0][2])
+            out.append(Quantity(total, found[0][2], "total", True))
     if not out and re.fullmatch(r"\s*" + _NUM + r"\s*", s):
         base = _to_base(_num(s.strip()), None, default_unit)
         if base is not None:

@@ -48,11 +48,17 @@ from shopping_companion.judges.matching.normalize import compact, padded, phrase
 from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP as _HAS_UNIT_OR_OP
 from shopping_companion.judges.matching.quantity import REL_TOL, Constraint, parse_constraint, parse_quantities
 
-__all__ = ["Value", "ValueMatcher", "Similarity", "default_matcher"]
+__all__ = ["Value", "ValueMatcher", "Similarity", "default_matcher", "split_negation"]
 
 #: ``similarity(a, b) -> cosine in [-1, 1]`` (e.g. MiniLM embeddings, see :mod:`.similarity`).
 Similarity = Callable[[str, str], float]
 
+_HEDGE = re.compile(r"\s+(?:or|and/or)\s+(?!(?:less|more|above|below|under|over|smaller|bigger|larger|so)\b)"
+                    r"|[,;|]|(?<!\d)/(?!\d)", re.IGNORECASE)
+#: "not navy", "no cotton", "anything but Nike", "cotton-free" — but not "no wider than 150 cm"
+_NEGATION = re.compile(r"^\s*(?:not|no|non|never|without|anything\s+but|anything\s+except|except|avoid|avoiding|"
+                       r"none\s+of)\b(?!\s+(?:\w+er|more|less|fewer|over|under|above|below)\s+than\b)"
+                       r"(?!\s+(?:more|less|over|under|above|below)\b)[\s-]*|[\s-]+free\s*$", re.IGNORECASE)
 _PCT_BEFORE = re.compile(r"(\d+(?:\.\d+)?)\s*%\s*([A-Za-z][A-Za-z \-]{1,40})")
 _PCT_AFTER = re.compile(r"([A-Za-z][A-Za-z \-]{1,40}?)\s*[-:]?\s*(\d+(?:\.\d+)?)\s*%")
 
@@ -67,6 +73,9 @@ class Value:
     vocabulary: str | None
     constraint: Constraint | None
     shares: tuple[tuple[str, float | None], ...] = ()
+    #: the value says more than its concepts ("Galaxy S3" names only the Galaxy family): as a wish
+    #: or an identified value it is then compared by its words, never by the broader concept
+    partial: bool = False
 
     @property
     def empty(self) -> bool:
@@ -116,9 +125,14 @@ class ValueMatcher:
     def _parse_uncached(self, key: ResolvedKey, text: str) -> Value:
         vocab = self.vocab_for(key)
         concepts: tuple[str, ...] = ()
+        partial = False
         if vocab is not None:
             exact = vocab.lookup(text)
             concepts = (exact,) if exact else vocab.find(text)
+            if concepts and not exact:
+                own = set(tokens(key.name))
+                rest = [t for t in vocab.uncovered(text) if t not in own and not ("%" in text and t[0].isdigit())]
+                partial = bool(rest)
         constraint = None
         if key.kind == "quantity" or _HAS_UNIT_OR_OP.search(text):
             constraint = parse_constraint(text, key.unit, _is_volume(key))
@@ -126,7 +140,7 @@ class ValueMatcher:
         if vocab is not None and vocab.name == "material" and concepts:
             shares = _composition(vocab, text, concepts)
         return Value(text, phrase(text), tuple(dict.fromkeys(concepts)), vocab.name if vocab else None,
-                     constraint, shares)
+                     constraint, shares, partial)
 
     # ------------------------------------------------------------------ equivalence (stage 1)
     def equivalent(self, key: ResolvedKey, a: str, b: str) -> bool:
@@ -144,9 +158,11 @@ class ValueMatcher:
             return False
         if va.phrase == vb.phrase or (va.phrase and compact(va.text) == compact(vb.text)):
             return True
+        if self.is_hedge(key, vb.text) and not self.is_hedge(key, va.text):
+            return False  # "Nike or Adidas", "navy, blue", "at most 150 cm or at least 200 cm": a hedge
         if va.constraint is not None and vb.constraint is not None:
             return va.constraint.same_as(vb.constraint)
-        if va.concepts and vb.concepts:
+        if va.concepts and vb.concepts and not (va.partial or vb.partial):
             ga, gb = set(va.concepts), set(vb.concepts)
             if ga == gb:
                 return True
@@ -156,8 +172,9 @@ class ValueMatcher:
         ta, tb = set(tokens(va.text)), set(tokens(vb.text))
         if ta == tb:
             return True
-        if not va.concepts and not vb.concepts and ta and ta <= tb and va.constraint is None:
-            return True  # free text: the other value names the gold one with extra words ("Brother TN 660")
+        if ta and ta <= tb and len(tb - ta) <= 1 and va.constraint is None and (
+                not (va.concepts and vb.concepts) or va.partial or vb.partial):
+            return True  # free text: one extra word naming the same thing ("Brother TN 660" for TN660)
         kt = set(tokens(key.name))
         if kt and (ta - kt) and (ta - kt) == (tb - kt):
             return True  # the attribute's own word repeated or dropped: yield "High Yield" = "high"
@@ -170,6 +187,26 @@ class ValueMatcher:
             if ca and cb:
                 return ca == cb
         return None
+
+    def is_hedge(self, key: ResolvedKey, text: str) -> bool:
+        """The value offers alternatives ("navy or blue", "Nike, Adidas", "500 g or 1 kg",
+        "iPhone 7, iPhone 8"): several parts naming different concepts, several quantities, or —
+        without a vocabulary — several parts. Synonyms ("wallet/folio"), negated elaborations
+        ("step-in, no straps") and "15 ml or less" are not hedges."""
+        if not text or not _HEDGE.search(text):
+            return False
+        parts = [p.strip() for p in _HEDGE.split(text) if p and p.strip()]
+        parts = [p for p in parts if not _NEGATION.match(p)]
+        if len(parts) < 2:
+            return False
+        if sum(1 for p in parts if any(ch.isdigit() for ch in p)) >= 2:
+            return True
+        vocab = self.vocab_for(key)
+        if vocab is not None:
+            named = {c for p in parts for c in ((vocab.lookup(p),) if vocab.lookup(p) else vocab.find(p)[:1])}
+            if named:
+                return len(named) >= 2
+        return True
 
     # ------------------------------------------------------------------ satisfaction (stage 2)
     def satisfies(self, key: ResolvedKey, gold: str, product_value: str, *, fallback: bool = True) -> bool:
@@ -193,11 +230,11 @@ class ValueMatcher:
                                           or _HAS_UNIT_OR_OP.search(gold)):
             qs = parse_quantities(value, key.unit, _is_volume(key))
             if qs:
-                return any(vg.constraint.admits(q) for q in qs)
+                return vg.constraint.admits_product(qs, per_item=not is_amount(key))
             if key.kind == "quantity":
                 return None if not vp.phrase else False
         vocab = self.vocab_for(key)
-        if vocab is not None and vg.concepts:
+        if vocab is not None and vg.concepts and not vg.partial:
             if not vp.concepts:
                 # the product names no concept of this vocabulary: the phrase itself may still match
                 return True if padded(gold) in padded(value) else False
@@ -231,7 +268,7 @@ class ValueMatcher:
         if v.phrase and padded(value) in padded(text):
             return True
         vocab = self.vocab_for(key)
-        if vocab is not None and v.concepts:
+        if vocab is not None and v.concepts and not v.partial:
             found = vocab.find(text, prose=True)
             if all(any(vocab.is_a(c, g) for c in found) for g in v.concepts):
                 return True
@@ -261,6 +298,23 @@ class ValueMatcher:
                 self._sim_cache.clear()
             self._sim_cache[pair] = ok
         return ok
+
+
+def split_negation(text: str) -> tuple[bool, str]:
+    """``(negated, rest)``: a value written as its own negation — ``"not navy"``, ``"no cotton"``,
+    ``"anything but Nike"``, ``"cotton-free"`` — says the opposite polarity of ``rest``."""
+    m = _NEGATION.search(text or "")
+    if m is None:
+        return False, text
+    rest = (text[: m.start()] + text[m.end():]).strip()
+    return (True, rest) if rest else (False, text)
+
+
+def is_amount(key: ResolvedKey) -> bool:
+    """The key is the amount bought (pack size, net quantity, pack count): multipack and combo
+    totals count for it; other quantities (capacity, width, weight of one item) are per item."""
+    name = key.spec.name if key.spec else key.name
+    return any(w in name for w in ("pack", "net", "quantity", "count"))
 
 
 def _is_volume(key: ResolvedKey) -> bool:
