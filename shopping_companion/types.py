@@ -16,7 +16,17 @@ Split = Literal["train", "test"]
 Role = Literal["system", "user", "assistant", "tool"]
 Stage = Literal[1, 2]
 Polarity = Literal["want", "avoid"]
-TerminationReason = Literal["answered", "max_turns", "token_budget", "backend_error", "running"]
+#: How a stage ended. ``answered``: a parsable answer; ``max_turns``: the turn limit;
+#: ``token_budget``: the GRPO token budget; ``invalid_output``: N consecutive invalid turns
+#: (``EnvConfig.max_invalid_turns``); ``length``: the same, when truncation (finish_reason
+#: ``length``) caused the last of them; ``context_length``: the server refused the prompt as longer
+#: than the model's context (a model failure, scored); ``backend_error``: the backend failed after its
+#: retries (recorded, not scored); ``error``: an unexpected exception inside the episode (recorded,
+#: not scored); ``running``: not finished.
+TerminationReason = Literal[
+    "answered", "max_turns", "token_budget", "invalid_output", "length", "context_length",
+    "backend_error", "error", "running",
+]
 
 
 class _Model(BaseModel):
@@ -262,6 +272,10 @@ class Step(_Model):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_s: float | None = None
+    #: The server's finish reason for this turn (``stop``, ``length``, ``tool_calls`` …), if given.
+    finish_reason: str | None = None
+    #: Separate reasoning text of this turn (``reasoning_content`` / ``reasoning``), if any.
+    reasoning: str | None = None
 
 
 class Message(BaseModel):

@@ -54,6 +54,18 @@ class BackendError(RuntimeError):
     """The backend could not produce a message after its retries (recorded, never scored)."""
 
 
+class ContextLengthError(BackendError):
+    """The server refused the request because the prompt exceeds the model's context window
+    (e.g. HTTP 400 "maximum context length"). Not retried. For a policy this is a model failure:
+    the stage ends with termination ``context_length`` and is scored with what it did so far."""
+
+
+class CircuitOpenError(RuntimeError):
+    """Too many consecutive connection failures or timeouts across a run: the endpoint is
+    considered down and the run stops (the CLI exits with status 2). Deliberately *not* a
+    :class:`BackendError`, so episode code that records backend errors does not swallow it."""
+
+
 @runtime_checkable
 class ChatBackend(Protocol):
     """``chat(messages, tools, sampling) -> AssistantMessage``.
