@@ -21,6 +21,21 @@ list), or calls the script (a callable ``(request_json) -> spec``). A spec is on
   keys in the same dict are then served as above; with none, the answer is ``"(delayed)"``.
 * ``{"raw": "not json"}``: send that body verbatim with status 200 (or ``"status"``) and
   ``Content-Type: application/json`` (or ``"content_type"``).
+* ``{"status": 400, "message": "...", "code": "context_length_exceeded"}``: an error body with
+  that ``code`` (OpenAI's context-length refusal; vLLM sends only the message).
+
+Hostile modes (the fault suite's servers):
+
+* ``{"hang": True}``: read the request, then never answer (until the server stops).
+* ``{"trickle_s": 2.0, ...}``: send the status line and headers at once (with the full
+  ``Content-Length``), then the body one byte every ``trickle_s`` seconds; with
+  ``"trickle_headers": True`` the status line and headers trickle too. Other keys: as above.
+* ``{"echo_key": 12}``: HTTP 401 (or ``"status"``) whose message and ``X-Echo`` header echo the
+  first 12 characters of the bearer token the client sent (``None``: the whole token), the way
+  providers echo "Incorrect API key provided: sk-abc...".
+* ``ScriptedOpenAIServer(script, refuse_first=N)``: the first ``N`` TCP connections are reset
+  (``SO_LINGER`` 0) before anything is read, like a server that is down and comes back;
+  :attr:`ScriptedOpenAIServer.refused` counts them.
 
 When a list script runs out the server answers HTTP 500 with a message saying so (and records it in
 :attr:`ScriptedOpenAIServer.errors`), so a test that sends more requests than it scripted fails
@@ -40,6 +55,8 @@ Usage::
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -109,6 +126,7 @@ class ScriptedOpenAIServer:
         host: str = "127.0.0.1",
         port: int = 0,
         embed: Callable[[str], list[float]] | None = None,
+        refuse_first: int = 0,
     ) -> None:
         if callable(script):
             self._script_fn: Callable[[dict[str, Any]], ResponseSpec] | None = script
@@ -119,6 +137,10 @@ class ScriptedOpenAIServer:
         self.model = model
         #: text -> vector for POST /v1/embeddings (no route without it)
         self.embed = embed
+        #: connections still to reset before the server answers (dead-and-back)
+        self.refuse_first = int(refuse_first)
+        #: connections reset so far
+        self.refused = 0
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -138,8 +160,18 @@ class ScriptedOpenAIServer:
         class Handler(_Handler):
             owner = server
 
+        class Server(ThreadingHTTPServer):
+            def verify_request(self, request: Any, client_address: Any) -> bool:  # noqa: ANN401
+                with server._lock:
+                    refuse = server.refused < server.refuse_first
+                    if refuse:
+                        server.refused += 1
+                if refuse:  # RST instead of FIN: the client sees a reset connection
+                    request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return not refuse
+
         self._stop.clear()
-        self._httpd = ThreadingHTTPServer((self._host, self._port), Handler)
+        self._httpd = Server((self._host, self._port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -294,13 +326,34 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode("utf-8"), headers=headers)
 
-    def _send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def _send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None,
+                         code: str | None = None) -> None:
         err_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         self._send_json(
             status,
-            {"error": {"message": message, "type": err_type, "param": None, "code": None}},
+            {"error": {"message": message, "type": err_type, "param": None, "code": code}},
             headers=headers,
         )
+
+    def _trickle(self, status: int, payload: bytes, every_s: float, headers_too: bool,
+                 content_type: str = "application/json") -> None:
+        """Send the response one byte every ``every_s`` seconds (body only, or everything)."""
+        head = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n").encode("ascii")
+        try:
+            if not headers_too:
+                self.wfile.write(head)
+                self.wfile.flush()
+                data = payload
+            else:
+                data = head + payload
+            for i in range(len(data)):
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                if self.owner._stop.wait(every_s):
+                    return
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, OSError):
+            pass  # the client gave up
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -373,6 +426,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error_json(500, msg)
             return
         spec = dict(spec)
+        if spec.pop("hang", False):
+            self.owner._stop.wait()  # never answers while the server runs
+            return
+        if "echo_key" in spec:
+            n = spec.pop("echo_key")
+            auth = self.headers.get("Authorization") or ""
+            token = auth.split(" ", 1)[1] if " " in auth else auth
+            shown = token if n is None else token[: int(n)]
+            self._send_error_json(int(spec.get("status", 401)), f"Incorrect API key provided: {shown}...",
+                                  headers={"X-Echo": f"Bearer {shown}"})
+            return
+        trickle = spec.pop("trickle_s", None)
+        if trickle:
+            headers_too = bool(spec.pop("trickle_headers", False))
+            if not spec:
+                spec = {"content": "(trickled)"}
+            status = int(spec.get("status", 200))
+            payload = json.dumps(self.owner._completion(body, spec)).encode("utf-8")
+            self._trickle(status, payload, float(trickle), headers_too)
+            return
         delay = spec.pop("delay_s", None)
         if delay:
             if self.owner._stop.wait(float(delay)):
@@ -397,7 +470,7 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 phrase = "error"
             message = spec.get("message") or f"scripted error {status} ({phrase})"
-            self._send_error_json(status, message, headers=headers)
+            self._send_error_json(status, message, headers=headers, code=spec.get("code"))
             return
         self._send_json(status, self.owner._completion(body, spec), headers=headers)
 

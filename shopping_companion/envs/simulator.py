@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from shopping_companion.judges.rule import key_matches, match_preferences, normalize_tokens
+from shopping_companion.llm.base import CircuitOpenError
 from shopping_companion.types import Preference, Task
 
 __all__ = [
@@ -464,7 +465,10 @@ class LLMSimulator:
     The message is rejected — and the fallback's message used, with ``redacted``/``reason``
     recorded — when it contains a gold value (:func:`find_value_leaks`), for ``low`` when it
     names a gold attribute (:func:`find_key_mentions`), when it is empty, or when the backend
-    raises.
+    raises — except :class:`~shopping_companion.llm.base.CircuitOpenError` (the simulator's
+    endpoint is down), which propagates so the run stops instead of every episode silently
+    using the fallback. Each call is bounded by the backend's own deadline (``OpenAIBackend``:
+    ``deadline_s``).
     """
 
     name = "llm"
@@ -494,6 +498,8 @@ class LLMSimulator:
         fb_text = self.fallback.feedback(task, identified_preferences, hint)
         try:
             msg = self.backend.chat(self.messages(task, identified_preferences, hint), None, self.sampling)
+        except CircuitOpenError:
+            raise  # the endpoint is down: the run stops, instead of every episode silently falling back
         except Exception as e:  # BackendError or anything else: never break the episode
             return SimulatorFeedback(text=fb_text, source="fallback", reason=f"backend failed: {type(e).__name__}: {str(e)[:200]}")
         pt, ct = getattr(msg, "prompt_tokens", None), getattr(msg, "completion_tokens", None)
@@ -596,6 +602,8 @@ def simulator_feedback(sim: Any, task: Task, identified: list[Preference] | None
             text = getattr(out, "text", out)
         else:
             text = sim.feedback(task, identified, hint)
+    except CircuitOpenError:
+        raise  # an LLM simulator's endpoint is down: the run stops (not one episode's error)
     except Exception as e:
         return SimulatorFeedback(text=None, source="error", reason=f"simulator failed: {type(e).__name__}: {str(e)[:200]}")
     text = None if text is None else str(text)

@@ -551,6 +551,38 @@ class _AttemptTimeout(Exception):
     pass
 
 
+def _bounded_call(fn: Callable[[], Any], seconds: float | None, what: str = "reply") -> Any:
+    """``fn()`` in a daemon thread, waited on for at most ``seconds`` of wall clock (``None``: no
+    limit, called directly); raises :class:`_AttemptTimeout` when it is up, else re-raises what
+    ``fn`` raised (a :class:`CircuitOpenError` too)."""
+    if seconds is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["err"] = e
+
+    t = threading.Thread(target=run, daemon=True, name="llm-bounded-call")
+    t.start()
+    t.join(max(0.0, seconds))
+    if t.is_alive():
+        raise _AttemptTimeout(f"no {what} within {round(seconds, 2):g}s")
+    if "err" in box:
+        raise box["err"]
+    return box["value"]
+
+
+def default_deadline_s(timeout_s: float | None, max_retries: int) -> float:
+    """Total wall clock of one ask when none is given, in seconds: ``min(600, (max_retries + 1) *
+    timeout_s)`` but at least ``timeout_s`` (600 when ``timeout_s`` is None)."""
+    if timeout_s is None:
+        return 600.0
+    return max(float(timeout_s), min(600.0, (max_retries + 1) * float(timeout_s)))
+
+
 def ask_strict_json(
     call: Callable[[list[dict[str, str]]], str],
     messages: list[dict[str, str]],
@@ -563,6 +595,7 @@ def ask_strict_json(
     max_backoff_s: float,
     bump: Callable[[str], None] = lambda k: None,
     name: str = "llm",
+    deadline_s: float | None = None,
 ) -> tuple[Any, list[str]]:
     """Ask for one strict JSON object until ``validate`` accepts it; shared by the LLM judge and the
     personalization benchmark's LLM roles.
@@ -572,8 +605,11 @@ def ask_strict_json(
     attempt timeout is retried after ``min(backoff_s * 2**k, max_backoff_s)`` seconds unless its HTTP
     status cannot succeed on retry (4xx other than 408/409/429); a reply that is not one JSON object
     (:func:`parse_json_reply`) or that ``validate`` rejects is answered with the error and asked again.
-    ``bump`` counts ``"cache_hits"`` and ``"retries"``. Returns ``(validated object, errors)`` with the
-    valid reply cached, or ``(None, errors)`` (one line per failed attempt).
+    ``bump`` counts ``"cache_hits"`` and ``"retries"``. With ``deadline_s`` (seconds of wall clock
+    from this call) no attempt starts and no backoff sleeps past it (``call`` should bound its own
+    attempt by the time left). Returns ``(validated object, errors)`` with the valid reply cached,
+    or ``(None, errors)`` (one line per failed attempt, plus one when the deadline ended it).
+    A :class:`~shopping_companion.llm.base.CircuitOpenError` from ``call`` propagates (the run stops).
     """
     cached = cache.get(key)
     if cached is not None:
@@ -586,7 +622,11 @@ def ask_strict_json(
     errors: list[str] = []
     convo = list(messages)
     backoff_k = 0
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     for attempt in range(max_retries + 1):
+        if deadline is not None and time.monotonic() >= deadline:
+            errors.append(f"attempt {attempt + 1}: not made, the deadline of {deadline_s:g}s is reached")
+            break
         if attempt:
             bump("retries")
         try:
@@ -599,6 +639,9 @@ def ask_strict_json(
             if attempt < max_retries:
                 delay = min(backoff_s * 2 ** backoff_k, max_backoff_s)
                 backoff_k += 1
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    errors.append(f"no retry: a {delay:g}s backoff would pass the deadline of {deadline_s:g}s")
+                    break
                 if delay > 0:
                     time.sleep(delay)
             continue
@@ -628,7 +671,11 @@ class LLMJudge:
         cache_path: SQLite file for the reply cache (``None``: in-memory only).
         max_retries: re-asks after the first attempt, for invalid replies, timeouts and retryable
             backend errors (so ``max_retries + 1`` attempts at most).
-        timeout_s: wall-clock limit of one attempt, in seconds (``None``: the backend's own).
+        timeout_s: wall-clock limit of one attempt, in seconds (> 0; ``None``: the backend's own).
+        deadline_s: wall-clock limit of one verdict (or matcher call) over all its attempts, re-asks
+            and backoffs, in seconds (> 0; ``None``: ``min(600, (max_retries + 1) * timeout_s)``,
+            at least ``timeout_s``; 600 when ``timeout_s`` is None). A missed deadline is a judge
+            failure (recorded, never a 0 reward).
         concurrency: worker threads of :meth:`judge_many` (≥ 1).
         backoff_s, max_backoff_s: retry delay after a backend error or timeout:
             ``min(backoff_s · 2^k, max_backoff_s)``; invalid replies are re-asked at once.
@@ -646,6 +693,7 @@ class LLMJudge:
         cache_path: str | Path | None = None,
         max_retries: int = 2,
         timeout_s: float | None = 180.0,
+        deadline_s: float | None = None,
         concurrency: int = 4,
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
@@ -658,12 +706,15 @@ class LLMJudge:
             raise ConfigError(f"max_retries: must be >= 0, got {max_retries}")
         if concurrency < 1:
             raise ConfigError(f"concurrency: must be >= 1, got {concurrency}")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigError(f"timeout_s: must be > 0 or None, got {timeout_s}")
+        from shopping_companion.llm.breaker import positive_seconds
+
+        timeout_s = positive_seconds("timeout_s", timeout_s, allow_none=True)
+        deadline_s = positive_seconds("deadline_s", deadline_s, allow_none=True)
         self.backend = backend
         self.lookup = lookup
         self.max_retries = int(max_retries)
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s if deadline_s is not None else default_deadline_s(timeout_s, self.max_retries)
         self.concurrency = int(concurrency)
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
@@ -686,14 +737,22 @@ class LLMJudge:
         lookup: Callable[[list[str]], Mapping[str, Product]] | None = None,
         http_timeout_s: float = 120.0,
         http_retries: int = 3,
+        http_deadline_s: float | None = None,
+        breaker_threshold: int | None = None,
         **kwargs: Any,
     ) -> LLMJudge:
         """A judge over an :class:`~shopping_companion.llm.openai_backend.OpenAIBackend` (key read from
-        ``api_key_env``; HTTP-level timeouts and retries as given); ``kwargs`` go to the judge."""
+        ``api_key_env``; HTTP-level per-attempt timeout, retries, total deadline per request and
+        circuit-breaker threshold as given, seconds; ``None``: the backend's defaults); ``kwargs`` go
+        to the judge. Raises :class:`ConfigError` for a bad setting."""
         from shopping_companion.llm.openai_backend import OpenAIBackend
 
+        extra: dict[str, Any] = {}
+        if breaker_threshold is not None:
+            extra["breaker_threshold"] = breaker_threshold
         backend = OpenAIBackend(model, base_url=base_url, api_key_env=api_key_env, timeout_s=http_timeout_s,
-                                max_retries=http_retries, send_top_k=False, name=f"judge:{model}")
+                                max_retries=http_retries, deadline_s=http_deadline_s, send_top_k=False,
+                                name=f"judge:{model}", **extra)
         return cls(backend, lookup, **kwargs)
 
     # ------------------------------------------------------------------ public API
@@ -805,32 +864,23 @@ class LLMJudge:
                           sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
-    def _call(self, messages: list[dict[str, str]]) -> str:
+    def _call(self, messages: list[dict[str, str]], deadline: float | None = None) -> str:
+        """One attempt, within ``timeout_s`` and the time left before ``deadline`` (monotonic)."""
         self._bump("requests")
-        if self.timeout_s is None:
-            return self.backend.chat(messages, None, self.sampling).content
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                box["msg"] = self.backend.chat(messages, None, self.sampling)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                box["err"] = e
-
-        t = threading.Thread(target=run, daemon=True, name="llm-judge-call")
-        t.start()
-        t.join(self.timeout_s)
-        if t.is_alive():
-            raise _AttemptTimeout(f"no reply within {self.timeout_s:g}s")
-        if "err" in box:
-            raise box["err"]
-        return box["msg"].content
+        budget = self.timeout_s
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            budget = left if budget is None else min(budget, left)
+        return _bounded_call(lambda: self.backend.chat(messages, None, self.sampling), budget).content
 
     def _ask(self, messages: list[dict[str, str]], validate: Callable[[dict[str, Any]], Any]) -> tuple[Any, list[str]]:
-        """``(validated reply, [])`` or ``(None, errors)`` after the retries; caches valid replies."""
+        """``(validated reply, [])`` or ``(None, errors)`` after the retries or at the deadline;
+        caches valid replies."""
+        deadline = time.monotonic() + self.deadline_s
         return ask_strict_json(
-            self._call, messages, validate, self._cache, self._key(messages), max_retries=self.max_retries,
-            backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s, bump=self._bump, name=self.name,
+            lambda convo: self._call(convo, deadline), messages, validate, self._cache, self._key(messages),
+            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
+            bump=self._bump, name=self.name, deadline_s=self.deadline_s,
         )
 
     def _verdict(self, task: Task, trajectory: Trajectory, addon: bool, base: dict[str, Any], r: Any,

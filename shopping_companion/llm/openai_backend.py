@@ -14,21 +14,39 @@ official ``openai`` client (``chat.completions``):
   (``reasoning_content`` or ``reasoning``, as vLLM reasoning parsers return it), structured
   ``tool_calls`` (arguments kept as the raw string the server sent), usage tokens, latency of the
   successful attempt, and ``finish_reason``.
+* **Time.** Two wall-clock limits, both *total* (connect, sending, waiting and reading, however
+  slowly the server trickles bytes), not per-read timeouts: ``timeout_s`` bounds one attempt and
+  ``deadline_s`` bounds the whole call (every attempt and every backoff sleep; default
+  ``min(600, (max_retries + 1) * timeout_s)``, never below ``timeout_s``). Each attempt runs in a
+  worker thread the caller waits on for at most the time left; when it is up the attempt's socket
+  is shut down (so the worker ends too) and the attempt counts as a timeout. A backoff never sleeps
+  past the deadline.
 * **Retries.** The client's built-in retries are switched off (``max_retries=0``) and this class
   retries itself, so the policy is explicit and counts are exact: timeouts, connection errors,
   HTTP 408/409/429/5xx, and unparseable bodies (invalid JSON, no choices, an error object in a
   200) are retried up to ``max_retries`` times with exponential backoff
   (``backoff_s * 2**k``, capped at ``max_backoff_s``, plus up to ``backoff_jitter`` relative jitter;
-  a ``Retry-After`` header on a 429/503 is honoured up to ``max_backoff_s``). Other HTTP errors
-  (400 context too long, 401 bad key, 404 unknown model, ...) fail at once. Either way the caller
-  gets :class:`~shopping_companion.llm.base.BackendError`, whose message never contains the API key
-  (it carries ``attempts`` and ``status_code`` attributes).
+  a ``Retry-After`` header on a 429/503 is honoured up to ``max_backoff_s``), while the deadline
+  allows. Other HTTP errors (401 bad key, 404 unknown model, ...) fail at once; an HTTP 400/413/422
+  saying the prompt exceeds the model's context (vLLM, OpenAI, SGLang, TGI, llama.cpp, Anthropic
+  wordings) raises :class:`~shopping_companion.llm.base.ContextLengthError` (not retried). Either
+  way the caller gets a :class:`~shopping_companion.llm.base.BackendError` (it carries ``attempts``
+  and ``status_code`` attributes).
+* **Circuit breaker.** Connection failures and timeouts are counted per endpoint across the whole
+  process (:mod:`shopping_companion.llm.breaker`, shared by every backend and thread using that
+  endpoint); any HTTP answer resets the count. ``breaker_threshold`` (default 5) consecutive ones
+  open it: that call, calls sleeping in a backoff and every later call raise
+  :class:`~shopping_companion.llm.base.CircuitOpenError` at once (the run stops).
+* **Secrets.** Every message, error and log line this class writes is scrubbed: the key itself,
+  any run of 8 or more of its characters that a server echoes back (a prefix in "Incorrect API key
+  provided: sk-abc123...", a suffix, a middle part) and any ``Bearer`` token.
 * **Keys.** ``api_key`` if given, else the environment variable ``api_key_env``, else the placeholder
   ``"EMPTY"`` (a local vLLM server without ``--api-key`` accepts anything). The key is never shown in
   ``repr()``.
 
 ``OpenAIBackend.from_env()`` builds one from ``SHOPCOMP_MODEL`` / ``SHOPCOMP_BASE_URL`` /
-``SHOPCOMP_API_KEY_ENV`` (plus optional ``SHOPCOMP_TIMEOUT_S`` / ``SHOPCOMP_MAX_RETRIES``), and
+``SHOPCOMP_API_KEY_ENV`` (plus optional ``SHOPCOMP_TIMEOUT_S`` / ``SHOPCOMP_DEADLINE_S`` /
+``SHOPCOMP_MAX_RETRIES`` / ``SHOPCOMP_BREAKER_THRESHOLD``), and
 :class:`OpenAIBackendConfig` is the same settings as a validated config object (for YAML files).
 """
 
@@ -47,7 +65,22 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.llm.base import AssistantMessage, BackendError, Sampling, StructuredToolCall
+from shopping_companion.llm.base import (
+    AssistantMessage,
+    BackendError,
+    CircuitOpenError,
+    ContextLengthError,
+    Sampling,
+    StructuredToolCall,
+)
+from shopping_companion.llm.breaker import (
+    DEFAULT_BREAKER_THRESHOLD,
+    ENV_BREAKER_THRESHOLD,
+    CircuitBreaker,
+    breaker_for,
+    positive_int,
+    positive_seconds,
+)
 
 if TYPE_CHECKING:  # the openai package is imported lazily (it is slow to import)
     from openai import OpenAI
@@ -62,6 +95,12 @@ ENV_BASE_URL = "SHOPCOMP_BASE_URL"
 ENV_API_KEY_ENV = "SHOPCOMP_API_KEY_ENV"
 ENV_TIMEOUT_S = "SHOPCOMP_TIMEOUT_S"
 ENV_MAX_RETRIES = "SHOPCOMP_MAX_RETRIES"
+ENV_DEADLINE_S = "SHOPCOMP_DEADLINE_S"
+
+#: Cap of the default total deadline of one call, in seconds.
+DEFAULT_MAX_DEADLINE_S = 600.0
+#: Shortest key run (characters) scrubbed when a server echoes part of the key.
+MIN_SECRET_RUN = 8
 
 #: HTTP statuses worth retrying (request timeout, conflict/lock, rate limit, server errors).
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -71,6 +110,110 @@ _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s'\",}]+")
 
 class _Unparseable(Exception):
     """The server answered 2xx but the body is not a usable chat completion."""
+
+
+class _AttemptTimeout(Exception):
+    """One attempt used up its wall-clock budget (our own watchdog, not a per-read timeout)."""
+
+
+#: Wordings of "the prompt does not fit the context window" (lower-cased substrings / patterns):
+#: vLLM ("This model's maximum context length is 4096 tokens. However, you requested ..."),
+#: OpenAI (code ``context_length_exceeded``), SGLang ("The input (5000 tokens) is longer than the
+#: model's context length (4096 tokens)", "Requested token count exceeds the model's maximum
+#: context length"), TGI ("`inputs` tokens + `max_new_tokens` must be <= 4096", "`inputs` must
+#: have less than 4096 tokens"), llama.cpp ("exceeds the available context size",
+#: ``exceed_context_size_error``), Anthropic ("prompt is too long").
+_CONTEXT_LENGTH_RE = re.compile(
+    r"maximum context length|context_length_exceeded|context length exceeded|prompt is too long"
+    r"|longer than the model'?s context length|exceeds? the model'?s (?:maximum )?context"
+    r"|`inputs` tokens \+ `max_new_tokens` must be|`inputs` must have less than \d+ tokens"
+    r"|exceeds? the available context size|exceed_context_size|input is too long|too many input tokens"
+    r"|reduce the length of the (?:messages|prompt)",
+    re.IGNORECASE,
+)
+_CONTEXT_LENGTH_STATUS = frozenset({400, 413, 422})
+
+
+def is_context_length_error(status: int | None, text: str) -> bool:
+    """True when an HTTP ``status`` (400, 413 or 422) with body / message ``text`` says the
+    prompt exceeds the model's context window (see ``_CONTEXT_LENGTH_RE`` for the wordings)."""
+    return status in _CONTEXT_LENGTH_STATUS and bool(_CONTEXT_LENGTH_RE.search(text or ""))
+
+
+def _endpoint_of(url: str) -> str:
+    """``url`` without user info, query or fragment (what breaker messages name)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    except ValueError:
+        return "<unparseable base_url>"
+
+
+class _Attempt:
+    """Sockets one attempt uses, so the watchdog can shut them down when its time is up."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[Any] = []
+        self.aborted = False
+
+    def add(self, sock: Any) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            aborted = self.aborted
+        if aborted:
+            _shutdown(sock)
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            socks = list(self._sockets)
+        for sock in socks:
+            _shutdown(sock)
+
+
+def _shutdown(sock: Any) -> None:
+    import socket
+
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # wakes a recv() blocked in the worker thread
+    except OSError:
+        pass
+
+
+_current = threading.local()  # .attempt: the _Attempt the worker thread is running
+
+
+def _trace(event: str, info: dict[str, Any]) -> None:
+    """httpcore trace hook: register a freshly connected socket with the running attempt."""
+    attempt = getattr(_current, "attempt", None)
+    if attempt is None or not event.endswith("connect_tcp.complete"):
+        return
+    stream = info.get("return_value")
+    get = getattr(stream, "get_extra_info", None)
+    if get is not None:
+        attempt.add(get("socket"))
+
+
+def _on_request(request: Any) -> None:
+    if getattr(_current, "attempt", None) is not None:
+        request.extensions["trace"] = _trace
+
+
+def _on_response(response: Any) -> None:
+    """Register the socket of a reused keep-alive connection (headers are in, body is not)."""
+    attempt = getattr(_current, "attempt", None)
+    stream = response.extensions.get("network_stream") if attempt is not None else None
+    get = getattr(stream, "get_extra_info", None)
+    if get is not None:
+        attempt.add(get("socket"))
 
 
 def _is_retryable_status(status: int) -> bool:
@@ -86,8 +229,16 @@ class OpenAIBackend:
             client use ``OPENAI_BASE_URL`` or OpenAI's own endpoint.
         api_key_env: environment variable the key is read from when ``api_key`` is not given.
         api_key: the key itself (takes precedence). Neither set: the placeholder ``"EMPTY"``.
-        timeout_s: per-attempt HTTP timeout in seconds.
+        timeout_s: wall-clock limit of one attempt, in seconds (> 0; connect + send + the whole
+            response, not a per-read timeout).
         max_retries: retries after the first attempt (so ``max_retries + 1`` attempts at most).
+        deadline_s: wall-clock limit of one :meth:`chat` call over all attempts and backoffs, in
+            seconds (> 0). ``None``: ``min(600, (max_retries + 1) * timeout_s)``, at least
+            ``timeout_s``.
+        breaker_threshold: consecutive connection failures / timeouts of this endpoint (across all
+            backends of the process) that open its circuit breaker (>= 1; default 5).
+        breaker: a :class:`~shopping_companion.llm.breaker.CircuitBreaker` to use instead of the
+            endpoint's shared one (e.g. to isolate a probe).
         extra_body: extra JSON fields sent with every request (vLLM / SGLang extensions).
         name: policy name for reports; defaults to ``openai:<model>``.
         backoff_s: delay before the first retry; it doubles on each further retry.
@@ -100,6 +251,9 @@ class OpenAIBackend:
         tool_choice: sent as ``tool_choice`` when tools are given (``None``: not sent, the
             server's default applies).
         default_headers: extra HTTP headers on every request.
+
+    Raises:
+        ConfigError: a bad setting, naming the field and the allowed values (``timeout_s=None`` too).
     """
 
     def __init__(
@@ -120,15 +274,21 @@ class OpenAIBackend:
         max_tokens_param: str = "max_tokens",
         tool_choice: str | dict[str, Any] | None = None,
         default_headers: Mapping[str, str] | None = None,
+        deadline_s: float | None = None,
+        breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         if not model:
             raise ConfigError("model: must be a non-empty model name")
-        if timeout_s <= 0:
-            raise ConfigError(f"timeout_s: must be > 0, got {timeout_s}")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries: must be >= 0, got {max_retries}")
-        if backoff_s < 0 or max_backoff_s < 0 or backoff_jitter < 0:
-            raise ConfigError("backoff_s, max_backoff_s, backoff_jitter: must be >= 0")
+        timeout_s = positive_seconds("timeout_s", timeout_s)
+        deadline_s = positive_seconds("deadline_s", deadline_s, allow_none=True)
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError(f"max_retries: must be an integer >= 0, got {max_retries!r}")
+        breaker_threshold = positive_int("breaker_threshold", breaker_threshold)
+        for field, value in (("backoff_s", backoff_s), ("max_backoff_s", max_backoff_s),
+                             ("backoff_jitter", backoff_jitter)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"{field}: must be a number >= 0, got {value!r}")
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ConfigError(
                 f"max_tokens_param: must be 'max_tokens' or 'max_completion_tokens', got {max_tokens_param!r}"
@@ -138,6 +298,10 @@ class OpenAIBackend:
         self.api_key_env = api_key_env
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
+        if deadline_s is None:
+            deadline_s = max(self.timeout_s, min(DEFAULT_MAX_DEADLINE_S, (self.max_retries + 1) * self.timeout_s))
+        self.deadline_s = float(deadline_s)
+        self.breaker_threshold = breaker_threshold
         self.extra_body: dict[str, Any] = dict(extra_body or {})
         self.name = name or f"openai:{model}"
         self.backoff_s = float(backoff_s)
@@ -152,18 +316,32 @@ class OpenAIBackend:
         key = key or PLACEHOLDER_API_KEY
         # Kept only to scrub it out of error messages.
         self._secrets = tuple(s for s in {key} if s and s != PLACEHOLDER_API_KEY)
+        self._secret_grams = frozenset(
+            s[i:i + MIN_SECRET_RUN] for s in self._secrets for i in range(len(s) - MIN_SECRET_RUN + 1)
+        )
 
-        from openai import OpenAI
+        import openai
 
-        self._client: OpenAI = OpenAI(
+        self._client: OpenAI = openai.OpenAI(
             api_key=key,
             base_url=base_url,
             timeout=self.timeout_s,
             max_retries=0,  # retries are ours (see chat())
             default_headers=dict(default_headers) if default_headers else None,
+            # the hooks hand each attempt's sockets to its watchdog (see _bounded)
+            http_client=openai.DefaultHttpxClient(
+                event_hooks={"request": [_on_request], "response": [_on_response]}
+            ),
         )
+        self.endpoint = self._scrub(_endpoint_of(str(self._client.base_url)))
+        self._breaker = breaker if breaker is not None else breaker_for(self.endpoint, breaker_threshold)
         self._rng = random.Random()
         self._rng_lock = threading.Lock()
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker this backend reports to (shared per endpoint by default)."""
+        return self._breaker
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -196,7 +374,8 @@ class OpenAIBackend:
         return (
             f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, "
             f"base_url={self.base_url!r}, api_key_env={self.api_key_env!r}, "
-            f"api_key=<{self._key_source}>, timeout_s={self.timeout_s}, max_retries={self.max_retries})"
+            f"api_key=<{self._key_source}>, timeout_s={self.timeout_s}, deadline_s={self.deadline_s}, "
+            f"max_retries={self.max_retries})"
         )
 
     def ping(self, connect_timeout_s: float = 10.0) -> None:
@@ -220,8 +399,12 @@ class OpenAIBackend:
             raise self._error(f"{self.name}: base_url {url!r} is not an http:// or https:// URL with a host "
                               "(e.g. http://localhost:8000/v1)", 1, None)
         timeout = openai.Timeout(self.timeout_s, connect=connect_timeout_s)
+        client = self._client.with_options(timeout=timeout, max_retries=0)
         try:
-            self._client.with_options(timeout=timeout, max_retries=0).models.list()
+            self._bounded(client.models.list, self.timeout_s + connect_timeout_s)
+        except _AttemptTimeout:
+            log.warning("%s: %s did not answer GET /models within %gs; going on", self.name, url,
+                        self.timeout_s + connect_timeout_s)
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             cause = exc.__cause__ or exc.__context__
             # the HTTP library's ConnectError / ConnectTimeout (matched by name: openai 1.x uses
@@ -242,59 +425,121 @@ class OpenAIBackend:
         tools: list[dict[str, Any]] | None = None,
         sampling: Sampling | None = None,
     ) -> AssistantMessage:
-        """One assistant turn; raises :class:`BackendError` when retries are exhausted."""
+        """One assistant turn, within ``deadline_s`` seconds of wall clock (each attempt within
+        ``timeout_s``).
+
+        Raises:
+            ContextLengthError: the server said the prompt exceeds the model's context (not retried).
+            BackendError: retries or the deadline exhausted, or a non-retryable HTTP error.
+            CircuitOpenError: this endpoint's circuit breaker is (or just became) open.
+        """
         import openai
 
+        self._breaker.check()
         kwargs = self._request_kwargs(messages, tools, sampling or Sampling())
         attempts = self.max_retries + 1
+        started = time.monotonic()
+        deadline = started + self.deadline_s
         last_error = "no attempt made"
         last_status: int | None = None
+        made = 0
         for attempt in range(attempts):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            budget = min(self.timeout_s, remaining)
             retry_after: float | None = None
+            down = False  # a connection failure or timeout: counts towards the breaker
+            made += 1
             start = time.perf_counter()
             try:
-                raw = self._client.chat.completions.with_raw_response.create(**kwargs)
-                text = raw.http_response.text
+                text = self._bounded(
+                    lambda: self._client.chat.completions.with_raw_response.create(
+                        **kwargs, timeout=budget
+                    ).http_response.text,
+                    budget,
+                )
                 latency = time.perf_counter() - start
+                self._breaker.record_success()
                 return self._parse(text, latency)
-            except openai.APITimeoutError:
+            except (_AttemptTimeout, openai.APITimeoutError):
                 last_status = None
-                last_error = f"timed out after {self.timeout_s:g}s"
+                last_error = f"timed out after {round(budget, 2):g}s"
+                down = True
             except openai.APIConnectionError as exc:
                 last_status = None
                 last_error = f"connection error: {self._describe(exc)}"
+                down = True
             except openai.APIStatusError as exc:
+                self._breaker.record_success()
                 last_status = exc.status_code
-                last_error = f"HTTP {exc.status_code}: {self._describe(exc)}"
+                detail = self._describe(exc)
+                last_error = f"HTTP {exc.status_code}: {detail}"
+                if is_context_length_error(exc.status_code, f"{detail} {self._body_text(exc)}"):
+                    raise self._error(
+                        f"{self.name}: prompt exceeds the model's context ({last_error}); not retried",
+                        made, last_status, ContextLengthError,
+                    ) from None
                 if not _is_retryable_status(exc.status_code):
                     raise self._error(
-                        f"{self.name}: request rejected ({last_error}); not retried",
-                        attempt + 1,
-                        last_status,
+                        f"{self.name}: request rejected ({last_error}); not retried", made, last_status
                     ) from None
                 retry_after = _retry_after_s(exc)
             except _Unparseable as exc:
+                self._breaker.record_success()
                 last_status = None
                 last_error = f"unparseable response: {self._scrub(str(exc))}"
             except openai.OpenAIError as exc:  # anything else from the client: not retryable
                 raise self._error(
-                    f"{self.name}: client error {type(exc).__name__}: {self._describe(exc)}",
-                    attempt + 1,
-                    None,
+                    f"{self.name}: client error {type(exc).__name__}: {self._describe(exc)}", made, None
                 ) from None
+            if down:  # outside the except blocks: a CircuitOpenError carries no client exception
+                self._breaker.record_failure(last_error)
             if attempt + 1 < attempts:
                 delay = self._backoff(attempt, retry_after)
+                left = deadline - time.monotonic()
+                if delay >= left:
+                    last_error += f"; no time left for a retry in {delay:.2f}s"
+                    break
                 log.warning(
                     "%s: attempt %d/%d failed (%s); retrying in %.2fs",
                     self.name, attempt + 1, attempts, last_error, delay,
                 )
-                if delay > 0:
-                    time.sleep(delay)
+                self._breaker.sleep(delay)
+        elapsed = time.monotonic() - started
         raise self._error(
-            f"{self.name}: failed after {attempts} attempt(s); last error: {last_error}",
-            attempts,
+            f"{self.name}: failed after {made} attempt(s) in {elapsed:.1f}s (timeout_s={self.timeout_s:g}, "
+            f"deadline_s={self.deadline_s:g}); last error: {last_error}",
+            made,
             last_status,
         )
+
+    def _bounded(self, fn: Any, budget: float) -> Any:
+        """``fn()`` run in a worker thread; returns its result or re-raises its exception here,
+        or raises :class:`_AttemptTimeout` after ``budget`` seconds of wall clock, shutting down
+        the sockets the attempt opened or reused so the worker ends too."""
+        attempt = _Attempt()
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            _current.attempt = attempt
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+            finally:
+                _current.attempt = None
+                done.set()
+
+        worker = threading.Thread(target=work, daemon=True, name=f"{self.name}-attempt")
+        worker.start()
+        if not done.wait(budget):
+            attempt.abort()
+            raise _AttemptTimeout(f"no complete answer within {budget:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     # ------------------------------------------------------------------ internals
     def _request_kwargs(
@@ -391,8 +636,24 @@ class OpenAIBackend:
         return delay
 
     def _scrub(self, text: str) -> str:
+        """``text`` without the key, any run of >= 8 of its characters (an echoed prefix, suffix or
+        middle part), or any bearer token; cut to 500 characters."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
+        if self._secret_grams and len(text) >= MIN_SECRET_RUN:
+            n = MIN_SECRET_RUN
+            hit = [False] * len(text)
+            for i in range(len(text) - n + 1):
+                if text[i:i + n] in self._secret_grams:
+                    hit[i:i + n] = [True] * n
+            if any(hit):
+                out: list[str] = []
+                for i, ch in enumerate(text):
+                    if not hit[i]:
+                        out.append(ch)
+                    elif i == 0 or not hit[i - 1]:
+                        out.append("***")
+                text = "".join(out)
         text = _BEARER_RE.sub(r"\1***", text)
         if len(text) > _MAX_ERROR_CHARS:
             text = text[:_MAX_ERROR_CHARS] + "..."
@@ -407,8 +668,20 @@ class OpenAIBackend:
                 message = str(inner["message"])
         return self._scrub(str(message))
 
-    def _error(self, message: str, attempts: int, status: int | None) -> BackendError:
-        err = BackendError(self._scrub(message))
+    @staticmethod
+    def _body_text(exc: BaseException) -> str:
+        """The raw error body / code of an HTTP error (to recognise context-length refusals)."""
+        body = getattr(exc, "body", None)
+        if body is None:
+            return ""
+        try:
+            return json.dumps(body) if not isinstance(body, str) else body
+        except (TypeError, ValueError):
+            return str(body)
+
+    def _error(self, message: str, attempts: int, status: int | None,
+               kind: type[BackendError] = BackendError) -> BackendError:
+        err = kind(self._scrub(message))
         err.attempts = attempts  # type: ignore[attr-defined]
         err.status_code = status  # type: ignore[attr-defined]
         return err
@@ -458,14 +731,21 @@ def _retry_after_s(exc: Any) -> float | None:
 
 
 class OpenAIBackendConfig(BaseModel):
-    """Settings of an :class:`OpenAIBackend` (for config files); :meth:`build` makes the backend."""
+    """Settings of an :class:`OpenAIBackend` (for config files); :meth:`build` makes the backend.
+
+    ``timeout_s`` (one attempt) and ``deadline_s`` (the whole call, ``None``: derived) are wall-clock
+    seconds > 0; a missing, non-numeric or non-positive value raises :class:`ConfigError` naming
+    the field (not a pydantic or type error).
+    """
 
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1)
     base_url: str | None = None
     api_key_env: str = DEFAULT_API_KEY_ENV
     timeout_s: float = Field(default=120, gt=0)
+    deadline_s: float | None = Field(default=None, gt=0)
     max_retries: int = Field(default=3, ge=0)
+    breaker_threshold: int = Field(default=DEFAULT_BREAKER_THRESHOLD, ge=1)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     name: str | None = None
     backoff_s: float = Field(default=1.0, ge=0)
@@ -474,13 +754,33 @@ class OpenAIBackendConfig(BaseModel):
     max_tokens_param: str = "max_tokens"
     tool_choice: str | dict[str, Any] | None = None
 
+    def __init__(self, **values: Any) -> None:
+        # checked before pydantic so the caller gets a ConfigError naming the field, not a
+        # ValidationError about NoneType (numeric strings from YAML/env are still accepted)
+        for key, check in (("timeout_s", positive_seconds), ("deadline_s", positive_seconds),
+                           ("breaker_threshold", positive_int)):
+            if key not in values:
+                continue
+            value = values[key]
+            if isinstance(value, str):
+                try:
+                    value = int(value) if key == "breaker_threshold" else float(value)
+                except ValueError:
+                    raise ConfigError(f"{key}: must be a number, got {values[key]!r}") from None
+            if key == "deadline_s" and value is None:
+                continue
+            check(key, value)
+        super().__init__(**values)
+
     @classmethod
     def from_env(
         cls, env: Mapping[str, str] | None = None, **overrides: Any
     ) -> OpenAIBackendConfig:
         """Read ``SHOPCOMP_MODEL`` (required unless ``model=`` is given), ``SHOPCOMP_BASE_URL``,
-        ``SHOPCOMP_API_KEY_ENV``, ``SHOPCOMP_TIMEOUT_S`` and ``SHOPCOMP_MAX_RETRIES`` (``env``
-        defaults to ``os.environ``); keyword ``overrides`` win over the environment."""
+        ``SHOPCOMP_API_KEY_ENV``, ``SHOPCOMP_TIMEOUT_S``, ``SHOPCOMP_DEADLINE_S`` (seconds > 0),
+        ``SHOPCOMP_MAX_RETRIES`` and ``SHOPCOMP_BREAKER_THRESHOLD`` (``env`` defaults to
+        ``os.environ``); keyword ``overrides`` win over the environment. Raises
+        :class:`ConfigError` naming the variable for a value that is not a number or out of range."""
         env = os.environ if env is None else env
         model = overrides.get("model") or env.get(ENV_MODEL, "").strip()
         if not model:
@@ -490,13 +790,22 @@ class OpenAIBackendConfig(BaseModel):
             values["base_url"] = env[ENV_BASE_URL].strip()
         if env.get(ENV_API_KEY_ENV, "").strip():
             values["api_key_env"] = env[ENV_API_KEY_ENV].strip()
-        for var, key, conv in ((ENV_TIMEOUT_S, "timeout_s", float), (ENV_MAX_RETRIES, "max_retries", int)):
+        for var, key, conv in ((ENV_TIMEOUT_S, "timeout_s", float), (ENV_DEADLINE_S, "deadline_s", float),
+                               (ENV_MAX_RETRIES, "max_retries", int),
+                               (ENV_BREAKER_THRESHOLD, "breaker_threshold", int)):
             raw = env.get(var, "").strip()
             if raw:
                 try:
                     values[key] = conv(raw)
                 except ValueError:
                     raise ConfigError(f"{var}: expected a number, got {raw!r}") from None
+                try:
+                    check = positive_seconds if conv is float else (
+                        positive_int if key == "breaker_threshold" else None)
+                    if check is not None:
+                        check(key, values[key])
+                except ConfigError as e:
+                    raise ConfigError(f"{var}: {e}") from None
         values.update(overrides)
         return cls(**values)
 
@@ -511,9 +820,12 @@ def backend_from_env(env: Mapping[str, str] | None = None, **overrides: Any) -> 
 
 
 __all__ = [
+    "CircuitOpenError",
+    "ContextLengthError",
     "OpenAIBackend",
     "OpenAIBackendConfig",
     "PLACEHOLDER_API_KEY",
     "RETRYABLE_STATUS",
     "backend_from_env",
+    "is_context_length_error",
 ]

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from shopping_companion.judges.llm import _Cache, ask_strict_json
+from shopping_companion.judges.llm import _bounded_call, _Cache, ask_strict_json
 from shopping_companion.llm.base import ChatBackend, Sampling
 
 __all__ = ["JSONAsker", "JSONAskError"]
@@ -45,10 +46,21 @@ class JSONAsker:
         max_retries: re-asks after the first attempt (invalid replies and retryable errors).
         cache_path: SQLite reply cache (None: in-memory only).
         backoff_s, max_backoff_s: delay after a backend error, ``min(backoff_s * 2**k, max)``.
+        timeout_s: wall-clock limit of one attempt, in seconds (> 0; ``None``: the backend's own).
+        deadline_s: wall-clock limit of one :meth:`ask` over all attempts, re-asks and backoffs, in
+            seconds (> 0; default 600).
+
+    Raises:
+        ConfigError: a ``timeout_s`` / ``deadline_s`` that is not a number of seconds > 0.
     """
 
     def __init__(self, backend: ChatBackend, *, sampling: Sampling | None = None, max_retries: int = 2,
-                 cache_path: str | Path | None = None, backoff_s: float = 0.5, max_backoff_s: float = 8.0) -> None:
+                 cache_path: str | Path | None = None, backoff_s: float = 0.5, max_backoff_s: float = 8.0,
+                 timeout_s: float | None = None, deadline_s: float = 600.0) -> None:
+        from shopping_companion.llm.breaker import positive_seconds
+
+        self.timeout_s = positive_seconds("timeout_s", timeout_s, allow_none=True)
+        self.deadline_s = positive_seconds("deadline_s", deadline_s)
         self.backend = backend
         self.sampling = sampling or Sampling(temperature=0.0, top_p=1.0, top_k=None, max_tokens=2048)
         self.max_retries = max_retries
@@ -69,16 +81,22 @@ class JSONAsker:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def ask(self, messages: list[dict[str, Any]], model: type[M], context: dict[str, Any] | None = None) -> M:
-        """The validated reply. Raises :class:`JSONAskError` after ``max_retries`` re-asks."""
+        """The validated reply. Raises :class:`JSONAskError` after ``max_retries`` re-asks or when
+        ``deadline_s`` is up, and :class:`~shopping_companion.llm.base.CircuitOpenError` when the
+        endpoint's circuit breaker opens."""
+        deadline = time.monotonic() + self.deadline_s
 
         def call(convo: list[dict[str, Any]]) -> str:
             self._bump("requests")
-            return self.backend.chat(convo, None, self.sampling).content
+            left = deadline - time.monotonic()
+            budget = left if self.timeout_s is None else min(self.timeout_s, left)
+            return _bounded_call(lambda: self.backend.chat(convo, None, self.sampling), budget).content
 
         out, errors = ask_strict_json(
             call, messages, lambda obj: model.model_validate(obj, context=context), self._cache,
             self._key(messages, model), max_retries=self.max_retries, backoff_s=self.backoff_s,
             max_backoff_s=self.max_backoff_s, bump=self._bump, name=f"{model.__name__} asker",
+            deadline_s=self.deadline_s,
         )
         if out is None:
             raise JSONAskError(f"{model.__name__}: no valid reply from {self.model_id}", errors)

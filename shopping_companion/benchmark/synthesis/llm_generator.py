@@ -16,9 +16,11 @@ Every call:
 * is cached in SQLite by the SHA-256 of ``(model, messages, temperature, top_p, max_tokens,
   seed)``, so a rebuild makes no request and reproduces the same files;
 * goes through :class:`~shopping_companion.llm.openai_backend.OpenAIBackend` (HTTP retries with
-  backoff; the key comes from the endpoint's environment variable and is never stored). A backend
-  that still fails stops the build with :class:`~.common.SynthError` naming the endpoint and error;
-  so do ``max_consecutive_failures`` invalid answers in a row.
+  backoff, each attempt within ``timeout_s`` and each request within the backend's total
+  ``deadline_s`` of wall clock; the key comes from the endpoint's environment variable and is never
+  stored). A backend that still fails, or whose endpoint's circuit breaker opens (consecutive
+  connection failures / timeouts), stops the build with :class:`~.common.SynthError` naming the
+  endpoint and error; so do ``max_consecutive_failures`` invalid answers in a row.
 
 Tasks are spread round-robin over the configured endpoints (the paper split its synthesis evenly
 over four models).
@@ -218,7 +220,7 @@ class LLMGenerator:
     def _call(self, spec: TaskSpec, purpose: str, prompt: str, parse: Callable[[dict[str, Any]], Any]) -> Any:
         """Ask, validate, retry with feedback; cached. ``parse`` raises ValueError with a message
         for the model when the content is not acceptable."""
-        from shopping_companion.llm.base import BackendError, Sampling
+        from shopping_companion.llm.base import BackendError, CircuitOpenError, Sampling
 
         ep_i = spec.index % len(self.backends)
         backend, endpoint = self.backends[ep_i], self.config.endpoints[ep_i]
@@ -246,7 +248,7 @@ class LLMGenerator:
             if text is None:
                 try:
                     msg = backend.chat(messages, None, sampling)
-                except BackendError as e:
+                except (BackendError, CircuitOpenError) as e:
                     raise SynthError(
                         f"LLM generator: endpoint {endpoint.model!r} at {endpoint.base_url or 'default URL'} "
                         f"failed ({e}); the build stopped, finished tasks are kept and a rerun resumes"
