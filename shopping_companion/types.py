@@ -21,11 +21,11 @@ Polarity = Literal["want", "avoid"]
 #: (``EnvConfig.max_invalid_turns``); ``length``: the same, when truncation (finish_reason
 #: ``length``) caused the last of them; ``context_length``: the server refused the prompt as longer
 #: than the model's context (a model failure, scored); ``backend_error``: the backend failed after its
-#: retries (recorded, not scored); ``error``: an unexpected exception inside the episode (recorded,
-#: not scored); ``running``: not finished.
+#: retries (recorded, not scored); ``running``: not finished. (An unexpected exception inside an
+#: episode gives an :class:`EpisodeResult` with ``error`` set and no stages; it is not scored.)
 TerminationReason = Literal[
     "answered", "max_turns", "token_budget", "invalid_output", "length", "context_length",
-    "backend_error", "error", "running",
+    "backend_error", "running",
 ]
 
 

@@ -32,10 +32,17 @@ Malformed model output never raises: it becomes an error observation and counts 
 reward (Eq. 11). Per turn: malformed tool-call blocks and rejected calls each get an error
 observation; a call identical (same tool and arguments) to an earlier one of the stage is not run
 again (error observation, r(u)=0 — repeating a high-precision call cannot inflate R_tool); at most
-``max_calls_per_turn`` calls run per turn; a turn with neither a call nor an answer gets a
-user-role reminder listing the format problems found. Observations longer than
-``max_observation_chars`` are cut with a visible marker. Lone UTF-16 surrogates in model output
-(possible from JSON ``\\ud800`` escapes) are replaced by U+FFFD so results always serialise.
+``max_calls_per_turn`` calls run per turn; a call whose decoded arguments are deeper, longer or
+hold more items than ``max_tool_arg_depth`` / ``max_tool_arg_chars`` / ``max_tool_arg_items`` is
+not run (error observation naming the limit); a turn with neither a call nor an answer gets a
+user-role reminder listing the format problems found (among them ``tool_call_in_reasoning`` when
+the calls were written only in the separate reasoning channel). A turn cut off by the token limit
+(``finish_reason == "length"``) runs no call. ``max_invalid_turns`` consecutive invalid turns end
+the stage (``invalid_output`` / ``length``); a prompt the server refuses as too long ends it as
+``context_length`` (:meth:`ShoppingCompanionEnv.end_stage_model_failure`); both are scored like a
+``max_turns`` end. Observations longer than ``max_observation_chars`` are cut with a visible
+marker. Every string of model output, raw or decoded from JSON (a ``\\ud800`` escape), is cleaned
+of lone UTF-16 surrogates (replaced by U+FFFD), so requests and results always encode.
 
 One instance per episode; all state is on the instance. :meth:`ShoppingCompanionEnv.astep` runs
 :meth:`step` in a worker thread (and detaches that thread from the JVM afterwards) so many episodes
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import threading
 import time
@@ -56,6 +64,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shopping_companion.envs import prompts
 from shopping_companion.envs.parsing import (
+    ArgumentLimits,
+    clean_text,
     extract_rec_ids,
     format_flags,
     parse_action,
@@ -113,6 +123,25 @@ class EnvConfig(BaseModel):
     ``reject_repeated_calls``: a call asking for the same as an earlier call of the same stage
     (same tool and arguments, id lists compared as sets, queries case- and space-folded) is not run
     again and gets an error observation.
+    ``max_tool_arg_depth`` (1..64, default 16), ``max_tool_arg_chars`` (characters of the
+    arguments' compact JSON, >= 64, default 65,536) and ``max_tool_arg_items`` (list elements plus
+    object entries over the whole arguments value, >= 1, default 1,000): bounds on one call's
+    decoded arguments (:class:`~shopping_companion.envs.parsing.ArgumentLimits`); a call over one
+    is not run and gets an error observation naming the field and its value (not a format error:
+    the JSON was valid). Nothing deeper reaches a trajectory or the results file.
+    ``max_invalid_turns``: consecutive invalid turns after which a stage ends (>= 1, default 3;
+    termination ``invalid_output``, or ``length`` when the last one was cut off by the token
+    limit). A turn is *invalid* when no tool call of it reached a tool (calls that were unparsable,
+    over the argument bounds, written only in the reasoning, or beyond ``max_calls_per_turn`` do
+    not count; a call a tool rejected for its arguments, or a repeat refused by
+    ``reject_repeated_calls``, does) and it holds no answer, or when it was truncated
+    (finish_reason ``length``). The turn limit wins when both end the stage on the same turn.
+    ``max_prompt_tokens``: optional budget (>= 256 tokens) on the whole prompt of the next turn;
+    before it would be exceeded, older tool observations are clipped with a visible
+    ``[clipped N chars]`` marker (``None``, the default: never). Estimated without a tokenizer as
+    characters / ``prompt_chars_per_token`` (> 0, default 3.0: conservative for JSON and
+    non-English text) plus 4 per message, or by the environment's ``token_counter``. Leave it
+    None for token-level GRPO, which re-renders earlier turns and has its own response budget.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -124,6 +153,12 @@ class EnvConfig(BaseModel):
     max_observation_chars: int = Field(default=12_000, ge=200)
     max_calls_per_turn: int = Field(default=16, ge=1, le=256)
     reject_repeated_calls: bool = True
+    max_tool_arg_depth: int = Field(default=16, ge=1, le=64)
+    max_tool_arg_chars: int = Field(default=65_536, ge=64)
+    max_tool_arg_items: int = Field(default=1_000, ge=1)
+    max_invalid_turns: int = Field(default=3, ge=1)
+    max_prompt_tokens: int | None = Field(default=None, ge=256)
+    prompt_chars_per_token: float = Field(default=3.0, gt=0)
 
     @model_validator(mode="after")
     def _hint_needs_two_stages(self) -> "EnvConfig":
@@ -159,20 +194,17 @@ class StepResult:
 RewardFn = Callable[[Task, Trajectory, Verdict], RewardBreakdown]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
+#: The prefix of the format error recorded for a truncated turn (finish_reason ``length``).
+TRUNCATED_ERROR = "output_truncated"
 
 
 def _clean(text: Any) -> str:
     """Any value → str without lone surrogates (bytes decoded with replacement)."""
-    if text is None:
-        return ""
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        try:
-            text = str(text)
-        except Exception:
-            text = ""
-    return _SURROGATES.sub("\ufffd", text)
+    return clean_text(text)
+
+
+def _has_surrogates(text: str) -> bool:
+    return _SURROGATES.search(text) is not None
 
 
 def _as_message(action: Any) -> AssistantMessage:
@@ -193,6 +225,7 @@ def _as_message(action: Any) -> AssistantMessage:
         update={
             "content": _clean(msg.content),
             "reasoning": None if msg.reasoning is None else _clean(msg.reasoning),
+            "finish_reason": None if msg.finish_reason is None else _clean(msg.finish_reason),
             "tool_calls": calls,
         }
     )
@@ -247,6 +280,9 @@ class ShoppingCompanionEnv:
             :func:`~shopping_companion.envs.simulator.make_simulator`.
         sessions: ``session_id -> Session`` used by ``oracle`` mode to show the needle sessions
             when ``tools.memory`` is None (e.g. a benchmark's session pool).
+        token_counter: optional ``(messages, tool_schemas) -> int`` prompt-length counter (e.g.
+            a tokenizer's chat template) for ``max_prompt_tokens``; default the tokenizer-free
+            estimate of :meth:`estimate_prompt_tokens`.
 
     Raises ``ValueError`` for an unknown simulator name and (at :meth:`reset`) for an ``oracle``
     episode whose needle sessions cannot be found.
@@ -261,8 +297,10 @@ class ShoppingCompanionEnv:
         reward_fn: RewardFn = compute_reward,
         simulator: Any = None,
         sessions: Mapping[str, Session] | None = None,
+        token_counter: Callable[[list[dict[str, Any]], list[dict[str, Any]]], int] | None = None,
     ) -> None:
         self.task = task
+        self.token_counter = token_counter
         self.tools = tools
         self.judge = judge
         self.config = config or EnvConfig()
@@ -285,6 +323,11 @@ class ShoppingCompanionEnv:
         self._pref_verdict: Verdict | None = None
         self._judge_error: str | None = None
         self._seed: int | None = None
+        self._invalid_run = 0
+        c = self.config
+        self._limits = ArgumentLimits(
+            max_depth=c.max_tool_arg_depth, max_chars=c.max_tool_arg_chars, max_items=c.max_tool_arg_items
+        )
 
     # ------------------------------------------------------------------ API
 
@@ -308,10 +351,14 @@ class ShoppingCompanionEnv:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The current stage's chat so far, as OpenAI-style dicts (what the policy sees)."""
+        """The current stage's chat so far, as OpenAI-style dicts (what the policy sees).
+
+        An assistant turn's separate reasoning is kept on the trajectory's message (key
+        ``reasoning_content``) but left out here: OpenAI-compatible reasoning APIs do not take it
+        back (some reject it) and Qwen3-style templates drop past reasoning anyway."""
         if self._traj is None:
             raise RuntimeError("call reset() first")
-        return [m.model_dump(exclude_none=True) for m in self._traj.messages]
+        return [m.model_dump(exclude_none=True, exclude={"reasoning_content"}) for m in self._traj.messages]
 
     @property
     def trajectory(self) -> Trajectory:
@@ -352,6 +399,18 @@ class ShoppingCompanionEnv:
     def step(self, action: str | AssistantMessage | Any) -> StepResult:
         """Apply one assistant turn. Never raises for malformed model output.
 
+        The turn's ``finish_reason`` and separate ``reasoning`` are recorded on its
+        :class:`~shopping_companion.types.Step`; the reasoning is also kept on the assistant
+        message of the trajectory (key ``reasoning_content``, not sent back to the policy: see
+        :attr:`messages`). A turn cut off by the token limit (``finish_reason == "length"``) runs
+        none of its tool calls (each gets an error observation saying the output was cut off); a
+        complete answer in it still ends the stage. After ``max_invalid_turns`` consecutive
+        invalid turns (no call reached a tool and no answer, or a truncated turn) the stage ends
+        with termination ``invalid_output`` (``length`` when the last of them was truncated),
+        judged and scored like a ``max_turns`` end; the turn limit takes precedence when both
+        happen on the same turn. With ``max_prompt_tokens`` set, older tool observations are
+        clipped before the next prompt would exceed it (:meth:`_clip_prompt`).
+
         Raises ``RuntimeError`` only for API misuse: before :meth:`reset` or after the episode
         ended.
         """
@@ -360,11 +419,21 @@ class ShoppingCompanionEnv:
         if self.done:
             raise RuntimeError("episode is over; call reset() to start a new one")
         msg = _as_message(action)
+        cfg = self.config
         traj = self._traj
         turn = len(traj.steps)
         prefix = f"s{self.stage}t{turn}"
-        parsed = parse_action(msg.content, structured=msg.tool_calls or None, call_id_prefix=prefix)
+        parsed = parse_action(
+            msg.content, structured=msg.tool_calls or None, call_id_prefix=prefix,
+            reasoning=msg.reasoning, limits=self._limits,
+        )
+        truncated_turn = msg.finish_reason == "length"
         flags = format_flags(parsed)
+        if truncated_turn and not parsed.has_answer:
+            flags.errors.append(
+                f"{TRUNCATED_ERROR}: the output was cut off at the token limit (finish_reason length) "
+                "before the turn ended; its tool calls were not run"
+            )
         step = Step(
             assistant_text=msg.content,
             tool_calls=parsed.tool_calls,
@@ -372,8 +441,12 @@ class ShoppingCompanionEnv:
             prompt_tokens=msg.prompt_tokens,
             completion_tokens=msg.completion_tokens,
             latency_s=msg.latency_s,
+            finish_reason=msg.finish_reason,
+            reasoning=msg.reasoning,
         )
         assistant: dict[str, Any] = {"role": "assistant", "content": msg.content}
+        if msg.reasoning:
+            assistant["reasoning_content"] = msg.reasoning
         if msg.tool_calls:
             assistant["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -386,32 +459,70 @@ class ShoppingCompanionEnv:
             "turn": turn,
             "prompt_tokens": msg.prompt_tokens,
             "completion_tokens": msg.completion_tokens,
+            "finish_reason": msg.finish_reason,
         }
 
         if parsed.has_answer:
             traj.final_answer = parsed.answer
+            self._invalid_run = 0
             result = self._end_stage("answered")
             result.info = {**base_info, **result.info}
             return result
 
-        step.tool_results.extend(self._run_calls(parsed, prefix, {c.id for c in msg.tool_calls}))
-        observations: list[dict[str, Any]] = []
+        if truncated_turn:
+            results, n_run = self._truncated_results(parsed, prefix), 0
+        else:
+            results, n_run = self._run_calls(parsed, prefix, {c.id for c in msg.tool_calls})
+        step.tool_results.extend(results)
+        n_obs = len(traj.messages)
         for res in step.tool_results:
-            m = Message(role="tool", content=res.content, name=res.name, tool_call_id=res.call_id)
-            traj.messages.append(m)
-            observations.append(m.model_dump(exclude_none=True))
+            traj.messages.append(Message(role="tool", content=res.content, name=res.name, tool_call_id=res.call_id))
         if not step.tool_results:
-            text = truncate_text(prompts.no_action_feedback(parsed.errors), self.config.max_observation_chars)
-            m = Message(role="user", content=text)
-            traj.messages.append(m)
-            observations.append(m.model_dump(exclude_none=True))
+            errors = list(flags.errors) if truncated_turn else list(parsed.errors)
+            text = truncate_text(prompts.no_action_feedback(errors), cfg.max_observation_chars)
+            traj.messages.append(Message(role="user", content=text))
+        self._clip_prompt()
+        observations = [m.model_dump(exclude_none=True, exclude={"reasoning_content"}) for m in traj.messages[n_obs:]]
 
-        if len(traj.steps) >= self.config.max_turns:
-            result = self._end_stage("max_turns")
+        invalid = truncated_turn or n_run == 0
+        self._invalid_run = self._invalid_run + 1 if invalid else 0
+        base_info["invalid_turns"] = self._invalid_run
+        if len(traj.steps) >= cfg.max_turns:
+            reason: TerminationReason | None = "max_turns"
+        elif self._invalid_run >= cfg.max_invalid_turns:
+            reason = "length" if truncated_turn else "invalid_output"
+        else:
+            reason = None
+        if reason is not None:
+            result = self._end_stage(reason)
             result.observations = observations + result.observations
             result.info = {**base_info, **result.info}
             return result
         return StepResult(observations, 0.0, False, False, base_info)
+
+    def end_stage_model_failure(self, reason: TerminationReason, message: str) -> StepResult:
+        """End the current stage because the model could not go on, e.g. the server refused the
+        prompt as longer than the model's context (``reason="context_length"``).
+
+        This is a *model* failure, not a backend error: the stage keeps what it did so far and is
+        judged and scored like a ``max_turns`` end (in ``two_stage`` mode a failed stage 1 hands
+        over to stage 2, whose prompt starts afresh). ``message`` (e.g. the server's error text,
+        cleaned and cut to 500 characters) is recorded in ``info["model_failure"]`` of the
+        returned :class:`StepResult`. ``reason`` must be one of ``context_length``, ``length``,
+        ``invalid_output``, ``max_turns`` or ``token_budget`` (``ValueError`` otherwise);
+        ``RuntimeError`` before :meth:`reset` or after the episode ended.
+        """
+        if not self._started or self._traj is None:
+            raise RuntimeError("call reset() before end_stage_model_failure()")
+        if self.done:
+            raise RuntimeError("episode is over; call reset() to start a new one")
+        allowed = ("context_length", "length", "invalid_output", "max_turns", "token_budget")
+        if reason not in allowed:
+            raise ValueError(f"reason: must be one of {allowed} (a model failure), got {reason!r}")
+        stage, turn = self.stage, len(self._traj.steps)
+        result = self._end_stage(reason)
+        result.info = {"stage": stage, "turn": turn, **result.info, "model_failure": _clean(message)[:500]}
+        return result
 
     async def astep(self, action: str | AssistantMessage | Any) -> StepResult:
         """Async :meth:`step`: runs in a worker thread (tools release the GIL in Lucene and numpy),
@@ -421,6 +532,18 @@ class ShoppingCompanionEnv:
         def work() -> StepResult:
             try:
                 return self.step(action)
+            finally:
+                _detach_jvm_thread()
+
+        return await asyncio.to_thread(work)
+
+    async def aend_stage_model_failure(self, reason: TerminationReason, message: str) -> StepResult:
+        """Async :meth:`end_stage_model_failure` (judging runs in a worker thread, detached from
+        the JVM afterwards, like :meth:`astep`)."""
+
+        def work() -> StepResult:
+            try:
+                return self.end_stage_model_failure(reason, message)
             finally:
                 _detach_jvm_thread()
 
@@ -502,6 +625,7 @@ class ShoppingCompanionEnv:
     def _start_stage(self, stage: int) -> None:
         self.stage = stage
         self._seen_calls = {}
+        self._invalid_run = 0
         n = self.config.max_turns
         if self.mode == "one_stage":
             system, user = prompts.one_stage_system(n), prompts.one_stage_user(self.task)
@@ -525,14 +649,29 @@ class ShoppingCompanionEnv:
         content = truncate_text(json.dumps({"error": error}, ensure_ascii=False), self.config.max_observation_chars)
         return ToolResult(call_id=call_id, name=name, content=content, error=error)
 
-    def _run_calls(self, parsed: Any, prefix: str, structured_ids: set[str]) -> list[ToolResult]:
-        """Error observations for malformed blocks, then the calls (limit, repeats, execution).
+    def _truncated_results(self, parsed: Any, prefix: str) -> list[ToolResult]:
+        """A truncated turn (finish_reason ``length``): one error observation per call and per
+        malformed block (with the server's id when it has one), nothing run."""
+        why = ("not run: your output was cut off at the token limit (finish_reason length) before the "
+               "turn ended, so this call may be incomplete; write shorter turns (think less) and call again")
+        out = [self._error_result(c.call_id, c.name, why) for c in parsed.tool_calls]
+        for k, (err, cid) in enumerate(zip(parsed.tool_errors, _pad(parsed.tool_error_ids, len(parsed.tool_errors)))):
+            out.append(self._error_result(cid or f"{prefix}-invalid{k}", "invalid_tool_call", f"{err}; {why}"))
+        return out[: self.config.max_calls_per_turn + 1]
+
+    def _run_calls(self, parsed: Any, prefix: str, structured_ids: set[str]) -> tuple[list[ToolResult], int]:
+        """Error observations for malformed blocks, then the calls (limit, argument bounds,
+        repeats, execution). Returns ``(results, n_run)``: ``n_run`` counts the calls that reached
+        a tool or were refused as repeats (a turn with none is an invalid turn).
 
         Items beyond ``max_calls_per_turn``: a structured call (``structured_ids``, the server's
         ids, which each need a tool response) gets its own short error observation; text-block
-        items are merged into one observation carrying the first such call's id."""
+        items are merged into one observation carrying the first such call's id. A call whose
+        arguments broke the bounds (``parsed.rejected``) gets an error observation naming the
+        limit and is not run."""
         cfg = self.config
         limit = cfg.max_calls_per_turn
+        n_run = 0
         out: list[ToolResult] = []
         over_text: list[str] = []  # text-block items beyond the limit, merged into one observation
         items: list[tuple[str, Any]] = [("bad", (e, cid)) for e, cid in zip(parsed.tool_errors, _pad(parsed.tool_error_ids, len(parsed.tool_errors)))]
@@ -551,6 +690,10 @@ class ShoppingCompanionEnv:
                 out.append(self._error_result(cid or f"{prefix}-invalid{k}", "invalid_tool_call", err))
                 continue
             call: ToolCall = obj
+            if call.call_id in parsed.rejected:
+                out.append(self._error_result(call.call_id, call.name, f"{call.name}: not run: {parsed.rejected[call.call_id]}"))
+                continue
+            n_run += 1
             key = _call_key(call)
             if cfg.reject_repeated_calls and key in self._seen_calls:
                 out.append(
@@ -564,7 +707,8 @@ class ShoppingCompanionEnv:
                 )
                 continue
             self._seen_calls[key] = call.call_id
-            out.append(self.tools.execute(call, self.allowed_tools, max_chars=cfg.max_observation_chars))
+            res = self.tools.execute(call, self.allowed_tools, max_chars=cfg.max_observation_chars)
+            out.append(res if not _has_surrogates(res.content) else res.model_copy(update={"content": _clean(res.content)}))
         if over_text:
             first = next((c for c in over_text if c), f"{prefix}-overflow")
             out.append(
@@ -574,7 +718,56 @@ class ShoppingCompanionEnv:
                     f"{len(over_text)} more tool call(s) in this turn were not run: at most {limit} per turn",
                 )
             )
-        return out
+        return out, n_run
+
+    def _clip_prompt(self) -> None:
+        """With ``max_prompt_tokens`` set: while the estimated prompt of the next turn (messages
+        plus tool schemas, :meth:`estimate_prompt_tokens`) exceeds it, cut tool observations of
+        the current stage, oldest first, each to its first ``_CLIP_KEEP`` characters plus the
+        marker ``[clipped N chars]``. The messages are changed in place (they are what the policy
+        sees next); the steps' :class:`ToolResult` keep the full text and ids the agent was shown
+        when the call ran. Stops when nothing is left to clip (the server may then refuse the
+        prompt: termination ``context_length``)."""
+        budget = self.config.max_prompt_tokens
+        if budget is None or self._traj is None:
+            return
+        msgs = self._traj.messages
+        est = self.estimate_prompt_tokens()
+        if est <= budget:
+            return
+        cpt = self.config.prompt_chars_per_token
+        for m in msgs:
+            if est <= budget:
+                break
+            if m.role != "tool" or len(m.content) <= _CLIP_KEEP + 40 or _CLIP_MARK in m.content[-40:]:
+                continue
+            excess_chars = int((est - budget) * cpt) + 1
+            keep = max(_CLIP_KEEP, len(m.content) - excess_chars - 40)
+            if keep >= len(m.content) - 40:
+                continue
+            n = len(m.content) - keep
+            m.content = m.content[:keep] + f"\n…[clipped {n} chars]"
+            est = self.estimate_prompt_tokens()
+
+    def estimate_prompt_tokens(self) -> int:
+        """The tokenizer-free estimate of the next prompt's length in tokens used by
+        ``max_prompt_tokens``: the ``token_counter`` given to the environment, called on
+        ``(messages, tool_schemas)``, when there is one; else ``ceil(chars / prompt_chars_per_token)``
+        over every message's content plus the JSON of the tool schemas, plus 4 tokens per message
+        (role and template markers)."""
+        if self._traj is None:
+            return 0
+        if self.token_counter is not None:
+            return int(self.token_counter(self.messages, self.tool_schemas))
+        chars = sum(len(m.content) for m in self._traj.messages)
+        chars += self._schema_chars()
+        return math.ceil(chars / self.config.prompt_chars_per_token) + 4 * len(self._traj.messages)
+
+    def _schema_chars(self) -> int:
+        key = self.allowed_tools
+        if key not in _SCHEMA_CHARS:
+            _SCHEMA_CHARS[key] = len(json.dumps(self.tool_schemas, ensure_ascii=False))
+        return _SCHEMA_CHARS[key]
 
     def _judge(self, traj: Trajectory) -> Verdict | None:
         try:
@@ -640,6 +833,11 @@ class ShoppingCompanionEnv:
             return StepResult(self.messages, reward.total, False, truncated, info)
         self.done = True
         return StepResult([], reward.total, True, truncated, info)
+
+
+_SCHEMA_CHARS: dict[tuple[str, ...], int] = {}
+_CLIP_KEEP = 200
+_CLIP_MARK = "chars]"
 
 
 def _pad(xs: list[Any], n: int) -> list[Any]:

@@ -13,8 +13,11 @@ turns and tool observations have neither).
 
 Episode semantics (gymnasium ≥ 0.26): ``reward`` is the ending stage's total reward (Eq. 12)
 on the step where a stage ends, else 0.0. ``terminated`` is True when the last stage ended with
-an answer; ``truncated`` is True when it ended by hitting ``max_turns`` (a time limit in
-gymnasium's sense). A stage-1 turn limit in ``two_stage`` mode does not end the episode (stage 2
+an answer, or ended by the environment for the model's output (``invalid_output`` / ``length``:
+``EnvConfig.max_invalid_turns`` consecutive invalid turns; ``info["termination"]`` says which);
+``truncated`` is True when it ended by hitting ``max_turns`` (a time limit in gymnasium's sense).
+An action may also be an :class:`~shopping_companion.llm.base.AssistantMessage` (or its dict),
+carrying ``reasoning`` and ``finish_reason``. A stage-1 turn limit in ``two_stage`` mode does not end the episode (stage 2
 starts), so it is neither. After the episode ends, :meth:`ShoppingCompanionGymEnv.result` gives
 the :class:`~shopping_companion.types.EpisodeResult`.
 

@@ -29,11 +29,27 @@ at most one thinking block, balanced; tool-call blocks read by JSON object bound
 ``NaN``/``Infinity``, also in ``arguments`` strings and in the stage-1 preference JSON); exactly one
 ``<answer>`` block to end a stage (a second one is an error; the first is the answer); no tool
 call after the answer.
+
+Decoded values are bounded and cleaned (:class:`ArgumentLimits`, :func:`clean_text`): every string
+the parser returns (tool names, argument keys and values after JSON decoding, the answer, the
+thinking, stage-1 preference fields) has lone UTF-16 surrogates (``"\\ud800"`` escapes, or a real
+lone surrogate in a Python ``str``) replaced by U+FFFD, so the next request's JSON encoding and the
+result writer never fail; tool-call arguments deeper, larger or with more items than the limits are
+not returned as arguments (the call is kept with empty arguments and listed in
+``ParsedAction.rejected``, so the environment answers it with an error observation naming the limit
+instead of running it).
+
+Tool calls that appear only in the separate reasoning channel (``reasoning=`` of
+:func:`parse_action`: ``reasoning_content`` / ``reasoning`` of an OpenAI-compatible reply) are not
+calls: they are counted in ``ParsedAction.calls_in_reasoning`` and reported as the format error
+``tool_call_in_reasoning`` (the turn's ``tool_json_ok`` is False).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import re
 from typing import Any
 
@@ -43,7 +59,10 @@ from shopping_companion.llm.base import StructuredToolCall
 from shopping_companion.types import FormatFlags, Preference, ToolCall
 
 __all__ = [
+    "ArgumentLimits",
     "ParsedAction",
+    "clean_text",
+    "REASONING_CALL_ERROR",
     "parse_action",
     "extract_rec_ids",
     "parse_preferences",
@@ -66,6 +85,94 @@ _TOOL_TAG = re.compile(r"</?tool_call>")
 
 _MAX_SNIPPET = 80
 
+#: The prefix of the format error for tool calls found only in the reasoning channel.
+REASONING_CALL_ERROR = "tool_call_in_reasoning"
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: Any) -> str:
+    """Any value as ``str`` without lone UTF-16 surrogates (each replaced by U+FFFD).
+
+    ``None`` is ``""``; bytes are decoded as UTF-8 with replacement; other objects go through
+    ``str()`` (``""`` when that fails). Never raises. Such a string always encodes to UTF-8, so
+    ``json.dumps(..., ensure_ascii=False).encode("utf-8")`` and pydantic's JSON writer accept it."""
+    if text is None:
+        return ""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        try:
+            text = str(text)
+        except Exception:
+            return ""
+    return _SURROGATES.sub("\ufffd", text) if _SURROGATES.search(text) else text
+
+
+class ArgumentLimits(BaseModel):
+    """Bounds on the decoded ``arguments`` object of one tool call (``EnvConfig`` sets them).
+
+    ``max_depth``: nesting levels of objects/lists, the arguments object itself being level 1
+    (``{"ids": ["a"]}`` is 2), 1..64, default 16. ``max_chars``: length in characters of the
+    arguments' compact JSON encoding, >= 64, default 65,536 (64 KiB). ``max_items``: the number of
+    list elements plus object entries over the whole arguments value, >= 1, default 1,000. A call
+    over a limit is not run; its error names the limit (by its ``EnvConfig`` field) and value.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    max_depth: int = Field(default=16, ge=1, le=64)
+    max_chars: int = Field(default=65_536, ge=64)
+    max_items: int = Field(default=1_000, ge=1)
+
+
+_DEFAULT_LIMITS = ArgumentLimits()
+
+
+def bound_and_clean(value: dict[str, Any], limits: ArgumentLimits | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """Check decoded ``arguments`` against ``limits`` and clean every key and string.
+
+    Returns ``(cleaned, None)`` or ``(None, error)``: the error names the limit
+    (``max_tool_arg_depth``, ``max_tool_arg_items``, ``max_tool_arg_chars``) and its value.
+    Non-finite numbers (JSON ``1e400`` decodes to infinity) are also an error. Iterative, so any
+    depth is safe. Never raises."""
+    lim = limits or _DEFAULT_LIMITS
+    try:
+        stack: list[tuple[Any, int]] = [(value, 1)]
+        items = 0
+        while stack:
+            node, depth = stack.pop()
+            if isinstance(node, (dict, list)):
+                if depth > lim.max_depth:
+                    return None, (f"arguments nest more than {lim.max_depth} levels deep (limit "
+                                  f"max_tool_arg_depth = {lim.max_depth}); use a flat JSON object")
+                items += len(node)
+                if items > lim.max_items:
+                    return None, (f"arguments hold more than {lim.max_items} items (list elements and object "
+                                  f"entries; limit max_tool_arg_items = {lim.max_items})")
+                children = node.values() if isinstance(node, dict) else node
+                stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, float)))
+            elif isinstance(node, float) and not math.isfinite(node):
+                return None, "arguments hold a number out of range (not a finite number)"
+        cleaned = _clean_value(value)
+        size = len(json.dumps(cleaned, ensure_ascii=False, separators=(",", ":")))
+        if size > lim.max_chars:
+            return None, (f"arguments are {size} characters long as JSON (limit max_tool_arg_chars = "
+                          f"{lim.max_chars})")
+        return cleaned, None
+    except Exception as e:  # pragma: no cover - defensive: the parser must be total
+        return None, f"arguments could not be checked ({type(e).__name__})"
+
+
+def _clean_value(v: Any) -> Any:
+    """A copy of a decoded JSON value with every string (and key) cleaned (depth already bounded)."""
+    if isinstance(v, str):
+        return clean_text(v)
+    if isinstance(v, dict):
+        return {clean_text(k): _clean_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean_value(x) for x in v]
+    return v
+
 
 class ParsedAction(BaseModel):
     """The parse of one assistant turn.
@@ -85,7 +192,13 @@ class ParsedAction(BaseModel):
     ``n_think_blocks``: the number of thinking spans (at most one is the protocol).
     ``tool_after_answer``: a tool call (text block, well-formed or not, or a structured call) comes
     after the start of the first answer block (see :func:`parse_action`); an error in ``errors``.
-    ``errors``: every problem found (thinking, tool calls, answer), in that order.
+    ``errors``: every problem found (thinking, tool calls, answer, order, reasoning), in that order.
+    ``rejected``: ``call_id -> error`` for calls in ``tool_calls`` whose decoded arguments broke
+    the :class:`ArgumentLimits` (their ``arguments`` are ``{}``): not to be run, answered with the
+    error. Not a format error (the JSON was valid), like a tool's own argument validation.
+    ``calls_in_reasoning``: ``<tool_call>`` blocks found in the separate reasoning text when the
+    content has neither a tool call nor an answer (they are not run; an error in ``errors``
+    starting with :data:`REASONING_CALL_ERROR`; 0 otherwise).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -101,6 +214,8 @@ class ParsedAction(BaseModel):
     has_answer: bool = False
     n_answers: int = 0
     errors: list[str] = Field(default_factory=list)
+    rejected: dict[str, str] = Field(default_factory=dict)
+    calls_in_reasoning: int = 0
 
 
 # --------------------------------------------------------------------------- helpers
@@ -155,13 +270,36 @@ def _as_text(text: Any) -> str:
         return ""
 
 
+def _json_block_spans(text: str) -> list[tuple[int, int]]:
+    """Character ranges of the JSON values of well-formed ``<tool_call>`` blocks (read by
+    :func:`_read_block`): a ``<think>`` or ``</think>`` there lies inside a JSON string, so it is
+    text of an argument, not a thinking tag."""
+    spans: list[tuple[int, int]] = []
+    if TOOL_OPEN not in text:
+        return spans
+    pos = 0
+    while True:
+        i = text.find(TOOL_OPEN, pos)
+        if i < 0:
+            return spans
+        start = i + len(TOOL_OPEN)
+        block = _read_block(text, start)
+        if block is None:
+            pos = start
+            continue
+        spans.append((start, block[0]))
+        pos = block[0]
+
+
 def _split_thinking(text: str) -> tuple[bool, list[str], str, list[str]]:
     """Separate thinking spans from the rest.
 
     Returns ``(think_ok, spans, outside_text, errors)``; ``len(spans)`` is the number of thinking
     blocks.
 
-    Rules: a ``</think>`` that is the first thinking tag of the turn and has no opener is accepted
+    Thinking tags inside the JSON value of a well-formed ``<tool_call>`` block are argument text
+    and are ignored. Rules: a ``</think>`` that is the first thinking tag of the turn and has no
+    opener is accepted
     (Qwen3 thinking templates put ``<think>`` in the prompt): the text before it is thinking.
     Any other ``</think>`` without an opener is a stray tag (error, the tag is dropped). A
     ``<think>`` inside an open span is nesting (error; spans are delimited by depth counting, so
@@ -176,6 +314,17 @@ def _split_thinking(text: str) -> tuple[bool, list[str], str, list[str]]:
     tags = list(_THINK_TAG.finditer(text))
     if not tags:
         return True, spans, text, errors
+    inside = _json_block_spans(text)
+    if inside:
+        starts = [a for a, _ in inside]
+
+        def in_json(i: int) -> bool:
+            k = bisect.bisect_right(starts, i) - 1
+            return k >= 0 and i < inside[k][1]
+
+        tags = [m for m in tags if not in_json(m.start())]
+        if not tags:
+            return True, spans, text, errors
     pos = 0
     depth = 0
     span_start = 0
@@ -435,8 +584,15 @@ def parse_action(
     text: str,
     structured: list[StructuredToolCall] | None = None,
     call_id_prefix: str = "call",
+    *,
+    reasoning: str | None = None,
+    limits: ArgumentLimits | None = None,
 ) -> ParsedAction:
     """Parse one assistant turn. Never raises.
+
+    ``text``: the content; ``structured``: the server's parsed calls; ``reasoning``: the separate
+    reasoning text, if any (rule 6); ``limits``: bounds on decoded arguments (rule 7; default
+    :class:`ArgumentLimits`).
 
     1. **Thinking** (``think_ok``): every ``<think>`` is closed by a ``</think>``, no ``<think>``
        inside an open one, no stray ``</think>``. A single leading ``</think>`` with no opener
@@ -473,9 +629,18 @@ def parse_action(
        Tool calls before the answer in an answer turn are not an error (they are not run either).
     5. **Thinking blocks**: at most one per turn (``n_think_blocks``); a second one makes
        ``think_ok`` False.
+    6. **Reasoning channel**: ``<tool_call>`` blocks in ``reasoning`` are never calls. When the
+       content holds no tool call (well-formed or not) and no answer, each such block is counted
+       in ``calls_in_reasoning`` and one error starting with ``tool_call_in_reasoning`` says that
+       calls must be written in the message content; :func:`format_flags` then sets
+       ``tool_json_ok`` False (f_tc = 0 in Eq. 11). With a call or an answer in the content, calls
+       written in the reasoning are just thoughts.
+    7. **Bounds and cleaning**: every decoded string (names, argument keys and values) is cleaned
+       (:func:`clean_text`); the content and reasoning text too. Arguments over ``limits``
+       (:func:`bound_and_clean`) are replaced by ``{}`` and the call is listed in ``rejected``.
     """
     try:
-        return _parse_action(text, structured, call_id_prefix)
+        return _parse_action(text, structured, call_id_prefix, reasoning, limits)
     except Exception as e:  # pragma: no cover - defensive: the parser must be total
         msg = f"internal parser error: {type(e).__name__}: {_snippet(str(e))}"
         return ParsedAction(
@@ -484,12 +649,22 @@ def parse_action(
 
 
 def _parse_action(
-    text: Any, structured: list[StructuredToolCall] | None, call_id_prefix: Any
+    text: Any, structured: list[StructuredToolCall] | None, call_id_prefix: Any,
+    reasoning: Any = None, limits: ArgumentLimits | None = None,
 ) -> ParsedAction:
-    text = _as_text(text)
-    prefix = _as_text(call_id_prefix) or "call"
+    text = clean_text(_as_text(text))
+    prefix = clean_text(_as_text(call_id_prefix)) or "call"
     think_ok, spans, outside, think_errors = _split_thinking(text)
-    text_calls, call_pos, tool_errors, block_pos, no_tools = _extract_tool_blocks(outside)
+    raw_calls, raw_pos, tool_errors, block_pos, no_tools = _extract_tool_blocks(outside)
+    # bound and clean decoded arguments: a call over a limit is kept with {} and its error
+    text_calls: list[tuple[str, dict[str, Any]]] = []
+    call_pos: list[int] = []
+    text_rejected: list[str | None] = []
+    for (name, args), cp in zip(raw_calls, raw_pos):
+        good, bound_err = bound_and_clean(args, limits)
+        text_calls.append((clean_text(name), good if good is not None else {}))
+        text_rejected.append(bound_err)
+        call_pos.append(cp)
     answers, answer_errors = _extract_answer(no_tools)
     answer = answers[0][1] if answers else None
     answer_at = answers[0][0] if answers else None
@@ -503,6 +678,7 @@ def _parse_action(
             (echoes_before if cp <= answer_at else echoes_after).append((name, _canon(args)))
 
     calls: list[ToolCall] = []
+    call_errs: list[str | None] = []  # parallel to calls: the bound error, if any
     seen: list[tuple[str, str]] = []
     for k, sc in enumerate(structured or []):
         try:
@@ -513,7 +689,12 @@ def _parse_action(
             tool_errors.append(f"structured tool call #{k}: unreadable ({type(e).__name__})")
             error_ids.append(None)
             continue
+        name, sid = clean_text(name), clean_text(sid)
         args, err = _decode_arguments(raw_args) if name else (None, None)
+        bound_err: str | None = None
+        if args is not None:
+            good, bound_err = bound_and_clean(args, limits)
+            args = good if good is not None else {}
         if answer_at is not None:  # where does this structured call sit relative to the answer?
             key_k = (name, _canon(args)) if args is not None else None
             if key_k is not None and key_k in echoes_before:
@@ -532,13 +713,15 @@ def _parse_action(
             continue
         cid = sid or f"{prefix}_{len(calls)}"
         calls.append(ToolCall(name=name, arguments=args, call_id=cid))
+        call_errs.append(bound_err)
         seen.append((name, _canon(args)))
-    for name, args in text_calls:
+    for (name, args), bound_err in zip(text_calls, text_rejected):
         key = (name, _canon(args))
         if key in seen:
             seen.remove(key)
             continue
         calls.append(ToolCall(name=name, arguments=args, call_id=f"{prefix}_{len(calls)}"))
+        call_errs.append(bound_err)
     # make call ids unique within the turn
     used: set[str] = set()
     for c in calls:
@@ -548,6 +731,7 @@ def _parse_action(
                 n += 1
             c.call_id = f"{base}_{n}"
         used.add(c.call_id)
+    rejected = {c.call_id: e for c, e in zip(calls, call_errs) if e is not None}
 
     order_errors: list[str] = []
     if n_after:
@@ -556,6 +740,16 @@ def _parse_action(
             "nothing after it is run (put tool calls in a turn without an answer)"
         )
     thinking = "\n\n".join(s.strip() for s in spans if s.strip())
+    n_reasoning = 0
+    reasoning_errors: list[str] = []
+    if reasoning is not None and not calls and not tool_errors and answer is None:
+        n_reasoning = clean_text(_as_text(reasoning)).count(TOOL_OPEN)
+        if n_reasoning:
+            reasoning_errors.append(
+                f"{REASONING_CALL_ERROR}: {n_reasoning} tool call(s) were written in the reasoning "
+                "(thinking) channel and were not run; write each call in the message content, after "
+                f"the thinking, as {TOOL_OPEN}{{\"name\": …, \"arguments\": {{…}}}}{TOOL_CLOSE}"
+            )
     return ParsedAction(
         think_ok=think_ok,
         thinking=thinking,
@@ -568,7 +762,9 @@ def _parse_action(
         answer=answer,
         has_answer=answer is not None,
         n_answers=len(answers),
-        errors=think_errors + tool_errors + answer_errors + order_errors,
+        errors=think_errors + tool_errors + answer_errors + order_errors + reasoning_errors,
+        rejected=rejected,
+        calls_in_reasoning=n_reasoning,
     )
 
 
@@ -634,7 +830,7 @@ def _scalar_text(v: Any) -> str | None:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, (int, float, str)):
-        s = str(v).strip()
+        s = clean_text(str(v)).strip()
         return s or None
     return None
 
@@ -651,6 +847,10 @@ def _json_candidates(s: str) -> list[str]:
         if i != -1 and j > i:
             out.append(s[i : j + 1])
     return out
+
+
+#: Most preferences a stage-1 answer may list (more makes the answer invalid).
+MAX_PREFERENCES = 200
 
 
 def parse_preferences(answer: str | None) -> tuple[list[Preference], str | None]:
@@ -670,10 +870,16 @@ def parse_preferences(answer: str | None) -> tuple[list[Preference], str | None]
     A list value yields one preference per element. Polarity words: want/like/prefer/positive →
     ``want``; avoid/dislike/negative/not/no → ``avoid``; missing → ``want``; anything else makes the
     item invalid. Items without attribute or value are skipped; if every item of a non-empty list is
-    invalid the whole answer is invalid. ``{"preferences": []}`` is valid and empty.
+    invalid the whole answer is invalid. ``{"preferences": []}`` is valid and empty. An answer
+    with more than :data:`MAX_PREFERENCES` preferences (after list values are expanded) is invalid:
+    no real user has that many, and judging them is quadratic in their number.
     """
     try:
-        return _parse_preferences(answer)
+        prefs, err = _parse_preferences(answer)
+        if err is None and len(prefs) > MAX_PREFERENCES:
+            return [], (f"{len(prefs)} preferences in the answer; at most {MAX_PREFERENCES} are read "
+                        "(list the user's preferences, not every possible value)")
+        return prefs, (None if err is None else clean_text(err))
     except Exception as e:  # pragma: no cover - defensive
         return [], f"internal error while parsing preferences: {type(e).__name__}"
 
@@ -776,10 +982,12 @@ def format_flags(parsed: ParsedAction) -> FormatFlags:
     """The per-turn protocol flags of Eq. 11 (stored on ``Step.format``).
 
     ``tool_json_ok`` is the turn's tool-call verdict: every block parsed (``parsed.tool_json_ok``)
-    AND no tool call after the answer (``tool_after_answer`` is also stored on its own)."""
+    AND no tool call after the answer (``tool_after_answer`` is also stored on its own) AND no
+    call written only in the reasoning channel (``calls_in_reasoning``; the error
+    ``tool_call_in_reasoning…`` is in ``errors``)."""
     return FormatFlags(
         think_ok=parsed.think_ok,
-        tool_json_ok=parsed.tool_json_ok and not parsed.tool_after_answer,
+        tool_json_ok=parsed.tool_json_ok and not parsed.tool_after_answer and not parsed.calls_in_reasoning,
         has_answer=parsed.has_answer,
         n_answers=parsed.n_answers,
         n_think_blocks=parsed.n_think_blocks,

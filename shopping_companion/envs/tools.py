@@ -11,6 +11,8 @@ When an observation is cut, ``returned_ids`` keeps only the ids that still appea
 text (an id listed k times, as many times as it still appears, at most k), so the tool-wise reward
 counts exactly what the agent was shown. ``mem_search`` lists one session id per retrieved turn
 (Eq. 8 counts retrieved items); the other tools list each returned session/product once.
+``product_view`` with some unknown, empty or non-string ids returns the known products and an
+``errors`` list with one entry per bad id; only a call with no known product at all is an error.
 """
 
 from __future__ import annotations
@@ -183,6 +185,29 @@ def _visible_ids(ids: list[str], visible: str) -> list[str]:
     return out
 
 
+def _split_product_ids(arguments: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """``product_view`` arguments with unusable ids (empty or blank strings, non-strings) taken out
+    of ``product_ids``, and one ``{"product_id", "error"}`` per such id (its JSON text when it is
+    not a string). Arguments whose ``product_ids`` is not a list, or holds more than the tool's
+    maximum, are returned unchanged (the tool's validation reports them)."""
+    ids = arguments.get("product_ids")
+    if not isinstance(ids, list) or len(ids) > 20:
+        return arguments, []
+    good: list[str] = []
+    errors: list[dict[str, str]] = []
+    for x in ids:
+        if isinstance(x, str) and x.strip():
+            good.append(x)
+        elif isinstance(x, str):
+            errors.append({"product_id": x, "error": "empty product id"})
+        else:
+            errors.append({"product_id": json.dumps(x, ensure_ascii=False, default=str)[:80],
+                           "error": f"a product id must be a string, got {type(x).__name__}"})
+    if not errors:
+        return arguments, []
+    return {**arguments, "product_ids": good}, errors
+
+
 class ToolBox:
     """Executes tool calls for one episode.
 
@@ -255,12 +280,22 @@ class ToolBox:
                 f"allowed tools: {', '.join(allowed)}",
                 max_chars,
             )
+        arguments, id_errors = call.arguments, []
+        if call.name == "product_view":
+            arguments, id_errors = _split_product_ids(call.arguments)
+            if id_errors and not arguments.get("product_ids"):
+                return self._error(
+                    call, "product_view: no usable product id: " + "; ".join(
+                        f"{e['product_id']!r}: {e['error']}" for e in id_errors[:10]), max_chars)
         try:
-            args = ARG_MODELS[call.name].model_validate(call.arguments)
+            args = ARG_MODELS[call.name].model_validate(arguments)
         except ValidationError as e:
             return self._error(call, _describe_validation_error(call.name, e), max_chars)
         try:
-            payload, ids = self._handlers[call.name](args)
+            if id_errors:
+                payload, ids = self._product_view(args, id_errors)  # type: ignore[arg-type]
+            else:
+                payload, ids = self._handlers[call.name](args)
         except ToolInputError as e:
             return self._error(call, f"{call.name}: {e}", max_chars)
         except Exception as e:  # a backend bug must not end the episode; it is logged and shown
@@ -324,12 +359,19 @@ class ToolBox:
             )
         return payload, [h["product_id"] for h in hits]
 
-    def _product_view(self, a: ProductViewArgs) -> tuple[Any, list[str]]:
+    def _product_view(self, a: ProductViewArgs, id_errors: list[dict[str, str]] | None = None) -> tuple[Any, list[str]]:
+        """The known products, plus ``errors``: one ``{"product_id", "error"}`` per id that was
+        empty, not a string (``id_errors``, found before validation) or not in the catalog; the
+        call fails (error result) only when no requested id is a known product, so the known
+        products of a partly bad call still count in the tool-wise reward (Eq. 9)."""
         products, unknown = self.products.view(a.product_ids)
+        errors = list(id_errors or []) + [
+            {"product_id": u, "error": "unknown product id; use ids returned by product_search"} for u in unknown
+        ]
         if not products:
-            raise ToolInputError(
-                "product_ids", f"unknown product ids {unknown}; use ids returned by product_search"
-            )
+            detail = "; ".join(f"{e['product_id']!r}: {e['error']}" for e in errors[:10])
+            raise ToolInputError("product_ids", f"unknown product ids {unknown}; use ids returned by product_search"
+                                 + (f" ({detail})" if id_errors else ""))
         payload: dict[str, Any] = {
             "products": [
                 p.model_dump(exclude={"url", "image", "source"}, exclude_none=True) for p in products
@@ -337,4 +379,6 @@ class ToolBox:
         }
         if unknown:
             payload["unknown_product_ids"] = unknown
+        if errors:
+            payload["errors"] = errors
         return payload, [p.product_id for p in products]

@@ -16,15 +16,25 @@ per-turn flags ``Step.format`` (filled by the environment from
   ``step.format.think_ok`` (and ``n_think_blocks <= 1``) for every step.
 - ``f_tc`` — every tool-call block of the trajectory parsed as strict JSON by object boundary
   (``</tool_call>`` inside a JSON string does not cut a call; ``NaN``/``Infinity`` are invalid) and
-  no tool call comes after the answer in its turn: ``step.format.tool_json_ok`` and not
-  ``step.format.tool_after_answer`` for every step (1 when no tool call was attempted).
+  no tool call comes after the answer in its turn, and no turn wrote its calls only in the
+  separate reasoning channel (``reasoning_content`` / ``reasoning``: such calls are not run and
+  are recorded as the error ``tool_call_in_reasoning…``; a tool call belongs in the content, as
+  the prompts teach): ``step.format.tool_json_ok`` and not ``step.format.tool_after_answer`` for
+  every step (1 when no tool call was attempted). Not format errors, so f_tc stays 1: a call a
+  tool rejects for its argument values, a call over the argument bounds (``EnvConfig``
+  ``max_tool_arg_depth`` / ``_chars`` / ``_items``: valid JSON, refused like a bad value), and a
+  turn cut off by the token limit (finish_reason ``length``: its calls are not run and the error
+  ``output_truncated…`` is recorded in ``errors``; a cut-off block that did not parse is already
+  a tool-call JSON error).
 - ``f_rec`` (stage 2 only) — the recommendation conforms to the schema: the final answer has at
   least one well-formed ``@REC::id@`` marker and no malformed one
   (:func:`~shopping_companion.envs.parsing.extract_rec_ids`). Whether the count is N is the judge's
   product-validity check p2, not a format matter.
 
 A trajectory with no assistant turn scores 0 on every indicator (nothing was produced, so nothing
-is well-formed). Flags stored before ``n_answers`` / ``n_think_blocks`` existed (None) are read as
+is well-formed), e.g. a stage whose first prompt the server refused as too long
+(``context_length``). Stages that end with ``invalid_output`` / ``length`` / ``context_length`` have
+no final answer, so f_ans = 0 (and f_rec = 0), like a ``max_turns`` end. Flags stored before ``n_answers`` / ``n_think_blocks`` existed (None) are read as
 one answer block when ``final_answer`` is set, and as ``think_ok`` alone.
 """
 

@@ -8,6 +8,14 @@ are dropped as targets: they stay in later examples' context, exactly as the pol
 
 The target is the assistant text exactly as the teacher produced it (thinking included); tool
 calls are the environment's parse of it (:class:`~shopping_companion.types.Step.tool_calls`).
+
+Reasoning models served with a reasoning parser return their thinking apart from the content
+(``Step.reasoning``, kept on the trajectory's assistant message as ``reasoning_content``).
+LLaMA-Factory's ShareGPT format has no reasoning field: its reasoning templates (``qwen3``) read
+the thinking as a ``<think>…</think>`` block at the start of the assistant value. So such a turn's
+content becomes ``<think>\n{reasoning}\n</think>\n\n{content}`` (when the content has no
+thinking tags of its own), in targets and in context alike, and
+:mod:`~shopping_companion.sft.export` writes it as the turn's thinking prefix.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS, tool_sche
 from shopping_companion.sft.collect import KeptStage
 from shopping_companion.types import Step, Trajectory
 
-__all__ = ["StepExample", "stage_tool_names", "step_examples", "example_stats", "is_malformed"]
+__all__ = ["StepExample", "stage_tool_names", "step_examples", "example_stats", "is_malformed", "with_reasoning"]
 
 TargetKind = Literal["tool_call", "answer", "other"]
 
@@ -74,10 +82,19 @@ def _kind(step: Step) -> TargetKind:
     return "other"
 
 
+def with_reasoning(content: str, reasoning: str | None) -> str:
+    """``content`` with separate ``reasoning`` put in front as a ``<think>`` block (module
+    docstring); unchanged when there is no reasoning or the content has thinking tags already."""
+    r = (reasoning or "").strip()
+    if not r or "<think>" in content or "</think>" in content:
+        return content
+    return f"<think>\n{r}\n</think>\n\n{content.lstrip()}"
+
+
 def _assistant_dict(step: Step, content: str) -> dict[str, Any]:
     import json
 
-    d: dict[str, Any] = {"role": "assistant", "content": content}
+    d: dict[str, Any] = {"role": "assistant", "content": with_reasoning(content, step.reasoning)}
     if step.tool_calls and not step.format.has_answer:
         d["tool_calls"] = [
             {"id": c.call_id, "type": "function",

@@ -12,7 +12,9 @@ Data format (LLaMA-Factory ``formatting: sharegpt``), one JSON object per line::
 Roles: user → ``human``; an assistant turn that called tools → ``function_call`` whose value is
 ``<think>\\n…\\n</think>\\n\\n`` (when the turn had thinking) followed by the JSON list of
 ``{"name", "arguments"}`` objects; any other assistant turn (the ``<answer>`` turn) → ``gpt``
-with its text (thinking normalised to the same ``<think>\\n…\\n</think>\\n\\n`` prefix); the
+with its text (thinking normalised to the same ``<think>\\n…\\n</think>\\n\\n`` prefix; a reasoning model's
+separate reasoning, ``reasoning_content``, is that thinking: LLaMA-Factory's format has no
+reasoning field, its ``qwen3`` template reads the ``<think>`` block); the
 tool responses of one turn → ONE ``observation`` (LLaMA-Factory needs strict alternation), joined
 as Qwen's template joins consecutive tool messages (``…\\n</tool_response>\\n<tool_response>\\n…``).
 Each example ends with its target assistant turn; with ``mask_history: true`` (the default in
@@ -44,7 +46,7 @@ import yaml
 from shopping_companion.envs.parsing import parse_action
 from shopping_companion.errors import ConfigError
 from shopping_companion.sft.decontam import check_decontaminated
-from shopping_companion.sft.examples import StepExample, example_stats
+from shopping_companion.sft.examples import StepExample, example_stats, with_reasoning
 from shopping_companion.types import Session, Task
 
 __all__ = [
@@ -86,7 +88,8 @@ def _think_prefix(thinking: str) -> str:
 
 
 def _assistant_turn(m: dict[str, Any]) -> dict[str, str]:
-    thinking, rest = _split_thinking(str(m.get("content") or ""))
+    # separate reasoning (``reasoning_content``) is the turn's thinking (sft.examples.with_reasoning)
+    thinking, rest = _split_thinking(with_reasoning(str(m.get("content") or ""), m.get("reasoning_content")))
     calls = m.get("tool_calls") or []
     if calls:
         objs = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"] or "{}")}

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from shopping_companion.envs.parsing import MAX_PREFERENCES
 from shopping_companion.llm.base import AssistantMessage, StructuredToolCall
 from tests.env_support import EnvKit, make_single_tasks
 
@@ -201,8 +202,12 @@ def _cases(task, rng: random.Random) -> list[Case]:
             out.append(Case("enormous", stage, "<answer>" + "great product " * 80_000 + f"@REC::{ref}@</answer>",
                             n_err=0, finish="ends", f_rec=1.0))
         else:
+            # more than MAX_PREFERENCES: the answer ends the stage but is not a valid answer (f_ans 0)
             many = [{"attribute": f"a{i}", "value": f"v{i}"} for i in range(10_000)]
             out.append(Case("enormous", stage, "<answer>" + json.dumps({"preferences": many}) + "</answer>",
+                            n_err=0, finish="ends", f_ans=0.0))
+            few = many[:MAX_PREFERENCES]
+            out.append(Case("enormous", stage, "<answer>" + json.dumps({"preferences": few}) + "</answer>",
                             n_err=0, finish="ends"))
 
         # -- Lucene syntax (valid text for both tools: a normal observation, never an error)
@@ -219,6 +224,35 @@ def _cases(task, rng: random.Random) -> list[Case]:
         uid = {"name": "mem_view", "arguments": {"session_ids": ["séssion-☃"]}} if stage == 1 else \
               {"name": "product_view", "arguments": {"product_ids": ["prodüct:☃"]}}
         out.append(Case("unicode", stage, _tc(uid), n_err=1))
+
+        # -- issue 14: deep arguments (refused by EnvConfig.max_tool_arg_depth, or undecodable),
+        # lone-surrogate escapes, calls only in the reasoning channel, truncated turns, partly bad ids
+        key = "queries" if stage == 1 else "query"
+        for depth in (50, 195, 200, 255, 1000, 10000):
+            deep = '{"%s": %s"x"%s}' % (key, "[" * depth, "]" * depth)
+            f_tc = 1.0 if depth <= 255 else 0.0  # valid JSON over a bound is not a format error
+            out.append(Case("enormous", stage, '<tool_call>{"name": "%s", "arguments": %s}</tool_call>' % (name, deep),
+                            n_err=1, f_tc=f_tc))
+            msg = AssistantMessage(content="", tool_calls=[StructuredToolCall(id=f"deep-{stage}-{depth}", name=name, arguments=deep)])
+            out.append(Case("enormous", stage, msg, n_err=1, f_tc=f_tc))
+        out.append(Case("enormous", stage, AssistantMessage(content=_tc(_valid(stage, task, rng)), finish_reason="length"),
+                        n_err=1))
+        out.append(Case("enormous", stage, AssistantMessage(content="<tool_call>" + valid[: len(valid) // 2], finish_reason="length"),
+                        n_err=1, f_tc=0.0))
+        for esc in ("\\ud800", "\\udfff", "\\ud800\\udc00", "x\\udbff"):
+            out.append(Case("unicode", stage, _tc('{"name": "%s", "arguments": {"%s": %s}}' % (
+                name, key, '["a %s"]' % esc if stage == 1 else '"a %s"' % esc)), n_err=None))
+            out.append(Case("unicode", stage, _tc('{"name": "%s", "arguments": {"%s": %s, "k%s": 1}}' % (
+                name, key, '["a"]' if stage == 1 else '"a"', esc)), n_err=1))
+        reasoning_call = "I will search. " + _tc(_valid(stage, task, rng))
+        out.append(Case("think_tags", stage, AssistantMessage(content="", reasoning=reasoning_call), n_err=1, f_tc=0.0))
+        out.append(Case("think_tags", stage, AssistantMessage(content="Searching now.", reasoning=reasoning_call + " \ud800"),
+                        n_err=1, f_tc=0.0))
+        out.append(Case("think_tags", stage, AssistantMessage(content=_tc(_valid(stage, task, rng)), reasoning=reasoning_call),
+                        n_err=None))
+        partial = {"name": "mem_view", "arguments": {"session_ids": [needle, "", "nope-1"]}} if stage == 1 else \
+                  {"name": "product_view", "arguments": {"product_ids": [ref, "", "nope:1", 7]}}
+        out.append(Case("wrong_types", stage, _tc(partial), n_err=None))  # the known ones are returned
     return out
 
 

@@ -280,7 +280,7 @@ def test_judge_failure_is_recorded_not_scored(tasks, kit):
 
 def test_lone_surrogates_and_odd_actions_still_serialise(tasks, kit):
     task = tasks[0]
-    env = kit.env(task)
+    env = kit.env(task, max_invalid_turns=5)  # three odd actions in a row must not end stage 1 here
     env.reset()
     env.step('<tool_call>{"name": "mem_search", "arguments": {"queries": ["\ud800 shoes \udfff"]}}</tool_call>')
     env.step(b"\xff\xfe raw bytes")
