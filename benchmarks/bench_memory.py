@@ -12,12 +12,18 @@ Measures
 - float16 storage quality: top-10 recall of the float16 index against float32 vectors over many
   queries (instruction-like queries and real turns), and the same with bf16 query vectors;
 - many users: 50 users of ~56 sessions drawn from a shared pool, stores built warm through the
-  SQLite cache (``MemoryStore.from_pool``) and through ``MemoryBank``.
+  SQLite cache (``MemoryStore.from_pool``) and through ``MemoryBank``;
+- ``--windows SESSIONS_JSONL`` (alone, quick): on a benchmark's sessions (e.g.
+  ``runs/quickstart/bench/sessions.jsonl``), the share of turns longer than one model window
+  (indexed as several overlapping windows), the windows per long turn, the time to split every
+  turn, and the index-build cost of windows against one truncated vector per turn (cold encode
+  times measured on samples of short and long turns, extrapolated to all distinct turn texts).
 
 Tokens are counted with the MiniLM word-piece tokenizer over each turn's full text (no
 truncation, no special tokens); the model itself truncates a turn to 256 word pieces.
 
 Usage: python benchmarks/bench_memory.py [--sessions 56] [--tokens 100000] [--seed 0] [--bf16]
+       python benchmarks/bench_memory.py --windows runs/quickstart/bench/sessions.jsonl
 Prints medians and p95; no asserts. On a shared machine the load average is printed with each
 stage: wall times scale with it, CPU times much less.
 """
@@ -175,6 +181,58 @@ def cold_build(sessions: list[Session], cache: Path, batch_size: int, precision:
     return store, emb, dt
 
 
+def window_stats(sessions_path: str, seed: int, n_short: int, n_long: int, batch_size: int,
+                 threads: int | None) -> dict[str, float]:
+    """Long-turn windows on a benchmark's sessions (see the module docstring); prints and returns
+    the figures."""
+    sessions = [Session.model_validate_json(line) for line in open(sessions_path, encoding="utf-8")
+                if line.strip()]
+    emb = Embedder(cache_path=None, batch_size=batch_size, threads=threads)
+    all_texts = [t.content for s in sessions for t in s.turns]
+    distinct = list(dict.fromkeys(all_texts))
+    t0 = time.perf_counter()
+    wins = {t: emb.windows(t) for t in distinct}
+    split_s = time.perf_counter() - t0
+    long = [t for t in distinct if len(wins[t]) > 1]
+    short = [t for t in distinct if len(wins[t]) == 1]
+    n_long_turns = sum(len(wins[t]) > 1 for t in all_texts)
+    per_long = [len(wins[t]) for t in long]
+    print(f"windows ({sessions_path}): {len(sessions)} sessions, {len(all_texts)} turns "
+          f"({len(distinct)} distinct texts); window {emb.window_tokens} word pieces, stride "
+          f"{emb.window_stride}")
+    print(f"  turns needing more than one window: {n_long_turns} of {len(all_texts)} "
+          f"({100 * n_long_turns / max(1, len(all_texts)):.2f}%; distinct texts: {len(long)}, "
+          f"{100 * len(long) / max(1, len(distinct)):.2f}%); windows per long turn: mean "
+          f"{statistics.mean(per_long) if per_long else 0:.2f}, max {max(per_long, default=0)}; "
+          f"index rows {sum(len(w) for w in wins.values())} vs {len(distinct)} distinct turns")
+    print(f"  splitting every distinct turn: {split_s:.2f} s (tokenizer only; {load()})")
+    rng = random.Random(seed)
+    s_short = rng.sample(short, min(n_short, len(short)))
+    s_long = rng.sample(long, min(n_long, len(long)))
+    emb.encode_uncached(["warm-up sentence that loads the model"])
+
+    def cold(texts: list[str]) -> float:
+        t1 = time.perf_counter()
+        emb.encode_uncached(texts) if texts else None
+        return time.perf_counter() - t1
+
+    t_short = cold(s_short) / max(1, len(s_short))
+    t_whole = cold(s_long) / max(1, len(s_long))  # one truncated vector per long turn (before)
+    t_win = cold([w for t in s_long for w in wins[t]]) / max(1, len(s_long))  # its windows (now)
+    before = len(short) * t_short + len(long) * t_whole
+    after = len(short) * t_short + len(long) * t_win
+    print(f"  cold encode per text: short turn {1000 * t_short:.1f} ms, long turn whole (truncated) "
+          f"{1000 * t_whole:.1f} ms, long turn as windows {1000 * t_win:.1f} ms "
+          f"(samples {len(s_short)} / {len(s_long)}; {load()})")
+    print(f"  index build of all distinct turns, extrapolated: {before:.1f} s with one truncated vector "
+          f"per turn, {after:.1f} s with windows (+{100 * (after / before - 1) if before else 0:.1f}%)")
+    return {"window_turns": len(all_texts), "window_long_turns": n_long_turns,
+            "window_long_share": round(n_long_turns / max(1, len(all_texts)), 4),
+            "window_long_distinct_share": round(len(long) / max(1, len(distinct)), 4),
+            "window_split_s": round(split_s, 3), "window_build_before_s": round(before, 1),
+            "window_build_after_s": round(after, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=56)
@@ -193,7 +251,15 @@ def main() -> None:
                          "the cold builds are skipped (a quick rerun of the latency rows)")
     ap.add_argument("--latency-only", action="store_true",
                     help="stop after the mem_search latency rows (with a warm --cache: ~1 minute)")
+    ap.add_argument("--windows", default=None, metavar="SESSIONS_JSONL",
+                    help="only the long-turn window figures on these sessions (quick), then exit")
+    ap.add_argument("--window-samples", type=int, nargs=2, default=[300, 100], metavar=("SHORT", "LONG"),
+                    help="turns timed for the --windows build-cost estimate")
     args = ap.parse_args()
+    if args.windows:
+        out = window_stats(args.windows, args.seed, *args.window_samples, args.batch_size, args.threads)
+        print(json.dumps(out))
+        return
 
     import torch
     from transformers import AutoTokenizer

@@ -224,9 +224,11 @@ def prewarm_memory(tasks: list[Task], sessions: dict[str, Session], embedder, co
     chunk = 2048
     with Progress(console=console, transient=False) as bar:
         job = bar.add_task("embedding memory turns (MiniLM, cached)", total=len(texts))
+        split = getattr(embedder, "windows", None)  # a long turn is indexed as its windows
         for i in range(0, len(texts), chunk):
-            embedder.encode(texts[i : i + chunk])
-            bar.update(job, advance=len(texts[i : i + chunk]))
+            part = texts[i : i + chunk]
+            embedder.encode([w for t in part for w in (split(t) if callable(split) else [t])])
+            bar.update(job, advance=len(part))
     return len(texts)
 
 

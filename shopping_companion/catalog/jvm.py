@@ -20,6 +20,14 @@ method on two different objects of one class can therefore run it on the wrong o
 results, or a ``NullPointerException`` when the other object's reference is released mid-call).
 Code that calls Java from several threads must either give each receiver its own wrapper class
 (:func:`private_class`) or hold :data:`JNI_LOCK` around such calls.
+
+Processes and ``fork``: a JVM does not survive ``fork``. The child inherits the JVM's memory but
+none of its threads (garbage collector, VM thread), so its first Java call that needs them (often
+within a few searches) blocks forever. :func:`ensure_jvm` and every
+:class:`~shopping_companion.catalog.search.ProductSearch` call therefore check
+:func:`check_not_forked` first and raise :class:`JVMForkError` in a process forked from one whose
+JVM was running. The fix is to start worker processes with the ``spawn`` (or ``forkserver``) start
+method and open the ``ProductSearch`` in each worker, or to fork before anything starts the JVM.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import glob
 import itertools
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 
@@ -45,6 +54,49 @@ _private_ids = itertools.count()
 
 class JVMError(RuntimeError):
     """The JVM cannot be (or was not) started the way the catalog search needs."""
+
+
+class JVMForkError(JVMError):
+    """Java was used in a process forked from one whose JVM was running (it would hang forever)."""
+
+
+#: pid of the process whose JVM runs (None until it is started or seen running).
+_jvm_pid: int | None = None
+
+
+def _vm_running() -> bool:
+    cfg = sys.modules.get("jnius_config")  # never import anything inside a fork hook
+    return bool(cfg is not None and getattr(cfg, "vm_running", False))
+
+
+def _before_fork() -> None:
+    global _jvm_pid
+    if _jvm_pid is None and _vm_running():  # started by someone else, never through ensure_jvm
+        _jvm_pid = os.getpid()
+
+
+os.register_at_fork(before=_before_fork)
+
+
+def forked_from_jvm() -> bool:
+    """True in a process forked (directly or not) from a process whose JVM was running: Java
+    cannot be used here. Cheap (one ``getpid``); never touches Java."""
+    return _jvm_pid is not None and _jvm_pid != os.getpid()
+
+
+def check_not_forked(what: str = "the JVM") -> None:
+    """Raise :class:`JVMForkError` if this process was forked from a process whose JVM was
+    running (see the module docstring); ``what`` names the thing being used, for the message.
+    Does nothing otherwise and never touches Java, so it cannot hang."""
+    if forked_from_jvm():
+        raise JVMForkError(
+            f"{what} is used in process {os.getpid()}, which was forked from process {_jvm_pid} after "
+            "its JVM (Pyserini/Lucene) started; a JVM does not survive fork and any Java call here "
+            "would hang forever. Start worker processes with the 'spawn' start method "
+            "(multiprocessing.get_context('spawn'), ProcessPoolExecutor(mp_context=...)) and create the "
+            "ProductSearch in the child (e.g. shopping_companion.catalog.search.process_pool_initializer), "
+            "or fork before anything starts the JVM"
+        )
 
 
 def _heap_bytes(spec: str) -> int:
@@ -93,9 +145,11 @@ def ensure_jvm(max_heap: str | None = None, *, pyserini_encoders: bool = False) 
     import time, so ``OPENAI_API_KEY`` is then set to a placeholder when unset.
 
     Raises :class:`JVMError` if the JVM already runs without the Anserini jar on its class path,
-    or with a heap different from an explicitly requested ``max_heap``.
+    or with a heap different from an explicitly requested ``max_heap``; :class:`JVMForkError` in
+    a process forked after the JVM started (use the ``spawn`` start method).
     """
-    global _started_heap, _ready
+    global _started_heap, _ready, _jvm_pid
+    check_not_forked()
     if pyserini_encoders and not os.environ.get("OPENAI_API_KEY"):
         os.environ["OPENAI_API_KEY"] = "unused-placeholder"
     if _ready and max_heap is None:
@@ -104,6 +158,8 @@ def ensure_jvm(max_heap: str | None = None, *, pyserini_encoders: bool = False) 
         import jnius_config
 
         if jnius_config.vm_running:
+            if _jvm_pid is None:
+                _jvm_pid = os.getpid()
             _check_running(max_heap)
             _ready = True
             return
@@ -125,6 +181,7 @@ def ensure_jvm(max_heap: str | None = None, *, pyserini_encoders: bool = False) 
             import jnius  # noqa: F401  (importing jnius creates the JVM)
         except Exception as e:  # pragma: no cover - depends on the machine
             raise JVMError(f"could not start the JVM from JAVA_HOME={os.environ['JAVA_HOME']!r}: {e}") from e
+        _jvm_pid = os.getpid()
         _started_heap = heap
         _check_running(None)
         _quiet_java_logging()
@@ -176,10 +233,11 @@ def _check_running(max_heap: str | None) -> None:
 
 def detach_thread() -> None:
     """Detach the calling (non-main) thread from the JVM; call it before a worker thread that
-    used the searcher exits. Safe to call when the JVM is not running or the thread is detached."""
+    used the searcher exits. Safe to call when the JVM is not running or the thread is detached,
+    and a no-op in a process forked from a JVM process (where it could hang)."""
     import jnius_config
 
-    if not jnius_config.vm_running:
+    if not jnius_config.vm_running or forked_from_jvm():
         return
     import jnius
 

@@ -26,7 +26,9 @@ searcher should call :func:`shopping_companion.catalog.jvm.detach_thread` before
 :class:`SearchThreadPool` does this for its workers and is the way to serve concurrent episodes
 from one process. For a process pool, start workers with the ``spawn`` method (a JVM does not
 survive ``fork``) and open one :class:`ProductSearch` per worker process (see
-:func:`process_pool_initializer`).
+:func:`process_pool_initializer`). In a process forked after the JVM started, every method (and the
+constructor) raises :class:`~shopping_companion.catalog.jvm.JVMForkError` naming that fix instead of
+hanging forever in Java; :meth:`ProductSearch.close` there only releases the Python side.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from shopping_companion.catalog.index import (
     IndexManifest,
     verify_index,
 )
-from shopping_companion.catalog.jvm import JNI_LOCK, ensure_jvm, private_class
+from shopping_companion.catalog.jvm import JNI_LOCK, check_not_forked, ensure_jvm, forked_from_jvm, private_class
 from shopping_companion.errors import IndexError_, ToolInputError
 from shopping_companion.types import Product
 
@@ -150,7 +152,9 @@ class ProductSearch:
 
     ``ProductSearch(index_dir)`` checks the index (manifest, files, document count) and raises
     :class:`IndexError_` with a rebuild hint when it is missing or corrupted. Use as a context
-    manager or call :meth:`close` to release the Lucene reader.
+    manager or call :meth:`close` to release the Lucene reader. Every method raises
+    :class:`~shopping_companion.catalog.jvm.JVMForkError` in a process forked after the JVM
+    started (open the searcher in a ``spawn`` worker instead).
     """
 
     def __init__(self, index_dir: str | os.PathLike[str]) -> None:
@@ -360,15 +364,20 @@ class ProductSearch:
     # ------------------------------------------------------------------ lifecycle
 
     def _check_open(self) -> None:
+        check_not_forked(f"ProductSearch({str(self.index_dir)!r})")
         if self._closed:
             raise IndexError_(f"ProductSearch({str(self.index_dir)!r}) is closed")
 
     def close(self) -> None:
-        """Release the Lucene reader (idempotent). Later calls raise :class:`IndexError_`."""
+        """Release the Lucene reader (idempotent). Later calls raise :class:`IndexError_`.
+
+        In a process forked after the JVM started, only the Python side (the mapped hit files) is
+        released: the Lucene reader belongs to the parent, and a Java call here would hang."""
         with self._close_lock:
             if not self._closed:
                 self._closed = True
-                self._searcher.close()
+                if not forked_from_jvm():
+                    self._searcher.close()
                 self._close_hits()
 
     def __enter__(self) -> "ProductSearch":

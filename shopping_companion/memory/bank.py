@@ -4,7 +4,8 @@ A benchmark draws every user's history from one pool of real sessions, so the sa
 the same turn text) appears in many users' histories. :class:`MemoryBank` embeds each distinct
 turn text once (through the :class:`~shopping_companion.memory.embedder.Embedder` and its on-disk
 content-hash cache, so also once across processes and reruns), keeps each session's turn vectors
-in memory as float16 (768 bytes a turn), and builds a user's
+in memory as float16 (768 bytes a row: one row per turn, several overlapping window rows for a turn
+longer than the model's window), and builds a user's
 :class:`~shopping_companion.memory.store.MemoryStore` by concatenating them: no hashing, no SQLite
 and no model call per user.
 """
@@ -54,7 +55,8 @@ class MemoryBank:
         self.embedder = embedder
         self.snippet_chars = snippet_chars
         self.chunk = chunk
-        self._vecs: dict[str, np.ndarray] = {}  # session id -> float16 [n_turns, 384]
+        self._vecs: dict[str, np.ndarray] = {}  # session id -> float16 [n_rows, 384]
+        self._owner: dict[str, np.ndarray] = {}  # session id -> int64 [n_rows]: turn of each row
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -69,13 +71,15 @@ class MemoryBank:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of vectors held (float16: 768 per turn)."""
+        """Bytes of vectors held (float16: 768 per row, one row per window of a turn)."""
         return sum(v.nbytes for v in self._vecs.values())
 
     def prewarm(self, session_ids: Iterable[str] | None = None) -> int:
         """Embed the turns of ``session_ids`` (default: every session of the pool) that are not
-        held yet, ``chunk`` distinct texts per embedder call. Returns the number of distinct turn
-        texts looked up or encoded. Raises ``KeyError`` listing ids missing from the pool."""
+        held yet, ``chunk`` distinct window texts per embedder call (a turn longer than the
+        model's window is embedded as its overlapping windows, when the embedder has
+        ``windows``). Returns the number of distinct turn texts looked up or encoded. Raises
+        ``KeyError`` listing ids missing from the pool."""
         ids = list(self.pool) if session_ids is None else list(dict.fromkeys(session_ids))
         missing = [i for i in ids if i not in self.pool]
         if missing:
@@ -83,32 +87,44 @@ class MemoryBank:
                 f"{len(missing)} session id(s) not in the pool: {missing[:10]}"
                 + (" …" if len(missing) > 10 else "")
             )
+        split = getattr(self.embedder, "windows", None)
         with self._lock:
             todo = [i for i in ids if i not in self._vecs]
             texts = list(dict.fromkeys(t.content for i in todo for t in self.pool[i].turns))
+            wins = {t: (split(t) if callable(split) else [t]) for t in texts}
+            flat = list(dict.fromkeys(w for t in texts for w in wins[t]))
             by_text: dict[str, np.ndarray] = {}
-            for j in range(0, len(texts), self.chunk):
-                part = texts[j : j + self.chunk]
+            for j in range(0, len(flat), self.chunk):
+                part = flat[j : j + self.chunk]
                 v16 = self.embedder.encode_f16(part)
                 for t, row in zip(part, v16):
                     by_text[t] = row
             for i in todo:
-                turns = self.pool[i].turns
-                m = np.empty((len(turns), DIM), dtype=np.float16)
-                for r, t in enumerate(turns):
-                    m[r] = by_text[t.content]
+                rows = [(ti, w) for ti, t in enumerate(self.pool[i].turns) for w in wins[t.content]]
+                m = np.empty((len(rows), DIM), dtype=np.float16)
+                for r, (_, w) in enumerate(rows):
+                    m[r] = by_text[w]
                 self._vecs[i] = m
+                self._owner[i] = np.fromiter((ti for ti, _ in rows), dtype=np.int64, count=len(rows))
         return len(texts)
 
     def session_vectors(self, session_id: str) -> np.ndarray:
-        """float16 ``[n_turns, 384]`` stored vectors of one session (embedded on first use);
-        ``KeyError`` if the id is not in the pool."""
+        """float16 ``[n_rows, 384]`` stored vectors of one session (embedded on first use), one
+        row per window of each turn in (turn, window) order (:meth:`session_window_turns` maps
+        rows to turns); ``KeyError`` if the id is not in the pool."""
         with self._lock:
             v = self._vecs.get(session_id)
             if v is None:
                 self.prewarm([session_id])
                 v = self._vecs[session_id]
         return v
+
+    def session_window_turns(self, session_id: str) -> np.ndarray:
+        """int64 ``[n_rows]``: the turn index (within the session) of each row of
+        :meth:`session_vectors`; ``KeyError`` if the id is not in the pool."""
+        with self._lock:
+            self.session_vectors(session_id)
+            return self._owner[session_id]
 
     def store(self, history: Sequence[SessionRef] | Sequence[str]) -> MemoryStore:
         """A user's :class:`MemoryStore` over ``history``: ``SessionRef`` items (each session is
@@ -128,14 +144,21 @@ class MemoryBank:
             if todo:
                 self.prewarm(todo)
             blocks = [self._vecs[i] for i in ids]
+            owners = [self._owner[i] for i in ids]
         sessions = [
             self.pool[r.session_id].model_copy(update={"date": r.date})
             if isinstance(r, SessionRef) else self.pool[str(r)]
             for r in refs
         ]
         m16 = np.concatenate(blocks, axis=0) if blocks else np.zeros((0, DIM), np.float16)
+        # turn numbers across the whole history: each session's turns follow the previous ones
+        base = np.cumsum([0] + [len(s.turns) for s in sessions[:-1]], dtype=np.int64)
+        owner = (
+            np.concatenate([o + b for o, b in zip(owners, base)]) if owners else np.zeros(0, np.int64)
+        )
         return MemoryStore(
-            sessions, self.embedder, snippet_chars=self.snippet_chars, embeddings=finish_f16(m16)
+            sessions, self.embedder, snippet_chars=self.snippet_chars, embeddings=finish_f16(m16),
+            window_turns=owner,
         )
 
     def for_task(self, task: Task) -> MemoryStore:
@@ -143,10 +166,11 @@ class MemoryBank:
         return self.store(task.history)
 
     def stats(self) -> dict[str, Any]:
-        """``{"sessions": held, "turns": rows held, "bytes": nbytes}``."""
+        """``{"sessions": held, "turns": turns held, "rows": window rows held, "bytes": nbytes}``."""
         with self._lock:
             return {
                 "sessions": len(self._vecs),
-                "turns": int(sum(v.shape[0] for v in self._vecs.values())),
+                "turns": int(sum(len(self.pool[i].turns) for i in self._vecs)),
+                "rows": int(sum(v.shape[0] for v in self._vecs.values())),
                 "bytes": self.nbytes,
             }

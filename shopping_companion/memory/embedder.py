@@ -16,6 +16,13 @@ default with bfloat16 weights (a single MiniLM forward on CPU is bound by stream
 from memory, so halving their size is what makes it faster) and on one intra-op thread (two
 threads stall badly when the cores are shared with other work). Query vectors are kept in an
 in-process LRU and never written to disk.
+
+Long documents: the model reads at most ``max_seq_length`` (256 for MiniLM) word pieces, special
+tokens included, and silently drops the rest. :meth:`Embedder.windows` splits a longer text into
+overlapping windows that each fit (:attr:`Embedder.window_tokens` word pieces, consecutive windows
+starting :attr:`Embedder.window_stride` word pieces apart, cut at whitespace where possible), and
+:meth:`Embedder.encode_windows_f16` embeds every window; a memory store scores a turn by its best
+window. A window is keyed in the cache by its own text, like any document.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from shopping_companion.paths import cache_dir
 
 __all__ = [
     "DIM",
+    "DEFAULT_WINDOW_STRIDE",
     "PRECISIONS",
     "Embedder",
     "EmbedderStats",
@@ -52,6 +60,9 @@ __all__ = [
 DIM = 384
 
 _SCHEMA_VERSION = "1"
+#: Default distance in word pieces between the starts of consecutive windows of a long text
+#: (:attr:`Embedder.window_stride`); with MiniLM's 254-word-piece windows they overlap by 126.
+DEFAULT_WINDOW_STRIDE = 128
 _SQL_CHUNK = 500  # keys per "IN (...)" lookup (below every SQLite variable limit)
 
 Precision = Literal["fp32", "bf16"]
@@ -107,6 +118,18 @@ def default_model_path() -> Path:
 def default_cache_path() -> Path:
     """``<cache dir>/embeddings/minilm.sqlite`` (see :func:`shopping_companion.paths.cache_dir`)."""
     return cache_dir() / "embeddings" / "minilm.sqlite"
+
+
+def _max_seq_length(model_dir: Path) -> int:
+    """The word pieces (special tokens included) the sentence-transformers model reads:
+    ``max_seq_length`` of its ``sentence_bert_config.json``, 256 (MiniLM's) when absent."""
+    import json
+
+    try:
+        n = json.loads((model_dir / "sentence_bert_config.json").read_text()).get("max_seq_length")
+    except (OSError, ValueError):
+        n = None
+    return int(n) if isinstance(n, int) and n > 2 else 256
 
 
 _FINGERPRINTS: dict[tuple[str, int, int], str] = {}
@@ -219,6 +242,11 @@ class Embedder:
         On CPU, run the query encoder as a frozen TorchScript trace (oneDNN pre-packed weights,
         about 1.3x faster than eager). It is checked against the eager module when built (cosine
         ≥ 0.9999 on probe inputs); if tracing fails or disagrees, the eager module is used.
+    window_stride:
+        Word pieces between the starts of consecutive windows of a text longer than one window
+        (:meth:`windows`; default :data:`DEFAULT_WINDOW_STRIDE` = 128), an int in
+        ``1..window_tokens`` (254 for MiniLM): windows overlap by ``window_tokens - window_stride``
+        word pieces, so a fact of up to that many word pieces lies whole inside some window.
 
     The document cache key is ``sha256(schema, model fingerprint, [precision,] text)``; the
     fingerprint hashes the model directory's files, so a different model (or different weights at
@@ -229,8 +257,8 @@ class Embedder:
     chunk and the file stays consistent).
 
     Raises ``ValueError`` for an invalid ``batch_size``, ``commit_every``, ``precision``,
-    ``query_precision``, ``threads`` or ``query_threads``; ``FileNotFoundError`` for a missing
-    model directory.
+    ``query_precision``, ``threads``, ``query_threads`` or ``window_stride``;
+    ``FileNotFoundError`` for a missing model directory.
     """
 
     def __init__(
@@ -247,6 +275,7 @@ class Embedder:
         query_precision: Precision = "bf16",
         query_threads: int | None = 1,
         query_jit: bool = True,
+        window_stride: int = DEFAULT_WINDOW_STRIDE,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -275,6 +304,18 @@ class Embedder:
         self.query_precision: Precision = query_precision
         self.query_threads = query_threads
         self.query_jit = bool(query_jit)
+        self.max_seq_length = _max_seq_length(self.model_path)
+        # the model adds [CLS] and [SEP] (measured on the tokenizer when it is first needed)
+        self._n_special: int | None = None
+        if isinstance(window_stride, bool) or not isinstance(window_stride, int) or not (
+            1 <= window_stride <= self.max_seq_length - 2
+        ):
+            raise ValueError(
+                f"window_stride must be an int in 1..{self.max_seq_length - 2} (word pieces), got {window_stride!r}"
+            )
+        self.window_stride = window_stride
+        self._wtok: Any = None  # the window tokenizer: text -> char offsets of its word pieces
+        self._wlru: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # tokenized texts' windows
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.model_id = f"{self.model_path.name}:{_model_fingerprint(self.model_path)}"
         tag = "" if precision == "fp32" else f"{precision}\0"
@@ -320,7 +361,8 @@ class Embedder:
         ``str`` gives ``[1, 384]``). Cosine similarity is the dot product of rows; values in
         [-1, 1]. Equals ``finish_f16(encode_f16(texts))``: cached texts are read back; the rest
         are encoded in batches of ``batch_size`` and committed every ``commit_every`` texts. The
-        model truncates each text to 256 word pieces. Raises ``TypeError`` if an item is not a
+        model truncates each text to 256 word pieces (use :meth:`encode_windows_f16` for texts
+        that may be longer). Raises ``TypeError`` if an item is not a
         ``str``."""
         return finish_f16(self.encode_f16(texts))
 
@@ -346,6 +388,83 @@ class Embedder:
             for i, k in enumerate(keys):
                 out[i] = found[k]
         return out
+
+    @property
+    def window_tokens(self) -> int:
+        """Word pieces of text one forward reads: ``max_seq_length`` minus the special tokens
+        the tokenizer adds (254 for MiniLM: 256 - [CLS] - [SEP])."""
+        if self._n_special is None:
+            with self._lock:
+                self._window_tokenizer()
+        return self.max_seq_length - int(self._n_special or 0)
+
+    def windows(self, text: str) -> list[str]:
+        """The overlapping windows of ``text`` the model reads whole: ``[text]`` when it fits in
+        :attr:`window_tokens` word pieces, else substrings of ``text`` of at most that many word
+        pieces, the i-th starting about ``i * window_stride`` word pieces in, together covering the
+        whole text. Cuts fall on whitespace when there is any near the cut (a single "word" longer
+        than a window is cut inside it). Uses only the tokenizer (no model load); short ASCII
+        texts are answered without tokenizing, tokenized ones are remembered in an in-process LRU
+        of ``memory_cache_size`` texts. Raises ``TypeError`` if ``text`` is not a ``str``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        if text.isascii() and len(text) <= self.max_seq_length - 2:
+            return [text]  # an ASCII word piece covers at least one character
+        with self._lock:
+            tokenize = self._window_tokenizer()
+            hit = self._wlru.get(text)
+            if hit is not None:
+                self._wlru.move_to_end(text)
+                return list(hit)
+        out = self._split(text, tokenize(_model_text(text)))
+        if self.memory_cache_size:
+            with self._lock:
+                self._wlru[text] = tuple(out)
+                while len(self._wlru) > self.memory_cache_size:
+                    self._wlru.popitem(last=False)
+        return out
+
+    def _split(self, text: str, offsets: list[tuple[int, int]]) -> list[str]:
+        W = self.window_tokens
+        n = len(offsets)
+        if n <= W:
+            return [text]
+        # a cut between tokens i-1 and i is clean when whitespace separates them
+        clean = [False] + [offsets[i][0] > offsets[i - 1][1] for i in range(1, n)]
+        spans: list[tuple[int, int]] = []
+        s = 0
+        while True:
+            e = min(s + W, n)
+            if e < n:
+                c = e
+                while c > s + 1 and not clean[c]:
+                    c -= 1
+                if clean[c]:
+                    e = c
+            spans.append((s, e))
+            if e >= n:
+                break
+            nxt = min(s + self.window_stride, e)
+            c = nxt
+            while c > s + 1 and not clean[c]:
+                c -= 1
+            s = c if clean[c] else nxt
+        return [text[offsets[a][0] : offsets[b - 1][1]] for a, b in spans]
+
+    def encode_windows_f16(self, texts: Sequence[str] | str) -> tuple[np.ndarray, np.ndarray]:
+        """Embed every window (:meth:`windows`) of every text: returns ``(vecs, owner)``, float16
+        ``[n_windows, 384]`` rows as :meth:`encode_f16` returns them, and int64 ``[n_windows]``,
+        the index in ``texts`` each row belongs to (non-decreasing; a text that fits one window
+        has exactly one row, its :meth:`encode_f16` vector). Same caching and errors as
+        :meth:`encode`."""
+        texts = self._check_texts(texts)
+        flat: list[str] = []
+        owner: list[int] = []
+        for i, t in enumerate(texts):
+            w = self.windows(t)
+            flat.extend(w)
+            owner.extend([i] * len(w))
+        return self.encode_f16(flat), np.asarray(owner, dtype=np.int64)
 
     def encode_queries(self, texts: Sequence[str] | str) -> np.ndarray:
         """Embed search queries on the low-latency path; returns float32 ``[len(texts), 384]``
@@ -472,6 +591,34 @@ class Embedder:
             if not isinstance(t, str):
                 raise TypeError(f"texts[{i}] must be str, got {type(t).__name__}")
         return texts
+
+    def _window_tokenizer(self) -> Any:
+        """``text -> [(start, end) char offsets of each word piece]`` (no special tokens, no
+        truncation), built once: the model directory's ``tokenizer.json`` through ``tokenizers``
+        (no torch), else the loaded model's own tokenizer. Sets the special-token count."""
+        if self._wtok is not None:
+            return self._wtok
+        path = self.model_path / "tokenizer.json"
+        if path.is_file():
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(path))
+            tok.no_truncation()
+            tok.no_padding()
+            self._n_special = len(tok.encode("a").ids) - len(tok.encode("a", add_special_tokens=False).ids)
+
+            def offsets(text: str) -> list[tuple[int, int]]:
+                return list(tok.encode(text, add_special_tokens=False).offsets)
+        else:  # pragma: no cover - every bundled model ships tokenizer.json
+            hf = self._load_model().tokenizer
+            self._n_special = int(hf.num_special_tokens_to_add(pair=False))
+
+            def offsets(text: str) -> list[tuple[int, int]]:
+                enc = hf(text, add_special_tokens=False, truncation=False, return_offsets_mapping=True)
+                return [tuple(o) for o in enc["offset_mapping"]]
+
+        self._wtok = offsets
+        return offsets
 
     def _key(self, text: str) -> bytes:
         return hashlib.sha256(self._key_prefix + text.encode("utf-8", "surrogatepass")).digest()

@@ -2,17 +2,24 @@
 (``mem_view``), as in the Shopping Companion paper (App. B.1): every dialogue turn of the user's
 history is embedded with all-MiniLM-L6-v2, and a search returns the top-k turns by cosine
 similarity to the agent's queries.
+
+A turn longer than the model's window (254 word pieces of text for MiniLM) is embedded as several
+overlapping windows (:meth:`~shopping_companion.memory.embedder.Embedder.windows`), so a fact near
+its end is found too; a turn's score is the best score of its windows and it is still returned
+once, as one turn of its session. :data:`MEMORY_INDEX_VERSION` names this layout (2: windows;
+1: one truncated vector per turn).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from shopping_companion.errors import ToolInputError
-from shopping_companion.memory.embedder import DIM, Embedder
+from shopping_companion.memory.embedder import DIM, Embedder, finish_f16
 from shopping_companion.types import Session, SessionRef
 
 __all__ = [
@@ -20,6 +27,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_SESSION_IDS",
     "MAX_TOP_K",
+    "MEMORY_INDEX_VERSION",
     "TRUNCATION_MARKER",
     "MemoryStore",
 ]
@@ -28,6 +36,13 @@ MAX_QUERIES = 10
 MAX_QUERY_CHARS = 2000
 MAX_TOP_K = 50
 MAX_SESSION_IDS = 10
+#: Layout of the memory index: 2 = every turn embedded as overlapping windows of at most the
+#: model's length (1 was one vector per turn, cut at 256 word pieces). Nothing cached goes stale
+#: across the change: the embedder's cache is keyed by text, and a window is keyed by its own text.
+MEMORY_INDEX_VERSION = 2
+#: Where a window is cut into sentences to find the passage a snippet shows.
+_SENTENCE_CUT = re.compile(r"(?<=[.!?])\s+|\n+")
+
 #: Appended to a snippet cut at ``snippet_chars``.
 TRUNCATION_MARKER = " …[truncated]"
 
@@ -37,16 +52,20 @@ class MemoryStore:
 
     ``sessions`` are the user's history in chronological order (ids must be unique; ``date`` is
     the ISO date shown in results and may be None). Every turn, user and assistant, is embedded
-    once with ``embedder`` at construction (cached by the embedder). ``snippet_chars`` (>= 1) is
-    the longest turn text a search result shows before the :data:`TRUNCATION_MARKER`.
+    once with ``embedder`` at construction (cached by the embedder), as one row per window when
+    the embedder has ``encode_windows_f16`` (a turn longer than the model's window gets several
+    overlapping rows), else one row per turn. ``snippet_chars`` (>= 1) is the longest turn text
+    a search result shows before the :data:`TRUNCATION_MARKER`.
 
-    ``embeddings``: optional precomputed turn matrix, float32 ``[n_turns, 384]`` with unit rows in
-    (session, turn) order, e.g. from :class:`~shopping_companion.memory.bank.MemoryBank`; then
-    nothing is encoded at construction. Queries are embedded with ``embedder.encode_queries``
-    when the embedder has it (else ``encode``).
+    ``embeddings``: optional precomputed matrix, float32 ``[n_rows, 384]`` with unit rows in
+    (session, turn, window) order, e.g. from :class:`~shopping_companion.memory.bank.MemoryBank`;
+    then nothing is encoded at construction. ``window_turns``: int ``[n_rows]``, the turn each
+    row belongs to, numbered 0..n_turns-1 in (session, turn) order, non-decreasing, every turn
+    at least once; ``None`` means one row per turn. Queries are embedded with
+    ``embedder.encode_queries`` when the embedder has it (else ``encode``).
 
-    Raises ``ValueError`` for repeated session ids, ``snippet_chars < 1`` or an ``embeddings``
-    matrix of the wrong shape.
+    Raises ``ValueError`` for repeated session ids, ``snippet_chars < 1``, or an ``embeddings``
+    matrix / ``window_turns`` that does not match the history.
     """
 
     def __init__(
@@ -56,6 +75,7 @@ class MemoryStore:
         snippet_chars: int = 300,
         *,
         embeddings: np.ndarray | None = None,
+        window_turns: np.ndarray | Sequence[int] | None = None,
     ) -> None:
         if snippet_chars < 1:
             raise ValueError(f"snippet_chars must be >= 1, got {snippet_chars}")
@@ -77,21 +97,56 @@ class MemoryStore:
                 texts.append(turn.content)
         self._sess_idx = np.asarray(sess_idx, dtype=np.int64)
         self._turn_idx = np.asarray(turn_idx, dtype=np.int64)
-        # [n_turns, 384] float32, unit rows: the whole index, searched with one mat-mul.
+        n = len(texts)
+        # [n_rows, 384] float32, unit rows (one per window of each turn): the whole index,
+        # searched with one mat-mul; self._row_turn[row] is the turn (0..n-1) a row belongs to.
         if embeddings is not None:
             m = np.ascontiguousarray(embeddings, dtype=np.float32)
-            if m.shape != (len(texts), DIM):
-                raise ValueError(
-                    f"embeddings has shape {m.shape}; this history has {len(texts)} turns, so "
-                    f"({len(texts)}, {DIM}) is required"
-                )
+            if window_turns is None:
+                if m.shape != (n, DIM):
+                    raise ValueError(
+                        f"embeddings has shape {m.shape}; this history has {n} turns, so "
+                        f"({n}, {DIM}) is required (or pass window_turns for one row per window)"
+                    )
+                owner = np.arange(n, dtype=np.int64)
+            else:
+                owner = np.asarray(window_turns, dtype=np.int64)
+                if m.ndim != 2 or m.shape[1] != DIM or owner.shape != (m.shape[0],):
+                    raise ValueError(
+                        f"embeddings has shape {m.shape} and window_turns {owner.shape}; "
+                        f"(n_rows, {DIM}) and (n_rows,) are required"
+                    )
+                self._check_owner(owner, n)
             self._matrix = m
+        elif not texts:
+            self._matrix, owner = np.zeros((0, DIM), dtype=np.float32), np.zeros(0, dtype=np.int64)
+        elif callable(getattr(embedder, "encode_windows_f16", None)):
+            v16, owner = embedder.encode_windows_f16(texts)
+            self._matrix = finish_f16(v16)
         else:
-            self._matrix = (
-                embedder.encode(texts) if texts else np.zeros((0, DIM), dtype=np.float32)
-            )
+            self._matrix, owner = embedder.encode(texts), np.arange(n, dtype=np.int64)
+        self._row_turn = owner
+        self._n_turns = n
+        # first row of each turn (rows are grouped by turn), for the per-turn max in search
+        self._turn_starts = (
+            np.flatnonzero(np.r_[True, np.diff(owner) != 0]) if owner.shape[0] != n else None
+        )
         enc_q = getattr(embedder, "encode_queries", None)
         self._encode_queries = enc_q if callable(enc_q) else embedder.encode
+        win = getattr(embedder, "windows", None)
+        self._windows_of = win if callable(win) else None
+
+    @staticmethod
+    def _check_owner(owner: np.ndarray, n_turns: int) -> None:
+        ok = owner.size == 0 if n_turns == 0 else (
+            owner.size > 0 and int(owner[0]) == 0 and int(owner[-1]) == n_turns - 1
+            and bool(np.all(np.diff(owner) >= 0)) and bool(np.all(np.diff(owner) <= 1))
+        )
+        if not ok:
+            raise ValueError(
+                f"window_turns must number the rows' turns 0..{n_turns - 1} in order, non-decreasing, "
+                "every turn at least once"
+            )
 
     # ------------------------------------------------------------------ construction
 
@@ -125,21 +180,35 @@ class MemoryStore:
 
     @property
     def n_turns(self) -> int:
-        """Number of indexed turns (rows of the embedding matrix)."""
+        """Number of indexed turns."""
+        return self._n_turns
+
+    @property
+    def n_windows(self) -> int:
+        """Number of rows of :attr:`embeddings` (>= :attr:`n_turns`: one per window of a turn)."""
         return int(self._matrix.shape[0])
 
     @property
     def embeddings(self) -> np.ndarray:
-        """The turn matrix, float32 ``[n_turns, 384]``, unit rows in (session, turn) order; a
-        read-only view."""
+        """The index matrix, float32 ``[n_windows, 384]``, unit rows in (session, turn, window)
+        order; a read-only view."""
         v = self._matrix.view()
         v.flags.writeable = False
         return v
 
     @property
+    def window_turns(self) -> np.ndarray:
+        """int64 ``[n_windows]``: the turn (0..n_turns-1, (session, turn) order) of each row of
+        :attr:`embeddings`; a read-only view."""
+        v = self._row_turn.view()
+        v.flags.writeable = False
+        return v
+
+    @property
     def turn_ids(self) -> list[tuple[str, int]]:
-        """``(session_id, turn_index)`` of every row of :attr:`embeddings`, in row order."""
-        return [(self._order[int(si)], int(ti)) for si, ti in zip(self._sess_idx, self._turn_idx)]
+        """``(session_id, turn_index)`` of every row of :attr:`embeddings`, in row order (a turn
+        of several windows appears once per window)."""
+        return [(self._order[int(self._sess_idx[t])], int(self._turn_idx[t])) for t in self._row_turn]
 
     def __len__(self) -> int:
         return len(self._order)
@@ -148,7 +217,7 @@ class MemoryStore:
         return session_id in self._sessions
 
     def __repr__(self) -> str:
-        return f"MemoryStore({len(self)} sessions, {self.n_turns} turns)"
+        return f"MemoryStore({len(self)} sessions, {self.n_turns} turns, {self.n_windows} windows)"
 
     # ------------------------------------------------------------------ validation
 
@@ -231,13 +300,15 @@ class MemoryStore:
 
         ``queries``: one string or a list of 1–10 strings, each non-blank and ≤ 2,000 characters
         (repeats are merged). ``top_k``: int in 1..50. Each turn's score is its highest cosine
-        similarity over the queries; turns are ranked by score (ties: earlier
+        similarity over the queries and over its windows (a long turn is indexed as overlapping
+        windows); turns are ranked by score (ties: earlier
         session, then earlier turn) and each appears at most once. Returns at most
         ``min(top_k, n_turns)`` dicts, best first::
 
             {"session_id": str, "turn_index": int (0-based), "role": "user"|"assistant",
              "date": str|None, "score": float (cosine in [-1, 1], 4 decimals),
-             "snippet": str (turn text, cut at snippet_chars + TRUNCATION_MARKER),
+             "snippet": str (turn text, cut at snippet_chars + TRUNCATION_MARKER; for a long
+                        turn scored by a later window, "…" + that window, cut the same way),
              "query": str (the query that gave the score)}
 
         Raises :class:`~shopping_companion.errors.ToolInputError` with ``field`` ``"queries"`` or
@@ -250,7 +321,9 @@ class MemoryStore:
         qvec = self._encode_queries(qs)  # [q, 384], unit rows
         # One matrix-vector product per query: numpy's BLAS runs a [q>=3, 384] x [384, n] product
         # on its thread pool, which costs ~8 ms on a busy 2-core machine instead of ~0.02 ms.
-        sims = np.stack([self._matrix @ v for v in qvec])  # [q, n_turns]
+        sims = np.stack([self._matrix @ v for v in qvec])  # [q, n_windows]
+        if self._turn_starts is not None:  # some turn has several windows: its best window
+            sims = np.maximum.reduceat(sims, self._turn_starts, axis=1)  # [q, n_turns]
         best_q = sims.argmax(axis=0)
         scores = sims[best_q, np.arange(sims.shape[1])]
         k = min(k, scores.shape[0])
@@ -276,11 +349,54 @@ class MemoryStore:
                     "role": turn.role,
                     "date": sess.date,
                     "score": round(float(scores[row]), 4),
-                    "snippet": self._snippet(turn.content),
+                    "snippet": self._best_snippet(int(row), turn.content, qvec[int(best_q[row])]),
                     "query": qs[int(best_q[row])],
                 }
             )
         return results
+
+    def _best_snippet(self, turn: int, text: str, qv: np.ndarray) -> str:
+        """The snippet of a turn: its start, or — when a later window of a long turn gave the
+        score — that window, after a leading ``"…"`` (so a fact near the end of a long turn is
+        visible in the result, not only found)."""
+        starts = self._turn_starts
+        if starts is None or self._windows_of is None:
+            return self._snippet(text)
+        a = int(starts[turn])
+        b = int(starts[turn + 1]) if turn + 1 < len(starts) else self._matrix.shape[0]
+        if b - a < 2:
+            return self._snippet(text)
+        j = int(np.argmax(self._matrix[a:b] @ qv))
+        if j == 0:
+            return self._snippet(text)
+        try:
+            windows = self._windows_of(text)
+        except Exception:  # a custom embedder's windows(); the start of the turn is still right
+            return self._snippet(text)
+        if len(windows) != b - a:
+            return self._snippet(text)
+        return "…" + self._snippet(self._best_passage(windows[j], qv))
+
+    def _best_passage(self, window: str, qv: np.ndarray) -> str:
+        """The sentences of ``window`` around the one most similar to the query vector ``qv``,
+        up to ``snippet_chars`` (at most 32 sentences are scored, with the query encoder)."""
+        parts = [p for p in _SENTENCE_CUT.split(window) if p.strip()][:32]
+        if len(parts) < 2 or len(window) <= self.snippet_chars:
+            return window.strip()
+        sims = self._encode_queries(parts) @ qv
+        i = int(np.argmax(sims))
+        lo = hi = i
+        size = len(parts[i])
+        while True:  # grow to the right first (what follows a fact often completes it), then left
+            if hi + 1 < len(parts) and size + 1 + len(parts[hi + 1]) <= self.snippet_chars:
+                hi += 1
+                size += 1 + len(parts[hi])
+            elif lo > 0 and size + 1 + len(parts[lo - 1]) <= self.snippet_chars:
+                lo -= 1
+                size += 1 + len(parts[lo])
+            else:
+                break
+        return " ".join(p.strip() for p in parts[lo : hi + 1])
 
     def view(self, session_ids: list[str]) -> tuple[list[Session], list[str]]:
         """``mem_view``: the full sessions for ``session_ids`` (a list of 1–10 strings; repeats
