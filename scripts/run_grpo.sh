@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Launch Shopping Companion GRPO with verl on a Ray cluster (docs/grpo.md).
 #
-#   scripts/run_grpo.sh head   [--port 6379]                 start a Ray head on this node
+#   scripts/run_grpo.sh head   [--port 6379] [--dashboard-host ADDR] [ray start options...]
+#                                                            start a Ray head on this node; its dashboard
+#                                                            (and Ray's unauthenticated job-submission API)
+#                                                            listens on 127.0.0.1 only, unless ADDR (or
+#                                                            $SHOPCOMP_RAY_DASHBOARD_HOST) says otherwise
 #   scripts/run_grpo.sh worker --address HEAD_IP:6379        join this node to the cluster
 #   scripts/run_grpo.sh train  [--variant outcome_tool|outcome_only] [--model PATH] [--data DIR] [hydra overrides...]
 #                                                            run verl (on the head node; starts a local
@@ -13,7 +17,9 @@
 # Checkpoints go to trainer.default_local_dir; a rerun with the same experiment resumes from the
 # latest one (trainer.resume_mode=auto).
 # Environment: PYTHON (default: `python` when it imports verl and this package, else .venv-rl/bin/python);
-# verl and `ray` run from that interpreter's environment.
+# verl and `ray` run from that interpreter's environment. SHOPCOMP_RAY_DASHBOARD_HOST: the dashboard
+# address (default 127.0.0.1; anything else lets every host that reaches it submit jobs: a warning is
+# printed). To see a remote head's dashboard, tunnel it: ssh -L 8265:127.0.0.1:8265 NODE0.
 set -euo pipefail
 caller="$PWD"
 cd "$(dirname "$0")/.."
@@ -24,9 +30,21 @@ cmd="${1:-}"; shift || true
 need() { [ $# -ge 2 ] && [ -n "$2" ] || { echo "$1: needs a value" >&2; exit 2; }; }
 case "$cmd" in
   head)
-    port=6379
-    if [ "${1:-}" = "--port" ]; then need "$@"; port="$2"; shift 2; fi
-    "$RAY" start --head --port "$port" --dashboard-host 0.0.0.0 "$@"
+    port=6379; dash="${SHOPCOMP_RAY_DASHBOARD_HOST:-127.0.0.1}"
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --port) need "$@"; port="$2"; shift 2 ;;
+        --dashboard-host) need "$@"; dash="$2"; shift 2 ;;
+        *) break ;;
+      esac
+    done
+    case "$dash" in
+      127.0.0.1|localhost|::1) ;;
+      *) echo "WARNING: Ray's dashboard will listen on $dash: anyone who reaches $dash:8265 can submit jobs" \
+              "(run any command on this cluster) through Ray's unauthenticated job API. Use it only on a trusted" \
+              "network; the default 127.0.0.1 plus an SSH tunnel is safer." >&2 ;;
+    esac
+    "$RAY" start --head --port "$port" --dashboard-host "$dash" "$@"
     ;;
   worker)
     [ "${1:-}" = "--address" ] || { echo "usage: $0 worker --address HEAD_IP:PORT" >&2; exit 2; }
@@ -44,7 +62,7 @@ case "$cmd" in
       esac
     done
     [ -f "$data/train.parquet" ] || { echo "$data/train.parquet missing: run shopcomp grpo prepare --benchmark DIR --out $data" >&2; exit 2; }
-    "$RAY" status >/dev/null 2>&1 || "$RAY" start --head --disable-usage-stats
+    "$RAY" status >/dev/null 2>&1 || "$RAY" start --head --disable-usage-stats --dashboard-host 127.0.0.1
     export VLLM_USE_V1=1 HYDRA_FULL_ERROR=1
     args=(--variant "$variant" --data-dir "$data")
     [ -n "$model" ] && args+=(--model "$model")

@@ -26,7 +26,12 @@ Limits: the environment ends a stage after ``max_turns`` assistant turns (paper:
 response (generated + observation tokens) is capped at ``response_length`` tokens (paper: 32,768):
 each generation may use at most the remaining budget, and a stage that runs out of it ends with
 termination ``token_budget`` and is judged and rewarded as it stands (usually without an answer).
-Malformed model output is the environment's business: it becomes an error observation.
+Malformed model output is the environment's business: it becomes an error observation. Each
+turn reaches the environment with its finish reason (``length`` when the generation used its
+whole ``max_tokens`` without a stop token: the environment then runs none of its calls), so
+``EnvConfig.max_invalid_turns`` consecutive invalid turns end the stage (``invalid_output`` /
+``length``) as in evaluation. There is no ``backend.chat`` here, hence no context-length refusal:
+the response budget bounds the context.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
+from shopping_companion.judges.base import JudgeFailedError
 from shopping_companion.types import RewardBreakdown, StageResult, Trajectory, Verdict
 
 __all__ = [
@@ -346,11 +352,17 @@ class EpisodeOutput:
     reason string when the judge failed (the trajectory must not be trained on as a 0).
     ``messages``: the stage's chat as the environment saw it (OpenAI dicts). ``num_turns``:
     messages of the stage after the system prompt. ``termination``: ``answered`` |
-    ``max_turns`` | ``token_budget``. ``env_s`` / ``generate_s``: wall seconds spent in the
+    ``max_turns`` | ``token_budget`` | ``invalid_output`` | ``length``
+    (``EnvConfig.max_invalid_turns`` consecutive invalid turns; all are judged and rewarded as
+    they stand). ``env_s`` / ``generate_s``: wall seconds spent in the
     environment (tools, parsing, judge, reward, simulator, tokenisation of observations) and in
     generation. ``stage1``: a summary of the stage played before a stage-2 row (source, turns,
     termination, generated tokens). ``prefix_mismatches``: observations whose ids did not
-    reproduce the template's rendering (0 expected).
+    reproduce the template's rendering (0 expected). ``deadline_missed``: the per-sample scoring
+    deadline (``scoring_deadline_s`` of the environment's
+    :class:`~shopping_companion.trainers.resources.ScoringDeadline`) ran out: ``judge_failed`` says
+    so, ``reward`` has ``judge_failed`` and ``deadline_missed`` 1.0, and the sample must get no
+    gradient.
     """
 
     tokens: TokenEpisode
@@ -367,6 +379,7 @@ class EpisodeOutput:
     n_generations: int
     prefix_mismatches: int
     stage1: dict[str, Any] | None = None
+    deadline_missed: bool = False
 
     def extra_fields(self) -> dict[str, Any]:
         """JSON-able fields for a trainer (verl ``AgentLoopOutput.extra_fields``; the reward
@@ -381,7 +394,19 @@ class EpisodeOutput:
             "shopcomp_generate_s": self.generate_s,
             "shopcomp_prefix_mismatches": self.prefix_mismatches,
             "shopcomp_stage1": self.stage1 or {},
+            "shopcomp_deadline_missed": int(self.deadline_missed),
         }
+
+
+def _assistant(chat: "ChatTokens", ids: list[int], max_tokens: int) -> Any:
+    """The assistant message of one generation: its text (:meth:`ChatTokens.content`) and its
+    finish reason, ``length`` when the generation used all ``max_tokens`` without ending on a
+    stop (EOS) token (so the environment runs no call of a cut-off turn), else ``stop``."""
+    from shopping_companion.llm.base import AssistantMessage
+
+    cut = len(ids) >= max_tokens and not (ids and ids[-1] in chat.eos_ids)
+    return AssistantMessage(content=chat.content(ids), finish_reason="length" if cut else "stop",
+                            completion_tokens=len(ids))
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -404,7 +429,11 @@ def _score_unfinished(env: Any, reason: str) -> tuple[StageResult | None, Reward
     if verdict.failed:
         return None, RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)}), \
             "judge failed: " + ("; ".join(verdict.reasons) or "no reason given")
-    reward = env.reward_fn(env.task, traj, verdict)
+    try:
+        reward = env.reward_fn(env.task, traj, verdict)
+    except JudgeFailedError as e:  # a judge inside the reward failed, or the scoring deadline passed
+        return None, RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)}), \
+            f"judge failed inside the reward: {str(e)[:300]}"
     return StageResult(trajectory=traj, verdict=verdict, reward=reward), reward, None
 
 
@@ -436,7 +465,7 @@ async def _play_stage1(env: Any, source: Stage1Source, chat: ChatTokens, generat
             n_gen += len(ids)
             ep.add(ids, 1)
             before = env.messages
-            res = await env.astep(chat.content(ids))
+            res = await env.astep(_assistant(chat, ids, budget))
             turns += 1
             if env.stage == 1 and not res.info.get("stage_done"):
                 _append_observation(ep, chat, before, env, ids)
@@ -555,7 +584,7 @@ async def run_row_episode(
         t = time.perf_counter()
         ep.add(ids, 1, lps)
         before = env.messages
-        res = await env.astep(chat.content(ids))
+        res = await env.astep(_assistant(chat, ids, budget))
         if res.info.get("stage_done"):
             termination = str(res.info.get("termination"))
             done_result = res
@@ -582,9 +611,17 @@ async def run_row_episode(
         msgs = [m.model_dump(exclude_none=True) for m in ended[-1].trajectory.messages] if ended else env.messages
         if judge_failed:
             result = None
+    missed = bool(getattr(env.judge, "missed", False))  # a ScoringDeadline ran out (trainers.resources)
+    if missed:
+        result = None
+        reward = RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "deadline_missed": 1.0,
+                                                        "stage": float(stage)})
+        judge_failed = (f"scoring deadline missed: judging and rewarding took more than "
+                        f"{env.judge.seconds:g} s (scoring_deadline_s); not scored")
     env_s += time.perf_counter() - t
     return EpisodeOutput(
         tokens=ep, stage=stage, task_id=env.task.task_id, result=result, reward=reward,
         judge_failed=judge_failed, messages=msgs, num_turns=len(msgs) - 1, termination=termination,
         env_s=env_s, generate_s=gen_s, n_generations=n_gen, prefix_mismatches=mismatches, stage1=stage1_info,
+        deadline_missed=missed,
     )

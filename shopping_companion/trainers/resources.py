@@ -9,11 +9,21 @@ its token buffers) always lives in the caller's own scope.
 
 Tests and notebooks that already hold the services build :class:`EnvResources` directly and make
 it visible to agent loops with :func:`register_resources` (the loop names it in its config).
+
+Per-sample scoring deadline: :meth:`EnvResources.make_env` with ``scoring_deadline_s`` gives the
+environment a :class:`ScoringDeadline` in place of the judge and the reward function. Every judge
+and reward call of that sample (both stages) then shares one budget of wall-clock seconds; a call
+still running when the budget is spent is abandoned (it finishes in the background, its result is
+dropped) and raises :class:`ScoringDeadlineError`, which the environment records as a judge failure,
+so the sample is not scored (the trainers give it no gradient and count it as
+``deadline_missed``) and the training step goes on.
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +31,107 @@ from typing import Any, Callable, Mapping
 
 from shopping_companion.types import Product, Session, Task
 
-__all__ = ["ResourceSpec", "EnvResources", "get_resources", "register_resources", "registered_resources"]
+from shopping_companion.judges.base import JudgeFailedError
+
+__all__ = [
+    "DEFAULT_SCORING_DEADLINE_S",
+    "ResourceSpec",
+    "EnvResources",
+    "ScoringDeadline",
+    "ScoringDeadlineError",
+    "check_scoring_deadline",
+    "get_resources",
+    "register_resources",
+    "registered_resources",
+]
+
+#: Default per-sample budget (wall-clock seconds) for judging and rewarding one GRPO trajectory.
+DEFAULT_SCORING_DEADLINE_S = 60.0
+
+
+def check_scoring_deadline(value: Any, field: str = "scoring_deadline_s") -> float | None:
+    """``value`` as a deadline in seconds: a finite number > 0, or None (no deadline). Raises
+    ``ValueError`` naming ``field`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{field}: must be a finite number of seconds > 0, or null for no deadline; got {value!r}")
+    return float(value)
+
+
+class ScoringDeadlineError(JudgeFailedError):
+    """Judging and rewarding one sample took longer than its deadline; the sample is not scored."""
+
+
+class ScoringDeadline:
+    """The judge and reward function of ONE sample, sharing a budget of ``seconds`` wall-clock
+    seconds (> 0) over all their calls (both stages of a stage-2 row).
+
+    Used by the environment as its ``judge`` (``judge(task, trajectory) -> Verdict``, ``name`` of
+    the wrapped judge) and ``reward_fn`` (:meth:`reward`). Each call runs in its own daemon thread;
+    the caller waits at most the budget left. When it is spent, the call is abandoned (left to
+    finish in the background; its result is dropped), :attr:`missed` becomes True and
+    :class:`ScoringDeadlineError` is raised (a :class:`JudgeFailedError`: the environment records
+    the sample as unscored, never as 0). Once missed, later calls fail at once. :attr:`used_s` is
+    the budget spent so far. Exceptions of the wrapped calls propagate unchanged.
+    """
+
+    def __init__(self, judge: Any, reward_fn: Callable[..., Any], seconds: float) -> None:
+        self.seconds = check_scoring_deadline(seconds, "seconds")
+        if self.seconds is None:
+            raise ValueError("seconds: must be a finite number of seconds > 0, got None")
+        self._judge = judge
+        self._reward_fn = reward_fn
+        self.name = str(getattr(judge, "name", "judge"))
+        self.used_s = 0.0
+        self.missed = False
+        self.missed_in: str | None = None  # "judge" or "reward"
+
+    def judge(self, task: Task, trajectory: Any) -> Any:
+        """The wrapped judge's verdict, within the budget left."""
+        return self._call("judge", self._judge.judge, task, trajectory)
+
+    def reward(self, task: Task, trajectory: Any, verdict: Any) -> Any:
+        """The wrapped reward function's breakdown, within the budget left."""
+        return self._call("reward", self._reward_fn, task, trajectory, verdict)
+
+    __call__ = reward
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        left = self.seconds - self.used_s
+        if self.missed or left <= 0:
+            self._miss(what)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box["value"] = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+                box["error"] = e
+            finally:
+                done.set()
+                from shopping_companion.catalog.jvm import detach_thread
+
+                detach_thread()  # the judge may have read products through Lucene
+
+        t0 = time.monotonic()
+        threading.Thread(target=work, name=f"shopcomp-{what}", daemon=True).start()
+        finished = done.wait(left)
+        self.used_s += time.monotonic() - t0
+        if not finished:
+            self._miss(what)
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _miss(self, what: str) -> None:
+        if not self.missed:
+            self.missed, self.missed_in = True, what
+        raise ScoringDeadlineError(
+            f"scoring deadline missed: judging and rewarding this sample took more than {self.seconds:g} s "
+            f"(in the {self.missed_in}); the sample is not scored (scoring_deadline_s)"
+        )
 
 
 @dataclass(frozen=True)
@@ -99,15 +209,24 @@ class EnvResources:
         return store
 
     def make_env(self, task: Task, *, hint: str = "none", max_turns: int = 20, simulator_seed: int = 0,
-                 max_observation_chars: int = 12_000) -> Any:
-        """A fresh two-stage :class:`ShoppingCompanionEnv` for ``task`` (one per trajectory)."""
+                 max_observation_chars: int = 12_000, scoring_deadline_s: float | None = None) -> Any:
+        """A fresh two-stage :class:`ShoppingCompanionEnv` for ``task`` (one per trajectory).
+
+        ``scoring_deadline_s``: seconds (> 0) all judge and reward calls of this trajectory may
+        take together; the environment's ``judge`` is then a :class:`ScoringDeadline` (its
+        ``missed`` flag tells whether the sample ran out of time). None: no deadline. Raises
+        ``ValueError`` for a deadline that is not a finite number > 0."""
         from shopping_companion.envs.env import EnvConfig, ShoppingCompanionEnv
         from shopping_companion.envs.tools import ToolBox
 
+        deadline = check_scoring_deadline(scoring_deadline_s)
         cfg = EnvConfig(mode="two_stage", hint=hint, max_turns=max_turns, simulator_seed=simulator_seed,
                         max_observation_chars=max_observation_chars)
         tools = ToolBox(self.products, self.memory(task), cfg.max_observation_chars)
-        return ShoppingCompanionEnv(task, tools, self.judge, cfg, reward_fn=self.reward_fn)
+        if deadline is None:
+            return ShoppingCompanionEnv(task, tools, self.judge, cfg, reward_fn=self.reward_fn)
+        scorer = ScoringDeadline(self.judge, self.reward_fn, deadline)
+        return ShoppingCompanionEnv(task, tools, scorer, cfg, reward_fn=scorer.reward)
 
 
 def _lookup(search: Any) -> Callable[[list[str]], dict[str, Product]]:

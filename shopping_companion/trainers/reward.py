@@ -29,8 +29,10 @@ from typing import Any, Mapping
 __all__ = ["LOGGED_KEYS", "compute_score", "score_breakdown"]
 
 #: Components returned for every trajectory (0.0 when a component does not apply to its stage).
+#: ``judge_failed`` / ``deadline_missed``: 1.0 when the trajectory is not scored (its judge failed;
+#: its judging and rewarding missed the per-sample ``scoring_deadline_s``).
 LOGGED_KEYS = ("R_z", "R_tool", "R_fmt", "f_ans", "f_th", "f_tc", "f_rec", "tool_mem_mean", "tool_prod_mean",
-               "n_tool_calls", "success", "stage", "judge_failed")
+               "n_tool_calls", "success", "stage", "judge_failed", "deadline_missed")
 
 _RUBRIC_CACHE: dict[str, Any] = {}
 

@@ -13,7 +13,11 @@ completion (``shopcomp_reward``), which TRL forwards to the reward functions.
 :func:`reward_functions` gives TRL reward functions: ``shopcomp_total`` (the rubric's Eq. 12 total,
 the one that trains) and one per logged component (``R_z``, ``R_tool``, ``R_fmt``, ``success``)
 to pass with ``reward_weights`` 0, so TRL logs ``rewards/<name>/mean`` for each. A trajectory whose
-judge failed gets ``None`` (TRL leaves it out of the group baseline) instead of 0.
+judge failed gets ``None`` (TRL leaves it out of the group baseline) instead of 0. Judging and
+rewarding one trajectory have a per-sample deadline (``scoring_deadline_s``, default 60 s): a
+trajectory that misses it is not scored either (``None``), gets ``env_mask`` all 0 (no gradient),
+and is flagged: ``shopcomp_deadline_missed`` per completion, and the ``deadline_missed`` reward
+function (weight 0) logs the share per step as ``rewards/deadline_missed/mean``.
 
 Rows come from :func:`~shopping_companion.trainers.rows.build_rows` (same as the verl parquet); TRL
 passes only the ``prompt`` column to ``rollout_func``, so rows are found again by their prompt,
@@ -27,7 +31,7 @@ import json
 from typing import Any, Callable
 
 from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
-from shopping_companion.trainers.resources import EnvResources
+from shopping_companion.trainers.resources import DEFAULT_SCORING_DEADLINE_S, EnvResources, check_scoring_deadline
 from shopping_companion.trainers.reward import score_breakdown
 
 __all__ = ["make_rollout_func", "reward_functions", "trl_dataset_rows", "COMPONENTS"]
@@ -59,7 +63,8 @@ def trl_dataset_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, max_turns: int = 20,
                       max_tokens_per_turn: int = 512, sampling: dict[str, Any] | None = None,
-                      rubric: Any = None) -> Callable[[list, Any], dict[str, list]]:
+                      rubric: Any = None, scoring_deadline_s: float | None = DEFAULT_SCORING_DEADLINE_S,
+                      ) -> Callable[[list, Any], dict[str, list]]:
     """TRL ``rollout_func(prompts, trainer)`` over our environment (module docstring).
 
     Args:
@@ -70,9 +75,13 @@ def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, ma
             ``max_completion_length``).
         sampling: ``temperature`` / ``top_p`` / ``top_k`` (default: the trainer's arguments).
         rubric: re-weight the breakdown for the ``shopcomp_total`` reward (None: the environment's).
+        scoring_deadline_s: wall-clock seconds all judge and reward calls of one trajectory may
+            take together (> 0; None: no deadline). A trajectory that misses it is not scored.
 
-    Raises ``KeyError`` at rollout time for a prompt that is not one of ``rows``.
+    Raises ``KeyError`` at rollout time for a prompt that is not one of ``rows``; ``ValueError``
+    at once for a ``scoring_deadline_s`` that is not a finite number > 0 or None.
     """
+    deadline = check_scoring_deadline(scoring_deadline_s)
     by_prompt = {_key(r["prompt"]): r for r in rows}
 
     def rollout(prompts: list, trainer: Any) -> dict[str, list]:
@@ -105,7 +114,8 @@ def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, ma
             row = by_prompt.get(_key(prompt))
             if row is None:
                 raise KeyError("rollout_func got a prompt that is not one of the dataset rows it was built with")
-            env = resources.make_env(resources.task(row["task_id"]), hint=row["hint"], max_turns=max_turns)
+            env = resources.make_env(resources.task(row["task_id"]), hint=row["hint"], max_turns=max_turns,
+                                     scoring_deadline_s=deadline)
             return await run_row_episode(env, int(row["stage"]), chat, generate, sp, budget, stage1=row["stage1"])
 
         async def all_rows() -> list[Any]:
@@ -119,15 +129,19 @@ def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, ma
         for e in eps:
             br = e.reward.model_dump()
             br["judge_failed"] = e.judge_failed or ""
+            br["deadline_missed"] = bool(e.deadline_missed)
             br["scored"] = score_breakdown(br, rubric)
             rewards.append(br)
         return {
             "prompt_ids": [e.tokens.prompt_ids for e in eps],
             "completion_ids": [e.tokens.response_ids for e in eps],
-            "env_mask": [e.tokens.response_mask for e in eps],
+            # an unscored trajectory (judge failed, scoring deadline missed) gets no gradient
+            "env_mask": [[0] * len(e.tokens.response_mask) if (e.judge_failed or e.deadline_missed)
+                         else e.tokens.response_mask for e in eps],
             "logprobs": None,
             "shopcomp_reward": rewards,
             "shopcomp_env_s": [e.env_s for e in eps],
+            "shopcomp_deadline_missed": [bool(e.deadline_missed) for e in eps],
         }
 
     return rollout
@@ -137,6 +151,8 @@ def _component(name: str) -> Callable[..., list[float | None]]:
     def fn(completions: list, shopcomp_reward: list[dict[str, Any]] | None = None, **kwargs: Any) -> list[float | None]:
         if shopcomp_reward is None:
             raise ValueError("shopcomp_reward missing: use make_rollout_func as the trainer's rollout_func")
+        if name == "deadline_missed":  # a flag, defined for every trajectory
+            return [float(bool(r.get("deadline_missed"))) for r in shopcomp_reward]
         key = "score" if name == "shopcomp_total" else name
         return [None if r.get("judge_failed") else float(r["scored"][key]) for r in shopcomp_reward]
 
@@ -146,6 +162,8 @@ def _component(name: str) -> Callable[..., list[float | None]]:
 
 def reward_functions() -> tuple[list[Callable[..., list[float | None]]], list[float]]:
     """``(reward_funcs, reward_weights)`` for ``GRPOTrainer`` / ``GRPOConfig``: the total with
-    weight 1 and :data:`COMPONENTS` with weight 0 (logged only)."""
-    funcs = [_component("shopcomp_total")] + [_component(c) for c in COMPONENTS]
-    return funcs, [1.0] + [0.0] * len(COMPONENTS)
+    weight 1, :data:`COMPONENTS` and ``deadline_missed`` (1.0 for a trajectory that missed its
+    scoring deadline, else 0.0) with weight 0 (logged only)."""
+    names = [*COMPONENTS, "deadline_missed"]
+    funcs = [_component("shopcomp_total")] + [_component(c) for c in names]
+    return funcs, [1.0] + [0.0] * len(names)

@@ -21,14 +21,19 @@ response token budget. The trajectory's reward breakdown goes to the trainer in 
 (read by :func:`shopping_companion.trainers.reward.compute_score`). A trajectory whose judge failed
 gets ``response_mask`` all 0 (no gradient) instead of being trained on as a 0, and the
 ``grpo_judged`` advantage estimator (:mod:`shopping_companion.trainers.verl_plugin`) keeps it out of
-its group's statistics.
+its group's statistics. The same holds for a trajectory whose judging and rewarding missed the
+per-sample deadline (``scoring_deadline_s``, :class:`~shopping_companion.trainers.resources.ScoringDeadline`):
+it is flagged (``extra_fields["shopcomp_deadline_missed"]``, counted per step as
+``shopcomp/deadline_missed/count``) and the step goes on without waiting for it.
 
 Agent-loop config keys (``configs/grpo/agent_loop.yaml``; each is a constructor argument):
 ``benchmark`` (default: the row's ``extra_info.benchmark``), ``data_dir``, ``index_dir``, ``rubric``
 (``paper`` | ``outcome_only`` | YAML path), ``memory_cache``, ``max_observation_chars``,
 ``resources`` (the name of :func:`~shopping_companion.trainers.resources.register_resources`
 resources, for tests), ``record_messages`` (also return the stage's chat in
-``extra_fields["shopcomp_messages"]``; for debugging, it makes the batch much larger).
+``extra_fields["shopcomp_messages"]``; for debugging, it makes the batch much larger),
+``scoring_deadline_s`` (wall-clock seconds all judge and reward calls of one trajectory may take
+together, a number > 0, default 60; ``null``: no deadline).
 """
 
 from __future__ import annotations
@@ -44,8 +49,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMana
 
 from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
 from shopping_companion.trainers.resources import (
+    DEFAULT_SCORING_DEADLINE_S,
     EnvResources,
     ResourceSpec,
+    check_scoring_deadline,
     get_resources,
     registered_resources,
 )
@@ -68,8 +75,10 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, tools: Any = None, name: Optional[str] = None, benchmark: Optional[str] = None,
                  data_dir: Optional[str] = None, index_dir: Optional[str] = None, rubric: str = "paper",
                  memory_cache: int = 256, max_observation_chars: int = 12_000, resources: Optional[str] = None,
-                 record_messages: bool = False, **kwargs: Any) -> None:
+                 record_messages: bool = False, scoring_deadline_s: Optional[float] = DEFAULT_SCORING_DEADLINE_S,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.scoring_deadline_s = check_scoring_deadline(scoring_deadline_s)
         mt = self.rollout_config.multi_turn
         self.max_turns = int(mt.get("max_assistant_turns") or 20) if mt is not None else 20
         self.response_length = int(self.rollout_config.response_length)
@@ -104,7 +113,8 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         stage = int(extra["stage"])
         env = res.make_env(task, hint=str(extra.get("hint", "none")), max_turns=self.max_turns,
                            simulator_seed=int(extra.get("index", 0)),
-                           max_observation_chars=self.max_observation_chars)
+                           max_observation_chars=self.max_observation_chars,
+                           scoring_deadline_s=self.scoring_deadline_s)
         request_id = uuid4().hex
 
         async def generate(ids: list[int], sp: dict[str, Any]) -> Generation:
@@ -116,7 +126,7 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         toks = ep.tokens
         prompt_ids = self._cap_text_prompt_length(toks.prompt_ids)
         mask = list(toks.response_mask)
-        if ep.judge_failed:
+        if ep.judge_failed or ep.deadline_missed:
             mask = [0] * len(mask)  # not scored: contributes no policy gradient
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
@@ -170,7 +180,9 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     components that apply to both stages (R_z, R_tool, R_fmt, f_ans, f_th, f_tc, n_tool_calls,
     success); per stage, ``shopcomp/stage<s>/<key>/mean`` for those and the stage's own ones
     (``tool_mem_mean`` for stage 1; ``tool_prod_mean``, ``f_rec`` for stage 2). Also
-    ``shopcomp/trajectories``, ``shopcomp/judge_failed/count``,
+    ``shopcomp/trajectories``, ``shopcomp/judge_failed/count`` (unscored trajectories, deadline
+    misses included), ``shopcomp/deadline_missed/count`` (trajectories whose judging and rewarding
+    missed the per-sample scoring deadline),
     ``shopcomp/termination/<reason>/share``, ``shopcomp/prefix_mismatches/sum`` and
     ``shopcomp/env_s/mean`` (environment seconds per trajectory). Values that are missing or not
     finite are left out of their mean (never turned into 0 or NaN); a stage other than 1 or 2 gets
@@ -198,9 +210,10 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
 
     stages, failed_col, term_col = column("shopcomp_stage"), column("shopcomp_judge_failed"), column("shopcomp_termination")
     mism_col, env_col = column("shopcomp_prefix_mismatches"), column("shopcomp_env_s")
+    missed_col = column("shopcomp_deadline_missed")
     both = [k for k in LOGGED_KEYS if k not in ("stage", "judge_failed")]
     kept: dict[str, list[float]] = {}
-    failed = played = 0
+    failed = played = missed = 0
     terms: dict[str, int] = {}
     mismatches = 0.0
     env_s: list[float] = []
@@ -218,6 +231,8 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
         if e is not None and e >= 0:
             env_s.append(e)
         comps = rb["components"]
+        if _flag(missed_col[i]) or (_finite(comps.get("deadline_missed")) or 0.0) > 0:
+            missed += 1
         if _flag(failed_col[i]) or (_finite(comps.get("judge_failed")) or 0.0) > 0:
             failed += 1
             continue
@@ -241,6 +256,7 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     out = {k: v for k, v in out.items() if math.isfinite(v)}  # e.g. a mean of values near the float limit
     out["shopcomp/trajectories"] = float(played)
     out["shopcomp/judge_failed/count"] = float(failed)
+    out["shopcomp/deadline_missed/count"] = float(missed)
     if math.isfinite(mismatches):
         out["shopcomp/prefix_mismatches/sum"] = mismatches
     for term, c in terms.items():

@@ -20,6 +20,16 @@ from shopping_companion.types import Preference, ProductSlot, SessionRef, Task  
 REPO = Path(__file__).resolve().parents[3]
 
 
+def _sessions_of(tasks) -> str:
+    """One small session per session id the tasks reference (load_benchmark refuses missing ones)."""
+    from shopping_companion.types import Session, Turn
+
+    ids = sorted({r.session_id for t in tasks for r in t.history})
+    return "".join(Session(session_id=i, date="2024-01-01",
+                           turns=[Turn(role="user", content="I like black shoes.")]).model_dump_json() + "\n"
+                   for i in ids)
+
+
 def _bench(root: Path) -> Path:
     bench = root / "bench"
     bench.mkdir()
@@ -28,7 +38,7 @@ def _bench(root: Path) -> Path:
                   needle_session_ids=[f"s{i}"], preferences=[Preference(attribute="base_colour", value="Black")],
                   slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")]) for i in range(8)]
     (bench / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
-    (bench / "sessions.jsonl").write_text("")
+    (bench / "sessions.jsonl").write_text(_sessions_of(tasks))
     (bench / "manifest.json").write_text("{}")
     return bench
 
