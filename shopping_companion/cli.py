@@ -47,9 +47,43 @@ def _lookup(search):
     return lookup
 
 
+def _endpoint_time_options(deadline_s: Optional[float] = None, breaker_threshold: Optional[int] = None) -> dict:
+    """``deadline_s`` / ``breaker_threshold`` for an OpenAI-compatible backend: the values given, else
+    ``SHOPCOMP_DEADLINE_S`` / ``SHOPCOMP_BREAKER_THRESHOLD``, else the backend's defaults (omitted).
+    A value that is not a number > 0 (or an integer >= 1) exits 2 naming the variable."""
+    import os
+
+    from shopping_companion.errors import ConfigError
+    from shopping_companion.llm.breaker import ENV_BREAKER_THRESHOLD, positive_int, positive_seconds
+    from shopping_companion.llm.openai_backend import ENV_DEADLINE_S
+
+    out: dict = {}
+    for key, value, var, conv, check in (("deadline_s", deadline_s, ENV_DEADLINE_S, float, positive_seconds),
+                                         ("breaker_threshold", breaker_threshold, ENV_BREAKER_THRESHOLD, int,
+                                          positive_int)):
+        name = key
+        if value is None and os.environ.get(var, "").strip():
+            name, raw = var, os.environ[var].strip()
+            try:
+                value = conv(raw)
+            except ValueError:
+                _fail(f"{var}: must be a number, got {raw!r}")
+        if value is not None:
+            try:
+                out[key] = check(name, value)
+            except ConfigError as e:
+                _fail(str(e))
+    return out
+
+
 def _make_backend(backend: str, base_url: Optional[str], model: Optional[str], api_key_env: str, products,
                   *, model_path: Optional[Path] = None, adapter: Optional[Path] = None, device: str = "cpu",
-                  dtype: str = "auto", timeout_s: float = 120.0, max_retries: int = 3):
+                  dtype: str = "auto", timeout_s: float = 120.0, max_retries: int = 3,
+                  deadline_s: Optional[float] = None, breaker_threshold: Optional[int] = None):
+    """The policy backend. For ``openai``: ``timeout_s`` bounds one attempt and ``deadline_s`` the
+    whole request (seconds of wall clock; default from ``SHOPCOMP_DEADLINE_S`` or the backend's),
+    ``breaker_threshold`` consecutive connection failures / timeouts stop the run (default from
+    ``SHOPCOMP_BREAKER_THRESHOLD``, else 5); a bad value exits 2 naming it."""
     if backend == "reference":
         from shopping_companion.llm.reference import ReferencePolicy, build_attribute_vocabulary
         from shopping_companion.pipeline import load_catalog
@@ -61,10 +95,16 @@ def _make_backend(backend: str, base_url: Optional[str], model: Optional[str], a
     if backend == "openai":
         from shopping_companion.llm.openai_backend import OpenAIBackend
 
+        from shopping_companion.errors import ConfigError
+
         if not model:
             _fail("--model is required with --backend openai (e.g. --model Qwen/Qwen3-4B-Thinking-2507)")
-        return _reachable(OpenAIBackend(model=model, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
-                                        max_retries=max_retries), "--base-url")
+        try:
+            policy = OpenAIBackend(model=model, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout_s,
+                                   max_retries=max_retries, **_endpoint_time_options(deadline_s, breaker_threshold))
+        except ConfigError as e:
+            _fail(f"--backend openai: {e}")
+        return _reachable(policy, "--base-url")
     if backend == "local":
         from shopping_companion.llm.local_transformers import LocalTransformersBackend
 
@@ -210,8 +250,14 @@ def eval_cmd(
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"),
     model: Optional[str] = typer.Option(None, help="Model name served by the endpoint (--backend openai)."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key (never written anywhere)."),
-    timeout_s: float = typer.Option(120.0, min=0.001, help="Per-request HTTP timeout (--backend openai)."),
+    timeout_s: float = typer.Option(120.0, min=0.001, help="Wall-clock limit of one HTTP attempt, seconds (--backend openai)."),
     max_retries: int = typer.Option(3, min=0, help="Retries per request after timeouts, 5xx, 429 and invalid JSON."),
+    deadline_s: Optional[float] = typer.Option(None, help="Wall-clock limit of one request over all attempts and backoff, "
+                                               "seconds (default: min(600, (retries+1) x timeout); env SHOPCOMP_DEADLINE_S)."),
+    breaker_threshold: Optional[int] = typer.Option(None, help="Consecutive connection failures or timeouts across the run "
+                                                    "that stop it with exit 2 (default 5; env SHOPCOMP_BREAKER_THRESHOLD)."),
+    max_invalid_turns: int = typer.Option(3, min=1, help="Consecutive invalid turns (no executable call, no answer, or "
+                                          "truncated output) that end a stage as invalid_output / length."),
     model_path: Optional[Path] = typer.Option(None, help="Checkpoint directory (--backend local)."),
     adapter: Optional[Path] = typer.Option(None, help="LoRA adapter directory (--backend local; needs peft)."),
     device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | auto (--backend local)."),
@@ -224,7 +270,17 @@ def eval_cmd(
     trials: int = typer.Option(1, min=1, help="Trials per task and strategy (for pass@k / pass^k)."),
     pass_k: Optional[str] = typer.Option(None, help="k values for pass@k / pass^k, e.g. 1,2,4 (default: 1..trials)."),
     concurrency: int = typer.Option(8, min=1, help="Episodes in flight at once."),
-    retry_errors: bool = typer.Option(True, help="On resume, rerun episodes that ended with a backend error."),
+    retry_errors: bool = typer.Option(True, help="On resume, rerun episodes that ended with a backend or judge error."),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed",
+        help="On resume, also rerun episodes that ended with an episode error (an unexpected exception; "
+             "skipped by default, traceback in results.errors.log)."),
+    force: bool = typer.Option(
+        False, "--force",
+        help="Adopt this configuration for an existing results file whose results.identity.json is missing or corrupt."),
+    skip_missing_gold: bool = typer.Option(
+        False, "--skip-missing-gold",
+        help="Skip tasks whose gold products are not in the catalog (default: refuse to run, naming them)."),
     simulator: str = typer.Option("scripted", help="User simulator (registered name or module:attr)."),
     judge: str = typer.Option("rule", help="rule (deterministic, offline) | llm (OpenAI-compatible endpoint)."),
     reward_config: Optional[str] = typer.Option(
@@ -249,17 +305,38 @@ def eval_cmd(
     index_dir: Optional[Path] = typer.Option(None, help="BM25 index directory."),
     runs_dir: Path = typer.Option(Path("runs"), help="Parent directory of run outputs."),
 ) -> None:
-    """Evaluate a policy on a benchmark; resumable (rerun the same command to continue)."""
-    _eval(bench, run_name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
-          timeout_s=timeout_s, max_retries=max_retries, model_path=model_path, adapter=adapter, device=device,
+    """Evaluate a policy on a benchmark; resumable (rerun the same command to continue).
+
+    Exit status: 0 every requested episode has a result without error; 3 some episodes ended with a
+    backend, judge or episode error (everything is written; rerun to retry, see --retry-errors /
+    --retry-failed); 2 a usage or configuration error, or the run stopped because the endpoint is
+    down (circuit breaker; results so far are kept, rerun to resume); 1 an unexpected crash.
+    """
+    summary = _eval(bench, run_name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
+          timeout_s=timeout_s, max_retries=max_retries, deadline_s=deadline_s, breaker_threshold=breaker_threshold,
+          max_invalid_turns=max_invalid_turns, model_path=model_path, adapter=adapter, device=device,
           dtype=dtype, strategies=strategies, trials=trials, pass_k=pass_k, concurrency=concurrency,
-          retry_errors=retry_errors, simulator=simulator, judge=judge, reward_config=reward_config,
+          retry_errors=retry_errors, retry_failed=retry_failed, force=force, skip_missing_gold=skip_missing_gold,
+          simulator=simulator, judge=judge, reward_config=reward_config,
           judge_model=judge_model,
           judge_base_url=judge_base_url, judge_api_key_env=judge_api_key_env, attribution_model=attribution_model,
           attribution_base_url=attribution_base_url, attribution_api_key_env=attribution_api_key_env, split=split,
           limit=limit, max_turns=max_turns, temperature=temperature, top_p=top_p, top_k=top_k,
           max_tokens=max_tokens, seed=seed, sampling_seed=sampling_seed, data_dir=data_dir, index_dir=index_dir,
           runs_dir=runs_dir)
+    _exit_for(summary)
+
+
+#: ``shopcomp eval`` exit status when some episodes ended with an error (all results written).
+EXIT_EPISODE_ERRORS = 3
+#: Exit status when the run stopped because the endpoint is considered down (circuit breaker).
+EXIT_ENDPOINT_DOWN = 2
+
+
+def _exit_for(summary: dict) -> None:
+    """Exit :data:`EXIT_EPISODE_ERRORS` when any requested episode's final result is an error."""
+    if summary and summary.get("n_errors"):
+        raise typer.Exit(code=EXIT_EPISODE_ERRORS)
 
 
 def _parse_ks(text: Optional[str]) -> Optional[list[int]]:
@@ -313,8 +390,10 @@ def _make_judge(judge: str, lookup, judge_model, judge_base_url, judge_api_key_e
         from shopping_companion.judges.llm import LLMJudge
         from shopping_companion.benchmark.report import scrub_url
 
+        times = _endpoint_time_options()
         j = LLMJudge.from_openai(judge_model, judge_base_url, api_key_env=judge_api_key_env, lookup=lookup,
-                                 cache_path=run_dir / "judge_cache.sqlite")
+                                 cache_path=run_dir / "judge_cache.sqlite", http_deadline_s=times.get("deadline_s"),
+                                 breaker_threshold=times.get("breaker_threshold"))
         return j, f"llm: {judge_model} at {scrub_url(judge_base_url) or 'the provider default endpoint'}"
     _fail(f"--judge must be rule or llm (got {judge!r})")
 
@@ -347,12 +426,19 @@ def _attribute_failures(items, results, tasks_by_id, run_dir: Path, model, base_
         def work(it):
             return it, llm_attribute(by_key[(it.task_id, it.trial, it.strategy)], backend, tasks_by_id.get(it.task_id))
 
-        with console.status(f"LLM attribution of {len(todo)} failure(s) with {model}"), \
-                ThreadPoolExecutor(max(1, min(concurrency, 16))) as ex, open(cache_path, "a", encoding="utf-8") as f:
-            for it, att in ex.map(work, todo):
-                d = {"task_id": it.task_id, "trial": it.trial, "strategy": it.strategy, **att.to_dict()}
-                f.write(json.dumps(d) + "\n")
-                cached[(it.task_id, it.trial, it.strategy)] = d
+        from shopping_companion.llm.base import CircuitOpenError
+
+        try:
+            with console.status(f"LLM attribution of {len(todo)} failure(s) with {model}"), \
+                    ThreadPoolExecutor(max(1, min(concurrency, 16))) as ex, \
+                    open(cache_path, "a", encoding="utf-8") as f:
+                for it, att in ex.map(work, todo):
+                    d = {"task_id": it.task_id, "trial": it.trial, "strategy": it.strategy, **att.to_dict()}
+                    f.write(json.dumps(d) + "\n")
+                    cached[(it.task_id, it.trial, it.strategy)] = d
+        except CircuitOpenError as e:  # the results are written; attribution is an extra, left partial
+            console.print(f"[yellow]warning:[/] LLM attribution stopped, the endpoint is down: {escape(str(e))}; "
+                          f"{len(cached)} of {len(items)} failures attributed (a rerun asks for the rest)")
     for it in items:
         d = cached.get((it.task_id, it.trial, it.strategy))
         if d is not None:
@@ -361,9 +447,10 @@ def _attribute_failures(items, results, tasks_by_id, run_dir: Path, model, base_
 
 
 def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, api_key_env="OPENAI_API_KEY",
-          timeout_s=120.0, max_retries=3, model_path=None, adapter=None, device="cpu", dtype="auto",
-          strategies="two_stage:none", trials=1, pass_k=None, concurrency=8, retry_errors=True,
-          simulator="scripted", judge="rule", reward_config=None, judge_model=None, judge_base_url=None,
+          timeout_s=120.0, max_retries=3, deadline_s=None, breaker_threshold=None, max_invalid_turns=3,
+          model_path=None, adapter=None, device="cpu", dtype="auto", strategies="two_stage:none", trials=1, pass_k=None, concurrency=8, retry_errors=True,
+          retry_failed=False, force=False, skip_missing_gold=False, simulator="scripted", judge="rule",
+          reward_config=None, judge_model=None, judge_base_url=None,
           judge_api_key_env="OPENAI_API_KEY", attribution_model=None, attribution_base_url=None,
           attribution_api_key_env="OPENAI_API_KEY", split=None, limit=None, max_turns=20, temperature=0.6,
           top_p=0.95, top_k=20, max_tokens=4096, seed=0, sampling_seed=True, data_dir=None, index_dir=None,
@@ -371,9 +458,11 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
     import hashlib
 
     from shopping_companion.benchmark.evaluate import (EvalSettings, RunIdentityError, RunLockedError, derive_seed,
-                                                       describe, parse_strategies, run_evaluation)
-    from shopping_companion.benchmark.report import scrub_url, write_parquet, write_report
-    from shopping_companion.benchmark.synth import load_benchmark
+                                                       describe, errors_log_path, parse_strategies, run_evaluation)
+    from shopping_companion.benchmark.report import (errors_by_kind, left_out_results, scan_results, scrub_url,
+                                                     write_parquet, write_report)
+    from shopping_companion.benchmark.synth import load_benchmark, missing_gold_products
+    from shopping_companion.llm.base import CircuitOpenError
     from shopping_companion.benchmark.taxonomy import classify_failures
     from shopping_companion.envs.env import EnvConfig
     from shopping_companion.errors import ConfigError
@@ -391,7 +480,7 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
     ks = _parse_ks(pass_k)
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k or None, max_tokens=max_tokens,
                         seed=seed if sampling_seed else None)
-    env_kwargs: dict = {"max_turns": max_turns}
+    env_kwargs: dict = {"max_turns": max_turns, "max_invalid_turns": max_invalid_turns}
     if "simulator" in EnvConfig.model_fields:
         env_kwargs.update(simulator=simulator, simulator_seed=seed)
     elif simulator != "scripted":
@@ -406,16 +495,30 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
         search = open_product_search(index_dir=index_dir, console=console, sources=sources)
         policy = _make_backend(backend, base_url, model, api_key_env, sources.catalog_path if backend == "reference" else None,
                                model_path=model_path, adapter=adapter, device=device, dtype=dtype,
-                               timeout_s=timeout_s, max_retries=max_retries)
+                               timeout_s=timeout_s, max_retries=max_retries, deadline_s=deadline_s,
+                               breaker_threshold=breaker_threshold)
         embedder = make_embedder()
         prewarm_memory(tasks, b.sessions, embedder, console)
     except typer.Exit:  # a helper already printed its error (click's Exit is a RuntimeError)
         raise
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         _fail(str(e))
+    lookup = _lookup(search)
+    missing_gold = missing_gold_products(tasks, lookup)
+    if missing_gold:
+        detail = "; ".join(f"{tid}: {', '.join(ids)}" for tid, ids in list(missing_gold.items())[:10])
+        more = f"; … {len(missing_gold) - 10} more task(s)" if len(missing_gold) > 10 else ""
+        if not skip_missing_gold:
+            _fail(f"{len(missing_gold)} task(s) of {bench} have gold products that are not in the catalog "
+                  f"{sources.catalog_path} ({detail}{more}), so they cannot be scored correctly; use the catalog the "
+                  "benchmark was built from, or pass --skip-missing-gold to leave these tasks out")
+        console.print(f"[yellow]warning:[/] skipping {len(missing_gold)} task(s) whose gold products are not in the "
+                      f"catalog ({escape(detail)}{more})")
+        tasks = [t for t in tasks if t.task_id not in missing_gold]
+        if not tasks:
+            _fail("no task left after --skip-missing-gold")
     run_dir = Path(runs_dir) / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
-    lookup = _lookup(search)
     judge_obj, judge_desc = _make_judge(judge, lookup, judge_model, judge_base_url, judge_api_key_env, run_dir,
                                         sessions=b.sessions, embedder=embedder)
     from shopping_companion.rewards.rubric import load_rubric
@@ -435,13 +538,42 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
         "max_observation_chars": env_cfg.max_observation_chars,
     }
     t0 = time.perf_counter()
+    results_path = run_dir / "results.jsonl"
     try:
         results = run_evaluation(tasks, policy, search, memory_factory(b.sessions, embedder), judge_obj,
-                                 run_dir / "results.jsonl", settings, concurrency=concurrency, strategies=strats,
-                                 retry_errors=retry_errors, identity=identity)
+                                 results_path, settings, concurrency=concurrency, strategies=strats,
+                                 retry_errors=retry_errors, retry_failed=retry_failed, identity=identity, force=force)
     except (RunLockedError, RunIdentityError) as e:
         _fail(str(e))
+    except CircuitOpenError as e:
+        from rich.text import Text
+
+        n_written = len(scan_results(results_path).results)
+        console.print(Text.assemble(("error: ", "bold red"), f"the run stopped: the endpoint is considered down ({e}). "
+                                    f"{n_written} result line(s) are in {results_path}; nothing is lost — rerun the "
+                                    "same command to resume once the endpoint is back."))
+        raise typer.Exit(code=EXIT_ENDPOINT_DOWN)
     wall = time.perf_counter() - t0
+    scan = scan_results(results_path)
+    requested = {(t.task_id, k, s.mode, s.hint) for s in strats for t in tasks for k in range(trials)}
+    left_out = left_out_results(scan.results, [t.task_id for t in b.tasks], requested)
+    results_file = {
+        "path": str(results_path), "lines": len(scan.results) + len(scan.unreadable),
+        "unreadable_lines": len(scan.unreadable),
+        "unreadable_line_numbers": [n for n, _ in scan.unreadable[:50]],
+        "left_out": left_out,
+        "errors_by_kind": errors_by_kind(results),
+        "errors_log": str(errors_log_path(results_path)) if errors_log_path(results_path).exists() else None,
+        "skipped_missing_gold": sorted(missing_gold) if missing_gold else [],
+    }
+    if scan.unreadable:
+        console.print(f"[yellow]warning:[/] {escape(str(results_path))}: {escape(scan.describe_unreadable())} cannot "
+                      "be read back; left out of every metric (their episodes were run again)")
+    for why, text in (("not_in_benchmark", "tasks not in the benchmark"),
+                      ("not_requested", "tasks, strategies or trials this run did not request")):
+        if left_out[why]["count"]:
+            console.print(f"[yellow]note:[/] {left_out[why]['count']} result(s) in {escape(str(results_path))} are for "
+                          f"{text} (e.g. {escape(', '.join(left_out[why]['examples']))}); left out of the metrics")
     if baseline_note is None and backend == "reference":
         baseline_note = REFERENCE_NOTE
     tasks_by_id = {t.task_id: t for t in b.tasks}
@@ -466,10 +598,13 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
                   f"(e.g. {example} trial 0 → {derive_seed(seed, example, 0)})"
                   + (f"; sampling seed = derive_seed({seed}, task_id, trial)" if sampling_seed else "; no sampling seed")),
         "baseline_note": baseline_note,
+        "results_file": results_file,
         "config": {"eval": describe(settings), "backend": backend, "base_url": scrub_url(base_url), "model": model,
                    "api_key_env": api_key_env if backend == "openai" else None,
-                   "timeout_s": timeout_s, "max_retries": max_retries, "device": device, "dtype": dtype,
+                   "timeout_s": timeout_s, "max_retries": max_retries, "deadline_s": deadline_s,
+                   "breaker_threshold": breaker_threshold, "device": device, "dtype": dtype,
                    "strategies": [s.name for s in strats], "concurrency": concurrency, "retry_errors": retry_errors,
+                   "retry_failed": retry_failed,
                    "judge": judge_desc, "attribution_model": attribution_model,
                    "attribution_base_url": scrub_url(attribution_base_url),
                    "split": split, "limit": limit, "n_tasks": len(tasks), "benchmark_tasks_sha256": bench_hash,
@@ -488,6 +623,14 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
         console.print(f"[bold]{name}[/]  Acc {'–' if acc is None else f'{acc:.3f}'}  "
                       f"Succ {'–' if succ is None else f'{succ:.3f}'}  ({st['all']['n']} scored)")
     console.print(f"{summary['n_scored']} scored, {summary['n_errors']} errors → {escape(str(run_dir / 'report.md'))}")
+    if summary["n_errors"]:
+        kinds = summary.get("errors_by_kind") or {}
+        console.print(
+            f"[yellow]{summary['n_errors']} episode(s) ended with an error[/] ("
+            + ", ".join(f"{v} {k}" for k, v in kinds.items()) + "): not scored. Rerunning the same command retries "
+            "backend and judge errors (--no-retry-errors skips them)"
+            + ("; episode errors (tracebacks in " + escape(str(errors_log_path(results_path))) + ") are retried only "
+               "with --retry-failed" if kinds.get("episode") else "") + f". Exit status {EXIT_EPISODE_ERRORS}.")
     return summary
 
 
@@ -548,7 +691,7 @@ def judge_agreement(
     specs = _parse_judge_specs(judges, judge_base_url)
     try:
         b = load_benchmark(bench)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     import hashlib
 
@@ -646,13 +789,17 @@ def quickstart(
                  and existing.manifest.get("format_version") == 2)
     except FileNotFoundError:
         reuse = False
+    except ValueError as e:  # BenchmarkError: a changed or inconsistent directory is rebuilt
+        console.print(f"[yellow]note:[/] {escape(str(e))}; rebuilding the benchmark")
+        reuse = False
     if reuse:
         console.print(f"reusing benchmark {escape(str(bench))}")
     else:
         _synth(bench, n_tasks, seed, 42, data_dir, None, True)
-    _eval(bench, name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
-          data_dir=data_dir, runs_dir=runs_dir)
+    summary = _eval(bench, name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
+                    data_dir=data_dir, runs_dir=runs_dir)
     console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s")
+    _exit_for(summary)
 
 
 def _add_subcommands() -> None:

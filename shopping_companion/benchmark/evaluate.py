@@ -24,13 +24,30 @@ Strategies (paper §6.3, Table 3)
 
 Resume
     A result's key is ``(task_id, trial, mode, hint)`` (:func:`~shopping_companion.benchmark.report.result_key`).
-    Rerunning with the same results file skips keys that already have a result without an error;
-    keys whose only results are backend errors are run again (``retry_errors=True``, the default)
-    and the newest line wins when reading (:func:`~shopping_companion.benchmark.report.final_results`).
-    A torn last line left by a killed process is cut off before appending, so nothing is lost or
-    duplicated. An exclusive ``flock`` on ``<results>.lock`` keeps two processes from appending to
-    one file, and an optional run identity (``identity=``) stored next to the results refuses to
-    mix results of a different policy or configuration into the same file.
+    Rerunning with the same results file skips keys that already have a result without an error.
+    Errored keys are run again by kind (:func:`~shopping_companion.benchmark.report.error_kind`):
+    backend and judge errors when ``retry_errors=True`` (the default), episode errors (an
+    unexpected exception inside the episode, usually deterministic) only when
+    ``retry_failed=True``; the newest line wins when reading
+    (:func:`~shopping_companion.benchmark.report.final_results`). A torn last line left by a
+    killed process is cut off before appending, so nothing is lost or duplicated. An exclusive
+    ``flock`` on the results file itself keeps two processes from appending to one file (deleting
+    any file next to it does not let a second writer in), and an optional run identity
+    (``identity=``) stored in ``<results stem>.identity.json`` refuses to mix results of a different
+    policy or configuration into the same file; a missing or corrupt identity beside a non-empty
+    results file is refused too, unless ``force=True`` adopts the current configuration.
+
+Failures inside one episode
+    Any exception an episode raises other than :class:`~shopping_companion.llm.base.CircuitOpenError`
+    (and ``KeyboardInterrupt`` / ``SystemExit``) is recorded as that episode's result: ``error`` =
+    ``"episode error: <Type>: <message>"`` (one line, at most ~300 characters), no stages, never
+    scored; the full traceback is appended to ``<results stem>.errors.log`` with the task id,
+    trial, strategy and seed. Every line is serialised, encoded as UTF-8 and read back
+    (``json.loads`` and :class:`~shopping_companion.types.EpisodeResult` validation, as the reader
+    does) before it is written; a result that fails this is replaced by an episode-error record,
+    so the file never holds a line that cannot be read back. A :class:`CircuitOpenError` stops the
+    run: no new episode starts, the episodes in flight are cancelled, results that finished are
+    written, and the error is raised to the caller (the CLI exits 2).
 """
 
 from __future__ import annotations
@@ -40,21 +57,25 @@ import concurrent.futures
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
+import traceback
 import typing
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from shopping_companion.benchmark.metrics import STRATEGY_LABELS, strategy_name
-from shopping_companion.benchmark.report import final_results, read_results, result_key
+from shopping_companion.benchmark.report import (EPISODE_ERROR_PREFIX, error_kind, final_results, read_results,
+                                                 result_key, scan_results)
 from shopping_companion.envs.env import EnvConfig, Judge, ShoppingCompanionEnv
 from shopping_companion.envs.tools import MemoryBackend, ProductBackend, ToolBox
 from shopping_companion.errors import ConfigError
-from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
+from shopping_companion.llm.base import BackendError, ChatBackend, CircuitOpenError, ContextLengthError, Sampling
 from shopping_companion.types import EpisodeResult, Task
 
 __all__ = [
@@ -70,8 +91,12 @@ __all__ = [
     "RunLockedError",
     "RunIdentityError",
     "done_keys",
+    "identity_path",
+    "errors_log_path",
     "describe",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -236,6 +261,11 @@ def run_episode(
 
     A :class:`BackendError` (the backend failed after its own retries) ends the episode with
     ``error`` set and termination ``backend_error``: it is recorded and never scored as 0.
+    A :class:`ContextLengthError` (the server refused the prompt as longer than the model's
+    context) is a *model* failure instead: the current stage ends with termination
+    ``context_length`` and is scored with what it did so far
+    (:meth:`ShoppingCompanionEnv.end_stage_model_failure`), and the episode goes on (stage 2
+    after a failed stage 1). :class:`~shopping_companion.llm.base.CircuitOpenError` propagates.
     ``strategy`` (default: ``settings.env``'s mode and hint) selects the mode and hint;
     ``simulator`` (a user-simulator object, e.g. an LLM simulator) replaces the one the
     environment would build from ``EnvConfig.simulator``.
@@ -244,6 +274,9 @@ def run_episode(
     while not env.done:
         try:
             msg = backend.chat(env.messages, env.tool_schemas, sampling)
+        except ContextLengthError as e:  # a model failure: the stage ends and is scored
+            env.end_stage_model_failure("context_length", str(e))
+            continue
         except BackendError as e:
             env.abort("backend_error", str(e))
             break
@@ -268,6 +301,9 @@ async def arun_episode(
     while not env.done:
         try:
             msg = await asyncio.to_thread(backend.chat, env.messages, env.tool_schemas, sampling)
+        except ContextLengthError as e:  # a model failure: the stage ends and is scored
+            await env.aend_stage_model_failure("context_length", str(e))
+            continue
         except BackendError as e:
             env.abort("backend_error", str(e))
             break
@@ -298,61 +334,150 @@ class RunLockedError(RuntimeError):
 
 
 class RunIdentityError(ConfigError):
-    """The results file belongs to a run with a different policy or configuration."""
+    """The results file belongs to a run with a different policy or configuration, or its run
+    identity file is missing or corrupt while it already holds results."""
 
 
 @contextmanager
 def _exclusive(path: Path):
-    """Hold an exclusive lock on ``<results>.lock`` so two runs never append to one file."""
-    lock_path = path.with_name(path.name + ".lock")
-    with open(lock_path, "w") as fh:
+    """Open ``path`` for appending (binary) and hold an exclusive ``flock`` on the results file
+    itself while the run writes, so two runs never append to one file; yields the open file.
+
+    Raises :class:`RunLockedError` when another process holds it.
+    """
+    fh = open(path, "ab")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise RunLockedError(
+            f"{path} is being written by another running evaluation (it holds a lock on the file); "
+            "wait for it to finish or use another --name"
+        ) from None
+    try:
+        yield fh
+    finally:
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunLockedError(
-                f"{path} is being written by another running evaluation (lock {lock_path}); "
-                "wait for it to finish or use another --name"
-            ) from None
-        try:
-            yield
-        finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+        finally:
+            fh.close()
 
 
 def identity_path(results_path: str | Path) -> Path:
+    """``<results stem>.identity.json`` next to the results file."""
     p = Path(results_path)
     return p.with_name(p.stem + ".identity.json")
 
 
-def _check_identity(path: Path, identity: dict[str, Any] | None) -> None:
-    """Store ``identity`` next to the results on the first run; refuse a different one later."""
+def errors_log_path(results_path: str | Path) -> Path:
+    """``<results stem>.errors.log`` next to the results file: tracebacks of episode errors."""
+    p = Path(results_path)
+    return p.with_name(p.stem + ".errors.log")
+
+
+def _check_identity(path: Path, identity: dict[str, Any] | None, force: bool = False) -> None:
+    """Store ``identity`` next to the results on the first run; refuse a different one later.
+
+    A non-empty results file whose identity file is missing or corrupt is refused
+    (:class:`RunIdentityError`) unless ``force``, which adopts ``identity`` for it. ``force``
+    never overrides a readable, different identity.
+    """
     if identity is None:
         return
     ip = identity_path(path)
     norm = json.loads(json.dumps(identity, sort_keys=True, default=str))
+    old: Any = None
+    problem: str | None = None
     if ip.exists():
         try:
             old = json.loads(ip.read_text(encoding="utf-8"))
-        except ValueError:
-            old = None
-        if isinstance(old, dict) and old != norm:
-            diff = sorted(k for k in set(old) | set(norm) if old.get(k) != norm.get(k))
-            details = "; ".join(f"{k}: {old.get(k)!r} → {norm.get(k)!r}" for k in diff)
-            raise RunIdentityError(
-                f"{path} holds results of a different run configuration ({details}); "
-                "use another --name, or delete the run directory to start over"
-            )
+        except (OSError, ValueError) as e:
+            problem = f"is corrupt ({type(e).__name__}: {str(e)[:120]})"
+        else:
+            if not isinstance(old, dict):
+                problem = f"is corrupt (a JSON {type(old).__name__}, not an object)"
+    else:
+        problem = "is missing"
+    if problem is None:
         if old == norm:
             return
+        diff = sorted(k for k in set(old) | set(norm) if old.get(k) != norm.get(k))
+        details = "; ".join(f"{k}: {old.get(k)!r} → {norm.get(k)!r}" for k in diff)
+        raise RunIdentityError(
+            f"{path} holds results of a different run configuration ({details}); "
+            "use another --name, or delete the run directory to start over"
+        )
+    has_results = path.exists() and path.stat().st_size > 0
+    if has_results and not force:
+        raise RunIdentityError(
+            f"{path} already holds results but its run identity {ip.name} {problem}, so nothing shows they "
+            "were produced by this configuration; use another --name, or pass --force (API: force=True) to "
+            "adopt the current configuration for this results file"
+        )
+    if has_results:
+        logger.warning("%s: run identity %s %s; adopting the current configuration (force)", path, ip.name, problem)
     tmp = ip.with_suffix(".tmp")
     tmp.write_text(json.dumps(norm, indent=2, sort_keys=True), encoding="utf-8")
     tmp.replace(ip)
 
 
-def done_keys(path: Path, retry_errors: bool = True) -> set[tuple[str, int, str, str]]:
-    """Keys ``(task_id, trial, mode, hint)`` already in ``path`` that a rerun skips: those with a
-    result without error (and, when ``retry_errors`` is False, errored ones too)."""
-    return {result_key(r) for r in read_results(path) if r.error is None or not retry_errors}
+def done_keys(path: Path, retry_errors: bool = True, retry_failed: bool = False) -> set[tuple[str, int, str, str]]:
+    """Keys ``(task_id, trial, mode, hint)`` already in ``path`` that a rerun skips.
+
+    A key is skipped when its final result (:func:`final_results`) has no error; when it ended with
+    a backend or judge error and ``retry_errors`` is False; or when it ended with an episode error
+    (an unexpected exception, :func:`~shopping_companion.benchmark.report.error_kind` ``"episode"``)
+    and ``retry_failed`` is False.
+    """
+    out = set()
+    for r in final_results(read_results(path)):
+        kind = error_kind(r)
+        if kind is None or (kind == "episode" and not retry_failed) or (kind != "episode" and not retry_errors):
+            out.add(result_key(r))
+    return out
+
+
+def _utf8(text: str) -> str:
+    """``text`` with anything UTF-8 cannot encode (lone surrogates) replaced by U+FFFD."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _error_record(task: Task, trial: int, strategy: Strategy, policy: str, seed: int, wall_s: float,
+                  message: str) -> EpisodeResult:
+    """The result line of an episode that raised: no stages, ``error`` set, never scored."""
+    return EpisodeResult(task_id=task.task_id, task_type=task.task_type, mode=strategy.mode, hint=strategy.hint,
+                         policy=policy, trial=trial, seed=seed, stages=[], acc=0.0, succ=False,
+                         wall_s=round(wall_s, 4), error=_one_line(EPISODE_ERROR_PREFIX + message))
+
+
+def _log_error(log_path: Path, key: tuple[str, int, str, str], seed: int, what: str, exc: BaseException) -> None:
+    """Append ``exc``'s traceback to the errors log (best effort: a failing log never stops the run)."""
+    head = (f"=== {datetime.now(timezone.utc).isoformat(timespec='seconds')} task {key[0]} trial {key[1]} "
+            f"strategy {strategy_name(key[2], key[3])} seed {seed}: {what}\n")
+    body = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(head + body + "\n")
+    except OSError as e:  # pragma: no cover - disk full, read-only directory
+        logger.error("could not write %s: %s", log_path, e)
+
+
+def _encode_line(res: EpisodeResult) -> bytes:
+    """``res`` as one UTF-8 JSON line, verified to read back (``json.loads`` and EpisodeResult
+    validation of the exact bytes); raises on any failure."""
+    data = res.model_dump_json().encode("utf-8")
+    if b"\n" in data:
+        raise ValueError("the serialised result contains a newline")
+    json.loads(data)
+    back = EpisodeResult.model_validate_json(data)
+    if result_key(back) != result_key(res):
+        raise ValueError(f"the line reads back as {result_key(back)}, not {result_key(res)}")
+    return data + b"\n"
 
 
 # --------------------------------------------------------------------------- the runner
@@ -374,31 +499,41 @@ def run_evaluation(
     concurrency: int = 1,
     strategies: str | Sequence[str | Strategy] | None = None,
     retry_errors: bool = True,
+    retry_failed: bool = False,
     identity: dict[str, Any] | None = None,
+    force: bool = False,
     on_event: EventFn | None = None,
     simulator: Any = None,
 ) -> list[EpisodeResult]:
     """Evaluate ``backend`` on ``tasks`` × ``strategies`` × ``settings.trials``, appending to
-    ``results_path``; returns the final result of every key in the file (earlier runs included),
-    in file order.
+    ``results_path``; returns the final result of every requested key (earlier runs' results of
+    those keys included), in file order. Lines of other keys in the file (other tasks, strategies
+    or trials) stay in the file but are not returned.
 
     Args:
         make_memory: ``task -> MemoryBackend`` (the user's memory store), called in a worker thread.
         concurrency: episodes in flight at once (≥ 1).
         strategies: names like ``"oracle,one_stage,two_stage:none"`` or :class:`Strategy` objects;
             default: ``settings.env``'s mode and hint.
-        retry_errors: rerun keys whose only results are backend errors.
+        retry_errors: rerun keys whose final result is a backend or judge error.
+        retry_failed: rerun keys whose final result is an episode error (an unexpected exception
+            inside the episode; these are usually deterministic, so they are skipped by default).
         identity: JSON-able description of the run (policy, sampling, judge, …) stored in
             ``<results stem>.identity.json``; a later run with a different one raises
-            :class:`RunIdentityError` before anything is written.
+            :class:`RunIdentityError` before anything is written, and so does a non-empty results
+            file whose identity file is missing or corrupt, unless ``force``.
+        force: adopt ``identity`` for a non-empty results file whose identity file is missing or
+            corrupt (never overrides a readable, different identity).
         on_event: ``(event, key, time.monotonic())`` with event ``"start"`` / ``"end"`` per episode
             (for measuring episodes in flight).
         simulator: a user-simulator object shared by all episodes (it must be thread-safe);
             default: each environment builds one from ``EnvConfig.simulator``.
 
-    Raises :class:`RunLockedError` when another process holds the file, :class:`ConfigError` for
-    a bad strategy or concurrency. Any other exception from an episode stops the run after
-    cancelling the others; results written before it stay in the file (rerun to resume).
+    Raises :class:`RunLockedError` when another process holds the file, :class:`RunIdentityError`
+    (a :class:`ConfigError`) for a foreign or unverifiable results file, :class:`ConfigError` for a
+    bad strategy or concurrency, :class:`CircuitOpenError` when the endpoint is considered down
+    (the run stopped; everything finished before is in the file — rerun to resume). Any other
+    exception inside an episode is recorded as that episode's error (module docstring).
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency: must be >= 1, got {concurrency}")
@@ -415,7 +550,8 @@ def run_evaluation(
     path.parent.mkdir(parents=True, exist_ok=True)
     coro = arun_evaluation(tasks, backend, products, make_memory, judge, path, settings, progress,
                            concurrency=concurrency, strategies=strats, retry_errors=retry_errors,
-                           identity=identity, on_event=on_event, simulator=simulator)
+                           retry_failed=retry_failed, identity=identity, force=force, on_event=on_event,
+                           simulator=simulator)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -437,7 +573,9 @@ async def arun_evaluation(
     concurrency: int = 1,
     strategies: Sequence[Strategy] | None = None,
     retry_errors: bool = True,
+    retry_failed: bool = False,
     identity: dict[str, Any] | None = None,
+    force: bool = False,
     on_event: EventFn | None = None,
     simulator: Any = None,
 ) -> list[EpisodeResult]:
@@ -452,10 +590,16 @@ async def arun_evaluation(
     strats = list(strategies or [Strategy(env.mode, env.hint)])
     path = Path(results_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(path):
-        _check_identity(path, identity)
+    requested = {(t.task_id, k, s.mode, s.hint) for s in strats for t in tasks for k in range(settings.trials)}
+    with _exclusive(path) as out:
+        _check_identity(path, identity, force)
         _repair_tail(path)
-        done = done_keys(path, retry_errors)
+        scan = scan_results(path)
+        if scan.unreadable:
+            logger.warning(
+                "%s: %d line(s) cannot be read back and are left out (line numbers %s); the episodes they held "
+                "are run again", path, len(scan.unreadable), ", ".join(str(n) for n, _ in scan.unreadable[:20]))
+        done = done_keys(path, retry_errors, retry_failed)
         todo = [(s, t, k) for s in strats for t in tasks for k in range(settings.trials)
                 if (t.task_id, k, s.mode, s.hint) not in done]
         loop = asyncio.get_running_loop()
@@ -463,7 +607,7 @@ async def arun_evaluation(
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency + 2, thread_name_prefix="shopcomp-eval")
         loop.set_default_executor(pool)
         try:
-            await _run_todo(todo, backend, products, make_memory, judge, path, settings, progress,
+            await _run_todo(todo, backend, products, make_memory, judge, path, out, settings, progress,
                             concurrency, on_event, simulator)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)  # do not wait for a hung backend call
@@ -471,47 +615,88 @@ async def arun_evaluation(
             raise
         await _detach_workers(loop, pool)
         loop._default_executor = previous  # type: ignore[attr-defined]
-    return final_results(read_results(path))
+    return [r for r in final_results(read_results(path)) if result_key(r) in requested]
 
 
-async def _run_todo(todo, backend, products, make_memory, judge, path: Path, settings: EvalSettings,
+async def _run_todo(todo, backend, products, make_memory, judge, path: Path, out, settings: EvalSettings,
                     progress: bool, concurrency: int, on_event: EventFn | None, simulator: Any = None) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     sem = asyncio.Semaphore(concurrency)
+    log_path = errors_log_path(path)
+    policy = str(getattr(backend, "name", type(backend).__name__))
 
     async def one(strategy: Strategy, task: Task, trial: int) -> EpisodeResult:
         async with sem:
             key = (task.task_id, trial, strategy.mode, strategy.hint)
             if on_event:
                 on_event("start", key, time.monotonic())
-            memory = await asyncio.to_thread(make_memory, task)
-            res = await arun_episode(task, backend, products, memory, judge, settings, trial, strategy, simulator)
+            t0 = time.perf_counter()
+            try:
+                memory = await asyncio.to_thread(make_memory, task)
+                res = await arun_episode(task, backend, products, memory, judge, settings, trial, strategy, simulator)
+            except CircuitOpenError:
+                raise  # the endpoint is down: the run stops
+            except Exception as e:  # anything else ends this episode only
+                seed = derive_seed(settings.seed, task.task_id, trial)
+                msg = f"{type(e).__name__}: {e}"
+                _log_error(log_path, key, seed, "episode error", e)
+                res = _error_record(task, trial, strategy, policy, seed, time.perf_counter() - t0, msg)
             if on_event:
                 on_event("end", key, time.monotonic())
             return res
 
+    def write(res: EpisodeResult) -> EpisodeResult:
+        # the single writer: only this loop thread writes, one whole verified line at a time
+        try:
+            data = _encode_line(res)
+        except Exception as e:  # noqa: BLE001 - too deep, bad unicode, NaN, a validator: never an unreadable line
+            _log_error(log_path, result_key(res), res.seed, "result line could not be written", e)
+            res = EpisodeResult(task_id=_utf8(res.task_id), task_type=res.task_type, mode=_utf8(res.mode),
+                                hint=_utf8(res.hint), policy=_utf8(res.policy), trial=res.trial, seed=res.seed,
+                                stages=[], acc=0.0, succ=False, wall_s=res.wall_s if res.wall_s == res.wall_s else 0.0,
+                                error=_utf8(_one_line(f"{EPISODE_ERROR_PREFIX}result line could not be written: "
+                                                      f"{type(e).__name__}: {e}")))
+            try:
+                data = _encode_line(res)
+            except Exception as e2:  # noqa: BLE001 - cannot happen with clean strings; never stop the run
+                _log_error(log_path, result_key(res), res.seed, "error record could not be written either", e2)
+                return res
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+        return res
+
     cols = [TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[status]}")]
     succ = n = errors = 0
-    with Progress(*cols, disable=not progress, transient=False) as bar, open(path, "a", encoding="utf-8") as f:
+    stop: CircuitOpenError | None = None
+    with Progress(*cols, disable=not progress, transient=False) as bar:
         job = bar.add_task("eval", total=len(todo), status="")
         pending = [asyncio.ensure_future(one(s, t, k)) for s, t, k in todo]
+        order = {p: i for i, p in enumerate(pending)}
+        remaining = set(pending)
         try:
-            for fut in asyncio.as_completed(pending):
-                res = await fut
-                # the single writer: only this loop thread writes, one whole line at a time
-                f.write(res.model_dump_json() + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-                n += 1
-                succ += int(res.succ and res.error is None)
-                errors += int(res.error is not None)
-                bar.update(job, advance=1, status=f"Succ {succ}/{n}" + (f", {errors} errors" if errors else ""))
+            while remaining and stop is None:
+                finished, remaining = await asyncio.wait(remaining, return_when=asyncio.FIRST_COMPLETED)
+                for fut in sorted(finished, key=order.__getitem__):
+                    exc = fut.exception()
+                    if isinstance(exc, CircuitOpenError):
+                        stop = stop or exc  # keep writing what else finished, start nothing new
+                        continue
+                    if exc is not None:
+                        raise exc
+                    res = write(fut.result())
+                    n += 1
+                    succ += int(res.succ and res.error is None)
+                    errors += int(res.error is not None)
+                    bar.update(job, advance=1, status=f"Succ {succ}/{n}" + (f", {errors} errors" if errors else ""))
         finally:
             for p in pending:
                 p.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+    if stop is not None:
+        raise stop
 
 
 async def _detach_workers(loop: asyncio.AbstractEventLoop, pool: concurrent.futures.ThreadPoolExecutor) -> None:

@@ -17,9 +17,11 @@ Metric definitions are in :mod:`shopping_companion.benchmark.metrics`, taxonomy 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
@@ -28,7 +30,13 @@ from shopping_companion import __version__
 from shopping_companion.types import EpisodeResult, Task
 
 __all__ = [
+    "EPISODE_ERROR_PREFIX",
+    "ResultsScan",
+    "scan_results",
     "read_results",
+    "error_kind",
+    "errors_by_kind",
+    "left_out_results",
     "result_key",
     "final_results",
     "summarize",
@@ -40,21 +48,118 @@ __all__ = [
 ]
 
 
-def read_results(path: str | Path) -> list[EpisodeResult]:
-    """Read every complete line of a results file (a torn last line is ignored), in file order."""
-    out = []
+logger = logging.getLogger(__name__)
+
+#: Prefix of ``EpisodeResult.error`` for an unexpected exception inside an episode (or a result
+#: line that could not be written); see :func:`error_kind`.
+EPISODE_ERROR_PREFIX = "episode error: "
+
+
+@dataclass
+class ResultsScan:
+    """What :func:`scan_results` found in a results file.
+
+    ``results``: every readable line, in file order. ``unreadable``: ``(line number from 1,
+    reason)`` of each complete line that is not a valid :class:`EpisodeResult` (not JSON, not the
+    schema). ``torn_tail``: the last line has no newline (an interrupted write; a resumed run
+    cuts it off before appending) — it is not counted in ``unreadable``.
+    """
+
+    results: list[EpisodeResult] = field(default_factory=list)
+    unreadable: list[tuple[int, str]] = field(default_factory=list)
+    torn_tail: bool = False
+
+    def describe_unreadable(self, limit: int = 20) -> str:
+        """``"N line(s) (line numbers 3, 7, …)"`` or ``""`` when every line is readable."""
+        if not self.unreadable:
+            return ""
+        nums = ", ".join(str(n) for n, _ in self.unreadable[:limit])
+        more = f", … {len(self.unreadable) - limit} more" if len(self.unreadable) > limit else ""
+        return f"{len(self.unreadable)} line(s) (line numbers {nums}{more}; first: {self.unreadable[0][1]})"
+
+
+def scan_results(path: str | Path) -> ResultsScan:
+    """Read a results file line by line, keeping track of lines that cannot be read back."""
+    scan = ResultsScan()
     p = Path(path)
     if not p.exists():
-        return out
-    with open(p, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
+        return scan
+    with open(p, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        scan.torn_tail = True
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            scan.results.append(EpisodeResult.model_validate_json(raw))
+        except (ValueError, RecursionError) as e:
+            if scan.torn_tail and i == len(lines):
                 continue
-            try:
-                out.append(EpisodeResult.model_validate_json(line))
-            except ValueError:
-                continue
+            reason = " ".join(str(e).split())[:200]
+            scan.unreadable.append((i, f"{type(e).__name__}: {reason}"))
+    return scan
+
+
+def read_results(path: str | Path) -> list[EpisodeResult]:
+    """Read every complete line of a results file, in file order.
+
+    A torn last line (no newline: an interrupted write) is ignored. Other lines that cannot be
+    read back are left out with a logged warning naming their count and line numbers (use
+    :func:`scan_results` to get them).
+    """
+    scan = scan_results(path)
+    if scan.unreadable:
+        logger.warning("%s: %s cannot be read back and are left out", path, scan.describe_unreadable())
+    return scan.results
+
+
+def error_kind(r: EpisodeResult) -> str | None:
+    """The kind of an errored result: ``"episode"`` (an unexpected exception inside the episode,
+    or a result that could not be written; ``error`` starts with :data:`EPISODE_ERROR_PREFIX`),
+    ``"judge"`` (``error`` starts with ``judge failed``), ``"backend"`` (anything else: the backend
+    failed after its retries); None when ``error`` is None."""
+    if r.error is None:
+        return None
+    if r.error.startswith(EPISODE_ERROR_PREFIX):
+        return "episode"
+    if r.error.startswith("judge failed"):
+        return "judge"
+    return "backend"
+
+
+def errors_by_kind(results: Iterable[EpisodeResult]) -> dict[str, int]:
+    """Count of errored results per :func:`error_kind` (only kinds that occur)."""
+    c = Counter(k for k in (error_kind(r) for r in results) if k is not None)
+    return dict(sorted(c.items()))
+
+
+def left_out_results(
+    results: Iterable[EpisodeResult],
+    benchmark_task_ids: Iterable[str],
+    requested: Iterable[tuple[str, int, str, str]],
+    examples: int = 5,
+) -> dict[str, Any]:
+    """Final results in a file whose key is not part of this run, split by why.
+
+    ``not_in_benchmark``: the task id is not a task of the benchmark; ``not_requested``: the task is
+    in the benchmark but this (task, trial, strategy) was not requested (another ``--limit``,
+    ``--split``, ``--trials`` or ``--strategies``). Each holds ``{"count", "examples": [task ids]}``.
+    """
+    bench = set(benchmark_task_ids)
+    req = set(requested)
+    out: dict[str, dict[str, Any]] = {"not_in_benchmark": {"count": 0, "examples": []},
+                                      "not_requested": {"count": 0, "examples": []}}
+    for r in final_results(results):
+        if result_key(r) in req:
+            continue
+        which = out["not_requested" if r.task_id in bench else "not_in_benchmark"]
+        which["count"] += 1
+        if r.task_id not in which["examples"] and len(which["examples"]) < examples:
+            which["examples"].append(r.task_id)
     return out
 
 
@@ -119,7 +224,8 @@ def summarize(
     Top-level ``acc`` / ``succ`` / ``by_task_type`` pool all strategies (Acc: mean m1/F, paper §4;
     Succ: fraction of stage-2 successes, Eq. 5); ``strategies`` has them per strategy (Table 3).
     Episodes with a backend error or a failed judge verdict are counted apart (``n_errors``,
-    ``n_judge_failed``) and excluded from every metric, never scored as 0. ``ks``: the k values of
+    ``n_judge_failed``; ``errors_by_kind``: backend / judge / episode, :func:`error_kind`) and
+    excluded from every metric, never scored as 0. ``ks``: the k values of
     pass@k / pass^k (default: 1, 2, 3, 4, 5, 8, … up to the number of trials). ``taxonomy``:
     precomputed :class:`~shopping_companion.benchmark.taxonomy.Classification` items (default:
     the rules applied here, with ``tasks`` and ``lookup`` when given).
@@ -177,8 +283,9 @@ def summarize(
             "labels": T.taxonomy_table(items, "labels"),
             "items": [it.to_dict() for it in items],
         },
-        "errors": [{"task_id": r.task_id, "trial": r.trial, "strategy": M.strategy_of(r), "error": r.error}
-                   for r in errors],
+        "errors_by_kind": errors_by_kind(errors),
+        "errors": [{"task_id": r.task_id, "trial": r.trial, "strategy": M.strategy_of(r), "kind": error_kind(r),
+                    "error": r.error} for r in errors],
         "reward_means": {k: round(statistics.fmean(v), 4) for k, v in sorted(comp.items())},
         "mean_turns": {f"stage{s}": round(statistics.fmean(v), 3) for s, v in sorted(turns.items())},
         "mean_tool_calls_per_episode": {k: round(v / n, 3) for k, v in sorted(tool_counts.items())} if n else {},
@@ -271,7 +378,9 @@ def write_report(
 
     ``meta`` keys shown when present: ``run_name``, ``policy``, ``baseline_note``, ``benchmark``,
     ``judge``, ``simulator``, ``endpoint`` (passed through :func:`scrub_url`), ``model``,
-    ``model_path``, ``adapter``, ``strategies``, ``trials``, ``seeds``, ``config`` (JSON). Never
+    ``model_path``, ``adapter``, ``strategies``, ``trials``, ``seeds``, ``config`` (JSON),
+    ``results_file`` (``unreadable_lines``, ``unreadable_line_numbers``, ``left_out`` as returned by
+    :func:`left_out_results`: shown in a "Results file" section). Never
     put secrets in ``meta``: it is written as given (except the endpoint, scrubbed).
     """
     from shopping_companion.benchmark.metrics import STRATEGY_LABELS, TASK_TYPE_LABELS, plot_tool_calls_per_turn
@@ -298,7 +407,7 @@ def write_report(
         ("strategies", ", ".join(strategies) or meta.get("strategies")),
         ("trials per task", meta.get("trials")),
         ("seeds", meta.get("seeds")),
-        ("episodes (scored / backend errors / judge failures)",
+        ("episodes (scored / errors / judge failures)",
          f"{s['n_episodes']} ({s['n_scored']} / {s['n_errors']} / {s['n_judge_failed']})"),
         ("package version", __version__),
     ]
@@ -412,15 +521,34 @@ def write_report(
 
     # ---- errors
     if s["errors"]:
-        out += ["## Episodes not scored (backend errors)", "",
-                "Retried by the backend and recorded; excluded from every metric. Rerunning the same "
-                "command retries them.", "", "| task | trial | strategy | error |", "|---|---|---|---|"]
+        kinds = ", ".join(f"{v} {k}" for k, v in s["errors_by_kind"].items())
+        out += ["## Episodes not scored (errors)", "",
+                f"Recorded and excluded from every metric ({kinds}). Kinds: `backend` — the backend failed "
+                "after its retries; `judge` — the judge failed; `episode` — an unexpected exception inside "
+                "the episode (traceback in `<results stem>.errors.log`). Rerunning the same command retries "
+                "backend and judge errors (`--no-retry-errors` skips them); episode errors are retried only "
+                "with `--retry-failed`.", "",
+                "| task | trial | strategy | kind | error |", "|---|---|---|---|---|"]
         for e in s["errors"][:50]:
             msg = (e["error"] or "").replace("|", "\\|").replace("\n", " ")[:300]
-            out.append(f"| {e['task_id']} | {e['trial']} | {e['strategy']} | {msg} |")
+            out.append(f"| {e['task_id']} | {e['trial']} | {e['strategy']} | {e['kind']} | {msg} |")
         if len(s["errors"]) > 50:
-            out.append(f"| … | | | {len(s['errors']) - 50} more |")
+            out.append(f"| … | | | | {len(s['errors']) - 50} more |")
         out.append("")
+    rf = meta.get("results_file") or {}
+    notes = []
+    if rf.get("unreadable_lines"):
+        notes.append(f"- {rf['unreadable_lines']} line(s) of the results file cannot be read back (line numbers "
+                     f"{', '.join(str(n) for n in rf.get('unreadable_line_numbers', []))}); left out, their "
+                     "episodes were run again.")
+    for why, text in (("not_in_benchmark", "tasks that are not in the benchmark"),
+                      ("not_requested", "tasks, strategies or trials not requested by this run")):
+        v = (rf.get("left_out") or {}).get(why) or {}
+        if v.get("count"):
+            notes.append(f"- {v['count']} result(s) for {text} (e.g. {', '.join(v['examples'])}): left out of "
+                         "every metric.")
+    if notes:
+        out += ["## Results file", ""] + notes + [""]
 
     out += ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
     for k, v in s["reward_means"].items():
@@ -476,43 +604,53 @@ def _json_or_none(x: Any) -> str | None:
 
 
 def episode_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
-    """One flat dict per final result: identity, Acc/Succ, error, ``simulator`` (JSON text),
-    then ``stage<s>_*`` columns (turns, tool uses, tokens, termination, reward total, verdict
-    success, reward components)."""
+    """One flat dict per final result: identity, Acc/Succ, error and its kind, ``simulator`` (JSON
+    text), then ``stage<s>_*`` columns (turns, tool uses, tokens, termination, reward total, verdict
+    success, reward components). Score columns (``acc``, ``succ``, ``stage<s>_reward_*``,
+    ``stage<s>_success``) are None for episodes that are not scored (``scored`` False: an error or
+    a failed judge verdict), never 0 / False."""
     from shopping_companion.benchmark.metrics import strategy_of
 
     rows = []
     for r in final_results(results):
+        ok = r.error is None and not any(s.verdict.failed for s in r.stages)
         row: dict[str, Any] = {
             "task_id": r.task_id, "task_type": r.task_type, "strategy": strategy_of(r), "mode": r.mode,
             "hint": r.hint, "simulator": _json_or_none(getattr(r, "simulator", None)), "policy": r.policy, "trial": r.trial,
-            "seed": r.seed, "acc": r.acc, "succ": bool(r.succ), "error": r.error, "wall_s": r.wall_s,
-            "scored": r.error is None and not any(s.verdict.failed for s in r.stages),
+            "seed": r.seed, "acc": r.acc if ok else None, "succ": bool(r.succ) if ok else None, "error": r.error,
+            "error_kind": error_kind(r), "wall_s": r.wall_s, "scored": ok,
             "recommended_ids": list(r.stages[-1].trajectory.recommended_ids) if r.stages else [],
         }
         for st in r.stages:
             p = f"stage{st.trajectory.stage}_"
             for k, v in _stage_stats(st).items():
-                row[p + k] = v
+                row[p + k] = None if not ok and k in _SCORE_STATS else v
             for k, v in st.reward.components.items():
-                row[p + "reward_" + k] = float(v)
+                row[p + "reward_" + k] = float(v) if ok else None
         rows.append(row)
     return rows
+
+
+#: Per-stage statistics that are scores: null in the parquet files for episodes that are not scored.
+_SCORE_STATS = ("reward_total", "success")
 
 
 def stage_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
     """One flat dict per stage of every final result: identity, stage statistics, every verdict
     field (``verdict_*``), reward components (``reward_*``), identified preferences (JSON) and
-    recommended ids."""
+    recommended ids. ``success`` and the reward columns are None for stages of episodes that are
+    not scored (``scored`` False)."""
     from shopping_companion.benchmark.metrics import strategy_of
 
     rows = []
     for r in final_results(results):
+        ok = r.error is None and not any(s.verdict.failed for s in r.stages)
         for st in r.stages:
             v = st.verdict
+            stats = {k: (None if not ok and k in _SCORE_STATS else x) for k, x in _stage_stats(st).items()}
             row: dict[str, Any] = {
                 "task_id": r.task_id, "task_type": r.task_type, "strategy": strategy_of(r), "trial": r.trial,
-                "policy": r.policy, "error": r.error, "stage": st.trajectory.stage, **_stage_stats(st),
+                "policy": r.policy, "error": r.error, "scored": ok, "stage": st.trajectory.stage, **stats,
                 "identified_preferences": json.dumps(
                     [p.model_dump() for p in st.trajectory.identified_preferences])
                 if st.trajectory.identified_preferences is not None else None,
@@ -524,7 +662,7 @@ def stage_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
                 val = getattr(v, f)
                 row["verdict_" + f] = None if val is None else float(val)
             for k, val in st.reward.components.items():
-                row["reward_" + k] = float(val)
+                row["reward_" + k] = float(val) if ok else None
             row["reward_per_tool_call"] = list(st.reward.per_tool_call)
             rows.append(row)
     return rows
@@ -539,6 +677,18 @@ def write_parquet(results: Iterable[EpisodeResult], out_dir: str | Path) -> tupl
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     ep, st = d / "results.parquet", d / "results_stages.parquet"
-    pd.DataFrame(episode_rows(results)).to_parquet(ep, engine="pyarrow", index=False)
-    pd.DataFrame(stage_rows(results)).to_parquet(st, engine="pyarrow", index=False)
+    _frame(pd, episode_rows(results)).to_parquet(ep, engine="pyarrow", index=False)
+    _frame(pd, stage_rows(results)).to_parquet(st, engine="pyarrow", index=False)
     return ep, st
+
+
+def _frame(pd: Any, rows: list[dict[str, Any]]) -> Any:
+    """A DataFrame whose score columns keep None as null: nullable ``boolean`` for the success
+    columns, ``float64`` (NaN = null in parquet) for the numeric ones."""
+    df = pd.DataFrame(rows)
+    for col in df.columns:
+        if col in ("succ", "scored") or col.endswith("_success") or col == "success":
+            df[col] = df[col].astype("boolean")
+        elif col == "acc" or "reward_" in col and col != "reward_per_tool_call":
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("Float64")
+    return df

@@ -17,7 +17,9 @@ Entry points:
 * :func:`synthesize` — build in memory (returns :class:`SynthOutput`); :func:`write_benchmark`
   writes it to a directory;
 * :func:`build_benchmark` — resumable directory build (what ``shopcomp synth`` runs);
-* :func:`load_benchmark` — read a complete directory (refuses one without ``manifest.json``);
+* :func:`load_benchmark` — read a complete directory (refuses one without ``manifest.json``, files
+  that do not match its SHA-256, duplicate task ids, missing sessions); :func:`missing_gold_products`
+  — gold ids a catalog lacks;
 * :func:`load_synth_config` — a YAML config (``configs/benchmark/*.yaml``).
 
 Deterministic: the same inputs, config and seed give byte-identical ``tasks.jsonl``,
@@ -28,7 +30,10 @@ Deterministic: the same inputs, config and seed give byte-identical ``tasks.json
 
 from __future__ import annotations
 
+import hashlib
 import json
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,6 +62,7 @@ from shopping_companion.types import Product, Session, Task
 __all__ = [
     "FORMAT_VERSION",
     "Benchmark",
+    "BenchmarkError",
     "GenerationError",
     "Generator",
     "GeneratorConfig",
@@ -72,6 +78,7 @@ __all__ = [
     "load_benchmark",
     "load_synth_config",
     "make_generator",
+    "missing_gold_products",
     "opaque_id",
     "searchable_query",
     "synthesize",
@@ -121,11 +128,40 @@ class Benchmark(BaseModel):
     manifest: dict[str, Any]
 
 
-def load_benchmark(directory: str | Path) -> Benchmark:
+class BenchmarkError(ValueError):
+    """A benchmark directory is inconsistent: a file does not match the manifest's SHA-256, task ids
+    repeat, tasks reference sessions the sessions file lacks, or gold products are not in the
+    catalog. The message names the file or ids."""
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _ids(ids: list[str], limit: int = 10) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f", … {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
     """Load a benchmark directory written by :func:`write_benchmark` / :func:`build_benchmark`.
+
+    Checks (``verify=True``): ``tasks.jsonl`` and ``sessions.jsonl`` match the SHA-256 recorded in
+    ``manifest.json`` (``files``; a manifest without them — written before hashes were recorded —
+    gives a ``UserWarning`` and is loaded unchecked); task ids are unique; every session a task
+    references (``history`` and ``needle_session_ids``) is in ``sessions.jsonl``. Gold products
+    are checked against a catalog by :func:`missing_gold_products` (the catalog is not part of the
+    directory).
 
     Raises:
         FileNotFoundError: the directory or its manifest is missing (an incomplete build).
+        BenchmarkError: a file does not match its hash (naming the file and both hashes), task ids
+            repeat (naming them), sessions are missing (naming tasks and sessions), or a line is not
+            a valid task / session (naming file and line).
     """
     d = Path(directory)
     if not (d / "manifest.json").is_file():
@@ -137,11 +173,77 @@ def load_benchmark(directory: str | Path) -> Benchmark:
         if not (d / name).is_file():
             raise FileNotFoundError(f"{d}: no {name}, so this is not a Shopping Companion benchmark directory "
                                     "(make one with `shopcomp synth --out DIR`)")
-    manifest = json.loads((d / "manifest.json").read_text())
-    tasks = [Task.model_validate_json(line) for line in open(d / "tasks.jsonl", encoding="utf-8") if line.strip()]
-    sessions = {}
-    for line in open(d / "sessions.jsonl", encoding="utf-8"):
-        if line.strip():
-            s = Session.model_validate_json(line)
-            sessions[s.session_id] = s
+    try:
+        manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise BenchmarkError(f"{d / 'manifest.json'}: not valid JSON ({e}); rebuild the benchmark") from None
+    if not isinstance(manifest, dict):
+        raise BenchmarkError(f"{d / 'manifest.json'}: not a JSON object; rebuild the benchmark")
+    if verify:
+        recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+        for name in ("tasks.jsonl", "sessions.jsonl"):
+            want = recorded.get(name)
+            if not want:
+                warnings.warn(f"{d / 'manifest.json'} records no SHA-256 for {name} (an older benchmark); "
+                              f"{name} is loaded without an integrity check", UserWarning, stacklevel=2)
+                continue
+            got = _sha256_file(d / name)
+            if got != want:
+                raise BenchmarkError(
+                    f"{d / name} does not match manifest.json: SHA-256 is {got}, the manifest records {want}; "
+                    "the file was changed after the benchmark was built (rebuild it, or restore the file)")
+    tasks = []
+    with open(d / "tasks.jsonl", encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    tasks.append(Task.model_validate_json(line))
+                except ValueError as e:
+                    raise BenchmarkError(f"{d / 'tasks.jsonl'} line {i}: not a valid task "
+                                         f"({' '.join(str(e).split())[:300]})") from None
+    sessions: dict[str, Session] = {}
+    with open(d / "sessions.jsonl", encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    sess = Session.model_validate_json(line)
+                except ValueError as e:
+                    raise BenchmarkError(f"{d / 'sessions.jsonl'} line {i}: not a valid session "
+                                         f"({' '.join(str(e).split())[:300]})") from None
+                sessions[sess.session_id] = sess
+    if verify:
+        counts = Counter(t.task_id for t in tasks)
+        dups = sorted(k for k, v in counts.items() if v > 1)
+        if dups:
+            raise BenchmarkError(f"{d / 'tasks.jsonl'}: duplicate task ids {_ids(dups)} "
+                                 f"({sum(counts[k] for k in dups)} lines); every task id must be unique")
+        missing: dict[str, list[str]] = {}
+        for t in tasks:
+            refs = [r.session_id for r in t.history] + list(t.needle_session_ids)
+            gone = sorted({sid for sid in refs if sid not in sessions})
+            if gone:
+                missing[t.task_id] = gone
+        if missing:
+            n = len({sid for v in missing.values() for sid in v})
+            detail = "; ".join(f"{tid}: {_ids(v, 3)}" for tid, v in list(missing.items())[:5])
+            raise BenchmarkError(
+                f"{d / 'sessions.jsonl'} lacks {n} session(s) referenced by {len(missing)} task(s) of "
+                f"{d / 'tasks.jsonl'} ({detail}{'; …' if len(missing) > 5 else ''}); the two files do not belong "
+                "together (rebuild the benchmark)")
     return Benchmark(tasks=tasks, sessions=sessions, manifest=manifest)
+
+
+def missing_gold_products(tasks: list[Task], lookup: Callable[[list[str]], Any]) -> dict[str, list[str]]:
+    """``{task_id: [reference product ids the catalog lacks]}`` for tasks whose gold products are
+    not all in the catalog (such tasks cannot be scored correctly). ``lookup(ids)`` returns a
+    mapping of the ids it found (e.g. the CLI's product lookup over the BM25 index)."""
+    ids = sorted({pid for t in tasks for pid in t.reference_product_ids})
+    found: set[str] = set()
+    for i in range(0, len(ids), 500):
+        found.update(lookup(ids[i:i + 500]) or {})
+    out = {}
+    for t in tasks:
+        gone = [pid for pid in t.reference_product_ids if pid not in found]
+        if gone:
+            out[t.task_id] = gone
+    return out

@@ -4,7 +4,11 @@
 every :class:`~.agents.TurnRecord` — appended, flushed and fsynced as each dialogue finishes. A
 rerun skips keys already present without an error (errored dialogues are retried). ``run.json``
 holds the run identity (engine, embedder, retrieval depths, dataset manifest hash); resuming with
-a different identity raises :class:`ConfigError` instead of mixing results.
+a different identity raises :class:`ConfigError` instead of mixing results, and so does a non-empty
+``dialogues.jsonl`` whose ``run.json`` is missing or corrupt (unless ``force=True`` adopts the
+current identity). While a run writes it holds an exclusive ``flock`` on ``dialogues.jsonl``
+itself, so a second writer is refused even if files next to it are deleted. Every record is
+encoded and read back before it is written; one that fails is written as an error record.
 
 By default memory ablations (Table 11) run for the ``full`` variant only; the other variants use
 ``memory="full"``.
@@ -84,6 +88,52 @@ def read_dialogues(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
+def _check_identity(idp: Path, ident: dict[str, Any], path: Path, force: bool) -> None:
+    """Refuse a different identity; refuse a missing or corrupt one beside existing dialogues
+    unless ``force``; otherwise (re)write it."""
+    problem = None
+    if idp.exists():
+        try:
+            old = json.loads(idp.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            old, problem = None, f"is corrupt ({type(e).__name__})"
+        if problem is None and not isinstance(old, dict):
+            problem = "is corrupt (not a JSON object)"
+        if problem is None:
+            diff = {k: (old.get(k), ident[k]) for k in ident if old.get(k) != ident[k]}
+            if diff:
+                raise ConfigError(f"run identity: {idp.parent} holds a different run ({diff}); use another --out")
+            return
+    else:
+        problem = "is missing"
+    if path.exists() and path.stat().st_size > 0 and not force:
+        raise ConfigError(f"run identity: {path} holds dialogues but {idp.name} {problem}, so nothing shows which "
+                          "configuration produced them; use another --out, or force=True to adopt this one")
+    tmp = idp.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ident, indent=2), encoding="utf-8")
+    tmp.replace(idp)
+
+
+def _encode_record(rec: dict[str, Any]) -> bytes:
+    """``rec`` as one UTF-8 JSON line that reads back; an unwritable record (lone surrogates, NaN,
+    too deep) becomes an error record with the same key."""
+    try:
+        data = json.dumps(rec, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        json.loads(data)
+        return data + b"\n"
+    except (ValueError, TypeError, RecursionError) as e:
+        keep = {k: rec.get(k) for k in ("case_id", "category", "user_id", "variant", "memory", "engine",
+                                        "engine_kind", "embedder", "target_asin")}
+        keep["error"] = f"record could not be written: {type(e).__name__}: {e}"[:500]
+        keep = {k: (_utf8(v) if isinstance(v, str) else v if v is None or isinstance(v, (int, float)) else _utf8(str(v)))
+                for k, v in keep.items()}
+        return json.dumps(keep, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 def _identity(dataset: Path, engine: RoleEngine, embedder_name: str, k: tuple[int, int, int]) -> dict[str, Any]:
     man = (dataset / "manifest.json").read_bytes() if (dataset / "manifest.json").exists() else b""
     cases = (dataset / "cases.jsonl").read_bytes()
@@ -96,13 +146,16 @@ def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLik
                   ablation_variants: tuple[str, ...] = ("full",), embedder_name: str = "minilm", k_d: int = 1,
                   k_p: int = 5, k_r: int = 5, categories: list[str] | None = None, max_cases: int | None = None,
                   concurrency: int = 1, record_messages: bool = False,
-                  progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
+                  progress: Callable[[dict[str, Any]], None] | None = None, force: bool = False) -> Path:
     """Run every (case, variant, memory) dialogue not yet in ``<out_dir>/dialogues.jsonl``.
 
     ``variants``: names (default all five); ``memory_modes``: applied to ``ablation_variants``
     (default ``["full"]``: no ablation). ``categories`` / ``max_cases``: restrict the cases.
     ``concurrency``: dialogues in flight (threads; useful with an LLM endpoint). Returns the
-    dialogues path. Raises :class:`ConfigError` for unknown names or a foreign run identity.
+    dialogues path. ``force``: adopt the current identity for existing dialogues whose ``run.json``
+    is missing or corrupt. Raises :class:`ConfigError` for unknown names, a foreign run identity, a
+    missing or corrupt one beside existing dialogues (without ``force``), or another process
+    writing the same file.
     """
     dataset = Path(dataset_dir)
     out = Path(out_dir)
@@ -125,22 +178,15 @@ def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLik
         cases = cases[:max_cases]
     ident = _identity(dataset, engine, embedder_name, (k_d, k_p, k_r))
     out.mkdir(parents=True, exist_ok=True)
-    idp = out / "run.json"
-    if idp.exists():
-        old = json.loads(idp.read_text())
-        diff = {k: (old.get(k), ident[k]) for k in ident if old.get(k) != ident[k]}
-        if diff:
-            raise ConfigError(f"run identity: {out} holds a different run ({diff}); use another --out")
-    else:
-        idp.write_text(json.dumps(ident, indent=2))
     path = out / "dialogues.jsonl"
-    lock = open(out / "dialogues.lock", "a+")
+    lock = open(path, "ab")  # the lock is on the results file itself, not on a side file
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
         raise ConfigError(f"run: another process is writing {path}") from None
     try:
+        _check_identity(out / "run.json", ident, path, force)
         repair_torn_tail(path)  # an interrupted run may have left half a line
         return _run_locked(path, cases, dataset, engine, embedder, variants, memory_modes, ablation_variants,
                            embedder_name, k_d, k_p, k_r, concurrency, record_messages, progress)
@@ -198,9 +244,9 @@ def _run_locked(path: Path, cases: list[Case], dataset: Path, engine: RoleEngine
         rec["wall_s"] = time.perf_counter() - t0
         return rec
 
-    with open(path, "a", encoding="utf-8") as fh:
+    with open(path, "ab") as fh:
         def write(rec: dict[str, Any]) -> None:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.write(_encode_record(rec))
             fh.flush()
             os.fsync(fh.fileno())
             if progress:

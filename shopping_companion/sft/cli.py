@@ -118,11 +118,16 @@ def collect(
                 "endpoint": scrub_url(base_url) if backend == "openai" else None,
                 "model_path": str(model_path) if model_path else None, "adapter": str(adapter) if adapter else None,
                 "judge": judge_desc, "bench": str(Path(bench).resolve()), "split": "train"}
+    from shopping_companion.llm.base import CircuitOpenError
+
     try:
         summary = run_collect(tasks, teacher, search, memory_factory(b.sessions, embedder), judge_obj, out, settings,
                               policy=policy, concurrency=concurrency, strategies=strategies, identity=identity)
     except (RunLockedError, RunIdentityError, ConfigError) as e:
         _fail(str(e).replace("use another --name", "use another --out"))
+    except CircuitOpenError as e:  # exit 2, like eval: everything finished so far is kept
+        _fail(f"collection stopped: {e}; the episodes finished so far are kept in {out}, "
+              "rerun the same command to resume")
     console.print(f"{summary.episodes} episodes ({summary.new_episodes} new, {summary.errors} errors), "
                   f"Succ {summary.succ_rate:.3f}; kept {summary.kept} stage trajectories "
                   f"{summary.kept_by_stage} → {escape(str(out))} ({summary.wall_s:.1f}s, {summary.episodes_per_s:.3f} episodes/s)")
@@ -216,7 +221,7 @@ def export(
     t0 = time.perf_counter()
     try:
         b = load_benchmark(bench)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # ValueError: BenchmarkError (hash, duplicate ids, sessions)
         _fail(str(e))
     kept, examples = _load_examples(collect_dir, keep, min_acc, stages, drop_malformed, drop_error_calls)
     try:

@@ -191,7 +191,7 @@ def test_two_runs_never_append_to_one_results_file(bench, policy, product_search
     from shopping_companion.benchmark.evaluate import RunLockedError, run_evaluation
 
     path = tmp_path / "results.jsonl"
-    with open(tmp_path / "results.jsonl.lock", "w") as held:  # another process is running
+    with open(path, "a") as held:  # another process is running: it holds a lock on the results file itself
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(RunLockedError, match="another running evaluation"):
             run_evaluation(bench.tasks[:1], policy, product_search, lambda t: _memory(bench, t, embedder),

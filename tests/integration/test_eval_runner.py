@@ -252,7 +252,7 @@ def test_cli_all_strategies_pass_k_report_and_no_key_anywhere(bench, bench_dir, 
     with ScriptedOpenAIServer(faulty) as srv, ScriptedOpenAIServer(lambda body: attribution) as att:
         out = runner.invoke(app, args + ["--base-url", srv.base_url, "--attribution-model", "att",
                                          "--attribution-base-url", att.base_url])
-        assert out.exit_code == 0, out.output
+        assert out.exit_code == 3, out.output  # some episodes ended with a backend error: all written, exit 3
         assert srv.authorizations and all(a == f"Bearer {secret}" for a in srv.authorizations)
         n_attributed = len(att.bodies)
         # a different configuration cannot append to the same run
@@ -270,7 +270,7 @@ def test_cli_all_strategies_pass_k_report_and_no_key_anywhere(bench, bench_dir, 
         assert f"| {label} |" in report
     assert "## pass@k and pass^k" in report and "| two_stage:high | 2 | 2 |" in report
     assert "## Behaviour (Table 4" in report and "Tool calls per turn (Figure 3)" in report
-    assert "Episodes not scored (backend errors)" in report and report.count("503") >= 1
+    assert "Episodes not scored (errors)" in report and report.count("503") >= 1
     assert (run / "tool_calls_per_turn_two_stage_none.png").read_bytes()[:4] == b"\x89PNG"
     df = pd.read_parquet(run / "results.parquet")
     assert len(df) == 30 and df["scored"].sum() == 22

@@ -4,6 +4,7 @@ server; per-field agreement, Cohen's κ and OPC land in agreement.md / agreement
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -100,6 +101,10 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
     t0 = json.loads(lines[0])
     t0["instruction"] += " Something else entirely."
     (other / "tasks.jsonl").write_text("\n".join([json.dumps(t0)] + lines[1:]) + "\n")
+    # a coherent other benchmark: its manifest records its own tasks file (load_benchmark checks it)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["files"]["tasks.jsonl"] = hashlib.sha256((other / "tasks.jsonl").read_bytes()).hexdigest()
+    (other / "manifest.json").write_text(json.dumps(manifest))
     out = runner.invoke(app, ["judge-agreement", "--bench", str(other), "--results", str(results),
                               "--judge", "recorded", "--judge", "rule", "--index-dir", str(catalog_index_dir)])
     assert out.exit_code == 2 and "do not belong to --bench" in " ".join(out.output.split()), out.output

@@ -11,6 +11,16 @@ from shopping_companion.trainers.rows import build_rows, write_parquet
 from shopping_companion.types import Preference, ProductSlot, RewardBreakdown, SessionRef, Task
 
 
+def _sessions_of(tasks) -> str:
+    """One small session per session id the tasks reference (load_benchmark refuses missing ones)."""
+    from shopping_companion.types import Session, Turn
+
+    ids = sorted({r.session_id for t in tasks for r in t.history})
+    return "".join(Session(session_id=i, date="2024-01-01",
+                           turns=[Turn(role="user", content="I like black shoes.")]).model_dump_json() + "\n"
+                   for i in ids)
+
+
 def _task(i: int, split: str = "train") -> Task:
     return Task(task_id=f"t{i}", split=split, instruction=f"I need shoes number {i}.", user_id=f"u{i}",
                 history=[SessionRef(session_id=f"s{i}", date="2024-01-01")], needle_session_ids=[f"s{i}"],
@@ -86,7 +96,7 @@ def test_cli_prepare_writes_train_and_test_parquet(tmp_path):
     bench.mkdir()
     tasks = [_task(i, "train") for i in range(4)] + [_task(i, "test") for i in range(4, 5)]
     (bench / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
-    (bench / "sessions.jsonl").write_text("")
+    (bench / "sessions.jsonl").write_text(_sessions_of(tasks))
     (bench / "manifest.json").write_text("{}")
     res = CliRunner().invoke(app, ["prepare", "--benchmark", str(bench), "--out", str(tmp_path / "data")])
     assert res.exit_code == 0, res.output
@@ -110,7 +120,7 @@ def test_cli_prepare_failure_leaves_an_existing_output_directory_untouched(tmp_p
         d = tmp_path / name
         d.mkdir()
         (d / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
-        (d / "sessions.jsonl").write_text("")
+        (d / "sessions.jsonl").write_text(_sessions_of(tasks))
         (d / "manifest.json").write_text("{}")
         return d
 
