@@ -333,6 +333,33 @@ EXIT_EPISODE_ERRORS = 3
 EXIT_ENDPOINT_DOWN = 2
 
 
+def _archive_if_stale(results_path: Path, identity: dict) -> None:
+    """Quickstart only: results of a run with another identity (e.g. written by an older release
+    whose judge scored differently), or with a missing or corrupt identity, are moved aside to
+    ``<file>.stale-<UTC time>`` — kept, never deleted — so the main job starts a fresh run instead
+    of refusing or mixing them."""
+    from shopping_companion.benchmark.evaluate import errors_log_path, identity_path
+
+    ip = identity_path(results_path)
+    if not results_path.exists() and not ip.exists():
+        return
+    try:
+        old = json.loads(ip.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if old == json.loads(json.dumps(identity, sort_keys=True, default=str)):
+        return
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved = []
+    for p in (results_path, ip, errors_log_path(results_path)):
+        if p.exists():
+            target = p.with_name(f"{p.name}.stale-{stamp}")
+            p.replace(target)
+            moved.append(target.name)
+    console.print(f"[yellow]note:[/] {escape(str(results_path))} holds results of another run configuration "
+                  f"(an older release or other settings); moved aside to {escape(', '.join(moved))}, starting afresh")
+
+
 def _exit_for(summary: dict) -> None:
     """Exit :data:`EXIT_EPISODE_ERRORS` when any requested episode's final result is an error."""
     if summary and summary.get("n_errors"):
@@ -454,7 +481,7 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
           judge_api_key_env="OPENAI_API_KEY", attribution_model=None, attribution_base_url=None,
           attribution_api_key_env="OPENAI_API_KEY", split=None, limit=None, max_turns=20, temperature=0.6,
           top_p=0.95, top_k=20, max_tokens=4096, seed=0, sampling_seed=True, data_dir=None, index_dir=None,
-          runs_dir=Path("runs"), baseline_note=None):
+          runs_dir=Path("runs"), baseline_note=None, archive_stale=False):
     import hashlib
 
     from shopping_companion.benchmark.evaluate import (EvalSettings, RunIdentityError, RunLockedError, derive_seed,
@@ -466,7 +493,9 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
     from shopping_companion.benchmark.taxonomy import classify_failures
     from shopping_companion.envs.env import EnvConfig
     from shopping_companion.errors import ConfigError
+    from shopping_companion.judges.rule import RULE_JUDGE_VERSION
     from shopping_companion.llm.base import Sampling
+    from shopping_companion.memory.store import MEMORY_INDEX_VERSION
     from shopping_companion.pipeline import (make_embedder, memory_factory, open_product_search, prewarm_memory,
                                              resolve_sources, write_json)
 
@@ -536,9 +565,16 @@ def _eval(bench, run_name, *, backend="reference", base_url=None, model=None, ap
         "reward_config": reward_config or "paper",
         "sampling": sampling.model_dump(), "seed": seed, "max_turns": max_turns,
         "max_observation_chars": env_cfg.max_observation_chars,
+        # every environment setting and the versions of what scores an episode: results produced
+        # under other limits, another rule judge or another memory index are a different run
+        "env": env_cfg.model_dump(mode="json"), "memory_index_version": MEMORY_INDEX_VERSION,
     }
+    if judge == "rule":
+        identity["rule_judge_version"] = RULE_JUDGE_VERSION
     t0 = time.perf_counter()
     results_path = run_dir / "results.jsonl"
+    if archive_stale:
+        _archive_if_stale(results_path, identity)
     try:
         results = run_evaluation(tasks, policy, search, memory_factory(b.sessions, embedder), judge_obj,
                                  results_path, settings, concurrency=concurrency, strategies=strats,
@@ -797,7 +833,7 @@ def quickstart(
     else:
         _synth(bench, n_tasks, seed, 42, data_dir, None, True)
     summary = _eval(bench, name, backend=backend, base_url=base_url, model=model, api_key_env=api_key_env,
-                    data_dir=data_dir, runs_dir=runs_dir)
+                    data_dir=data_dir, runs_dir=runs_dir, archive_stale=True)
     console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s")
     _exit_for(summary)
 

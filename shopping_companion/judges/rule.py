@@ -66,6 +66,11 @@ __all__ = [
     "bundle_cost",
 ]
 
+#: Version of the rule judge's verdicts: bumped whenever the same task and trajectory can get a
+#: different verdict (it is part of an evaluation's run identity, so results of two versions are
+#: never mixed in one results file). 2: the value-matching layer and the spurious-preference count.
+RULE_JUDGE_VERSION = 2
+
 PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
 MEMORY_TOOLS = frozenset({"mem_search", "mem_view"})
 
