@@ -113,11 +113,17 @@ def collect(
     out.mkdir(parents=True, exist_ok=True)
     judge_obj, judge_desc = _make_judge(judge, _lookup(search), judge_model, judge_base_url, judge_api_key_env, out,
                                         sessions=b.sessions, embedder=embedder)
+    from shopping_companion.judges.rule import RULE_JUDGE_VERSION
+    from shopping_companion.memory.store import MEMORY_INDEX_VERSION
+
     settings = EvalSettings(trials=trials, sampling=sampling, env=EnvConfig(max_turns=max_turns), seed=seed)
     identity = {"teacher": teacher.name, "backend": backend, "model": model,
                 "endpoint": scrub_url(base_url) if backend == "openai" else None,
                 "model_path": str(model_path) if model_path else None, "adapter": str(adapter) if adapter else None,
-                "judge": judge_desc, "bench": str(Path(bench).resolve()), "split": "train"}
+                "judge": judge_desc, "bench": str(Path(bench).resolve()), "split": "train",
+                "env": settings.env.model_dump(mode="json"), "memory_index_version": MEMORY_INDEX_VERSION}
+    if judge == "rule":
+        identity["rule_judge_version"] = RULE_JUDGE_VERSION
     from shopping_companion.llm.base import CircuitOpenError
 
     try:
