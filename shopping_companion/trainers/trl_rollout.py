@@ -16,8 +16,11 @@ to pass with ``reward_weights`` 0, so TRL logs ``rewards/<name>/mean`` for each.
 judge failed gets ``None`` (TRL leaves it out of the group baseline) instead of 0. Judging and
 rewarding one trajectory have a per-sample deadline (``scoring_deadline_s``, default 60 s): a
 trajectory that misses it is not scored either (``None``), gets ``env_mask`` all 0 (no gradient),
-and is flagged: ``shopcomp_deadline_missed`` per completion, and the ``deadline_missed`` reward
-function (weight 0) logs the share per step as ``rewards/deadline_missed/mean``.
+and is flagged: ``shopcomp_deadline_missed`` per completion, and the share of the batch per step
+in the trainer's logged metrics as ``shopcomp/deadline_missed`` (with ``shopcomp/unscored``, the
+share not scored for any reason). The flag is deliberately not a reward function: TRL leaves a
+completion out of its group baseline only when *every* reward function returns ``None``, so a flag
+defined for every completion would put unscored ones back into the baseline as 0.
 
 Rows come from :func:`~shopping_companion.trainers.rows.build_rows` (same as the verl parquet); TRL
 passes only the ``prompt`` column to ``rollout_func``, so rows are found again by their prompt,
@@ -125,6 +128,7 @@ def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, ma
             eps = asyncio.run(all_rows())
         finally:
             model.train(was_training)
+        _log_unscored(trainer, was_training, eps)
         rewards = []
         for e in eps:
             br = e.reward.model_dump()
@@ -147,12 +151,24 @@ def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, ma
     return rollout
 
 
+def _log_unscored(trainer: Any, training: bool, eps: list[Any]) -> None:
+    """Append this batch's share of trajectories that missed the scoring deadline, and of those
+    not scored at all, to the trainer's logged metrics (TRL averages each list per logging step)."""
+    metrics = getattr(trainer, "_metrics", None)
+    if not eps or not isinstance(metrics, dict):
+        return
+    per_mode = metrics.get("train" if training else "eval")
+    if per_mode is None or not hasattr(per_mode, "__getitem__"):
+        return
+    n = len(eps)
+    per_mode["shopcomp/deadline_missed"].append(sum(bool(e.deadline_missed) for e in eps) / n)
+    per_mode["shopcomp/unscored"].append(sum(bool(e.judge_failed or e.deadline_missed) for e in eps) / n)
+
+
 def _component(name: str) -> Callable[..., list[float | None]]:
     def fn(completions: list, shopcomp_reward: list[dict[str, Any]] | None = None, **kwargs: Any) -> list[float | None]:
         if shopcomp_reward is None:
             raise ValueError("shopcomp_reward missing: use make_rollout_func as the trainer's rollout_func")
-        if name == "deadline_missed":  # a flag, defined for every trajectory
-            return [float(bool(r.get("deadline_missed"))) for r in shopcomp_reward]
         key = "score" if name == "shopcomp_total" else name
         return [None if r.get("judge_failed") else float(r["scored"][key]) for r in shopcomp_reward]
 
@@ -162,8 +178,9 @@ def _component(name: str) -> Callable[..., list[float | None]]:
 
 def reward_functions() -> tuple[list[Callable[..., list[float | None]]], list[float]]:
     """``(reward_funcs, reward_weights)`` for ``GRPOTrainer`` / ``GRPOConfig``: the total with
-    weight 1, :data:`COMPONENTS` and ``deadline_missed`` (1.0 for a trajectory that missed its
-    scoring deadline, else 0.0) with weight 0 (logged only)."""
-    names = [*COMPONENTS, "deadline_missed"]
+    weight 1 and :data:`COMPONENTS` with weight 0 (logged only). Every function returns ``None``
+    for an unscored trajectory (judge failed, scoring deadline missed), so TRL leaves it out of
+    its group's baseline."""
+    names = list(COMPONENTS)
     funcs = [_component("shopcomp_total")] + [_component(c) for c in names]
     return funcs, [1.0] + [0.0] * len(names)

@@ -50,6 +50,8 @@ def test_two_trl_grpo_steps_log_our_rewards(tmp_path, rl_kit, tool_model_dir):
         total = h["rewards/R_z/mean"] + h["rewards/R_tool/mean"] + h["rewards/R_fmt/mean"]
         assert abs(h["rewards/shopcomp_total/mean"] - total) < 1e-4
         assert h["reward"] == h["rewards/shopcomp_total/mean"]  # only the total carries weight
+        # unscored shares are logged from the rollout (not as reward functions: see trl_rollout)
+        assert 0.0 <= h["shopcomp/unscored"] <= 1.0 and h["shopcomp/deadline_missed"] == 0.0
     assert any(h["rewards/R_fmt/mean"] > 0 for h in logs)
     changed = any(not (a == b.detach()).all() for a, b in zip(before, model.parameters()))
     assert changed, "two GRPO steps did not update the model"
