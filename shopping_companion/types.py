@@ -277,6 +277,17 @@ class Step(_Model):
     #: Separate reasoning text of this turn (``reasoning_content`` / ``reasoning``), if any.
     reasoning: str | None = None
 
+    @field_validator("prompt_tokens", "completion_tokens", mode="before")
+    @classmethod
+    def _sane_token_count(cls, v: Any) -> int | None:
+        """A token count is a non-negative int up to 10^8; anything else (a server's ``-5`` or
+        ``1e308``, also in results written before this check) is unknown (None)."""
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        if v != v or not 0 <= v <= 100_000_000:
+            return None
+        return int(v)
+
 
 class Message(BaseModel):
     """A chat message in OpenAI form (role, content, optional tool_call_id / name)."""

@@ -39,7 +39,8 @@ Resume
 
 Failures inside one episode
     Any exception an episode raises other than :class:`~shopping_companion.llm.base.CircuitOpenError`
-    (and ``KeyboardInterrupt`` / ``SystemExit``) is recorded as that episode's result: ``error`` =
+    (and ``KeyboardInterrupt``; a ``SystemExit`` raised by plug-in code inside an episode is an
+    episode error too) is recorded as that episode's result: ``error`` =
     ``"episode error: <Type>: <message>"`` (one line, at most ~300 characters), no stages, never
     scored; the full traceback is appended to ``<results stem>.errors.log`` with the task id,
     trial, strategy and seed. Every line is serialised, encoded as UTF-8 and read back
@@ -315,7 +316,9 @@ async def arun_episode(
 
 
 def _repair_tail(path: Path) -> None:
-    """Cut a torn (unterminated) last line left by an interrupted write."""
+    """Repair an unterminated last line. A complete, valid result line that only lacks its
+    newline (e.g. after an editor save) is kept and terminated; a torn line left by an interrupted
+    write is cut, and its bytes are appended to ``<results>.torn`` (kept, with a warning)."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as f:
@@ -326,6 +329,18 @@ def _repair_tail(path: Path) -> None:
             return
         data = path.read_bytes()
         cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        try:
+            EpisodeResult.model_validate_json(tail)
+        except Exception:  # noqa: BLE001 - torn, not JSON, not a result: cut it (kept aside)
+            pass
+        else:
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+            return
+        with open(path.with_name(path.name + ".torn"), "ab") as side:
+            side.write(tail + b"\n")
+        logger.warning("%s: cut a torn last line of %d bytes (kept in %s.torn)", path, len(tail), path.name)
         f.truncate(cut)
 
 
@@ -363,6 +378,27 @@ def _exclusive(path: Path):
             fh.close()
 
 
+class RunFileReplacedError(RunLockedError):
+    """The results file was deleted or replaced while this run held it open: what the run writes
+    would go to a file nobody can read (and a second writer may own the path now)."""
+
+
+def _check_still_ours(path: Path, fh: Any) -> None:
+    """Raise :class:`RunFileReplacedError` unless ``path`` is still the file ``fh`` has open (the
+    lock is on that file; a deleted or replaced path would silently swallow every later line)."""
+    mine = os.fstat(fh.fileno())
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+        raise RunFileReplacedError(
+            f"{path} was {'deleted' if now is None else 'replaced'} while this run was writing it; the run "
+            "stopped so that no further result is lost (results written to the removed file are gone with it). "
+            "Rerun the same command to resume from what the path holds now"
+        )
+
+
 def identity_path(results_path: str | Path) -> Path:
     """``<results stem>.identity.json`` next to the results file."""
     p = Path(results_path)
@@ -388,6 +424,8 @@ def _check_identity(path: Path, identity: dict[str, Any] | None, force: bool = F
     norm = json.loads(json.dumps(identity, sort_keys=True, default=str))
     old: Any = None
     problem: str | None = None
+    if ip.is_dir():
+        raise RunIdentityError(f"{ip} is a directory, not a run identity file; remove it (or use another --name)")
     if ip.exists():
         try:
             old = json.loads(ip.read_text(encoding="utf-8"))
@@ -396,6 +434,8 @@ def _check_identity(path: Path, identity: dict[str, Any] | None, force: bool = F
         else:
             if not isinstance(old, dict):
                 problem = f"is corrupt (a JSON {type(old).__name__}, not an object)"
+            elif not old:
+                problem = "is empty ({})"
     else:
         problem = "is missing"
     if problem is None:
@@ -637,7 +677,8 @@ async def _run_todo(todo, backend, products, make_memory, judge, path: Path, out
                 res = await arun_episode(task, backend, products, memory, judge, settings, trial, strategy, simulator)
             except CircuitOpenError:
                 raise  # the endpoint is down: the run stops
-            except Exception as e:  # anything else ends this episode only
+            except (Exception, SystemExit) as e:  # anything else ends this episode only (also a
+                # plug-in's sys.exit(): it must not end the run with status 0 and nothing written)
                 seed = derive_seed(settings.seed, task.task_id, trial)
                 msg = f"{type(e).__name__}: {e}"
                 _log_error(log_path, key, seed, "episode error", e)
@@ -662,6 +703,7 @@ async def _run_todo(todo, backend, products, make_memory, judge, path: Path, out
             except Exception as e2:  # noqa: BLE001 - cannot happen with clean strings; never stop the run
                 _log_error(log_path, result_key(res), res.seed, "error record could not be written either", e2)
                 return res
+        _check_still_ours(path, out)
         out.write(data)
         out.flush()
         os.fsync(out.fileno())

@@ -79,7 +79,7 @@ from shopping_companion.envs.simulator import (
 )
 from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS, ToolBox, truncate_text
 from shopping_companion.judges.base import JudgeFailedError
-from shopping_companion.llm.base import AssistantMessage, StructuredToolCall
+from shopping_companion.llm.base import AssistantMessage, CircuitOpenError, StructuredToolCall
 from shopping_companion.rewards import compute_reward
 from shopping_companion.rewards.outcome import stage1_reward
 from shopping_companion.types import (
@@ -772,6 +772,8 @@ class ShoppingCompanionEnv:
     def _judge(self, traj: Trajectory) -> Verdict | None:
         try:
             v = self.judge.judge(self.task, traj)
+        except CircuitOpenError:  # the judge's endpoint is down: the run stops (nothing to record)
+            raise
         except Exception as e:  # a judge failure is recorded, never scored as 0
             self._judge_error = f"judge failed: {type(e).__name__}: {str(e)[:300]}"
             return None

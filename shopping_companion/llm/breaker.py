@@ -30,12 +30,17 @@ DEFAULT_BREAKER_THRESHOLD = 5
 ENV_BREAKER_THRESHOLD = "SHOPCOMP_BREAKER_THRESHOLD"
 
 
+#: Longest time limit accepted (seconds): above it the platform's timers overflow (1e308 s made
+#: every wait raise OverflowError) and no request should ever be allowed that long anyway.
+MAX_SECONDS = 1e6
+
+
 def positive_seconds(field: str, value: Any, *, allow_none: bool = False) -> float | None:
     """``value`` as a finite number of seconds > 0.
 
     Raises:
         ConfigError: naming ``field`` when ``value`` is None (unless ``allow_none``), a bool, not a
-            number, NaN / infinite, or <= 0.
+            number, NaN / infinite, <= 0, or > :data:`MAX_SECONDS`.
     """
     if value is None and allow_none:
         return None
@@ -46,6 +51,8 @@ def positive_seconds(field: str, value: Any, *, allow_none: bool = False) -> flo
     seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0:
         raise ConfigError(f"{field}: must be a finite number of seconds > 0 (e.g. 120), got {value!r}")
+    if seconds > MAX_SECONDS:
+        raise ConfigError(f"{field}: must be at most {MAX_SECONDS:g} seconds (~11.6 days), got {value!r}")
     return seconds
 
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -571,8 +572,8 @@ class OpenAIBackend:
     def _parse(self, text: str, latency: float) -> AssistantMessage:
         try:
             body = json.loads(text)
-        except ValueError:
-            raise _Unparseable(f"body is not JSON: {text[:200]!r}") from None
+        except (ValueError, RecursionError):  # RecursionError: a body nested deeper than Python's limit
+            raise _Unparseable(f"body is not JSON (or nested too deep): {self._scrub(text[:200])!r}") from None
         if not isinstance(body, dict):
             raise _Unparseable(f"body is not a JSON object: {text[:200]!r}")
         if body.get("error") and not body.get("choices"):
@@ -615,14 +616,18 @@ class OpenAIBackend:
             )
 
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        finish = choice.get("finish_reason")
+        if self._secrets:
+            calls = [c.model_copy(update={"name": self._scrub_reply(c.name), "arguments": self._scrub_reply(c.arguments)})
+                     for c in calls]
         return AssistantMessage(
-            content=content,
-            reasoning=reasoning,
+            content=self._scrub_reply(content) or "",
+            reasoning=self._scrub_reply(reasoning),
             tool_calls=calls,
-            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-            completion_tokens=_int_or_none(usage.get("completion_tokens")),
+            prompt_tokens=_token_count(usage.get("prompt_tokens")),
+            completion_tokens=_token_count(usage.get("completion_tokens")),
             latency_s=latency,
-            finish_reason=choice.get("finish_reason"),
+            finish_reason=finish[:64] if isinstance(finish, str) else None,
         )
 
     def _backoff(self, retry_index: int, retry_after: float | None) -> float:
@@ -635,12 +640,13 @@ class OpenAIBackend:
             delay = max(delay, min(retry_after, self.max_backoff_s))
         return delay
 
-    def _scrub(self, text: str) -> str:
+    def _scrub(self, text: str, limit: int | None = _MAX_ERROR_CHARS) -> str:
         """``text`` without the key, any run of >= 8 of its characters (an echoed prefix, suffix or
-        middle part), or any bearer token; cut to 500 characters."""
+        middle part), or any bearer token; cut to ``limit`` characters (500; None: not cut)."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        if self._secret_grams and len(text) >= MIN_SECRET_RUN:
+        if (self._secret_grams and len(text) >= MIN_SECRET_RUN
+                and any(g in text for g in self._secret_grams)):  # fast C scans before the slow pass
             n = MIN_SECRET_RUN
             hit = [False] * len(text)
             for i in range(len(text) - n + 1):
@@ -655,9 +661,16 @@ class OpenAIBackend:
                         out.append("***")
                 text = "".join(out)
         text = _BEARER_RE.sub(r"\1***", text)
-        if len(text) > _MAX_ERROR_CHARS:
-            text = text[:_MAX_ERROR_CHARS] + "..."
+        if limit is not None and len(text) > limit:
+            text = text[:limit] + "..."
         return text
+
+    def _scrub_reply(self, text: str | None) -> str | None:
+        """Model text of a reply with the key scrubbed like an error (a server that echoes the
+        request's key into the content must not get it written to results), not cut."""
+        if not text or not self._secrets:
+            return text
+        return self._scrub(text, limit=None)
 
     def _describe(self, exc: BaseException) -> str:
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
@@ -704,11 +717,21 @@ def _text_of(value: Any) -> str:
     return str(value)
 
 
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
+#: Largest token count a reply's ``usage`` may report (above it, or negative, or not a finite
+#: number, the count is unknown: None). No model has a context anywhere near this.
+MAX_TOKEN_COUNT = 100_000_000
+
+
+def _token_count(value: Any) -> int | None:
+    """A ``usage`` token count as a non-negative int <= :data:`MAX_TOKEN_COUNT`, else None (a server
+    sending ``-5``, ``1e308``, ``NaN`` or ``"x"`` must not put absurd numbers into the results)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if not 0 <= value <= MAX_TOKEN_COUNT:
+        return None
+    return int(value)
 
 
 def _retry_after_s(exc: Any) -> float | None:

@@ -213,7 +213,7 @@ def test_breaker_stops_100_calls_to_a_refusing_server_at_once() -> None:
     elapsed, errors = _hammer(backend, 100, 8)
     assert all(isinstance(e, CircuitOpenError) for e in errors), {type(e).__name__ for e in errors}
     assert elapsed <= 5 * backend.deadline_s
-    assert elapsed < 3.0  # in practice: the first wave, then nothing waits
+    assert elapsed < backend.deadline_s  # less than one call's retry budget (in practice ~1 s)
     msg = str(errors[-1])
     assert backend.endpoint in msg and "5 consecutive" in msg and "SHOPCOMP_BREAKER_THRESHOLD" in msg
 
@@ -226,7 +226,7 @@ def test_breaker_stops_100_calls_to_a_hung_server_within_one_wave() -> None:
         sent = len(srv.bodies)
     assert all(isinstance(e, CircuitOpenError) for e in errors), {type(e).__name__ for e in errors}
     assert elapsed <= 5 * backend.deadline_s
-    assert elapsed < 3.0  # one wave of 1 s timeouts
+    assert elapsed < 2 * backend.deadline_s  # about one wave of 1 s timeouts (before: 13 waves x 4 s)
     assert sent <= 16  # later calls never reached the server
 
 
