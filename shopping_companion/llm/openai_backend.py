@@ -617,7 +617,7 @@ class OpenAIBackend:
 
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         finish = choice.get("finish_reason")
-        if self._secrets:
+        if self._secret_grams:
             calls = [c.model_copy(update={"name": self._scrub_reply(c.name), "arguments": self._scrub_reply(c.arguments)})
                      for c in calls]
         return AssistantMessage(
@@ -667,8 +667,10 @@ class OpenAIBackend:
 
     def _scrub_reply(self, text: str | None) -> str | None:
         """Model text of a reply with the key scrubbed like an error (a server that echoes the
-        request's key into the content must not get it written to results), not cut."""
-        if not text or not self._secrets:
+        request's key into the content must not get it written to results), not cut. Keys shorter
+        than 8 characters (local placeholders such as ``"k"``) are left alone here: replacing every
+        occurrence of them would destroy the model's text."""
+        if not text or not self._secret_grams:
             return text
         return self._scrub(text, limit=None)
 

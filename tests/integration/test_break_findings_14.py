@@ -165,3 +165,10 @@ def test_an_empty_identity_can_be_adopted_and_a_directory_is_refused_clearly(kit
     with pytest.raises(RunIdentityError, match="is a directory"):
         run(tasks, path, kit, identity={"policy": "p"}, force=True)
 
+
+
+def test_a_short_placeholder_key_does_not_mangle_the_reply():
+    """Scrubbing reply text replaced every "k" of the content when the key was the placeholder "k"."""
+    with ScriptedOpenAIServer(["<think>keep thinking</think> bad_luck, kk"]) as srv:
+        m = OpenAIBackend("m", base_url=srv.base_url, api_key="k", max_retries=0).chat(MSGS, None, Sampling())
+    assert m.content == "<think>keep thinking</think> bad_luck, kk"

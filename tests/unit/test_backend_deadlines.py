@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -215,7 +216,9 @@ def test_breaker_stops_100_calls_to_a_refusing_server_at_once() -> None:
     assert elapsed <= 5 * backend.deadline_s
     assert elapsed < backend.deadline_s  # less than one call's retry budget (in practice ~1 s)
     msg = str(errors[-1])
-    assert backend.endpoint in msg and "5 consecutive" in msg and "SHOPCOMP_BREAKER_THRESHOLD" in msg
+    # concurrent calls may add failures while it opens: the count is >= the threshold
+    assert backend.endpoint in msg and "threshold 5" in msg and "SHOPCOMP_BREAKER_THRESHOLD" in msg
+    assert int(re.search(r"(\d+) consecutive", msg).group(1)) >= 5
 
 
 def test_breaker_stops_100_calls_to_a_hung_server_within_one_wave() -> None:
