@@ -30,7 +30,6 @@ Deterministic: the same inputs, config and seed give byte-identical ``tasks.json
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from collections import Counter
@@ -44,6 +43,7 @@ from shopping_companion.benchmark.synthesis.build import (
     SynthOutput,
     Synthesizer,
     build_benchmark,
+    file_sha256,
     make_generator,
     write_benchmark,
 )
@@ -134,14 +134,6 @@ class BenchmarkError(ValueError):
     catalog. The message names the file or ids."""
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _ids(ids: list[str], limit: int = 10) -> str:
     shown = ", ".join(ids[:limit])
     return shown + (f", … {len(ids) - limit} more" if len(ids) > limit else "")
@@ -187,7 +179,7 @@ def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
                 warnings.warn(f"{d / 'manifest.json'} records no SHA-256 for {name} (an older benchmark); "
                               f"{name} is loaded without an integrity check", UserWarning, stacklevel=2)
                 continue
-            got = _sha256_file(d / name)
+            got = file_sha256(d / name)
             if got != want:
                 raise BenchmarkError(
                     f"{d / name} does not match manifest.json: SHA-256 is {got}, the manifest records {want}; "

@@ -733,7 +733,8 @@ def _atomic_write_lines(path: Path, lines: Any) -> None:
     os.replace(tmp, path)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (what ``manifest.json`` records and ``load_benchmark`` checks)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -761,7 +762,7 @@ def write_benchmark(out: SynthOutput, directory: str | Path) -> Path:
     if out.build_log:
         (d / "build_log.json").write_text(json.dumps(out.build_log, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     manifest = dict(out.manifest)
-    manifest["files"] = {name: _sha256(d / name) for name in files}
+    manifest["files"] = {name: file_sha256(d / name) for name in files}
     _atomic_write_lines(d / "manifest.json", [json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False)])
     return d
 
