@@ -70,6 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from shopping_companion.errors import ConfigError
 from shopping_companion.judges.base import JudgeFailedError
 from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
+from shopping_companion.llm.bounded import CallTimeout, call_within
 from shopping_companion.registry import JUDGES
 from shopping_companion.types import Preference, Product, Task, Trajectory, Verdict
 
@@ -552,27 +553,13 @@ class _AttemptTimeout(Exception):
 
 
 def _bounded_call(fn: Callable[[], Any], seconds: float | None, what: str = "reply") -> Any:
-    """``fn()`` in a daemon thread, waited on for at most ``seconds`` of wall clock (``None``: no
-    limit, called directly); raises :class:`_AttemptTimeout` when it is up, else re-raises what
-    ``fn`` raised (a :class:`CircuitOpenError` too)."""
-    if seconds is None:
-        return fn()
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["err"] = e
-
-    t = threading.Thread(target=run, daemon=True, name="llm-bounded-call")
-    t.start()
-    t.join(max(0.0, seconds))
-    if t.is_alive():
-        raise _AttemptTimeout(f"no {what} within {round(seconds, 2):g}s")
-    if "err" in box:
-        raise box["err"]
-    return box["value"]
+    """``fn()`` waited on for at most ``seconds`` of wall clock (``None``: no limit); raises
+    :class:`_AttemptTimeout` when it is up, else re-raises what ``fn`` raised (a
+    :class:`CircuitOpenError` too)."""
+    try:
+        return call_within(fn, seconds, name="llm-bounded-call")
+    except CallTimeout:
+        raise _AttemptTimeout(f"no {what} within {round(seconds or 0, 2):g}s") from None
 
 
 def default_deadline_s(timeout_s: float | None, max_retries: int) -> float:

@@ -74,6 +74,7 @@ from shopping_companion.llm.base import (
     Sampling,
     StructuredToolCall,
 )
+from shopping_companion.llm.bounded import CallTimeout, call_within
 from shopping_companion.llm.breaker import (
     DEFAULT_BREAKER_THRESHOLD,
     ENV_BREAKER_THRESHOLD,
@@ -516,31 +517,24 @@ class OpenAIBackend:
         )
 
     def _bounded(self, fn: Any, budget: float) -> Any:
-        """``fn()`` run in a worker thread; returns its result or re-raises its exception here,
-        or raises :class:`_AttemptTimeout` after ``budget`` seconds of wall clock, shutting down
-        the sockets the attempt opened or reused so the worker ends too."""
+        """``fn()`` run in a worker thread (:func:`~shopping_companion.llm.bounded.call_within`);
+        returns its result or re-raises its exception here, or raises :class:`_AttemptTimeout`
+        after ``budget`` seconds of wall clock, shutting down the sockets the attempt opened or
+        reused so the worker ends too."""
         attempt = _Attempt()
-        box: dict[str, Any] = {}
-        done = threading.Event()
 
-        def work() -> None:
+        def work() -> Any:
             _current.attempt = attempt
             try:
-                box["value"] = fn()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                box["error"] = exc
+                return fn()
             finally:
                 _current.attempt = None
-                done.set()
 
-        worker = threading.Thread(target=work, daemon=True, name=f"{self.name}-attempt")
-        worker.start()
-        if not done.wait(budget):
+        try:
+            return call_within(work, budget, name=f"{self.name}-attempt")
+        except CallTimeout:
             attempt.abort()
-            raise _AttemptTimeout(f"no complete answer within {budget:g}s")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+            raise _AttemptTimeout(f"no complete answer within {budget:g}s") from None
 
     # ------------------------------------------------------------------ internals
     def _request_kwargs(

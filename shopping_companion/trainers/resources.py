@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from shopping_companion.types import Product, Session, Task
-
 from shopping_companion.judges.base import JudgeFailedError
+from shopping_companion.llm.bounded import CallTimeout, call_within
+from shopping_companion.types import Product, Session, Task
 
 __all__ = [
     "DEFAULT_SCORING_DEADLINE_S",
@@ -101,29 +101,22 @@ class ScoringDeadline:
         left = self.seconds - self.used_s
         if self.missed or left <= 0:
             self._miss(what)
-        box: dict[str, Any] = {}
-        done = threading.Event()
 
-        def work() -> None:
+        def work() -> Any:
             try:
-                box["value"] = fn(*args)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-                box["error"] = e
+                return fn(*args)
             finally:
-                done.set()
                 from shopping_companion.catalog.jvm import detach_thread
 
                 detach_thread()  # the judge may have read products through Lucene
 
         t0 = time.monotonic()
-        threading.Thread(target=work, name=f"shopcomp-{what}", daemon=True).start()
-        finished = done.wait(left)
-        self.used_s += time.monotonic() - t0
-        if not finished:
+        try:
+            return call_within(work, left, name=f"shopcomp-{what}")
+        except CallTimeout:
             self._miss(what)
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+        finally:
+            self.used_s += time.monotonic() - t0
 
     def _miss(self, what: str) -> None:
         if not self.missed:
