@@ -12,6 +12,7 @@ also satisfies the preferences (for the cross-shop check).
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,3 +188,14 @@ def run(env: ShoppingCompanionEnv, policy: Any, seed: int = 0):
     while not env.done:
         env.step(policy.chat(env.messages, env.tool_schemas))
     return env.episode_result(policy=policy.name, seed=seed)
+
+
+class SlowJudge:
+    """The rule judge, after ``sleep_s`` seconds (a judge endpoint that answers late)."""
+
+    def __init__(self, inner, sleep_s: float) -> None:
+        self.inner, self.sleep_s, self.name = inner, sleep_s, inner.name
+
+    def judge(self, task, traj):
+        time.sleep(self.sleep_s)
+        return self.inner.judge(task, traj)

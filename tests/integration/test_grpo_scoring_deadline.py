@@ -14,22 +14,11 @@ import pytest
 from shopping_companion.rewards.rubric import load_rubric
 from shopping_companion.trainers.episode import ChatTokens, run_row_episode
 from shopping_companion.trainers.resources import EnvResources, ScoringDeadline, ScoringDeadlineError
-from tests.env_support import EnvKit, make_single_tasks
+from tests.env_support import EnvKit, SlowJudge, make_single_tasks
 from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
 
 SLEEP_S = 4.0
 DEADLINE_S = 0.5
-
-
-class SlowJudge:
-    """The rule judge, after ``sleep_s`` seconds (a judge endpoint that answers late)."""
-
-    def __init__(self, inner, sleep_s: float) -> None:
-        self.inner, self.sleep_s, self.name = inner, sleep_s, inner.name
-
-    def judge(self, task, traj):
-        time.sleep(self.sleep_s)
-        return self.inner.judge(task, traj)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.env_support import SlowJudge
 from tests.extras.rl.conftest import require
 
 require("verl", "ray", "tensordict")
@@ -21,17 +22,6 @@ from shopping_companion.trainers.resources import EnvResources, register_resourc
 from shopping_companion.trainers.rows import build_rows, write_parquet  # noqa: E402
 
 SLEEP_S = 6.0
-
-
-class SlowJudge:
-    """The rule judge, after ``sleep_s`` seconds (a judge endpoint that answers late)."""
-
-    def __init__(self, inner, sleep_s: float) -> None:
-        self.inner, self.sleep_s, self.name = inner, sleep_s, inner.name
-
-    def judge(self, task, traj):
-        time.sleep(self.sleep_s)
-        return self.inner.judge(task, traj)
 
 
 @pytest.fixture(scope="module")
