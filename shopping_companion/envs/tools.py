@@ -115,10 +115,14 @@ class ProductSearchArgs(_Args):
     top_k: int = Field(default=10, ge=1, le=50, description="Number of products (1-50).")
 
 
+#: Most ids one ``product_view`` call may name.
+MAX_VIEW_IDS = 20
+
+
 class ProductViewArgs(_Args):
     """Full product records: description, attributes, options, shop."""
 
-    product_ids: list[str] = Field(min_length=1, max_length=20, description="1-20 product ids.")
+    product_ids: list[str] = Field(min_length=1, max_length=MAX_VIEW_IDS, description="1-20 product ids.")
 
 
 ARG_MODELS: dict[str, type[_Args]] = {
@@ -191,7 +195,7 @@ def _split_product_ids(arguments: dict[str, Any]) -> tuple[dict[str, Any], list[
     not a string). Arguments whose ``product_ids`` is not a list, or holds more than the tool's
     maximum, are returned unchanged (the tool's validation reports them)."""
     ids = arguments.get("product_ids")
-    if not isinstance(ids, list) or len(ids) > 20:
+    if not isinstance(ids, list) or len(ids) > MAX_VIEW_IDS:
         return arguments, []
     good: list[str] = []
     errors: list[dict[str, str]] = []
