@@ -1,5 +1,10 @@
-"""Small helpers for YAML configuration files (DESIGN.md §3).
+"""The one configuration loader (docs/architecture.md, configuration).
 
+- :func:`load_model` builds a pydantic config (``EvalConfig``, ``SynthConfig``, ...) from a YAML
+  file, the command line's flags and its ``--set dotted.key=value`` overrides, and turns a
+  validation error into a :class:`~shopping_companion.errors.ConfigError` that names each field
+  and its allowed values; :func:`config_hash` is the hash of a resolved config (a run's identity)
+  and :func:`dump_yaml` writes a resolved config next to the run;
 - :func:`load_config` reads a mapping from a YAML file, or copies one given directly;
 - :func:`apply_overrides` applies dotted command-line overrides (``"a.b.c=value"``, the value parsed
   as YAML, so ``3`` is an int, ``true`` a bool, ``[1, 2]`` a list, ``x`` a string).
@@ -13,11 +18,21 @@ import copy
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from shopping_companion.errors import ConfigError
 
-__all__ = ["apply_overrides", "load_config", "load_yaml"]
+__all__ = [
+    "apply_overrides",
+    "config_hash",
+    "dump_yaml",
+    "load_config",
+    "load_model",
+    "load_yaml",
+    "validation_message",
+]
 
 
 def load_yaml(path: str | os.PathLike[str]) -> Any:
@@ -78,3 +93,160 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
             node = nxt
         node[parts[-1]] = value
     return out
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _allowed_values(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
+    """The allowed values of the field at ``loc`` in ``model`` when it is a Literal / Enum."""
+    import enum
+    import typing
+
+    node: Any = model
+    ann: Any = None
+    for part in loc:
+        if not (isinstance(node, type) and issubclass(node, BaseModel)) or part not in node.model_fields:
+            return None
+        ann = node.model_fields[part].annotation
+        node = ann
+        for arg in typing.get_args(ann) or ():
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                node = arg
+    values: list[Any] = []
+    stack = [ann]
+    while stack:
+        a = stack.pop()
+        if typing.get_origin(a) is typing.Literal:
+            values += list(typing.get_args(a))
+        elif isinstance(a, type) and issubclass(a, enum.Enum):
+            values += [m.value for m in a]
+        else:
+            stack += [x for x in typing.get_args(a) if x is not type(None)]
+    return ", ".join(repr(v) for v in values) if values else None
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model at ``loc`` inside ``model`` (list indexes and ``Optional`` / ``list[...]``
+    wrappers stepped through), or None when ``loc`` does not lead to a model."""
+    import typing
+
+    def model_in(ann: Any) -> type[BaseModel] | None:
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return ann
+        for arg in typing.get_args(ann):
+            found = model_in(arg)
+            if found is not None:
+                return found
+        return None
+
+    node: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if node is None or part not in node.model_fields:
+            return None
+        node = model_in(node.model_fields[part].annotation)
+    return node
+
+
+def validation_message(
+    model: type[BaseModel], err: ValidationError, source: str | None = None, names: Mapping[str, str] | None = None
+) -> str:
+    """A pydantic :class:`ValidationError` as one readable message: each bad field as a dotted path
+    (with its command-line flag from ``names``, ``{dotted key: "--flag"}``, when it has one), what is
+    wrong, the value given and, for Literal / Enum fields, the allowed values."""
+    parts = []
+    for e in err.errors():
+        loc = tuple(e.get("loc", ()))
+        path = ".".join(str(x) for x in loc) or "(top level)"
+        if names and path in names:
+            path += f" ({names[path]})"
+        msg = e.get("msg", "invalid")
+        if msg.startswith(("Value error, ", "Assertion failed, ")):
+            msg = msg.split(", ", 1)[1]
+        if e.get("type") == "missing":
+            msg = "required (give it in the config file, as a flag or with --set)"
+        if e.get("type") == "extra_forbidden":
+            target = _model_at(model, loc[:-1])
+            known = sorted(target.model_fields) if target is not None else []
+            msg = "unknown field" + (f"; allowed: {', '.join(known)}" if known else "")
+        else:
+            allowed = _allowed_values(model, tuple(x for x in loc if isinstance(x, str)))
+            if allowed and e.get("type") not in ("literal_error", "enum"):
+                msg += f" (allowed: {allowed})"
+            if (
+                "input" in e
+                and e.get("type") not in ("missing", "value_error")
+                and not isinstance(e["input"], (dict, list))
+            ):
+                shown = repr(e["input"])
+                msg += f", got {shown[:80] + '…' if len(shown) > 80 else shown}"
+        parts.append(f"{path}: {msg}")
+    where = f"{source}: " if source else ""
+    return where + "; ".join(parts)
+
+
+def load_model(
+    model: type[M],
+    config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    sets: Iterable[str] = (),
+    flags: Mapping[str, Any] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> M:
+    """The one configuration loader: a pydantic ``model`` from a YAML file (or mapping), then the
+    command line's flags, then its ``--set dotted.key=value`` overrides.
+
+    Precedence, lowest first: the model's defaults < ``config`` < ``flags`` < ``sets``.
+    ``flags`` maps dotted keys to values; ``None`` values are skipped (a flag the user did not
+    give). ``sets`` items are ``"dotted.key=value"`` with the value parsed as YAML. ``names`` maps
+    dotted keys to the flags that set them, for the error message.
+
+    Raises :class:`ConfigError` naming the file, each bad field as a dotted path, and the allowed
+    values where the field has a fixed set (unknown keys are refused with the known ones listed).
+    """
+    data = load_config(config) if config is not None else {}
+    source = str(config) if config is not None and not isinstance(config, Mapping) else None
+    for key, value in (flags or {}).items():
+        if value is None:
+            continue
+        node = data
+        parts = key.split(".")
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = node[p] = {}
+            node = nxt
+        node[parts[-1]] = value
+    data = apply_overrides(data, list(sets))
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(validation_message(model, e, source, names)) from None
+
+
+def config_hash(data: BaseModel | Mapping[str, Any]) -> str:
+    """SHA-256 (hex, first 16 characters) of the canonical JSON of ``data`` (sorted keys, no
+    whitespace): equal configurations hash equal, any changed value gives another hash."""
+    import hashlib
+    import json
+
+    obj = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def dump_yaml(data: BaseModel | Mapping[str, Any], path: str | os.PathLike[str], header: str | None = None) -> None:
+    """Write ``data`` (a model: its JSON-mode dump) as YAML to ``path`` atomically (temp file + rename);
+    ``header`` lines are written as ``#`` comments first."""
+    import yaml
+
+    obj = data.model_dump(mode="json") if isinstance(data, BaseModel) else dict(data)
+    text = yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=100)
+    if header:
+        text = "".join(f"# {line}\n" for line in header.splitlines()) + text
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(p)

@@ -2,7 +2,7 @@
 
 Data directory (read-only inputs: catalog, conversations, reviews), first match wins:
 1. the path passed explicitly (``--data-dir``),
-2. ``$SHOPCOMP_DATA_DIR``,
+2. ``$SHOPCOMP_DATA_DIR`` (when set, it must exist: a missing one is an error, not a fall-through),
 3. ``../shared/data`` relative to the working directory, then relative to the repository root.
 
 Cache directory (indexes, embedding cache; reused across runs): ``$SHOPCOMP_CACHE_DIR`` or
@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from shopping_companion.errors import DataDirError  # noqa: F401 - re-exported
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-class DataDirError(FileNotFoundError):
-    """Raised when no data directory can be found; the message says how to pass one."""
 
 
 def resolve_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -30,9 +27,15 @@ def resolve_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
         if not p.is_dir():
             raise DataDirError(f"data directory {str(p)!r} (from --data-dir) does not exist")
         return p.resolve()
-    env = os.environ.get("SHOPCOMP_DATA_DIR")
+    env = os.environ.get("SHOPCOMP_DATA_DIR", "").strip()
     if env:
-        candidates.append(Path(env).expanduser())
+        p = Path(env).expanduser()
+        if not p.is_dir():  # a named directory that is not there is a mistake, never a silent fall-through
+            raise DataDirError(
+                f"data directory {str(p)!r} (from $SHOPCOMP_DATA_DIR) does not exist; fix the "
+                "variable, unset it, or pass --data-dir PATH"
+            )
+        return p.resolve()
     candidates += [Path.cwd() / ".." / "shared" / "data", _REPO_ROOT / ".." / "shared" / "data"]
     for c in candidates:
         tried.append(str(c))

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
+from shopping_companion.errors import ConfigError
 from shopping_companion.paths import DataDirError, cache_dir, resolve_data_dir
 from shopping_companion.types import Session, Task
 
@@ -23,10 +24,11 @@ _console = Console(stderr=True)
 
 
 def catalog_file(data_dir: str | Path | None = None) -> Path:
-    """``<data_dir>/catalog/products.jsonl.gz``; raises FileNotFoundError naming the path."""
+    """``<data_dir>/catalog/products.jsonl.gz``; raises :class:`DataDirError` (a FileNotFoundError)
+    naming the path."""
     p = resolve_data_dir(data_dir) / CATALOG_RELPATH
     if not p.is_file():
-        raise FileNotFoundError(f"catalog file {p} not found (expected catalog/products.jsonl.gz in the data directory)")
+        raise DataDirError(f"catalog file {p} not found (expected catalog/products.jsonl.gz in the data directory)")
     return p
 
 
@@ -97,8 +99,12 @@ def resolve_sources(
        fails too.
     """
     if data_dir is not None:
-        return DataSources(catalog_file(data_dir), "products", resolve_data_dir(data_dir) / SGD_RELPATH,
-                           data_dir=resolve_data_dir(data_dir))
+        return DataSources(
+            catalog_file(data_dir),
+            "products",
+            resolve_data_dir(data_dir) / SGD_RELPATH,
+            data_dir=resolve_data_dir(data_dir),
+        )
     try:
         d = resolve_data_dir(None)
         cat = d / CATALOG_RELPATH
@@ -115,14 +121,22 @@ def resolve_sources(
 
         console = console or _console
         cat_name = category or os.environ.get(ENV_FALLBACK_CATEGORY) or DEFAULT_CATEGORY
-        console.print(f"{local_error}\nUsing the Amazon Reviews 2023 category {cat_name} from the Hugging Face hub "
-                      "instead (downloaded once, cached).")
+        console.print(
+            f"{local_error}\nUsing the Amazon Reviews 2023 category {cat_name} from the Hugging Face hub "
+            "instead (downloaded once, cached)."
+        )
         try:
             data = prepare_amazon2023(cat_name, build_index=False)
         except (DownloadError, ValueError) as e:
             raise DataDirError(f"{local_error}\nThe fallback download failed as well: {e}") from e
-        return DataSources(data.catalog_path, data.catalog_format, None, reviews_path=data.reviews_path,
-                           category=data.category, fallback=True)
+        return DataSources(
+            data.catalog_path,
+            data.catalog_format,
+            None,
+            reviews_path=data.reviews_path,
+            category=data.category,
+            fallback=True,
+        )
 
 
 def default_index_dir() -> Path:
@@ -172,9 +186,12 @@ def load_pool(
     console = console or _console
     sgd_path = sources.sgd_path if sources is not None else resolve_data_dir(data_dir) / SGD_RELPATH
     if sgd_path is None and not sharegpt:
-        raise ValueError("no conversations: the fallback catalog has no SGD file, so ShareGPT must be enabled")
+        raise ConfigError(
+            "sharegpt: no conversations - the fallback catalog has no SGD file, so ShareGPT must be "
+            "enabled (--sharegpt)"
+        )
     if sgd_path is not None and not sgd_path.is_file():
-        raise FileNotFoundError(f"conversation file {sgd_path} not found")
+        raise DataDirError(f"conversation file {sgd_path} not found (expected {SGD_RELPATH} in the data directory)")
     with console.status("loading conversations (SGD, ShareGPT)" if sgd_path else "loading conversations (ShareGPT)"):
         sessions = list(load_sgd(sgd_path)) if sgd_path else []
         info: dict[str, Any] = {}
@@ -201,8 +218,24 @@ def make_embedder(cache_path: str | Path | None = None):
     return Embedder(cache_path=cache_path or (cache_dir() / "embeddings" / "minilm.sqlite"))
 
 
-def make_rule_judge(lookup: Callable[[list[str]], dict[str, Any]], sessions: dict[str, Session] | None = None,
-                    embedder: Any = None) -> Any:
+def product_lookup(search: Any) -> Callable[[list[str]], dict[str, Any]]:
+    """``ids -> {id: product}`` over a product index's ``get`` (ids it does not hold are left out):
+    what the judges, the rubric and the reports use to read product records."""
+
+    def lookup(ids: list[str]) -> dict[str, Any]:
+        out = {}
+        for pid in ids:
+            p = search.get(pid)
+            if p is not None:
+                out[pid] = p
+        return out
+
+    return lookup
+
+
+def make_rule_judge(
+    lookup: Callable[[list[str]], dict[str, Any]], sessions: dict[str, Session] | None = None, embedder: Any = None
+) -> Any:
     """The rule judge over ``lookup`` (product records) and ``sessions`` (stage-1 grounding), with the
     value matcher's embedding fallback over ``embedder`` (MiniLM, cached) when one is given."""
     from shopping_companion.judges.matching.similarity import embedding_similarity
@@ -217,9 +250,9 @@ def prewarm_memory(tasks: list[Task], sessions: dict[str, Session], embedder, co
     so per-user stores are built from cache hits. Returns the number of distinct texts."""
     from rich.progress import Progress
 
-    texts = list(dict.fromkeys(
-        t.content for task in tasks for ref in task.history for t in sessions[ref.session_id].turns
-    ))
+    texts = list(
+        dict.fromkeys(t.content for task in tasks for ref in task.history for t in sessions[ref.session_id].turns)
+    )
     console = console or _console
     chunk = 2048
     with Progress(console=console, transient=False) as bar:

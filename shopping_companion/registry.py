@@ -1,4 +1,4 @@
-"""Named registries for plug-ins: rewards, judges, user simulators, chat backends (DESIGN.md §1.4).
+"""Named registries for plug-ins: rewards, judges, user simulators, chat backends (docs/architecture.md, plug-ins).
 
 A :class:`Registry` maps names to objects (functions, classes, factories). An object is found by
 
@@ -38,22 +38,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar, overload
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.errors import UnknownNameError  # noqa: F401 - re-exported
 
-__all__ = [
-    "BACKENDS",
-    "JUDGES",
-    "REWARDS",
-    "SIMULATORS",
-    "Registry",
-    "UnknownNameError",
-    "load_object",
-]
+__all__ = ["BACKENDS", "JUDGES", "REWARDS", "SIMULATORS", "Registry", "UnknownNameError", "load_object"]
 
 T = TypeVar("T")
-
-
-class UnknownNameError(ConfigError):
-    """A name is neither registered, nor a ``module:attr`` path, nor an entry point."""
 
 
 def load_object(path: str) -> Any:
@@ -203,9 +192,7 @@ class Registry(Generic[T]):
 
 
 #: Reward functions (:mod:`shopping_companion.rewards.rubric`): ``fn(ctx) -> float | dict[str, float]``.
-REWARDS: Registry[Any] = Registry(
-    "reward", "shopping_companion.rewards", ["shopping_companion.rewards.builtin"]
-)
+REWARDS: Registry[Any] = Registry("reward", "shopping_companion.rewards", ["shopping_companion.rewards.builtin"])
 #: Judge classes: ``rule`` (:class:`~shopping_companion.judges.rule.RuleJudge`), ``llm``.
 JUDGES: Registry[Any] = Registry(
     "judge", "shopping_companion.judges", ["shopping_companion.judges.rule", "shopping_companion.judges.llm"]

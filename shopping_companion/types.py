@@ -24,8 +24,7 @@ Polarity = Literal["want", "avoid"]
 #: retries (recorded, not scored); ``running``: not finished. (An unexpected exception inside an
 #: episode gives an :class:`EpisodeResult` with ``error`` set and no stages; it is not scored.)
 TerminationReason = Literal[
-    "answered", "max_turns", "token_budget", "invalid_output", "length", "context_length",
-    "backend_error", "running",
+    "answered", "max_turns", "token_budget", "invalid_output", "length", "context_length", "backend_error", "running"
 ]
 
 
