@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 from shopping_companion.paths import cache_dir
+from shopping_companion.errors import DownloadError  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,6 @@ Kind = Literal["meta", "reviews"]
 _CATEGORY = re.compile(r"[A-Za-z0-9_]+")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 16
-
-
-class DownloadError(RuntimeError):
-    """A download failed (offline, HTTP error, checksum mismatch); the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -159,8 +156,14 @@ def _progress(total: int | None, desc: str, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(
-        total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=not enabled,
-        file=sys.stderr, leave=False,
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not enabled,
+        file=sys.stderr,
+        leave=False,
     )
 
 
@@ -322,7 +325,9 @@ def fetch_amazon2023(
     repo_path = amazon2023_repo_path(kind, category)
     dest = amazon2023_cache_dir(cache) / category / Path(repo_path).name
     want = expected_sha256 or KNOWN_SHA256.get(repo_path)
-    return download_file(amazon2023_url(kind, category, endpoint, revision), dest, expected_sha256=want, progress=progress)
+    return download_file(
+        amazon2023_url(kind, category, endpoint, revision), dest, expected_sha256=want, progress=progress
+    )
 
 
 __all__ = [

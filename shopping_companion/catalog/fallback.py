@@ -20,13 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from shopping_companion.catalog.download import (
-    DEFAULT_CATEGORY,
-    DownloadResult,
-    amazon2023_cache_dir,
-    fetch_amazon2023,
-)
-from shopping_companion.catalog.loader import _open_text
+from shopping_companion.catalog.download import DEFAULT_CATEGORY, DownloadResult, amazon2023_cache_dir, fetch_amazon2023
+from shopping_companion.catalog.loader import open_text
 from shopping_companion.paths import cache_dir
 
 CATALOG_FORMAT = "amazon2023"
@@ -73,7 +68,7 @@ def prepare_amazon2023(
     ``cache``: download directory (default ``<cache>/amazon2023``). ``index_dir``: default
     :func:`default_index_dir`. ``reviews``: also fetch the review file. Raises
     :class:`~shopping_companion.catalog.download.DownloadError` when offline or on a checksum
-    mismatch, :class:`~shopping_companion.errors.IndexError_` for a foreign index at ``index_dir``.
+    mismatch, :class:`~shopping_companion.errors.ProductIndexError` for a foreign index at ``index_dir``.
     """
     from shopping_companion.catalog.index import open_or_build
 
@@ -133,7 +128,7 @@ def iter_amazon2023_reviews(path: str | os.PathLike[str], report: ReviewReport |
     rep = report if report is not None else ReviewReport(path=str(p))
     bad: Counter[str] = Counter(rep.bad)
     try:
-        with _open_text(p) as fh:
+        with open_text(p) as fh:
             for lineno, line in enumerate(fh, 1):
                 rep.n_lines += 1
                 if not line.strip():
@@ -155,10 +150,4 @@ def iter_amazon2023_reviews(path: str | os.PathLike[str], report: ReviewReport |
         rep.bad = dict(bad)
 
 
-__all__ = [
-    "Amazon2023Data",
-    "ReviewReport",
-    "default_index_dir",
-    "iter_amazon2023_reviews",
-    "prepare_amazon2023",
-]
+__all__ = ["Amazon2023Data", "ReviewReport", "default_index_dir", "iter_amazon2023_reviews", "prepare_amazon2023"]

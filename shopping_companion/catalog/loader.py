@@ -38,11 +38,12 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
 from shopping_companion.types import Product
+from shopping_companion.errors import BadRecord  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -105,25 +106,21 @@ class LoadReport:
         return s
 
 
-class BadRecord(ValueError):
-    """A catalog record that cannot become a :class:`Product`; ``reason`` is a
-    :class:`LoadReport` reason key, ``detail`` a short human-readable explanation."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.detail = detail
-
-
 # --------------------------------------------------------------------------- helpers
 
 
-def _open_text(path: Path):
+def open_text(
+    path: str | os.PathLike[str], encoding: str = "utf-8", newline: str | None = None, errors: str = "replace"
+) -> IO[str]:
+    """``path`` opened for reading text, gunzipped when its first bytes are the gzip magic
+    (whatever its name). ``errors``: the codec's error handling, ``"replace"`` (default:
+    undecodable bytes become U+FFFD) or ``"strict"`` (``UnicodeDecodeError``); ``newline`` as
+    for :func:`open` (``""`` for the csv module). ``FileNotFoundError`` for a missing file."""
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+        return gzip.open(path, "rt", encoding=encoding, errors=errors, newline=newline)
+    return open(path, encoding=encoding, errors=errors, newline=newline)
 
 
 def _clean_str(v: Any) -> str | None:
@@ -146,6 +143,11 @@ def _clean_str(v: Any) -> str | None:
     if isinstance(v, str):
         return _clean_str(str(v))
     return None
+
+
+def _clean_strs(values: Iterable[Any]) -> list[str]:
+    """The :func:`_clean_str` of each of ``values`` that is not missing, in order."""
+    return [s for s in map(_clean_str, values) if s]
 
 
 def _opt_number(v: Any) -> float | None:
@@ -340,7 +342,7 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
             continue
         if key in _OPTION_ATTRIBUTES:
             if isinstance(v, list):
-                vals = [s for s in (_clean_str(x) for x in v) if s]
+                vals = _clean_strs(v)
             else:
                 sv = _clean_str(v)
                 vals = _split_list(sv) if sv else []
@@ -350,7 +352,7 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
                 options[name] = vals
             continue
         if isinstance(v, list):
-            sv = ", ".join(s for s in (_clean_str(x) for x in v) if s) or None
+            sv = ", ".join(_clean_strs(v)) or None
         else:
             sv = _clean_str(v)
         if sv:
@@ -362,44 +364,52 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
         if colour:
             attributes["colour"] = colour
 
-    category_path = [s for s in (_clean_str(c) for c in (rec.get("category_path") or [])) if s]
-    features = [s for s in (_clean_str(f) for f in (rec.get("features") or [])) if s]
-    rating = _opt_number(rec.get("rating"))
-    rating_count = _opt_number(rec.get("rating_count"))
+    product = make_product(
+        product_id=uid,
+        title=title,
+        source=source,
+        shop=shop,
+        seller=seller,
+        brand=brand,
+        price=price,
+        list_price=list_price,
+        currency=_clean_str(rec.get("currency")),
+        category_path=_clean_strs(rec.get("category_path") or []),
+        description=_clean_str(rec.get("description")),
+        features=_clean_strs(rec.get("features") or []),
+        attributes=attributes,
+        options=options,
+        rating=_opt_number(rec.get("rating")),
+        rating_count=_opt_number(rec.get("rating_count")),
+        url=url,
+        image=_clean_str(rec.get("image")),
+    )
+    return product, fixes
+
+
+def make_product(*, product_id: str, shop: str, seller: str | None, brand: str | None, **fields: Any) -> Product:
+    """The :class:`Product` of one mapped record: ``shop_id`` from :func:`make_shop_id` of
+    ``(shop, seller, brand)``, every other field as given (the record mappings of this module and
+    :mod:`~shopping_companion.catalog.sources` all end here). A value the model rejects raises
+    :class:`BadRecord` ``invalid_record`` naming the product id."""
     try:
-        product = Product(
-            product_id=uid,
-            title=title,
-            source=source,
+        return Product(
+            product_id=product_id,
             shop=shop,
             shop_id=make_shop_id(shop, seller, brand),
             seller=seller,
             brand=brand,
-            price=price,
-            list_price=list_price,
-            currency=_clean_str(rec.get("currency")),
-            category_path=category_path,
-            description=_clean_str(rec.get("description")),
-            features=features,
-            attributes=attributes,
-            options=options,
-            rating=rating,
-            rating_count=rating_count,
-            url=url,
-            image=_clean_str(rec.get("image")),
+            **fields,
         )
-    except ValidationError as e:  # pragma: no cover - the mapping above should prevent it
-        raise BadRecord("invalid_record", f"{uid}: {e.errors()[0].get('msg', e)}"[:160]) from e
-    return product, fixes
+    except ValidationError as e:
+        raise BadRecord("invalid_record", f"{product_id}: {e.errors()[0].get('msg', e)}"[:160]) from e
 
 
 # --------------------------------------------------------------------------- public API
 
 
 def _stream(
-    records: Iterable[tuple[int, Any]],
-    to_product: Callable[[Any], tuple[Product, list[str]]],
-    report: LoadReport,
+    records: Iterable[tuple[int, Any]], to_product: Callable[[Any], tuple[Product, list[str]]], report: LoadReport
 ) -> Iterator[Product]:
     """Map ``(record_number, record)`` pairs to products; count every rejection in ``report``.
 
@@ -443,7 +453,7 @@ def _stream(
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 yield lineno, BadRecord("empty_line", "")
@@ -479,12 +489,20 @@ def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadRepo
     if not p.is_file():
         raise FileNotFoundError(f"catalog file {str(p)!r} does not exist")
     report = LoadReport(path=str(p))
+    return collect_products(iter_products(p, report), report), report
+
+
+def collect_products(stream: Iterable[Product], report: LoadReport) -> list[Product]:
+    """Every product of a record stream (:func:`iter_products`, or any stream of
+    :mod:`~shopping_companion.catalog.sources` writing to the same ``report``), in order, with
+    colour variants linked (:func:`link_colour_variants`, counted in
+    ``report.derived["colour_variants_linked"]``); rejected records are logged as one warning."""
     # The load allocates millions of small container objects that all stay alive; the cyclic
     # garbage collector would rescan them again and again (it doubles the load time).
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        products = list(iter_products(p, report))
+        products = list(stream)
         n_variants = link_colour_variants(products)
     finally:
         if gc_was_enabled:
@@ -493,14 +511,21 @@ def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadRepo
         report.derived["colour_variants_linked"] = n_variants
     if report.bad:
         log.warning("%s (first examples: %s)", report.summary(), report.examples[:3])
-    return products, report
+    return products
 
 
 def catalog_hash(path: str | os.PathLike[str]) -> str:
     """Content hash of a catalog file: ``"sha256:" + hex digest`` of its bytes, combined with
     :data:`LOADER_VERSION` so that a change of the record mapping also changes the hash."""
+    return file_hash(path, f"loader-v{LOADER_VERSION}\n")
+
+
+def file_hash(path: str | os.PathLike[str], header: str) -> str:
+    """``"sha256:" + hex`` of ``header`` (UTF-8; what besides the bytes decides the loaded
+    products: loader versions, format, mapping) followed by the file's bytes, read in 1 MiB
+    chunks."""
     h = hashlib.sha256()
-    h.update(f"loader-v{LOADER_VERSION}\n".encode())
+    h.update(header.encode())
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)

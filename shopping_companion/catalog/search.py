@@ -55,7 +55,8 @@ from shopping_companion.catalog.index import (
     verify_index,
 )
 from shopping_companion.catalog.jvm import JNI_LOCK, check_not_forked, ensure_jvm, forked_from_jvm, private_class
-from shopping_companion.errors import IndexError_, ToolInputError
+from shopping_companion.errors import ProductIndexError, ToolInputError
+from shopping_companion.resources import Closeable
 from shopping_companion.types import Product
 
 #: Limits of the tool arguments.
@@ -147,11 +148,11 @@ def _cents_ceil(v: float) -> int:
 # --------------------------------------------------------------------------- searcher
 
 
-class ProductSearch:
+class ProductSearch(Closeable):
     """Search and view products of one index directory.
 
     ``ProductSearch(index_dir)`` checks the index (manifest, files, document count) and raises
-    :class:`IndexError_` with a rebuild hint when it is missing or corrupted. Use as a context
+    :class:`ProductIndexError` with a rebuild hint when it is missing or corrupted. Use as a context
     manager or call :meth:`close` to release the Lucene reader. Every method raises
     :class:`~shopping_companion.catalog.jvm.JVMForkError` in a process forked after the JVM
     started (open the searcher in a ``spawn`` worker instead).
@@ -161,7 +162,7 @@ class ProductSearch:
         self.index_dir = Path(index_dir)
         self.manifest: IndexManifest = verify_index(self.index_dir)
         if self.manifest.id_order != ID_ORDER:
-            raise IndexError_(
+            raise ProductIndexError(
                 f"index {str(self.index_dir)!r} is not sorted by product id; rebuild it "
                 "(open_or_build(..., rebuild=True) or shopcomp build-index --rebuild)"
             )
@@ -174,11 +175,7 @@ class ProductSearch:
         searcher_cls = private_class(
             "io.anserini.search.SimpleSearcher",
             "(Ljava/lang/String;)V",
-            {
-                "set_bm25": "(FF)V",
-                "get_total_num_docs": "()I",
-                "close": "()V",
-            },
+            {"set_bm25": "(FF)V", "get_total_num_docs": "()I", "close": "()V"},
             fields={"searcher": "Lorg/apache/lucene/search/IndexSearcher;"},
         )
         index_searcher_cls = private_class(
@@ -189,7 +186,7 @@ class ProductSearch:
         try:
             self._searcher = searcher_cls(str(self.index_dir.resolve()))
         except Exception as e:  # jnius.JavaException
-            raise IndexError_(f"cannot open product index {str(self.index_dir)!r}: {e}") from e
+            raise ProductIndexError(f"cannot open product index {str(self.index_dir)!r}: {e}") from e
         # set_bm25 (re)creates the searcher's IndexSearcher with BM25(k1, b) over its reader.
         self._searcher.set_bm25(float(self.manifest.bm25_k1), float(self.manifest.bm25_b))
         self._n_docs = int(self._searcher.get_total_num_docs())
@@ -232,8 +229,9 @@ class ProductSearch:
             self._offsets = mmap.mmap(self._offsets_fh.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
             self._searcher.close()
-            raise IndexError_(f"index {str(self.index_dir)!r} is corrupted: cannot map its hit files ({e}); "
-                              "rebuild it") from e
+            raise ProductIndexError(
+                f"index {str(self.index_dir)!r} is corrupted: cannot map its hit files ({e}); rebuild it"
+            ) from e
         ok = len(self._offsets) == 8 * (self._n_docs + 1)
         try:
             for docid in {0, self._n_docs // 2, self._n_docs - 1} if ok else ():
@@ -244,8 +242,9 @@ class ProductSearch:
         if not ok:
             self._close_hits()
             self._searcher.close()
-            raise IndexError_(f"index {str(self.index_dir)!r} is corrupted: {HITS_FILE} does not match its "
-                              "documents; rebuild it")
+            raise ProductIndexError(
+                f"index {str(self.index_dir)!r} is corrupted: {HITS_FILE} does not match its documents; rebuild it"
+            )
 
     def _hit_row(self, docid: int) -> list:
         start, end = _OFFSETS.unpack_from(self._offsets, 8 * docid)
@@ -366,10 +365,10 @@ class ProductSearch:
     def _check_open(self) -> None:
         check_not_forked(f"ProductSearch({str(self.index_dir)!r})")
         if self._closed:
-            raise IndexError_(f"ProductSearch({str(self.index_dir)!r}) is closed")
+            raise ProductIndexError(f"ProductSearch({str(self.index_dir)!r}) is closed")
 
     def close(self) -> None:
-        """Release the Lucene reader (idempotent). Later calls raise :class:`IndexError_`.
+        """Release the Lucene reader (idempotent). Later calls raise :class:`ProductIndexError`.
 
         In a process forked after the JVM started, only the Python side (the mapped hit files) is
         released: the Lucene reader belongs to the parent, and a Java call here would hang."""
@@ -379,12 +378,6 @@ class ProductSearch:
                 if not forked_from_jvm():
                     self._searcher.close()
                 self._close_hits()
-
-    def __enter__(self) -> "ProductSearch":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ProductSearch({str(self.index_dir)!r}, n_docs={self._n_docs})"
@@ -443,7 +436,7 @@ def process_pool_initializer(index_dir: str) -> None:
 
 def process_search() -> ProductSearch:
     """The worker process's :class:`ProductSearch` (see :func:`process_pool_initializer`);
-    raises :class:`IndexError_` outside such a worker."""
+    raises :class:`ProductIndexError` outside such a worker."""
     if _process_search is None:
-        raise IndexError_("no ProductSearch in this process: start the pool with process_pool_initializer")
+        raise ProductIndexError("no ProductSearch in this process: start the pool with process_pool_initializer")
     return _process_search

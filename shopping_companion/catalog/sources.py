@@ -44,17 +44,14 @@ description joined by newlines); ``rating`` = ``average_rating``, ``rating_count
 from __future__ import annotations
 
 import csv
-import gc
-import hashlib
 import html
 import json
-import logging
 import math
 import os
 import re
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -63,18 +60,19 @@ from shopping_companion.catalog.loader import (
     BadRecord,
     LoadReport,
     _clean_str,
-    _open_text,
+    _clean_strs,
+    open_text,
     _opt_number,
     _json_lines,
     _split_list,
     _stream,
     catalog_hash,
-    link_colour_variants,
-    make_shop_id,
+    collect_products,
+    file_hash,
+    make_product,
 )
 from shopping_companion.types import Product
-
-log = logging.getLogger(__name__)
+from shopping_companion.errors import CatalogFormatError  # noqa: F401 - re-exported
 
 #: Bump when a mapping of this module changes (part of :func:`source_hash`).
 SOURCES_VERSION = 1
@@ -85,10 +83,6 @@ MAPPED_FORMATS = ("csv", "jsonl", "parquet")
 
 AMAZON_SHOP = "Amazon.com"
 _MAX_EXAMPLES = 20
-
-
-class CatalogFormatError(ValueError):
-    """The catalog file's format cannot be determined, or a mapping is missing or invalid."""
 
 
 # --------------------------------------------------------------------------- shared record stream
@@ -282,75 +276,92 @@ def _category_path(v: Any, fallback: str | None) -> tuple[list[str], list[str]]:
     return path, sentences
 
 
+@dataclass(frozen=True)
+class _AmazonSchema:
+    """Which field of an Amazon Reviews metadata record holds what, per release (``rating`` /
+    ``rating_count``: None where the release has no such field). ``title``, ``price``,
+    ``description``, ``details`` and ``images`` / ``image`` are named alike in both."""
+
+    release: str
+    item_id: str
+    brand: str
+    categories: str
+    features: str
+    rating: str | None = None
+    rating_count: str | None = None
+
+
+_AMAZON2023 = _AmazonSchema(
+    "amazon2023",
+    item_id="parent_asin",
+    brand="store",
+    categories="categories",
+    features="features",
+    rating="average_rating",
+    rating_count="rating_number",
+)
+_AMAZON2018 = _AmazonSchema("amazon2018", item_id="asin", brand="brand", categories="category", features="feature")
+
+
 def _amazon_product(
-    *,
-    source: str,
-    item_id: Any,
-    id_field: str,
     rec: dict,
-    brand: Any,
-    price: Any,
-    categories: Any,
+    category: str,
+    schema: _AmazonSchema,
     main_category: str | None,
-    description: Any,
-    features: Any,
-    details: Any,
-    rating: Any = None,
-    rating_count: Any = None,
     extra_attributes: dict[str, Any] | None = None,
 ) -> tuple[Product, list[str]]:
+    """``(Product, fixes)`` of one metadata record of the release ``schema`` describes."""
+    source = f"{schema.release}_{category}"
+    item_id = rec.get(schema.item_id)
     asin = _clean_str(item_id)
     if not asin:
-        raise BadRecord("missing_uid", f"{id_field}={item_id!r}"[:80])
+        raise BadRecord("missing_uid", f"{schema.item_id}={item_id!r}"[:80])
     pid = f"{source}:{asin}"
     title = _text(rec.get("title"))
     if not title:
         raise BadRecord("missing_title", f"{pid}: title={rec.get('title')!r}"[:120])
     fixes: list[str] = []
     try:
-        p, fix = parse_price(price)
+        p, fix = parse_price(rec.get("price"))
     except BadRecord as e:
         raise BadRecord(e.reason, f"{pid}: {e.detail}") from None
     if fix:
         fixes.append(fix)
-    store = _text(brand)
-    attributes, options = _details(details, fixes)
+    store = _text(rec.get(schema.brand))
+    attributes, options = _details(rec.get("details"), fixes)
     for k, v in (extra_attributes or {}).items():
         val = _detail_value(v)
         if val and k not in attributes:
             attributes[k] = val
-    desc_parts = _text_list(description)
-    category_path, sentences = _category_path(categories, main_category)
-    feature_list = _text_list(features)
+    desc_parts = _text_list(rec.get("description"))
+    category_path, sentences = _category_path(rec.get(schema.categories), main_category)
+    feature_list = _text_list(rec.get(schema.features))
     if sentences:
         fixes.append("category_sentences_moved_to_features")
         feature_list += [x for x in sentences if x not in feature_list]
-    rating_v = _opt_number(rating)
+    rating_v = _opt_number(rec.get(schema.rating) if schema.rating else None)
     if rating_v is not None and not 0 <= rating_v <= 5:
         rating_v = None
         fixes.append("rating_out_of_range_dropped")
-    try:
-        product = Product(
-            product_id=pid,
-            title=title,
-            source=source,
-            shop=AMAZON_SHOP,
-            shop_id=make_shop_id(AMAZON_SHOP, None, store),
-            brand=store,
-            price=p,
-            currency="USD" if p is not None else None,
-            category_path=category_path,
-            description="\n".join(desc_parts) or None,
-            features=feature_list,
-            attributes=attributes,
-            options=options,
-            rating=rating_v,
-            rating_count=_opt_number(rating_count),
-            url=f"https://www.amazon.com/dp/{asin}",
-            image=_first_image(rec.get("images") if "images" in rec else rec.get("image")),
-        )
-    except ValidationError as e:  # pragma: no cover - the mapping above should prevent it
-        raise BadRecord("invalid_record", f"{pid}: {e.errors()[0].get('msg', e)}"[:160]) from e
+    product = make_product(
+        product_id=pid,
+        title=title,
+        source=source,
+        shop=AMAZON_SHOP,
+        seller=None,
+        brand=store,
+        price=p,
+        currency="USD" if p is not None else None,
+        category_path=category_path,
+        description="\n".join(desc_parts) or None,
+        features=feature_list,
+        attributes=attributes,
+        options=options,
+        rating=rating_v,
+        rating_count=_opt_number(rec.get(schema.rating_count) if schema.rating_count else None),
+        url=f"https://www.amazon.com/dp/{asin}",
+        image=_first_image(rec.get("images") if "images" in rec else rec.get("image")),
+    )
     return product, fixes
 
 
@@ -389,46 +400,17 @@ def amazon2023_record_to_product(rec: Any, category: str) -> tuple[Product, list
         extra["Author"] = author
     if rec.get("subtitle"):
         extra["Edition"] = rec.get("subtitle")
-    return _amazon_product(
-        source=f"amazon2023_{category}",
-        item_id=rec.get("parent_asin"),
-        id_field="parent_asin",
-        rec=rec,
-        brand=rec.get("store"),
-        price=rec.get("price"),
-        categories=rec.get("categories"),
-        main_category=main,
-        description=rec.get("description"),
-        features=rec.get("features"),
-        details=rec.get("details"),
-        rating=rec.get("average_rating"),
-        rating_count=rec.get("rating_number"),
-        extra_attributes=extra,
-    )
+    return _amazon_product(rec, category, _AMAZON2023, main, extra)
 
 
 def amazon2018_record_to_product(rec: Any, category: str) -> tuple[Product, list[str]]:
     """One Amazon Reviews 2018 metadata record -> ``(Product, fixes)`` (see the module docstring)."""
     if not isinstance(rec, dict):
         raise BadRecord("not_an_object", type(rec).__name__)
-    return _amazon_product(
-        source=f"amazon2018_{category}",
-        item_id=rec.get("asin"),
-        id_field="asin",
-        rec=rec,
-        brand=rec.get("brand"),
-        price=rec.get("price"),
-        categories=rec.get("category"),
-        main_category=_main_category(rec.get("main_cat")),
-        description=rec.get("description"),
-        features=rec.get("feature"),
-        details=rec.get("details"),
-    )
+    return _amazon_product(rec, category, _AMAZON2018, _main_category(rec.get("main_cat")))
 
 
-def iter_amazon2023(
-    path: str | os.PathLike[str], report: LoadReport, category: str | None = None
-) -> Iterator[Product]:
+def iter_amazon2023(path: str | os.PathLike[str], report: LoadReport, category: str | None = None) -> Iterator[Product]:
     """Stream products from an Amazon Reviews 2023 ``meta_<Category>.jsonl[.gz]`` file.
 
     ``category`` defaults to the one in the file name (``"unknown"`` if there is none).
@@ -438,9 +420,7 @@ def iter_amazon2023(
     return _stream(_json_lines(p), lambda r: amazon2023_record_to_product(r, cat), report)
 
 
-def iter_amazon2018(
-    path: str | os.PathLike[str], report: LoadReport, category: str | None = None
-) -> Iterator[Product]:
+def iter_amazon2018(path: str | os.PathLike[str], report: LoadReport, category: str | None = None) -> Iterator[Product]:
     """Stream products from an Amazon Reviews 2018 ``meta_<Category>.json[.gz]`` file (one JSON
     object a line; the official files' Python-literal variant is not supported)."""
     p = Path(path)
@@ -462,7 +442,8 @@ class FieldMapping(BaseModel):
     * ``source``: the ``Product.source`` of every row (``"custom"``); product ids become
       ``"<source>:<id>"`` unless ``prefix_ids`` is False (then ids must be unique as they are).
     * ``shop`` (a column) or ``shop_name`` (a constant for every row; default: ``source``) gives
-      the retailer; ``seller`` and ``brand`` columns make the shop id (:func:`make_shop_id`).
+      the retailer; ``seller`` and ``brand`` columns make the shop id
+      (:func:`~shopping_companion.catalog.loader.make_shop_id`).
     * ``price`` / ``list_price``: numbers or price strings (``"$12.99"``); ``currency`` a column,
       ``currency_code`` a constant.
     * ``category_path``: one column holding a list or a string split on ``category_separator``
@@ -513,8 +494,18 @@ class FieldMapping(BaseModel):
     def mapped_columns(self) -> set[str]:
         cols: set[str] = set()
         for name in (
-            "product_id", "title", "shop", "seller", "brand", "price", "list_price", "currency",
-            "rating", "rating_count", "url", "image",
+            "product_id",
+            "title",
+            "shop",
+            "seller",
+            "brand",
+            "price",
+            "list_price",
+            "currency",
+            "rating",
+            "rating_count",
+            "url",
+            "image",
         ):
             v = getattr(self, name)
             if v:
@@ -629,53 +620,48 @@ def mapped_record_to_product(row: Any, m: FieldMapping) -> tuple[Product, list[s
     options: dict[str, list[str]] = {}
     for name, col in m.options.items():
         v = _get(row, col)
-        vals = _split_list(v) if isinstance(v, str) else [s for s in (_clean_str(x) for x in _as_list(v)) if s]
+        vals = _split_list(v) if isinstance(v, str) else _clean_strs(_as_list(v))
         vals = list(dict.fromkeys(vals))
         if vals:
             options[name] = vals
 
-    rating = _opt_number(_get(row, m.rating))
-    try:
-        product = Product(
-            product_id=pid,
-            title=title,
-            source=m.source,
-            shop=shop,
-            shop_id=make_shop_id(shop, seller, brand),
-            seller=seller,
-            brand=brand,
-            price=price,
-            list_price=list_price,
-            currency=_clean_str(_get(row, m.currency)) or m.currency_code,
-            category_path=category_path,
-            description=description,
-            features=features,
-            attributes=attributes,
-            options=options,
-            rating=rating,
-            rating_count=_opt_number(_get(row, m.rating_count)),
-            url=_clean_str(_get(row, m.url)),
-            image=_clean_str(_get(row, m.image)),
-        )
-    except ValidationError as e:
-        raise BadRecord("invalid_record", f"{pid}: {e.errors()[0].get('msg', e)}"[:160]) from e
+    product = make_product(
+        product_id=pid,
+        title=title,
+        source=m.source,
+        shop=shop,
+        seller=seller,
+        brand=brand,
+        price=price,
+        list_price=list_price,
+        currency=_clean_str(_get(row, m.currency)) or m.currency_code,
+        category_path=category_path,
+        description=description,
+        features=features,
+        attributes=attributes,
+        options=options,
+        rating=_opt_number(_get(row, m.rating)),
+        rating_count=_opt_number(_get(row, m.rating_count)),
+        url=_clean_str(_get(row, m.url)),
+        image=_clean_str(_get(row, m.image)),
+    )
     return product, fixes
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    import gzip
-
     delimiter = "\t" if re.search(r"\.tsv(\.gz)?$", path.name) else ","
-    with open(path, "rb") as raw:
-        gz = raw.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
+    with open_text(path, encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh, delimiter=delimiter)
         if reader.fieldnames is None:
             return
         for n, row in enumerate(reader, 1):
             if None in row:  # more cells than header columns
-                yield n, BadRecord("invalid_row", f"row {n}: {len(row) - 1 + len(row[None])} cells, header has {len(row) - 1}")
+                yield (
+                    n,
+                    BadRecord(
+                        "invalid_row", f"row {n}: {len(row) - 1 + len(row[None])} cells, header has {len(row) - 1}"
+                    ),
+                )
                 continue
             if all(v in (None, "") for v in row.values()):
                 yield n, BadRecord("empty_line", "")
@@ -710,7 +696,7 @@ def iter_mapped(
 
 def _first_record(path: Path) -> Any:
     try:
-        with _open_text(path) as fh:
+        with open_text(path) as fh:
             for i, line in enumerate(fh):
                 if line.strip():
                     return json.loads(line)
@@ -760,7 +746,9 @@ def _mapping_json(mapping: FieldMapping | dict | None) -> str:
     return m.model_dump_json()
 
 
-def resolve_format(path: str | os.PathLike[str], format: str = "auto", mapping: FieldMapping | dict | None = None) -> str:
+def resolve_format(
+    path: str | os.PathLike[str], format: str = "auto", mapping: FieldMapping | dict | None = None
+) -> str:
     """``format`` checked against :data:`FORMATS` (``"auto"``: :func:`detect_format`); raises
     :class:`CatalogFormatError` for an unknown format, a mapped format without a mapping, or a
     mapping given for a format that does not use one."""
@@ -773,7 +761,9 @@ def resolve_format(path: str | os.PathLike[str], format: str = "auto", mapping: 
             "product_id and title columns)"
         )
     if fmt not in MAPPED_FORMATS and mapping is not None:
-        raise CatalogFormatError(f"format {fmt!r} has a fixed mapping; mapping= is only for {', '.join(MAPPED_FORMATS)}")
+        raise CatalogFormatError(
+            f"format {fmt!r} has a fixed mapping; mapping= is only for {', '.join(MAPPED_FORMATS)}"
+        )
     if mapping is not None and not isinstance(mapping, FieldMapping):
         try:
             FieldMapping.model_validate(mapping)
@@ -797,14 +787,10 @@ def source_hash(
     fmt = resolve_format(path, format, mapping)
     if fmt == "products":
         return catalog_hash(path)
-    h = hashlib.sha256()
-    h.update(
-        f"loader-v{LOADER_VERSION}/sources-v{SOURCES_VERSION}\n{fmt}\n{_mapping_json(mapping)}\n{category or ''}\n".encode()
+    return file_hash(
+        path,
+        f"loader-v{LOADER_VERSION}/sources-v{SOURCES_VERSION}\n{fmt}\n{_mapping_json(mapping)}\n{category or ''}\n",
     )
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
 
 
 def iter_catalog_file(
@@ -855,19 +841,7 @@ def load_catalog_file(
 
         return load_products(p)
     report = LoadReport(path=str(p))
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        products = list(iter_catalog_file(p, report, fmt, mapping, category))
-        n_variants = link_colour_variants(products)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    if n_variants:
-        report.derived["colour_variants_linked"] = n_variants
-    if report.bad:
-        log.warning("%s (first examples: %s)", report.summary(), report.examples[:3])
-    return products, report
+    return collect_products(iter_catalog_file(p, report, fmt, mapping, category), report), report
 
 
 __all__ = [

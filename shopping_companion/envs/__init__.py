@@ -1,4 +1,4 @@
-"""The Shopping Companion environment (paper §5.1, App. B; DESIGN.md §6).
+"""The Shopping Companion environment (paper §5.1, App. B; docs/architecture.md, the environment).
 
 - :mod:`~shopping_companion.envs.env`: ``ShoppingCompanionEnv``, ``EnvConfig`` (modes
   ``two_stage`` / ``one_stage`` / ``oracle``, hints ``none`` / ``low`` / ``high``), ``StepResult``;

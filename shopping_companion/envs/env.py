@@ -58,7 +58,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol
+from typing import Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,21 +71,16 @@ from shopping_companion.envs.parsing import (
     parse_action,
     parse_preferences,
 )
-from shopping_companion.envs.simulator import (
-    SimulatorFeedback,
-    describe_simulator,
-    make_simulator,
-    simulator_feedback,
-)
+from shopping_companion.envs.simulator import SimulatorFeedback, describe_simulator, make_simulator, simulator_feedback
 from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS, ToolBox, truncate_text
-from shopping_companion.judges.base import JudgeFailedError
+from shopping_companion.judges.base import Judge, accuracy, success
 from shopping_companion.llm.base import AssistantMessage, CircuitOpenError, StructuredToolCall
-from shopping_companion.rewards import compute_reward
+from shopping_companion.rewards import compute_reward, judge_stage, score_stage
+from shopping_companion.rewards.total import RewardFn
 from shopping_companion.rewards.outcome import stage1_reward
 from shopping_companion.types import (
     EpisodeResult,
     Message,
-    RewardBreakdown,
     Session,
     StageResult,
     Step,
@@ -100,14 +95,8 @@ from shopping_companion.types import (
 Mode = Literal["two_stage", "one_stage", "oracle"]
 
 
-class Judge(Protocol):
-    name: str
-
-    def judge(self, task: Task, trajectory: Trajectory) -> Verdict: ...
-
-
 class EnvConfig(BaseModel):
-    """Environment settings (DESIGN.md §6).
+    """Environment settings (docs/architecture.md, the environment).
 
     ``mode``: ``two_stage`` | ``one_stage`` | ``oracle`` (module docstring).
     ``hint``: user-simulator feedback between the stages, ``none`` | ``low`` | ``high``; only
@@ -190,8 +179,6 @@ class StepResult:
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
 
-
-RewardFn = Callable[[Task, Trajectory, Verdict], RewardBreakdown]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 #: The prefix of the format error recorded for a truncated turn (finish_reason ``length``).
@@ -424,8 +411,11 @@ class ShoppingCompanionEnv:
         turn = len(traj.steps)
         prefix = f"s{self.stage}t{turn}"
         parsed = parse_action(
-            msg.content, structured=msg.tool_calls or None, call_id_prefix=prefix,
-            reasoning=msg.reasoning, limits=self._limits,
+            msg.content,
+            structured=msg.tool_calls or None,
+            call_id_prefix=prefix,
+            reasoning=msg.reasoning,
+            limits=self._limits,
         )
         truncated_turn = msg.finish_reason == "length"
         flags = format_flags(parsed)
@@ -570,9 +560,9 @@ class ShoppingCompanionEnv:
         if self.mode == "oracle":
             acc = 1.0
         elif self.mode == "one_stage":
-            acc = _acc(self._pref_verdict) if self._pref_verdict is not None else 0.0
+            acc = _acc(self._pref_verdict)
         else:
-            acc = _acc(stage1.verdict) if stage1 else 0.0
+            acc = _acc(stage1.verdict if stage1 else None)
         sim: dict[str, Any] = {
             **describe_simulator(self.simulator),
             "hint": self.config.hint,
@@ -590,7 +580,7 @@ class ShoppingCompanionEnv:
             seed=seed,
             stages=self.results,
             acc=acc,
-            succ=bool(stage2 and stage2.verdict.success),
+            succ=stage2 is not None and not stage2.verdict.failed and success(stage2.verdict),
             wall_s=round(time.perf_counter() - self._t0, 4),
             error=error,
             simulator=sim,
@@ -619,7 +609,9 @@ class ShoppingCompanionEnv:
             )
         dates = {r.session_id: r.date for r in self.task.history}
         out = [found[sid] for sid in ids]
-        out = [s if s.date or sid not in dates else s.model_copy(update={"date": dates[sid]}) for sid, s in zip(ids, out)]
+        out = [
+            s if s.date or sid not in dates else s.model_copy(update={"date": dates[sid]}) for sid, s in zip(ids, out)
+        ]
         return sorted(out, key=lambda s: (s.date or "", ids.index(s.session_id)))
 
     def _start_stage(self, stage: int) -> None:
@@ -652,8 +644,10 @@ class ShoppingCompanionEnv:
     def _truncated_results(self, parsed: Any, prefix: str) -> list[ToolResult]:
         """A truncated turn (finish_reason ``length``): one error observation per call and per
         malformed block (with the server's id when it has one), nothing run."""
-        why = ("not run: your output was cut off at the token limit (finish_reason length) before the "
-               "turn ended, so this call may be incomplete; write shorter turns (think less) and call again")
+        why = (
+            "not run: your output was cut off at the token limit (finish_reason length) before the "
+            "turn ended, so this call may be incomplete; write shorter turns (think less) and call again"
+        )
         out = [self._error_result(c.call_id, c.name, why) for c in parsed.tool_calls]
         for k, (err, cid) in enumerate(zip(parsed.tool_errors, _pad(parsed.tool_error_ids, len(parsed.tool_errors)))):
             out.append(self._error_result(cid or f"{prefix}-invalid{k}", "invalid_tool_call", f"{err}; {why}"))
@@ -674,14 +668,23 @@ class ShoppingCompanionEnv:
         n_run = 0
         out: list[ToolResult] = []
         over_text: list[str] = []  # text-block items beyond the limit, merged into one observation
-        items: list[tuple[str, Any]] = [("bad", (e, cid)) for e, cid in zip(parsed.tool_errors, _pad(parsed.tool_error_ids, len(parsed.tool_errors)))]
+        items: list[tuple[str, Any]] = [
+            ("bad", (e, cid))
+            for e, cid in zip(parsed.tool_errors, _pad(parsed.tool_error_ids, len(parsed.tool_errors)))
+        ]
         items += [("call", c) for c in parsed.tool_calls]
         for k, (kind, obj) in enumerate(items):
             if k >= limit:
                 if kind == "bad" and obj[1]:
-                    out.append(self._error_result(obj[1], "invalid_tool_call", f"not read: at most {limit} tool calls per turn"))
+                    out.append(
+                        self._error_result(
+                            obj[1], "invalid_tool_call", f"not read: at most {limit} tool calls per turn"
+                        )
+                    )
                 elif kind == "call" and obj.call_id in structured_ids:
-                    out.append(self._error_result(obj.call_id, obj.name, f"not run: at most {limit} tool calls per turn"))
+                    out.append(
+                        self._error_result(obj.call_id, obj.name, f"not run: at most {limit} tool calls per turn")
+                    )
                 else:
                     over_text.append(obj.call_id if kind == "call" else "")
                 continue
@@ -691,7 +694,11 @@ class ShoppingCompanionEnv:
                 continue
             call: ToolCall = obj
             if call.call_id in parsed.rejected:
-                out.append(self._error_result(call.call_id, call.name, f"{call.name}: not run: {parsed.rejected[call.call_id]}"))
+                out.append(
+                    self._error_result(
+                        call.call_id, call.name, f"{call.name}: not run: {parsed.rejected[call.call_id]}"
+                    )
+                )
                 continue
             n_run += 1
             key = _call_key(call)
@@ -708,7 +715,9 @@ class ShoppingCompanionEnv:
                 continue
             self._seen_calls[key] = call.call_id
             res = self.tools.execute(call, self.allowed_tools, max_chars=cfg.max_observation_chars)
-            out.append(res if not _has_surrogates(res.content) else res.model_copy(update={"content": _clean(res.content)}))
+            out.append(
+                res if not _has_surrogates(res.content) else res.model_copy(update={"content": _clean(res.content)})
+            )
         if over_text:
             first = next((c for c in over_text if c), f"{prefix}-overflow")
             out.append(
@@ -770,15 +779,12 @@ class ShoppingCompanionEnv:
         return _SCHEMA_CHARS[key]
 
     def _judge(self, traj: Trajectory) -> Verdict | None:
-        try:
-            v = self.judge.judge(self.task, traj)
-        except CircuitOpenError:  # the judge's endpoint is down: the run stops (nothing to record)
-            raise
-        except Exception as e:  # a judge failure is recorded, never scored as 0
-            self._judge_error = f"judge failed: {type(e).__name__}: {str(e)[:300]}"
-            return None
-        if v.failed:
-            self._judge_error = "judge failed: " + ("; ".join(v.reasons) or "no reason given")
+        """The verdict on ``traj`` (None when the judge raised); a failure is recorded in
+        ``_judge_error``. ``CircuitOpenError`` (the judge's endpoint is down) propagates: the run
+        stops, there is nothing to record."""
+        v, error = judge_stage(self.judge, self.task, traj, reraise=(CircuitOpenError,))
+        if error is not None:
+            self._judge_error = error
         return v
 
     def _end_stage(self, reason: TerminationReason) -> StepResult:
@@ -797,22 +803,20 @@ class ShoppingCompanionEnv:
                 traj.recommended_ids = ids
                 if malformed:
                     info["malformed_rec_markers"] = malformed
-        verdict = self._judge(traj)
-        if verdict is None or verdict.failed:
-            verdict = verdict or Verdict(
-                judge=str(getattr(self.judge, "name", "judge")), stage=traj.stage, F=len(self.task.preferences),
-                N=self.task.n_products, b=1 if self.task.task_type == "addon" else 0, failed=True,
-                reasons=[self._judge_error or "judge failed"],
+        verdict, reward, error = score_stage(self.judge, self.reward_fn, self.task, traj, reraise=(CircuitOpenError,))
+        if error is not None:  # not scored (never as a 0): recorded on the episode
+            self._judge_error = error
+            info["judge_failed"] = error
+        if verdict is None:
+            verdict = Verdict(
+                judge=str(getattr(self.judge, "name", "judge")),
+                stage=traj.stage,
+                F=len(self.task.preferences),
+                N=self.task.n_products,
+                b=1 if self.task.task_type == "addon" else 0,
+                failed=True,
+                reasons=[error or "judge failed"],
             )
-            reward = RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)})
-            info["judge_failed"] = self._judge_error
-        else:
-            try:
-                reward = self.reward_fn(self.task, traj, verdict)
-            except JudgeFailedError as e:  # a judge used inside the reward failed: not scored
-                self._judge_error = f"judge failed inside the reward: {str(e)[:300]}"
-                reward = RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)})
-                info["judge_failed"] = self._judge_error
         if self.mode == "one_stage" and not verdict.failed:
             v1 = self._judge(traj.model_copy(update={"stage": 1}))
             if v1 is not None and not v1.failed:
@@ -826,9 +830,11 @@ class ShoppingCompanionEnv:
         info["reward_breakdown"] = reward.model_dump()
         truncated = reason == "max_turns"
         if self.stage == 1 and self.mode == "two_stage":
-            self._feedback = simulator_feedback(
-                self.simulator, self.task, traj.identified_preferences, self.config.hint
-            ) if self.config.hint != "none" else SimulatorFeedback(text=None, source="none")
+            self._feedback = (
+                simulator_feedback(self.simulator, self.task, traj.identified_preferences, self.config.hint)
+                if self.config.hint != "none"
+                else SimulatorFeedback(text=None, source="none")
+            )
             self._start_stage(2)
             info["next_stage"] = 2
             info["feedback"] = self._feedback.text
@@ -846,10 +852,7 @@ def _pad(xs: list[Any], n: int) -> list[Any]:
     return list(xs[:n]) + [None] * max(0, n - len(xs))
 
 
-def _acc(v: Verdict) -> float:
-    """Acc (paper §4): fraction of gold preference attributes recovered in stage 1 (m1 / F)."""
-    if v.failed:
-        return 0.0
-    if v.F == 0:
-        return 1.0
-    return float(v.m1 or 0.0) / v.F
+def _acc(v: Verdict | None) -> float:
+    """:func:`~shopping_companion.judges.base.accuracy` of a stage-1 verdict; 0.0 when there is
+    none or it failed (the episode's ``error`` is then set and it is not scored)."""
+    return 0.0 if v is None or v.failed else accuracy(v)

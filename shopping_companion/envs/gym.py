@@ -1,4 +1,4 @@
-"""A gymnasium adapter for :class:`~shopping_companion.envs.env.ShoppingCompanionEnv` (DESIGN.md §6).
+"""A gymnasium adapter for :class:`~shopping_companion.envs.env.ShoppingCompanionEnv` (docs/architecture.md, the environment).
 
 Text in, text out, as in tau2-bench's gym interface: an action is the assistant's turn (a string
 in the Hermes convention of :mod:`~shopping_companion.envs.parsing`), an observation is the text
@@ -31,16 +31,15 @@ shares its services on copy; give a judge (and simulator) that can be deep-copie
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from shopping_companion.envs.env import EnvConfig, Judge, RewardFn, ShoppingCompanionEnv
+from shopping_companion.envs.env import EnvConfig, Judge, ShoppingCompanionEnv
 from shopping_companion.envs.tools import ToolBox
-from shopping_companion.rewards import compute_reward
-from shopping_companion.types import EpisodeResult, Session, Task
+from shopping_companion.types import EpisodeResult, Task
 
 __all__ = ["TextSpace", "ShoppingCompanionGymEnv", "make_gym_env", "render_messages", "ENV_ID"]
 
@@ -63,7 +62,9 @@ class TextSpace(spaces.Space[str]):
     mixed ASCII/unicode alphabet with the space's seeded ``np_random`` (so it is reproducible).
     """
 
-    def __init__(self, max_length: int | None = None, sample_max_length: int = 64, seed: int | np.random.Generator | None = None):
+    def __init__(
+        self, max_length: int | None = None, sample_max_length: int = 64, seed: int | np.random.Generator | None = None
+    ):
         if max_length is not None and max_length < 0:
             raise ValueError(f"max_length: must be >= 0 or None, got {max_length}")
         if sample_max_length < 0:
@@ -110,12 +111,18 @@ def render_messages(messages: list[dict[str, Any]]) -> str:
     return "\n\n".join(blocks)
 
 
+#: Keyword options of :class:`ShoppingCompanionEnv` the gym environment passes on.
+_ENV_OPTIONS = ("reward_fn", "simulator", "sessions", "token_counter")
+
+
 class ShoppingCompanionGymEnv(gymnasium.Env[str, str]):
     """``gymnasium.Env`` over one task (a new :class:`ShoppingCompanionEnv` per ``reset``).
 
-    Args: as :class:`ShoppingCompanionEnv` (``task``, ``toolbox``, ``judge``, ``config``,
-    ``reward_fn``, ``simulator``, ``sessions``); ``simulator_factory`` (optional) builds a fresh
-    simulator per reset instead of sharing ``simulator``.
+    Args: as :class:`ShoppingCompanionEnv`: ``task``, ``toolbox`` (its ``tools``), ``judge``,
+    ``config`` and, as keywords, its other options (``reward_fn``, ``simulator``, ``sessions``,
+    ``token_counter``; another keyword raises ``TypeError``); ``simulator_factory`` (optional)
+    builds a fresh simulator per reset instead of sharing ``simulator``; ``render_mode``: None or
+    ``"ansi"`` (else ``ValueError``).
 
     ``reset(seed=None, options=None) -> (observation, info)``; ``options`` may hold
     ``{"config": EnvConfig | dict}`` to change the mode/hint for this episode.
@@ -132,22 +139,28 @@ class ShoppingCompanionGymEnv(gymnasium.Env[str, str]):
         toolbox: ToolBox,
         judge: Judge,
         config: EnvConfig | None = None,
-        reward_fn: RewardFn = compute_reward,
-        simulator: Any = None,
-        sessions: Mapping[str, Session] | None = None,
+        *,
         simulator_factory: Callable[[], Any] | None = None,
         render_mode: str | None = None,
+        **env_options: Any,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode: must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode: must be None or one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        unknown = sorted(set(env_options) - set(_ENV_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}: unexpected keyword(s) {', '.join(unknown)}; allowed: "
+                f"{', '.join(_ENV_OPTIONS)}, simulator_factory, render_mode"
+            )
         self.task = task
         self.toolbox = toolbox
         self.judge = judge
         self.config = config or EnvConfig()
-        self.reward_fn = reward_fn
-        self.simulator = simulator
+        #: the keyword options passed on to each episode's :class:`ShoppingCompanionEnv`
+        self.env_options = env_options
         self.simulator_factory = simulator_factory
-        self.sessions = sessions
         self.render_mode = render_mode
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
@@ -162,10 +175,10 @@ class ShoppingCompanionGymEnv(gymnasium.Env[str, str]):
         if options and options.get("config") is not None:
             raw = options["config"]
             cfg = raw if isinstance(raw, EnvConfig) else EnvConfig.model_validate(raw)
-        sim = self.simulator_factory() if self.simulator_factory is not None else self.simulator
-        self.env = ShoppingCompanionEnv(
-            self.task, self.toolbox, self.judge, cfg, reward_fn=self.reward_fn, simulator=sim, sessions=self.sessions
-        )
+        env_options = dict(self.env_options)
+        if self.simulator_factory is not None:
+            env_options["simulator"] = self.simulator_factory()
+        self.env = ShoppingCompanionEnv(self.task, self.toolbox, self.judge, cfg, **env_options)
         messages, info = self.env.reset(seed=seed)
         obs = render_messages(messages)
         self._last_obs = obs
@@ -210,14 +223,11 @@ class ShoppingCompanionGymEnv(gymnasium.Env[str, str]):
 
 
 def make_gym_env(
-    task: Task,
-    toolbox: ToolBox,
-    judge: Judge,
-    config: EnvConfig | None = None,
-    **kwargs: Any,
+    task: Task, toolbox: ToolBox, judge: Judge, config: EnvConfig | None = None, **kwargs: Any
 ) -> ShoppingCompanionGymEnv:
     """Build a :class:`ShoppingCompanionGymEnv` from (task, toolbox, judge); ``kwargs`` as its
-    constructor (``reward_fn``, ``simulator``, ``sessions``, ``simulator_factory``, ``render_mode``)."""
+    constructor (``reward_fn``, ``simulator``, ``sessions``, ``token_counter``, ``simulator_factory``,
+    ``render_mode``)."""
     return ShoppingCompanionGymEnv(task, toolbox, judge, config, **kwargs)
 
 

@@ -1,4 +1,4 @@
-"""The action protocol: parse one assistant turn (Qwen/Hermes convention, DESIGN.md §6).
+"""The action protocol: parse one assistant turn (Qwen/Hermes convention, docs/architecture.md, the environment).
 
 An assistant turn is text of the form::
 
@@ -67,6 +67,7 @@ __all__ = [
     "extract_rec_ids",
     "parse_preferences",
     "format_flags",
+    "format_tool_call",
     "REC_ID_CHARS",
 ]
 
@@ -128,7 +129,9 @@ class ArgumentLimits(BaseModel):
 _DEFAULT_LIMITS = ArgumentLimits()
 
 
-def bound_and_clean(value: dict[str, Any], limits: ArgumentLimits | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def bound_and_clean(
+    value: dict[str, Any], limits: ArgumentLimits | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
     """Check decoded ``arguments`` against ``limits`` and clean every key and string.
 
     Returns ``(cleaned, None)`` or ``(None, error)``: the error names the limit
@@ -143,12 +146,16 @@ def bound_and_clean(value: dict[str, Any], limits: ArgumentLimits | None = None)
             node, depth = stack.pop()
             if isinstance(node, (dict, list)):
                 if depth > lim.max_depth:
-                    return None, (f"arguments nest more than {lim.max_depth} levels deep (limit "
-                                  f"max_tool_arg_depth = {lim.max_depth}); use a flat JSON object")
+                    return None, (
+                        f"arguments nest more than {lim.max_depth} levels deep (limit "
+                        f"max_tool_arg_depth = {lim.max_depth}); use a flat JSON object"
+                    )
                 items += len(node)
                 if items > lim.max_items:
-                    return None, (f"arguments hold more than {lim.max_items} items (list elements and object "
-                                  f"entries; limit max_tool_arg_items = {lim.max_items})")
+                    return None, (
+                        f"arguments hold more than {lim.max_items} items (list elements and object "
+                        f"entries; limit max_tool_arg_items = {lim.max_items})"
+                    )
                 children = node.values() if isinstance(node, dict) else node
                 stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, float)))
             elif isinstance(node, float) and not math.isfinite(node):
@@ -156,8 +163,7 @@ def bound_and_clean(value: dict[str, Any], limits: ArgumentLimits | None = None)
         cleaned = _clean_value(value)
         size = len(json.dumps(cleaned, ensure_ascii=False, separators=(",", ":")))
         if size > lim.max_chars:
-            return None, (f"arguments are {size} characters long as JSON (limit max_tool_arg_chars = "
-                          f"{lim.max_chars})")
+            return None, (f"arguments are {size} characters long as JSON (limit max_tool_arg_chars = {lim.max_chars})")
         return cleaned, None
     except Exception as e:  # pragma: no cover - defensive: the parser must be total
         return None, f"arguments could not be checked ({type(e).__name__})"
@@ -226,9 +232,7 @@ class _NonStandardConstant(ValueError):
 
 
 def _reject_constant(name: str) -> Any:
-    raise _NonStandardConstant(
-        f"non-standard JSON constant {name} (strict JSON has no NaN, Infinity or -Infinity)"
-    )
+    raise _NonStandardConstant(f"non-standard JSON constant {name} (strict JSON has no NaN, Infinity or -Infinity)")
 
 
 #: The one decoder of the protocol: standard JSON only (Python's ``json`` accepts NaN/Infinity).
@@ -481,9 +485,7 @@ def _decoded_end(text: str, start: int) -> int:
         return start
 
 
-def _extract_tool_blocks(
-    text: str,
-) -> tuple[list[tuple[str, dict[str, Any]]], list[int], list[str], list[int], str]:
+def _extract_tool_blocks(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[int], list[str], list[int], str]:
     """Find every ``<tool_call>…</tool_call>`` block, by JSON object boundary.
 
     Returns ``(calls, call_pos, errors, block_pos, text_without_blocks)``: ``call_pos[k]`` and
@@ -531,7 +533,9 @@ def _extract_tool_blocks(
             continue
         j = text.find(TOOL_CLOSE, _decoded_end(text, start))
         if j == -1:
-            errors.append(f"tool-call block #{block}: unclosed {TOOL_OPEN} (no {TOOL_CLOSE}); got {_snippet(text[start:])!r}")
+            errors.append(
+                f"tool-call block #{block}: unclosed {TOOL_OPEN} (no {TOOL_CLOSE}); got {_snippet(text[start:])!r}"
+            )
             pos = n
             break
         body = text[start:j]
@@ -578,6 +582,12 @@ def _extract_answer(text: str) -> tuple[list[tuple[int, str]], list[str]]:
 
 
 # --------------------------------------------------------------------------- public API
+
+
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """One text tool-call block of the protocol, ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``
+    (compact JSON, non-ASCII kept): what :func:`parse_action` reads back as one call."""
+    return TOOL_OPEN + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + TOOL_CLOSE
 
 
 def parse_action(
@@ -643,14 +653,15 @@ def parse_action(
         return _parse_action(text, structured, call_id_prefix, reasoning, limits)
     except Exception as e:  # pragma: no cover - defensive: the parser must be total
         msg = f"internal parser error: {type(e).__name__}: {_snippet(str(e))}"
-        return ParsedAction(
-            think_ok=False, tool_json_ok=False, tool_errors=[msg], tool_error_ids=[None], errors=[msg]
-        )
+        return ParsedAction(think_ok=False, tool_json_ok=False, tool_errors=[msg], tool_error_ids=[None], errors=[msg])
 
 
 def _parse_action(
-    text: Any, structured: list[StructuredToolCall] | None, call_id_prefix: Any,
-    reasoning: Any = None, limits: ArgumentLimits | None = None,
+    text: Any,
+    structured: list[StructuredToolCall] | None,
+    call_id_prefix: Any,
+    reasoning: Any = None,
+    limits: ArgumentLimits | None = None,
 ) -> ParsedAction:
     text = clean_text(_as_text(text))
     prefix = clean_text(_as_text(call_id_prefix)) or "call"
@@ -748,7 +759,7 @@ def _parse_action(
             reasoning_errors.append(
                 f"{REASONING_CALL_ERROR}: {n_reasoning} tool call(s) were written in the reasoning "
                 "(thinking) channel and were not run; write each call in the message content, after "
-                f"the thinking, as {TOOL_OPEN}{{\"name\": …, \"arguments\": {{…}}}}{TOOL_CLOSE}"
+                f'the thinking, as {TOOL_OPEN}{{"name": …, "arguments": {{…}}}}{TOOL_CLOSE}'
             )
     return ParsedAction(
         think_ok=think_ok,
@@ -877,8 +888,10 @@ def parse_preferences(answer: str | None) -> tuple[list[Preference], str | None]
     try:
         prefs, err = _parse_preferences(answer)
         if err is None and len(prefs) > MAX_PREFERENCES:
-            return [], (f"{len(prefs)} preferences in the answer; at most {MAX_PREFERENCES} are read "
-                        "(list the user's preferences, not every possible value)")
+            return [], (
+                f"{len(prefs)} preferences in the answer; at most {MAX_PREFERENCES} are read "
+                "(list the user's preferences, not every possible value)"
+            )
         return prefs, (None if err is None else clean_text(err))
     except Exception as e:  # pragma: no cover - defensive
         return [], f"internal error while parsing preferences: {type(e).__name__}"
@@ -900,18 +913,15 @@ def _parse_preferences(answer: Any) -> tuple[list[Preference], str | None]:
         return [], f"answer is not valid JSON: {last_err}"
 
     items: list[Any]
-    if isinstance(obj, dict) and "preferences" in obj:
-        inner = obj["preferences"]
-        if isinstance(inner, list):
-            items = inner
-        elif isinstance(inner, dict):
-            items = _flat_items(inner)
-        else:
-            return [], f'"preferences" must be a list, got {type(inner).__name__}'
-    elif isinstance(obj, list):
+    wrapped = isinstance(obj, dict) and "preferences" in obj  # {"preferences": [...] or {...}}
+    if wrapped:
+        obj = obj["preferences"]
+    if isinstance(obj, list):
         items = obj
     elif isinstance(obj, dict):
         items = _flat_items(obj)
+    elif wrapped:
+        return [], f'"preferences" must be a list, got {type(obj).__name__}'
     else:
         return [], f"answer JSON must be an object or a list, got {type(obj).__name__}"
 
@@ -972,7 +982,10 @@ def _item_prefs(it: Any) -> tuple[list[Preference], str | None]:
         except (TypeError, ValueError, OverflowError):
             ok = False
         if not ok:
-            return [], f"attribute {attr!r}: slot must be an integer (0 for the first product), got {_snippet(str(slot_raw))!r}"
+            return (
+                [],
+                f"attribute {attr!r}: slot must be an integer (0 for the first product), got {_snippet(str(slot_raw))!r}",
+            )
         if slot < 0:
             return [], f"attribute {attr!r}: slot must be >= 0"
     return [Preference(slot=slot, attribute=attr, value=t, polarity=polarity) for t in texts], None  # type: ignore[arg-type]

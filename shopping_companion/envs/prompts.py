@@ -31,7 +31,8 @@ How to act, every turn:
   Nothing after it is read.
 You have at most {max_turns} turns in this stage. Tool arguments must be valid JSON."""
 
-STAGE1_SYSTEM = """\
+STAGE1_SYSTEM = (
+    """\
 You are the memory specialist of a shopping assistant. The user has talked with the assistant in \
 many earlier sessions; scattered through those conversations are hints about what they like and \
 dislike when buying things (colours, materials, fits, styles, brands, sizes, uses). Most sessions \
@@ -51,12 +52,15 @@ preferences the user actually expressed, one value per attribute unless they nam
 guess (unsupported, contradictory or extra candidate values count against you) and do not search \
 for products.
 
-""" + _PROTOCOL + """
+"""
+    + _PROTOCOL
+    + """
 
 Final answer format (JSON inside the answer tags):
 <answer>{"preferences": [{"attribute": "<what it is about, e.g. colour>", "value": "<what the \
 user prefers>", "polarity": "want" or "avoid", "slot": <index of the requested product it applies \
 to, 0 for the first>, "evidence": "<session id>"}]}</answer>"""
+)
 
 _BUNDLE = """\
 Bundles (add-on deals): when the request asks for several products together with a shop voucher \
@@ -76,7 +80,8 @@ optional number, top_k: int up to 50) returns product id, title, price, currency
 shop_id and brand.
 - product_view(product_ids: list of strings) returns full records: description, attributes, options."""
 
-STAGE2_SYSTEM = """\
+STAGE2_SYSTEM = (
+    """\
 You are the shopping specialist of a shopping assistant. You receive the user's request and the \
 preferences identified from their past conversations. Find real catalog products that satisfy \
 both the request and every preference.
@@ -91,14 +96,21 @@ Search results show little detail: open candidates with product_view and check e
 against the real attributes before recommending. Recommend only ids returned by the tools, exactly \
 as many products as the user asked for.
 
-""" + _BUNDLE + """
+"""
+    + _BUNDLE
+    + """
 
-""" + _PROTOCOL + """
+"""
+    + _PROTOCOL
+    + """
 
-""" + _REC_FORMAT
+"""
+    + _REC_FORMAT
+)
 
 
-ONE_STAGE_SYSTEM = """\
+ONE_STAGE_SYSTEM = (
+    """\
 You are a shopping assistant with a long memory. The user has talked with you in many earlier \
 sessions; a few of them reveal what they like and dislike when buying things, most are about \
 unrelated topics. Handle their current shopping request end to end: first find their relevant \
@@ -109,15 +121,21 @@ Tools:
 - mem_search(queries: list of strings, top_k: int) returns the best-matching past turns (session \
 id, turn index, date, score, a snippet). Snippets are leads, not proof.
 - mem_view(session_ids: list of strings) returns whole sessions to confirm what the user said.
-""" + _PRODUCT_TOOLS_DOC + """
+"""
+    + _PRODUCT_TOOLS_DOC
+    + """
 
 Use only preferences the user actually expressed, and confirm each product's attributes with \
 product_view before recommending it. Recommend only ids returned by the tools, exactly as many \
 products as the user asked for.
 
-""" + _BUNDLE + """
+"""
+    + _BUNDLE
+    + """
 
-""" + _PROTOCOL + """
+"""
+    + _PROTOCOL
+    + """
 
 Final answer format, all inside <answer> … </answer>:
 1. first, the preferences you relied on as a fenced JSON block:
@@ -127,25 +145,35 @@ Final answer format, all inside <answer> … </answer>:
 ```
 2. then a short Markdown report explaining how each recommended product meets the request and \
 each preference, marking each recommended product exactly once as @REC::<product_id>@."""
+)
 
-ORACLE_SYSTEM = """\
+ORACLE_SYSTEM = (
+    """\
 You are the shopping specialist of a shopping assistant. You receive the user's request together \
 with the past conversations in which they talked about their tastes. Work out their preferences \
 from those conversations, then find real catalog products that satisfy both the request and \
 every preference.
 
 Tools:
-""" + _PRODUCT_TOOLS_DOC + """
+"""
+    + _PRODUCT_TOOLS_DOC
+    + """
 
 Open candidates with product_view and check each preference against the real attributes before \
 recommending. Recommend only ids returned by the tools, exactly as many products as the user \
 asked for.
 
-""" + _BUNDLE + """
+"""
+    + _BUNDLE
+    + """
 
-""" + _PROTOCOL + """
+"""
+    + _PROTOCOL
+    + """
 
-""" + _REC_FORMAT
+"""
+    + _REC_FORMAT
+)
 
 
 def one_stage_system(max_turns: int) -> str:
@@ -208,8 +236,7 @@ def stage2_user(task: Task, preferences: list[Preference] | None, feedback: str 
     """The stage-2 opening message: the request plus the preferences stage 1 handed over."""
     if preferences:
         prefs = json.dumps(
-            {"preferences": [p.model_dump(exclude_defaults=False) for p in preferences]},
-            ensure_ascii=False,
+            {"preferences": [p.model_dump(exclude_defaults=False) for p in preferences]}, ensure_ascii=False
         )
         body = f"Preferences identified from my past conversations:\n{prefs}"
     else:
@@ -222,7 +249,7 @@ def stage2_user(task: Task, preferences: list[Preference] | None, feedback: str 
 
 NO_ACTION_FEEDBACK = (
     "Your message contained neither a tool call nor a final answer. Call a tool with "
-    "<tool_call>{\"name\": …, \"arguments\": {…}}</tool_call> or finish with <answer>…</answer>."
+    '<tool_call>{"name": …, "arguments": {…}}</tool_call> or finish with <answer>…</answer>.'
 )
 
 

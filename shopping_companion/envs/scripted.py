@@ -22,14 +22,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shopping_companion.llm.base import AssistantMessage, Sampling
+from shopping_companion.envs.parsing import format_tool_call as _call
+from shopping_companion.llm.base import AssistantMessage, Messages, Sampling, ToolSchemas
 from shopping_companion.types import Preference, Task
 
 __all__ = ["GoldPolicy"]
-
-
-def _call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "</tool_call>"
 
 
 class GoldPolicy:
@@ -64,14 +61,17 @@ class GoldPolicy:
         return args
 
     def _report(self) -> str:
-        lines = [f"- @REC::{pid}@ meets the request and the preferences I checked with product_view."
-                 for pid in self.recommend]
+        lines = [
+            f"- @REC::{pid}@ meets the request and the preferences I checked with product_view."
+            for pid in self.recommend
+        ]
         if self.task.voucher is not None or self.task.budget is not None:
             lines.append("- Bundle from one shop; voucher applied when the total reaches its minimum spend.")
         return "\n".join(lines)
 
-    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-             sampling: Sampling | None = None) -> AssistantMessage:
+    def chat(
+        self, messages: Messages, tools: ToolSchemas | None = None, sampling: Sampling | None = None
+    ) -> AssistantMessage:
         names = {t["function"]["name"] for t in tools or []}
         turn = sum(m["role"] == "assistant" for m in messages)
         has_mem, has_prod = "mem_search" in names, "product_search" in names
@@ -86,7 +86,9 @@ class GoldPolicy:
         if what == "mem_search":
             text = self._wrap(_call("mem_search", {"queries": [self.task.instruction], "top_k": 10}), "search memory")
         elif what == "mem_view":
-            text = self._wrap(_call("mem_view", {"session_ids": list(self.task.needle_session_ids)[:10]}), "read needles")
+            text = self._wrap(
+                _call("mem_view", {"session_ids": list(self.task.needle_session_ids)[:10]}), "read needles"
+            )
         elif what == "product_search":
             text = self._wrap(_call("product_search", self._search_args()), "search products")
         elif what == "product_view":

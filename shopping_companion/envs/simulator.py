@@ -1,5 +1,5 @@
 """User simulators: the corrective feedback between stage 1 and stage 2 (Shopping Companion §5.1,
-§6.3, App. B.3; DESIGN.md §6).
+§6.3, App. B.3; docs/architecture.md, the environment).
 
 After stage 1 the agent hands its identified preferences to the user. In the ``two_stage`` mode a
 simulator answers with one of three hint levels:
@@ -45,7 +45,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from shopping_companion.judges.rule import key_matches, match_preferences, normalize_tokens
 from shopping_companion.llm.base import CircuitOpenError
@@ -69,7 +69,8 @@ __all__ = [
 ]
 
 Hint = Literal["none", "low", "high"]
-HINTS: tuple[str, ...] = ("none", "low", "high")
+#: Allowed values of :data:`Hint`.
+HINTS: tuple[str, ...] = get_args(Hint)
 
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
@@ -195,6 +196,21 @@ def _phrase(text: str) -> str:
     return " " + " ".join(normalize_tokens(text)) + " "
 
 
+def _mentions(message: str | None, task: Task, text_of: Callable[[Preference], str]) -> list[Preference]:
+    """Gold preferences whose ``text_of(preference)`` occurs, as a phrase of normalised tokens, in
+    ``message`` but not in the task instruction (a text with no tokens never occurs)."""
+    if not message:
+        return []
+    msg = _phrase(message)
+    instr = _phrase(task.instruction)
+    out: list[Preference] = []
+    for g in task.preferences:
+        ph = _phrase(text_of(g))
+        if ph.strip() and ph in msg and ph not in instr:
+            out.append(g)
+    return out
+
+
 def find_value_leaks(message: str | None, task: Task) -> list[Preference]:
     """Gold preferences whose value appears in ``message``.
 
@@ -203,35 +219,14 @@ def find_value_leaks(message: str | None, task: Task) -> list[Preference]:
     are public and ignored. Conservative by design: a value like ``"M"`` also matches the ``m``
     of ``I'm``; a false alarm only makes the simulator fall back to its scripted wording.
     """
-    if not message:
-        return []
-    msg = _phrase(message)
-    instr = _phrase(task.instruction)
-    out: list[Preference] = []
-    for g in task.preferences:
-        toks = normalize_tokens(g.value)
-        if not toks:
-            continue
-        ph = " " + " ".join(toks) + " "
-        if ph in msg and ph not in instr:
-            out.append(g)
-    return out
+    return _mentions(message, task, lambda g: g.value)
 
 
 def find_key_mentions(message: str | None, task: Task) -> list[Preference]:
     """Gold preferences whose attribute name (underscores as spaces) appears as a phrase in
     ``message`` (the ``low`` hint must not say which dimension is wrong). Keys that occur in the
     task instruction are ignored."""
-    if not message:
-        return []
-    msg = _phrase(message)
-    instr = _phrase(task.instruction)
-    out: list[Preference] = []
-    for g in task.preferences:
-        ph = _phrase(g.attribute.replace("_", " "))
-        if ph.strip() and ph in msg and ph not in instr:
-            out.append(g)
-    return out
+    return _mentions(message, task, lambda g: g.attribute.replace("_", " "))
 
 
 #: Words that name a preference *dimension* rather than a value; a key may share them with its value
@@ -368,18 +363,23 @@ class ScriptedSimulator:
         parts: list[str] = []
         if not identified and task.preferences:
             parts.append("You did not find any of my preferences.")
-        for g in chk.missing:
-            key = self._key(g)
-            if key:
-                parts.append(f"You missed my preference about {key}{self._product(task, g.slot)}.")
-            else:
-                parts.append(f"You missed one of my preferences{self._product(task, g.slot)}.")
-        for g in chk.wrong:
-            key = self._key(g)
-            if key:
-                parts.append(f"What you wrote about {key}{self._product(task, g.slot)} is not what I want.")
-            else:
-                parts.append(f"One preference you listed{self._product(task, g.slot)} has the wrong value.")
+        # (gold preferences, sentence naming the key, sentence when the key would leak the value)
+        for golds, keyed, unkeyed in (
+            (
+                chk.missing,
+                "You missed my preference about {key}{product}.",
+                "You missed one of my preferences{product}.",
+            ),
+            (
+                chk.wrong,
+                "What you wrote about {key}{product} is not what I want.",
+                "One preference you listed{product} has the wrong value.",
+            ),
+        ):
+            for g in golds:
+                key = self._key(g)
+                product = self._product(task, g.slot)
+                parts.append(keyed.format(key=key, product=product) if key else unkeyed.format(product=product))
         for k in chk.extra:
             q = identified[k]
             ordinal = _ORDINALS[k] if k < len(_ORDINALS) else "one"
@@ -473,7 +473,9 @@ class LLMSimulator:
 
     name = "llm"
 
-    def __init__(self, backend: Any, seed: int | None = 0, sampling: Any = None, fallback: ScriptedSimulator | None = None):
+    def __init__(
+        self, backend: Any, seed: int | None = 0, sampling: Any = None, fallback: ScriptedSimulator | None = None
+    ):
         from shopping_companion.llm.base import Sampling
 
         self.backend = backend
@@ -489,7 +491,10 @@ class LLMSimulator:
         """The chat sent to the backend for ``hint`` (``low`` or ``high``)."""
         chk = check_preferences(task, identified_preferences)
         system = _LLM_SYSTEM.replace("{level}", _LLM_LEVEL[hint])
-        return [{"role": "system", "content": system}, {"role": "user", "content": _llm_user(task, identified_preferences, chk)}]
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": _llm_user(task, identified_preferences, chk)},
+        ]
 
     def respond(self, task: Task, identified_preferences: list[Preference] | None, hint: str) -> SimulatorFeedback:
         _check_hint(hint)
@@ -501,12 +506,15 @@ class LLMSimulator:
         except CircuitOpenError:
             raise  # the endpoint is down: the run stops, instead of every episode silently falling back
         except Exception as e:  # BackendError or anything else: never break the episode
-            return SimulatorFeedback(text=fb_text, source="fallback", reason=f"backend failed: {type(e).__name__}: {str(e)[:200]}")
+            return SimulatorFeedback(
+                text=fb_text, source="fallback", reason=f"backend failed: {type(e).__name__}: {str(e)[:200]}"
+            )
         pt, ct = getattr(msg, "prompt_tokens", None), getattr(msg, "completion_tokens", None)
         text = _clean_llm_text(getattr(msg, "content", "") or "")
         if not text:
-            return SimulatorFeedback(text=fb_text, source="fallback", reason="empty LLM message",
-                                     prompt_tokens=pt, completion_tokens=ct)
+            return SimulatorFeedback(
+                text=fb_text, source="fallback", reason="empty LLM message", prompt_tokens=pt, completion_tokens=ct
+            )
         leaks = find_value_leaks(text, task)
         keys = find_key_mentions(text, task) if hint == "low" else []
         if leaks or keys:
@@ -516,9 +524,13 @@ class LLMSimulator:
             if keys:
                 why.append("the low-hint LLM message named a preference attribute")
             return SimulatorFeedback(
-                text=fb_text, source="fallback", redacted=True, reason="; ".join(why),
+                text=fb_text,
+                source="fallback",
+                redacted=True,
+                reason="; ".join(why),
                 leaked_attributes=sorted({g.attribute for g in leaks + keys}),
-                prompt_tokens=pt, completion_tokens=ct,
+                prompt_tokens=pt,
+                completion_tokens=ct,
             )
         return SimulatorFeedback(text=text, source="llm", prompt_tokens=pt, completion_tokens=ct)
 
@@ -533,10 +545,7 @@ def _check_hint(hint: str) -> None:
 
 #: The built-in simulators; they are also registered in
 #: :data:`shopping_companion.registry.SIMULATORS` when this module is imported.
-BUILTIN_SIMULATORS: dict[str, Callable[..., Any]] = {
-    "scripted": ScriptedSimulator,
-    "llm": LLMSimulator,
-}
+BUILTIN_SIMULATORS: dict[str, Callable[..., Any]] = {"scripted": ScriptedSimulator, "llm": LLMSimulator}
 SIMULATORS = BUILTIN_SIMULATORS  # backwards-compatible alias
 
 try:  # the shared registry (names, "module:attr" paths, entry points of shopping_companion.simulators)
@@ -605,13 +614,19 @@ def simulator_feedback(sim: Any, task: Task, identified: list[Preference] | None
     except CircuitOpenError:
         raise  # an LLM simulator's endpoint is down: the run stops (not one episode's error)
     except Exception as e:
-        return SimulatorFeedback(text=None, source="error", reason=f"simulator failed: {type(e).__name__}: {str(e)[:200]}")
+        return SimulatorFeedback(
+            text=None, source="error", reason=f"simulator failed: {type(e).__name__}: {str(e)[:200]}"
+        )
     text = None if text is None else str(text)
     leaks = find_value_leaks(text, task)
     if leaks:
-        return SimulatorFeedback(text=None, source=str(getattr(sim, "name", "custom")), redacted=True,
-                                 reason="the simulator message contained a gold preference value; dropped",
-                                 leaked_attributes=sorted({g.attribute for g in leaks}))
+        return SimulatorFeedback(
+            text=None,
+            source=str(getattr(sim, "name", "custom")),
+            redacted=True,
+            reason="the simulator message contained a gold preference value; dropped",
+            leaked_attributes=sorted({g.attribute for g in leaks}),
+        )
     return SimulatorFeedback(text=text, source=str(getattr(sim, "name", "custom")))
 
 
@@ -622,4 +637,3 @@ def describe_simulator(sim: Any) -> dict[str, Any]:
         "model": getattr(sim, "model", None),
         "seed": getattr(sim, "seed", None),
     }
-

@@ -1,4 +1,4 @@
-"""The four tools of the Shopping Companion agent (paper App. B.1; DESIGN.md §5).
+"""The four tools of the Shopping Companion agent (paper App. B.1; docs/architecture.md, tools).
 
 Every tool validates its arguments with a pydantic model and never raises into the episode: bad
 arguments, unknown ids or unknown tool names become a :class:`ToolResult` with ``error`` set and a
@@ -42,24 +42,27 @@ def truncate_text(text: str, limit: int) -> str:
     kept = text[: max(0, limit)]
     return kept + TRUNCATION_MARKER.format(n=len(text) - len(kept))
 
+
 MEMORY_TOOLS = ("mem_search", "mem_view")
 PRODUCT_TOOLS = ("product_search", "product_view")
 
 
 class ProductBackend(Protocol):
+    """The catalog behind the product tools, as :class:`~shopping_companion.catalog.search.ProductSearch`
+    implements it (its ``search``/``view`` state arguments, defaults and errors). The tool box always
+    passes every ``search`` argument (from :class:`ProductSearchArgs`), so none needs a default here."""
+
     def search(
-        self,
-        query: str,
-        shop_id: str | None = None,
-        min_price: float | None = None,
-        max_price: float | None = None,
-        top_k: int = 10,
+        self, query: str, shop_id: str | None, min_price: float | None, max_price: float | None, top_k: int
     ) -> list[dict[str, Any]]: ...
 
     def view(self, product_ids: list[str]) -> tuple[list[Product], list[str]]: ...
 
 
 class MemoryBackend(Protocol):
+    """The user's memory behind the memory tools, as :class:`~shopping_companion.memory.store.MemoryStore`
+    implements it (its ``search``/``view`` state arguments and errors)."""
+
     def search(self, queries: list[str] | str, top_k: int = 10) -> list[dict[str, Any]]: ...
 
     def view(self, session_ids: list[str]) -> tuple[list[Session], list[str]]: ...
@@ -88,8 +91,7 @@ class MemSearchArgs(_Args):
     """Search the user's past conversations; returns the best-matching turns."""
 
     queries: list[str] = Field(
-        min_length=1, max_length=10,
-        description="1-10 natural-language queries about what the user said before.",
+        min_length=1, max_length=10, description="1-10 natural-language queries about what the user said before."
     )
     top_k: int = Field(default=10, ge=1, le=50, description="Number of turns to return (1-50).")
 
@@ -142,7 +144,7 @@ def tool_schema(name: str) -> dict[str, Any]:
 _SCHEMA_LISTS: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tool_schema(name: str) -> dict[str, Any]:
     model = ARG_MODELS[name]
     params = model.model_json_schema()
@@ -205,8 +207,12 @@ def _split_product_ids(arguments: dict[str, Any]) -> tuple[dict[str, Any], list[
         elif isinstance(x, str):
             errors.append({"product_id": x, "error": "empty product id"})
         else:
-            errors.append({"product_id": json.dumps(x, ensure_ascii=False, default=str)[:80],
-                           "error": f"a product id must be a string, got {type(x).__name__}"})
+            errors.append(
+                {
+                    "product_id": json.dumps(x, ensure_ascii=False, default=str)[:80],
+                    "error": f"a product id must be a string, got {type(x).__name__}",
+                }
+            )
     if not errors:
         return arguments, []
     return {**arguments, "product_ids": good}, errors
@@ -221,10 +227,7 @@ class ToolBox:
     """
 
     def __init__(
-        self,
-        products: ProductBackend,
-        memory: MemoryBackend | None,
-        max_observation_chars: int = 12_000,
+        self, products: ProductBackend, memory: MemoryBackend | None, max_observation_chars: int = 12_000
     ) -> None:
         if max_observation_chars < 200:
             raise ValueError("max_observation_chars: must be >= 200")
@@ -266,9 +269,7 @@ class ToolBox:
         content = self.truncate(_dump({"error": message}), max_chars)
         return ToolResult(call_id=call.call_id, name=call.name, content=content, error=message)
 
-    def execute(
-        self, call: ToolCall, allowed: tuple[str, ...] | list[str], max_chars: int | None = None
-    ) -> ToolResult:
+    def execute(self, call: ToolCall, allowed: tuple[str, ...] | list[str], max_chars: int | None = None) -> ToolResult:
         """Run one tool call; never raises for bad model output.
 
         ``allowed``: the tool names of the current stage (others get an error result naming the
@@ -280,8 +281,7 @@ class ToolBox:
             known = "known" if call.name in ARG_MODELS else "unknown"
             return self._error(
                 call,
-                f"{known} tool {call.name!r} is not available in this stage; "
-                f"allowed tools: {', '.join(allowed)}",
+                f"{known} tool {call.name!r} is not available in this stage; allowed tools: {', '.join(allowed)}",
                 max_chars,
             )
         arguments, id_errors = call.arguments, []
@@ -289,8 +289,11 @@ class ToolBox:
             arguments, id_errors = _split_product_ids(call.arguments)
             if id_errors and not arguments.get("product_ids"):
                 return self._error(
-                    call, "product_view: no usable product id: " + "; ".join(
-                        f"{e['product_id']!r}: {e['error']}" for e in id_errors[:10]), max_chars)
+                    call,
+                    "product_view: no usable product id: "
+                    + "; ".join(f"{e['product_id']!r}: {e['error']}" for e in id_errors[:10]),
+                    max_chars,
+                )
         try:
             args = ARG_MODELS[call.name].model_validate(arguments)
         except ValidationError as e:
@@ -334,9 +337,7 @@ class ToolBox:
     def _mem_view(self, a: MemViewArgs) -> tuple[Any, list[str]]:
         sessions, unknown = self._need_memory().view(a.session_ids)
         if not sessions:
-            raise ToolInputError(
-                "session_ids", f"unknown session ids {unknown}; use ids returned by mem_search"
-            )
+            raise ToolInputError("session_ids", f"unknown session ids {unknown}; use ids returned by mem_search")
         payload: dict[str, Any] = {
             "sessions": [
                 {
@@ -374,12 +375,13 @@ class ToolBox:
         ]
         if not products:
             detail = "; ".join(f"{e['product_id']!r}: {e['error']}" for e in errors[:10])
-            raise ToolInputError("product_ids", f"unknown product ids {unknown}; use ids returned by product_search"
-                                 + (f" ({detail})" if id_errors else ""))
+            raise ToolInputError(
+                "product_ids",
+                f"unknown product ids {unknown}; use ids returned by product_search"
+                + (f" ({detail})" if id_errors else ""),
+            )
         payload: dict[str, Any] = {
-            "products": [
-                p.model_dump(exclude={"url", "image", "source"}, exclude_none=True) for p in products
-            ]
+            "products": [p.model_dump(exclude={"url", "image", "source"}, exclude_none=True) for p in products]
         }
         if unknown:
             payload["unknown_product_ids"] = unknown

@@ -154,8 +154,9 @@ class OPCResult:
     vectors: dict[str, list[float]] = dc_field(default_factory=dict)
 
 
-def opc(vectors: Mapping[str, Sequence[float]], *, by: str = "vector", field_name: str = "",
-        labels: Sequence[Any] = ()) -> OPCResult:
+def opc(
+    vectors: Mapping[str, Sequence[float]], *, by: str = "vector", field_name: str = "", labels: Sequence[Any] = ()
+) -> OPCResult:
     """OPC of judges' score vectors (all the same length): mean ± std (ddof 0) of pairwise Pearson.
 
     Raises ``ValueError`` for fewer than two judges or vectors of different lengths.
@@ -174,8 +175,20 @@ def opc(vectors: Mapping[str, Sequence[float]], *, by: str = "vector", field_nam
     m, s = _mean_std(list(pr.values()))
     sm, ss = _mean_std(list(sr.values()))
     n_def = sum(1 for r in pr.values() if not math.isnan(r))
-    return OPCResult(m, s, n_def, len(pr) - n_def, pr, sm, ss, sr, by, field_name, list(labels),
-                     {k: list(v) for k, v in vectors.items()})
+    return OPCResult(
+        m,
+        s,
+        n_def,
+        len(pr) - n_def,
+        pr,
+        sm,
+        ss,
+        sr,
+        by,
+        field_name,
+        list(labels),
+        {k: list(v) for k, v in vectors.items()},
+    )
 
 
 def _common_items(table: VerdictTable, stage: int | None) -> list[Hashable]:
@@ -183,8 +196,11 @@ def _common_items(table: VerdictTable, stage: int | None) -> list[Hashable]:
     keys = set(table[judges[0]])
     for j in judges[1:]:
         keys &= set(table[j])
-    out = [k for k in keys if all(not table[j][k].failed for j in judges)
-           and (stage is None or table[judges[0]][k].stage == stage)]
+    out = [
+        k
+        for k in keys
+        if all(not table[j][k].failed for j in judges) and (stage is None or table[judges[0]][k].stage == stage)
+    ]
     try:
         return sorted(out)  # type: ignore[type-var]
     except TypeError:
@@ -194,9 +210,7 @@ def _common_items(table: VerdictTable, stage: int | None) -> list[Hashable]:
 def _default_system(key: Hashable) -> Any:
     if isinstance(key, tuple) and key:
         return key[0]
-    raise ValueError(
-        f"OPC by system: item key {key!r} is not a tuple starting with the system; pass system_of=..."
-    )
+    raise ValueError(f"OPC by system: item key {key!r} is not a tuple starting with the system; pass system_of=...")
 
 
 def score_vectors(
@@ -309,10 +323,21 @@ class AgreementReport:
         }
         if self.opc is not None:
             o = self.opc
-            d["opc"] = clean({"mean": o.mean, "std": o.std, "n_pairs": o.n_pairs, "n_undefined": o.n_undefined,
-                              "by": o.by, "field": o.field, "pairs": o.pairs, "spearman_mean": o.spearman_mean,
-                              "spearman_std": o.spearman_std, "labels": [str(x) for x in o.labels],
-                              "vectors": o.vectors})
+            d["opc"] = clean(
+                {
+                    "mean": o.mean,
+                    "std": o.std,
+                    "n_pairs": o.n_pairs,
+                    "n_undefined": o.n_undefined,
+                    "by": o.by,
+                    "field": o.field,
+                    "pairs": o.pairs,
+                    "spearman_mean": o.spearman_mean,
+                    "spearman_std": o.spearman_std,
+                    "labels": [str(x) for x in o.labels],
+                    "vectors": o.vectors,
+                }
+            )
         return d
 
     def to_markdown(self) -> str:
@@ -331,10 +356,15 @@ class AgreementReport:
             "|---|---:|---:|---:|---:|---:|",
         ]
         for name, s in self.field_summary().items():
-            lines.append(f"| {name} | {int(s['pairs'])} | {s['items']:.0f} | {f(s['agreement'])} | "
-                         f"{f(s['kappa']) if name in BINARY_FIELDS else '–'} | {f(s['pearson'])} |")
-        lines += ["", "| judge A | judge B | items | success agreement | success κ | R_z Pearson | R_z Spearman |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+            lines.append(
+                f"| {name} | {int(s['pairs'])} | {s['items']:.0f} | {f(s['agreement'])} | "
+                f"{f(s['kappa']) if name in BINARY_FIELDS else '–'} | {f(s['pearson'])} |"
+            )
+        lines += [
+            "",
+            "| judge A | judge B | items | success agreement | success κ | R_z Pearson | R_z Spearman |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
         for a, b in itertools.combinations(self.judges, 2):
             try:
                 s, r = self.pair(a, b, "success"), self.pair(a, b, "reward")
@@ -403,8 +433,7 @@ def agreement_report(
 
 
 def judge_all(
-    judges: Sequence[Any],
-    items: Mapping[Hashable, tuple[Task, Trajectory]],
+    judges: Sequence[Any], items: Mapping[Hashable, tuple[Task, Trajectory]]
 ) -> dict[str, dict[Hashable, Verdict]]:
     """Run every judge over every item: ``{judge.name: {key: Verdict}}``.
 
@@ -427,10 +456,7 @@ def judge_all(
 
 
 def items_from_results(
-    results: Iterable[EpisodeResult],
-    tasks: Mapping[str, Task],
-    *,
-    stages: Sequence[int] = (1, 2),
+    results: Iterable[EpisodeResult], tasks: Mapping[str, Task], *, stages: Sequence[int] = (1, 2)
 ) -> tuple[dict[Hashable, tuple[Task, Trajectory]], dict[Hashable, Verdict]]:
     """Items to re-judge from evaluation results (``results.jsonl`` lines of one or more systems).
 

@@ -86,7 +86,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 # --------------------------------------------------------------------------- reply schemas
@@ -121,7 +120,9 @@ class _Reply(BaseModel):
         if len(set(self.matched)) != len(self.matched):
             raise ValueError("matched lists a feature more than once")
         if len(self.matched) != m:
-            raise ValueError(f"{self._count_field}={m} but matched lists {len(self.matched)} feature(s); they must agree")
+            raise ValueError(
+                f"{self._count_field}={m} but matched lists {len(self.matched)} feature(s); they must agree"
+            )
         return self
 
 
@@ -274,9 +275,7 @@ def parse_json_reply(text: str) -> dict[str, Any]:
         i = s.find("{", end)
     if found is not None:
         return found
-    raise ValueError(
-        f"the reply holds no JSON object ({first_err}); expected one JSON object and nothing else"
-    )
+    raise ValueError(f"the reply holds no JSON object ({first_err}); expected one JSON object and nothing else")
 
 
 def _validation_message(err: ValidationError) -> str:
@@ -293,7 +292,7 @@ _SYSTEM = (
     "You grade the work of an AI shopping assistant for an e-commerce benchmark. You receive the "
     "shopper's request, the annotated ground truth the assistant never saw, and what the assistant "
     "produced. Judge meaning rather than wording: a feature counts when it is stated with the same "
-    "meaning in other words (\"dark navy\" covers \"navy\"; \"100% cotton\" covers \"cotton\"), and it does "
+    'meaning in other words ("dark navy" covers "navy"; "100% cotton" covers "cotton"), and it does '
     "not count when it is missing, contradicted, vaguer than the annotation, or only assumed. Decide "
     "each point on the evidence shown to you, never on the assistant's claims alone. Your whole reply "
     "must be one JSON object that follows the given schema: no prose before or after it and no code "
@@ -345,8 +344,11 @@ def _deal_block(task: Task) -> str:
         )
     else:
         lines.append("Voucher: none.")
-    lines.append(f"Budget: {task.budget:g}{cur} (the amount paid after any voucher discount)." if task.budget is not None
-                 else "Budget: none stated.")
+    lines.append(
+        f"Budget: {task.budget:g}{cur} (the amount paid after any voucher discount)."
+        if task.budget is not None
+        else "Budget: none stated."
+    )
     return "\n".join(lines)
 
 
@@ -383,6 +385,22 @@ def _stage1_output(traj: Trajectory, limit: int, addon: bool) -> str:
     return out
 
 
+def _reply_block(stage: int, addon: bool, fields: list[str], not_counted: str, F: int, N: int) -> str:
+    """The ``## Reply`` section of a stage-``stage`` grading prompt: the score ``fields``, then the
+    ``matched`` and ``reasons`` keys (a reason names every ``not_counted``) and the JSON schema."""
+    fields = [
+        *fields,
+        f'- "matched": the numbers of the annotated features you counted in m{stage} (exactly m{stage} distinct '
+        "numbers).",
+        f'- "reasons": one short sentence per decision, naming every {not_counted}.',
+    ]
+    return (
+        "## Reply\nReturn one JSON object with these keys:\n"
+        + "\n".join(fields)
+        + f"\nJSON schema: {_schema_text(_SCHEMAS[(stage, addon)], F, N)}"
+    )
+
+
 def _stage1_prompt(task: Task, traj: Trajectory, limit: int) -> str:
     addon = task.task_type == "addon"
     F, N = len(task.preferences), task.n_products
@@ -417,18 +435,19 @@ def _stage1_prompt(task: Task, traj: Trajectory, limit: int) -> str:
             f'- "c1": how many of the N = {N} requested products have at least one annotated feature counted in m1. '
             f"An integer from 0 to {N}."
         )
-    fields += [
-        '- "matched": the numbers of the annotated features you counted in m1 (exactly m1 distinct numbers).',
-        '- "reasons": one short sentence per decision, naming every annotated feature you did not count and why.',
-    ]
-    schema = _SCHEMAS[(1, addon)]
-    parts.append("## Reply\nReturn one JSON object with these keys:\n" + "\n".join(fields)
-                 + f"\nJSON schema: {_schema_text(schema, F, N)}")
+    parts.append(_reply_block(1, addon, fields, "annotated feature you did not count and why", F, N))
     return "\n\n".join(parts)
 
 
-def _stage2_prompt(task: Task, traj: Trajectory, ids: list[str], found: Mapping[str, Product],
-                   returned: set[str], limit: int, max_desc: int) -> str:
+def _stage2_prompt(
+    task: Task,
+    traj: Trajectory,
+    ids: list[str],
+    found: Mapping[str, Product],
+    returned: set[str],
+    limit: int,
+    max_desc: int,
+) -> str:
     addon = task.task_type == "addon"
     F, N = len(task.preferences), task.n_products
     kind = "an add-on deal (several products bought together)" if addon else "a single product"
@@ -476,30 +495,27 @@ def _stage2_prompt(task: Task, traj: Trajectory, ids: list[str], found: Mapping[
             "the sum of prices minus the voucher discount (only when the voucher's conditions hold) is within the "
             "budget; otherwise 0.",
         ]
-    fields += [
-        '- "matched": the numbers of the annotated features you counted in m2 (exactly m2 distinct numbers).',
-        '- "reasons": one short sentence per decision, naming every feature not satisfied and every failed check.',
-    ]
-    schema = _SCHEMAS[(2, addon)]
-    parts.append("## Reply\nReturn one JSON object with these keys:\n" + "\n".join(fields)
-                 + f"\nJSON schema: {_schema_text(schema, F, N)}")
+    parts.append(_reply_block(2, addon, fields, "feature not satisfied and every failed check", F, N))
     return "\n\n".join(parts)
 
 
 def _match_prompt(task: Task, products: Sequence[Product], max_desc: int) -> str:
     records = "\n".join(_record_block(p, max_desc) for p in products)
-    return "\n\n".join([
-        "## What is being graded\nA shopping assistant's tool call returned the products below. For each product, "
-        "decide whether it is a valid choice for one of the requested products: it is that kind of product and its "
-        "catalog record satisfies every annotated feature of that requested product (a feature to avoid is "
-        "satisfied when the product lacks it).",
-        f"## Shopper's request\n{task.instruction}",
-        f"## Products requested (N = {task.n_products})\n{_products_block(task)}",
-        f"## Annotated wanted features\n{_features_block(task)}",
-        f"## Products to decide on ({len(products)})\n{records}",
-        "## Reply\nReturn one JSON object: {\"decisions\": [{\"product_id\": str, \"matches\": bool, \"reason\": str}, "
-        "...]} with exactly one decision per product listed above.\nJSON schema: " + _schema_text(ProductMatchReply),
-    ])
+    return "\n\n".join(
+        [
+            "## What is being graded\nA shopping assistant's tool call returned the products below. For each product, "
+            "decide whether it is a valid choice for one of the requested products: it is that kind of product and its "
+            "catalog record satisfies every annotated feature of that requested product (a feature to avoid is "
+            "satisfied when the product lacks it).",
+            f"## Shopper's request\n{task.instruction}",
+            f"## Products requested (N = {task.n_products})\n{_products_block(task)}",
+            f"## Annotated wanted features\n{_features_block(task)}",
+            f"## Products to decide on ({len(products)})\n{records}",
+            '## Reply\nReturn one JSON object: {"decisions": [{"product_id": str, "matches": bool, "reason": str}, '
+            "...]} with exactly one decision per product listed above.\nJSON schema: "
+            + _schema_text(ProductMatchReply),
+        ]
+    )
 
 
 # --------------------------------------------------------------------------- cache
@@ -517,7 +533,9 @@ class _Cache:
             p.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(p), check_same_thread=False, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL)"
+            )
             self._db.commit()
 
     def get(self, key: str) -> str | None:
@@ -620,11 +638,13 @@ def ask_strict_json(
             text = call(convo)
         except (BackendError, _AttemptTimeout) as e:
             status = getattr(e, "status_code", None)
-            errors.append(f"attempt {attempt + 1}: {'timeout' if isinstance(e, _AttemptTimeout) else 'backend error'}: {e}")
+            errors.append(
+                f"attempt {attempt + 1}: {'timeout' if isinstance(e, _AttemptTimeout) else 'backend error'}: {e}"
+            )
             if status is not None and status not in _RETRYABLE_STATUS and status < 500:
                 break  # cannot succeed on retry (bad request, bad key, unknown model)
             if attempt < max_retries:
-                delay = min(backoff_s * 2 ** backoff_k, max_backoff_s)
+                delay = min(backoff_s * 2**backoff_k, max_backoff_s)
                 backoff_k += 1
                 if deadline is not None and time.monotonic() + delay >= deadline:
                     errors.append(f"no retry: a {delay:g}s backoff would pass the deadline of {deadline_s:g}s")
@@ -639,7 +659,10 @@ def ask_strict_json(
             errors.append(f"attempt {attempt + 1}: invalid reply: {msg}")
             convo = list(messages) + [
                 {"role": "assistant", "content": text},
-                {"role": "user", "content": f"Your reply was rejected: {msg}. Reply again with only the corrected JSON object."},
+                {
+                    "role": "user",
+                    "content": f"Your reply was rejected: {msg}. Reply again with only the corrected JSON object.",
+                },
             ]
             continue
         cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
@@ -737,9 +760,17 @@ class LLMJudge:
         extra: dict[str, Any] = {}
         if breaker_threshold is not None:
             extra["breaker_threshold"] = breaker_threshold
-        backend = OpenAIBackend(model, base_url=base_url, api_key_env=api_key_env, timeout_s=http_timeout_s,
-                                max_retries=http_retries, deadline_s=http_deadline_s, send_top_k=False,
-                                name=f"judge:{model}", **extra)
+        backend = OpenAIBackend(
+            model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            timeout_s=http_timeout_s,
+            max_retries=http_retries,
+            deadline_s=http_deadline_s,
+            send_top_k=False,
+            name=f"judge:{model}",
+            **extra,
+        )
         return cls(backend, lookup, **kwargs)
 
     # ------------------------------------------------------------------ public API
@@ -760,14 +791,16 @@ class LLMJudge:
         facts = self._stage2_facts(task, trajectory) if trajectory.stage == 2 else None
         return self._messages(task, trajectory, facts)
 
-    def _messages(self, task: Task, trajectory: Trajectory,
-                  facts: tuple[list[str], dict[str, Product], set[str]] | None) -> list[dict[str, str]]:
+    def _messages(
+        self, task: Task, trajectory: Trajectory, facts: tuple[list[str], dict[str, Product], set[str]] | None
+    ) -> list[dict[str, str]]:
         if facts is None:
             user = _stage1_prompt(task, trajectory, self.max_answer_chars)
         else:
             ids, found, returned = facts
-            user = _stage2_prompt(task, trajectory, ids, found, returned, self.max_answer_chars,
-                                  self.max_description_chars)
+            user = _stage2_prompt(
+                task, trajectory, ids, found, returned, self.max_answer_chars, self.max_description_chars
+            )
         return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
 
     def judge(self, task: Task, trajectory: Trajectory, stage: int | None = None) -> Verdict:
@@ -776,8 +809,13 @@ class LLMJudge:
         if stage is not None and stage != trajectory.stage:
             raise ValueError(f"asked to judge stage {stage} but the trajectory is stage {trajectory.stage}")
         addon = task.task_type == "addon"
-        base = {"judge": self.name, "stage": trajectory.stage, "F": len(task.preferences), "N": task.n_products,
-                "b": 1 if addon else 0}
+        base = {
+            "judge": self.name,
+            "stage": trajectory.stage,
+            "F": len(task.preferences),
+            "N": task.n_products,
+            "b": 1 if addon else 0,
+        }
         try:
             facts = self._stage2_facts(task, trajectory) if trajectory.stage == 2 else None
             messages = self._messages(task, trajectory, facts)
@@ -834,21 +872,18 @@ class LLMJudge:
     def _stage2_facts(self, task: Task, traj: Trajectory) -> tuple[list[str], dict[str, Product], set[str]]:
         if self.lookup is None:
             raise ConfigError("LLMJudge: judging stage 2 needs a product lookup (ids -> {id: Product})")
-        ids = list(dict.fromkeys(traj.recommended_ids))
-        if not ids and traj.final_answer:
-            from shopping_companion.envs.parsing import extract_rec_ids
+        from shopping_companion.judges.rule import recommended_ids, shown_product_ids
 
-            ids = extract_rec_ids(traj.final_answer)[0]
+        ids = recommended_ids(traj)
         found = dict(self.lookup(list(ids))) if ids else {}
-        returned: set[str] = set()
-        for r in traj.tool_results:
-            if r.name in PRODUCT_TOOLS and r.error is None:
-                returned.update(r.returned_ids)
-        return ids, found, returned
+        return ids, found, shown_product_ids(traj)
 
     def _key(self, messages: list[dict[str, str]]) -> str:
-        blob = json.dumps({"model": self.model_id, "sampling": self.sampling.model_dump(), "messages": messages},
-                          sort_keys=True, ensure_ascii=False)
+        blob = json.dumps(
+            {"model": self.model_id, "sampling": self.sampling.model_dump(), "messages": messages},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def _call(self, messages: list[dict[str, str]], deadline: float | None = None) -> str:
@@ -865,33 +900,51 @@ class LLMJudge:
         caches valid replies."""
         deadline = time.monotonic() + self.deadline_s
         return ask_strict_json(
-            lambda convo: self._call(convo, deadline), messages, validate, self._cache, self._key(messages),
-            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
-            bump=self._bump, name=self.name, deadline_s=self.deadline_s,
+            lambda convo: self._call(convo, deadline),
+            messages,
+            validate,
+            self._cache,
+            self._key(messages),
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s,
+            bump=self._bump,
+            name=self.name,
+            deadline_s=self.deadline_s,
         )
 
-    def _verdict(self, task: Task, trajectory: Trajectory, addon: bool, base: dict[str, Any], r: Any,
-                 facts: tuple[list[str], dict[str, Product], set[str]] | None = None) -> Verdict:
+    def _verdict(
+        self,
+        task: Task,
+        trajectory: Trajectory,
+        addon: bool,
+        base: dict[str, Any],
+        r: Any,
+        facts: tuple[list[str], dict[str, Product], set[str]] | None = None,
+    ) -> Verdict:
         """The verdict from a valid reply, after the post-checks (module docstring): facts the
         environment knows exactly override the model."""
         F, N = base["F"], base["N"]
         matched = [f"{task.preferences[i - 1].attribute}={task.preferences[i - 1].value}" for i in sorted(r.matched)]
         reasons = list(r.reasons)
         if trajectory.stage == 1:
-            from shopping_companion.judges.rule import structural_spurious
+            from shopping_companion.judges.rule import identified_preferences, structural_spurious
 
-            identified = trajectory.identified_preferences
-            if identified is None and trajectory.final_answer is not None:
-                from shopping_companion.envs.parsing import parse_preferences
-
-                identified = parse_preferences(trajectory.final_answer)[0]
-            found = structural_spurious(task, identified or [])
+            found = structural_spurious(task, identified_preferences(trajectory)[0])
             h1 = max(int(r.h1), len(found))
             if len(found) > int(r.h1):
                 reasons += [f"post-check: spurious {q.attribute}={q.value} {why}" for q, why in found]
             q1 = r.q1 if h1 == 0 else 0
-            return Verdict(**base, q1=q1, m1=r.m1, c1=r.c1 if addon else None, h1=h1,
-                           success=r.m1 == F and h1 == 0, matched=matched, reasons=reasons)
+            return Verdict(
+                **base,
+                q1=q1,
+                m1=r.m1,
+                c1=r.c1 if addon else None,
+                h1=h1,
+                success=r.m1 == F and h1 == 0,
+                matched=matched,
+                reasons=reasons,
+            )
         p2, u2 = r.p2, (r.u2 if addon else None)
         checks = _stage2_checks(task, *facts) if facts is not None else None
         if checks is not None:
@@ -904,8 +957,17 @@ class LLMJudge:
         success = bool(p2 and r.q2 and r.m2 == F)
         if addon:
             success = success and r.n2 == N and u2 == 1
-        return Verdict(**base, p2=p2, q2=r.q2, m2=r.m2, n2=r.n2 if addon else None, u2=u2,
-                       success=success, matched=matched, reasons=reasons)
+        return Verdict(
+            **base,
+            p2=p2,
+            q2=r.q2,
+            m2=r.m2,
+            n2=r.n2 if addon else None,
+            u2=u2,
+            success=success,
+            matched=matched,
+            reasons=reasons,
+        )
 
 
 def _stage2_checks(task: Task, ids: list[str], found: Mapping[str, Product], returned: set[str]) -> dict[str, Any]:

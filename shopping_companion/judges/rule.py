@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
 from shopping_companion.judges.matching.values import split_negation
+from shopping_companion.envs.tools import PRODUCT_TOOLS
 from shopping_companion.registry import JUDGES
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict
 
@@ -64,6 +65,9 @@ __all__ = [
     "product_satisfies",
     "is_relevant",
     "bundle_cost",
+    "identified_preferences",
+    "recommended_ids",
+    "shown_product_ids",
 ]
 
 #: Version of the rule judge's verdicts: bumped whenever the same task and trajectory can get a
@@ -71,13 +75,47 @@ __all__ = [
 #: never mixed in one results file). 2: the value-matching layer and the spurious-preference count.
 RULE_JUDGE_VERSION = 2
 
-PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
-MEMORY_TOOLS = frozenset({"mem_search", "mem_view"})
-
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
 MAX_VALUE_WORDS = 6
 _SENTENCE = re.compile(r"[.!?;]\s+\S|[.!?]$")
+
+
+# --------------------------------------------------------------------------- what a trajectory says
+
+
+def identified_preferences(traj: Trajectory) -> tuple[list[Preference], str | None]:
+    """The stage-1 preferences a trajectory identified: ``traj.identified_preferences`` when the
+    environment filled it, else its final answer parsed by
+    :func:`~shopping_companion.envs.parsing.parse_preferences`. Returns ``(preferences, reason)``:
+    ``reason`` (for the verdict's reasons) is set when there was no answer (``[]``) or it did not
+    parse (``[]``), else None."""
+    if traj.identified_preferences is not None:
+        return traj.identified_preferences, None
+    if traj.final_answer is None:
+        return [], f"the stage ended without an answer ({traj.termination})"
+    from shopping_companion.envs.parsing import parse_preferences
+
+    prefs, err = parse_preferences(traj.final_answer)
+    return prefs, (f"answer not parsable as preferences: {err}" if err else None)
+
+
+def recommended_ids(traj: Trajectory) -> list[str]:
+    """The stage-2 recommendation, distinct ids in order: ``traj.recommended_ids``, else the
+    ``@REC::id@`` markers of the final answer
+    (:func:`~shopping_companion.envs.parsing.extract_rec_ids`)."""
+    ids = list(dict.fromkeys(traj.recommended_ids))
+    if not ids and traj.final_answer:
+        from shopping_companion.envs.parsing import extract_rec_ids
+
+        ids = extract_rec_ids(traj.final_answer)[0]
+    return ids
+
+
+def shown_product_ids(traj: Trajectory) -> set[str]:
+    """Ids returned by the trajectory's successful product-tool calls (what the agent was shown;
+    a recommended id outside this set is fabricated)."""
+    return {i for r in traj.tool_results if r.name in PRODUCT_TOOLS and r.error is None for i in r.returned_ids}
 
 
 # --------------------------------------------------------------------------- compatibility API
@@ -102,8 +140,9 @@ def key_matches(a: str, b: str, matcher: ValueMatcher | None = None) -> bool:
     return m.key(a).same_key(m.key(b))
 
 
-def value_matches(gold: str, candidate: str | None, attribute: str | None = None,
-                  matcher: ValueMatcher | None = None) -> bool:
+def value_matches(
+    gold: str, candidate: str | None, attribute: str | None = None, matcher: ValueMatcher | None = None
+) -> bool:
     """A product value ``candidate`` meets the wanted ``gold`` value of ``attribute``."""
     if not gold or not candidate:
         return False
@@ -215,8 +254,9 @@ def match_preferences(
 
     adj: list[list[int]] = []
     for i, g in enumerate(gold):
-        adj.append([j for j, q in enumerate(identified)
-                    if slot(q) == slot(g) and q.polarity == g.polarity and eq(i, j)])
+        adj.append(
+            [j for j, q in enumerate(identified) if slot(q) == slot(g) and q.polarity == g.polarity and eq(i, j)]
+        )
     owner: dict[int, int] = {}
 
     def augment(i: int, seen: set[int]) -> bool:
@@ -249,9 +289,12 @@ def match_preferences(
             reason = "is not an attribute value (a sentence or a long quote)"
         elif any(slot(g) != slot(q) and g.polarity == q.polarity and eq(i, j) for i, g in enumerate(gold)):
             reason = "belongs to another product of the request"
-        elif any(s == slot(q) and (gkeys[i].same_key(qk) or (not qk.known and compatible(i, j)))
-                 and (q.polarity == "want" or gold[i].polarity == "avoid" or m.equivalent(gkeys[i], gold[i].value, q.value))
-                 for s, i in gold_keys):
+        elif any(
+            s == slot(q)
+            and (gkeys[i].same_key(qk) or (not qk.known and compatible(i, j)))
+            and (q.polarity == "want" or gold[i].polarity == "avoid" or m.equivalent(gkeys[i], gold[i].value, q.value))
+            for s, i in gold_keys
+        ):
             # a second wanted value, a wrong value, or avoiding what the user wants; an avoid next to
             # a wanted value ("glass, not plastic") is left to the grounding rule
             reason = "is a wrong or extra value on an attribute the user has a preference about"
@@ -280,8 +323,9 @@ def _denegate(m: ValueMatcher, q: Preference) -> Preference:
     return q.model_copy(update={"value": rest, "polarity": "avoid" if q.polarity == "want" else "want"})
 
 
-def _contradicts(m: ValueMatcher, identified: list[Preference], keys: list, j: int,
-                 slot: Callable[[Preference], int]) -> bool:
+def _contradicts(
+    m: ValueMatcher, identified: list[Preference], keys: list, j: int, slot: Callable[[Preference], int]
+) -> bool:
     q, qk = identified[j], keys[j]
     for k, o in enumerate(identified):
         if k == j or slot(o) != slot(q) or not keys[k].same_key(qk):
@@ -295,8 +339,9 @@ def _contradicts(m: ValueMatcher, identified: list[Preference], keys: list, j: i
     return False
 
 
-def structural_spurious(task: Task, identified: list[Preference],
-                        matcher: ValueMatcher | None = None) -> list[tuple[Preference, str]]:
+def structural_spurious(
+    task: Task, identified: list[Preference], matcher: ValueMatcher | None = None
+) -> list[tuple[Preference, str]]:
     """The spurious identified preferences that need no judgement of meaning (the LLM judge's
     post-check): a product slot that does not exist; a sentence instead of a value; wanting and
     avoiding the same value; more *want* values on one (slot, attribute) than the annotation has
@@ -311,7 +356,9 @@ def structural_spurious(task: Task, identified: list[Preference],
             k = (0 if single else g.slot, m.key(g.attribute).name)
             gold_count[k] = gold_count.get(k, 0) + 1
     seen: dict[tuple[int, str], int] = {}
-    wants = {(0 if single else q.slot, m.key(q.attribute).name, padded(q.value)) for q in identified if q.polarity == "want"}
+    wants = {
+        (0 if single else q.slot, m.key(q.attribute).name, padded(q.value)) for q in identified if q.polarity == "want"
+    }
     for q in identified:
         s = 0 if single else q.slot
         name = m.key(q.attribute).name
@@ -328,13 +375,24 @@ def structural_spurious(task: Task, identified: list[Preference],
     return out
 
 
-def match_identified(gold: list[Preference], identified: list[Preference], n_products: int | None = None,
-                     matcher: ValueMatcher | None = None) -> list[int | None]:
+def match_identified(
+    gold: list[Preference],
+    identified: list[Preference],
+    n_products: int | None = None,
+    matcher: ValueMatcher | None = None,
+) -> list[int | None]:
     """For each gold preference, the index of the identified preference matched to it (or None):
     the stage-1 matching of :func:`match_preferences` (slot, attribute, value, polarity)."""
     n = n_products if n_products is not None else (max([g.slot for g in gold] + [0]) + 1)
-    task = Task(task_id="_", instruction="", user_id="_", history=[], needle_session_ids=[], preferences=list(gold),
-                slots=[ProductSlot(product_type="item", reference_product_id="_") for _ in range(max(1, n))])
+    task = Task(
+        task_id="_",
+        instruction="",
+        user_id="_",
+        history=[],
+        needle_session_ids=[],
+        preferences=list(gold),
+        slots=[ProductSlot(product_type="item", reference_product_id="_") for _ in range(max(1, n))],
+    )
     return match_preferences(task, identified, matcher).matches
 
 
@@ -434,18 +492,8 @@ class RuleJudge:
     def _stage1(self, task: Task, traj: Trajectory) -> Verdict:
         """Stage-1 fields (module docstring)."""
         base = self._base(task, 1)
-        reasons: list[str] = []
-        identified = traj.identified_preferences
-        if identified is None:
-            from shopping_companion.envs.parsing import parse_preferences
-
-            if traj.final_answer is None:
-                identified = []
-                reasons.append(f"the stage ended without an answer ({traj.termination})")
-            else:
-                identified, err = parse_preferences(traj.final_answer)
-                if err:
-                    reasons.append(f"answer not parsable as preferences: {err}")
+        identified, why = identified_preferences(traj)
+        reasons: list[str] = [why] if why else []
         res = match_preferences(task, identified, self.matcher, self.grounding(task))
         addon = bool(base["b"])
         reasons.append(f"{len(identified)} preference(s) identified" if identified else "no preference identified")
@@ -465,9 +513,14 @@ class RuleJudge:
             c1 = min(len(res.slots_hit), task.n_products)
             reasons.append(f"correct preferences for {c1} of {task.n_products} product(s)")
         return Verdict(
-            **base, q1=q1, m1=res.m1, c1=c1, h1=res.h1,
+            **base,
+            q1=q1,
+            m1=res.m1,
+            c1=c1,
+            h1=res.h1,
             success=res.m1 == len(task.preferences) and res.h1 == 0,
-            matched=matched, reasons=reasons,
+            matched=matched,
+            reasons=reasons,
         )
 
     # ------------------------------------------------------------------ stage 2
@@ -479,20 +532,13 @@ class RuleJudge:
         base = self._base(task, 2)
         N, addon = task.n_products, bool(base["b"])
         reasons: list[str] = []
-        ids = list(dict.fromkeys(traj.recommended_ids))
-        if not ids and traj.final_answer:
-            from shopping_companion.envs.parsing import extract_rec_ids
-
-            ids = extract_rec_ids(traj.final_answer)[0]
+        ids = recommended_ids(traj)
         try:
             found = dict(self.lookup(list(ids))) if ids else {}
         except Exception as e:  # a catalog failure is a judge failure, never a 0 reward
             return Verdict(**base, failed=True, reasons=[f"catalog lookup failed: {type(e).__name__}: {e}"])
 
-        returned: set[str] = set()
-        for r in traj.tool_results:
-            if r.name in PRODUCT_TOOLS and r.error is None:
-                returned.update(r.returned_ids)
+        returned = shown_product_ids(traj)
 
         p2 = 1
         if len(ids) != N:
@@ -570,13 +616,17 @@ class RuleJudge:
             else:
                 total, discount, same_shop = bundle_cost(prods, task)
                 if not same_shop:
-                    reasons.append("products are from different shops: " + ", ".join(sorted({p.shop_id for p in prods})))
+                    reasons.append(
+                        "products are from different shops: " + ", ".join(sorted({p.shop_id for p in prods}))
+                    )
                 elif total is None:
                     reasons.append("budget not checkable: a product has no price")
                 else:
                     pay = total - discount
                     if task.budget is not None and pay > task.budget + 1e-6:
-                        reasons.append(f"total {total:g} - discount {discount:g} = {pay:g} exceeds budget {task.budget:g}")
+                        reasons.append(
+                            f"total {total:g} - discount {discount:g} = {pay:g} exceeds budget {task.budget:g}"
+                        )
                     else:
                         u2 = 1
                         reasons.append(f"total {total:g} - discount {discount:g} = {pay:g} within budget")
@@ -585,8 +635,15 @@ class RuleJudge:
         if addon:
             success = success and n2 == N and u2 == 1
         return Verdict(
-            **base, p2=p2, q2=q2, m2=m2, n2=n2 if addon else None, u2=u2, success=success,
-            matched=matched, reasons=reasons or ["all checks passed"],
+            **base,
+            p2=p2,
+            q2=q2,
+            m2=m2,
+            n2=n2 if addon else None,
+            u2=u2,
+            success=success,
+            matched=matched,
+            reasons=reasons or ["all checks passed"],
         )
 
     @staticmethod
@@ -614,6 +671,7 @@ class RuleJudge:
         if k >= N:
             candidates: Iterable[list[int | None]] = (list(p) for p in itertools.permutations(range(k), N))
         else:
+
             def gen() -> Iterable[list[int | None]]:
                 for p in itertools.permutations(range(N), k):
                     a: list[int | None] = [None] * N

@@ -1,10 +1,17 @@
-"""The chat-backend protocol every policy implements (DESIGN.md §9)."""
+"""The chat-backend protocol every policy implements (docs/architecture.md, backends)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+from shopping_companion.errors import BackendError, ContextLengthError, CircuitOpenError  # noqa: F401 - re-exported
+
+Messages = list[dict[str, Any]]
+"""OpenAI-style chat messages: dicts with ``role``, ``content`` and optional ``tool_call_id``/``name``/``tool_calls``."""
+
+ToolSchemas = list[dict[str, Any]]
+"""OpenAI function schemas (``{"type": "function", "function": {"name", "description", "parameters"}}``)."""
 
 
 class Sampling(BaseModel):
@@ -50,22 +57,6 @@ class AssistantMessage(BaseModel):
     finish_reason: str | None = None
 
 
-class BackendError(RuntimeError):
-    """The backend could not produce a message after its retries (recorded, never scored)."""
-
-
-class ContextLengthError(BackendError):
-    """The server refused the request because the prompt exceeds the model's context window
-    (e.g. HTTP 400 "maximum context length"). Not retried. For a policy this is a model failure:
-    the stage ends with termination ``context_length`` and is scored with what it did so far."""
-
-
-class CircuitOpenError(RuntimeError):
-    """Too many consecutive connection failures or timeouts across a run: the endpoint is
-    considered down and the run stops (the CLI exits with status 2). Deliberately *not* a
-    :class:`BackendError`, so episode code that records backend errors does not swallow it."""
-
-
 @runtime_checkable
 class ChatBackend(Protocol):
     """``chat(messages, tools, sampling) -> AssistantMessage``.
@@ -77,8 +68,5 @@ class ChatBackend(Protocol):
     name: str
 
     def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        sampling: Sampling | None = None,
+        self, messages: Messages, tools: ToolSchemas | None = None, sampling: Sampling | None = None
     ) -> AssistantMessage: ...

@@ -6,13 +6,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+from shopping_companion.errors import CallTimeout  # noqa: F401 - re-exported
 
 T = TypeVar("T")
-
-
-class CallTimeout(TimeoutError):
-    """A bounded call did not finish within its seconds (it goes on in a daemon thread; its
-    result is dropped)."""
 
 
 def call_within(fn: Callable[[], T], seconds: float | None, name: str = "bounded-call") -> T:

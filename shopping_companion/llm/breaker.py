@@ -136,8 +136,10 @@ class CircuitBreaker:
             self._opened.clear()
 
     def __repr__(self) -> str:
-        return (f"CircuitBreaker(endpoint={self.endpoint!r}, threshold={self.threshold}, "
-                f"failures={self.failures}, open={self.is_open})")
+        return (
+            f"CircuitBreaker(endpoint={self.endpoint!r}, threshold={self.threshold}, "
+            f"failures={self.failures}, open={self.is_open})"
+        )
 
 
 _REGISTRY: dict[tuple[str, int], CircuitBreaker] = {}

@@ -1,4 +1,4 @@
-"""A local Hugging Face checkpoint as a :class:`~shopping_companion.llm.base.ChatBackend` (DESIGN.md §9).
+"""A local Hugging Face checkpoint as a :class:`~shopping_companion.llm.base.ChatBackend` (docs/architecture.md, backends).
 
 :class:`LocalTransformersBackend` loads a causal LM and its tokenizer with ``transformers`` (CPU or
 GPU), optionally with a LoRA adapter through ``peft``, and produces one assistant turn per
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.llm.base import AssistantMessage, BackendError, Sampling
+from shopping_companion.llm.base import AssistantMessage, BackendError, Messages, Sampling, ToolSchemas
 
 __all__ = ["LocalTransformersBackend"]
 
@@ -117,33 +117,38 @@ class LocalTransformersBackend:
         stop = []
         if self.tokenizer.eos_token_id is not None:
             stop.append(int(self.tokenizer.eos_token_id))
-        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in self.tokenizer.get_vocab() else None
+        im_end = (
+            self.tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in self.tokenizer.get_vocab() else None
+        )
         if im_end is not None and im_end not in stop:
             stop.append(int(im_end))
         self.stop_token_ids = stop
-        self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
-                             else (stop[0] if stop else 0))
+        self.pad_token_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (stop[0] if stop else 0)
+        )
         base = f"local:{p.name}"
         self.name = name or (base + (f"+lora:{Path(self.adapter_path).name}" if self.adapter_path else ""))
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(name={self.name!r}, model_path={self.model_path!r}, device={self.device!r}, "
-                f"dtype={self.dtype!r}, adapter_path={self.adapter_path!r})")
+        return (
+            f"{type(self).__name__}(name={self.name!r}, model_path={self.model_path!r}, device={self.device!r}, "
+            f"dtype={self.dtype!r}, adapter_path={self.adapter_path!r})"
+        )
 
     # ------------------------------------------------------------------ the protocol
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    def render(self, messages: Messages, tools: ToolSchemas | None = None) -> str:
         """The prompt text the model sees for ``messages`` and ``tools``."""
         return self.tokenizer.apply_chat_template(
-            _template_messages(messages), tools=list(tools) if tools else None,
-            add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs,
+            _template_messages(messages),
+            tools=list(tools) if tools else None,
+            add_generation_prompt=True,
+            tokenize=False,
+            **self.chat_template_kwargs,
         )
 
     def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        sampling: Sampling | None = None,
+        self, messages: Messages, tools: ToolSchemas | None = None, sampling: Sampling | None = None
     ) -> AssistantMessage:
         """One assistant turn (module docstring). Raises :class:`BackendError` when the prompt
         does not fit the model's context or generation fails."""
@@ -182,9 +187,7 @@ class LocalTransformersBackend:
                     torch.manual_seed(int(sampling.seed) + len(messages))
                 with torch.inference_mode():
                     out = self.model.generate(
-                        input_ids=ids.to(self.device),
-                        attention_mask=torch.ones_like(ids).to(self.device),
-                        **gen_kwargs,
+                        input_ids=ids.to(self.device), attention_mask=torch.ones_like(ids).to(self.device), **gen_kwargs
                     )
             except Exception as e:
                 raise BackendError(f"{self.name}: generation failed: {type(e).__name__}: {e}") from None
@@ -200,15 +203,11 @@ class LocalTransformersBackend:
         if prompt.rstrip().endswith("<think>") and "</think>" in text and "<think>" not in text.split("</think>")[0]:
             text = "<think>\n" + text
         return AssistantMessage(
-            content=text,
-            prompt_tokens=n_prompt,
-            completion_tokens=len(new),
-            latency_s=latency,
-            finish_reason=finish,
+            content=text, prompt_tokens=n_prompt, completion_tokens=len(new), latency_s=latency, finish_reason=finish
         )
 
 
-def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _template_messages(messages: Messages) -> list[dict[str, Any]]:
     """Copies of ``messages`` with structured tool-call arguments decoded from JSON strings."""
     out = []
     for m in messages:

@@ -1,4 +1,4 @@
-"""OpenAI-compatible chat backend (vLLM, SGLang, OpenAI or any compatible provider). DESIGN.md §9.
+"""OpenAI-compatible chat backend (vLLM, SGLang, OpenAI or any compatible provider). docs/architecture.md, backends.
 
 :class:`OpenAIBackend` implements :class:`~shopping_companion.llm.base.ChatBackend` on top of the
 official ``openai`` client (``chat.completions``):
@@ -71,8 +71,10 @@ from shopping_companion.llm.base import (
     BackendError,
     CircuitOpenError,
     ContextLengthError,
+    Messages,
     Sampling,
     StructuredToolCall,
+    ToolSchemas,
 )
 from shopping_companion.llm.bounded import CallTimeout, call_within
 from shopping_companion.llm.breaker import (
@@ -83,6 +85,7 @@ from shopping_companion.llm.breaker import (
     positive_int,
     positive_seconds,
 )
+from shopping_companion.resources import Closeable
 
 if TYPE_CHECKING:  # the openai package is imported lazily (it is slow to import)
     from openai import OpenAI
@@ -222,7 +225,7 @@ def _is_retryable_status(status: int) -> bool:
     return status in RETRYABLE_STATUS or status >= 500
 
 
-class OpenAIBackend:
+class OpenAIBackend(Closeable):
     """A :class:`~shopping_companion.llm.base.ChatBackend` for any OpenAI-compatible server.
 
     Args:
@@ -287,8 +290,11 @@ class OpenAIBackend:
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigError(f"max_retries: must be an integer >= 0, got {max_retries!r}")
         breaker_threshold = positive_int("breaker_threshold", breaker_threshold)
-        for field, value in (("backoff_s", backoff_s), ("max_backoff_s", max_backoff_s),
-                             ("backoff_jitter", backoff_jitter)):
+        for field, value in (
+            ("backoff_s", backoff_s),
+            ("max_backoff_s", max_backoff_s),
+            ("backoff_jitter", backoff_jitter),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"{field}: must be a number >= 0, got {value!r}")
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
@@ -319,7 +325,7 @@ class OpenAIBackend:
         # Kept only to scrub it out of error messages.
         self._secrets = tuple(s for s in {key} if s and s != PLACEHOLDER_API_KEY)
         self._secret_grams = frozenset(
-            s[i:i + MIN_SECRET_RUN] for s in self._secrets for i in range(len(s) - MIN_SECRET_RUN + 1)
+            s[i : i + MIN_SECRET_RUN] for s in self._secrets for i in range(len(s) - MIN_SECRET_RUN + 1)
         )
 
         import openai
@@ -331,9 +337,7 @@ class OpenAIBackend:
             max_retries=0,  # retries are ours (see chat())
             default_headers=dict(default_headers) if default_headers else None,
             # the hooks hand each attempt's sockets to its watchdog (see _bounded)
-            http_client=openai.DefaultHttpxClient(
-                event_hooks={"request": [_on_request], "response": [_on_response]}
-            ),
+            http_client=openai.DefaultHttpxClient(event_hooks={"request": [_on_request], "response": [_on_response]}),
         )
         self.endpoint = self._scrub(_endpoint_of(str(self._client.base_url)))
         self._breaker = breaker if breaker is not None else breaker_for(self.endpoint, breaker_threshold)
@@ -347,9 +351,7 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, **overrides: Any
-    ) -> OpenAIBackend:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIBackend:
         """Build a backend from ``SHOPCOMP_*`` environment variables; ``overrides`` win.
 
         ``SHOPCOMP_MODEL`` (required unless ``model=`` is passed), ``SHOPCOMP_BASE_URL``,
@@ -357,20 +359,12 @@ class OpenAIBackend:
         ``OPENAI_API_KEY``), ``SHOPCOMP_TIMEOUT_S``, ``SHOPCOMP_MAX_RETRIES``.
         """
         fields = OpenAIBackendConfig.model_fields
-        config = OpenAIBackendConfig.from_env(
-            env, **{k: v for k, v in overrides.items() if k in fields}
-        )
+        config = OpenAIBackendConfig.from_env(env, **{k: v for k, v in overrides.items() if k in fields})
         return config.build(**{k: v for k, v in overrides.items() if k not in fields})
 
     def close(self) -> None:
         """Close the underlying HTTP connection pool."""
         self._client.close()
-
-    def __enter__(self) -> OpenAIBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (
@@ -398,34 +392,47 @@ class OpenAIBackend:
         url = self._scrub(str(self.base_url))
         parts = urlsplit(str(self.base_url))
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise self._error(f"{self.name}: base_url {url!r} is not an http:// or https:// URL with a host "
-                              "(e.g. http://localhost:8000/v1)", 1, None)
+            raise self._error(
+                f"{self.name}: base_url {url!r} is not an http:// or https:// URL with a host "
+                "(e.g. http://localhost:8000/v1)",
+                1,
+                None,
+            )
         timeout = openai.Timeout(self.timeout_s, connect=connect_timeout_s)
         client = self._client.with_options(timeout=timeout, max_retries=0)
         try:
             self._bounded(client.models.list, self.timeout_s + connect_timeout_s)
         except _AttemptTimeout:
-            log.warning("%s: %s did not answer GET /models within %gs; going on", self.name, url,
-                        self.timeout_s + connect_timeout_s)
+            log.warning(
+                "%s: %s did not answer GET /models within %gs; going on",
+                self.name,
+                url,
+                self.timeout_s + connect_timeout_s,
+            )
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             cause = exc.__cause__ or exc.__context__
             # the HTTP library's ConnectError / ConnectTimeout (matched by name: openai 1.x uses
             # httpx, later versions another package with the same exception names)
-            if cause is not None and type(cause).__name__ in ("ConnectError", "ConnectTimeout", "UnsupportedProtocol",
-                                                              "InvalidURL"):
+            if cause is not None and type(cause).__name__ in (
+                "ConnectError",
+                "ConnectTimeout",
+                "UnsupportedProtocol",
+                "InvalidURL",
+            ):
                 detail = self._scrub(str(cause)) or type(cause).__name__
-                raise self._error(f"{self.name}: cannot reach {url}: {type(cause).__name__}: {detail} "
-                                  "(is a server listening there, with that scheme?)", 1, None) from None
+                raise self._error(
+                    f"{self.name}: cannot reach {url}: {type(cause).__name__}: {detail} "
+                    "(is a server listening there, with that scheme?)",
+                    1,
+                    None,
+                ) from None
             log.warning("%s: %s answered GET /models oddly (%s); going on", self.name, url, self._describe(exc))
         except Exception:  # noqa: BLE001 - an HTTP error or an answer we cannot parse: the server is there
             return
 
     # ------------------------------------------------------------------ the protocol
     def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        sampling: Sampling | None = None,
+        self, messages: Messages, tools: ToolSchemas | None = None, sampling: Sampling | None = None
     ) -> AssistantMessage:
         """One assistant turn, within ``deadline_s`` seconds of wall clock (each attempt within
         ``timeout_s``).
@@ -456,9 +463,11 @@ class OpenAIBackend:
             start = time.perf_counter()
             try:
                 text = self._bounded(
-                    lambda: self._client.chat.completions.with_raw_response.create(
-                        **kwargs, timeout=budget
-                    ).http_response.text,
+                    lambda: (
+                        self._client.chat.completions.with_raw_response.create(
+                            **kwargs, timeout=budget
+                        ).http_response.text
+                    ),
                     budget,
                 )
                 latency = time.perf_counter() - start
@@ -480,7 +489,9 @@ class OpenAIBackend:
                 if is_context_length_error(exc.status_code, f"{detail} {self._body_text(exc)}"):
                     raise self._error(
                         f"{self.name}: prompt exceeds the model's context ({last_error}); not retried",
-                        made, last_status, ContextLengthError,
+                        made,
+                        last_status,
+                        ContextLengthError,
                     ) from None
                 if not _is_retryable_status(exc.status_code):
                     raise self._error(
@@ -505,7 +516,11 @@ class OpenAIBackend:
                     break
                 log.warning(
                     "%s: attempt %d/%d failed (%s); retrying in %.2fs",
-                    self.name, attempt + 1, attempts, last_error, delay,
+                    self.name,
+                    attempt + 1,
+                    attempts,
+                    last_error,
+                    delay,
                 )
                 self._breaker.sleep(delay)
         elapsed = time.monotonic() - started
@@ -537,12 +552,7 @@ class OpenAIBackend:
             raise _AttemptTimeout(f"no complete answer within {budget:g}s") from None
 
     # ------------------------------------------------------------------ internals
-    def _request_kwargs(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        sampling: Sampling,
-    ) -> dict[str, Any]:
+    def _request_kwargs(self, messages: Messages, tools: ToolSchemas | None, sampling: Sampling) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": list(messages),
@@ -603,17 +613,17 @@ class OpenAIBackend:
                 args = json.dumps(args, ensure_ascii=False)
             calls.append(
                 StructuredToolCall(
-                    id=str(call.get("id") or f"call_{i}"),
-                    name=str(fn.get("name") or ""),
-                    arguments=args,
+                    id=str(call.get("id") or f"call_{i}"), name=str(fn.get("name") or ""), arguments=args
                 )
             )
 
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         finish = choice.get("finish_reason")
         if self._secret_grams:
-            calls = [c.model_copy(update={"name": self._scrub_reply(c.name), "arguments": self._scrub_reply(c.arguments)})
-                     for c in calls]
+            calls = [
+                c.model_copy(update={"name": self._scrub_reply(c.name), "arguments": self._scrub_reply(c.arguments)})
+                for c in calls
+            ]
         return AssistantMessage(
             content=self._scrub_reply(content) or "",
             reasoning=self._scrub_reply(reasoning),
@@ -639,13 +649,14 @@ class OpenAIBackend:
         middle part), or any bearer token; cut to ``limit`` characters (500; None: not cut)."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        if (self._secret_grams and len(text) >= MIN_SECRET_RUN
-                and any(g in text for g in self._secret_grams)):  # fast C scans before the slow pass
+        if (
+            self._secret_grams and len(text) >= MIN_SECRET_RUN and any(g in text for g in self._secret_grams)
+        ):  # fast C scans before the slow pass
             n = MIN_SECRET_RUN
             hit = [False] * len(text)
             for i in range(len(text) - n + 1):
-                if text[i:i + n] in self._secret_grams:
-                    hit[i:i + n] = [True] * n
+                if text[i : i + n] in self._secret_grams:
+                    hit[i : i + n] = [True] * n
             if any(hit):
                 out: list[str] = []
                 for i, ch in enumerate(text):
@@ -688,8 +699,9 @@ class OpenAIBackend:
         except (TypeError, ValueError):
             return str(body)
 
-    def _error(self, message: str, attempts: int, status: int | None,
-               kind: type[BackendError] = BackendError) -> BackendError:
+    def _error(
+        self, message: str, attempts: int, status: int | None, kind: type[BackendError] = BackendError
+    ) -> BackendError:
         err = kind(self._scrub(message))
         err.attempts = attempts  # type: ignore[attr-defined]
         err.status_code = status  # type: ignore[attr-defined]
@@ -776,8 +788,11 @@ class OpenAIBackendConfig(BaseModel):
     def __init__(self, **values: Any) -> None:
         # checked before pydantic so the caller gets a ConfigError naming the field, not a
         # ValidationError about NoneType (numeric strings from YAML/env are still accepted)
-        for key, check in (("timeout_s", positive_seconds), ("deadline_s", positive_seconds),
-                           ("breaker_threshold", positive_int)):
+        for key, check in (
+            ("timeout_s", positive_seconds),
+            ("deadline_s", positive_seconds),
+            ("breaker_threshold", positive_int),
+        ):
             if key not in values:
                 continue
             value = values[key]
@@ -792,9 +807,7 @@ class OpenAIBackendConfig(BaseModel):
         super().__init__(**values)
 
     @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, **overrides: Any
-    ) -> OpenAIBackendConfig:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIBackendConfig:
         """Read ``SHOPCOMP_MODEL`` (required unless ``model=`` is given), ``SHOPCOMP_BASE_URL``,
         ``SHOPCOMP_API_KEY_ENV``, ``SHOPCOMP_TIMEOUT_S``, ``SHOPCOMP_DEADLINE_S`` (seconds > 0),
         ``SHOPCOMP_MAX_RETRIES`` and ``SHOPCOMP_BREAKER_THRESHOLD`` (``env`` defaults to
@@ -809,9 +822,12 @@ class OpenAIBackendConfig(BaseModel):
             values["base_url"] = env[ENV_BASE_URL].strip()
         if env.get(ENV_API_KEY_ENV, "").strip():
             values["api_key_env"] = env[ENV_API_KEY_ENV].strip()
-        for var, key, conv in ((ENV_TIMEOUT_S, "timeout_s", float), (ENV_DEADLINE_S, "deadline_s", float),
-                               (ENV_MAX_RETRIES, "max_retries", int),
-                               (ENV_BREAKER_THRESHOLD, "breaker_threshold", int)):
+        for var, key, conv in (
+            (ENV_TIMEOUT_S, "timeout_s", float),
+            (ENV_DEADLINE_S, "deadline_s", float),
+            (ENV_MAX_RETRIES, "max_retries", int),
+            (ENV_BREAKER_THRESHOLD, "breaker_threshold", int),
+        ):
             raw = env.get(var, "").strip()
             if raw:
                 try:
@@ -819,8 +835,9 @@ class OpenAIBackendConfig(BaseModel):
                 except ValueError:
                     raise ConfigError(f"{var}: expected a number, got {raw!r}") from None
                 try:
-                    check = positive_seconds if conv is float else (
-                        positive_int if key == "breaker_threshold" else None)
+                    check = (
+                        positive_seconds if conv is float else (positive_int if key == "breaker_threshold" else None)
+                    )
                     if check is not None:
                         check(key, values[key])
                 except ConfigError as e:

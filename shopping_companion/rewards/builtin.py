@@ -31,13 +31,8 @@ from shopping_companion.errors import ConfigError
 from shopping_companion.rewards.format import format_indicators, format_reward_from_indicators
 from shopping_companion.rewards.outcome import outcome_reward
 from shopping_companion.rewards.rubric import RewardContext, RewardOutput, reward
-from shopping_companion.rewards.tool_wise import (
-    MEMORY_TOOLS,
-    PRODUCT_TOOLS,
-    semantic_tool_wise_reward,
-    tool_call_reward,
-    trajectory_tool_results,
-)
+from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
+from shopping_companion.rewards.tool_wise import tool_call_scores, trajectory_tool_results
 
 __all__: list[str] = []
 
@@ -60,9 +55,7 @@ def _matcher(ctx: RewardContext) -> Any:
     if kind == "llm":
         judge = ctx.resources.get("llm_judge")
         if judge is None or not hasattr(judge, "match_products"):
-            raise ConfigError(
-                "tool_wise matcher 'llm' needs the rubric resource 'llm_judge' (an LLMJudge)"
-            )
+            raise ConfigError("tool_wise matcher 'llm' needs the rubric resource 'llm_judge' (an LLMJudge)")
         return judge.match_products
     raise ConfigError(f"tool_wise matcher: must be 'rule' or 'llm', got {kind!r}")
 
@@ -74,11 +67,12 @@ def _tool_scores(ctx: RewardContext) -> tuple[list, list[float], dict[str, float
     if unknown:
         raise ConfigError(f"tool_wise params: unknown {sorted(unknown)}; allowed: semantic_fallback, matcher")
     if mode in ("off", None, False):
-        return results, [tool_call_reward(r, ctx.task) for r in results], {}
+        per_call, _ = ctx.memo("tool_exact", lambda: tool_call_scores(results, ctx.task))
+        return results, per_call, {}
 
-    def compute() -> tuple[float, list[float], dict[str, float]]:
-        return semantic_tool_wise_reward(
-            ctx.trajectory,
+    def compute() -> tuple[list[float], dict[str, float]]:
+        return tool_call_scores(
+            results,
             ctx.task,
             lookup=ctx.resources.get("lookup"),
             mode=mode,
@@ -86,7 +80,7 @@ def _tool_scores(ctx: RewardContext) -> tuple[list, list[float], dict[str, float
             session_lookup=ctx.resources.get("session_lookup"),
         )
 
-    _, per_call, info = ctx.memo(f"tool_semantic:{mode}:{ctx.params.get('matcher', 'rule')}", compute)
+    per_call, info = ctx.memo(f"tool_semantic:{mode}:{ctx.params.get('matcher', 'rule')}", compute)
     return results, per_call, info
 
 
@@ -96,12 +90,7 @@ def tool_wise(ctx: RewardContext) -> RewardOutput:
     results, per_call, info = _tool_scores(ctx)
     mem = [x for r, x in zip(results, per_call) if r.name in MEMORY_TOOLS]
     prod = [x for r, x in zip(results, per_call) if r.name in PRODUCT_TOOLS]
-    metrics = {
-        "tool_mem_mean": _mean(mem),
-        "tool_prod_mean": _mean(prod),
-        "n_tool_calls": float(len(per_call)),
-        **info,
-    }
+    metrics = {"tool_mem_mean": _mean(mem), "tool_prod_mean": _mean(prod), "n_tool_calls": float(len(per_call)), **info}
     return RewardOutput(_mean(per_call), metrics, per_tool_call=list(per_call))
 
 

@@ -1,4 +1,4 @@
-"""Rewards as plug-ins: reward functions, the :class:`Rubric` that weights them (DESIGN.md §7).
+"""Rewards as plug-ins: reward functions, the :class:`Rubric` that weights them (docs/architecture.md, rewards).
 
 Reward functions
     A reward function takes one :class:`RewardContext` (task, trajectory, verdict, stage, the
@@ -174,8 +174,7 @@ class RewardFunction:
         if isinstance(out, bool) or isinstance(out, (int, float)):
             return RewardOutput(_finite(self.name, "value", out))
         raise ValueError(
-            f"reward {self.name!r} returned {type(out).__name__}; expected float, dict[str, float] "
-            "or RewardOutput"
+            f"reward {self.name!r} returned {type(out).__name__}; expected float, dict[str, float] or RewardOutput"
         )
 
 
@@ -208,8 +207,13 @@ def reward(
         n = name or getattr(fn, "__name__", None)
         if not n:
             raise ConfigError("reward: a name is required for an object without __name__")
-        rf = RewardFunction(fn=fn, name=n, key=key or n, needs=_check_needs(needs, f"reward {n!r}"),
-                            description=description or (fn.__doc__ or "").strip().split("\n")[0])
+        rf = RewardFunction(
+            fn=fn,
+            name=n,
+            key=key or n,
+            needs=_check_needs(needs, f"reward {n!r}"),
+            description=description or (fn.__doc__ or "").strip().split("\n")[0],
+        )
         if register:
             registry.register(n, rf, replace=replace)
         return rf
@@ -313,7 +317,9 @@ class Rubric:
         keys = [m.key for m in ms]
         dup = sorted({k for k in keys if keys.count(k) > 1})
         if dup:
-            raise ConfigError(f"rubric {name!r}: several members log under the same key {dup}; give each a distinct 'key'")
+            raise ConfigError(
+                f"rubric {name!r}: several members log under the same key {dup}; give each a distinct 'key'"
+            )
         self.name = name
         self.members: tuple[RubricMember, ...] = tuple(ms)
         self.resources: dict[str, Any] = dict(resources or {})
@@ -351,7 +357,7 @@ class Rubric:
     ) -> Rubric:
         """Build from a YAML file path, a mapping ``{name, rewards: [entry, ...]}`` or a bare list
         of entries (:class:`RubricEntry`). Raises :class:`ConfigError` naming the problem."""
-        from shopping_companion.config import load_config
+        from shopping_companion.config import load_config, validation_message
 
         if isinstance(config, list):
             data: dict[str, Any] = {"rewards": config}
@@ -361,7 +367,7 @@ class Rubric:
         try:
             cfg = _RubricConfig.model_validate(data)
         except ValidationError as err:
-            raise ConfigError(f"{where}: {err}") from None
+            raise ConfigError(validation_message(_RubricConfig, err, where)) from None
         return cls([e.model_dump() for e in cfg.rewards], name=cfg.name, resources=resources, registry=registry)
 
     def with_resources(self, **resources: Any) -> Rubric:
@@ -397,9 +403,7 @@ class Rubric:
             raise ValueError(f"verdict has b={verdict.b} but task {task.task_id!r} is {task.task_type!r}")
         if verdict.failed and self._needs_verdict:
             reason = "; ".join(verdict.reasons) or "no reason given"
-            raise JudgeFailedError(
-                f"judge {verdict.judge!r} failed ({reason}); a failed verdict cannot be scored"
-            )
+            raise JudgeFailedError(f"judge {verdict.judge!r} failed ({reason}); a failed verdict cannot be scored")
         memo: dict[str, Any] = {}
         values: dict[str, float] = {}
         metrics: dict[str, float] = {}
@@ -442,9 +446,7 @@ def paper_rubric(resources: Mapping[str, Any] | None = None, **tool_wise_params:
     """Eq. 12: ``R = R_z + R_tool + R_fmt`` with unit weights. ``tool_wise_params`` (e.g.
     ``semantic_fallback="auto"``) go to the ``tool_wise`` member."""
     return Rubric(
-        [("outcome", 1.0), ("tool_wise", 1.0, tool_wise_params), ("format", 1.0)],
-        name="paper",
-        resources=resources,
+        [("outcome", 1.0), ("tool_wise", 1.0, tool_wise_params), ("format", 1.0)], name="paper", resources=resources
     )
 
 
@@ -458,10 +460,7 @@ def outcome_only_rubric(resources: Mapping[str, Any] | None = None, **tool_wise_
     )
 
 
-BUILTIN_RUBRICS: dict[str, Callable[..., Rubric]] = {
-    "paper": paper_rubric,
-    "outcome_only": outcome_only_rubric,
-}
+BUILTIN_RUBRICS: dict[str, Callable[..., Rubric]] = {"paper": paper_rubric, "outcome_only": outcome_only_rubric}
 
 
 def load_rubric(

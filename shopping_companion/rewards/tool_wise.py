@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
+from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
 from shopping_companion.errors import ConfigError
 from shopping_companion.types import Product, Session, Task, ToolResult, Trajectory
 
@@ -63,24 +64,31 @@ __all__ = [
     "semantic_tool_wise_reward",
     "session_matches",
     "tool_call_reward",
+    "tool_call_scores",
     "tool_wise_reward",
     "trajectory_tool_results",
 ]
 
-MEMORY_TOOLS = frozenset({"mem_search", "mem_view"})
-PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
 
-
-def _precision(result: ToolResult, gold: Iterable[str], *, per_item: bool = False) -> float:
-    """Share of ``result.returned_ids`` in ``gold``: over distinct ids, or over every listed id
-    when ``per_item`` (each entry is one retrieved item, e.g. a ``mem_search`` turn)."""
+def _precision(
+    result: ToolResult, gold: Iterable[str], *, per_item: bool = False, matched: Mapping[str, bool] | None = None
+) -> float:
+    """Share of ``result.returned_ids`` that are in ``gold`` (or judged matching in ``matched``,
+    the semantic fallback): over distinct ids, or over every listed id when ``per_item`` (each
+    entry is one retrieved item, e.g. a ``mem_search`` turn). 0 for an errored or empty result."""
     if result.error is not None:
         return 0.0
     returned = list(result.returned_ids) if per_item else list(dict.fromkeys(result.returned_ids))
     if not returned:
         return 0.0
     gold_set = set(gold)
-    return sum(1 for i in returned if i in gold_set) / len(returned)
+    extra = matched or {}
+    return sum(1 for i in returned if i in gold_set or extra.get(i, False)) / len(returned)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    """Eq. 10's mean over U(τ); 0 when there is no call."""
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 def memory_call_reward(result: ToolResult, gold_session_ids: Iterable[str]) -> float:
@@ -130,9 +138,7 @@ def trajectory_tool_results(trajectory: Trajectory) -> list[ToolResult]:
             if rs:
                 out.append(rs.pop(0))
             else:
-                out.append(
-                    ToolResult(call_id=call.call_id, name=call.name, content="", error="no result recorded")
-                )
+                out.append(ToolResult(call_id=call.call_id, name=call.name, content="", error="no result recorded"))
         for rs in by_id.values():
             out.extend(rs)
     return out
@@ -142,10 +148,10 @@ def tool_wise_reward(trajectory: Trajectory, task: Task) -> tuple[float, list[fl
     """R_tool (Eq. 10): the mean of r(u) over all tool calls U(τ); 0 when there are none.
 
     Returns ``(R_tool, per_call)`` with ``per_call`` in the order of
-    :func:`trajectory_tool_results`.
+    :func:`trajectory_tool_results` (exact id matching: :func:`semantic_tool_wise_reward` with
+    ``mode="off"``).
     """
-    per_call = [tool_call_reward(r, task) for r in trajectory_tool_results(trajectory)]
-    total = sum(per_call) / len(per_call) if per_call else 0.0
+    total, per_call, _ = semantic_tool_wise_reward(trajectory, task, mode="off")
     return total, per_call
 
 
@@ -201,23 +207,30 @@ def session_matches(task: Task, session: Session) -> bool:
 def reference_ids_available(task: Task, lookup: ProductLookup | None) -> bool:
     """Exact product-id matching is possible: the task names reference ids and (when a lookup is
     given) the catalog knows all of them."""
-    refs = [r for r in task.reference_product_ids if r]
-    if not refs:
-        return False
-    if lookup is None:
-        return True
-    found = lookup(list(refs))
-    return all(r in found for r in refs)
+    return _gold_available(task.reference_product_ids, lookup)
 
 
 def _needles_available(task: Task, session_lookup: SessionLookup | None) -> bool:
-    ids = [s for s in task.needle_session_ids if s]
+    """Exact session-id matching is possible: the task names needle sessions and (with a
+    ``session_lookup``) all of them are known."""
+    return _gold_available(task.needle_session_ids, session_lookup)
+
+
+def _gold_available(gold: Iterable[str], lookup: Callable[[list[str]], Mapping[str, object]] | None) -> bool:
+    ids = [i for i in gold if i]
     if not ids:
         return False
-    if session_lookup is None:
+    if lookup is None:
         return True
-    found = session_lookup(list(ids))
-    return all(s in found for s in ids)
+    found = lookup(ids)
+    return all(i in found for i in ids)
+
+
+def _returned_ids(results: Sequence[ToolResult], tools: tuple[str, ...], exclude: set[str]) -> list[str]:
+    """Sorted ids returned by the successful calls of ``tools`` in ``results``, less ``exclude``."""
+    return sorted(
+        {i for r in results if r.name in tools and r.error is None for i in r.returned_ids if i not in exclude}
+    )
 
 
 def semantic_tool_wise_reward(
@@ -246,13 +259,36 @@ def semantic_tool_wise_reward(
     Raises :class:`ConfigError` when semantic matching is needed but no ``lookup`` (products) is
     given, or ``mode`` is unknown.
     """
+    per_call, info = tool_call_scores(
+        trajectory_tool_results(trajectory),
+        task,
+        lookup=lookup,
+        mode=mode,
+        matcher=matcher,
+        session_lookup=session_lookup,
+    )
+    return _mean(per_call), per_call, info
+
+
+def tool_call_scores(
+    results: Sequence[ToolResult],
+    task: Task,
+    *,
+    lookup: ProductLookup | None = None,
+    mode: FallbackMode = "off",
+    matcher: ProductMatcher | None = None,
+    session_lookup: SessionLookup | None = None,
+) -> tuple[list[float], dict[str, float]]:
+    """r(u) ∈ [0, 1] for each result of U(τ) (:func:`trajectory_tool_results`), in order: Eqs. 8–9
+    by exact ids (:func:`tool_call_reward`) with ``mode="off"``, with the semantic fallback of
+    §5.3 otherwise (arguments as :func:`semantic_tool_wise_reward`, the one place R_tool's per-call
+    scores are computed). Returns ``(per_call, info)``, ``info`` holding ``tool_semantic_calls``
+    and ``tool_semantic_matched``. Raises :class:`ConfigError` for an unknown ``mode`` or a
+    missing product ``lookup`` when semantic matching is needed."""
     if mode not in ("off", "auto", "always"):
         raise ConfigError(f"semantic_fallback: must be 'off', 'auto' or 'always', got {mode!r}")
-    results = trajectory_tool_results(trajectory)
     if mode == "off":
-        per_call = [tool_call_reward(r, task) for r in results]
-        return (sum(per_call) / len(per_call) if per_call else 0.0), per_call, {
-            "tool_semantic_calls": 0.0, "tool_semantic_matched": 0.0}
+        return [tool_call_reward(r, task) for r in results], {"tool_semantic_calls": 0.0, "tool_semantic_matched": 0.0}
 
     has_prod = any(r.name in PRODUCT_TOOLS for r in results)
     has_mem = any(r.name in MEMORY_TOOLS for r in results)
@@ -274,8 +310,7 @@ def semantic_tool_wise_reward(
     # one matcher call for every product needing a decision
     prod_match: dict[str, bool] = {}
     if prod_semantic:
-        need = sorted({i for r in results if r.name in PRODUCT_TOOLS and r.error is None
-                       for i in r.returned_ids if i not in gold_products})
+        need = _returned_ids(results, PRODUCT_TOOLS, gold_products)
         if need:
             assert lookup is not None
             found = lookup(need)
@@ -286,8 +321,7 @@ def semantic_tool_wise_reward(
             prod_match = {p.product_id: bool(d) for p, d in zip(prods, decisions)}
     sess_match: dict[str, bool] = {}
     if mem_semantic and session_lookup is not None:
-        need = sorted({i for r in results if r.name in MEMORY_TOOLS and r.error is None
-                       for i in r.returned_ids if i not in gold_sessions})
+        need = _returned_ids(results, MEMORY_TOOLS, gold_sessions)
         if need:
             found_s = session_lookup(need)
             sess_match = {i: session_matches(task, s) for i, s in found_s.items()}
@@ -297,25 +331,15 @@ def semantic_tool_wise_reward(
     for r in results:
         if r.name in PRODUCT_TOOLS and prod_semantic:
             n_sem += 1
-            per_call.append(_precision_with(r, gold_products, prod_match))
+            per_call.append(_precision(r, gold_products, matched=prod_match))
         elif r.name in MEMORY_TOOLS and mem_semantic:
             n_sem += 1
-            per_call.append(_precision_with(r, gold_sessions, sess_match))
+            # mem_search lists one session id per retrieved turn (Eq. 8 counts items)
+            per_call.append(_precision(r, gold_sessions, per_item=r.name == "mem_search", matched=sess_match))
         else:
             per_call.append(tool_call_reward(r, task))
     info = {
         "tool_semantic_calls": float(n_sem),
         "tool_semantic_matched": float(sum(prod_match.values()) + sum(sess_match.values())),
     }
-    return (sum(per_call) / len(per_call) if per_call else 0.0), per_call, info
-
-
-def _precision_with(result: ToolResult, gold: set[str], matched: Mapping[str, bool]) -> float:
-    if result.error is not None:
-        return 0.0
-    # mem_search lists one session id per retrieved turn (Eq. 8 counts items); others: distinct ids
-    per_item = result.name == "mem_search"
-    returned = list(result.returned_ids) if per_item else list(dict.fromkeys(result.returned_ids))
-    if not returned:
-        return 0.0
-    return sum(1 for i in returned if i in gold or matched.get(i, False)) / len(returned)
+    return per_call, info

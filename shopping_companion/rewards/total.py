@@ -4,28 +4,31 @@
 any other weighting is a :class:`~shopping_companion.rewards.rubric.Rubric`. :func:`safe_reward`
 is what a runner calls when a judge may fail: it returns ``None`` — "judge failed, not scored" —
 instead of raising, so a judge failure is recorded as such and never enters metrics as a 0.
+:func:`unscored_breakdown` is the breakdown recorded for such a stage, and :func:`score_stage`
+judges and rewards one stage, turning every judge failure into that breakdown and a message.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from typing import Any, Callable
 
 from shopping_companion.judges.base import JudgeFailedError
 from shopping_companion.rewards.rubric import Rubric, paper_rubric
 from shopping_companion.types import RewardBreakdown, Task, Trajectory, Verdict
 
-__all__ = ["compute_reward", "safe_reward"]
+RewardFn = Callable[[Task, Trajectory, Verdict], RewardBreakdown]
+
+__all__ = ["compute_reward", "judge_stage", "safe_reward", "score_stage", "unscored_breakdown"]
 
 log = logging.getLogger(__name__)
 
-_PAPER: Rubric | None = None
 
-
+@functools.cache
 def _paper() -> Rubric:
-    global _PAPER
-    if _PAPER is None:
-        _PAPER = paper_rubric()
-    return _PAPER
+    """The paper's rubric, built on first use."""
+    return paper_rubric()
 
 
 def compute_reward(task: Task, trajectory: Trajectory, verdict: Verdict) -> RewardBreakdown:
@@ -53,11 +56,80 @@ def safe_reward(
     metric averages. Any other error (a verdict for the wrong stage, a bad config) still raises.
     """
     if verdict.failed:
-        log.warning("task %s stage %s: judge %s failed, not scored: %s", task.task_id, trajectory.stage,
-                    verdict.judge, "; ".join(verdict.reasons))
+        log.warning(
+            "task %s stage %s: judge %s failed, not scored: %s",
+            task.task_id,
+            trajectory.stage,
+            verdict.judge,
+            "; ".join(verdict.reasons),
+        )
         return None
     try:
         return (rubric or _paper())(task, trajectory, verdict)
     except JudgeFailedError as e:
         log.warning("task %s stage %s: not scored: %s", task.task_id, trajectory.stage, e)
         return None
+
+
+def unscored_breakdown(stage: int, **extra: float) -> RewardBreakdown:
+    """The breakdown recorded for a stage that is not scored (its judge failed, a judge inside the
+    reward failed, or a scoring deadline ran out): ``total`` 0.0 and components
+    ``judge_failed`` = 1.0, then ``extra`` (e.g. ``deadline_missed=1.0``), then ``stage``.
+
+    Consumers recognise it by ``components["judge_failed"] > 0`` and must leave the stage out of
+    reward and metric averages (never train on the 0.0). ``stage`` is 1 or 2; ``ValueError``
+    otherwise.
+    """
+    if stage not in (1, 2):
+        raise ValueError(f"stage: must be 1 or 2, got {stage!r}")
+    return RewardBreakdown(
+        total=0.0, components={"judge_failed": 1.0, **{k: float(v) for k, v in extra.items()}, "stage": float(stage)}
+    )
+
+
+def judge_stage(
+    judge: Any, task: Task, trajectory: Trajectory, *, reraise: tuple[type[BaseException], ...] = ()
+) -> tuple[Verdict | None, str | None]:
+    """``judge.judge(task, trajectory)`` with its failures as data: ``(verdict, error)``.
+
+    ``error`` is None for a usable verdict, ``"judge failed: <Type>: <message>"`` (message cut to
+    300 characters; ``verdict`` None) when the judge raised, and ``"judge failed: <reasons>"``
+    for a verdict with ``failed=True``. Exceptions of the types in ``reraise`` propagate.
+    """
+    try:
+        verdict = judge.judge(task, trajectory)
+    except reraise:
+        raise
+    except Exception as e:  # a judge failure is recorded, never scored as 0
+        return None, f"judge failed: {type(e).__name__}: {str(e)[:300]}"
+    if verdict.failed:
+        return verdict, "judge failed: " + ("; ".join(verdict.reasons) or "no reason given")
+    return verdict, None
+
+
+def score_stage(
+    judge: Any,
+    reward_fn: RewardFn,
+    task: Task,
+    trajectory: Trajectory,
+    *,
+    reraise: tuple[type[BaseException], ...] = (),
+) -> tuple[Verdict | None, RewardBreakdown, str | None]:
+    """Judge one stage trajectory (``judge.judge(task, trajectory)``) and reward it
+    (``reward_fn(task, trajectory, verdict)``), never scoring a judge failure as 0.
+
+    Returns ``(verdict, reward, error)``: ``error`` is None when the stage was scored; otherwise
+    ``reward`` is :func:`unscored_breakdown` of the trajectory's stage and ``error`` says why: the
+    messages of :func:`judge_stage` (``verdict`` None when the judge raised), or ``"judge failed
+    inside the reward: <message>"`` (cut to 300 characters) when the reward raised
+    :class:`~shopping_companion.judges.base.JudgeFailedError`. Exceptions of the types in
+    ``reraise`` (e.g. a circuit breaker saying the judge's endpoint is down) propagate; so does
+    any error of ``reward_fn`` other than ``JudgeFailedError``.
+    """
+    verdict, error = judge_stage(judge, task, trajectory, reraise=reraise)
+    if verdict is None or error is not None:
+        return verdict, unscored_breakdown(trajectory.stage), error
+    try:
+        return verdict, reward_fn(task, trajectory, verdict), None
+    except JudgeFailedError as e:  # a judge used inside the reward failed (or a scoring deadline passed)
+        return verdict, unscored_breakdown(trajectory.stage), f"judge failed inside the reward: {str(e)[:300]}"

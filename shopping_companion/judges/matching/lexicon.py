@@ -40,10 +40,28 @@ from shopping_companion.judges.matching.quantity import UNIT_ALIASES
 __all__ = ["Concept", "Vocabulary", "KeySpec", "ResolvedKey", "Lexicon", "load_lexicon", "GENERIC_KEY_WORDS"]
 
 #: Words that qualify an attribute name without changing it ("neck type" is "neck").
-GENERIC_KEY_WORDS = frozenset({
-    "type", "style", "kind", "preference", "preferred", "choice", "option", "favourite", "favorite",
-    "desired", "wanted", "required", "ideal", "main", "primary", "overall", "product", "item",
-})
+GENERIC_KEY_WORDS = frozenset(
+    {
+        "type",
+        "style",
+        "kind",
+        "preference",
+        "preferred",
+        "choice",
+        "option",
+        "favourite",
+        "favorite",
+        "desired",
+        "wanted",
+        "required",
+        "ideal",
+        "main",
+        "primary",
+        "overall",
+        "product",
+        "item",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -294,7 +312,9 @@ def _vocabulary(path: Path, name: str | None = None) -> Vocabulary:
             raise ConfigError(f"lexicon file {path}: concept {cname!r} must be a mapping (forms, broader)")
         extra = set(body) - _CONCEPT_FIELDS
         if extra:
-            raise ConfigError(f"lexicon file {path}: concept {cname!r}: unknown fields {sorted(extra)}; allowed: forms, broader, contains, note")
+            raise ConfigError(
+                f"lexicon file {path}: concept {cname!r}: unknown fields {sorted(extra)}; allowed: forms, broader, contains, note"
+            )
         forms = tuple(str(f) for f in body.get("forms") or [])
         broader = tuple(str(b) for b in body.get("broader") or [])
         contains = tuple(str(b) for b in body.get("contains") or [])
@@ -324,17 +344,23 @@ def load_lexicon(path: str | None = None) -> Lexicon:
         v = _vocabulary(f)
         vocabularies[v.name] = v
     pt_file = root / "product_types.yaml"
-    product_types = _vocabulary(pt_file, "product_type") if pt_file.exists() else Vocabulary("product_type", {}, frozenset())
+    product_types = (
+        _vocabulary(pt_file, "product_type") if pt_file.exists() else Vocabulary("product_type", {}, frozenset())
+    )
     keys: dict[str, KeySpec] = {}
     alias: dict[str, tuple[str, str, str | None]] = {}
     for kname, body in (keys_doc.get("keys") or {}).items():
         body = body or {}
         extra = set(body) - _KEY_FIELDS
         if extra:
-            raise ConfigError(f"lexicon keys.yaml: key {kname!r}: unknown fields {sorted(extra)}; allowed: {sorted(_KEY_FIELDS)}")
+            raise ConfigError(
+                f"lexicon keys.yaml: key {kname!r}: unknown fields {sorted(extra)}; allowed: {sorted(_KEY_FIELDS)}"
+            )
         kind = str(body.get("kind") or "category")
         if kind not in ("category", "quantity", "text"):
-            raise ConfigError(f"lexicon keys.yaml: key {kname!r}: kind must be category, quantity or text, got {kind!r}")
+            raise ConfigError(
+                f"lexicon keys.yaml: key {kname!r}: kind must be category, quantity or text, got {kind!r}"
+            )
         vocab = body.get("vocabulary")
         if vocab is not None and vocab not in vocabularies:
             raise ConfigError(f"lexicon keys.yaml: key {kname!r}: vocabulary {vocab!r} has no file values/{vocab}.yaml")
@@ -343,15 +369,21 @@ def load_lexicon(path: str | None = None) -> Lexicon:
             raise ConfigError(f"lexicon keys.yaml: key {kname!r}: unknown unit {unit!r}")
         dim = body.get("dimension")
         dim = tuple(str(d) for d in dim) if isinstance(dim, list) else ((str(dim),) if dim else None)
-        spec = KeySpec(str(kname), vocab, bool(body.get("multi_valued", False)), kind, dim,
-                       str(unit).lower() if unit else None)
+        spec = KeySpec(
+            str(kname), vocab, bool(body.get("multi_valued", False)), kind, dim, str(unit).lower() if unit else None
+        )
         keys[spec.name] = spec
         entries = [(kname, "primary", None)]
         for role in ("aliases", "secondary"):
             for a in body.get(role) or []:
                 if isinstance(a, dict):
-                    entries.append((a.get("name"), "primary" if role == "aliases" else "secondary",
-                                    str(a["unit"]).lower() if a.get("unit") else None))
+                    entries.append(
+                        (
+                            a.get("name"),
+                            "primary" if role == "aliases" else "secondary",
+                            str(a["unit"]).lower() if a.get("unit") else None,
+                        )
+                    )
                 else:
                     entries.append((a, "primary" if role == "aliases" else "secondary", None))
         for a, role, u in entries:

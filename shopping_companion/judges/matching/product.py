@@ -32,6 +32,7 @@ occur in the title.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -43,8 +44,23 @@ from shopping_companion.types import Preference, Product, ProductSlot
 
 __all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
 
-UNINFORMATIVE = frozenset({"", "na", "n a", "none", "nan", "null", "not applicable", "no", "other", "others",
-                           "unknown", "not specified", "default"})
+UNINFORMATIVE = frozenset(
+    {
+        "",
+        "na",
+        "n a",
+        "none",
+        "nan",
+        "null",
+        "not applicable",
+        "no",
+        "other",
+        "others",
+        "unknown",
+        "not specified",
+        "default",
+    }
+)
 _SPLIT_MULTI = re.compile(r"\s*[,;|/]\s*")
 _TITLE_HEAD_SPLIT = re.compile(r"\s+(?:for|compatible\s+with|with|fits|designed\s+for)\s+", re.IGNORECASE)
 _TYPE_FILLER = frozenset({"pair", "set", "pack", "men", "women", "boy", "girl", "kid", "unisex", "baby", "adult"})
@@ -160,8 +176,13 @@ class ProductReader:
         fields = self._text_fields(product)
         if gold.constraint is not None and (key.kind == "quantity" or gold.constraint.op != "="):
             for source, text in fields:
-                qs = self._quantities_for(key, text, gold.constraint.dim, title=source == "title",
-                                          volume=bool(key.spec and key.spec.dimension and "volume" in key.spec.dimension))
+                qs = self._quantities_for(
+                    key,
+                    text,
+                    gold.constraint.dim,
+                    title=source == "title",
+                    volume=bool(key.spec and key.spec.dimension and "volume" in key.spec.dimension),
+                )
                 if qs:
                     ok = gold.constraint.admits_product(qs, per_item=not is_amount(key))
                     return Evidence(ok if want else not ok, source, f"{source} states {qs[0].text!r}")
@@ -193,8 +214,10 @@ class ProductReader:
             near = []
             for q in qs:
                 i = t.find(q.text)
-                window = t[max(0, i - 30): i + len(q.text) + 20] if i >= 0 else ""
-                if any(w[:4] in window for w in words if len(w) >= 3) or re.search(r"\b(wide|high|tall|deep|long)\b", window):
+                window = t[max(0, i - 30) : i + len(q.text) + 20] if i >= 0 else ""
+                if any(w[:4] in window for w in words if len(w) >= 3) or re.search(
+                    r"\b(wide|high|tall|deep|long)\b", window
+                ):
                     near.append(q)
             if near:
                 return near
@@ -233,8 +256,12 @@ class ProductReader:
     def is_relevant(self, product: Product, slot: ProductSlot) -> bool:
         """The product is the kind of product the slot asks for (module docstring)."""
         v = self.types
-        same_cat = bool(slot.category_path and product.category_path
-                        and phrase(product.category) and phrase(product.category) == phrase(slot.category_path[-1]))
+        same_cat = bool(
+            slot.category_path
+            and product.category_path
+            and phrase(product.category)
+            and phrase(product.category) == phrase(slot.category_path[-1])
+        )
         parts = [p for p in _COMPOUND_CAT.split(product.category) if p.strip()]
         compound = len(parts) > 1
         cat_types = [t for p in parts for t in v.find(p, prose=True)[-1:]]
@@ -286,12 +313,8 @@ def _title_types(vocab: Vocabulary, title: str, brand: str | None = None) -> tup
     return vocab.find(title, prose=True)
 
 
-_DEFAULT: ProductReader | None = None
-
-
+@functools.cache
 def default_reader() -> ProductReader:
-    """The process-wide reader over :func:`~shopping_companion.judges.matching.values.default_matcher`."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = ProductReader()
-    return _DEFAULT
+    """The process-wide reader over :func:`~shopping_companion.judges.matching.values.default_matcher`
+    (built on first use)."""
+    return ProductReader()

@@ -50,31 +50,91 @@ Op = Literal["=", "<=", "<", ">=", ">", "range"]
 
 #: unit spelling (lower case) -> pint unit name
 UNIT_ALIASES: dict[str, str] = {
-    "mm": "millimeter", "millimeter": "millimeter", "millimetre": "millimeter", "millimeters": "millimeter",
+    "mm": "millimeter",
+    "millimeter": "millimeter",
+    "millimetre": "millimeter",
+    "millimeters": "millimeter",
     "millimetres": "millimeter",
-    "cm": "centimeter", "cms": "centimeter", "centimeter": "centimeter", "centimetre": "centimeter",
-    "centimeters": "centimeter", "centimetres": "centimeter",
-    "m": "meter", "meter": "meter", "metre": "meter", "meters": "meter", "metres": "meter", "mtr": "meter",
+    "cm": "centimeter",
+    "cms": "centimeter",
+    "centimeter": "centimeter",
+    "centimetre": "centimeter",
+    "centimeters": "centimeter",
+    "centimetres": "centimeter",
+    "m": "meter",
+    "meter": "meter",
+    "metre": "meter",
+    "meters": "meter",
+    "metres": "meter",
+    "mtr": "meter",
     "km": "kilometer",
-    "in": "inch", "inch": "inch", "inches": "inch", '"': "inch", "″": "inch",
-    "ft": "foot", "feet": "foot", "foot": "foot",
-    "mg": "milligram", "g": "gram", "gm": "gram", "gms": "gram", "gram": "gram", "grams": "gram", "gr": "gram",
-    "kg": "kilogram", "kgs": "kilogram", "kilo": "kilogram", "kilos": "kilogram", "kilogram": "kilogram",
-    "kilograms": "kilogram", "lb": "pound", "lbs": "pound", "pound": "pound", "pounds": "pound",
-    "oz": "ounce", "ounce": "ounce", "ounces": "ounce",
-    "ml": "milliliter", "millilitre": "milliliter", "milliliter": "milliliter", "milliliters": "milliliter",
-    "millilitres": "milliliter", "l": "liter", "ltr": "liter", "ltrs": "liter", "litre": "liter", "liter": "liter",
-    "litres": "liter", "liters": "liter", "cl": "centiliter",
-    "kb": "kilobyte", "mb": "megabyte", "gb": "gigabyte", "tb": "terabyte",
-    "floz": "fluid_ounce", "mah": "milliampere_hour", "ah": "ampere_hour", "w": "watt", "watt": "watt", "watts": "watt",
-    "kw": "kilowatt", "v": "volt", "volt": "volt", "volts": "volt", "hz": "hertz", "khz": "kilohertz",
-    "mhz": "megahertz", "ghz": "gigahertz",
+    "in": "inch",
+    "inch": "inch",
+    "inches": "inch",
+    '"': "inch",
+    "″": "inch",
+    "ft": "foot",
+    "feet": "foot",
+    "foot": "foot",
+    "mg": "milligram",
+    "g": "gram",
+    "gm": "gram",
+    "gms": "gram",
+    "gram": "gram",
+    "grams": "gram",
+    "gr": "gram",
+    "kg": "kilogram",
+    "kgs": "kilogram",
+    "kilo": "kilogram",
+    "kilos": "kilogram",
+    "kilogram": "kilogram",
+    "kilograms": "kilogram",
+    "lb": "pound",
+    "lbs": "pound",
+    "pound": "pound",
+    "pounds": "pound",
+    "oz": "ounce",
+    "ounce": "ounce",
+    "ounces": "ounce",
+    "ml": "milliliter",
+    "millilitre": "milliliter",
+    "milliliter": "milliliter",
+    "milliliters": "milliliter",
+    "millilitres": "milliliter",
+    "l": "liter",
+    "ltr": "liter",
+    "ltrs": "liter",
+    "litre": "liter",
+    "liter": "liter",
+    "litres": "liter",
+    "liters": "liter",
+    "cl": "centiliter",
+    "kb": "kilobyte",
+    "mb": "megabyte",
+    "gb": "gigabyte",
+    "tb": "terabyte",
+    "floz": "fluid_ounce",
+    "mah": "milliampere_hour",
+    "ah": "ampere_hour",
+    "w": "watt",
+    "watt": "watt",
+    "watts": "watt",
+    "kw": "kilowatt",
+    "v": "volt",
+    "volt": "volt",
+    "volts": "volt",
+    "hz": "hertz",
+    "khz": "kilohertz",
+    "mhz": "megahertz",
+    "ghz": "gigahertz",
 }
 
 _NUM = r"(\d{1,12}(?:[.,]\d{1,6})?)"  # bounded digit runs: no quadratic backtracking on "1111…"
-_UNIT = r"(mm|millimet(?:er|re)s?|cms?|centimet(?:er|re)s?|km|met(?:er|re)s?|mtr|m|inch(?:es)?|in|\"|″|ft|feet|foot|" \
-        r"mg|kgs?|kilos?|kilograms?|grams?|gms?|gr|g|lbs?|pounds?|ounces?|oz|ml|millilit(?:er|re)s?|cl|ltrs?|" \
-        r"lit(?:er|re)s?|l|kb|mb|gb|tb|mah|ah|kw|watts?|w|volts?|v|khz|mhz|ghz|hz)(?![a-z])"
+_UNIT = (
+    r"(mm|millimet(?:er|re)s?|cms?|centimet(?:er|re)s?|km|met(?:er|re)s?|mtr|m|inch(?:es)?|in|\"|″|ft|feet|foot|"
+    r"mg|kgs?|kilos?|kilograms?|grams?|gms?|gr|g|lbs?|pounds?|ounces?|oz|ml|millilit(?:er|re)s?|cl|ltrs?|"
+    r"lit(?:er|re)s?|l|kb|mb|gb|tb|mah|ah|kw|watts?|w|volts?|v|khz|mhz|ghz|hz)(?![a-z])"
+)
 _QTY_RE = re.compile(_NUM + r"\s*-?\s*" + _UNIT, re.IGNORECASE)
 #: a number followed by a unit, or a comparison word / sign: the text states a quantity
 HAS_UNIT_OR_OP = re.compile(
@@ -91,15 +151,23 @@ _BARE_NUM_RE = re.compile(_NUM)
 _PACK_BEFORE = re.compile(r"(\d{1,4})\s*x\s*$")
 _PACK_OF = re.compile(r"\b(?:pack|set|box|case)\s+of\s+(\d{1,4})\b|\b(\d{1,4})\s*(?:pcs|pieces|packs)\b")
 
-_LE = re.compile(r"\b(?:at\s+most|up\s+to|no\s+more\s+than|not\s+more\s+than|max(?:imum)?|not\s+over|"
-                 r"no\s+(?:wider|taller|longer|deeper|heavier|bigger|larger|higher|broader|thicker)\s+than|"
-                 r"within)\b|<=|≤|=<")
-_LT = re.compile(r"\b(?:under|less\s+than|below|smaller\s+than|lighter\s+than|narrower\s+than|shorter\s+than|"
-                 r"lower\s+than|fewer\s+than)\b|<")
-_GE = re.compile(r"\b(?:at\s+least|min(?:imum)?|no\s+less\s+than|not\s+less\s+than|or\s+more|or\s+above|"
-                 r"or\s+bigger|or\s+larger|and\s+above)\b|>=|≥|=>")
-_GT = re.compile(r"\b(?:over|more\s+than|above|bigger\s+than|larger\s+than|wider\s+than|longer\s+than|"
-                 r"heavier\s+than|higher\s+than|taller\s+than|greater\s+than)\b|>")
+_LE = re.compile(
+    r"\b(?:at\s+most|up\s+to|no\s+more\s+than|not\s+more\s+than|max(?:imum)?|not\s+over|"
+    r"no\s+(?:wider|taller|longer|deeper|heavier|bigger|larger|higher|broader|thicker)\s+than|"
+    r"within)\b|<=|≤|=<"
+)
+_LT = re.compile(
+    r"\b(?:under|less\s+than|below|smaller\s+than|lighter\s+than|narrower\s+than|shorter\s+than|"
+    r"lower\s+than|fewer\s+than)\b|<"
+)
+_GE = re.compile(
+    r"\b(?:at\s+least|min(?:imum)?|no\s+less\s+than|not\s+less\s+than|or\s+more|or\s+above|"
+    r"or\s+bigger|or\s+larger|and\s+above)\b|>=|≥|=>"
+)
+_GT = re.compile(
+    r"\b(?:over|more\s+than|above|bigger\s+than|larger\s+than|wider\s+than|longer\s+than|"
+    r"heavier\s+than|higher\s+than|taller\s+than|greater\s+than)\b|>"
+)
 
 
 @lru_cache(maxsize=1)
@@ -221,7 +289,9 @@ def _num(s: str) -> float:
     return float(s.replace(",", "."))
 
 
-def _to_base(value: float, unit: str | None, default_unit: str | None, volume: bool = False) -> tuple[float, str] | None:
+def _to_base(
+    value: float, unit: str | None, default_unit: str | None, volume: bool = False
+) -> tuple[float, str] | None:
     u = unit or default_unit
     if not u:
         return value, ""
@@ -245,7 +315,7 @@ def parse_constraint(text: str, default_unit: str | None = None, volume: bool = 
     if not any(ch.isdigit() for ch in s):
         return None
     m = _RANGE_RE.search(s)
-    if m and (m.group(2) or m.group(4) or default_unit) and "x" not in s[m.start():m.end()]:
+    if m and (m.group(2) or m.group(4) or default_unit) and "x" not in s[m.start() : m.end()]:
         unit_hi = m.group(4) or m.group(2)
         unit_lo = m.group(2) or unit_hi
         lo = _to_base(_num(m.group(1)), unit_lo, default_unit, volume)
@@ -268,7 +338,9 @@ def parse_constraint(text: str, default_unit: str | None = None, volume: bool = 
     op: Op = "="
     if _LE.search(before):
         op = "<="
-    elif _GE.search(before) or re.search(r"\b(?:or\s+more|or\s+above|and\s+above|or\s+bigger|or\s+larger)\b|\+\s*$", after):
+    elif _GE.search(before) or re.search(
+        r"\b(?:or\s+more|or\s+above|and\s+above|or\s+bigger|or\s+larger)\b|\+\s*$", after
+    ):
         op = ">="
     elif _LT.search(before):
         op = "<"
@@ -306,7 +378,7 @@ def parse_quantities(text: str, default_unit: str | None = None, volume: bool = 
         n = int(pack_of.group(1) or pack_of.group(2))
         out += [Quantity(v * n, d, f"{m.group(0)} x {n}", True) for m, v, d in found]
     for k in range(1, len(found)):  # "100 g + 250 g + …": the combo's total
-        between = s[found[k - 1][0].end():found[k][0].start()]
+        between = s[found[k - 1][0].end() : found[k][0].start()]
         if "+" in between and found[k][2] == found[0][2]:
             total = sum(v for _, v, d in found[: k + 1] if d == found[0][2])
             out.append(Quantity(total, found[0][2], "total", True))

@@ -53,12 +53,18 @@ __all__ = ["Value", "ValueMatcher", "Similarity", "default_matcher", "split_nega
 #: ``similarity(a, b) -> cosine in [-1, 1]`` (e.g. MiniLM embeddings, see :mod:`.similarity`).
 Similarity = Callable[[str, str], float]
 
-_HEDGE = re.compile(r"\s+(?:or|and/or)\s+(?!(?:less|more|above|below|under|over|smaller|bigger|larger|so)\b)"
-                    r"|[,;|]|(?<!\d)/(?!\d)", re.IGNORECASE)
+_HEDGE = re.compile(
+    r"\s+(?:or|and/or)\s+(?!(?:less|more|above|below|under|over|smaller|bigger|larger|so)\b)"
+    r"|[,;|]|(?<!\d)/(?!\d)",
+    re.IGNORECASE,
+)
 #: "not navy", "no cotton", "anything but Nike", "cotton-free" — but not "no wider than 150 cm"
-_NEGATION = re.compile(r"^\s*(?:not|no|non|never|without|anything\s+but|anything\s+except|except|avoid|avoiding|"
-                       r"none\s+of)\b(?!\s+(?:\w+er|more|less|fewer|over|under|above|below)\s+than\b)"
-                       r"(?!\s+(?:more|less|over|under|above|below)\b)[\s-]*|[\s-]+free\s*$", re.IGNORECASE)
+_NEGATION = re.compile(
+    r"^\s*(?:not|no|non|never|without|anything\s+but|anything\s+except|except|avoid|avoiding|"
+    r"none\s+of)\b(?!\s+(?:\w+er|more|less|fewer|over|under|above|below)\s+than\b)"
+    r"(?!\s+(?:more|less|over|under|above|below)\b)[\s-]*|[\s-]+free\s*$",
+    re.IGNORECASE,
+)
 _PCT_BEFORE = re.compile(r"(\d+(?:\.\d+)?)\s*%\s*([A-Za-z][A-Za-z \-]{1,40})")
 _PCT_AFTER = re.compile(r"([A-Za-z][A-Za-z \-]{1,40}?)\s*[-:]?\s*(\d+(?:\.\d+)?)\s*%")
 
@@ -92,8 +98,9 @@ class ValueMatcher:
             calibrated value shipped with the lexicon (``data/calibration.yaml``).
     """
 
-    def __init__(self, lexicon: Lexicon | None = None, similarity: Similarity | None = None,
-                 threshold: float | None = None) -> None:
+    def __init__(
+        self, lexicon: Lexicon | None = None, similarity: Similarity | None = None, threshold: float | None = None
+    ) -> None:
         self.lexicon = lexicon or load_lexicon()
         self.similarity = similarity
         self.threshold = float(threshold if threshold is not None else calibrated_threshold())
@@ -139,8 +146,15 @@ class ValueMatcher:
         shares: tuple[tuple[str, float | None], ...] = ()
         if vocab is not None and vocab.name == "material" and concepts:
             shares = _composition(vocab, text, concepts)
-        return Value(text, phrase(text), tuple(dict.fromkeys(concepts)), vocab.name if vocab else None,
-                     constraint, shares, partial)
+        return Value(
+            text,
+            phrase(text),
+            tuple(dict.fromkeys(concepts)),
+            vocab.name if vocab else None,
+            constraint,
+            shares,
+            partial,
+        )
 
     # ------------------------------------------------------------------ equivalence (stage 1)
     def equivalent(self, key: ResolvedKey, a: str, b: str) -> bool:
@@ -172,8 +186,13 @@ class ValueMatcher:
         ta, tb = set(tokens(va.text)), set(tokens(vb.text))
         if ta == tb:
             return True
-        if ta and ta <= tb and len(tb - ta) <= 1 and va.constraint is None and (
-                not (va.concepts and vb.concepts) or va.partial or vb.partial):
+        if (
+            ta
+            and ta <= tb
+            and len(tb - ta) <= 1
+            and va.constraint is None
+            and (not (va.concepts and vb.concepts) or va.partial or vb.partial)
+        ):
             return True  # free text: one extra word naming the same thing ("Brother TN 660" for TN660)
         kt = set(tokens(key.name))
         if kt and (ta - kt) and (ta - kt) == (tb - kt):
@@ -226,8 +245,9 @@ class ValueMatcher:
         if vg.empty:
             return False
         vp = self.parse(key, value)
-        if vg.constraint is not None and (key.kind == "quantity" or vg.constraint.op != "="
-                                          or _HAS_UNIT_OR_OP.search(gold)):
+        if vg.constraint is not None and (
+            key.kind == "quantity" or vg.constraint.op != "=" or _HAS_UNIT_OR_OP.search(gold)
+        ):
             qs = parse_quantities(value, key.unit, _is_volume(key))
             if qs:
                 return vg.constraint.admits_product(qs, per_item=not is_amount(key))
@@ -276,8 +296,11 @@ class ValueMatcher:
             for q in parse_quantities(text, None, _is_volume(key)):
                 if v.constraint.op == "=" and v.constraint.admits(q):
                     return True
-                if v.constraint.op != "=" and q.dim == v.constraint.dim \
-                        and abs(q.value - v.constraint.lo) <= REL_TOL * abs(v.constraint.lo or 1):
+                if (
+                    v.constraint.op != "="
+                    and q.dim == v.constraint.dim
+                    and abs(q.value - v.constraint.lo) <= REL_TOL * abs(v.constraint.lo or 1)
+                ):
                     return True  # the user named the bound ("nothing over 150 cm")
         return False
 
@@ -306,7 +329,7 @@ def split_negation(text: str) -> tuple[bool, str]:
     m = _NEGATION.search(text or "")
     if m is None:
         return False, text
-    rest = (text[: m.start()] + text[m.end():]).strip()
+    rest = (text[: m.start()] + text[m.end() :]).strip()
     return (True, rest) if rest else (False, text)
 
 
