@@ -48,35 +48,46 @@ Failures inside one episode
     does) before it is written; a result that fails this is replaced by an episode-error record,
     so the file never holds a line that cannot be read back. A :class:`CircuitOpenError` stops the
     run: no new episode starts, the episodes in flight are cancelled, results that finished are
-    written, and the error is raised to the caller (the CLI exits 2).
+    written, and the error is raised to the caller (the CLI exits 4, EXIT_SERVICE).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import fcntl
+import functools
 import hashlib
-import json
 import logging
-import os
 import threading
 import time
-import traceback
 import typing
-from contextlib import contextmanager
-from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, ParamSpec, Sequence, TypeVar
 
 from shopping_companion.benchmark.metrics import STRATEGY_LABELS, strategy_name
-from shopping_companion.benchmark.report import (EPISODE_ERROR_PREFIX, error_kind, final_results, read_results,
-                                                 result_key, scan_results)
+from shopping_companion.benchmark.report import (
+    EPISODE_ERROR_PREFIX,
+    error_kind,
+    final_results,
+    read_results,
+    result_key,
+    scan_results,
+)
 from shopping_companion.envs.env import EnvConfig, Judge, ShoppingCompanionEnv
 from shopping_companion.envs.tools import MemoryBackend, ProductBackend, ToolBox
-from shopping_companion.errors import ConfigError
+from shopping_companion.errors import ConfigError, RunFileReplacedError, RunIdentityError, RunLockedError
 from shopping_companion.llm.base import BackendError, ChatBackend, CircuitOpenError, ContextLengthError, Sampling
+from shopping_companion.runs import (
+    append_error_log,
+    append_line,
+    check_identity,
+    encode_verified_line,
+    errors_log_path,
+    exclusive,
+    identity_path,
+    repair_torn_tail,
+)
 from shopping_companion.types import EpisodeResult, Task
 
 __all__ = [
@@ -91,6 +102,7 @@ __all__ = [
     "arun_evaluation",
     "RunLockedError",
     "RunIdentityError",
+    "RunFileReplacedError",
     "done_keys",
     "identity_path",
     "errors_log_path",
@@ -98,6 +110,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass
@@ -230,8 +244,16 @@ def derive_seed(base: int, task_id: str, trial: int) -> int:
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 
-def _prepare(task: Task, products: ProductBackend, memory: MemoryBackend, judge: Judge,
-             settings: EvalSettings, trial: int, strategy: Strategy | str | None, simulator: Any = None):
+def _prepare(
+    task: Task,
+    products: ProductBackend,
+    memory: MemoryBackend,
+    judge: Judge,
+    settings: EvalSettings,
+    trial: int,
+    strategy: Strategy | str | None,
+    simulator: Any = None,
+):
     if isinstance(strategy, str):
         strategy = Strategy.parse(strategy)
     env_cfg = strategy.env_config(settings.env) if strategy is not None else (settings.env or EnvConfig())
@@ -247,7 +269,7 @@ def _prepare(task: Task, products: ProductBackend, memory: MemoryBackend, judge:
     return env, sampling, seed
 
 
-def run_episode(
+async def arun_episode(
     task: Task,
     backend: ChatBackend,
     products: ProductBackend,
@@ -258,7 +280,9 @@ def run_episode(
     strategy: Strategy | str | None = None,
     simulator: Any = None,
 ) -> EpisodeResult:
-    """Run one full episode synchronously.
+    """Run one full episode on an event loop: backend calls in a worker thread
+    (``asyncio.to_thread``), steps through :meth:`ShoppingCompanionEnv.astep`.
+    :func:`run_episode` is the same call in the calling thread, without an event loop; same result.
 
     A :class:`BackendError` (the backend failed after its own retries) ends the episode with
     ``error`` set and termination ``backend_error``: it is recorded and never scored as 0.
@@ -272,20 +296,13 @@ def run_episode(
     environment would build from ``EnvConfig.simulator``.
     """
     env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
-    while not env.done:
-        try:
-            msg = backend.chat(env.messages, env.tool_schemas, sampling)
-        except ContextLengthError as e:  # a model failure: the stage ends and is scored
-            env.end_stage_model_failure("context_length", str(e))
-            continue
-        except BackendError as e:
-            env.abort("backend_error", str(e))
-            break
-        env.step(msg)
+    await _play(
+        env, sampling, functools.partial(asyncio.to_thread, backend.chat), env.astep, env.aend_stage_model_failure
+    )
     return env.episode_result(policy=backend.name, trial=trial, seed=seed)
 
 
-async def arun_episode(
+def run_episode(
     task: Task,
     backend: ChatBackend,
     products: ProductBackend,
@@ -296,169 +313,62 @@ async def arun_episode(
     strategy: Strategy | str | None = None,
     simulator: Any = None,
 ) -> EpisodeResult:
-    """:func:`run_episode` for an event loop: backend calls in a worker thread
-    (``asyncio.to_thread``), steps through :meth:`ShoppingCompanionEnv.astep`. Same result."""
+    """:func:`arun_episode` in the calling thread, without an event loop or worker threads: the
+    same parameters, failure handling and result."""
     env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
+    _run_inline(_play(env, sampling, _inline(backend.chat), _inline(env.step), _inline(env.end_stage_model_failure)))
+    return env.episode_result(policy=backend.name, trial=trial, seed=seed)
+
+
+async def _play(
+    env: ShoppingCompanionEnv,
+    sampling: Sampling | None,
+    chat: Callable[..., Awaitable[Any]],
+    step: Callable[[Any], Awaitable[Any]],
+    end_stage: Callable[[Any, str], Awaitable[Any]],
+) -> None:
+    """The one step loop of an episode (:func:`run_episode` semantics), given how to call the
+    backend (``chat(messages, tools, sampling)``), step the environment and end a stage on a model
+    failure: awaitables that run in this thread (:func:`_inline`) or in worker threads."""
     while not env.done:
         try:
-            msg = await asyncio.to_thread(backend.chat, env.messages, env.tool_schemas, sampling)
+            msg = await chat(env.messages, env.tool_schemas, sampling)
         except ContextLengthError as e:  # a model failure: the stage ends and is scored
-            await env.aend_stage_model_failure("context_length", str(e))
+            await end_stage("context_length", str(e))
             continue
         except BackendError as e:
             env.abort("backend_error", str(e))
             break
-        await env.astep(msg)
-    return env.episode_result(policy=backend.name, trial=trial, seed=seed)
+        await step(msg)
+
+
+def _inline(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """``fn`` as a coroutine function that calls it right away, in this thread (never suspends)."""
+
+    async def call(*args: Any) -> Any:
+        return fn(*args)
+
+    return call
+
+
+def _run_inline(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (it awaits only :func:`_inline` calls) to its end
+    without an event loop; returns its value, raises what it raises."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("the episode loop suspended, but it runs without an event loop")
 
 
 # --------------------------------------------------------------------------- results file
 
 
-def _repair_tail(path: Path) -> None:
-    """Repair an unterminated last line. A complete, valid result line that only lacks its
-    newline (e.g. after an editor save) is kept and terminated; a torn line left by an interrupted
-    write is cut, and its bytes are appended to ``<results>.torn`` (kept, with a warning)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with open(path, "rb+") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - 1))
-        if f.read(1) == b"\n":
-            return
-        data = path.read_bytes()
-        cut = data.rfind(b"\n") + 1
-        tail = data[cut:]
-        try:
-            EpisodeResult.model_validate_json(tail)
-        except Exception:  # noqa: BLE001 - torn, not JSON, not a result: cut it (kept aside)
-            pass
-        else:
-            f.seek(0, os.SEEK_END)
-            f.write(b"\n")
-            return
-        with open(path.with_name(path.name + ".torn"), "ab") as side:
-            side.write(tail + b"\n")
-        logger.warning("%s: cut a torn last line of %d bytes (kept in %s.torn)", path, len(tail), path.name)
-        f.truncate(cut)
-
-
-class RunLockedError(RuntimeError):
-    """Another process is writing the same results file."""
-
-
-class RunIdentityError(ConfigError):
-    """The results file belongs to a run with a different policy or configuration, or its run
-    identity file is missing or corrupt while it already holds results."""
-
-
-@contextmanager
-def _exclusive(path: Path):
-    """Open ``path`` for appending (binary) and hold an exclusive ``flock`` on the results file
-    itself while the run writes, so two runs never append to one file; yields the open file.
-
-    Raises :class:`RunLockedError` when another process holds it.
-    """
-    fh = open(path, "ab")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise RunLockedError(
-            f"{path} is being written by another running evaluation (it holds a lock on the file); "
-            "wait for it to finish or use another --name"
-        ) from None
-    try:
-        yield fh
-    finally:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-        finally:
-            fh.close()
-
-
-class RunFileReplacedError(RunLockedError):
-    """The results file was deleted or replaced while this run held it open: what the run writes
-    would go to a file nobody can read (and a second writer may own the path now)."""
-
-
-def _check_still_ours(path: Path, fh: Any) -> None:
-    """Raise :class:`RunFileReplacedError` unless ``path`` is still the file ``fh`` has open (the
-    lock is on that file; a deleted or replaced path would silently swallow every later line)."""
-    mine = os.fstat(fh.fileno())
-    try:
-        now = os.stat(path)
-    except FileNotFoundError:
-        now = None
-    if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
-        raise RunFileReplacedError(
-            f"{path} was {'deleted' if now is None else 'replaced'} while this run was writing it; the run "
-            "stopped so that no further result is lost (results written to the removed file are gone with it). "
-            "Rerun the same command to resume from what the path holds now"
-        )
-
-
-def identity_path(results_path: str | Path) -> Path:
-    """``<results stem>.identity.json`` next to the results file."""
-    p = Path(results_path)
-    return p.with_name(p.stem + ".identity.json")
-
-
-def errors_log_path(results_path: str | Path) -> Path:
-    """``<results stem>.errors.log`` next to the results file: tracebacks of episode errors."""
-    p = Path(results_path)
-    return p.with_name(p.stem + ".errors.log")
-
-
-def _check_identity(path: Path, identity: dict[str, Any] | None, force: bool = False) -> None:
-    """Store ``identity`` next to the results on the first run; refuse a different one later.
-
-    A non-empty results file whose identity file is missing or corrupt is refused
-    (:class:`RunIdentityError`) unless ``force``, which adopts ``identity`` for it. ``force``
-    never overrides a readable, different identity.
-    """
-    if identity is None:
-        return
-    ip = identity_path(path)
-    norm = json.loads(json.dumps(identity, sort_keys=True, default=str))
-    old: Any = None
-    problem: str | None = None
-    if ip.is_dir():
-        raise RunIdentityError(f"{ip} is a directory, not a run identity file; remove it (or use another --name)")
-    if ip.exists():
-        try:
-            old = json.loads(ip.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            problem = f"is corrupt ({type(e).__name__}: {str(e)[:120]})"
-        else:
-            if not isinstance(old, dict):
-                problem = f"is corrupt (a JSON {type(old).__name__}, not an object)"
-            elif not old:
-                problem = "is empty ({})"
-    else:
-        problem = "is missing"
-    if problem is None:
-        if old == norm:
-            return
-        diff = sorted(k for k in set(old) | set(norm) if old.get(k) != norm.get(k))
-        details = "; ".join(f"{k}: {old.get(k)!r} → {norm.get(k)!r}" for k in diff)
-        raise RunIdentityError(
-            f"{path} holds results of a different run configuration ({details}); "
-            "use another --name, or delete the run directory to start over"
-        )
-    has_results = path.exists() and path.stat().st_size > 0
-    if has_results and not force:
-        raise RunIdentityError(
-            f"{path} already holds results but its run identity {ip.name} {problem}, so nothing shows they "
-            "were produced by this configuration; use another --name, or pass --force (API: force=True) to "
-            "adopt the current configuration for this results file"
-        )
-    if has_results:
-        logger.warning("%s: run identity %s %s; adopting the current configuration (force)", path, ip.name, problem)
-    tmp = ip.with_suffix(".tmp")
-    tmp.write_text(json.dumps(norm, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(ip)
+def _is_result_line(raw: bytes) -> bool:
+    """A complete :class:`EpisodeResult` line (the torn-tail check of :func:`repair_torn_tail`)."""
+    EpisodeResult.model_validate_json(raw)
+    return True
 
 
 def done_keys(path: Path, retry_errors: bool = True, retry_failed: bool = False) -> set[tuple[str, int, str, str]]:
@@ -487,37 +397,43 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _error_record(task: Task, trial: int, strategy: Strategy, policy: str, seed: int, wall_s: float,
-                  message: str) -> EpisodeResult:
+def _error_record(
+    task: Task, trial: int, strategy: Strategy, policy: str, seed: int, wall_s: float, message: str
+) -> EpisodeResult:
     """The result line of an episode that raised: no stages, ``error`` set, never scored."""
-    return EpisodeResult(task_id=task.task_id, task_type=task.task_type, mode=strategy.mode, hint=strategy.hint,
-                         policy=policy, trial=trial, seed=seed, stages=[], acc=0.0, succ=False,
-                         wall_s=round(wall_s, 4), error=_one_line(EPISODE_ERROR_PREFIX + message))
+    return EpisodeResult(
+        task_id=task.task_id,
+        task_type=task.task_type,
+        mode=strategy.mode,
+        hint=strategy.hint,
+        policy=policy,
+        trial=trial,
+        seed=seed,
+        stages=[],
+        acc=0.0,
+        succ=False,
+        wall_s=round(wall_s, 4),
+        error=_one_line(EPISODE_ERROR_PREFIX + message),
+    )
 
 
 def _log_error(log_path: Path, key: tuple[str, int, str, str], seed: int, what: str, exc: BaseException) -> None:
-    """Append ``exc``'s traceback to the errors log (best effort: a failing log never stops the run)."""
-    head = (f"=== {datetime.now(timezone.utc).isoformat(timespec='seconds')} task {key[0]} trial {key[1]} "
-            f"strategy {strategy_name(key[2], key[3])} seed {seed}: {what}\n")
-    body = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as f:
-            f.write(head + body + "\n")
-    except OSError as e:  # pragma: no cover - disk full, read-only directory
-        logger.error("could not write %s: %s", log_path, e)
+    """Append ``exc``'s traceback to the errors log, headed by the episode's key and seed."""
+    append_error_log(
+        log_path, f"task {key[0]} trial {key[1]} strategy {strategy_name(key[2], key[3])} seed {seed}: {what}", exc
+    )
 
 
 def _encode_line(res: EpisodeResult) -> bytes:
     """``res`` as one UTF-8 JSON line, verified to read back (``json.loads`` and EpisodeResult
-    validation of the exact bytes); raises on any failure."""
-    data = res.model_dump_json().encode("utf-8")
-    if b"\n" in data:
-        raise ValueError("the serialised result contains a newline")
-    json.loads(data)
-    back = EpisodeResult.model_validate_json(data)
-    if result_key(back) != result_key(res):
-        raise ValueError(f"the line reads back as {result_key(back)}, not {result_key(res)}")
-    return data + b"\n"
+    validation of the exact bytes, with the same key); raises on any failure."""
+
+    def same_key(data: bytes) -> None:
+        back = EpisodeResult.model_validate_json(data)
+        if result_key(back) != result_key(res):
+            raise ValueError(f"the line reads back as {result_key(back)}, not {result_key(res)}")
+
+    return encode_verified_line(res.model_dump_json().encode("utf-8"), same_key)
 
 
 # --------------------------------------------------------------------------- the runner
@@ -526,7 +442,7 @@ def _encode_line(res: EpisodeResult) -> bytes:
 EventFn = Callable[[str, tuple[str, int, str, str], float], None]
 
 
-def run_evaluation(
+async def arun_evaluation(
     tasks: Iterable[Task],
     backend: ChatBackend,
     products: ProductBackend,
@@ -546,9 +462,10 @@ def run_evaluation(
     simulator: Any = None,
 ) -> list[EpisodeResult]:
     """Evaluate ``backend`` on ``tasks`` × ``strategies`` × ``settings.trials``, appending to
-    ``results_path``; returns the final result of every requested key (earlier runs' results of
-    those keys included), in file order. Lines of other keys in the file (other tasks, strategies
-    or trials) stay in the file but are not returned.
+    ``results_path``; :func:`run_evaluation` is the same call, blocking (a new event loop; in a
+    worker thread when called from inside a running loop). Returns the final result of every
+    requested key (earlier runs' results of those keys included), in file order. Lines of other
+    keys in the file (other tasks, strategies or trials) stay in the file but are not returned.
 
     Args:
         make_memory: ``task -> MemoryBackend`` (the user's memory store), called in a worker thread.
@@ -574,6 +491,10 @@ def run_evaluation(
     bad strategy or concurrency, :class:`CircuitOpenError` when the endpoint is considered down
     (the run stopped; everything finished before is in the file — rerun to resume). Any other
     exception inside an episode is recorded as that episode's error (module docstring).
+
+    While it runs, the loop's default executor is a thread pool of ``concurrency + 2`` workers
+    (so ``asyncio.to_thread`` is not capped at Python's default pool size); the previous default
+    executor is restored afterwards.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency: must be >= 1, got {concurrency}")
@@ -588,67 +509,46 @@ def run_evaluation(
     tasks = list(tasks)
     path = Path(results_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    coro = arun_evaluation(tasks, backend, products, make_memory, judge, path, settings, progress,
-                           concurrency=concurrency, strategies=strats, retry_errors=retry_errors,
-                           retry_failed=retry_failed, identity=identity, force=force, on_event=on_event,
-                           simulator=simulator)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as ex:  # called from inside an event loop
-        return ex.submit(asyncio.run, coro).result()
-
-
-async def arun_evaluation(
-    tasks: list[Task],
-    backend: ChatBackend,
-    products: ProductBackend,
-    make_memory: Callable[[Task], MemoryBackend],
-    judge: Judge,
-    results_path: str | Path,
-    settings: EvalSettings | None = None,
-    progress: bool = True,
-    *,
-    concurrency: int = 1,
-    strategies: Sequence[Strategy] | None = None,
-    retry_errors: bool = True,
-    retry_failed: bool = False,
-    identity: dict[str, Any] | None = None,
-    force: bool = False,
-    on_event: EventFn | None = None,
-    simulator: Any = None,
-) -> list[EpisodeResult]:
-    """The coroutine behind :func:`run_evaluation` (same arguments; ``strategies`` parsed).
-
-    While it runs, the loop's default executor is a thread pool of ``concurrency + 2`` workers
-    (so ``asyncio.to_thread`` is not capped at Python's default pool size); the previous default
-    executor is restored afterwards.
-    """
-    settings = settings or EvalSettings()
-    env = settings.env or EnvConfig()
-    strats = list(strategies or [Strategy(env.mode, env.hint)])
-    path = Path(results_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     requested = {(t.task_id, k, s.mode, s.hint) for s in strats for t in tasks for k in range(settings.trials)}
-    with _exclusive(path) as out:
-        _check_identity(path, identity, force)
-        _repair_tail(path)
+    with exclusive(path) as out:
+        check_identity(path, identity, force)
+        repair_torn_tail(path, _is_result_line)
         scan = scan_results(path)
         if scan.unreadable:
             logger.warning(
                 "%s: %d line(s) cannot be read back and are left out (line numbers %s); the episodes they held "
-                "are run again", path, len(scan.unreadable), ", ".join(str(n) for n, _ in scan.unreadable[:20]))
+                "are run again",
+                path,
+                len(scan.unreadable),
+                ", ".join(str(n) for n, _ in scan.unreadable[:20]),
+            )
         done = done_keys(path, retry_errors, retry_failed)
-        todo = [(s, t, k) for s in strats for t in tasks for k in range(settings.trials)
-                if (t.task_id, k, s.mode, s.hint) not in done]
+        todo = [
+            (s, t, k)
+            for s in strats
+            for t in tasks
+            for k in range(settings.trials)
+            if (t.task_id, k, s.mode, s.hint) not in done
+        ]
         loop = asyncio.get_running_loop()
         previous = getattr(loop, "_default_executor", None)
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency + 2, thread_name_prefix="shopcomp-eval")
         loop.set_default_executor(pool)
         try:
-            await _run_todo(todo, backend, products, make_memory, judge, path, out, settings, progress,
-                            concurrency, on_event, simulator)
+            await _run_todo(
+                todo,
+                backend,
+                products,
+                make_memory,
+                judge,
+                path,
+                out,
+                settings,
+                progress,
+                concurrency,
+                on_event,
+                simulator,
+            )
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)  # do not wait for a hung backend call
             loop._default_executor = previous  # type: ignore[attr-defined]
@@ -658,8 +558,42 @@ async def arun_evaluation(
     return [r for r in final_results(read_results(path)) if result_key(r) in requested]
 
 
-async def _run_todo(todo, backend, products, make_memory, judge, path: Path, out, settings: EvalSettings,
-                    progress: bool, concurrency: int, on_event: EventFn | None, simulator: Any = None) -> None:
+def _blocking(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """``fn`` (a coroutine function) as a blocking function with the same signature and docs: it
+    runs the coroutine on a new event loop, in a worker thread when called inside a running loop."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        coro = fn(*args, **kwargs)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:  # called from inside an event loop
+            return ex.submit(asyncio.run, coro).result()
+
+    return run
+
+
+#: Blocking :func:`arun_evaluation` (same arguments, same result).
+run_evaluation = _blocking(arun_evaluation)
+run_evaluation.__name__ = run_evaluation.__qualname__ = "run_evaluation"
+
+
+async def _run_todo(
+    todo,
+    backend,
+    products,
+    make_memory,
+    judge,
+    path: Path,
+    out,
+    settings: EvalSettings,
+    progress: bool,
+    concurrency: int,
+    on_event: EventFn | None,
+    simulator: Any = None,
+) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     sem = asyncio.Semaphore(concurrency)
@@ -693,24 +627,37 @@ async def _run_todo(todo, backend, products, make_memory, judge, path: Path, out
             data = _encode_line(res)
         except Exception as e:  # noqa: BLE001 - too deep, bad unicode, NaN, a validator: never an unreadable line
             _log_error(log_path, result_key(res), res.seed, "result line could not be written", e)
-            res = EpisodeResult(task_id=_utf8(res.task_id), task_type=res.task_type, mode=_utf8(res.mode),
-                                hint=_utf8(res.hint), policy=_utf8(res.policy), trial=res.trial, seed=res.seed,
-                                stages=[], acc=0.0, succ=False, wall_s=res.wall_s if res.wall_s == res.wall_s else 0.0,
-                                error=_utf8(_one_line(f"{EPISODE_ERROR_PREFIX}result line could not be written: "
-                                                      f"{type(e).__name__}: {e}")))
+            res = EpisodeResult(
+                task_id=_utf8(res.task_id),
+                task_type=res.task_type,
+                mode=_utf8(res.mode),
+                hint=_utf8(res.hint),
+                policy=_utf8(res.policy),
+                trial=res.trial,
+                seed=res.seed,
+                stages=[],
+                acc=0.0,
+                succ=False,
+                wall_s=res.wall_s if res.wall_s == res.wall_s else 0.0,
+                error=_utf8(
+                    _one_line(f"{EPISODE_ERROR_PREFIX}result line could not be written: {type(e).__name__}: {e}")
+                ),
+            )
             try:
                 data = _encode_line(res)
             except Exception as e2:  # noqa: BLE001 - cannot happen with clean strings; never stop the run
                 _log_error(log_path, result_key(res), res.seed, "error record could not be written either", e2)
                 return res
-        _check_still_ours(path, out)
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
+        append_line(out, path, data)
         return res
 
-    cols = [TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}")]
+    cols = [
+        TextColumn("[bold]eval"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+    ]
     succ = n = errors = 0
     stop: CircuitOpenError | None = None
     with Progress(*cols, disable=not progress, transient=False) as bar:

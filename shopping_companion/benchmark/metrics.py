@@ -50,6 +50,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
 from shopping_companion.types import EpisodeResult
 
 __all__ = [
@@ -78,7 +79,7 @@ STRATEGY_LABELS: dict[str, str] = {
     "two_stage:high": "Two-Stage (High Hint)",
 }
 TASK_TYPE_LABELS: dict[str, str] = {"single": "Single", "addon": "Add-on"}
-TOOL_ORDER = ("mem_search", "mem_view", "product_search", "product_view", "invalid_tool_call")
+TOOL_ORDER = (*MEMORY_TOOLS, *PRODUCT_TOOLS, "invalid_tool_call")
 
 
 def strategy_name(mode: str, hint: str = "none") -> str:
@@ -145,8 +146,13 @@ def pass_k_table(results: Iterable[EpisodeResult], ks: Sequence[int]) -> dict[st
         key = (strategy_of(r), r.task_id)
         groups[key].append(bool(r.succ))
         types[key] = r.task_type
-    out: dict[str, Any] = {"k": {}, "trials": {"min": min((len(v) for v in groups.values()), default=0),
-                                                "max": max((len(v) for v in groups.values()), default=0)}}
+    out: dict[str, Any] = {
+        "k": {},
+        "trials": {
+            "min": min((len(v) for v in groups.values()), default=0),
+            "max": max((len(v) for v in groups.values()), default=0),
+        },
+    }
     for k in sorted(set(int(k) for k in ks)):
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -190,14 +196,20 @@ def acc_succ(results: Iterable[EpisodeResult]) -> dict[str, Any]:
     by_type: dict[str, dict[str, Any]] = {}
     for tt in sorted({r.task_type for r in rs}):
         sub = [r for r in rs if r.task_type == tt]
-        by_type[tt] = {"n": len(sub), "acc": _mean(r.acc for r in sub if acc_applies(r)),
-                       "succ": _mean(float(r.succ) for r in sub)}
+        by_type[tt] = {
+            "n": len(sub),
+            "acc": _mean(r.acc for r in sub if acc_applies(r)),
+            "succ": _mean(float(r.succ) for r in sub),
+        }
     accs = [v["acc"] for v in by_type.values() if v["acc"] is not None]
     return {
         "by_task_type": by_type,
         "avg": {"acc": _mean(accs), "succ": _mean(v["succ"] for v in by_type.values())},
-        "all": {"n": len(rs), "acc": _mean(r.acc for r in rs if acc_applies(r)),
-                "succ": _mean(float(r.succ) for r in rs)},
+        "all": {
+            "n": len(rs),
+            "acc": _mean(r.acc for r in rs if acc_applies(r)),
+            "succ": _mean(float(r.succ) for r in rs),
+        },
     }
 
 

@@ -21,12 +21,12 @@ import logging
 import re
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from shopping_companion import __version__
+from shopping_companion.runs import JsonlScan, scan_jsonl
 from shopping_companion.types import EpisodeResult, Task
 
 __all__ = [
@@ -55,9 +55,9 @@ logger = logging.getLogger(__name__)
 EPISODE_ERROR_PREFIX = "episode error: "
 
 
-@dataclass
-class ResultsScan:
-    """What :func:`scan_results` found in a results file.
+class ResultsScan(JsonlScan[EpisodeResult]):
+    """What :func:`scan_results` found in a results file (a :class:`~shopping_companion.runs.JsonlScan`
+    of :class:`EpisodeResult`).
 
     ``results``: every readable line, in file order. ``unreadable``: ``(line number from 1,
     reason)`` of each complete line that is not a valid :class:`EpisodeResult` (not JSON, not the
@@ -65,43 +65,14 @@ class ResultsScan:
     cuts it off before appending) — it is not counted in ``unreadable``.
     """
 
-    results: list[EpisodeResult] = field(default_factory=list)
-    unreadable: list[tuple[int, str]] = field(default_factory=list)
-    torn_tail: bool = False
-
-    def describe_unreadable(self, limit: int = 20) -> str:
-        """``"N line(s) (line numbers 3, 7, …)"`` or ``""`` when every line is readable."""
-        if not self.unreadable:
-            return ""
-        nums = ", ".join(str(n) for n, _ in self.unreadable[:limit])
-        more = f", … {len(self.unreadable) - limit} more" if len(self.unreadable) > limit else ""
-        return f"{len(self.unreadable)} line(s) (line numbers {nums}{more}; first: {self.unreadable[0][1]})"
+    @property
+    def results(self) -> list[EpisodeResult]:
+        return self.records
 
 
 def scan_results(path: str | Path) -> ResultsScan:
     """Read a results file line by line, keeping track of lines that cannot be read back."""
-    scan = ResultsScan()
-    p = Path(path)
-    if not p.exists():
-        return scan
-    with open(p, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        scan.torn_tail = True
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            scan.results.append(EpisodeResult.model_validate_json(raw))
-        except (ValueError, RecursionError) as e:
-            if scan.torn_tail and i == len(lines):
-                continue
-            reason = " ".join(str(e).split())[:200]
-            scan.unreadable.append((i, f"{type(e).__name__}: {reason}"))
-    return scan
+    return ResultsScan(**vars(scan_jsonl(path, EpisodeResult.model_validate_json)))
 
 
 def read_results(path: str | Path) -> list[EpisodeResult]:
@@ -151,8 +122,10 @@ def left_out_results(
     """
     bench = set(benchmark_task_ids)
     req = set(requested)
-    out: dict[str, dict[str, Any]] = {"not_in_benchmark": {"count": 0, "examples": []},
-                                      "not_requested": {"count": 0, "examples": []}}
+    out: dict[str, dict[str, Any]] = {
+        "not_in_benchmark": {"count": 0, "examples": []},
+        "not_requested": {"count": 0, "examples": []},
+    }
     for r in final_results(results):
         if result_key(r) in req:
             continue
@@ -272,8 +245,10 @@ def summarize(
         "acc": pooled["all"]["acc"],
         "succ": pooled["all"]["succ"],
         "avg": pooled["avg"],
-        "by_task_type": {tt: {"n": v["n"], "acc": v["acc"] or 0.0, "succ": v["succ"] or 0.0}
-                         for tt, v in pooled["by_task_type"].items()},
+        "by_task_type": {
+            tt: {"n": v["n"], "acc": v["acc"] or 0.0, "succ": v["succ"] or 0.0}
+            for tt, v in pooled["by_task_type"].items()
+        },
         "strategies": strategies,
         "pass_k": {s: M.pass_k_table(by_strategy[s], ks) for s in strategies},
         "behaviour": {s: M.behaviour(by_strategy[s]) for s in strategies},
@@ -284,8 +259,16 @@ def summarize(
             "items": [it.to_dict() for it in items],
         },
         "errors_by_kind": errors_by_kind(errors),
-        "errors": [{"task_id": r.task_id, "trial": r.trial, "strategy": M.strategy_of(r), "kind": error_kind(r),
-                    "error": r.error} for r in errors],
+        "errors": [
+            {
+                "task_id": r.task_id,
+                "trial": r.trial,
+                "strategy": M.strategy_of(r),
+                "kind": error_kind(r),
+                "error": r.error,
+            }
+            for r in errors
+        ],
         "reward_means": {k: round(statistics.fmean(v), 4) for k, v in sorted(comp.items())},
         "mean_turns": {f"stage{s}": round(statistics.fmean(v), 3) for s, v in sorted(turns.items())},
         "mean_tool_calls_per_episode": {k: round(v / n, 3) for k, v in sorted(tool_counts.items())} if n else {},
@@ -321,8 +304,10 @@ def _transcript(r: EpisodeResult, max_chars: int = 600) -> str:
     lines = [f"#### {r.task_id} (Acc {r.acc:.2f}, Succ {int(r.succ)})", ""]
     for st in r.stages:
         t = st.trajectory
-        lines.append(f"**Stage {t.stage}** — termination `{t.termination}`, reward {st.reward.total:.3f}, "
-                     f"verdict reasons: {'; '.join(st.verdict.reasons) or '–'}")
+        lines.append(
+            f"**Stage {t.stage}** — termination `{t.termination}`, reward {st.reward.total:.3f}, "
+            f"verdict reasons: {'; '.join(st.verdict.reasons) or '–'}"
+        )
         lines.append("")
         lines.append("```text")
         for m in t.messages[1:]:
@@ -407,8 +392,10 @@ def write_report(
         ("strategies", ", ".join(strategies) or meta.get("strategies")),
         ("trials per task", meta.get("trials")),
         ("seeds", meta.get("seeds")),
-        ("episodes (scored / errors / judge failures)",
-         f"{s['n_episodes']} ({s['n_scored']} / {s['n_errors']} / {s['n_judge_failed']})"),
+        (
+            "episodes (scored / errors / judge failures)",
+            f"{s['n_episodes']} ({s['n_scored']} / {s['n_errors']} / {s['n_judge_failed']})",
+        ),
         ("package version", __version__),
     ]
     out += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in ident if v not in (None, "")] + [""]
@@ -426,42 +413,65 @@ def write_report(
             out.append(f"| avg (of types) | – | {_fmt(st['avg']['acc'])} | {_fmt(st['avg']['succ'])} |")
         out.append(f"| **all** | {st['all']['n']} | **{_fmt(st['all']['acc'])}** | **{_fmt(st['all']['succ'])}** |")
         out.append("")
-    out += ["Acc: fraction of gold preference attributes recovered in stage 1 (m1/F). "
-            "Succ: the recommendation satisfies count, request, every preference (and budget for add-on deals). "
-            "Episodes with backend errors or failed judge verdicts are excluded, never scored as 0.", ""]
+    out += [
+        "Acc: fraction of gold preference attributes recovered in stage 1 (m1/F). "
+        "Succ: the recommendation satisfies count, request, every preference (and budget for add-on deals). "
+        "Episodes with backend errors or failed judge verdicts are excluded, never scored as 0.",
+        "",
+    ]
 
     # ---- Table 3: strategies
     if len(strategies) > 1:
         types = sorted({tt for v in s["strategies"].values() for tt in v["by_task_type"]})
         head = " | ".join(TASK_TYPE_LABELS.get(t, t) for t in types)
-        out += ["## Strategies (Succ %, Table 3)", "", f"| strategy | {head} | Avg. | Acc avg. |",
-                "|---|" + "---|" * (len(types) + 2)]
+        out += [
+            "## Strategies (Succ %, Table 3)",
+            "",
+            f"| strategy | {head} | Avg. | Acc avg. |",
+            "|---|" + "---|" * (len(types) + 2),
+        ]
         for name, v in s["strategies"].items():
             cells = " | ".join(_pct(v["by_task_type"].get(t, {}).get("succ")) for t in types)
-            out.append(f"| {STRATEGY_LABELS.get(name, name)} | {cells} | {_pct(v['avg']['succ'])} | {_pct(v['avg']['acc'])} |")
+            out.append(
+                f"| {STRATEGY_LABELS.get(name, name)} | {cells} | {_pct(v['avg']['succ'])} | {_pct(v['avg']['acc'])} |"
+            )
         out.append("")
 
     # ---- pass@k / pass^k
-    out += ["## pass@k and pass^k", "",
-            "Per task with n scored trials and c successes: pass@k = 1 − C(n−c,k)/C(n,k), "
-            "pass^k = C(c,k)/C(n,k); means over tasks with n ≥ k.", "",
-            "| strategy | k | tasks | pass@k | pass^k |", "|---|---|---|---|---|"]
+    out += [
+        "## pass@k and pass^k",
+        "",
+        "Per task with n scored trials and c successes: pass@k = 1 − C(n−c,k)/C(n,k), "
+        "pass^k = C(c,k)/C(n,k); means over tasks with n ≥ k.",
+        "",
+        "| strategy | k | tasks | pass@k | pass^k |",
+        "|---|---|---|---|---|",
+    ]
     for name, tab in s["pass_k"].items():
         for k, v in tab["k"].items():
             out.append(f"| {name} | {k} | {v['n_tasks']} | {_fmt(v['pass@k'])} | {_fmt(v['pass^k'])} |")
     out.append("")
 
     # ---- Table 4: behaviour
-    out += ["## Behaviour (Table 4, means per episode)", "",
-            "| strategy | Turns | Tool Uses | Resp. Len. (tokens) | Resp. Len. (chars) | tool-call rate |",
-            "|---|---|---|---|---|---|"]
+    out += [
+        "## Behaviour (Table 4, means per episode)",
+        "",
+        "| strategy | Turns | Tool Uses | Resp. Len. (tokens) | Resp. Len. (chars) | tool-call rate |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, b in s["behaviour"].items():
         tok = _fmt(b["resp_tokens"]) + (f" (n={b['n_resp_tokens']})" if b["n_resp_tokens"] != b["n"] else "")
-        out.append(f"| {name} | {_fmt(b['turns'])} | {_fmt(b['tool_uses'])} | {tok} | {_fmt(b['resp_chars'])} | "
-                   f"{_fmt(b['tool_call_rate'])} |")
-    out += ["", "Turns: assistant turns over all stages. Tool uses: every tool call issued (rejected and "
-            "malformed ones included). Resp. Len.: sum of completion tokens (as reported by the backend) and "
-            "of characters over the episode's assistant turns.", ""]
+        out.append(
+            f"| {name} | {_fmt(b['turns'])} | {_fmt(b['tool_uses'])} | {tok} | {_fmt(b['resp_chars'])} | "
+            f"{_fmt(b['tool_call_rate'])} |"
+        )
+    out += [
+        "",
+        "Turns: assistant turns over all stages. Tool uses: every tool call issued (rejected and "
+        "malformed ones included). Resp. Len.: sum of completion tokens (as reported by the backend) and "
+        "of characters over the episode's assistant turns.",
+        "",
+    ]
     tools = sorted({t for b in s["behaviour"].values() for t in b["tool_uses_by_tool"]})
     if tools:
         out += ["| strategy | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---|" + "---|" * len(tools)]
@@ -481,8 +491,12 @@ def write_report(
             if plot_tool_calls_per_turn(sub, out_dir / fname, title=f"Tool calls per turn — {label}"):
                 out += [f"![tool calls per turn, {label}]({fname})", ""]
         n_turns = len(next(iter(data.values())))
-        out += [f"{label}: tool calls summed over episodes, by episode turn (stage 1 then stage 2, from 0).", "",
-                "| tool | " + " | ".join(str(i) for i in range(n_turns)) + " |", "|---|" + "---|" * n_turns]
+        out += [
+            f"{label}: tool calls summed over episodes, by episode turn (stage 1 then stage 2, from 0).",
+            "",
+            "| tool | " + " | ".join(str(i) for i in range(n_turns)) + " |",
+            "|---|" + "---|" * n_turns,
+        ]
         for tool, ys in data.items():
             out.append(f"| `{tool}` | " + " | ".join(str(y) for y in ys) + " |")
         out.append("")
@@ -491,16 +505,22 @@ def write_report(
     tax = s["taxonomy"]
     out += ["## Error taxonomy of failed episodes (App. F.2, Table 7)", ""]
     if tax["primary"]["n_failures"]:
-        out += ["Rules over the recorded trajectories (definitions in `shopping_companion.benchmark.taxonomy`). "
-                "Primary: one category per failure, earliest failure in the trajectory first; "
-                "all labels: a failure counts under every rule it matches.", "",
-                "| error type | Single | Add-on | Total (primary) | all labels |", "|---|---|---|---|---|"]
+        out += [
+            "Rules over the recorded trajectories (definitions in `shopping_companion.benchmark.taxonomy`). "
+            "Primary: one category per failure, earliest failure in the trajectory first; "
+            "all labels: a failure counts under every rule it matches.",
+            "",
+            "| error type | Single | Add-on | Total (primary) | all labels |",
+            "|---|---|---|---|---|",
+        ]
         for c, v in tax["primary"]["rows"].items():
             lab = tax["labels"]["rows"].get(c, {}).get("total", 0)
             share = f" ({100 * v['share']:.1f}%)" if v["share"] is not None else ""
             out.append(f"| {CATEGORY_LABELS.get(c, c)} | {v['single']} | {v['addon']} | {v['total']}{share} | {lab} |")
-        out.append(f"| **Total** | {tax['primary']['by_task_type'].get('single', 0)} | "
-                   f"{tax['primary']['by_task_type'].get('addon', 0)} | {tax['primary']['n_failures']} | |")
+        out.append(
+            f"| **Total** | {tax['primary']['by_task_type'].get('single', 0)} | "
+            f"{tax['primary']['by_task_type'].get('addon', 0)} | {tax['primary']['n_failures']} | |"
+        )
         out.append("")
         if plots and _plot_taxonomy(tax["primary"], out_dir / "error_taxonomy.png"):
             out += ["![error taxonomy](error_taxonomy.png)", ""]
@@ -510,9 +530,13 @@ def write_report(
             usable = sum(1 for it in llm if it["llm"].get("category"))
             model = llm[0]["llm"].get("model", "")
             cnt = Counter(it["llm"].get("category") or "(unusable reply)" for it in llm)
-            out += [f"LLM attribution ({model}): {usable}/{len(llm)} usable replies; "
-                    f"agrees with the rule's primary category on {agree}.", "",
-                    "| LLM category | failures |", "|---|---|"]
+            out += [
+                f"LLM attribution ({model}): {usable}/{len(llm)} usable replies; "
+                f"agrees with the rule's primary category on {agree}.",
+                "",
+                "| LLM category | failures |",
+                "|---|---|",
+            ]
             for c, v in cnt.most_common():
                 out.append(f"| {CATEGORY_LABELS.get(c, c)} | {v} |")
             out.append("")
@@ -522,13 +546,18 @@ def write_report(
     # ---- errors
     if s["errors"]:
         kinds = ", ".join(f"{v} {k}" for k, v in s["errors_by_kind"].items())
-        out += ["## Episodes not scored (errors)", "",
-                f"Recorded and excluded from every metric ({kinds}). Kinds: `backend` — the backend failed "
-                "after its retries; `judge` — the judge failed; `episode` — an unexpected exception inside "
-                "the episode (traceback in `<results stem>.errors.log`). Rerunning the same command retries "
-                "backend and judge errors (`--no-retry-errors` skips them); episode errors are retried only "
-                "with `--retry-failed`.", "",
-                "| task | trial | strategy | kind | error |", "|---|---|---|---|---|"]
+        out += [
+            "## Episodes not scored (errors)",
+            "",
+            f"Recorded and excluded from every metric ({kinds}). Kinds: `backend` — the backend failed "
+            "after its retries; `judge` — the judge failed; `episode` — an unexpected exception inside "
+            "the episode (traceback in `<results stem>.errors.log`). Rerunning the same command retries "
+            "backend and judge errors (`--no-retry-errors` skips them); episode errors are retried only "
+            "with `--retry-failed`.",
+            "",
+            "| task | trial | strategy | kind | error |",
+            "|---|---|---|---|---|",
+        ]
         for e in s["errors"][:50]:
             msg = (e["error"] or "").replace("|", "\\|").replace("\n", " ")[:300]
             out.append(f"| {e['task_id']} | {e['trial']} | {e['strategy']} | {e['kind']} | {msg} |")
@@ -538,15 +567,20 @@ def write_report(
     rf = meta.get("results_file") or {}
     notes = []
     if rf.get("unreadable_lines"):
-        notes.append(f"- {rf['unreadable_lines']} line(s) of the results file cannot be read back (line numbers "
-                     f"{', '.join(str(n) for n in rf.get('unreadable_line_numbers', []))}); left out, their "
-                     "episodes were run again.")
-    for why, text in (("not_in_benchmark", "tasks that are not in the benchmark"),
-                      ("not_requested", "tasks, strategies or trials not requested by this run")):
+        notes.append(
+            f"- {rf['unreadable_lines']} line(s) of the results file cannot be read back (line numbers "
+            f"{', '.join(str(n) for n in rf.get('unreadable_line_numbers', []))}); left out, their "
+            "episodes were run again."
+        )
+    for why, text in (
+        ("not_in_benchmark", "tasks that are not in the benchmark"),
+        ("not_requested", "tasks, strategies or trials not requested by this run"),
+    ):
         v = (rf.get("left_out") or {}).get(why) or {}
         if v.get("count"):
-            notes.append(f"- {v['count']} result(s) for {text} (e.g. {', '.join(v['examples'])}): left out of "
-                         "every metric.")
+            notes.append(
+                f"- {v['count']} result(s) for {text} (e.g. {', '.join(v['examples'])}): left out of every metric."
+            )
     if notes:
         out += ["## Results file", ""] + notes + [""]
 
@@ -615,10 +649,21 @@ def episode_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
     for r in final_results(results):
         ok = r.error is None and not any(s.verdict.failed for s in r.stages)
         row: dict[str, Any] = {
-            "task_id": r.task_id, "task_type": r.task_type, "strategy": strategy_of(r), "mode": r.mode,
-            "hint": r.hint, "simulator": _json_or_none(getattr(r, "simulator", None)), "policy": r.policy, "trial": r.trial,
-            "seed": r.seed, "acc": r.acc if ok else None, "succ": bool(r.succ) if ok else None, "error": r.error,
-            "error_kind": error_kind(r), "wall_s": r.wall_s, "scored": ok,
+            "task_id": r.task_id,
+            "task_type": r.task_type,
+            "strategy": strategy_of(r),
+            "mode": r.mode,
+            "hint": r.hint,
+            "simulator": _json_or_none(getattr(r, "simulator", None)),
+            "policy": r.policy,
+            "trial": r.trial,
+            "seed": r.seed,
+            "acc": r.acc if ok else None,
+            "succ": bool(r.succ) if ok else None,
+            "error": r.error,
+            "error_kind": error_kind(r),
+            "wall_s": r.wall_s,
+            "scored": ok,
             "recommended_ids": list(r.stages[-1].trajectory.recommended_ids) if r.stages else [],
         }
         for st in r.stages:
@@ -649,13 +694,23 @@ def stage_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
             v = st.verdict
             stats = {k: (None if not ok and k in _SCORE_STATS else x) for k, x in _stage_stats(st).items()}
             row: dict[str, Any] = {
-                "task_id": r.task_id, "task_type": r.task_type, "strategy": strategy_of(r), "trial": r.trial,
-                "policy": r.policy, "error": r.error, "scored": ok, "stage": st.trajectory.stage, **stats,
-                "identified_preferences": json.dumps(
-                    [p.model_dump() for p in st.trajectory.identified_preferences])
-                if st.trajectory.identified_preferences is not None else None,
+                "task_id": r.task_id,
+                "task_type": r.task_type,
+                "strategy": strategy_of(r),
+                "trial": r.trial,
+                "policy": r.policy,
+                "error": r.error,
+                "scored": ok,
+                "stage": st.trajectory.stage,
+                **stats,
+                "identified_preferences": json.dumps([p.model_dump() for p in st.trajectory.identified_preferences])
+                if st.trajectory.identified_preferences is not None
+                else None,
                 "recommended_ids": list(st.trajectory.recommended_ids),
-                "verdict_judge": v.judge, "verdict_failed": v.failed, "verdict_F": v.F, "verdict_N": v.N,
+                "verdict_judge": v.judge,
+                "verdict_failed": v.failed,
+                "verdict_F": v.F,
+                "verdict_N": v.N,
                 "verdict_reasons": "; ".join(v.reasons),
             }
             for f in ("q1", "m1", "c1", "p2", "q2", "m2", "n2", "u2"):

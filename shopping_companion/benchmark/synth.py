@@ -16,7 +16,8 @@ Entry points:
 
 * :func:`synthesize` — build in memory (returns :class:`SynthOutput`); :func:`write_benchmark`
   writes it to a directory;
-* :func:`build_benchmark` — resumable directory build (what ``shopcomp synth`` runs);
+* :func:`build_benchmark` — resumable directory build; :func:`build_from_data` — the same from a
+  data directory (what ``shopcomp synth`` and ``quickstart`` run);
 * :func:`load_benchmark` — read a complete directory (refuses one without ``manifest.json``, files
   that do not match its SHA-256, duplicate task ids, missing sessions); :func:`missing_gold_products`
   — gold ids a catalog lacks;
@@ -30,6 +31,7 @@ Deterministic: the same inputs, config and seed give byte-identical ``tasks.json
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections import Counter
@@ -58,6 +60,7 @@ from shopping_companion.benchmark.synthesis.common import (
 from shopping_companion.benchmark.synthesis.config import GeneratorConfig, LLMEndpoint, SynthConfig, load_synth_config
 from shopping_companion.benchmark.synthesis.generators import Generator, TemplateGenerator
 from shopping_companion.types import Product, Session, Task
+from shopping_companion.errors import BenchmarkError, BenchmarkMissingError  # noqa: F401 - re-exported
 
 __all__ = [
     "FORMAT_VERSION",
@@ -74,6 +77,7 @@ __all__ = [
     "Synthesizer",
     "TemplateGenerator",
     "build_benchmark",
+    "build_from_data",
     "count_tokens",
     "load_benchmark",
     "load_synth_config",
@@ -114,8 +118,9 @@ def synthesize(
         SynthError: the inputs cannot give the benchmark (empty pool, no eligible products, no shop
             for add-on deals, ...), with the counts that explain why.
     """
-    synth = Synthesizer(products, pool, config, searcher=searcher, generator=generator, embedder=embedder,
-                        sources=sources)
+    synth = Synthesizer(
+        products, pool, config, searcher=searcher, generator=generator, embedder=embedder, sources=sources
+    )
     return synth.run(None, progress)
 
 
@@ -126,12 +131,6 @@ class Benchmark(BaseModel):
     tasks: list[Task]
     sessions: dict[str, Session]
     manifest: dict[str, Any]
-
-
-class BenchmarkError(ValueError):
-    """A benchmark directory is inconsistent: a file does not match the manifest's SHA-256, task ids
-    repeat, tasks reference sessions the sessions file lacks, or gold products are not in the
-    catalog. The message names the file or ids."""
 
 
 def _ids(ids: list[str], limit: int = 10) -> str:
@@ -150,21 +149,24 @@ def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
     directory).
 
     Raises:
-        FileNotFoundError: the directory or its manifest is missing (an incomplete build).
+        BenchmarkMissingError: (a BenchmarkError and FileNotFoundError) the directory or its manifest is
+            missing (an incomplete build).
         BenchmarkError: a file does not match its hash (naming the file and both hashes), task ids
             repeat (naming them), sessions are missing (naming tasks and sessions), or a line is not
             a valid task / session (naming file and line).
     """
     d = Path(directory)
     if not (d / "manifest.json").is_file():
-        raise FileNotFoundError(
+        raise BenchmarkMissingError(
             f"{d}: no manifest.json, so this is not a complete benchmark directory "
             "(build it with `shopcomp synth --out DIR`; an interrupted build resumes when rerun)"
         )
     for name in ("tasks.jsonl", "sessions.jsonl"):
         if not (d / name).is_file():
-            raise FileNotFoundError(f"{d}: no {name}, so this is not a Shopping Companion benchmark directory "
-                                    "(make one with `shopcomp synth --out DIR`)")
+            raise BenchmarkMissingError(
+                f"{d}: no {name}, so this is not a Shopping Companion benchmark directory "
+                "(make one with `shopcomp synth --out DIR`)"
+            )
     try:
         manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
     except ValueError as e:
@@ -176,14 +178,19 @@ def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
         for name in ("tasks.jsonl", "sessions.jsonl"):
             want = recorded.get(name)
             if not want:
-                warnings.warn(f"{d / 'manifest.json'} records no SHA-256 for {name} (an older benchmark); "
-                              f"{name} is loaded without an integrity check", UserWarning, stacklevel=2)
+                warnings.warn(
+                    f"{d / 'manifest.json'} records no SHA-256 for {name} (an older benchmark); "
+                    f"{name} is loaded without an integrity check",
+                    UserWarning,
+                    stacklevel=2,
+                )
                 continue
             got = file_sha256(d / name)
             if got != want:
                 raise BenchmarkError(
                     f"{d / name} does not match manifest.json: SHA-256 is {got}, the manifest records {want}; "
-                    "the file was changed after the benchmark was built (rebuild it, or restore the file)")
+                    "the file was changed after the benchmark was built (rebuild it, or restore the file)"
+                )
     tasks = []
     with open(d / "tasks.jsonl", encoding="utf-8") as f:
         for i, line in enumerate(f, start=1):
@@ -191,8 +198,9 @@ def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
                 try:
                     tasks.append(Task.model_validate_json(line))
                 except ValueError as e:
-                    raise BenchmarkError(f"{d / 'tasks.jsonl'} line {i}: not a valid task "
-                                         f"({' '.join(str(e).split())[:300]})") from None
+                    raise BenchmarkError(
+                        f"{d / 'tasks.jsonl'} line {i}: not a valid task ({' '.join(str(e).split())[:300]})"
+                    ) from None
     sessions: dict[str, Session] = {}
     with open(d / "sessions.jsonl", encoding="utf-8") as f:
         for i, line in enumerate(f, start=1):
@@ -200,15 +208,18 @@ def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
                 try:
                     sess = Session.model_validate_json(line)
                 except ValueError as e:
-                    raise BenchmarkError(f"{d / 'sessions.jsonl'} line {i}: not a valid session "
-                                         f"({' '.join(str(e).split())[:300]})") from None
+                    raise BenchmarkError(
+                        f"{d / 'sessions.jsonl'} line {i}: not a valid session ({' '.join(str(e).split())[:300]})"
+                    ) from None
                 sessions[sess.session_id] = sess
     if verify:
         counts = Counter(t.task_id for t in tasks)
         dups = sorted(k for k, v in counts.items() if v > 1)
         if dups:
-            raise BenchmarkError(f"{d / 'tasks.jsonl'}: duplicate task ids {_ids(dups)} "
-                                 f"({sum(counts[k] for k in dups)} lines); every task id must be unique")
+            raise BenchmarkError(
+                f"{d / 'tasks.jsonl'}: duplicate task ids {_ids(dups)} "
+                f"({sum(counts[k] for k in dups)} lines); every task id must be unique"
+            )
         missing: dict[str, list[str]] = {}
         for t in tasks:
             refs = [r.session_id for r in t.history] + list(t.needle_session_ids)
@@ -221,7 +232,8 @@ def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
             raise BenchmarkError(
                 f"{d / 'sessions.jsonl'} lacks {n} session(s) referenced by {len(missing)} task(s) of "
                 f"{d / 'tasks.jsonl'} ({detail}{'; …' if len(missing) > 5 else ''}); the two files do not belong "
-                "together (rebuild the benchmark)")
+                "together (rebuild the benchmark)"
+            )
     return Benchmark(tasks=tasks, sessions=sessions, manifest=manifest)
 
 
@@ -232,10 +244,77 @@ def missing_gold_products(tasks: list[Task], lookup: Callable[[list[str]], Any])
     ids = sorted({pid for t in tasks for pid in t.reference_product_ids})
     found: set[str] = set()
     for i in range(0, len(ids), 500):
-        found.update(lookup(ids[i:i + 500]) or {})
+        found.update(lookup(ids[i : i + 500]) or {})
     out = {}
     for t in tasks:
         gone = [pid for pid in t.reference_product_ids if pid not in found]
         if gone:
             out[t.task_id] = gone
     return out
+
+
+def build_from_data(
+    out: str | Path,
+    cfg: SynthConfig,
+    *,
+    data_dir: str | Path | None = None,
+    index_dir: str | Path | None = None,
+    sharegpt: bool = True,
+    fresh: bool = False,
+    relax_min_attributes: bool = False,
+    console: Any = None,
+) -> Any:
+    """``shopcomp synth`` / ``quickstart``'s build: resolve the data (:func:`shopping_companion.pipeline.resolve_sources`),
+    open the BM25 index, load the catalog and the conversation pool (SGD + ShareGPT when
+    ``sharegpt``), then :func:`build_benchmark` into ``out`` (resumable; ``fresh`` discards an
+    unfinished build) with a progress bar on ``console``.
+
+    ``relax_min_attributes``: when no product has ``cfg.min_attributes`` phrasable attributes (an
+    attribute-poor catalog such as one Amazon category), note it and build with
+    ``min_attributes=1`` instead of failing. Returns the build result (``manifest``,
+    ``build_log``). Raises :class:`SynthError` / other :class:`~shopping_companion.errors.DataError`.
+    """
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from shopping_companion.pipeline import load_catalog, load_pool, make_embedder, open_product_search, resolve_sources
+
+    console = console or Console(stderr=True)
+    out = Path(out)
+    sources = resolve_sources(data_dir, console=console)
+    search = open_product_search(index_dir=index_dir, console=console, sources=sources)
+    with console.status("loading catalog"):
+        products, report = load_catalog(sources.catalog_path, sources.catalog_format)
+    pool, pool_info = load_pool(sharegpt=sharegpt, console=console, sources=sources)
+    prov = {
+        "catalog": {
+            "path": str(sources.catalog_path),
+            "format": sources.catalog_format,
+            "sha256": file_sha256(sources.catalog_path),
+            "products": len(products),
+            "bad_records": report.n_bad,
+        },
+        "conversations": pool_info,
+    }
+    if sharegpt and isinstance(pool_info.get("sharegpt"), dict):
+        from shopping_companion.memory.loaders import sharegpt_default_path
+
+        sg_path = sharegpt_default_path()
+        pool_info["sharegpt"].update({"path": str(sg_path), "sha256": file_sha256(sg_path)})
+    embedder = make_embedder() if cfg.minilm_tasks != 0 else None
+    with Progress(console=console, transient=False) as bar:
+        job = bar.add_task(f"synthesising {cfg.n_tasks} tasks → {out}", total=cfg.n_tasks)
+
+        def progress(done: int, total: int, rec: dict) -> None:
+            bar.update(job, completed=done)
+
+        build = functools.partial(
+            build_benchmark, out, products, pool, searcher=search, sources=prov, embedder=embedder, progress=progress
+        )
+        try:
+            return build(cfg, fresh=fresh)
+        except SynthError as e:
+            if not relax_min_attributes or cfg.min_attributes == 1 or not str(e).startswith("no product can be"):
+                raise
+            console.print(f"[yellow]note:[/] {e}; retrying with min_attributes=1")
+            return build(cfg.model_copy(update={"min_attributes": 1}), fresh=True)

@@ -63,6 +63,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from shopping_companion.benchmark.metrics import scored, strategy_of
+from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
 from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.types import EpisodeResult, Preference, Product, Task, Trajectory
 
@@ -100,8 +101,6 @@ PRIMARY_ORDER: tuple[str, ...] = (
 )
 OTHER = "other"
 
-MEMORY_TOOLS = frozenset({"mem_search", "mem_view"})
-PRODUCT_TOOLS = frozenset({"product_search", "product_view"})
 _PRODUCT_OBJ = re.compile(r'\{\s*"product_id"\s*:')
 
 Lookup = Callable[[list[str]], Mapping[str, Product]]
@@ -188,7 +187,7 @@ def _episode_products(r: EpisodeResult) -> tuple[dict[str, dict[str, Any]], dict
     return seen, viewed, returned
 
 
-def _ok_calls(t: Trajectory, names: frozenset[str] | set[str]) -> list[Any]:
+def _ok_calls(t: Trajectory, names: Iterable[str]) -> list[Any]:
     return [tr for tr in t.tool_results if tr.name in names and tr.error is None]
 
 
@@ -280,23 +279,29 @@ def classify(r: EpisodeResult, task: Task | None = None, lookup: Lookup | None =
         answer = _norm_text(shop_t.final_answer or "")
         viewed_text = "".join(_norm_text(json.dumps(viewed[p], ensure_ascii=False)) for p in rec_ids if p in viewed)
         asserted = list(dict.fromkeys(p.value for p in prefs if p.polarity == "want" and _appears(p.value, answer)))
-        ev += [f"answer asserts '{v}' but no viewed record of the recommendation has it"
-               for v in asserted if not _appears(v, viewed_text)]
+        ev += [
+            f"answer asserts '{v}' but no viewed record of the recommendation has it"
+            for v in asserted
+            if not _appears(v, viewed_text)
+        ]
         if ev:
             evidence["unverified_attributes"] = ev
 
     labels = [c for c in CATEGORIES if c in evidence]
     primary = next((c for c in PRIMARY_ORDER if c in evidence), OTHER)
     return Classification(
-        task_id=r.task_id, trial=r.trial, strategy=strategy_of(r), task_type=r.task_type,
-        labels=labels, primary=primary, evidence=evidence,
+        task_id=r.task_id,
+        trial=r.trial,
+        strategy=strategy_of(r),
+        task_type=r.task_type,
+        labels=labels,
+        primary=primary,
+        evidence=evidence,
     )
 
 
 def classify_failures(
-    results: Iterable[EpisodeResult],
-    tasks: Mapping[str, Task] | None = None,
-    lookup: Lookup | None = None,
+    results: Iterable[EpisodeResult], tasks: Mapping[str, Task] | None = None, lookup: Lookup | None = None
 ) -> list[Classification]:
     """:func:`classify` over every scored failure, in input order."""
     out = []
@@ -327,8 +332,12 @@ def taxonomy_table(items: Iterable[Classification], key: str = "primary") -> dic
         total = sum(cnt.values())
         if c == OTHER and total == 0:
             continue
-        rows[c] = {"single": cnt.get("single", 0), "addon": cnt.get("addon", 0), "total": total,
-                   "share": (total / n) if n else None}
+        rows[c] = {
+            "single": cnt.get("single", 0),
+            "addon": cnt.get("addon", 0),
+            "total": total,
+            "share": (total / n) if n else None,
+        }
     return {"rows": rows, "n_failures": n, "by_task_type": dict(Counter(it.task_type for it in items))}
 
 
@@ -387,10 +396,14 @@ def attribution_prompt(r: EpisodeResult, task: Task | None = None, max_obs_chars
     lines = [f"Task type: {r.task_type}. Strategy: {strategy_of(r)}."]
     if task is not None:
         lines.append(f"Instruction: {task.instruction}")
-        lines.append("Gold preferences: " + "; ".join(f"{p.attribute}={p.value} ({p.polarity})" for p in task.preferences))
+        lines.append(
+            "Gold preferences: " + "; ".join(f"{p.attribute}={p.value} ({p.polarity})" for p in task.preferences)
+        )
         if task.voucher:
-            lines.append(f"Voucher: shop {task.voucher.shop_id}, min spend {task.voucher.min_spend}, "
-                         f"discount {task.voucher.discount}; budget {task.budget}")
+            lines.append(
+                f"Voucher: shop {task.voucher.shop_id}, min spend {task.voucher.min_spend}, "
+                f"discount {task.voucher.discount}; budget {task.budget}"
+            )
     for s in r.stages:
         t = s.trajectory
         lines.append(f"\n=== Stage {t.stage} (termination: {t.termination}) ===")
@@ -439,6 +452,12 @@ def llm_attribute(r: EpisodeResult, backend: Any, task: Task | None = None, samp
     sec = obj.get("secondary") if isinstance(obj.get("secondary"), list) else []
     sec = [str(x) for x in sec if str(x) in allowed and str(x) != cat]
     if cat not in allowed:
-        return LLMAttribution(None, sec, str(obj.get("explanation", "")), text,
-                              error=f"unknown category {cat!r}; allowed: {', '.join(sorted(allowed))}", model=name)
+        return LLMAttribution(
+            None,
+            sec,
+            str(obj.get("explanation", "")),
+            text,
+            error=f"unknown category {cat!r}; allowed: {', '.join(sorted(allowed))}",
+            model=name,
+        )
     return LLMAttribution(cat, sec, str(obj.get("explanation", "")), text, model=name)

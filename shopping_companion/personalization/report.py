@@ -36,11 +36,14 @@ __all__ = ["judge_run", "read_judgments", "write_report"]
 def _check_inputs(run: Path, dataset: Path) -> None:
     """Raise :class:`ConfigError` naming the missing input (run directory, dialogues, dataset)."""
     if not (run / "dialogues.jsonl").is_file():
-        raise ConfigError(f"run: {str(run / 'dialogues.jsonl')!r} missing; run `shopcomp personalize run --out {run}` "
-                          "first")
+        raise ConfigError(
+            f"run: {str(run / 'dialogues.jsonl')!r} missing; run `shopcomp personalize run --out {run}` first"
+        )
     if not (dataset / "cases.jsonl").is_file():
-        raise ConfigError(f"dataset: {str(dataset / 'cases.jsonl')!r} missing; pass the dataset directory written "
-                          "by `shopcomp personalize build`")
+        raise ConfigError(
+            f"dataset: {str(dataset / 'cases.jsonl')!r} missing; pass the dataset directory written "
+            "by `shopcomp personalize build`"
+        )
 
 
 def _safe(name: str) -> str:
@@ -62,8 +65,15 @@ def read_judgments(path: str | os.PathLike[str]) -> dict[tuple[str, str, str], d
     return out
 
 
-def judge_run(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[str], judge: TrajectoryJudge,
-              *, tag: str | None = None, concurrency: int = 1, progress: Callable[[dict], None] | None = None) -> Path:
+def judge_run(
+    run_dir: str | os.PathLike[str],
+    dataset_dir: str | os.PathLike[str],
+    judge: TrajectoryJudge,
+    *,
+    tag: str | None = None,
+    concurrency: int = 1,
+    progress: Callable[[dict], None] | None = None,
+) -> Path:
     """Judge every dialogue of the run not yet judged by ``judge``; returns the judgments path.
 
     A judge failure (no valid JSON after retries) is recorded with ``error`` and retried next time.
@@ -79,14 +89,23 @@ def judge_run(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[st
     path = run / (f"judgments_{_safe(tag)}.jsonl" if tag else "judgments.jsonl")
     repair_torn_tail(path)  # an interrupted judge run may have left half a line
     done = {k for k, v in read_judgments(path).items() if not v.get("error")}
-    todo = [d for d in read_dialogues(run / "dialogues.jsonl") if not d.get("error")
-            and (d["case_id"], d["variant"], d["memory"]) not in done]
+    todo = [
+        d
+        for d in read_dialogues(run / "dialogues.jsonl")
+        if not d.get("error") and (d["case_id"], d["variant"], d["memory"]) not in done
+    ]
     ping = getattr(getattr(judge.asker, "backend", None), "ping", None)
     if todo and callable(ping):
         ping()  # an endpoint that cannot be reached fails now (BackendError), not after minutes of retries
 
     def one(d: dict) -> dict:
-        rec = {"case_id": d["case_id"], "variant": d["variant"], "memory": d["memory"], "judge": judge.name, "error": None}
+        rec = {
+            "case_id": d["case_id"],
+            "variant": d["variant"],
+            "memory": d["memory"],
+            "judge": judge.name,
+            "error": None,
+        }
         try:
             s = judge.judge(profiles[d["case_id"]], [(t["query"], t["reply"]) for t in d["turns"]])
             rec.update(s.model_dump(), overall=s.overall)
@@ -129,8 +148,12 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def _paired_family(values: dict[str, dict[str, float]], metrics: list[str], comparisons: list[tuple[str, str]],
-                   by_metric: dict[str, dict[str, dict[str, float]]]) -> list[dict[str, Any]]:
+def _paired_family(
+    values: dict[str, dict[str, float]],
+    metrics: list[str],
+    comparisons: list[tuple[str, str]],
+    by_metric: dict[str, dict[str, dict[str, float]]],
+) -> list[dict[str, Any]]:
     rows = []
     for a, b in comparisons:
         for m in metrics:
@@ -146,8 +169,12 @@ def _paired_family(values: dict[str, dict[str, float]], metrics: list[str], comp
     return rows
 
 
-def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[str],
-                 judgments: list[str | os.PathLike[str]] | None = None, latency: dict[str, float] | None = None) -> Path:
+def write_report(
+    run_dir: str | os.PathLike[str],
+    dataset_dir: str | os.PathLike[str],
+    judgments: list[str | os.PathLike[str]] | None = None,
+    latency: dict[str, float] | None = None,
+) -> Path:
     """Write ``report.md``, parquet files and PNGs into ``run_dir`` (module docstring)."""
     import matplotlib
 
@@ -171,25 +198,56 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
     md += ["Paper: *Personalization Matters* (Gao et al., 2026). Shapes of Tables 3, 4, 7, 8, 9, 11 and 6.", ""]
     md += ["## Run identity", "", "```json", json.dumps(ident, indent=2), "```", ""]
     if ident.get("engine_kind") == "extractive":
-        md += ["**Role engine: extractive rule-based baseline (not a language model).** Replies are assembled from the "
-               "retrieved evidence by fixed rules; judge scores of such replies do not measure an LLM.", ""]
+        md += [
+            "**Role engine: extractive rule-based baseline (not a language model).** Replies are assembled from the "
+            "retrieved evidence by fixed rules; judge scores of such replies do not measure an LLM.",
+            "",
+        ]
     md += [f"Dialogues: {len(dialogues)} ({len(dialogues) - len(ok)} with errors).", ""]
 
     # dataset statistics
     cats = manifest.get("categories", {})
     md += ["## Dataset statistics per category (Table 6 shape)", ""]
-    md.append(_table(["category", "source", "target users", "items", "reviews", "trajectories", "queries", "title sources"],
-                     [[c, s.get("source", ""), s.get("target_users"), s.get("items"), s.get("reviews"), s.get("trajectories"),
-                       s.get("queries"), ", ".join(f"{k}={v}" for k, v in sorted(s.get("title_sources", {}).items()))]
-                      for c, s in sorted(cats.items())]))
-    tot = [sum(s.get(k, 0) or 0 for s in cats.values()) for k in ("target_users", "items", "reviews", "trajectories", "queries")]
-    md += ["", f"Totals: {tot[0]} users, {tot[1]} items, {tot[2]} reviews, {tot[3]} trajectories, {tot[4]} queries. "
-           f"Profile builder: {manifest.get('profile_builder')}; query generator: {manifest.get('query_generator')}.", ""]
+    md.append(
+        _table(
+            ["category", "source", "target users", "items", "reviews", "trajectories", "queries", "title sources"],
+            [
+                [
+                    c,
+                    s.get("source", ""),
+                    s.get("target_users"),
+                    s.get("items"),
+                    s.get("reviews"),
+                    s.get("trajectories"),
+                    s.get("queries"),
+                    ", ".join(f"{k}={v}" for k, v in sorted(s.get("title_sources", {}).items())),
+                ]
+                for c, s in sorted(cats.items())
+            ],
+        )
+    )
+    tot = [
+        sum(s.get(k, 0) or 0 for s in cats.values())
+        for k in ("target_users", "items", "reviews", "trajectories", "queries")
+    ]
+    md += [
+        "",
+        f"Totals: {tot[0]} users, {tot[1]} items, {tot[2]} reviews, {tot[3]} trajectories, {tot[4]} queries. "
+        f"Profile builder: {manifest.get('profile_builder')}; query generator: {manifest.get('query_generator')}.",
+        "",
+    ]
     imgs = manifest.get("image_descriptions", {})
     n_desc = sum(v.get("described", 0) for v in imgs.values() if isinstance(v, dict))
-    md += [f"Image descriptions: {n_desc} items described" + ("" if n_desc else
-           " — absent (no vision-language endpoint), so the e^d view is missing and Full/NoRev/Single use e^m and e^r "
-           "like TextRAG."), ""]
+    md += [
+        f"Image descriptions: {n_desc} items described"
+        + (
+            ""
+            if n_desc
+            else " — absent (no vision-language endpoint), so the e^d view is missing and Full/NoRev/Single use e^m and e^r "
+            "like TextRAG."
+        ),
+        "",
+    ]
 
     base = [d for d in ok if d["memory"] == "full"]
     variants = [v for v in VARIANTS if any(d["variant"] == v for d in base)]
@@ -203,8 +261,11 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
         for m in JUDGE_METRICS + ("overall",):
             row = [m.upper() if m != "overall" else "Avg."]
             for v in variants:
-                xs = [main_j[(d["case_id"], v, "full")][m] for d in by_v[v]
-                      if (d["case_id"], v, "full") in main_j and not main_j[(d["case_id"], v, "full")].get("error")]
+                xs = [
+                    main_j[(d["case_id"], v, "full")][m]
+                    for d in by_v[v]
+                    if (d["case_id"], v, "full") in main_j and not main_j[(d["case_id"], v, "full")].get("error")
+                ]
                 for d in by_v[v]:
                     j = main_j.get((d["case_id"], v, "full"))
                     if j and not j.get("error"):
@@ -213,8 +274,11 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
             rows.append(row)
         md += [_table(["metric"] + variants, rows), "", f"Judge: {next(iter(main_j.values())).get('judge')}", ""]
     else:
-        md += ["Not run: the trajectory judge needs an OpenAI-compatible endpoint (`shopcomp personalize eval "
-               "--judge-model M --judge-base-url URL`).", ""]
+        md += [
+            "Not run: the trajectory judge needs an OpenAI-compatible endpoint (`shopcomp personalize eval "
+            "--judge-model M --judge-base-url URL`).",
+            "",
+        ]
 
     # Table 4 + 9
     md += ["## Retrieval accuracy (Table 4 shape) and target-ASIN retrieval (Table 9 shape)", ""]
@@ -225,18 +289,43 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
         hits = [d["first_hit_turn"] for d in ds_ if d["first_hit_turn"] is not None]
         rec_hits = [d for d in ds_ if d.get("first_rec_hit_turn") is not None]
         retr = VARIANTS[v].product_retrieval
-        rows.append([v, _pct(_mean([float(d["retrieval_correct"]) for d in real])) if real else "—", len(real),
-                     _pct(_mean([float(d["retrieval_correct"]) for d in ds_])),
-                     _f(len(hits) / len(ds_), 3) if retr and ds_ else "—", _f(_mean(hits)) if retr else "—",
-                     _f(len(rec_hits) / len(ds_), 3) if ds_ else "—", len(ds_)])
+        rows.append(
+            [
+                v,
+                _pct(_mean([float(d["retrieval_correct"]) for d in real])) if real else "—",
+                len(real),
+                _pct(_mean([float(d["retrieval_correct"]) for d in ds_])),
+                _f(len(hits) / len(ds_), 3) if retr and ds_ else "—",
+                _f(_mean(hits)) if retr else "—",
+                _f(len(rec_hits) / len(ds_), 3) if ds_ else "—",
+                len(ds_),
+            ]
+        )
         for d in ds_:
             by_metric["title_overlap"][v][d["case_id"]] = float(d["overlap_max"])
-    md.append(_table(["variant", "Acc. (real titles)", "n real", "Acc. (all)", "SR@all", "first-hit turn",
-                      "recommended SR@all", "dialogues"], rows))
-    md += ["", "Acc.: best per-turn token-overlap ratio of the target title with the reply > 0.3 (paper footnote 6); "
-           "'real titles' excludes targets whose title is a placeholder (no metadata). SR@all: share of dialogues whose "
-           "retrieved top-k products (K^p) contain the target ASIN in some turn; first-hit turn averaged over hits only. "
-           "Recommended SR@all: the same for the agent's final ranking a_t.", ""]
+    md.append(
+        _table(
+            [
+                "variant",
+                "Acc. (real titles)",
+                "n real",
+                "Acc. (all)",
+                "SR@all",
+                "first-hit turn",
+                "recommended SR@all",
+                "dialogues",
+            ],
+            rows,
+        )
+    )
+    md += [
+        "",
+        "Acc.: best per-turn token-overlap ratio of the target title with the reply > 0.3 (paper footnote 6); "
+        "'real titles' excludes targets whose title is a placeholder (no metadata). SR@all: share of dialogues whose "
+        "retrieved top-k products (K^p) contain the target ASIN in some turn; first-hit turn averaged over hits only. "
+        "Recommended SR@all: the same for the agent's final ranking a_t.",
+        "",
+    ]
 
     # Table 7 + latency
     md += ["## Role calls per turn (Table 7 shape) and per-turn latency", ""]
@@ -248,11 +337,29 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
         avg = None
         if main_j:
             avg = _mean(list(by_metric["overall"][v].values()))
-        rows.append([v, calls, avg, _f(statistics.median(lat) * 1000, 1) if lat else "—",
-                     _f(lat[int(0.95 * (len(lat) - 1))] * 1000, 1) if lat else "—",
-                     _f(latency.get(v) * 1000, 2) if latency and v in latency else "—"])
-    md.append(_table(["variant", "role calls / turn", "Auto. Avg.", "turn latency median (ms)", "p95 (ms)",
-                      "overhead vs local test server (ms)"], rows))
+        rows.append(
+            [
+                v,
+                calls,
+                avg,
+                _f(statistics.median(lat) * 1000, 1) if lat else "—",
+                _f(lat[int(0.95 * (len(lat) - 1))] * 1000, 1) if lat else "—",
+                _f(latency.get(v) * 1000, 2) if latency and v in latency else "—",
+            ]
+        )
+    md.append(
+        _table(
+            [
+                "variant",
+                "role calls / turn",
+                "Auto. Avg.",
+                "turn latency median (ms)",
+                "p95 (ms)",
+                "overhead vs local test server (ms)",
+            ],
+            rows,
+        )
+    )
     md.append("")
 
     # Table 8
@@ -264,9 +371,24 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
     if metrics == ["title_overlap"]:
         md += ["No judge scores: tests run on the per-dialogue best title-overlap ratio instead.", ""]
     fam = _paired_family({}, metrics, comps, by_metric)
-    md.append(_table(["comparison", "metric", "n", "non-zero", "W", "p", "Holm p", "r (rank-biserial)"],
-                     [[r["comparison"], r["metric"], r["n"], r["n_nonzero"], r["statistic"], _f(r["p"], 4),
-                       _f(r["p_holm"], 4), _f(r["r"], 3)] for r in fam]))
+    md.append(
+        _table(
+            ["comparison", "metric", "n", "non-zero", "W", "p", "Holm p", "r (rank-biserial)"],
+            [
+                [
+                    r["comparison"],
+                    r["metric"],
+                    r["n"],
+                    r["n_nonzero"],
+                    r["statistic"],
+                    _f(r["p"], 4),
+                    _f(r["p_holm"], 4),
+                    _f(r["r"], 3),
+                ]
+                for r in fam
+            ],
+        )
+    )
     md.append("")
 
     # Table 10
@@ -275,9 +397,19 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
         names = list(jsets)
         a, b = jsets[names[0]], jsets[names[1]]
         keys = [k for k in a if k in b and not a[k].get("error") and not b[k].get("error")]
-        md.append(_table(["metric"] + [m.upper() for m in ("gpc", "cis", "it", "overall")] + ["n"],
-                         [["Spearman ρ"] + [spearman([a[k][m] for k in keys], [b[k][m] for k in keys]) for m in
-                                            ("gpc", "cis", "it", "overall")] + [len(keys)]]))
+        md.append(
+            _table(
+                ["metric"] + [m.upper() for m in ("gpc", "cis", "it", "overall")] + ["n"],
+                [
+                    ["Spearman ρ"]
+                    + [
+                        spearman([a[k][m] for k in keys], [b[k][m] for k in keys])
+                        for m in ("gpc", "cis", "it", "overall")
+                    ]
+                    + [len(keys)]
+                ],
+            )
+        )
         md += ["", f"{names[0]} vs {names[1]}.", ""]
 
     # Table 11
@@ -291,12 +423,27 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
             js = [main_j.get((d["case_id"], "full", m)) for d in ds_]
             js = [j for j in js if j and not j.get("error")]
             hits = [d for d in ds_ if d["first_hit_turn"] is not None]
-            rows.append([m, _mean([j["overall"] for j in js]), _mean([j["it"] for j in js]), _mean([j["cis"] for j in js]),
-                         _f(len(hits) / len(ds_), 3), _pct(_mean([float(d["retrieval_correct"]) for d in ds_])),
-                         _f(_mean([float(d.get("first_rec_hit_turn") is not None) for d in ds_]), 3), len(ds_)])
-        md.append(_table(["memory", "Overall", "IT", "CIS", "SR@all", "Acc. (all)", "recommended SR@all", "dialogues"], rows))
-        md += ["", "Retrieval (K^p) does not depend on memory, so SR@all is equal across memory modes; the judge columns "
-               "and the recommended ranking can differ.", ""]
+            rows.append(
+                [
+                    m,
+                    _mean([j["overall"] for j in js]),
+                    _mean([j["it"] for j in js]),
+                    _mean([j["cis"] for j in js]),
+                    _f(len(hits) / len(ds_), 3),
+                    _pct(_mean([float(d["retrieval_correct"]) for d in ds_])),
+                    _f(_mean([float(d.get("first_rec_hit_turn") is not None) for d in ds_]), 3),
+                    len(ds_),
+                ]
+            )
+        md.append(
+            _table(["memory", "Overall", "IT", "CIS", "SR@all", "Acc. (all)", "recommended SR@all", "dialogues"], rows)
+        )
+        md += [
+            "",
+            "Retrieval (K^p) does not depend on memory, so SR@all is equal across memory modes; the judge columns "
+            "and the recommended ranking can differ.",
+            "",
+        ]
 
     # example
     if ok:
@@ -312,10 +459,22 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
             j = main_j.get((r["case_id"], r["variant"], r["memory"]))
             r[f"judge_{m}"] = j.get(m) if j and not j.get("error") else None
     pd.DataFrame(rows_d).to_parquet(run / "dialogues.parquet", index=False)
-    rows_t = [{"case_id": d["case_id"], "variant": d["variant"], "memory": d["memory"], "turn": t["turn"],
-               "query": t["query"], "reply": t["reply"], "retrieved": t.get("retrieved", []),
-               "recommended": t.get("recommended", []), "n_calls": len(t["calls"]), "latency_s": t.get("latency_s")}
-              for d in dialogues for t in d["turns"]]
+    rows_t = [
+        {
+            "case_id": d["case_id"],
+            "variant": d["variant"],
+            "memory": d["memory"],
+            "turn": t["turn"],
+            "query": t["query"],
+            "reply": t["reply"],
+            "retrieved": t.get("retrieved", []),
+            "recommended": t.get("recommended", []),
+            "n_calls": len(t["calls"]),
+            "latency_s": t.get("latency_s"),
+        }
+        for d in dialogues
+        for t in d["turns"]
+    ]
     pd.DataFrame(rows_t).to_parquet(run / "turns.parquet", index=False)
     if variants:
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -334,7 +493,12 @@ def write_report(run_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike
             fig, ax = plt.subplots(figsize=(6, 3.5))
             w = 0.8 / len(JUDGE_METRICS)
             for k, m in enumerate(JUDGE_METRICS):
-                ax.bar([i + k * w for i in x], [_mean(list(by_metric[m][v].values())) or 0 for v in variants], w, label=m.upper())
+                ax.bar(
+                    [i + k * w for i in x],
+                    [_mean(list(by_metric[m][v].values())) or 0 for v in variants],
+                    w,
+                    label=m.upper(),
+                )
             ax.set_xticks([i + 0.3 for i in x], variants)
             ax.set_ylim(0, 5)
             ax.legend(fontsize=7)

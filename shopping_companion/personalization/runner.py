@@ -7,8 +7,11 @@ holds the run identity (engine, embedder, retrieval depths, dataset manifest has
 a different identity raises :class:`ConfigError` instead of mixing results, and so does a non-empty
 ``dialogues.jsonl`` whose ``run.json`` is missing or corrupt (unless ``force=True`` adopts the
 current identity). While a run writes it holds an exclusive ``flock`` on ``dialogues.jsonl``
-itself, so a second writer is refused even if files next to it are deleted. Every record is
-encoded and read back before it is written; one that fails is written as an error record.
+itself, so a second writer is refused even if files next to it are deleted, and a
+``dialogues.jsonl`` deleted or replaced during the run stops it
+(:class:`~shopping_companion.errors.RunFileReplacedError`). Every record is encoded and read back
+before it is written; one that fails is written as an error record. The run-file mechanics are
+those of every runner (:mod:`shopping_companion.runs`).
 
 By default memory ablations (Table 11) run for the ``full`` variant only; the other variants use
 ``memory="full"``.
@@ -16,56 +19,40 @@ By default memory ablations (Table 11) run for the ``full`` variant only; the ot
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from shopping_companion.errors import ConfigError
+from shopping_companion import runs
+from shopping_companion.errors import ConfigError, RunLockedError
 from shopping_companion.personalization.agents import VARIANTS, Assistant, RoleEngine
 from shopping_companion.personalization.build import Case, load_cases, load_item_reviews, load_items
 from shopping_companion.personalization.metrics import first_hit_turn, retrieval_correct
-from shopping_companion.personalization.retrieval import ProductIndex, ReviewIndex, TextEmbedder, build_product_index, review_text
+from shopping_companion.personalization.retrieval import (
+    ProductIndex,
+    ReviewIndex,
+    TextEmbedder,
+    build_product_index,
+    review_text,
+)
 
 __all__ = ["dialogue_key", "read_dialogues", "repair_torn_tail", "run_dialogues"]
 
 
 def repair_torn_tail(path: str | os.PathLike[str]) -> int:
-    """Cut a torn last line (a write interrupted by a crash or ``kill -9``) off an append-only
-    JSONL file, so the next appended record starts on its own line instead of being glued to
-    the fragment (and lost). Returns the number of bytes removed. Call under the file's lock."""
-    p = Path(path)
-    if not p.is_file():
-        return 0
-    size = p.stat().st_size
-    if size == 0:
-        return 0
-    with open(p, "rb+") as f:
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return 0
-        # find the last newline (scan backwards in blocks)
-        pos, block = size, 1 << 16
-        keep = 0
-        while pos > 0:
-            start = max(0, pos - block)
-            f.seek(start)
-            chunk = f.read(pos - start)
-            i = chunk.rfind(b"\n")
-            if i >= 0:
-                keep = start + i + 1
-                break
-            pos = start
-        f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
-    return size - keep
+    """Make a dialogues (or judgments) JSONL file end with a newline before appending to it
+    (:func:`shopping_companion.runs.repair_torn_tail`): a complete record that only lacks its newline
+    is kept; a torn last line (a write interrupted by a crash or ``kill -9``) is cut off and kept in
+    ``<name>.torn``, so the next record starts on its own line. Returns the number of bytes cut.
+    Call under the file's lock."""
+    return runs.repair_torn_tail(path, lambda raw: isinstance(json.loads(raw), dict))
 
 
 def dialogue_key(rec: dict[str, Any]) -> tuple[str, str, str]:
@@ -73,60 +60,46 @@ def dialogue_key(rec: dict[str, Any]) -> tuple[str, str, str]:
     return rec["case_id"], rec["variant"], rec["memory"]
 
 
+def _parse_dialogue(raw: bytes) -> dict[str, Any]:
+    rec = json.loads(raw)
+    if not isinstance(rec, dict) or not all(k in rec for k in ("case_id", "variant", "memory")):
+        raise ValueError("not a dialogue record (a JSON object with case_id, variant and memory)")
+    return rec
+
+
 def read_dialogues(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Complete lines of a dialogues file; the newest record per key wins."""
-    p = Path(path)
+    """Complete, readable records of a dialogues file (others are skipped); the newest per key wins."""
     out: dict[tuple, dict] = {}
-    if not p.exists():
-        return []
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for rec in runs.scan_jsonl(path, _parse_dialogue).records:
         out[dialogue_key(rec)] = rec
     return list(out.values())
-
-
-def _check_identity(idp: Path, ident: dict[str, Any], path: Path, force: bool) -> None:
-    """Refuse a different identity; refuse a missing or corrupt one beside existing dialogues
-    unless ``force``; otherwise (re)write it."""
-    problem = None
-    if idp.exists():
-        try:
-            old = json.loads(idp.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            old, problem = None, f"is corrupt ({type(e).__name__})"
-        if problem is None and not isinstance(old, dict):
-            problem = "is corrupt (not a JSON object)"
-        if problem is None:
-            diff = {k: (old.get(k), ident[k]) for k in ident if old.get(k) != ident[k]}
-            if diff:
-                raise ConfigError(f"run identity: {idp.parent} holds a different run ({diff}); use another --out")
-            return
-    else:
-        problem = "is missing"
-    if path.exists() and path.stat().st_size > 0 and not force:
-        raise ConfigError(f"run identity: {path} holds dialogues but {idp.name} {problem}, so nothing shows which "
-                          "configuration produced them; use another --out, or force=True to adopt this one")
-    tmp = idp.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ident, indent=2), encoding="utf-8")
-    tmp.replace(idp)
 
 
 def _encode_record(rec: dict[str, Any]) -> bytes:
     """``rec`` as one UTF-8 JSON line that reads back; an unwritable record (lone surrogates, NaN,
     too deep) becomes an error record with the same key."""
     try:
-        data = json.dumps(rec, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        json.loads(data)
-        return data + b"\n"
+        return runs.encode_verified_line(json.dumps(rec, ensure_ascii=False, allow_nan=False).encode("utf-8"))
     except (ValueError, TypeError, RecursionError) as e:
-        keep = {k: rec.get(k) for k in ("case_id", "category", "user_id", "variant", "memory", "engine",
-                                        "engine_kind", "embedder", "target_asin")}
+        keep = {
+            k: rec.get(k)
+            for k in (
+                "case_id",
+                "category",
+                "user_id",
+                "variant",
+                "memory",
+                "engine",
+                "engine_kind",
+                "embedder",
+                "target_asin",
+            )
+        }
         keep["error"] = f"record could not be written: {type(e).__name__}: {e}"[:500]
-        keep = {k: (_utf8(v) if isinstance(v, str) else v if v is None or isinstance(v, (int, float)) else _utf8(str(v)))
-                for k, v in keep.items()}
+        keep = {
+            k: (_utf8(v) if isinstance(v, str) else v if v is None or isinstance(v, (int, float)) else _utf8(str(v)))
+            for k, v in keep.items()
+        }
         return json.dumps(keep, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
 
 
@@ -137,16 +110,37 @@ def _utf8(text: str) -> str:
 def _identity(dataset: Path, engine: RoleEngine, embedder_name: str, k: tuple[int, int, int]) -> dict[str, Any]:
     man = (dataset / "manifest.json").read_bytes() if (dataset / "manifest.json").exists() else b""
     cases = (dataset / "cases.jsonl").read_bytes()
-    return {"engine": engine.name, "engine_kind": engine.kind, "embedder": embedder_name, "k_d": k[0], "k_p": k[1],
-            "k_r": k[2], "dataset_sha256": hashlib.sha256(man + cases).hexdigest()[:16]}
+    return {
+        "engine": engine.name,
+        "engine_kind": engine.kind,
+        "embedder": embedder_name,
+        "k_d": k[0],
+        "k_p": k[1],
+        "k_r": k[2],
+        "dataset_sha256": hashlib.sha256(man + cases).hexdigest()[:16],
+    }
 
 
-def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], engine: RoleEngine,
-                  embedder: TextEmbedder, *, variants: list[str] | None = None, memory_modes: list[str] | None = None,
-                  ablation_variants: tuple[str, ...] = ("full",), embedder_name: str = "minilm", k_d: int = 1,
-                  k_p: int = 5, k_r: int = 5, categories: list[str] | None = None, max_cases: int | None = None,
-                  concurrency: int = 1, record_messages: bool = False,
-                  progress: Callable[[dict[str, Any]], None] | None = None, force: bool = False) -> Path:
+def run_dialogues(
+    dataset_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    engine: RoleEngine,
+    embedder: TextEmbedder,
+    *,
+    variants: list[str] | None = None,
+    memory_modes: list[str] | None = None,
+    ablation_variants: tuple[str, ...] = ("full",),
+    embedder_name: str = "minilm",
+    k_d: int = 1,
+    k_p: int = 5,
+    k_r: int = 5,
+    categories: list[str] | None = None,
+    max_cases: int | None = None,
+    concurrency: int = 1,
+    record_messages: bool = False,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    force: bool = False,
+) -> Path:
     """Run every (case, variant, memory) dialogue not yet in ``<out_dir>/dialogues.jsonl``.
 
     ``variants``: names (default all five); ``memory_modes``: applied to ``ablation_variants``
@@ -154,14 +148,17 @@ def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLik
     ``concurrency``: dialogues in flight (threads; useful with an LLM endpoint). Returns the
     dialogues path. ``force``: adopt the current identity for existing dialogues whose ``run.json``
     is missing or corrupt. Raises :class:`ConfigError` for unknown names, a foreign run identity, a
-    missing or corrupt one beside existing dialogues (without ``force``), or another process
-    writing the same file.
+    missing or corrupt one beside existing dialogues (without ``force``; both
+    :class:`~shopping_companion.errors.RunIdentityError`), or another process writing the same
+    file; :class:`~shopping_companion.errors.RunFileReplacedError` when ``dialogues.jsonl`` is
+    deleted or replaced while the run writes it.
     """
     dataset = Path(dataset_dir)
     out = Path(out_dir)
     if not (dataset / "cases.jsonl").is_file():
-        raise ConfigError(f"dataset: {str(dataset / 'cases.jsonl')!r} missing; run `shopcomp personalize build "
-                          f"--out {dataset}` first")
+        raise ConfigError(
+            f"dataset: {str(dataset / 'cases.jsonl')!r} missing; run `shopcomp personalize build --out {dataset}` first"
+        )
     variants = variants or list(VARIANTS)
     for v in variants:
         if v not in VARIANTS:
@@ -179,29 +176,61 @@ def run_dialogues(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLik
     ident = _identity(dataset, engine, embedder_name, (k_d, k_p, k_r))
     out.mkdir(parents=True, exist_ok=True)
     path = out / "dialogues.jsonl"
-    lock = open(path, "ab")  # the lock is on the results file itself, not on a side file
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise ConfigError(f"run: another process is writing {path}") from None
-    try:
-        _check_identity(out / "run.json", ident, path, force)
+    with ExitStack() as stack:
+        try:  # the lock is on the results file itself, not on a side file
+            fh = stack.enter_context(runs.exclusive(path, what="personalization run", option="--out"))
+        except RunLockedError:
+            raise ConfigError(
+                f"run: another process is writing {path}; wait for it to finish or use another --out"
+            ) from None
+        runs.check_identity(path, ident, force, identity_file=out / "run.json", option="--out")
         repair_torn_tail(path)  # an interrupted run may have left half a line
-        return _run_locked(path, cases, dataset, engine, embedder, variants, memory_modes, ablation_variants,
-                           embedder_name, k_d, k_p, k_r, concurrency, record_messages, progress)
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
+        return _run_locked(
+            path,
+            fh,
+            cases,
+            dataset,
+            engine,
+            embedder,
+            variants,
+            memory_modes,
+            ablation_variants,
+            embedder_name,
+            k_d,
+            k_p,
+            k_r,
+            concurrency,
+            record_messages,
+            progress,
+        )
 
 
-def _run_locked(path: Path, cases: list[Case], dataset: Path, engine: RoleEngine, embedder: TextEmbedder,
-                variants: list[str], memory_modes: list[str], ablation_variants: tuple[str, ...], embedder_name: str,
-                k_d: int, k_p: int, k_r: int, concurrency: int, record_messages: bool,
-                progress: Callable[[dict[str, Any]], None] | None) -> Path:
+def _run_locked(
+    path: Path,
+    fh: Any,
+    cases: list[Case],
+    dataset: Path,
+    engine: RoleEngine,
+    embedder: TextEmbedder,
+    variants: list[str],
+    memory_modes: list[str],
+    ablation_variants: tuple[str, ...],
+    embedder_name: str,
+    k_d: int,
+    k_p: int,
+    k_r: int,
+    concurrency: int,
+    record_messages: bool,
+    progress: Callable[[dict[str, Any]], None] | None,
+) -> Path:
     done = {dialogue_key(r) for r in read_dialogues(path) if not r.get("error")}
-    jobs = [(c, v, m) for c in cases for v in variants for m in (memory_modes if v in ablation_variants else ["full"])
-            if (c.case.case_id, v, m) not in done]
+    jobs = [
+        (c, v, m)
+        for c in cases
+        for v in variants
+        for m in (memory_modes if v in ablation_variants else ["full"])
+        if (c.case.case_id, v, m) not in done
+    ]
     indexes: dict[str, tuple[ProductIndex, dict]] = {}
 
     def index_for(cat: str) -> tuple[ProductIndex, dict]:
@@ -223,13 +252,33 @@ def _run_locked(path: Path, cases: list[Case], dataset: Path, engine: RoleEngine
         c, v, m = job
         pidx, items = indexes[c.case.category]
         t0 = time.perf_counter()
-        rec: dict[str, Any] = {"case_id": c.case.case_id, "category": c.case.category, "user_id": c.case.user_id,
-                               "variant": v, "memory": m, "engine": engine.name, "engine_kind": engine.kind,
-                               "embedder": embedder_name, "target_asin": c.case.target_asin,
-                               "target_title": c.target_item.title, "title_source": c.target_item.title_source,
-                               "error": None}
-        a = Assistant(v, m, engine, embedder, pidx, items, review_idx[c.case.case_id], k_d=k_d, k_p=k_p, k_r=k_r,
-                      record_messages=record_messages)
+        rec: dict[str, Any] = {
+            "case_id": c.case.case_id,
+            "category": c.case.category,
+            "user_id": c.case.user_id,
+            "variant": v,
+            "memory": m,
+            "engine": engine.name,
+            "engine_kind": engine.kind,
+            "embedder": embedder_name,
+            "target_asin": c.case.target_asin,
+            "target_title": c.target_item.title,
+            "title_source": c.target_item.title_source,
+            "error": None,
+        }
+        a = Assistant(
+            v,
+            m,
+            engine,
+            embedder,
+            pidx,
+            items,
+            review_idx[c.case.case_id],
+            k_d=k_d,
+            k_p=k_p,
+            k_r=k_r,
+            record_messages=record_messages,
+        )
         try:
             a.run(c.trajectory.queries)
         except Exception as e:  # noqa: BLE001 - recorded per dialogue; the run goes on
@@ -244,19 +293,16 @@ def _run_locked(path: Path, cases: list[Case], dataset: Path, engine: RoleEngine
         rec["wall_s"] = time.perf_counter() - t0
         return rec
 
-    with open(path, "ab") as fh:
-        def write(rec: dict[str, Any]) -> None:
-            fh.write(_encode_record(rec))
-            fh.flush()
-            os.fsync(fh.fileno())
-            if progress:
-                progress(rec)
+    def write(rec: dict[str, Any]) -> None:
+        runs.append_line(fh, path, _encode_record(rec))
+        if progress:
+            progress(rec)
 
-        if concurrency <= 1:
-            for j in jobs:
-                write(one(j))
-        else:
-            with ThreadPoolExecutor(concurrency) as ex:
-                for rec in ex.map(one, jobs):
-                    write(rec)
+    if concurrency <= 1:
+        for j in jobs:
+            write(one(j))
+    else:
+        with ThreadPoolExecutor(concurrency) as ex:
+            for rec in ex.map(one, jobs):
+                write(rec)
     return path

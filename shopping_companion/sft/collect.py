@@ -28,7 +28,6 @@ Episodes that ended with a backend or judge error and verdicts marked ``failed``
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from shopping_companion.benchmark.evaluate import EvalSettings, describe, run_evaluation
 from shopping_companion.benchmark.report import final_results, read_results
 from shopping_companion.errors import ConfigError
+from shopping_companion.runs import write_lines_atomic, write_text_atomic
 from shopping_companion.types import EpisodeResult, Task, Trajectory, Verdict
 
 __all__ = [
+    "collect_with_config",
     "KEEP_RULES",
     "KeepPolicy",
     "KeptStage",
@@ -123,6 +124,10 @@ class KeptStage(BaseModel):
         return f"{self.task_id}/t{self.trial}/{self.mode}:{self.hint}/s{self.stage}"
 
 
+#: The fields a :class:`KeptStage` copies from its episode's :class:`EpisodeResult`.
+_EPISODE_FIELDS = {"task_id", "trial", "mode", "hint", "policy", "acc", "succ"}
+
+
 def _keep_reason(res: EpisodeResult, stage: int, verdict: Verdict, policy: KeepPolicy) -> str | None:
     if policy.rule == "succ":
         return "episode Succ" if res.succ else None
@@ -151,9 +156,8 @@ def select_kept(results: Iterable[EpisodeResult], policy: KeepPolicy | None = No
             reason = _keep_reason(res, stage, sr.verdict, policy)
             if reason is None:
                 continue
-            out.append(KeptStage(task_id=res.task_id, trial=res.trial, mode=res.mode, hint=res.hint, stage=stage,
-                                 policy=res.policy, reason=reason, acc=res.acc, succ=res.succ,
-                                 trajectory=sr.trajectory, verdict=sr.verdict))
+            episode = res.model_dump(include=_EPISODE_FIELDS)
+            out.append(KeptStage(**episode, stage=stage, reason=reason, trajectory=sr.trajectory, verdict=sr.verdict))
     return out
 
 
@@ -189,16 +193,6 @@ class CollectSummary:
         d["out_dir"] = str(self.out_dir)
         d["kept_by_stage"] = {str(k): v for k, v in self.kept_by_stage.items()}
         return d
-
-
-def _write_lines(path: Path, lines: Iterable[str]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 def collect(
@@ -253,28 +247,47 @@ def collect(
     ident["strategies"] = strategies if isinstance(strategies, str) or strategies is None else list(strategies)
     before = len(final_results(read_results(rollouts))) if rollouts.exists() else 0
     t0 = time.perf_counter()
-    results = run_evaluation(tasks, teacher, products, make_memory, judge, rollouts, settings, progress,
-                             concurrency=concurrency, strategies=strategies, identity=ident, simulator=simulator)
+    results = run_evaluation(
+        tasks,
+        teacher,
+        products,
+        make_memory,
+        judge,
+        rollouts,
+        settings,
+        progress,
+        concurrency=concurrency,
+        strategies=strategies,
+        identity=ident,
+        simulator=simulator,
+    )
     wall = time.perf_counter() - t0
     results = final_results(read_results(rollouts))  # the whole collection, earlier runs' tasks included
     kept = select_kept(results, policy)
-    _write_lines(out / KEPT, (k.model_dump_json() for k in kept))
+    write_lines_atomic(out / KEPT, (k.model_dump_json() for k in kept))
     scored = [r for r in results if r.error is None]
     new = max(0, len(final_results(read_results(rollouts))) - before)
     by_stage: dict[int, int] = {}
     for k in kept:
         by_stage[k.stage] = by_stage.get(k.stage, 0) + 1
     summary = CollectSummary(
-        out_dir=out, episodes=len(results), new_episodes=new, errors=len(results) - len(scored),
-        succ_rate=(sum(r.succ for r in scored) / len(scored)) if scored else 0.0, kept=len(kept),
-        kept_by_stage=dict(sorted(by_stage.items())), wall_s=round(wall, 3),
+        out_dir=out,
+        episodes=len(results),
+        new_episodes=new,
+        errors=len(results) - len(scored),
+        succ_rate=(sum(r.succ for r in scored) / len(scored)) if scored else 0.0,
+        kept=len(kept),
+        kept_by_stage=dict(sorted(by_stage.items())),
+        wall_s=round(wall, 3),
         episodes_per_s=round(new / wall, 4) if new and wall > 0 else 0.0,
     )
-    manifest = {"identity": json.loads(json.dumps(ident, default=str)), "keep": policy.model_dump(),
-                "tasks": len({r.task_id for r in results}), "summary": summary.to_dict()}
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(out / MANIFEST)
+    manifest = {
+        "identity": json.loads(json.dumps(ident, default=str)),
+        "keep": policy.model_dump(),
+        "tasks": len({r.task_id for r in results}),
+        "summary": summary.to_dict(),
+    }
+    write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     return summary
 
 
@@ -287,5 +300,53 @@ def reselect(out_dir: str | Path, policy: KeepPolicy, *, write: bool = True) -> 
         raise FileNotFoundError(f"{out / ROLLOUTS}: no rollouts (run `shopcomp sft collect` first)")
     kept = select_kept(read_results(out / ROLLOUTS), policy)
     if write:
-        _write_lines(out / KEPT, (k.model_dump_json() for k in kept))
+        write_lines_atomic(out / KEPT, (k.model_dump_json() for k in kept))
     return kept
+
+
+def collect_with_config(cfg: Any, console: Any = None) -> CollectSummary:
+    """``shopcomp sft collect``: build the teacher, judge, rubric and resources of ``cfg`` (a
+    :class:`~shopping_companion.sft.config.CollectConfig`) with the evaluation's builders
+    (:func:`shopping_companion.benchmark.run.build_kit`), then :func:`collect` into ``cfg.out``.
+    ``<out>/config.yaml`` records the resolved config: written before the first episode, and again
+    only after the run identity was accepted (a refused resume leaves it as it was).
+
+    Raises what the builders and :func:`collect` raise (:class:`~shopping_companion.errors.ShopCompError`
+    subclasses; a refused or locked resume names ``--out``; ``CircuitOpenError`` says the episodes
+    so far are kept)."""
+    from shopping_companion.benchmark.run import build_kit
+    from shopping_companion.config import dump_yaml
+    from shopping_companion.errors import CircuitOpenError, RunIdentityError, RunLockedError
+
+    out = Path(cfg.out)
+    kit = build_kit(cfg, out, console)
+    header = (
+        f"The resolved configuration of the collection in {out} (config_sha256 {kit.identity['config_sha256']}).\n"
+        f"Resume it with: shopcomp sft collect --config {out / 'config.yaml'}"
+    )
+    rollouts = out / ROLLOUTS
+    if not rollouts.exists() or rollouts.stat().st_size == 0:  # nothing to protect: record what will run
+        dump_yaml(cfg, out / "config.yaml", header=header)
+    try:
+        summary = collect(
+            kit.resources.tasks,
+            kit.policy,
+            kit.resources.search,
+            kit.memory(),
+            kit.judge,
+            out,
+            kit.settings,
+            policy=cfg.keep,
+            concurrency=cfg.concurrency,
+            strategies=",".join(cfg.strategies),
+            identity=kit.identity,
+        )
+    except (RunIdentityError, RunLockedError) as e:  # the runner words its hint for `eval --name`
+        raise type(e)(str(e).replace("another --name", "another --out")) from None
+    except CircuitOpenError as e:
+        dump_yaml(cfg, out / "config.yaml", header=header)
+        raise CircuitOpenError(
+            f"collection stopped: {e}; the episodes finished so far are kept in {out}, rerun the same command to resume"
+        ) from None
+    dump_yaml(cfg, out / "config.yaml", header=header)  # the identity was accepted: this config ran here
+    return summary

@@ -29,20 +29,34 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter, defaultdict
-from typing import Any, Iterable, Literal, Mapping
+from collections import defaultdict
+from typing import Any, Iterable, Literal, Mapping, get_args
 
 from pydantic import BaseModel, ConfigDict
 
 from shopping_companion.errors import ConfigError
 from shopping_companion.types import Session, Task
+from shopping_companion.errors import ContaminationError  # noqa: F401 - re-exported
 
-__all__ = ["Contamination", "ContaminationError", "find_contamination", "check_decontaminated", "MIN_NEEDLE_WORDS"]
+__all__ = [
+    "Contamination",
+    "ContaminationError",
+    "find_contamination",
+    "check_decontaminated",
+    "MIN_NEEDLE_WORDS",
+    "PRODUCT_RULES",
+    "ProductsRule",
+]
 
 MIN_NEEDLE_WORDS = 5
 _SHINGLE = 5
 _WORD = re.compile(r"[a-z0-9]+")
 _ID_TOKEN = re.compile(r"[A-Za-z0-9:_.\-]+")
+
+#: Where a reference product id counts as a violation (module docstring).
+ProductsRule = Literal["assistant", "all", "none"]
+#: Allowed values of :data:`ProductsRule`.
+PRODUCT_RULES: tuple[str, ...] = get_args(ProductsRule)
 
 Kind = Literal["task_id", "instruction", "needle_session", "reference_product", "exposure"]
 
@@ -56,20 +70,6 @@ class Contamination(BaseModel):
     test_task_id: str
     kind: Kind
     detail: str
-
-
-class ContaminationError(ValueError):
-    """Test-split data was found in SFT examples; ``findings`` lists every violation."""
-
-    def __init__(self, findings: list[Contamination]) -> None:
-        self.findings = findings
-        kinds = Counter(f.kind for f in findings)
-        tasks = sorted({f.test_task_id for f in findings})
-        first = "; ".join(f"{f.example_id}: {f.kind} of {f.test_task_id} ({f.detail})" for f in findings[:3])
-        super().__init__(
-            f"decontamination failed: {len(findings)} finding(s) ({dict(kinds)}) from {len(tasks)} test task(s) "
-            f"{tasks[:5]}; e.g. {first}. Remove those trajectories (or the test tasks' overlap) and export again."
-        )
 
 
 def _norm_words(text: str) -> list[str]:
@@ -133,7 +133,7 @@ def find_contamination(
     test_tasks: Iterable[Task],
     sessions: Mapping[str, Session] | None = None,
     *,
-    products: Literal["assistant", "all", "none"] = "assistant",
+    products: ProductsRule = "assistant",
     train_tasks: Iterable[Task] = (),
 ) -> tuple[list[Contamination], list[Contamination], int]:
     """Every appearance of a test task in ``examples`` (objects with ``example_id``, ``task_id``
@@ -147,8 +147,8 @@ def find_contamination(
     violations); ``shared_with_train`` counts test texts skipped because a train task owns them.
     Raises :class:`ConfigError` for an unknown ``products`` value.
     """
-    if products not in ("assistant", "all", "none"):
-        raise ConfigError(f"products: must be one of assistant, all, none; got {products!r}")
+    if products not in PRODUCT_RULES:
+        raise ConfigError(f"products: must be one of {', '.join(PRODUCT_RULES)}; got {products!r}")
     tests = [t for t in test_tasks if t.split == "test"]
     test_ids = {t.task_id for t in tests}
     owned: set[str] = set()
@@ -192,7 +192,8 @@ def find_contamination(
         found: dict[tuple[str, str, str], Contamination] = {}
         if ex.task_id in test_ids:
             found[(ex.task_id, "task_id", "")] = Contamination(
-                example_id=ex.example_id, test_task_id=ex.task_id, kind="task_id", detail="collected on a test task")
+                example_id=ex.example_id, test_task_id=ex.task_id, kind="task_id", detail="collected on a test task"
+            )
         for i, role, text in _message_texts(ex):
             h = hash((role, text))
             if h not in cache:
@@ -201,31 +202,41 @@ def find_contamination(
                 ids = [(tid, kind, tok) for tok in tokens for tid, kind in id_map[tok]]
                 cache[h] = (text_index.find(text), ids)
             texts, ids = cache[h]
-            for tid, tag in texts:
-                kind, label = tag.split("\x00", 1)
-                found.setdefault((tid, kind, label), Contamination(
-                    example_id=ex.example_id, test_task_id=tid, kind=kind,  # type: ignore[arg-type]
-                    detail=f"{label} in message {i} ({role})"))
+            hits = [(tid, *tag.split("\x00", 1)) for tid, tag in texts]  # (test task, kind, what matched)
             for tid, kind, tok in ids:
                 if kind == "reference_product" and role != "assistant" and products == "assistant":
                     kind = "exposure"
-                found.setdefault((tid, kind, tok), Contamination(
-                    example_id=ex.example_id, test_task_id=tid, kind=kind,  # type: ignore[arg-type]
-                    detail=f"{tok!r} in message {i} ({role})"))
+                hits.append((tid, kind, repr(tok)))
+            for tid, kind, what in hits:
+                found.setdefault(
+                    (tid, kind, what),
+                    Contamination(
+                        example_id=ex.example_id,
+                        test_task_id=tid,
+                        kind=kind,  # type: ignore[arg-type]
+                        detail=f"{what} in message {i} ({role})",
+                    ),
+                )
         for f in found.values():
             (exposures if f.kind == "exposure" else violations).append(f)
     return violations, exposures, shared
 
 
-def check_decontaminated(examples: list[Any], test_tasks: Iterable[Task], sessions: Mapping[str, Session] | None = None,
-                         *, products: Literal["assistant", "all", "none"] = "assistant",
-                         train_tasks: Iterable[Task] = ()) -> dict[str, Any]:
+def check_decontaminated(
+    examples: list[Any],
+    test_tasks: Iterable[Task],
+    sessions: Mapping[str, Session] | None = None,
+    *,
+    products: ProductsRule = "assistant",
+    train_tasks: Iterable[Task] = (),
+) -> dict[str, Any]:
     """Raise :class:`ContaminationError` when any test task appears in ``examples``; otherwise
     return a report: ``test_tasks`` checked, ``examples`` checked, ``violations`` (0) and
     ``exposures`` (count, test tasks and one example each)."""
     tests = [t for t in test_tasks if t.split == "test"]
-    violations, exposures, shared = find_contamination(examples, tests, sessions, products=products,
-                                                       train_tasks=train_tasks)
+    violations, exposures, shared = find_contamination(
+        examples, tests, sessions, products=products, train_tasks=train_tasks
+    )
     if violations:
         raise ContaminationError(violations)
     return {

@@ -39,13 +39,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from shopping_companion.envs.parsing import parse_action
 from shopping_companion.errors import ConfigError
-from shopping_companion.sft.decontam import check_decontaminated
+from shopping_companion.sft.decontam import ProductsRule, check_decontaminated
 from shopping_companion.sft.examples import StepExample, example_stats, with_reasoning
 from shopping_companion.types import Session, Task
 
@@ -92,8 +92,9 @@ def _assistant_turn(m: dict[str, Any]) -> dict[str, str]:
     thinking, rest = _split_thinking(with_reasoning(str(m.get("content") or ""), m.get("reasoning_content")))
     calls = m.get("tool_calls") or []
     if calls:
-        objs = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"] or "{}")}
-                for c in calls]
+        objs = [
+            {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"] or "{}")} for c in calls
+        ]
         return {"from": "function_call", "value": _think_prefix(thinking) + json.dumps(objs, ensure_ascii=False)}
     return {"from": "gpt", "value": _think_prefix(thinking) + rest}
 
@@ -127,8 +128,12 @@ def to_sharegpt(example: StepExample) -> dict[str, Any]:
             raise ValueError(f"{example.example_id}: turn {k} ({turn['from']}) breaks human/assistant alternation")
     if not conv or conv[-1]["from"] not in ("gpt", "function_call"):
         raise ValueError(f"{example.example_id}: must end with the target assistant turn")
-    return {"conversations": conv, "system": msgs[0]["content"], "tools": json.dumps(example.tools, ensure_ascii=False),
-            "id": example.example_id}
+    return {
+        "conversations": conv,
+        "system": msgs[0]["content"],
+        "tools": json.dumps(example.tools, ensure_ascii=False),
+        "id": example.example_id,
+    }
 
 
 def render_target(turn: dict[str, str]) -> str:
@@ -149,8 +154,10 @@ def render_target(turn: dict[str, str]) -> str:
 
 
 def _calls_of(m: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["function"]["name"], json.dumps(json.loads(c["function"]["arguments"] or "{}"), sort_keys=True))
-            for c in m.get("tool_calls") or []]
+    return [
+        (c["function"]["name"], json.dumps(json.loads(c["function"]["arguments"] or "{}"), sort_keys=True))
+        for c in m.get("tool_calls") or []
+    ]
 
 
 def round_trip_ok(example: StepExample, record: dict[str, Any]) -> str | None:
@@ -180,9 +187,14 @@ def round_trip_ok(example: StepExample, record: dict[str, Any]) -> str | None:
 # --------------------------------------------------------------------------- configs
 
 
-def paper_train_config(*, base_model: str = DEFAULT_BASE_MODEL, dataset: str = DEFAULT_DATASET,
-                       dataset_dir: str = "data", template: str = "qwen3",
-                       output_dir: str = "saves/shopcomp-sft-lora") -> dict[str, Any]:
+def paper_train_config(
+    *,
+    base_model: str = DEFAULT_BASE_MODEL,
+    dataset: str = DEFAULT_DATASET,
+    dataset_dir: str = "data",
+    template: str = "qwen3",
+    output_dir: str = "saves/shopcomp-sft-lora",
+) -> dict[str, Any]:
     """The LLaMA-Factory LoRA SFT config with the paper's settings (App. D): LoRA rank 64 on
     q_proj, k_proj, v_proj, o_proj; 3 epochs; cosine schedule; peak lr 5e-5; bf16; per-device
     batch 4 (gradient accumulation 1, so "effective batch size 4 per device").
@@ -190,8 +202,10 @@ def paper_train_config(*, base_model: str = DEFAULT_BASE_MODEL, dataset: str = D
     ``configs/sft/qwen3_4b_thinking_lora.yaml``. Raises :class:`ConfigError` for an unsupported
     ``template``."""
     if template not in SUPPORTED_TEMPLATES:
-        raise ConfigError(f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)} "
-                          f"(Hermes <tool_call> format, what the environment parses); got {template!r}")
+        raise ConfigError(
+            f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)} "
+            f"(Hermes <tool_call> format, what the environment parses); got {template!r}"
+        )
     return {
         # model
         "model_name_or_path": base_model,
@@ -240,17 +254,37 @@ def merge_config(*, base_model: str, adapter_dir: str, export_dir: str, template
     (the SFT → RL hand-off by merging; docs/sft.md)."""
     if template not in SUPPORTED_TEMPLATES:
         raise ConfigError(f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)}; got {template!r}")
-    return {"model_name_or_path": base_model, "adapter_name_or_path": adapter_dir, "template": template,
-            "finetuning_type": "lora", "trust_remote_code": True, "export_dir": export_dir, "export_size": 5,
-            "export_device": "cpu", "export_legacy_format": False}
+    return {
+        "model_name_or_path": base_model,
+        "adapter_name_or_path": adapter_dir,
+        "template": template,
+        "finetuning_type": "lora",
+        "trust_remote_code": True,
+        "export_dir": export_dir,
+        "export_size": 5,
+        "export_device": "cpu",
+        "export_legacy_format": False,
+    }
 
 
 def dataset_info(dataset: str, file_name: str) -> dict[str, Any]:
     """``dataset_info.json`` entry for the ShareGPT-with-tools file (default role tags)."""
-    return {dataset: {"file_name": file_name, "formatting": "sharegpt", "columns": dict(DATASET_INFO_COLUMNS),
-                      "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human",
-                               "assistant_tag": "gpt", "observation_tag": "observation",
-                               "function_tag": "function_call", "system_tag": "system"}}}
+    return {
+        dataset: {
+            "file_name": file_name,
+            "formatting": "sharegpt",
+            "columns": dict(DATASET_INFO_COLUMNS),
+            "tags": {
+                "role_tag": "from",
+                "content_tag": "value",
+                "user_tag": "human",
+                "assistant_tag": "gpt",
+                "observation_tag": "observation",
+                "function_tag": "function_call",
+                "system_tag": "system",
+            },
+        }
+    }
 
 
 def _parse_override(value: Any) -> Any:
@@ -299,7 +333,7 @@ def export_dataset(
     template: str = "qwen3",
     base_model: str = DEFAULT_BASE_MODEL,
     dataset: str = DEFAULT_DATASET,
-    products: Literal["assistant", "all", "none"] = "assistant",
+    products: ProductsRule = "assistant",
     overrides: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     base_config: Mapping[str, Any] | None = None,
@@ -333,11 +367,14 @@ def export_dataset(
         raise ConfigError(f"overrides: dataset is set by the export (--dataset), got dataset={parsed['dataset']!r}")
     final_template = parsed.get("template", cfg.get("template", template))
     if final_template not in SUPPORTED_TEMPLATES:
-        raise ConfigError(f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)} (Hermes <tool_call> format, "
-                          f"what the environment parses); got {final_template!r}")
+        raise ConfigError(
+            f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)} (Hermes <tool_call> format, "
+            f"what the environment parses); got {final_template!r}"
+        )
     examples = list(examples)
-    report = check_decontaminated(examples, list(test_tasks), sessions, products=products,
-                                  train_tasks=list(train_tasks))
+    report = check_decontaminated(
+        examples, list(test_tasks), sessions, products=products, train_tasks=list(train_tasks)
+    )
     records, kept, skipped = [], [], Counter()
     for ex in examples:
         try:
@@ -352,8 +389,10 @@ def export_dataset(
         records.append(rec)
         kept.append(ex)
     if not records:
-        raise ConfigError(f"no example to export ({sum(skipped.values())} skipped: {dict(skipped)}); "
-                          "collect more successful trajectories first")
+        raise ConfigError(
+            f"no example to export ({sum(skipped.values())} skipped: {dict(skipped)}); "
+            "collect more successful trajectories first"
+        )
     out = Path(out_dir).resolve()
     data_dir = out / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -366,26 +405,51 @@ def export_dataset(
             h.update(line.encode("utf-8"))
             f.write(line)
     tmp.replace(data_file)
-    (data_dir / "dataset_info.json").write_text(json.dumps(dataset_info(dataset, data_file.name), indent=2),
-                                                encoding="utf-8")
+    (data_dir / "dataset_info.json").write_text(
+        json.dumps(dataset_info(dataset, data_file.name), indent=2), encoding="utf-8"
+    )
     cfg["dataset_dir"] = str(data_dir)
     cfg["output_dir"] = str(out / "lora")
     cfg.update(parsed)
     train_yaml = out / "train_lora.yaml"
-    _write_yaml(train_yaml, cfg, "# LLaMA-Factory LoRA SFT (Shopping Companion §6.1, App. D); "
-                                 "written by `shopcomp sft export`.\n# Run: scripts/run_sft.sh "
-                                 f"{train_yaml}\n")
+    _write_yaml(
+        train_yaml,
+        cfg,
+        "# LLaMA-Factory LoRA SFT (Shopping Companion §6.1, App. D); "
+        "written by `shopcomp sft export`.\n# Run: scripts/run_sft.sh "
+        f"{train_yaml}\n",
+    )
     merge_yaml = out / "merge_lora.yaml"
-    _write_yaml(merge_yaml, merge_config(base_model=str(cfg["model_name_or_path"]), adapter_dir=str(cfg["output_dir"]),
-                                         export_dir=str(out / "merged"), template=str(cfg["template"])),
-                "# Merge the trained adapter into the base weights: llamafactory-cli export "
-                f"{out / 'merge_lora.yaml'}\n")
+    _write_yaml(
+        merge_yaml,
+        merge_config(
+            base_model=str(cfg["model_name_or_path"]),
+            adapter_dir=str(cfg["output_dir"]),
+            export_dir=str(out / "merged"),
+            template=str(cfg["template"]),
+        ),
+        f"# Merge the trained adapter into the base weights: llamafactory-cli export {out / 'merge_lora.yaml'}\n",
+    )
     stats = example_stats(kept)
-    summary = ExportSummary(out_dir=out, data_file=data_file, train_yaml=train_yaml, merge_yaml=merge_yaml,
-                            examples=len(records), skipped=dict(skipped), stats=stats, decontamination=report,
-                            sha256=h.hexdigest(), wall_s=0.0)
+    summary = ExportSummary(
+        out_dir=out,
+        data_file=data_file,
+        train_yaml=train_yaml,
+        merge_yaml=merge_yaml,
+        examples=len(records),
+        skipped=dict(skipped),
+        stats=stats,
+        decontamination=report,
+        sha256=h.hexdigest(),
+        wall_s=0.0,
+    )
     summary.wall_s = round(time.perf_counter() - t0, 3)
-    manifest = {**summary.to_dict(), "template": cfg["template"], "base_model": cfg["model_name_or_path"],
-                "dataset": dataset, "provenance": dict(provenance or {})}
+    manifest = {
+        **summary.to_dict(),
+        "template": cfg["template"],
+        "base_model": cfg["model_name_or_path"],
+        "dataset": dataset,
+        "provenance": dict(provenance or {}),
+    }
     (out / "export.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
     return summary

@@ -13,7 +13,7 @@ of stage 2 trains shopping execution: stage 1 is played first by ``stage1`` —
 then the user simulator answers at the row's ``hint`` level (the paper trains with ``none``,
 §6.1) and stage 2 is the returned trajectory.
 
-The trajectory is kept as token ids, never re-tokenised from text (DESIGN.md §12): ``prompt_ids``
+The trajectory is kept as token ids, never re-tokenised from text (docs/architecture.md, training): ``prompt_ids``
 is the chat template over the stage's opening messages and tool schemas; every assistant turn
 appends the ids the model generated (``response_mask`` 1); every observation (tool results,
 reminders) appends the ids of the template's rendering of the new messages (``response_mask`` 0),
@@ -45,8 +45,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
-from shopping_companion.judges.base import JudgeFailedError
-from shopping_companion.types import RewardBreakdown, StageResult, Trajectory, Verdict
+from shopping_companion.rewards.total import score_stage, unscored_breakdown
+from shopping_companion.types import RewardBreakdown, StageResult, Trajectory
 
 __all__ = [
     "Generation",
@@ -120,8 +120,17 @@ _ENCODE_CACHES_LOCK = threading.Lock()
 #: methods a tokenizer class must inherit unchanged from the fast-tokenizer base for its Rust
 #: backend to stand in for ``encode`` / ``decode`` (a subclass overriding them may pre- or
 #: post-process text)
-_CODEC_METHODS = ("encode", "_encode_plus", "tokenize", "__call__", "convert_tokens_to_ids",
-                  "decode", "_decode", "batch_decode", "convert_ids_to_tokens")
+_CODEC_METHODS = (
+    "encode",
+    "_encode_plus",
+    "tokenize",
+    "__call__",
+    "convert_tokens_to_ids",
+    "decode",
+    "_decode",
+    "batch_decode",
+    "convert_ids_to_tokens",
+)
 
 
 def _encode_cache(tokenizer: Any, size: int) -> _LRU | None:
@@ -154,10 +163,11 @@ def _backend_agrees(tok: Any, backend: Any) -> bool:
     added = getattr(tok, "added_tokens_decoder", None) or {}
     specials += [getattr(t, "content", str(t)) for t in added.values()]
     joined = " x".join(dict.fromkeys(str(t) for t in specials))
-    probe = f"{joined}Probe: caf\u00e9  \u2014 {{\"a\": [1, 2]}}\n\t{joined} \u4e2d\u6587 end"
+    probe = f'{joined}Probe: caf\u00e9  \u2014 {{"a": [1, 2]}}\n\t{joined} \u4e2d\u6587 end'
     try:
         return list(backend.encode(probe, add_special_tokens=False).ids) == list(
-            tok.encode(probe, add_special_tokens=False))
+            tok.encode(probe, add_special_tokens=False)
+        )
     except Exception:  # noqa: BLE001 - any backend oddity: use the tokenizer's own encode
         return False
 
@@ -187,8 +197,9 @@ class ChatTokens:
     ``encode_cache_size`` texts are kept (least recently used evicted; 0 disables the cache).
     """
 
-    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None,
-                 encode_cache_size: int = 4096) -> None:
+    def __init__(
+        self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None, encode_cache_size: int = 4096
+    ) -> None:
         if encode_cache_size < 0:
             raise ValueError(f"encode_cache_size: must be >= 0, got {encode_cache_size}")
         self.tok = tokenizer
@@ -199,8 +210,9 @@ class ChatTokens:
         self.eos_text: str = tokenizer.eos_token or ""
         self._tail: str | None = None
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               add_generation_prompt: bool) -> str:
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+    ) -> str:
         return self.tok.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False, **self.kwargs
         )
@@ -243,10 +255,27 @@ class ChatTokens:
         if b is not None:
             try:
                 added = b.get_added_tokens_decoder()
-                return (int(b.get_vocab_size(with_added_tokens=True)), len(added), hash(tuple(sorted(
-                    (i, str(t), bool(getattr(t, "special", False)), bool(getattr(t, "lstrip", False)),
-                     bool(getattr(t, "rstrip", False)), bool(getattr(t, "single_word", False)),
-                     bool(getattr(t, "normalized", False))) for i, t in added.items()))), split)
+                return (
+                    int(b.get_vocab_size(with_added_tokens=True)),
+                    len(added),
+                    hash(
+                        tuple(
+                            sorted(
+                                (
+                                    i,
+                                    str(t),
+                                    bool(getattr(t, "special", False)),
+                                    bool(getattr(t, "lstrip", False)),
+                                    bool(getattr(t, "rstrip", False)),
+                                    bool(getattr(t, "single_word", False)),
+                                    bool(getattr(t, "normalized", False)),
+                                )
+                                for i, t in added.items()
+                            )
+                        )
+                    ),
+                    split,
+                )
             except Exception:  # noqa: BLE001
                 pass
         try:
@@ -257,8 +286,12 @@ class ChatTokens:
     def _backend_state_is_plain(self, b: Any) -> bool:
         """True when the Rust tokenizer carries no truncation, padding or special-token splitting
         left by an earlier ``tokenizer(...)`` call (``tok.encode`` resets those; the backend does not)."""
-        return (getattr(b, "truncation", None) is None and getattr(b, "padding", None) is None
-                and bool(getattr(b, "encode_special_tokens", False)) == bool(getattr(self.tok, "split_special_tokens", False)))
+        return (
+            getattr(b, "truncation", None) is None
+            and getattr(b, "padding", None) is None
+            and bool(getattr(b, "encode_special_tokens", False))
+            == bool(getattr(self.tok, "split_special_tokens", False))
+        )
 
     def decode(self, ids: list[int]) -> str:
         backend = self._backend
@@ -305,7 +338,7 @@ class ChatTokens:
             msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": probe}]
             text = self.render(msgs, None, False)
             i = text.rfind(probe)
-            self._tail = text[i + len(probe):] if i >= 0 else self.eos_text
+            self._tail = text[i + len(probe) :] if i >= 0 else self.eos_text
         return self._tail
 
 
@@ -405,8 +438,9 @@ def _assistant(chat: "ChatTokens", ids: list[int], max_tokens: int) -> Any:
     from shopping_companion.llm.base import AssistantMessage
 
     cut = len(ids) >= max_tokens and not (ids and ids[-1] in chat.eos_ids)
-    return AssistantMessage(content=chat.content(ids), finish_reason="length" if cut else "stop",
-                            completion_tokens=len(ids))
+    return AssistantMessage(
+        content=chat.content(ids), finish_reason="length" if cut else "stop", completion_tokens=len(ids)
+    )
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -418,27 +452,26 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 def _score_unfinished(env: Any, reason: str) -> tuple[StageResult | None, RewardBreakdown, str | None]:
-    """Judge and reward the current stage as it stands (the response budget ran out)."""
+    """Judge and reward the current stage as it stands (the response budget ran out):
+    :func:`~shopping_companion.rewards.total.score_stage`; a judge failure (any exception of the
+    judge, a failed verdict, a judge failing inside the reward or the scoring deadline passing)
+    gives ``(None, unscored breakdown, error)``."""
     traj: Trajectory = env.trajectory
     traj.termination = reason  # type: ignore[assignment]
-    try:
-        verdict: Verdict = env.judge.judge(env.task, traj)
-    except Exception as e:  # a judge failure is recorded, never scored as 0
-        return None, RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)}), \
-            f"judge failed: {type(e).__name__}: {str(e)[:300]}"
-    if verdict.failed:
-        return None, RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)}), \
-            "judge failed: " + ("; ".join(verdict.reasons) or "no reason given")
-    try:
-        reward = env.reward_fn(env.task, traj, verdict)
-    except JudgeFailedError as e:  # a judge inside the reward failed, or the scoring deadline passed
-        return None, RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "stage": float(traj.stage)}), \
-            f"judge failed inside the reward: {str(e)[:300]}"
+    verdict, reward, error = score_stage(env.judge, env.reward_fn, env.task, traj)
+    if error is not None or verdict is None:
+        return None, reward, error
     return StageResult(trajectory=traj, verdict=verdict, reward=reward), reward, None
 
 
-async def _play_stage1(env: Any, source: Stage1Source, chat: ChatTokens, generate: GenerateFn,
-                       sampling: dict[str, Any], response_length: int) -> dict[str, Any]:
+async def _play_stage1(
+    env: Any,
+    source: Stage1Source,
+    chat: ChatTokens,
+    generate: GenerateFn,
+    sampling: dict[str, Any],
+    response_length: int,
+) -> dict[str, Any]:
     """Play stage 1 until the environment moves to stage 2 (or ends). Returns a summary."""
     from shopping_companion.envs.scripted import GoldPolicy
 
@@ -457,7 +490,7 @@ async def _play_stage1(env: Any, source: Stage1Source, chat: ChatTokens, generat
             budget = response_length - len(ep.response_ids)
             if budget <= 0:
                 # stage 1 ran out of tokens: hand over an empty answer so stage 2 still opens
-                await env.astep("<answer>{\"preferences\": []}</answer>")
+                await env.astep('<answer>{"preferences": []}</answer>')
                 turns += 1
                 break
             gen = await generate(ep.context, {**sampling, "max_tokens": budget})
@@ -480,8 +513,9 @@ async def _play_stage1(env: Any, source: Stage1Source, chat: ChatTokens, generat
     }
 
 
-def _append_observation(ep: TokenEpisode, chat: ChatTokens, before: list[dict[str, Any]], env: Any,
-                        generated: list[int]) -> bool:
+def _append_observation(
+    ep: TokenEpisode, chat: ChatTokens, before: list[dict[str, Any]], env: Any, generated: list[int]
+) -> bool:
     """Append the observation tokens (mask 0) for the messages the environment added after the
     assistant turn. Returns True when the ids reproduce the template's rendering exactly.
 
@@ -498,15 +532,15 @@ def _append_observation(ep: TokenEpisode, chat: ChatTokens, before: list[dict[st
     else:
         ep.text += chat.decode(generated)
     if full.startswith(ep.text):
-        obs_ids, obs_text_decoded = chat.encode_decoded(full[len(ep.text):])
+        obs_ids, obs_text_decoded = chat.encode_decoded(full[len(ep.text) :])
     else:
         with_assistant = env.messages[: len(before) + 1]
         prev = chat.render(with_assistant, tools, False)
-        obs_text = full[len(prev):] if full.startswith(prev) else full[_common_prefix(full, prev):]
+        obs_text = full[len(prev) :] if full.startswith(prev) else full[_common_prefix(full, prev) :]
         tail = chat.assistant_tail
         ended = bool(generated) and generated[-1] in chat.eos_ids
         if ended and chat.eos_text and tail.startswith(chat.eos_text):
-            closing = tail[len(chat.eos_text):]
+            closing = tail[len(chat.eos_text) :]
         elif ended:
             closing = ""
         else:
@@ -614,14 +648,26 @@ async def run_row_episode(
     missed = bool(getattr(env.judge, "missed", False))  # a ScoringDeadline ran out (trainers.resources)
     if missed:
         result = None
-        reward = RewardBreakdown(total=0.0, components={"judge_failed": 1.0, "deadline_missed": 1.0,
-                                                        "stage": float(stage)})
-        judge_failed = (f"scoring deadline missed: judging and rewarding took more than "
-                        f"{env.judge.seconds:g} s (scoring_deadline_s); not scored")
+        reward = unscored_breakdown(stage, deadline_missed=1.0)
+        judge_failed = (
+            f"scoring deadline missed: judging and rewarding took more than "
+            f"{env.judge.seconds:g} s (scoring_deadline_s); not scored"
+        )
     env_s += time.perf_counter() - t
     return EpisodeOutput(
-        tokens=ep, stage=stage, task_id=env.task.task_id, result=result, reward=reward,
-        judge_failed=judge_failed, messages=msgs, num_turns=len(msgs) - 1, termination=termination,
-        env_s=env_s, generate_s=gen_s, n_generations=n_gen, prefix_mismatches=mismatches, stage1=stage1_info,
+        tokens=ep,
+        stage=stage,
+        task_id=env.task.task_id,
+        result=result,
+        reward=reward,
+        judge_failed=judge_failed,
+        messages=msgs,
+        num_turns=len(msgs) - 1,
+        termination=termination,
+        env_s=env_s,
+        generate_s=gen_s,
+        n_generations=n_gen,
+        prefix_mismatches=mismatches,
+        stage1=stage1_info,
         deadline_missed=missed,
     )

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from shopping_companion.judges.base import JudgeFailedError
 from shopping_companion.llm.bounded import CallTimeout, call_within
-from shopping_companion.types import Product, Session, Task
+from shopping_companion.types import Session, Task
+from shopping_companion.errors import ScoringDeadlineError  # noqa: F401 - re-exported
 
 __all__ = [
     "DEFAULT_SCORING_DEADLINE_S",
@@ -57,10 +57,6 @@ def check_scoring_deadline(value: Any, field: str = "scoring_deadline_s") -> flo
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{field}: must be a finite number of seconds > 0, or null for no deadline; got {value!r}")
     return float(value)
-
-
-class ScoringDeadlineError(JudgeFailedError):
-    """Judging and rewarding one sample took longer than its deadline; the sample is not scored."""
 
 
 class ScoringDeadline:
@@ -201,8 +197,16 @@ class EnvResources:
                 self._mem.popitem(last=False)
         return store
 
-    def make_env(self, task: Task, *, hint: str = "none", max_turns: int = 20, simulator_seed: int = 0,
-                 max_observation_chars: int = 12_000, scoring_deadline_s: float | None = None) -> Any:
+    def make_env(
+        self,
+        task: Task,
+        *,
+        hint: str = "none",
+        max_turns: int = 20,
+        simulator_seed: int = 0,
+        max_observation_chars: int = 12_000,
+        scoring_deadline_s: float | None = None,
+    ) -> Any:
         """A fresh two-stage :class:`ShoppingCompanionEnv` for ``task`` (one per trajectory).
 
         ``scoring_deadline_s``: seconds (> 0) all judge and reward calls of this trajectory may
@@ -213,8 +217,13 @@ class EnvResources:
         from shopping_companion.envs.tools import ToolBox
 
         deadline = check_scoring_deadline(scoring_deadline_s)
-        cfg = EnvConfig(mode="two_stage", hint=hint, max_turns=max_turns, simulator_seed=simulator_seed,
-                        max_observation_chars=max_observation_chars)
+        cfg = EnvConfig(
+            mode="two_stage",
+            hint=hint,
+            max_turns=max_turns,
+            simulator_seed=simulator_seed,
+            max_observation_chars=max_observation_chars,
+        )
         tools = ToolBox(self.products, self.memory(task), cfg.max_observation_chars)
         if deadline is None:
             return ShoppingCompanionEnv(task, tools, self.judge, cfg, reward_fn=self.reward_fn)
@@ -222,28 +231,22 @@ class EnvResources:
         return ShoppingCompanionEnv(task, tools, scorer, cfg, reward_fn=scorer.reward)
 
 
-def _lookup(search: Any) -> Callable[[list[str]], dict[str, Product]]:
-    def lookup(ids: list[str]) -> dict[str, Product]:
-        out: dict[str, Product] = {}
-        for i in ids:
-            p = search.get(i)
-            if p is not None:
-                out[i] = p
-        return out
-
-    return lookup
-
-
 def build_resources(spec: ResourceSpec) -> EnvResources:
     """Load everything ``spec`` names (the index is built on first use, ~1 min; embeddings cached)."""
     from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.pipeline import make_embedder, make_rule_judge, open_product_search, resolve_sources
+    from shopping_companion.pipeline import (
+        make_embedder,
+        make_rule_judge,
+        open_product_search,
+        product_lookup,
+        resolve_sources,
+    )
     from shopping_companion.rewards.rubric import load_rubric
 
     bench = load_benchmark(Path(spec.benchmark))
     sources = resolve_sources(spec.data_dir)
     search = open_product_search(index_dir=spec.index_dir, sources=sources)
-    lookup = _lookup(search)
+    lookup = product_lookup(search)
     rubric = load_rubric(spec.rubric, resources={"lookup": lookup})
     embedder = make_embedder()
     return EnvResources(
@@ -272,7 +275,9 @@ def registered_resources(name: str) -> EnvResources:
     try:
         return _REGISTERED[name]
     except KeyError:
-        raise KeyError(f"no resources registered as {name!r} in this process (registered: {sorted(_REGISTERED)})") from None
+        raise KeyError(
+            f"no resources registered as {name!r} in this process (registered: {sorted(_REGISTERED)})"
+        ) from None
 
 
 def get_resources(spec: ResourceSpec) -> EnvResources:

@@ -56,18 +56,33 @@ def trl_dataset_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         k = _key(r["prompt"])
         ei = r["extra_info"]
         if k in seen and seen[k] != (ei["task_id"], ei["stage"]):
-            raise ValueError(f"rows {seen[k]} and {(ei['task_id'], ei['stage'])} have the same prompt; "
-                             "TRL's rollout_func receives only prompts, so each row needs a distinct one")
+            raise ValueError(
+                f"rows {seen[k]} and {(ei['task_id'], ei['stage'])} have the same prompt; "
+                "TRL's rollout_func receives only prompts, so each row needs a distinct one"
+            )
         seen[k] = (ei["task_id"], ei["stage"])
-        out.append({"prompt": r["prompt"], "task_id": ei["task_id"], "stage": int(ei["stage"]),
-                    "stage1": ei["stage1"], "hint": ei["hint"]})
+        out.append(
+            {
+                "prompt": r["prompt"],
+                "task_id": ei["task_id"],
+                "stage": int(ei["stage"]),
+                "stage1": ei["stage1"],
+                "hint": ei["hint"],
+            }
+        )
     return out
 
 
-def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, max_turns: int = 20,
-                      max_tokens_per_turn: int = 512, sampling: dict[str, Any] | None = None,
-                      rubric: Any = None, scoring_deadline_s: float | None = DEFAULT_SCORING_DEADLINE_S,
-                      ) -> Callable[[list, Any], dict[str, list]]:
+def make_rollout_func(
+    resources: EnvResources,
+    rows: list[dict[str, Any]],
+    *,
+    max_turns: int = 20,
+    max_tokens_per_turn: int = 512,
+    sampling: dict[str, Any] | None = None,
+    rubric: Any = None,
+    scoring_deadline_s: float | None = DEFAULT_SCORING_DEADLINE_S,
+) -> Callable[[list, Any], dict[str, list]]:
     """TRL ``rollout_func(prompts, trainer)`` over our environment (module docstring).
 
     Args:
@@ -101,24 +116,33 @@ def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, ma
 
         async def generate(ids: list[int], params: dict[str, Any]) -> Generation:
             n = max(1, min(int(params.get("max_tokens", max_tokens_per_turn)), max_tokens_per_turn))
-            kw: dict[str, Any] = {"max_new_tokens": n, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
+            kw: dict[str, Any] = {
+                "max_new_tokens": n,
+                "eos_token_id": tok.eos_token_id,
+                "pad_token_id": tok.pad_token_id,
+            }
             temp = float(params.get("temperature") or 0.0)
             if temp > 0:
-                kw.update(do_sample=True, temperature=temp, top_p=float(params.get("top_p") or 1.0),
-                          top_k=int(params["top_k"]) if params.get("top_k") else None)
+                kw.update(
+                    do_sample=True,
+                    temperature=temp,
+                    top_p=float(params.get("top_p") or 1.0),
+                    top_k=int(params["top_k"]) if params.get("top_k") else None,
+                )
             else:
                 kw.update(do_sample=False)
             x = torch.tensor([ids], device=model.device)
             with torch.no_grad():
                 y = model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
-            return Generation(y[0, len(ids):].tolist())
+            return Generation(y[0, len(ids) :].tolist())
 
         async def play(prompt: Any) -> Any:
             row = by_prompt.get(_key(prompt))
             if row is None:
                 raise KeyError("rollout_func got a prompt that is not one of the dataset rows it was built with")
-            env = resources.make_env(resources.task(row["task_id"]), hint=row["hint"], max_turns=max_turns,
-                                     scoring_deadline_s=deadline)
+            env = resources.make_env(
+                resources.task(row["task_id"]), hint=row["hint"], max_turns=max_turns, scoring_deadline_s=deadline
+            )
             return await run_row_episode(env, int(row["stage"]), chat, generate, sp, budget, stage1=row["stage1"])
 
         async def all_rows() -> list[Any]:
@@ -140,8 +164,10 @@ def make_rollout_func(resources: EnvResources, rows: list[dict[str, Any]], *, ma
             "prompt_ids": [e.tokens.prompt_ids for e in eps],
             "completion_ids": [e.tokens.response_ids for e in eps],
             # an unscored trajectory (judge failed, scoring deadline missed) gets no gradient
-            "env_mask": [[0] * len(e.tokens.response_mask) if (e.judge_failed or e.deadline_missed)
-                         else e.tokens.response_mask for e in eps],
+            "env_mask": [
+                [0] * len(e.tokens.response_mask) if (e.judge_failed or e.deadline_missed) else e.tokens.response_mask
+                for e in eps
+            ],
             "logprobs": None,
             "shopcomp_reward": rewards,
             "shopcomp_env_s": [e.env_s for e in eps],

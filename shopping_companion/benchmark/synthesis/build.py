@@ -76,16 +76,7 @@ from shopping_companion.benchmark.synthesis.verify import (
     unstated_features,
 )
 from shopping_companion.judges.rule import normalize_tokens
-from shopping_companion.types import (
-    Change,
-    Preference,
-    Product,
-    ProductSlot,
-    Session,
-    Task,
-    Verification,
-    Voucher,
-)
+from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, Task, Verification, Voucher
 
 __all__ = ["FORMAT_VERSION", "SynthOutput", "Synthesizer", "build_benchmark", "make_generator", "write_benchmark"]
 
@@ -217,15 +208,18 @@ class Synthesizer:
         cfg = self.config
         if not self.view.eligible:
             raise SynthError(
-                "no product can be a reference product: " + self.view.describe()
+                "no product can be a reference product: "
+                + self.view.describe()
                 + ". Reference products need a price, a category that names a product type and at least "
                 f"{cfg.min_attributes} phrasable attributes (lower min_attributes or use a richer catalog)"
             )
         if cfg.n_single > 0 and min(cfg.single_preferences) > max(
             len(self.view.features(p)) for p in self.view.eligible[:5000]
         ):
-            raise SynthError(f"single_preferences asks for at least {min(cfg.single_preferences)} features; "
-                             "no eligible product has that many")
+            raise SynthError(
+                f"single_preferences asks for at least {min(cfg.single_preferences)} features; "
+                "no eligible product has that many"
+            )
         if cfg.n_addon > 0:
             need = min(cfg.addon_products)
             have = self.view.max_addon_products()
@@ -295,7 +289,9 @@ class Synthesizer:
         for it in rng.sample(sorted(g.types), len(g.types)):
             # never two types one of which names the other ("watch" / "unisex watch")
             core = set(normalize_tokens(it)) - _GENERIC_ITEM_WORDS
-            if all(not (core <= c or c <= core) for c in (set(normalize_tokens(x)) - _GENERIC_ITEM_WORDS for x in items)):
+            if all(
+                not (core <= c or c <= core) for c in (set(normalize_tokens(x)) - _GENERIC_ITEM_WORDS for x in items)
+            ):
                 items.append(it)
             if len(items) == n:
                 break
@@ -310,8 +306,7 @@ class Synthesizer:
             said.update(normalize_tokens(it))
         for i, (p, item) in enumerate(zip(products, items)):
             # a value the instruction will say anyway (product types, shop name) cannot be a preference
-            feats = [f for f in self.view.features(p, allow_brand=False)
-                     if not set(normalize_tokens(f.value)) <= said]
+            feats = [f for f in self.view.features(p, allow_brand=False) if not set(normalize_tokens(f.value)) <= said]
             k = min(_weighted(rng, cfg.addon_preferences), len(feats))
             if k < 1:
                 raise _Fail("too_few_features", p.product_id)
@@ -364,6 +359,7 @@ class Synthesizer:
     def _distinct_synonyms(slots: list[SlotSpec]) -> None:
         """Keep, per slot, only the everyday names that share no word with another slot's names, so
         a statement scoped to one product cannot be read as being about another."""
+
         def words(text: str) -> set[str]:
             return {x for x in normalize_tokens(text) if len(x) > 2} - _GENERIC_ITEM_WORDS
 
@@ -394,8 +390,14 @@ class Synthesizer:
             needle_session_ids=[],
             preferences=prefs,
             dont_care=dont,
-            slots=[ProductSlot(product_type=s.product_type, category_path=s.product.category_path,
-                               reference_product_id=s.product.product_id) for s in slots],
+            slots=[
+                ProductSlot(
+                    product_type=s.product_type,
+                    category_path=s.product.category_path,
+                    reference_product_id=s.product.product_id,
+                )
+                for s in slots
+            ],
             voucher=meta.get("voucher"),
             budget=meta.get("budget"),
             currency=meta.get("currency", slots[0].product.currency),
@@ -419,7 +421,9 @@ class Synthesizer:
             return None, queries, ranks
         return all(r is not None for r in ranks), queries, ranks
 
-    def _alternatives(self, task: Task, slots: list[SlotSpec], meta: dict[str, Any]) -> tuple[int, bool, float | None, float | None]:
+    def _alternatives(
+        self, task: Task, slots: list[SlotSpec], meta: dict[str, Any]
+    ) -> tuple[int, bool, float | None, float | None]:
         cap = self.config.alternatives_cap
         if task.task_type == "single":
             prefs = task.preferences
@@ -448,9 +452,16 @@ class Synthesizer:
         for a in range(len(relevant_sets)):
             for b in range(a + 1, len(relevant_sets)):
                 if relevant_sets[a] & relevant_sets[b]:
-                    raise _Fail("overlapping_product_types", f"{task.slots[a].product_type} / {task.slots[b].product_type}")
-        n, capped = count_bundles([[float(p.price or 0) for p in c] for c in cand_lists],
-                                  task.voucher.min_spend, task.voucher.discount, task.budget, cap + 1)
+                    raise _Fail(
+                        "overlapping_product_types", f"{task.slots[a].product_type} / {task.slots[b].product_type}"
+                    )
+        n, capped = count_bundles(
+            [[float(p.price or 0) for p in c] for c in cand_lists],
+            task.voucher.min_spend,
+            task.voucher.discount,
+            task.budget,
+            cap + 1,
+        )
         n = max(0, n - 1)  # the reference bundle itself
         slack = _round2(task.budget - (total - task.voucher.discount))
         return min(n, cap), capped or n >= cap, slack, (round(over / subs, 4) if subs else None)
@@ -472,8 +483,11 @@ class Synthesizer:
             others = frozenset().union(*(unique[j] for j in range(len(slots)) if j != i))
             sizes = tuple(s.product.options.get("size", []))
             for j, f in enumerate(s.wanted):
-                out.append(WantedFeature(s.index, f.label, f.value, unique[i], others, s.product.brand,
-                                         sizes if j == 0 else ()))
+                out.append(
+                    WantedFeature(
+                        s.index, f.label, f.value, unique[i], others, s.product.brand, sizes if j == 0 else ()
+                    )
+                )
         return out
 
     def _find_conflicts(self, spec: TaskSpec, sessions: list[Session], feats: list[WantedFeature]) -> list[Conflict]:
@@ -507,9 +521,18 @@ class Synthesizer:
             n_needles = min(_weighted(rng, cfg.single_needles), len(slots[0].wanted))
         else:
             n_needles = max(1, math.ceil(len(slots) / rng.choice([1, 2])))
-        spec = TaskSpec(task_id=task.task_id, index=index, task_type=task_type, slots=slots, n_needles=n_needles,
-                        seed=rng.randrange(2**31), voucher=meta.get("voucher"), budget=meta.get("budget"),
-                        currency=task.currency, shop_name=meta.get("shop_name"))
+        spec = TaskSpec(
+            task_id=task.task_id,
+            index=index,
+            task_type=task_type,
+            slots=slots,
+            n_needles=n_needles,
+            seed=rng.randrange(2**31),
+            voucher=meta.get("voucher"),
+            budget=meta.get("budget"),
+            currency=task.currency,
+            shop_name=meta.get("shop_name"),
+        )
         try:
             instruction = self.generator.instruction(spec, rng).strip()
             dialogues = self.generator.dialogues(spec, rng)
@@ -518,8 +541,11 @@ class Synthesizer:
         if leaked_values(task.preferences, instruction):
             raise _Fail("instruction_leaks_preference", instruction)
         needles = [
-            Session(session_id=opaque_id(task.task_id, "needle", str(j)), turns=turns,
-                    source=f"{self.generator.name}-needle:{task.task_id}:{j}")
+            Session(
+                session_id=opaque_id(task.task_id, "needle", str(j)),
+                turns=turns,
+                source=f"{self.generator.name}-needle:{task.task_id}:{j}",
+            )
             for j, turns in enumerate(dialogues)
         ]
         missing = unstated_features(task.preferences, needles)
@@ -539,7 +565,9 @@ class Synthesizer:
             n_sess = lo + (rng.random() < cfg.sessions_per_user - lo)
         target = None
         if cfg.tokens_per_user is not None:
-            target = rng.gauss(cfg.tokens_per_user, cfg.tokens_std) if cfg.tokens_std > 0 else float(cfg.tokens_per_user)
+            target = (
+                rng.gauss(cfg.tokens_per_user, cfg.tokens_std) if cfg.tokens_std > 0 else float(cfg.tokens_per_user)
+            )
         needle_tokens = sum(session_tokens(s) for s in needles)
         chosen = self.pool.select(rng, n_sess, target, needle_tokens, cfg.token_tolerance)
         changes: list[Change] = []
@@ -562,8 +590,15 @@ class Synthesizer:
                 used.discard(ps.session.session_id)
                 used.add(new.session.session_id)
                 chosen[j] = new
-                changes.append(Change(kind="session_replaced", session_id=ps.session.session_id,
-                                      replacement_id=new.session.session_id, detail=c.describe(), detector=c.detector))
+                changes.append(
+                    Change(
+                        kind="session_replaced",
+                        session_id=ps.session.session_id,
+                        replacement_id=new.session.session_id,
+                        detail=c.describe(),
+                        detector=c.detector,
+                    )
+                )
         else:
             conflicts = self._find_conflicts(spec, [c.session for c in chosen], feats)
         if conflicts:
@@ -574,18 +609,28 @@ class Synthesizer:
         for n in needles:
             order.insert(rng.randint(0, len(order)), n.session_id)
         history = assign_dates(rng, order, cfg.start_date, cfg.max_gap_days)
-        task = task.model_copy(update={
-            "instruction": instruction,
-            "history": history,
-            "needle_session_ids": [n.session_id for n in needles],
-            "n_alternatives": n_alt,
-            "changes": changes,
-            "verification": Verification(
-                resolvable=True, searchable=searchable, conflict_free=True, gold_accepted=True,
-                n_alternatives=n_alt, alternatives_capped=capped, search_top_k=cfg.searchable_top_k,
-                search_queries=queries, search_ranks=ranks, budget_slack=slack, over_budget_share=over,
-            ),
-        })
+        task = task.model_copy(
+            update={
+                "instruction": instruction,
+                "history": history,
+                "needle_session_ids": [n.session_id for n in needles],
+                "n_alternatives": n_alt,
+                "changes": changes,
+                "verification": Verification(
+                    resolvable=True,
+                    searchable=searchable,
+                    conflict_free=True,
+                    gold_accepted=True,
+                    n_alternatives=n_alt,
+                    alternatives_capped=capped,
+                    search_top_k=cfg.searchable_top_k,
+                    search_queries=queries,
+                    search_ranks=ranks,
+                    budget_slack=slack,
+                    over_budget_share=over,
+                ),
+            }
+        )
         return {
             "task": task.model_dump(mode="json"),
             "needles": [n.model_dump(mode="json") for n in needles],
@@ -598,8 +643,14 @@ class Synthesizer:
         task_type, split = self.plan[index]
         failures: Counter[str] = Counter()
         if task_type in self.shortfall:
-            return {"index": index, "task_type": task_type, "status": "dropped", "failures": {},
-                    "attempts": 0, "drop_reason": "infeasible_task_type"}
+            return {
+                "index": index,
+                "task_type": task_type,
+                "status": "dropped",
+                "failures": {},
+                "attempts": 0,
+                "drop_reason": "infeasible_task_type",
+            }
         rng = task_rng(self.config.seed, index)
         last = ""
         for attempt in range(1, self.config.max_attempts + 1):
@@ -609,15 +660,28 @@ class Synthesizer:
                 failures[f.check] += 1
                 last = f"{f.check}: {f.detail}"[:300]
                 continue
-            return {"index": index, "task_type": task_type, "status": "ok", **rec,
-                    "failures": dict(sorted(failures.items())), "attempts": attempt}
-        return {"index": index, "task_type": task_type, "status": "dropped", "failures": dict(sorted(failures.items())),
-                "attempts": self.config.max_attempts, "drop_reason": last}
+            return {
+                "index": index,
+                "task_type": task_type,
+                "status": "ok",
+                **rec,
+                "failures": dict(sorted(failures.items())),
+                "attempts": attempt,
+            }
+        return {
+            "index": index,
+            "task_type": task_type,
+            "status": "dropped",
+            "failures": dict(sorted(failures.items())),
+            "attempts": self.config.max_attempts,
+            "drop_reason": last,
+        }
 
     # ------------------------------------------------------------------ running and assembling
 
-    def run(self, store: "PartStore | None" = None,
-            progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> SynthOutput:
+    def run(
+        self, store: "PartStore | None" = None, progress: Callable[[int, int, dict[str, Any]], None] | None = None
+    ) -> SynthOutput:
         """Build every task (reusing finished parts from ``store``) and assemble the output."""
         t0 = time.perf_counter()
         parts: list[dict[str, Any]] = []
@@ -668,8 +732,14 @@ class Synthesizer:
                 "no task passed verification; most common reasons: "
                 + "; ".join(f"{r} ({n}x)" for r, n in reasons.most_common(3))
             )
-        st = compute_stats(tasks, sessions, self.view.products, embedder=self.embedder,
-                           minilm_tasks=self.config.minilm_tasks, seed=self.config.seed)
+        st = compute_stats(
+            tasks,
+            sessions,
+            self.view.products,
+            embedder=self.embedder,
+            minilm_tasks=self.config.minilm_tasks,
+            seed=self.config.seed,
+        )
         verification = {
             "attempts": attempts,
             "passed": len(tasks),
@@ -698,8 +768,12 @@ class Synthesizer:
             "seed": self.config.seed,
             "config": self.config.model_dump(mode="json"),
             "sources": self.sources,
-            "inputs": {"catalog": dict(sorted(self.view.report.items())), "catalog_products": len(self.view.products),
-                       "addon_shop_groups": len(self.view.addon_groups), "pool": self.pool.describe()},
+            "inputs": {
+                "catalog": dict(sorted(self.view.report.items())),
+                "catalog_products": len(self.view.products),
+                "addon_shop_groups": len(self.view.addon_groups),
+                "pool": self.pool.describe(),
+            },
             "counts": counts,
             "verification": verification,
             "stats_summary": {
@@ -714,9 +788,10 @@ class Synthesizer:
         self.timings.update(st.get("_timings", {}))
         log = {"timings": dict(self.timings)}
         if hasattr(self.generator, "stats"):
-            log["generator_calls"] = dict(getattr(self.generator, "stats"))
-        return SynthOutput(tasks=tasks, sessions=sessions, manifest=manifest, dropped=dict(failures),
-                           stats=st, build_log=log)
+            log["generator_calls"] = dict(self.generator.stats)
+        return SynthOutput(
+            tasks=tasks, sessions=sessions, manifest=manifest, dropped=dict(failures), stats=st, build_log=log
+        )
 
 
 # --------------------------------------------------------------------------- files
@@ -836,13 +911,16 @@ def build_benchmark(
     searcher: Any = None,
     sources: dict[str, Any] | None = None,
     *,
-    generator: Generator | None = None,
-    embedder: Any = None,
     fresh: bool = False,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    **options: Any,
 ) -> SynthOutput:
     """Build (or resume) a benchmark directory: parts under ``.partial/`` as tasks finish, then the
     final files (:func:`write_benchmark`). An existing complete directory is rebuilt.
+
+    ``products``, ``pool``, ``config``, ``searcher``, ``sources``, ``progress`` and ``options``
+    (the other keywords of :class:`Synthesizer`: ``generator``, ``embedder``) are those of
+    :func:`~shopping_companion.benchmark.synth.synthesize`; ``fresh`` discards a partial build.
 
     Raises :class:`SynthError` for inputs that cannot give the benchmark, a concurrent build or a
     partial build from other inputs (see :class:`PartStore`). On any error the directory has no
@@ -852,8 +930,7 @@ def build_benchmark(
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     (d / "manifest.json").unlink(missing_ok=True)
-    synth = Synthesizer(products, pool, config, searcher=searcher, generator=generator, embedder=embedder,
-                        sources=sources)
+    synth = Synthesizer(products, pool, config, searcher=searcher, sources=sources, **options)
     store = PartStore(d, synth.fingerprint(), fresh=fresh)
     try:
         out = synth.run(store, progress)

@@ -118,7 +118,9 @@ def product_features(p: Product, allow_brand: bool = True) -> list[Feature]:
         out.append(Feature(key="@brand", label="brand", value=p.brand.strip(), weight=T.LABEL_WEIGHTS["brand"]))
     sizes = [s for s in p.options.get("size", []) if is_wearable_size(s)]
     if sizes and "size" not in seen:
-        out.append(Feature(key="@option:size", label="size", value=sizes[len(sizes) // 2], weight=T.LABEL_WEIGHTS["size"]))
+        out.append(
+            Feature(key="@option:size", label="size", value=sizes[len(sizes) // 2], weight=T.LABEL_WEIGHTS["size"])
+        )
     return out
 
 
@@ -198,9 +200,9 @@ def product_type(p: Product) -> str | None:
     gender = _gender_word(p)
     if gender and gender.split("'")[0].lower() not in name.lower():
         if name.startswith("pair of "):
-            return f"pair of {gender} {name[len('pair of '):]}"
+            return f"pair of {gender} {name[len('pair of ') :]}"
         if name.startswith("pack of "):
-            return f"pack of {gender} {name[len('pack of '):]}"
+            return f"pack of {gender} {name[len('pack of ') :]}"
         return f"{gender} {name}"
     return name
 
@@ -214,10 +216,10 @@ def item_synonyms(p: Product, item: str) -> list[str]:
     base = item
     for prefix in ("pair of ", "pack of "):
         if base.startswith(prefix):
-            base = base[len(prefix):]
+            base = base[len(prefix) :]
     for g in T.GENDER_WORDS.values():
         if base.startswith(g + " "):
-            base = base[len(g) + 1:]
+            base = base[len(g) + 1 :]
     return [_plural(base), *group]
 
 
@@ -334,7 +336,9 @@ class CatalogView:
                         types[item].extend(ps)
                 if len(types) >= 2:
                     self.addon_groups.append(
-                        ShopGroup(shop, aud, {k: sorted(v, key=lambda x: x.product_id) for k, v in sorted(types.items())})
+                        ShopGroup(
+                            shop, aud, {k: sorted(v, key=lambda x: x.product_id) for k, v in sorted(types.items())}
+                        )
                     )
 
     def item(self, p: Product) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from shopping_companion.types import Preference
+from shopping_companion.errors import SynthError, GenerationError  # noqa: F401 - re-exported
 
 __all__ = [
     "GenerationError",
@@ -24,15 +25,6 @@ __all__ = [
     "stable_hash",
     "task_rng",
 ]
-
-
-class SynthError(ValueError):
-    """The inputs cannot produce the requested benchmark; the message says why and what to change."""
-
-
-class GenerationError(RuntimeError):
-    """A generator could not produce valid output for one task attempt (e.g. an LLM kept returning
-    invalid JSON after its retries). The attempt is counted and the task is re-drawn or dropped."""
 
 
 def opaque_id(*parts: str) -> str:

@@ -8,10 +8,9 @@ holds the paper-scale settings (1,000 tasks, ~56 sessions and ~106k tokens per u
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shopping_companion.benchmark.synthesis.common import SynthError
 
@@ -98,8 +97,8 @@ class SynthConfig(_Cfg):
 
     Size and splits
         ``n_tasks`` tasks, of which ``round(n_tasks * addon_share)`` add-on deals, the rest
-        single-product tasks (``addon_share`` defaults to 0 so that Python callers of the first
-        release keep getting single tasks; the YAML configs and the CLI use the paper's 0.5); ``test_fraction`` of each type goes to the test split. ``seed``
+        single-product tasks (default 0.5, the paper's half-and-half; the CLI and the YAML configs use
+        the same default); ``test_fraction`` of each type goes to the test split. ``seed``
         makes the build reproducible (each task's RNG is seeded from ``(seed, index)``).
     Step 1 — products and vouchers
         a reference product needs a price, a product type and at least ``min_attributes``
@@ -136,7 +135,7 @@ class SynthConfig(_Cfg):
     """
 
     n_tasks: int = Field(default=50, ge=1)
-    addon_share: float = Field(default=0.0, ge=0, le=1)
+    addon_share: float = Field(default=0.5, ge=0, le=1)
     test_fraction: float = Field(default=0.2, ge=0, le=1)
     seed: int = 0
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
@@ -212,28 +211,29 @@ class SynthConfig(_Cfg):
         return self.n_tasks - self.n_addon
 
 
-def load_synth_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> tuple[SynthConfig, dict[str, Any]]:
-    """Read a YAML build config. Returns ``(config, extras)`` where ``extras`` holds the keys that
-    are not synthesis settings (``out``: the default output directory).
+def load_synth_config(
+    path: str | os.PathLike[str] | None, overrides: dict[str, Any] | None = None, sets: list[str] | None = None
+) -> tuple[SynthConfig, dict[str, Any]]:
+    """Read a YAML build config (``None``: the defaults) through the one config loader
+    (:func:`shopping_companion.config.load_model`). Returns ``(config, extras)`` where ``extras``
+    holds the keys that are not synthesis settings (``out``: the default output directory,
+    ``description``).
 
-    ``overrides`` (e.g. from command-line flags) replace top-level keys. Raises :class:`SynthError`
-    naming the file and the problem (missing file, bad YAML, unknown or invalid keys).
+    ``overrides`` (command-line flags; ``None`` values skipped) replace top-level keys, then
+    ``sets`` (``"dotted.key=value"``) apply. Raises :class:`SynthError` (a ``DataError``) naming the
+    file and each bad field with its allowed values (missing file, bad YAML, unknown or invalid keys).
     """
-    import yaml
+    from shopping_companion.config import load_config, load_model
+    from shopping_companion.errors import ConfigError
 
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise SynthError(f"benchmark config {str(p)!r} does not exist")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise SynthError(f"benchmark config {str(p)!r} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise SynthError(f"benchmark config {str(p)!r}: the top level must be a mapping")
+        data = load_config(path) if path is not None else {}
+    except ConfigError as e:
+        raise SynthError(f"benchmark {e}") from None
     extras = {k: data.pop(k) for k in ("out", "description") if k in data}
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        return SynthConfig.model_validate(data), extras
-    except ValidationError as e:
-        msgs = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
-        raise SynthError(f"benchmark config {str(p)!r}: {msgs}") from None
+        cfg = load_model(SynthConfig, data, sets or [], {k: v for k, v in (overrides or {}).items()})
+    except ConfigError as e:
+        where = f"benchmark config {str(path)!r}: " if path is not None else "benchmark config: "
+        raise SynthError(where + str(e)) from None
+    return cfg, extras

@@ -42,17 +42,21 @@ from shopping_companion.types import Session
 
 __all__ = ["Conflict", "ConflictDetector", "Statement", "WantedFeature"]
 
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|my|me|myself|mine|we|our)\b", re.IGNORECASE)
-_POS = re.compile(
-    r"\b(?:prefer\w*|love|loving|like|likes|always|usually|only|favou?rite|go for|stick (?:to|with)|"
-    r"swear by|fan of|wear|wearing|buy|buying|choose|pick|obsessed|go-to)\b",
-    re.IGNORECASE,
+
+def _cues(alternatives: str) -> re.Pattern[str]:
+    """Case-insensitive whole-word regex for ``alternatives`` (``|``-separated regex fragments)."""
+    return re.compile(rf"\b(?:{alternatives})\b", re.IGNORECASE)
+
+
+_FIRST_PERSON = _cues(r"i|i'm|im|i've|i'd|i'll|my|me|myself|mine|we|our")
+_POS = _cues(
+    r"prefer\w*|love|loving|like|likes|always|usually|only|favou?rite|go for|stick (?:to|with)|"
+    r"swear by|fan of|wear|wearing|buy|buying|choose|pick|obsessed|go-to"
 )
-_NEG = re.compile(
-    r"\b(?:hate|hates|dislike|dislikes|can'?t stand|cannot stand|never|avoid|don'?t like|do not like|"
+_NEG = _cues(
+    r"hate|hates|dislike|dislikes|can'?t stand|cannot stand|never|avoid|don'?t like|do not like|"
     r"not a fan|allergic|stay away|won'?t|refuse|can'?t wear|cannot wear|not into|sick of|tired of|"
-    r"can'?t bear|loathe)\b",
-    re.IGNORECASE,
+    r"can'?t bear|loathe"
 )
 _SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _SIZE_CLAIM = re.compile(
@@ -191,8 +195,13 @@ class ConflictDetector:
     def has_statements(self, session: Session) -> bool:
         return bool(self.statements(session))
 
-    def find(self, session: Session, features: Sequence[WantedFeature], brands: Iterable[tuple[int, str]] = (),
-             cache: bool = True) -> list[Conflict]:
+    def find(
+        self,
+        session: Session,
+        features: Sequence[WantedFeature],
+        brands: Iterable[tuple[int, str]] = (),
+        cache: bool = True,
+    ) -> list[Conflict]:
         """Conflicts between ``session``'s statements and ``features``; ``brands`` are
         ``(slot, brand)`` pairs of the reference products (brand aversions); ``cache``: see
         :meth:`statements`."""
@@ -209,7 +218,11 @@ class ConflictDetector:
             if st.negative:
                 for slot, b, bt in brand_toks:
                     if any(_contains(n, bt) for n in st.negated):
-                        out.append(Conflict(session.session_id, st.turn_index, st.text, f"brand {b} (slot {slot})", "brand_aversion"))
+                        out.append(
+                            Conflict(
+                                session.session_id, st.turn_index, st.text, f"brand {b} (slot {slot})", "brand_aversion"
+                            )
+                        )
         return out
 
     # ------------------------------------------------------------------ rules

@@ -214,8 +214,9 @@ class TemplateGenerator:
             out.append(self._session(pairs, group, scope_p=1.0, rng=rng))
         return out
 
-    def _session(self, pairs: list[tuple[SlotSpec, Feature]], slots: list[SlotSpec], scope_p: float,
-                 rng: random.Random) -> list[Turn]:
+    def _session(
+        self, pairs: list[tuple[SlotSpec, Feature]], slots: list[SlotSpec], scope_p: float, rng: random.Random
+    ) -> list[Turn]:
         domain = slots[0].domain
         opener = rng.choice(T.OPENERS.get(domain, []) + T.OPENERS["generic"])
         turns = [Turn(role="user", content=opener[0]), Turn(role="assistant", content=opener[1])]
@@ -252,7 +253,10 @@ class TemplateGenerator:
             text = rng.choice(T.DONT_CARE_BANK).format(label=f.spoken_label)
             if len(slots) > 1:
                 text = self._scoped(_cap_first(text), s, rng)
-            turns += [Turn(role="user", content=_cap_first(text)), Turn(role="assistant", content=rng.choice(T.ASSISTANT_ACKS))]
+            turns += [
+                Turn(role="user", content=_cap_first(text)),
+                Turn(role="assistant", content=rng.choice(T.ASSISTANT_ACKS)),
+            ]
         u, a = rng.choice(T.NEEDLE_CLOSERS)
         turns += [Turn(role="user", content=u), Turn(role="assistant", content=a)]
         return turns

@@ -162,8 +162,9 @@ class HaystackPool:
             **{f"dropped_{k}": v for k, v in self.dropped.items()},
         }
 
-    def select(self, rng: random.Random, n: int, token_target: float | None, fixed_tokens: int,
-               tolerance: float) -> list[PoolSession]:
+    def select(
+        self, rng: random.Random, n: int, token_target: float | None, fixed_tokens: int, tolerance: float
+    ) -> list[PoolSession]:
         """One user's haystack: ``n`` sessions in random order (module docstring).
         ``fixed_tokens``: tokens already in the history (the needles). Raises :class:`SynthError`
         when the pool cannot supply ``n`` distinct sessions."""

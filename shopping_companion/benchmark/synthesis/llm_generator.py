@@ -102,7 +102,7 @@ def extract_json(text: str) -> Any:
     dec = json.JSONDecoder()
     for m in re.finditer(r"\{", t):
         try:
-            obj, _ = dec.raw_decode(t[m.start():])
+            obj, _ = dec.raw_decode(t[m.start() :])
         except ValueError:
             continue
         if isinstance(obj, dict):
@@ -118,7 +118,9 @@ class LLMCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, response TEXT, created REAL)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, response TEXT, created REAL)"
+        )
         self._db.commit()
         self._lock = threading.Lock()
 
@@ -230,8 +232,11 @@ class LLMGenerator:
         ]
         seed = int(hashlib.sha256(f"{spec.seed}:{purpose}".encode()).hexdigest()[:8], 16)
         sampling = Sampling(
-            temperature=self.config.temperature, top_p=self.config.top_p, top_k=None,
-            max_tokens=self.config.max_tokens, seed=seed,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            top_k=None,
+            max_tokens=self.config.max_tokens,
+            seed=seed,
         )
         last_error = ""
         for _attempt in range(self.config.max_invalid):
@@ -265,8 +270,11 @@ class LLMGenerator:
                 last_error = _short_error(e)
                 messages = messages + [
                     {"role": "assistant", "content": text[:4000]},
-                    {"role": "user", "content": f"That answer is not acceptable: {last_error}. "
-                                                "Answer again with one corrected JSON object only."},
+                    {
+                        "role": "user",
+                        "content": f"That answer is not acceptable: {last_error}. "
+                        "Answer again with one corrected JSON object only.",
+                    },
                 ]
                 continue
             self._consecutive_failures = 0
@@ -323,14 +331,19 @@ class LLMGenerator:
         def parse(obj: dict[str, Any]) -> str:
             out = InstructionOut.model_validate(obj).instruction.strip()
             toks = normalize_tokens(out)
-            leaked = [f.value for _, f in spec.wanted if _contains(toks, normalize_tokens(evidence_text(f.label, f.value)))]
+            leaked = [
+                f.value for _, f in spec.wanted if _contains(toks, normalize_tokens(evidence_text(f.label, f.value)))
+            ]
             if leaked:
                 raise ValueError(f"the message states preferences it must not state: {leaked}")
             if spec.task_type == "addon":
                 assert spec.voucher is not None and spec.budget is not None
                 numbers = _numbers(out)
-                for name, amount in (("budget", spec.budget), ("minimum spend", spec.voucher.min_spend),
-                                     ("discount", spec.voucher.discount)):
+                for name, amount in (
+                    ("budget", spec.budget),
+                    ("minimum spend", spec.voucher.min_spend),
+                    ("discount", spec.voucher.discount),
+                ):
                     if not any(abs(x - amount) < 0.005 for x in numbers):
                         raise ValueError(f"the {name} {format_money(amount, spec.currency)} is missing")
                 if spec.voucher.shop_id not in out:
@@ -370,11 +383,19 @@ class LLMGenerator:
             + "\n\nRules:\n"
             "- Each preference is said by the USER, in its own user turn, using the quoted value words "
             "exactly (other words around them are fine).\n"
-            + ("- Make clear which kind of item each preference is about, using everyday words for it.\n" if addon else "")
+            + (
+                "- Make clear which kind of item each preference is about, using everyday words for it.\n"
+                if addon
+                else ""
+            )
             + "- 6 to 12 turns per conversation, alternating user and assistant, starting with the user. "
             "Start on another everyday topic and drift to the preferences.\n"
             "- No shop names, prices, vouchers or plans to buy something. Do not contradict a preference.\n"
-            + (f"- The user does not care about: {', '.join(dont)}. They may say so, but must not name a value.\n" if dont else "")
+            + (
+                f"- The user does not care about: {', '.join(dont)}. They may say so, but must not name a value.\n"
+                if dont
+                else ""
+            )
             + 'Return {"sessions": [{"turns": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}]}'
             f" with exactly {len(groups)} session(s), in the order above."
         )
@@ -389,8 +410,11 @@ class LLMGenerator:
                 if turns[0].role != "user" or any(a.role == b.role for a, b in zip(turns, turns[1:])):
                     raise ValueError(f"session {j + 1}: turns must alternate, starting with the user")
                 users = [normalize_tokens(t.content) for t in turns if t.role == "user"]
-                missing = [evidence_text(f.label, f.value) for _, f in g
-                           if not any(_contains(u, normalize_tokens(evidence_text(f.label, f.value))) for u in users)]
+                missing = [
+                    evidence_text(f.label, f.value)
+                    for _, f in g
+                    if not any(_contains(u, normalize_tokens(evidence_text(f.label, f.value))) for u in users)
+                ]
                 if missing:
                     raise ValueError(f"session {j + 1}: the user never says these values: {missing}")
                 sessions.append(turns)
@@ -403,10 +427,13 @@ class LLMGenerator:
     def find_conflicts(self, spec: TaskSpec, sessions: list[Session]) -> list[Conflict]:
         out: list[Conflict] = []
         wanted = "\n".join(
-            f"- {f.spoken_label} = \"{f.value}\" (for the {s.product_type})" for s in spec.slots for f in s.wanted
+            f'- {f.spoken_label} = "{f.value}" (for the {s.product_type})' for s in spec.slots for f in s.wanted
         )
         brands = sorted({s.product.brand for s in spec.slots if s.product.brand})
-        dont = ", ".join(sorted({f"{f.spoken_label} ({s.product_type})" for s in spec.slots for f in s.dont_care})) or "nothing"
+        dont = (
+            ", ".join(sorted({f"{f.spoken_label} ({s.product_type})" for s in spec.slots for f in s.dont_care}))
+            or "nothing"
+        )
         for sess in sessions:
             user_turns = [(i, t.content) for i, t in enumerate(sess.turns) if t.role == "user"]
             if not user_turns:
@@ -442,8 +469,16 @@ class LLMGenerator:
                 return res
 
             for c in self._call(spec, f"conflicts:{sess.session_id}", prompt, parse):
-                out.append(Conflict(sess.session_id, c.turn_index, c.statement or sess.turns[c.turn_index].content[:200],
-                                    c.feature or "?", "llm", detector="llm"))
+                out.append(
+                    Conflict(
+                        sess.session_id,
+                        c.turn_index,
+                        c.statement or sess.turns[c.turn_index].content[:200],
+                        c.feature or "?",
+                        "llm",
+                        detector="llm",
+                    )
+                )
         return out
 
 

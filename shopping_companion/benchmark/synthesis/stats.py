@@ -171,7 +171,9 @@ def compute_stats(
 
     def share(d: dict[str, list[bool]]) -> dict[str, Any]:
         allv = [x for v in d.values() for x in v]
-        out: dict[str, Any] = {k: {"n": len(v), "share": round(sum(v) / len(v), 4) if v else None} for k, v in d.items()}
+        out: dict[str, Any] = {
+            k: {"n": len(v), "share": round(sum(v) / len(v), 4) if v else None} for k, v in d.items()
+        }
         out["all"] = {"n": len(allv), "share": round(sum(allv) / len(allv), 4) if allv else None}
         return out
 
@@ -184,8 +186,11 @@ def compute_stats(
             "share_zero": round(sum(v == 0 for v in vals) / len(vals), 4) if vals else None,
             "share_capped": round(len(capped) / len(ts), 4) if ts else None,
         }
-    budget = [t.verification.over_budget_share for t in by_type.get("addon", [])
-              if t.verification and t.verification.over_budget_share is not None]
+    budget = [
+        t.verification.over_budget_share
+        for t in by_type.get("addon", [])
+        if t.verification and t.verification.over_budget_share is not None
+    ]
     return {
         "tasks": {
             "total": len(tasks),
@@ -196,13 +201,20 @@ def compute_stats(
         },
         "categories": {
             "catalog_top20": Counter(p.category or "(none)" for p in catalog).most_common(20),
-            "catalog_top_level_top20": Counter((p.category_path[0] if p.category_path else "(none)") for p in catalog).most_common(20),
+            "catalog_top_level_top20": Counter(
+                (p.category_path[0] if p.category_path else "(none)") for p in catalog
+            ).most_common(20),
             "reference_top20": Counter(p.category or "(none)" for p in ref_products).most_common(20),
-            "reference_top_level": Counter((p.category_path[0] if p.category_path else "(none)") for p in ref_products).most_common(20),
+            "reference_top_level": Counter(
+                (p.category_path[0] if p.category_path else "(none)") for p in ref_products
+            ).most_common(20),
             "catalog_products": len(catalog),
         },
-        "history": {"sessions_per_user": _summary(n_sessions), "tokens_per_user": _summary(n_tokens),
-                    "token_method": TOKEN_METHOD},
+        "history": {
+            "sessions_per_user": _summary(n_sessions),
+            "tokens_per_user": _summary(n_tokens),
+            "token_method": TOKEN_METHOD,
+        },
         "attributes_per_task": {k: _summary([len(t.preferences) for t in v]) for k, v in by_type.items()},
         "dont_care_per_task": {k: _summary([len(t.dont_care) for t in v]) for k, v in by_type.items()},
         "alternatives": alt,
@@ -232,8 +244,10 @@ def compute_stats(
 def _fmt(s: dict[str, Any]) -> str:
     if not s or not s.get("n"):
         return "–"
-    return (f"{s['mean']:,} (median {s['median']:,}, std {s['std']:,}, IQR {s['q1']:,}–{s['q3']:,}, "
-            f"range {s['min']:,}–{s['max']:,}; n={s['n']})")
+    return (
+        f"{s['mean']:,} (median {s['median']:,}, std {s['std']:,}, IQR {s['q1']:,}–{s['q3']:,}, "
+        f"range {s['min']:,}–{s['max']:,}; n={s['n']})"
+    )
 
 
 def _share(x: dict[str, Any]) -> str:
@@ -251,9 +265,11 @@ def _plots(d: Path, st: dict[str, Any]) -> list[str]:
     series = st["_series"]
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 5))
-    for ax, key, title in ((axes[0], "catalog_top_level_top20", "Product pool: top-level categories"),
-                           (axes[1], "catalog_top20", "Product pool: top 20 categories"),
-                           (axes[2], "reference_top20", "Reference products: top 20 categories")):
+    for ax, key, title in (
+        (axes[0], "catalog_top_level_top20", "Product pool: top-level categories"),
+        (axes[1], "catalog_top20", "Product pool: top 20 categories"),
+        (axes[2], "reference_top20", "Reference products: top 20 categories"),
+    ):
         items = st["categories"][key]
         names = [str(n)[:28] for n, _ in items][::-1]
         ax.barh(names, [c for _, c in items][::-1], color="#4c72b0")
@@ -308,14 +324,19 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
     public = {k: v for k, v in st.items() if not k.startswith("_")}
     if verification is not None:
         public["verification"] = verification
-    (d / "stats.json").write_text(json.dumps(public, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    (d / "stats.json").write_text(
+        json.dumps(public, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     pngs = _plots(d, st)
     t = st["tasks"]
     lines = [
         "# Benchmark statistics",
         "",
-        f"{t['total']} tasks: " + ", ".join(f"{k} {v}" for k, v in t["by_type"].items())
-        + "; " + ", ".join(f"{k} {v}" for k, v in t["by_split"].items()) + ".",
+        f"{t['total']} tasks: "
+        + ", ".join(f"{k} {v}" for k, v in t["by_type"].items())
+        + "; "
+        + ", ".join(f"{k} {v}" for k, v in t["by_split"].items())
+        + ".",
         "",
         "## Wanted attributes per task",
         "",
@@ -323,32 +344,57 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         "|---|---|",
     ]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in st["attributes_per_task"].items()]
-    lines += ["", f"Products per add-on deal: {_fmt(t['products_per_addon'])}", "", "![attributes](attributes.png)", "",
-              "## History per user", "",
-              f"- sessions: {_fmt(st['history']['sessions_per_user'])}",
-              f"- tokens: {_fmt(st['history']['tokens_per_user'])}",
-              f"- token counting: {st['history']['token_method']}",
-              f"- needle sessions per task: " + "; ".join(f"{k} {_fmt(v)}" for k, v in st["needles"]["per_task"].items()),
-              f"- needle relative depth (0 = oldest): {_fmt(st['needles']['relative_depth'])}",
-              f"- tasks whose haystack was denoised: {st['changes']['tasks_with_changes']} "
-              f"({st['changes']['sessions_replaced']} sessions replaced)",
-              "", "![history](history.png)", "",
-              "## Needle top-1 share (instruction as the query; lower = harder to find by matching)", "",
-              "| retriever | single | addon | all |", "|---|---|---|---|"]
+    lines += [
+        "",
+        f"Products per add-on deal: {_fmt(t['products_per_addon'])}",
+        "",
+        "![attributes](attributes.png)",
+        "",
+        "## History per user",
+        "",
+        f"- sessions: {_fmt(st['history']['sessions_per_user'])}",
+        f"- tokens: {_fmt(st['history']['tokens_per_user'])}",
+        f"- token counting: {st['history']['token_method']}",
+        "- needle sessions per task: " + "; ".join(f"{k} {_fmt(v)}" for k, v in st["needles"]["per_task"].items()),
+        f"- needle relative depth (0 = oldest): {_fmt(st['needles']['relative_depth'])}",
+        f"- tasks whose haystack was denoised: {st['changes']['tasks_with_changes']} "
+        f"({st['changes']['sessions_replaced']} sessions replaced)",
+        "",
+        "![history](history.png)",
+        "",
+        "## Needle top-1 share (instruction as the query; lower = harder to find by matching)",
+        "",
+        "| retriever | single | addon | all |",
+        "|---|---|---|---|",
+    ]
     for name in ("bm25", "minilm"):
         s = st["needle_top1"][name]
         lines.append(f"| {name} | {_share(s.get('single', {}))} | {_share(s.get('addon', {}))} | {_share(s['all'])} |")
-    lines += ["", "## Alternatives (other products / bundles the rule judge accepts)", "",
-              "| task type | alternatives | share with none | share at cap |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Alternatives (other products / bundles the rule judge accepts)",
+        "",
+        "| task type | alternatives | share with none | share at cap |",
+        "|---|---|---|---|",
+    ]
     for k, v in st["alternatives"].items():
         z = "–" if v.get("share_zero") is None else f"{100 * v['share_zero']:.1f}%"
         c = "–" if v.get("share_capped") is None else f"{100 * v['share_capped']:.1f}%"
         lines.append(f"| {k} | {_fmt(v)} | {z} | {c} |")
-    lines += ["", f"Add-on budget tightness (share of one-product substitutions that break the budget): "
-              f"{_fmt(st['addon_over_budget_share'])}", "", "![alternatives](alternatives.png)", "",
-              "## Categories (top 20)", ""]
-    for title, ka, kb in (("Top-level categories", "catalog_top_level_top20", "reference_top_level"),
-                          ("Finest categories", "catalog_top20", "reference_top20")):
+    lines += [
+        "",
+        f"Add-on budget tightness (share of one-product substitutions that break the budget): "
+        f"{_fmt(st['addon_over_budget_share'])}",
+        "",
+        "![alternatives](alternatives.png)",
+        "",
+        "## Categories (top 20)",
+        "",
+    ]
+    for title, ka, kb in (
+        ("Top-level categories", "catalog_top_level_top20", "reference_top_level"),
+        ("Finest categories", "catalog_top20", "reference_top20"),
+    ):
         lines += [f"{title}:", "", "| product pool | n | reference products | n |", "|---|---|---|---|"]
         cat, ref = st["categories"][ka], st["categories"][kb]
         for i in range(max(len(cat), len(ref))):

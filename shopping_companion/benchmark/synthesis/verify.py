@@ -46,31 +46,10 @@ from collections.abc import Iterable, Sequence
 
 from shopping_companion.benchmark.synthesis.catalog_view import is_wearable_size
 from shopping_companion.judges.matching import default_matcher
-from shopping_companion.judges.rule import (
-    RuleJudge,
-    is_relevant,
-    normalize_tokens,
-    product_satisfies,
-)
-from shopping_companion.types import (
-    Preference,
-    Product,
-    ProductSlot,
-    Session,
-    Step,
-    Task,
-    ToolResult,
-    Trajectory,
-)
+from shopping_companion.judges.rule import RuleJudge, is_relevant, normalize_tokens, product_satisfies
+from shopping_companion.types import Preference, Product, ProductSlot, Session, Step, Task, ToolResult, Trajectory
 
-__all__ = [
-    "CatalogMatcher",
-    "count_bundles",
-    "gold_accepted",
-    "leaked_values",
-    "stated_in",
-    "unstated_features",
-]
+__all__ = ["CatalogMatcher", "count_bundles", "gold_accepted", "leaked_values", "stated_in", "unstated_features"]
 
 _EPS = 1e-6
 _WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")  # the judge's token pattern (decimals stay one token)
@@ -106,8 +85,11 @@ def stated_in(value: str, text: str) -> bool:
 def unstated_features(preferences: Iterable[Preference], needles: Sequence[Session]) -> list[Preference]:
     """The wanted features that no user turn of ``needles`` states (empty list = resolvable)."""
     user_turns = [normalize_tokens(t.content) for s in needles for t in s.turns if t.role == "user"]
-    return [p for p in preferences
-            if not any(_contains(u, normalize_tokens(evidence_text(p.attribute, p.value))) for u in user_turns)]
+    return [
+        p
+        for p in preferences
+        if not any(_contains(u, normalize_tokens(evidence_text(p.attribute, p.value))) for u in user_turns)
+    ]
 
 
 def leaked_values(preferences: Iterable[Preference], instruction: str) -> list[Preference]:

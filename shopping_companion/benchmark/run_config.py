@@ -1,0 +1,351 @@
+"""``EvalConfig``: the one configuration object of an evaluation run.
+
+``shopcomp eval --config run.yaml`` reads it (``configs/eval/*.yaml`` are examples), the
+command line's flags and ``--set dotted.key=value`` override it
+(:func:`shopping_companion.config.load_model`), and :func:`shopping_companion.benchmark.run.run_benchmark`
+runs it. ``shopcomp quickstart`` (:class:`QuickstartConfig`) and ``shopcomp sft collect`` use the
+same groups. The resolved config is written to ``<runs_dir>/<name>/config.yaml``; the part of it that
+changes results (:meth:`EvalConfig.identity`) is hashed into the run identity, so a resume with a
+changed sampling value, judge, rubric weight or environment limit is refused instead of mixing runs.
+
+Groups (every field is documented on its class):
+
+- ``bench`` / ``split`` / ``limit`` / ``skip_missing_gold`` (:class:`BenchmarkSelection`)
+- ``strategies``, ``trials``, ``pass_k``, ``seed``
+- ``backend`` (:class:`BackendConfig`, with its ``sampling``: :class:`SamplingConfig`)
+- ``judge`` (:class:`JudgeConfig`), ``simulator``, ``rubric``
+- ``env`` (:class:`~shopping_companion.envs.env.EnvConfig`: turn and size limits)
+- ``concurrency``, ``resume`` (:class:`ResumeConfig`), ``attribution`` (:class:`AttributionConfig`)
+- ``data`` (:class:`DataConfig`), ``output`` (:class:`OutputConfig`)
+
+Secrets never enter a config: API keys are read from the environment variable a field names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shopping_companion.envs.env import EnvConfig
+
+__all__ = [
+    "AttributionConfig",
+    "BackendConfig",
+    "BenchmarkSelection",
+    "DataConfig",
+    "EpisodeConfig",
+    "EvalConfig",
+    "JudgeConfig",
+    "OutputConfig",
+    "QuickstartConfig",
+    "ResumeConfig",
+    "SamplingConfig",
+]
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class SamplingConfig(BaseModel):
+    """Sampling of the policy (passed to the backend on every assistant turn).
+
+    ``temperature`` >= 0; ``top_p`` in (0, 1]; ``top_k`` >= 0 (0: not sent); ``max_tokens`` >= 1 new
+    tokens per assistant turn; ``send_seed``: send a per-episode sampling seed
+    ``derive_seed(seed, task_id, trial)`` so a rerun asks for the same samples.
+    """
+
+    model_config = _STRICT
+    temperature: float = Field(default=0.6, ge=0.0)
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    top_k: int = Field(default=20, ge=0)
+    max_tokens: int = Field(default=4096, ge=1)
+    send_seed: bool = True
+
+
+class BackendConfig(BaseModel):
+    """The policy under evaluation.
+
+    ``kind``: ``reference`` (the scripted rule-based baseline, offline), ``openai`` (any
+    OpenAI-compatible endpoint: vLLM, SGLang, a provider) or ``local`` (a Hugging Face checkpoint
+    run in-process). ``model`` (openai: the served model name, required), ``base_url`` (openai:
+    e.g. ``http://localhost:8000/v1``), ``api_key_env`` (the variable holding the key).
+    ``timeout_s``: wall-clock seconds of one HTTP attempt (> 0); ``max_retries`` (>= 0) after
+    timeouts, 5xx, 429 and invalid JSON; ``deadline_s``: seconds for one request over all attempts
+    (default ``min(600, (retries+1) x timeout)`` or ``$SHOPCOMP_DEADLINE_S``);
+    ``breaker_threshold``: consecutive connection failures or timeouts that stop the run (default 5
+    or ``$SHOPCOMP_BREAKER_THRESHOLD``). ``model_path`` / ``adapter`` (a LoRA adapter, needs peft)
+    / ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``) / ``dtype`` for ``local``.
+    """
+
+    model_config = _STRICT
+    kind: Literal["reference", "openai", "local"] = "reference"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = Field(default=120.0, gt=0.0)
+    max_retries: int = Field(default=3, ge=0)
+    deadline_s: float | None = Field(default=None, gt=0.0)
+    breaker_threshold: int | None = Field(default=None, ge=1)
+    model_path: Path | None = None
+    adapter: Path | None = None
+    device: str = "cpu"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    sampling: SamplingConfig = SamplingConfig()
+
+    @model_validator(mode="after")
+    def _required_per_kind(self) -> "BackendConfig":
+        if self.kind == "openai" and not self.model:
+            raise ValueError(
+                "backend.model is required with backend.kind=openai (e.g. --model Qwen/Qwen3-4B-Thinking-2507)"
+            )
+        if self.kind == "local" and not self.model_path:
+            raise ValueError(
+                "backend.model_path is required with backend.kind=local (a Hugging Face checkpoint directory)"
+            )
+        return self
+
+
+class JudgeConfig(BaseModel):
+    """Who scores a stage: ``rule`` (deterministic, offline; the default reward) or ``llm``
+    (an OpenAI-compatible ``model`` at ``base_url``, key in ``api_key_env``; verdicts cached in the
+    run directory)."""
+
+    model_config = _STRICT
+    kind: Literal["rule", "llm"] = "rule"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+
+    @model_validator(mode="after")
+    def _llm_needs_model(self) -> "JudgeConfig":
+        if self.kind == "llm" and not self.model:
+            raise ValueError("judge.model is required with judge.kind=llm (--judge-model)")
+        return self
+
+
+class AttributionConfig(BaseModel):
+    """Optional LLM attribution of each failure (error taxonomy, paper App. F.2): ``model`` at
+    ``base_url`` (``None``: rule-based classes only)."""
+
+    model_config = _STRICT
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+
+
+class BenchmarkSelection(BaseModel):
+    """Which tasks: ``path`` is a benchmark directory written by ``shopcomp synth``; ``split``
+    ``train`` | ``test`` | ``None`` (all); ``limit``: the first N tasks (>= 1); ``skip_missing_gold``:
+    leave out tasks whose gold products are not in the catalog instead of refusing to run."""
+
+    model_config = _STRICT
+    path: Path
+    split: Literal["train", "test"] | None = None
+    limit: int | None = Field(default=None, ge=1)
+    skip_missing_gold: bool = False
+
+
+class ResumeConfig(BaseModel):
+    """How a rerun treats the results already written: ``retry_errors`` reruns episodes that ended
+    with a backend or judge error, ``retry_failed`` also those that ended with an episode error (an
+    exception inside the episode), ``force`` adopts this config for a results file whose identity
+    file is missing or corrupt, ``archive_stale`` moves the results of another configuration aside
+    (``<file>.stale-<UTC>``) instead of refusing them (the quickstart does this)."""
+
+    model_config = _STRICT
+    retry_errors: bool = True
+    retry_failed: bool = False
+    force: bool = False
+    archive_stale: bool = False
+
+
+class DataConfig(BaseModel):
+    """Where the raw data and the index are: ``data_dir`` (default ``$SHOPCOMP_DATA_DIR``, else
+    ``../shared/data``; a named directory that does not exist is an error), ``index_dir`` (the
+    BM25 index; default: the cache directory)."""
+
+    model_config = _STRICT
+    data_dir: Path | None = None
+    index_dir: Path | None = None
+
+
+class OutputConfig(BaseModel):
+    """Where results go: ``<runs_dir>/<name>/`` (``results.jsonl``, ``report.md``, ``summary.json``,
+    ``config.yaml``, ...). ``name``: letters, digits, ``.``, ``_``, ``-``."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    runs_dir: Path = Path("runs")
+    baseline_note: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_dots(cls, v: str) -> str:
+        if v in (".", ".."):
+            raise ValueError("must not be '.' or '..'")
+        return v
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+
+class EpisodeConfig(BaseModel):
+    """What every run of episodes shares (an evaluation, an SFT collection): ``strategies``:
+    environment modes / hint modes (paper Table 3): ``oracle``, ``one_stage``,
+    ``two_stage:none|low|high`` or ``all``; ``trials`` >= 1 episodes per task and strategy;
+    ``seed``: base of the per-episode seeds ``derive_seed(seed, task_id, trial)``; ``simulator``:
+    a registered user simulator or ``module:attr``; ``rubric``: the reward — ``paper`` (Eq. 12),
+    ``outcome_only``, or a YAML file of ``{name|path, weight}`` entries; ``concurrency``: episodes
+    in flight (>= 1); ``backend`` (with its ``sampling``), ``judge``, ``env`` (limits) and ``data``."""
+
+    model_config = _STRICT
+    strategies: list[str] = Field(default_factory=lambda: ["two_stage:none"], min_length=1)
+    trials: int = Field(default=1, ge=1)
+    seed: int = 0
+    backend: BackendConfig = BackendConfig()
+    judge: JudgeConfig = JudgeConfig()
+    simulator: str = "scripted"
+    rubric: str = "paper"
+    env: EnvConfig = EnvConfig()
+    concurrency: int = Field(default=8, ge=1)
+    data: DataConfig = DataConfig()
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _split_strategies(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [s.strip() for s in v.split(",") if s.strip()]
+        return v
+
+    @field_validator("strategies")
+    @classmethod
+    def _known_strategies(cls, v: list[str]) -> list[str]:
+        from shopping_companion.benchmark.evaluate import parse_strategies
+
+        parse_strategies(",".join(v))  # raises ConfigError naming the allowed values
+        return v
+
+    def identity(self) -> dict[str, Any]:
+        """The part of the config that changes an episode's result (policy, sampling, judge,
+        simulator, environment limits, seed; the rubric is added as resolved by
+        :func:`~shopping_companion.benchmark.run.run_identity`). Not in it: which tasks /
+        strategies / trials are run (a resume may add some), concurrency, timeouts and retries,
+        resume options, output and data paths, endpoints' URLs and key variables."""
+        b = self.backend
+        return {
+            "backend": {
+                "kind": b.kind,
+                "model": b.model,
+                "model_path": str(b.model_path) if b.model_path else None,
+                "adapter": str(b.adapter) if b.adapter else None,
+                "dtype": b.dtype,
+                "sampling": b.sampling.model_dump(mode="json"),
+            },
+            "judge": {"kind": self.judge.kind, "model": self.judge.model},
+            "simulator": self.simulator,
+            "env": self.env.model_dump(mode="json"),
+            "seed": self.seed,
+        }
+
+
+class EvalConfig(EpisodeConfig):
+    """Everything one evaluation run needs (module docstring): the :class:`EpisodeConfig` groups
+    plus ``bench`` (which tasks), ``output`` (where), ``pass_k`` (the k of pass@k / pass^k; default
+    1..trials), ``resume`` and ``attribution``."""
+
+    bench: BenchmarkSelection
+    output: OutputConfig
+    pass_k: list[int] | None = None
+    resume: ResumeConfig = ResumeConfig()
+    attribution: AttributionConfig = AttributionConfig()
+
+    @field_validator("pass_k", mode="before")
+    @classmethod
+    def _split_ks(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return sorted({int(x) for x in v.split(",") if x.strip()})
+            except ValueError:
+                raise ValueError(f"must be comma-separated integers, e.g. 1,2,4 (got {v!r})") from None
+        if isinstance(v, int):
+            return [v]
+        return v
+
+    @field_validator("pass_k")
+    @classmethod
+    def _positive_ks(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or min(v) < 1):
+            raise ValueError(f"values must be >= 1 (got {v})")
+        return sorted(set(v)) if v else v
+
+
+#: What the quickstart builds unless told otherwise (merged under the config's ``synth`` keys).
+QUICKSTART_SYNTH = {"n_tasks": 50, "seed": 0, "sessions_per_user": 42, "allow_shortfall": True}
+
+
+class QuickstartConfig(BaseModel):
+    """``shopcomp quickstart`` (``configs/quickstart.yaml``): build the index, synthesise a benchmark
+    into ``<runs_dir>/<name>/bench`` with ``synth`` (a
+    :class:`~shopping_companion.benchmark.synthesis.config.SynthConfig`; the quickstart's defaults
+    are :data:`QUICKSTART_SYNTH`), ShareGPT conversations in the haystack when ``sharegpt``, then
+    evaluate with ``eval`` (an :class:`EvalConfig` whose ``bench``, ``output``, ``data`` and
+    ``resume.archive_stale`` the quickstart fills in). A benchmark already there is reused when it
+    was built with the same synthesis config."""
+
+    model_config = _STRICT
+    name: str = Field(default="quickstart", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    runs_dir: Path = Path("runs")
+    sharegpt: bool = True
+    data: DataConfig = DataConfig()
+    synth: Any = Field(default=None, validate_default=True)
+    eval: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("synth", mode="before")
+    @classmethod
+    def _synth_config(cls, v: Any) -> Any:
+        from shopping_companion.benchmark.synthesis.config import SynthConfig
+
+        if isinstance(v, SynthConfig):
+            return v
+        if v is not None and not isinstance(v, dict):
+            raise ValueError(f"must be a mapping of synthesis settings, got {type(v).__name__}")
+        return SynthConfig.model_validate({**QUICKSTART_SYNTH, **(v or {})})
+
+    @model_validator(mode="after")
+    def _eval_is_valid(self) -> "QuickstartConfig":
+        self.eval_config()  # refuse a bad eval section before anything is built
+        return self
+
+    @property
+    def bench_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name / "bench"
+
+    def eval_config(self) -> EvalConfig:
+        """The evaluation part as an :class:`EvalConfig` over this quickstart's benchmark."""
+        from shopping_companion.errors import ConfigError
+
+        base = {
+            "bench": {"path": str(self.bench_dir)},
+            "output": {"name": self.name, "runs_dir": str(self.runs_dir)},
+            "resume": {"archive_stale": True},
+            "data": self.data.model_dump(mode="json"),
+        }
+        try:
+            return EvalConfig.model_validate(_deep_merge(base, self.eval))
+        except ValueError as e:  # pydantic's ValidationError
+            from pydantic import ValidationError
+
+            from shopping_companion.config import validation_message
+
+            if isinstance(e, ValidationError):
+                raise ValueError("eval: " + validation_message(EvalConfig, e)) from None
+            raise ConfigError(f"eval: {e}") from None
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
