@@ -47,7 +47,9 @@ def main() -> None:
     for stem, v in sorted(vocabs.items()):
         n_forms = sum(len(c["forms"]) for c in v["concepts"].values())
         n_broader = sum(len(c.get("broader", [])) for c in v["concepts"].values())
-        print(f"  {stem:18s} v{v['version']}: {len(v['concepts']):4d} concepts, {n_forms:5d} forms, {n_broader:4d} broader links")
+        print(
+            f"  {stem:18s} v{v['version']}: {len(v['concepts']):4d} concepts, {n_forms:5d} forms, {n_broader:4d} broader links"
+        )
 
     values: dict[tuple[str, str], Counter] = defaultdict(Counter)
     with gzip.open(args.catalog, "rt", encoding="utf-8") as f:
@@ -56,7 +58,7 @@ def main() -> None:
             for k, v in (p.get("attributes") or {}).items():
                 key, _ = resolve(k, "")
                 multi = bool(key and keys["keys"][key].get("multi_valued"))
-                for part in (str(v).split(",") if multi else [str(v)]):
+                for part in str(v).split(",") if multi else [str(v)]:
                     if L.norm(part) not in ABSENT:
                         values[(p["source"], k)][part.strip()] += 1
             if p["source"] == "bestbuy_algolia" and (p.get("title") or "").count(" - ") >= 2:
@@ -81,8 +83,10 @@ def main() -> None:
         if len(ok) == len(c) and not args.all:
             continue
         miss = ", ".join(f"{v} ({c[v]})" for v, _ in c.most_common(args.top) if v not in ok)
-        print(f"  {src}/{field} -> {key} [{voc}]: {len(ok)}/{len(c)} values, {prod_ok}/{prod} products "
-              f"({100 * prod_ok / prod:.1f}%)" + (f"; unresolved: {miss}" if miss else ""))
+        print(
+            f"  {src}/{field} -> {key} [{voc}]: {len(ok)}/{len(c)} values, {prod_ok}/{prod} products "
+            f"({100 * prod_ok / prod:.1f}%)" + (f"; unresolved: {miss}" if miss else "")
+        )
     print("\nfields resolving to no key (ignored by the matcher):")
     print("  " + "; ".join(unmapped))
 

@@ -24,16 +24,16 @@ OUT="$(from_caller "${OUT:-runs/gpu_smoke}")"
 STEPS="${STEPS:-3}"
 . scripts/rl_python.sh   # PY and RAY: verl's interpreter and its ray
 mkdir -p "$OUT"
-"$PY" -m shopping_companion.trainers.cli prepare --benchmark "$BENCH" --out "$OUT/data" --limit 4 >/dev/null
+"$PY" -m shopping_companion.cli.grpo prepare --bench "$BENCH" --out "$OUT/data" --limit 4 >/dev/null
 export WANDB_MODE=offline HYDRA_FULL_ERROR=1 VLLM_USE_V1=1
 # the config composed and checked on CPU first (verl's validate_config, data, model, agent loop,
 # reward function, estimator): a mistake costs seconds here instead of minutes of GPU start-up
-"$PY" -m shopping_companion.trainers.cli launch --variant gpu_smoke --model "$MODEL" --data-dir "$OUT/data" --check \
+"$PY" -m shopping_companion.cli.grpo launch --variant gpu_smoke --model "$MODEL" --rows-dir "$OUT/data" --check \
   trainer.default_local_dir="$OUT/ckpt" trainer.total_training_steps="$STEPS" "$@"
 if [ "${CHECK_ONLY:-0}" = 1 ]; then exit 0; fi   # e.g. on a login node before asking for a GPU
 "$RAY" status >/dev/null 2>&1 || "$RAY" start --head --num-gpus 1 --disable-usage-stats >/dev/null
 start=$(date +%s)
-"$PY" -m shopping_companion.trainers.cli launch --variant gpu_smoke --model "$MODEL" --data-dir "$OUT/data" --run \
+"$PY" -m shopping_companion.cli.grpo launch --variant gpu_smoke --model "$MODEL" --rows-dir "$OUT/data" --run \
   trainer.default_local_dir="$OUT/ckpt" trainer.total_training_steps="$STEPS" "$@" 2>&1 | tee "$OUT/train.log"
 end=$(date +%s)
 "$PY" - "$OUT/train.log" "$STEPS" "$((end - start))" <<'PYEOF'

@@ -61,13 +61,13 @@ case "$cmd" in
         *) break ;;
       esac
     done
-    [ -f "$data/train.parquet" ] || { echo "$data/train.parquet missing: run shopcomp grpo prepare --benchmark DIR --out $data" >&2; exit 2; }
+    [ -f "$data/train.parquet" ] || { echo "$data/train.parquet missing: run shopcomp grpo prepare --bench DIR --out $data" >&2; exit 2; }
     "$RAY" status >/dev/null 2>&1 || "$RAY" start --head --disable-usage-stats --dashboard-host 127.0.0.1
     export VLLM_USE_V1=1 HYDRA_FULL_ERROR=1
-    args=(--variant "$variant" --data-dir "$data")
+    args=(--variant "$variant" --rows-dir "$data")
     [ -n "$model" ] && args+=(--model "$model")
     # `shopcomp grpo launch` prints the verl command it runs (configs/grpo/<variant>.yaml)
-    exec "$PY" -m shopping_companion.trainers.cli launch "${args[@]}" --run "$@"
+    exec "$PY" -m shopping_companion.cli.grpo launch "${args[@]}" --run "$@"
     ;;
   *)
     sed -n '2,/^set -e/p' "$0" | grep '^#'; exit 2 ;;

@@ -33,8 +33,10 @@ _PHRASES = {
 
 
 def _needle(sid: str, prefs: list[Preference], ptypes: list[str]) -> Session:
-    turns = [Turn(role="user", content="I'm sorting out my wardrobe this weekend."),
-             Turn(role="assistant", content="Good plan! Keep, donate and repair piles help a lot.")]
+    turns = [
+        Turn(role="user", content="I'm sorting out my wardrobe this weekend."),
+        Turn(role="assistant", content="Good plan! Keep, donate and repair piles help a lot."),
+    ]
     for p in prefs:
         t = ptypes[p.slot].lower()
         turns.append(Turn(role="user", content=_PHRASES[p.attribute].format(v=p.value.lower(), t=t)))
@@ -42,7 +44,9 @@ def _needle(sid: str, prefs: list[Preference], ptypes: list[str]) -> Session:
     return Session(session_id=sid, turns=turns, source="test-needle")
 
 
-def _history(rng: random.Random, haystack: list[Session], needles: list[Session], n: int, pool: dict) -> list[SessionRef]:
+def _history(
+    rng: random.Random, haystack: list[Session], needles: list[Session], n: int, pool: dict
+) -> list[SessionRef]:
     chosen = rng.sample(haystack, n)
     order = chosen + needles
     rng.shuffle(order)
@@ -66,8 +70,9 @@ def _eligible(p: Product) -> bool:
     return p.source == "myntra_styles" and p.price is not None and len(_prefs_of(p)) >= 2
 
 
-def make_single_tasks(products: list[Product], sgd: list[Session], n: int = 4, seed: int = 0,
-                      haystack_size: int = 25) -> tuple[list[Task], dict[str, Session]]:
+def make_single_tasks(
+    products: list[Product], sgd: list[Session], n: int = 4, seed: int = 0, haystack_size: int = 25
+) -> tuple[list[Task], dict[str, Session]]:
     """``n`` single-product tasks (distinct categories) and the session pool they use."""
     rng = random.Random(seed)
     cands = [p for p in products if _eligible(p)]
@@ -81,18 +86,31 @@ def make_single_tasks(products: list[Product], sgd: list[Session], n: int = 4, s
             continue
         prefs = _prefs_of(p)
         instruction = f"I need a new {p.category.lower()} item. Could you pick one that fits what I usually like?"
-        if any(q.value.lower() in instruction.lower() for q in prefs) or not all(product_satisfies(p, q) for q in prefs):
+        if any(q.value.lower() in instruction.lower() for q in prefs) or not all(
+            product_satisfies(p, q) for q in prefs
+        ):
             continue
         seen.add(p.category)
         i = len(tasks)
         needle = _needle(f"needle-{seed}-{i}", prefs, [p.category])
-        tasks.append(Task(
-            task_id=f"env-{seed}-{i}", task_type="single", instruction=instruction, user_id=f"u{i}",
-            history=_history(rng, haystack, [needle], haystack_size, pool), needle_session_ids=[needle.session_id],
-            preferences=prefs, slots=[ProductSlot(product_type=p.category, category_path=p.category_path,
-                                                  reference_product_id=p.product_id)],
-            currency=p.currency, seed=seed,
-        ))
+        tasks.append(
+            Task(
+                task_id=f"env-{seed}-{i}",
+                task_type="single",
+                instruction=instruction,
+                user_id=f"u{i}",
+                history=_history(rng, haystack, [needle], haystack_size, pool),
+                needle_session_ids=[needle.session_id],
+                preferences=prefs,
+                slots=[
+                    ProductSlot(
+                        product_type=p.category, category_path=p.category_path, reference_product_id=p.product_id
+                    )
+                ],
+                currency=p.currency,
+                seed=seed,
+            )
+        )
     assert len(tasks) == n, "not enough eligible catalog products"
     return tasks, pool
 
@@ -107,8 +125,13 @@ class AddonCase:
     pool: dict[str, Session] = field(default_factory=dict)
 
 
-def make_addon_task(products: list[Product], sgd: list[Session], seed: int = 0, shop_id: str = "myntra-india/brand-nike",
-                    haystack_size: int = 25) -> AddonCase:
+def make_addon_task(
+    products: list[Product],
+    sgd: list[Session],
+    seed: int = 0,
+    shop_id: str = "myntra-india/brand-nike",
+    haystack_size: int = 25,
+) -> AddonCase:
     rng = random.Random(seed)
     shop = [p for p in products if p.shop_id == shop_id and _eligible(p)]
     by_cat: dict[str, list[Product]] = {}
@@ -119,12 +142,26 @@ def make_addon_task(products: list[Product], sgd: list[Session], seed: int = 0, 
             prefs_a = _prefs_of(a, ("base_colour", "Fabric"), slot=0, k=2)
             if len(prefs_a) < 2:
                 continue
-            others = [q for q in products if q.category == a.category and q.shop_id != shop_id and q.price
-                      and all(product_satisfies(q, g) for g in prefs_a)]
+            others = [
+                q
+                for q in products
+                if q.category == a.category
+                and q.shop_id != shop_id
+                and q.price
+                and all(product_satisfies(q, g) for g in prefs_a)
+            ]
             if not others:
                 continue
-            b = next((q for c in sorted(by_cat) if c != a_cat for q in sorted(by_cat[c], key=lambda p: p.product_id)
-                      if q.attributes.get("base_colour")), None)
+            b = next(
+                (
+                    q
+                    for c in sorted(by_cat)
+                    if c != a_cat
+                    for q in sorted(by_cat[c], key=lambda p: p.product_id)
+                    if q.attributes.get("base_colour")
+                ),
+                None,
+            )
             if b is None:
                 continue
             prefs = prefs_a + [Preference(attribute="base_colour", value=b.attributes["base_colour"], slot=1)]
@@ -136,21 +173,43 @@ def make_addon_task(products: list[Product], sgd: list[Session], seed: int = 0, 
             pool: dict[str, Session] = {}
             needle = _needle(f"needle-addon-{seed}", prefs, [a.category, b.category])
             history = _history(rng, [s for s in sgd if len(s.turns) >= 4][:2000], [needle], haystack_size, pool)
-            instruction = (f"I want to buy {a.category.lower()} and {b.category.lower()} together from one shop "
-                           "using my voucher, within my budget, matching what I like.")
-            task = Task(
-                task_id=f"env-addon-{seed}", task_type="addon", instruction=instruction, user_id="ua",
-                history=history, needle_session_ids=[needle.session_id], preferences=prefs,
-                slots=[ProductSlot(product_type=a.category, category_path=a.category_path, reference_product_id=a.product_id),
-                       ProductSlot(product_type=b.category, category_path=b.category_path, reference_product_id=b.product_id)],
-                voucher=voucher, budget=budget, currency=a.currency, seed=seed,
+            instruction = (
+                f"I want to buy {a.category.lower()} and {b.category.lower()} together from one shop "
+                "using my voucher, within my budget, matching what I like."
             )
-            tight = task.model_copy(update={
-                "task_id": f"env-addon-{seed}-tight",
-                "voucher": Voucher(shop_id=shop_id, min_spend=total + 1.0, discount=voucher.discount),
-            })
-            return AddonCase(task=task, other_shop_id=sorted(others, key=lambda q: q.product_id)[0].product_id,
-                             tight_voucher_task=tight, pool=pool)
+            task = Task(
+                task_id=f"env-addon-{seed}",
+                task_type="addon",
+                instruction=instruction,
+                user_id="ua",
+                history=history,
+                needle_session_ids=[needle.session_id],
+                preferences=prefs,
+                slots=[
+                    ProductSlot(
+                        product_type=a.category, category_path=a.category_path, reference_product_id=a.product_id
+                    ),
+                    ProductSlot(
+                        product_type=b.category, category_path=b.category_path, reference_product_id=b.product_id
+                    ),
+                ],
+                voucher=voucher,
+                budget=budget,
+                currency=a.currency,
+                seed=seed,
+            )
+            tight = task.model_copy(
+                update={
+                    "task_id": f"env-addon-{seed}-tight",
+                    "voucher": Voucher(shop_id=shop_id, min_spend=total + 1.0, discount=voucher.discount),
+                }
+            )
+            return AddonCase(
+                task=task,
+                other_shop_id=sorted(others, key=lambda q: q.product_id)[0].product_id,
+                tight_voucher_task=tight,
+                pool=pool,
+            )
     raise AssertionError(f"no add-on bundle found in shop {shop_id}")
 
 
@@ -178,8 +237,9 @@ class EnvKit:
         return self._mem[task.task_id]
 
     def env(self, task: Task, simulator: Any = None, **cfg: Any) -> ShoppingCompanionEnv:
-        return ShoppingCompanionEnv(task, ToolBox(self.products, self.memory(task)), self.judge, EnvConfig(**cfg),
-                                    simulator=simulator)
+        return ShoppingCompanionEnv(
+            task, ToolBox(self.products, self.memory(task)), self.judge, EnvConfig(**cfg), simulator=simulator
+        )
 
 
 def run(env: ShoppingCompanionEnv, policy: Any, seed: int = 0):

@@ -46,24 +46,46 @@ class Fault:
 
 
 FAULTS: list[Fault] = [
-    Fault("hung", lambda: (lambda body: {"hang": True}), BackendError),
-    Fault("trickling body (1 byte / 0.5 s)", lambda: (lambda body: {"trickle_s": 0.5, "content": "x" * 40}),
-          BackendError),
-    Fault("trickling headers (1 byte / 0.5 s)", lambda: (lambda body: {"trickle_s": 0.5, "trickle_headers": True}),
-          BackendError),
+    Fault("hung", lambda: lambda body: {"hang": True}, BackendError),
+    Fault(
+        "trickling body (1 byte / 0.5 s)", lambda: lambda body: {"trickle_s": 0.5, "content": "x" * 40}, BackendError
+    ),
+    Fault(
+        "trickling headers (1 byte / 0.5 s)",
+        lambda: lambda body: {"trickle_s": 0.5, "trickle_headers": True},
+        BackendError,
+    ),
     Fault("refused (nothing listens)", None, BackendError),
     Fault("dead-and-back (2 resets, then answers)", lambda: ["back"], "reply", server={"refuse_first": 2}),
-    Fault("5xx forever", lambda: (lambda body: {"status": 503}), BackendError),
-    Fault("429 Retry-After 1 s, twice", lambda: [{"status": 429, "headers": {"retry-after": "1"}}] * 2 + ["ok"],
-          "reply"),
-    Fault("429 Retry-After 20 s (> deadline)", lambda: [{"status": 429, "headers": {"retry-after": "20"}}] * 4,
-          BackendError, backend={"max_backoff_s": 30.0}),
-    Fault("garbage body", lambda: (lambda body: {"raw": "<html>502 Bad Gateway</html>"}), BackendError),
-    Fault("400 context length", lambda: [{"status": 400, "message": "This model's maximum context length is "
-                                          "4096 tokens. However, you requested 9000 tokens."}],
-          ContextLengthError),
-    Fault("hung, 100 calls at concurrency 8 (breaker 5)", lambda: (lambda body: {"hang": True}), CircuitOpenError,
-          backend={"breaker_threshold": 5}, calls=100, concurrency=8),
+    Fault("5xx forever", lambda: lambda body: {"status": 503}, BackendError),
+    Fault(
+        "429 Retry-After 1 s, twice", lambda: [{"status": 429, "headers": {"retry-after": "1"}}] * 2 + ["ok"], "reply"
+    ),
+    Fault(
+        "429 Retry-After 20 s (> deadline)",
+        lambda: [{"status": 429, "headers": {"retry-after": "20"}}] * 4,
+        BackendError,
+        backend={"max_backoff_s": 30.0},
+    ),
+    Fault("garbage body", lambda: lambda body: {"raw": "<html>502 Bad Gateway</html>"}, BackendError),
+    Fault(
+        "400 context length",
+        lambda: [
+            {
+                "status": 400,
+                "message": "This model's maximum context length is 4096 tokens. However, you requested 9000 tokens.",
+            }
+        ],
+        ContextLengthError,
+    ),
+    Fault(
+        "hung, 100 calls at concurrency 8 (breaker 5)",
+        lambda: lambda body: {"hang": True},
+        CircuitOpenError,
+        backend={"breaker_threshold": 5},
+        calls=100,
+        concurrency=8,
+    ),
 ]
 
 

@@ -163,11 +163,18 @@ def _call_text(name: str, args_json: str) -> str:
 
 
 _TOOL_FIELDS = {
-    1: [("mem_search", "queries", '{"queries": %s, "top_k": 5}'), ("mem_search", "top_k", '{"queries": ["what I like"], "top_k": %s}'),
-        ("mem_view", "session_ids", '{"session_ids": %s}'), ("mem_search", "extra", '{"queries": ["q"], "extra": %s}')],
-    2: [("product_search", "query", '{"query": %s}'), ("product_search", "top_k", '{"query": "shirt", "top_k": %s}'),
+    1: [
+        ("mem_search", "queries", '{"queries": %s, "top_k": 5}'),
+        ("mem_search", "top_k", '{"queries": ["what I like"], "top_k": %s}'),
+        ("mem_view", "session_ids", '{"session_ids": %s}'),
+        ("mem_search", "extra", '{"queries": ["q"], "extra": %s}'),
+    ],
+    2: [
+        ("product_search", "query", '{"query": %s}'),
+        ("product_search", "top_k", '{"query": "shirt", "top_k": %s}'),
         ("product_search", "min_price", '{"query": "shirt", "min_price": %s}'),
-        ("product_view", "product_ids", '{"product_ids": %s}')],
+        ("product_view", "product_ids", '{"product_ids": %s}'),
+    ],
 }
 
 
@@ -184,8 +191,15 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
     ref = task.reference_product_ids[0]
     out: list[Case] = []
 
-    def add(cat: str, stage: int, reply: dict[str, Any], expect: str = "reject", names: tuple[str, ...] = (),
-            turn: int | None = None, label: str = "") -> None:
+    def add(
+        cat: str,
+        stage: int,
+        reply: dict[str, Any],
+        expect: str = "reject",
+        names: tuple[str, ...] = (),
+        turn: int | None = None,
+        label: str = "",
+    ) -> None:
         out.append(Case(cat, stage, rng.choice((0, 1)) if turn is None else turn, reply, expect, tuple(names), label))
 
     # -- deep nesting, text <tool_call> and structured arguments, 50..10,000 levels
@@ -195,17 +209,37 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
             for shape in ("list", "dict", "mixed"):
                 tool, fld, tmpl = rng.choice(_TOOL_FIELDS[stage])
                 args = tmpl % _nest(depth, shape)
-                add("deep_nesting_text", stage, _text("<think>go</think>" + _tc(_call_text(tool, args))),
-                    names=NEST_NAMES + (fld,), label=f"{tool}.{fld} {shape} depth {depth}")
+                add(
+                    "deep_nesting_text",
+                    stage,
+                    _text("<think>go</think>" + _tc(_call_text(tool, args))),
+                    names=NEST_NAMES + (fld,),
+                    label=f"{tool}.{fld} {shape} depth {depth}",
+                )
                 tool, fld, tmpl = rng.choice(_TOOL_FIELDS[stage])
-                add("deep_nesting_structured", stage, _structured(tool, tmpl % _nest(depth, shape)),
-                    names=NEST_NAMES + (fld,), label=f"{tool}.{fld} {shape} depth {depth}")
+                add(
+                    "deep_nesting_structured",
+                    stage,
+                    _structured(tool, tmpl % _nest(depth, shape)),
+                    names=NEST_NAMES + (fld,),
+                    label=f"{tool}.{fld} {shape} depth {depth}",
+                )
         for depth in (200, 1000, 10_000):  # the arguments object itself, and the call object
             tool = "mem_search" if stage == 1 else "product_search"
-            add("deep_nesting_text", stage, _text(_tc(_call_text(tool, _nest(depth, "dict", "{}")))),
-                names=NEST_NAMES + JSON_NAMES + ("a",), label=f"arguments nested {depth}")
-            add("deep_nesting_text", stage, _text(_tc(_nest(depth, "list", "{}"))), names=NEST_NAMES + JSON_NAMES,
-                label=f"call nested {depth}")
+            add(
+                "deep_nesting_text",
+                stage,
+                _text(_tc(_call_text(tool, _nest(depth, "dict", "{}")))),
+                names=NEST_NAMES + JSON_NAMES + ("a",),
+                label=f"arguments nested {depth}",
+            )
+            add(
+                "deep_nesting_text",
+                stage,
+                _text(_tc(_nest(depth, "list", "{}"))),
+                names=NEST_NAMES + JSON_NAMES,
+                label=f"call nested {depth}",
+            )
 
     # -- huge arguments (MBs) and huge id lists
     for stage in (1, 2):
@@ -213,139 +247,361 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
             word = rng.choice(["shirt ", "preference ", "blue cotton ", "x"])
             big = word * (mb * 1_000_000 // len(word))
             if stage == 1:
-                add("huge_arguments", stage, _text(_tc({"name": "mem_search", "arguments": {"queries": [big]}})),
-                    names=SIZE_NAMES + ("queries",), label=f"{mb} MB query text")
-                add("huge_arguments", stage, _structured("mem_search", json.dumps({"queries": [big[:-1]], "top_k": 3})),
-                    names=SIZE_NAMES + ("queries",), label=f"{mb} MB query structured")
+                add(
+                    "huge_arguments",
+                    stage,
+                    _text(_tc({"name": "mem_search", "arguments": {"queries": [big]}})),
+                    names=SIZE_NAMES + ("queries",),
+                    label=f"{mb} MB query text",
+                )
+                add(
+                    "huge_arguments",
+                    stage,
+                    _structured("mem_search", json.dumps({"queries": [big[:-1]], "top_k": 3})),
+                    names=SIZE_NAMES + ("queries",),
+                    label=f"{mb} MB query structured",
+                )
             else:
-                add("huge_arguments", stage, _text(_tc({"name": "product_search", "arguments": {"query": big}})),
-                    names=SIZE_NAMES + ("query",), label=f"{mb} MB query text")
-                add("huge_arguments", stage, _structured("product_search", json.dumps({"query": big[:-1], "top_k": 3})),
-                    names=SIZE_NAMES + ("query",), label=f"{mb} MB query structured")
+                add(
+                    "huge_arguments",
+                    stage,
+                    _text(_tc({"name": "product_search", "arguments": {"query": big}})),
+                    names=SIZE_NAMES + ("query",),
+                    label=f"{mb} MB query text",
+                )
+                add(
+                    "huge_arguments",
+                    stage,
+                    _structured("product_search", json.dumps({"query": big[:-1], "top_k": 3})),
+                    names=SIZE_NAMES + ("query",),
+                    label=f"{mb} MB query structured",
+                )
         for n in (21, 1000, 100_000, 300_000):
             if stage == 1:
                 ids = [needle] + [f"sess-{i}" for i in range(n)]
-                add("huge_arguments", stage, _text(_tc({"name": "mem_view", "arguments": {"session_ids": ids}})),
-                    names=SIZE_NAMES + ("session_ids", "too many"), label=f"{n} session ids")
+                add(
+                    "huge_arguments",
+                    stage,
+                    _text(_tc({"name": "mem_view", "arguments": {"session_ids": ids}})),
+                    names=SIZE_NAMES + ("session_ids", "too many"),
+                    label=f"{n} session ids",
+                )
             else:
                 ids = [ref] + [f"p:{i}" for i in range(n)]
-                add("huge_arguments", stage, _structured("product_view", json.dumps({"product_ids": ids})),
-                    names=SIZE_NAMES + ("product_ids", "too many"), label=f"{n} product ids")
+                add(
+                    "huge_arguments",
+                    stage,
+                    _structured("product_view", json.dumps({"product_ids": ids})),
+                    names=SIZE_NAMES + ("product_ids", "too many"),
+                    label=f"{n} product ids",
+                )
         qs = [f"q{i}" for i in range(50_000)]
-        tool = {"name": "mem_search", "arguments": {"queries": qs}} if stage == 1 else \
-            {"name": "product_search", "arguments": {"query": " ".join(qs)}}
-        add("huge_arguments", stage, _text(_tc(tool)), expect="reject" if stage == 1 else "any",
-            names=SIZE_NAMES + ("queries", "query"), label="50k queries")
-        many_calls = "".join(_tc({"name": "mem_search" if stage == 1 else "product_search",
-                                  "arguments": {"queries": [f"q {i}"]} if stage == 1 else {"query": f"q {i}"}})
-                             for i in range(5000))
+        tool = (
+            {"name": "mem_search", "arguments": {"queries": qs}}
+            if stage == 1
+            else {"name": "product_search", "arguments": {"query": " ".join(qs)}}
+        )
+        add(
+            "huge_arguments",
+            stage,
+            _text(_tc(tool)),
+            expect="reject" if stage == 1 else "any",
+            names=SIZE_NAMES + ("queries", "query"),
+            label="50k queries",
+        )
+        many_calls = "".join(
+            _tc(
+                {
+                    "name": "mem_search" if stage == 1 else "product_search",
+                    "arguments": {"queries": [f"q {i}"]} if stage == 1 else {"query": f"q {i}"},
+                }
+            )
+            for i in range(5000)
+        )
         add("huge_arguments", stage, _text(many_calls), expect="any", label="5000 calls in one turn")
 
     # -- lone surrogates and other odd unicode
-    odd = ["\ud800", "\udfff", "\udbff", "\udc00\ud800", "a\ud800b", "\ud83d", "\x00", "nul\x00inside", "\u202ertl\u202c",
-           "\u200f\u200e", "e" + "\u0301" * 200, "\ufeff", "\ufffe\uffff", "\u2028\u2029", "\x1b[31mred\x1b[0m",
-           "Z\u0351\u0352\u0353\u0354\u0355" * 300, "\U0001f6d2" * 1000, "\u00e9" * 200_000, "\u0000\u0001\u0002\u0003"]
+    odd = [
+        "\ud800",
+        "\udfff",
+        "\udbff",
+        "\udc00\ud800",
+        "a\ud800b",
+        "\ud83d",
+        "\x00",
+        "nul\x00inside",
+        "\u202ertl\u202c",
+        "\u200f\u200e",
+        "e" + "\u0301" * 200,
+        "\ufeff",
+        "\ufffe\uffff",
+        "\u2028\u2029",
+        "\x1b[31mred\x1b[0m",
+        "Z\u0351\u0352\u0353\u0354\u0355" * 300,
+        "\U0001f6d2" * 1000,
+        "\u00e9" * 200_000,
+        "\u0000\u0001\u0002\u0003",
+    ]
     for stage in (1, 2):
         for s in odd:
             id_names = ID_NAMES + (SIZE_NAMES if len(s) > 10_000 else ())
             if stage == 1:
-                add("odd_unicode", stage, _text(_tc({"name": "mem_search", "arguments": {"queries": [f"shirt {s}"]}})),
-                    expect="any", label=f"query {s[:8]!r}")
-                add("odd_unicode", stage, _text(_tc({"name": "mem_view", "arguments": {"session_ids": [s]}})),
-                    names=id_names, label=f"session id {s[:8]!r}")
+                add(
+                    "odd_unicode",
+                    stage,
+                    _text(_tc({"name": "mem_search", "arguments": {"queries": [f"shirt {s}"]}})),
+                    expect="any",
+                    label=f"query {s[:8]!r}",
+                )
+                add(
+                    "odd_unicode",
+                    stage,
+                    _text(_tc({"name": "mem_view", "arguments": {"session_ids": [s]}})),
+                    names=id_names,
+                    label=f"session id {s[:8]!r}",
+                )
             else:
-                add("odd_unicode", stage, _structured("product_search", json.dumps({"query": f"shirt {s}"})),
-                    expect="any", label=f"query {s[:8]!r}")
-                add("odd_unicode", stage, _structured("product_view", json.dumps({"product_ids": [s]})),
-                    names=id_names, label=f"product id {s[:8]!r}")
+                add(
+                    "odd_unicode",
+                    stage,
+                    _structured("product_search", json.dumps({"query": f"shirt {s}"})),
+                    expect="any",
+                    label=f"query {s[:8]!r}",
+                )
+                add(
+                    "odd_unicode",
+                    stage,
+                    _structured("product_view", json.dumps({"product_ids": [s]})),
+                    names=id_names,
+                    label=f"product id {s[:8]!r}",
+                )
         for s in odd[:8]:  # raw odd text as the whole message, in the thinking, in a tool name
             add("odd_unicode", stage, _text(s * 3), names=("tool call", "answer"), label=f"raw text {s[:8]!r}")
-            add("odd_unicode", stage, _text(f"<think>{s}</think>" + PLAIN_INVALID_TURN), names=("tool call", "answer"),
-                label=f"thinking {s[:8]!r}")
-            add("odd_unicode", stage, _text(_tc({"name": f"mem_search{s}", "arguments": {}})),
-                names=("unknown", "not available", "allowed", "tool"), label=f"tool name {s[:8]!r}")
+            add(
+                "odd_unicode",
+                stage,
+                _text(f"<think>{s}</think>" + PLAIN_INVALID_TURN),
+                names=("tool call", "answer"),
+                label=f"thinking {s[:8]!r}",
+            )
+            add(
+                "odd_unicode",
+                stage,
+                _text(_tc({"name": f"mem_search{s}", "arguments": {}})),
+                names=("unknown", "not available", "allowed", "tool"),
+                label=f"tool name {s[:8]!r}",
+            )
         # JSON escapes written by the model itself (the text holds a backslash-u sequence)
-        for esc in ("\\ud800", "\\udfff", "\\udbff\\udbff", "\\u0000", "\\ud800\\u0041", "\\x41", "\\u12", "\\uZZZZ", "\\"):
+        for esc in (
+            "\\ud800",
+            "\\udfff",
+            "\\udbff\\udbff",
+            "\\u0000",
+            "\\ud800\\u0041",
+            "\\x41",
+            "\\u12",
+            "\\uZZZZ",
+            "\\",
+        ):
             tool = "mem_search" if stage == 1 else "product_search"
             argname = "queries" if stage == 1 else "query"
             val = f'["a{esc}b"]' if stage == 1 else f'"a{esc}b"'
-            add("odd_unicode", stage, _text(_tc('{"name": "%s", "arguments": {"%s": %s}}' % (tool, argname, val))),
-                expect="any", label=f"escape {esc}")
-            add("odd_unicode", stage, _structured(tool, '{"%s": %s}' % (argname, val)), expect="any",
-                label=f"escape {esc} structured")
+            add(
+                "odd_unicode",
+                stage,
+                _text(_tc('{"name": "%s", "arguments": {"%s": %s}}' % (tool, argname, val))),
+                expect="any",
+                label=f"escape {esc}",
+            )
+            add(
+                "odd_unicode",
+                stage,
+                _structured(tool, '{"%s": %s}' % (argname, val)),
+                expect="any",
+                label=f"escape {esc} structured",
+            )
 
     # -- protocol tags inside JSON strings
-    tags = ["</tool_call>", "<tool_call>", "<answer>", "</answer>", "<think>", "</think>",
-            "</tool_call><answer>@REC::x@</answer>", "<answer>{\"preferences\": []}</answer>",
-            "</tool_call>{\"name\": \"product_view\", \"arguments\": {}}<tool_call>"]
+    tags = [
+        "</tool_call>",
+        "<tool_call>",
+        "<answer>",
+        "</answer>",
+        "<think>",
+        "</think>",
+        "</tool_call><answer>@REC::x@</answer>",
+        '<answer>{"preferences": []}</answer>',
+        '</tool_call>{"name": "product_view", "arguments": {}}<tool_call>',
+    ]
     for stage in (1, 2):
         for t in tags:
             if stage == 1:
-                add("tags_in_strings", stage, _text(_tc({"name": "mem_search", "arguments": {"queries": [f"my {t} style"]}})),
-                    expect="any", label=f"query with {t[:20]}")
-                add("tags_in_strings", stage, _structured("mem_search", json.dumps({"queries": [f"a{t}b"]})),
-                    expect="any", label=f"structured query with {t[:20]}")
-                add("tags_in_strings", stage, _text(_tc({"name": "mem_view", "arguments": {"session_ids": [f"{needle}{t}"]}})),
-                    names=ID_NAMES + (t.lower(),), label=f"id with {t[:20]}")
+                add(
+                    "tags_in_strings",
+                    stage,
+                    _text(_tc({"name": "mem_search", "arguments": {"queries": [f"my {t} style"]}})),
+                    expect="any",
+                    label=f"query with {t[:20]}",
+                )
+                add(
+                    "tags_in_strings",
+                    stage,
+                    _structured("mem_search", json.dumps({"queries": [f"a{t}b"]})),
+                    expect="any",
+                    label=f"structured query with {t[:20]}",
+                )
+                add(
+                    "tags_in_strings",
+                    stage,
+                    _text(_tc({"name": "mem_view", "arguments": {"session_ids": [f"{needle}{t}"]}})),
+                    names=ID_NAMES + (t.lower(),),
+                    label=f"id with {t[:20]}",
+                )
             else:
-                add("tags_in_strings", stage, _text(_tc({"name": "product_search", "arguments": {"query": f"shirt {t} cotton"}})),
-                    expect="any", label=f"query with {t[:20]}")
-                add("tags_in_strings", stage, _structured("product_search", json.dumps({"query": f"a{t}b"})),
-                    expect="any", label=f"structured query with {t[:20]}")
-                add("tags_in_strings", stage, _text(_tc({"name": "product_view", "arguments": {"product_ids": [f"{ref}{t}"]}})),
-                    names=ID_NAMES + (t.lower(),), label=f"id with {t[:20]}")
+                add(
+                    "tags_in_strings",
+                    stage,
+                    _text(_tc({"name": "product_search", "arguments": {"query": f"shirt {t} cotton"}})),
+                    expect="any",
+                    label=f"query with {t[:20]}",
+                )
+                add(
+                    "tags_in_strings",
+                    stage,
+                    _structured("product_search", json.dumps({"query": f"a{t}b"})),
+                    expect="any",
+                    label=f"structured query with {t[:20]}",
+                )
+                add(
+                    "tags_in_strings",
+                    stage,
+                    _text(_tc({"name": "product_view", "arguments": {"product_ids": [f"{ref}{t}"]}})),
+                    names=ID_NAMES + (t.lower(),),
+                    label=f"id with {t[:20]}",
+                )
 
     # -- tool calls only in the reasoning channel
     for stage in (1, 2):
-        good = {"name": "mem_view", "arguments": {"session_ids": [needle]}} if stage == 1 else \
-            {"name": "product_view", "arguments": {"product_ids": [ref]}}
-        search = {"name": "mem_search", "arguments": {"queries": ["what do I like"]}} if stage == 1 else \
-            {"name": "product_search", "arguments": {"query": "blue shirt"}}
+        good = (
+            {"name": "mem_view", "arguments": {"session_ids": [needle]}}
+            if stage == 1
+            else {"name": "product_view", "arguments": {"product_ids": [ref]}}
+        )
+        search = (
+            {"name": "mem_search", "arguments": {"queries": ["what do I like"]}}
+            if stage == 1
+            else {"name": "product_search", "arguments": {"query": "blue shirt"}}
+        )
         for key in ("reasoning_content", "reasoning"):
             for content in ("", "Let me look that up.", " ", None):
                 for call in (good, search):
-                    add("reasoning_channel", stage, {"content": content, key: "I should call a tool. " + _tc(call)},
-                        names=REASONING_NAMES, label=f"{key} content={content!r} {call['name']}")
-            add("reasoning_channel", stage, {"content": "", key: _tc(good) * 3}, names=REASONING_NAMES,
-                label=f"{key} three calls")
-            add("reasoning_channel", stage, {"content": "", key: f"<think>{_tc(search)}</think>"}, names=REASONING_NAMES,
-                label=f"{key} call in think")
-            add("reasoning_channel", stage, {"content": "", key: "```json\n" + json.dumps(good) + "\n```"},
-                names=("tool call", "answer", "reasoning"), label=f"{key} fenced json")
-            add("reasoning_channel", stage, {"content": "", key: "\ud800" + _tc(search)}, names=REASONING_NAMES,
-                label=f"{key} surrogate")
-        add("reasoning_channel", stage, {"content": "", "reasoning_content": _tc(good), "reasoning": _tc(search)},
-            names=REASONING_NAMES, label="both keys")
+                    add(
+                        "reasoning_channel",
+                        stage,
+                        {"content": content, key: "I should call a tool. " + _tc(call)},
+                        names=REASONING_NAMES,
+                        label=f"{key} content={content!r} {call['name']}",
+                    )
+            add(
+                "reasoning_channel",
+                stage,
+                {"content": "", key: _tc(good) * 3},
+                names=REASONING_NAMES,
+                label=f"{key} three calls",
+            )
+            add(
+                "reasoning_channel",
+                stage,
+                {"content": "", key: f"<think>{_tc(search)}</think>"},
+                names=REASONING_NAMES,
+                label=f"{key} call in think",
+            )
+            add(
+                "reasoning_channel",
+                stage,
+                {"content": "", key: "```json\n" + json.dumps(good) + "\n```"},
+                names=("tool call", "answer", "reasoning"),
+                label=f"{key} fenced json",
+            )
+            add(
+                "reasoning_channel",
+                stage,
+                {"content": "", key: "\ud800" + _tc(search)},
+                names=REASONING_NAMES,
+                label=f"{key} surrogate",
+            )
+        add(
+            "reasoning_channel",
+            stage,
+            {"content": "", "reasoning_content": _tc(good), "reasoning": _tc(search)},
+            names=REASONING_NAMES,
+            label="both keys",
+        )
 
     # -- finish_reason "length" with a truncated call
     for stage in (1, 2):
-        call = json.dumps({"name": "mem_search", "arguments": {"queries": ["what colour do I like", "my usual fabric"],
-                                                                "top_k": 5}} if stage == 1 else
-                          {"name": "product_search", "arguments": {"query": "blue cotton shirt for daily wear",
-                                                                    "top_k": 10}})
+        call = json.dumps(
+            {"name": "mem_search", "arguments": {"queries": ["what colour do I like", "my usual fabric"], "top_k": 5}}
+            if stage == 1
+            else {"name": "product_search", "arguments": {"query": "blue cotton shirt for daily wear", "top_k": 10}}
+        )
         cuts = sorted({rng.randrange(1, len(call) - 1) for _ in range(12)} | {1, len(call) - 1})
         for cut in cuts:
-            add("truncated_length", stage, _text("<think>ok</think><tool_call>" + call[:cut], finish_reason="length"),
-                names=LENGTH_NAMES, label=f"text cut at {cut}")
+            add(
+                "truncated_length",
+                stage,
+                _text("<think>ok</think><tool_call>" + call[:cut], finish_reason="length"),
+                names=LENGTH_NAMES,
+                label=f"text cut at {cut}",
+            )
         for cut in cuts[::2]:
             name = "mem_search" if stage == 1 else "product_search"
             args = json.loads(call)["arguments"]
-            add("truncated_length", stage, _structured(name, json.dumps(args)[:cut], finish_reason="length"),
-                names=LENGTH_NAMES + JSON_NAMES, label=f"structured cut at {cut}")
-        add("truncated_length", stage, _text("<think>" + "hmm " * 5000, finish_reason="length"), names=LENGTH_NAMES,
-            label="truncated thinking")
-        add("truncated_length", stage, _text("<think>ok</think><tool_call>" + call + "</tool_", finish_reason="length"),
-            names=LENGTH_NAMES, label="truncated close tag")
-        add("truncated_length", stage, _text("<answer>" + ("{\"preferences\": [" if stage == 1 else "@REC::"),
-                                             finish_reason="length"),
-            expect="any", label="truncated answer")
+            add(
+                "truncated_length",
+                stage,
+                _structured(name, json.dumps(args)[:cut], finish_reason="length"),
+                names=LENGTH_NAMES + JSON_NAMES,
+                label=f"structured cut at {cut}",
+            )
+        add(
+            "truncated_length",
+            stage,
+            _text("<think>" + "hmm " * 5000, finish_reason="length"),
+            names=LENGTH_NAMES,
+            label="truncated thinking",
+        )
+        add(
+            "truncated_length",
+            stage,
+            _text("<think>ok</think><tool_call>" + call + "</tool_", finish_reason="length"),
+            names=LENGTH_NAMES,
+            label="truncated close tag",
+        )
+        add(
+            "truncated_length",
+            stage,
+            _text("<answer>" + ('{"preferences": [' if stage == 1 else "@REC::"), finish_reason="length"),
+            expect="any",
+            label="truncated answer",
+        )
 
     # -- many answers, answers then calls
     for stage in (1, 2):
-        ans = "<answer>" + (json.dumps({"preferences": [p.model_dump() for p in task.preferences]}) if stage == 1
-                            else f"@REC::{ref}@") + "</answer>"
-        call = _tc({"name": "mem_view", "arguments": {"session_ids": [needle]}} if stage == 1 else
-                   {"name": "product_view", "arguments": {"product_ids": [ref]}})
+        ans = (
+            "<answer>"
+            + (
+                json.dumps({"preferences": [p.model_dump() for p in task.preferences]})
+                if stage == 1
+                else f"@REC::{ref}@"
+            )
+            + "</answer>"
+        )
+        call = _tc(
+            {"name": "mem_view", "arguments": {"session_ids": [needle]}}
+            if stage == 1
+            else {"name": "product_view", "arguments": {"product_ids": [ref]}}
+        )
         for k in (2, 3, 10, 1000):
             add("many_answers", stage, _text(ans * k), expect="any", label=f"{k} answers")
         for k in (1, 2, 50):
@@ -355,12 +611,27 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
         add("many_answers", stage, _text("<answer><answer></answer>"), expect="any", label="unbalanced answers")
         add("many_answers", stage, _text(ans.replace("</answer>", "") * 5), expect="any", label="5 unclosed answers")
         if stage == 2:
-            add("many_answers", stage, _text("<answer>" + "".join(f"@REC::{ref}@" for _ in range(10_000)) + "</answer>"),
-                expect="answer", label="10k rec markers")
-            add("many_answers", stage, _text("<answer>@REC::\ud800@ @REC::" + ref + "@</answer>"), expect="answer",
-                label="surrogate rec marker")
-            add("many_answers", stage, _text("<answer>@REC::" + "x" * 100_000 + "@</answer>"), expect="answer",
-                label="100k-char rec id")
+            add(
+                "many_answers",
+                stage,
+                _text("<answer>" + "".join(f"@REC::{ref}@" for _ in range(10_000)) + "</answer>"),
+                expect="answer",
+                label="10k rec markers",
+            )
+            add(
+                "many_answers",
+                stage,
+                _text("<answer>@REC::\ud800@ @REC::" + ref + "@</answer>"),
+                expect="answer",
+                label="surrogate rec marker",
+            )
+            add(
+                "many_answers",
+                stage,
+                _text("<answer>@REC::" + "x" * 100_000 + "@</answer>"),
+                expect="answer",
+                label="100k-char rec id",
+            )
 
     # -- wrong types for every argument of the four tools
     wrong = {
@@ -374,8 +645,12 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
         ("product_search", "top_k"): [None, True, "many", 0, -3, 51, 1000, 3.7, [], {}, [10]],
         ("product_view", "product_ids"): [None, True, 5, "", [], [1], [None], [[ref]], {}, {ref: 1}, [False], [1.5]],
     }
-    base = {"mem_search": {"queries": ["what do I like"]}, "mem_view": {}, "product_search": {"query": "shirt"},
-            "product_view": {}}
+    base = {
+        "mem_search": {"queries": ["what do I like"]},
+        "mem_view": {},
+        "product_search": {"query": "shirt"},
+        "product_view": {},
+    }
     for (tool, fld), values in wrong.items():
         stage = 1 if tool.startswith("mem_") else 2
         names = (fld, fld.replace("_ids", " id")) if fld.endswith("_ids") else (fld,)
@@ -383,55 +658,161 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
             args = dict(base[tool])
             args[fld] = v
             if rng.random() < 0.5:
-                add("wrong_types", stage, _text(_tc({"name": tool, "arguments": args})), names=names,
-                    label=f"{tool}.{fld}={v!r}"[:80])
+                add(
+                    "wrong_types",
+                    stage,
+                    _text(_tc({"name": tool, "arguments": args})),
+                    names=names,
+                    label=f"{tool}.{fld}={v!r}"[:80],
+                )
             else:
-                add("wrong_types", stage, _structured(tool, json.dumps(args)), names=names, label=f"{tool}.{fld}={v!r}"[:80])
+                add(
+                    "wrong_types",
+                    stage,
+                    _structured(tool, json.dumps(args)),
+                    names=names,
+                    label=f"{tool}.{fld}={v!r}"[:80],
+                )
     # a missing required argument, arguments null
-    for tool, fld in (("mem_search", "queries"), ("mem_view", "session_ids"), ("product_search", "query"),
-                      ("product_view", "product_ids")):
+    for tool, fld in (
+        ("mem_search", "queries"),
+        ("mem_view", "session_ids"),
+        ("product_search", "query"),
+        ("product_view", "product_ids"),
+    ):
         stage = 1 if tool.startswith("mem_") else 2
         add("wrong_types", stage, _text(_tc({"name": tool, "arguments": {}})), names=(fld,), label=f"{tool} no {fld}")
         add("wrong_types", stage, _structured(tool, "{}"), names=(fld,), label=f"{tool} no {fld} structured")
-        add("wrong_types", stage, _text(_tc({"name": tool, "arguments": None})), names=(fld, "arguments"),
-            label=f"{tool} arguments null")
+        add(
+            "wrong_types",
+            stage,
+            _text(_tc({"name": tool, "arguments": None})),
+            names=(fld, "arguments"),
+            label=f"{tool} arguments null",
+        )
 
     # -- unknown / empty ids in product_view and mem_view
     for stage in (1, 2):
         tool, fld, known = ("mem_view", "session_ids", needle) if stage == 1 else ("product_view", "product_ids", ref)
-        idsets = [["nope-1"], [""], ["", ""], [" "], ["\t\n"], [known + "x"], [known.upper()], [known, "nope-2"],
-                  ["nope-3", known], [known, ""], [known, " ", "nope-4"], [f"{known}\x00"], ["../../etc/passwd"],
-                  ["*"], ["null"], [known * 50]]
+        idsets = [
+            ["nope-1"],
+            [""],
+            ["", ""],
+            [" "],
+            ["\t\n"],
+            [known + "x"],
+            [known.upper()],
+            [known, "nope-2"],
+            ["nope-3", known],
+            [known, ""],
+            [known, " ", "nope-4"],
+            [f"{known}\x00"],
+            ["../../etc/passwd"],
+            ["*"],
+            ["null"],
+            [known * 50],
+        ]
         for ids in idsets:
             partial = known in ids
             unknown = [i for i in ids if i != known]
             names = ID_NAMES + tuple(i for i in unknown if len(i.strip()) >= 5 and "\x00" not in i)
-            add("unknown_ids", stage, _text(_tc({"name": tool, "arguments": {fld: ids}})),
-                expect="any" if partial else "reject", names=names, label=f"{ids!r}"[:80])
+            add(
+                "unknown_ids",
+                stage,
+                _text(_tc({"name": tool, "arguments": {fld: ids}})),
+                expect="any" if partial else "reject",
+                names=names,
+                label=f"{ids!r}"[:80],
+            )
 
     # -- Lucene query syntax bombs
-    bombs = ["*" * 1000, "a* " * 500, "?" * 300, "shirt~" * 200, "(" * 5000, ")" * 5000, "(" * 3000 + "x" + ")" * 3000,
-             "/.*.*.*.*.*.*.*a/", "/(a+)+b/", "title:[* TO *]", "price:{0 TO *}", "*:*", " OR ".join(["a"] * 2000),
-             " AND ".join(f"w{i}" for i in range(1500)), "+" * 1000, "-" * 1000, "\\" * 999, "\"" * 999,
-             "a^99999999999", "a~99999", "field:" * 500, "&& || ! NOT AND OR", "{!func}sqrt(1)", "_exists_:title",
-             "shirt AND (NOT OR AND)", "\"" + "a " * 5000, "brand:nike^10 OR *", "a" * 40_000, " ".join(["x"] * 10_000),
-             "[[[[[", "~~~", "title:/[a-z]{1,1000}{1,1000}/"]
+    bombs = [
+        "*" * 1000,
+        "a* " * 500,
+        "?" * 300,
+        "shirt~" * 200,
+        "(" * 5000,
+        ")" * 5000,
+        "(" * 3000 + "x" + ")" * 3000,
+        "/.*.*.*.*.*.*.*a/",
+        "/(a+)+b/",
+        "title:[* TO *]",
+        "price:{0 TO *}",
+        "*:*",
+        " OR ".join(["a"] * 2000),
+        " AND ".join(f"w{i}" for i in range(1500)),
+        "+" * 1000,
+        "-" * 1000,
+        "\\" * 999,
+        '"' * 999,
+        "a^99999999999",
+        "a~99999",
+        "field:" * 500,
+        "&& || ! NOT AND OR",
+        "{!func}sqrt(1)",
+        "_exists_:title",
+        "shirt AND (NOT OR AND)",
+        '"' + "a " * 5000,
+        "brand:nike^10 OR *",
+        "a" * 40_000,
+        " ".join(["x"] * 10_000),
+        "[[[[[",
+        "~~~",
+        "title:/[a-z]{1,1000}{1,1000}/",
+    ]
     for stage in (1, 2):
         for q in bombs:
             if stage == 1:
-                add("lucene_bombs", stage, _text(_tc({"name": "mem_search", "arguments": {"queries": [q]}})),
-                    expect="any", label=q[:40])
+                add(
+                    "lucene_bombs",
+                    stage,
+                    _text(_tc({"name": "mem_search", "arguments": {"queries": [q]}})),
+                    expect="any",
+                    label=q[:40],
+                )
             else:
-                add("lucene_bombs", stage, _text(_tc({"name": "product_search", "arguments": {"query": q, "top_k": 50}})),
-                    expect="any", label=q[:40])
+                add(
+                    "lucene_bombs",
+                    stage,
+                    _text(_tc({"name": "product_search", "arguments": {"query": q, "top_k": 50}})),
+                    expect="any",
+                    label=q[:40],
+                )
                 if rng.random() < 0.5:
-                    add("lucene_bombs", stage, _structured("product_search", json.dumps({"query": q, "shop_id": q[:200]})),
-                        expect="any", label="shop " + q[:40])
+                    add(
+                        "lucene_bombs",
+                        stage,
+                        _structured("product_search", json.dumps({"query": q, "shop_id": q[:200]})),
+                        expect="any",
+                        label="shop " + q[:40],
+                    )
 
     # -- odd numbers
-    nums = ["1e309", "-1e309", "NaN", "-NaN", "Infinity", "-Infinity", "-0", "-0.0", "0e0", "1e-400", "5.0", "5.5",
-            "123456789012345678901234567890", "-123456789012345678901234567890", "0x10", "1_000", "+5", ".5", "5.",
-            "01", "1e2", "1E+2", "9" * 5000]
+    nums = [
+        "1e309",
+        "-1e309",
+        "NaN",
+        "-NaN",
+        "Infinity",
+        "-Infinity",
+        "-0",
+        "-0.0",
+        "0e0",
+        "1e-400",
+        "5.0",
+        "5.5",
+        "123456789012345678901234567890",
+        "-123456789012345678901234567890",
+        "0x10",
+        "1_000",
+        "+5",
+        ".5",
+        "5.",
+        "01",
+        "1e2",
+        "1E+2",
+        "9" * 5000,
+    ]
     for stage in (1, 2):
         for n in nums:
             if stage == 1:
@@ -449,16 +830,19 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
         if stage == 1:
             variants = [
                 '{"name": "mem_search", "name": "product_view", "arguments": {"queries": ["a"]}}',
-                '{"name": "mem_view", "arguments": {"session_ids": ["%s"]}, "arguments": {"session_ids": ["x"]}}' % needle,
+                '{"name": "mem_view", "arguments": {"session_ids": ["%s"]}, "arguments": {"session_ids": ["x"]}}'
+                % needle,
                 '{"name": "mem_search", "arguments": {"queries": ["a"], "queries": 5}}',
                 '{"name": "mem_search", "arguments": {"queries": 5, "queries": ["a"]}}',
                 '{"name": "mem_search", "arguments": {"top_k": 3, "top_k": 3, "queries": ["a"], "top_k": 999}}',
-                '{"name": "mem_view", "name": "mem_view", "arguments": {"session_ids": ["%s"], "session_ids": []}}' % needle,
+                '{"name": "mem_view", "name": "mem_view", "arguments": {"session_ids": ["%s"], "session_ids": []}}'
+                % needle,
             ]
         else:
             variants = [
                 '{"name": "product_search", "name": "mem_view", "arguments": {"query": "a"}}',
-                '{"name": "product_view", "arguments": {"product_ids": ["%s"]}, "arguments": {"product_ids": ["x"]}}' % ref,
+                '{"name": "product_view", "arguments": {"product_ids": ["%s"]}, "arguments": {"product_ids": ["x"]}}'
+                % ref,
                 '{"name": "product_search", "arguments": {"query": "a", "query": 5}}',
                 '{"name": "product_search", "arguments": {"query": 5, "query": "a"}}',
                 '{"name": "product_search", "arguments": {"query": "a", "min_price": 1, "min_price": -1}}',
@@ -467,8 +851,14 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
         for v in variants:
             add("duplicate_keys", stage, _text(_tc(v)), expect="any", label=v[:60])
             inner = json.loads(v)  # last key wins: what a lax parser would do
-            raw_args = v[v.index('"arguments": ') + len('"arguments": '):-1]
-            add("duplicate_keys", stage, _structured(inner["name"], raw_args), expect="any", label="structured " + v[:50])
+            raw_args = v[v.index('"arguments": ') + len('"arguments": ') : -1]
+            add(
+                "duplicate_keys",
+                stage,
+                _structured(inner["name"], raw_args),
+                expect="any",
+                label="structured " + v[:50],
+            )
 
     # -- stage-1 answers with hostile preference JSON
     gold = [p.model_dump() for p in task.preferences]
@@ -494,8 +884,12 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
         '{"preferences": [{"attribute": "colour", "value": "' + "x" * 2_000_000 + '"}]}',
         '{"preferences": [{"attribute": "colour", "value": "@REC::%s@ </answer><answer>"}]}' % ref,
         '{"preferences": [{"attribute": "</answer>", "value": "<think>"}]}',
-        json.dumps({"preferences": gold + [{"attribute": g["attribute"], "value": g["value"], "polarity": "avoid"}
-                                           for g in gold]}),
+        json.dumps(
+            {
+                "preferences": gold
+                + [{"attribute": g["attribute"], "value": g["value"], "polarity": "avoid"} for g in gold]
+            }
+        ),
         json.dumps({"preferences": [dict(g, value=g["value"] + "\u202e") for g in gold]}),
         json.dumps({"preferences": [dict(g, value=g["value"] + "\x00") for g in gold]}),
         json.dumps({"preferences": [dict(g, attribute=g["attribute"] * 1000) for g in gold]}),
@@ -512,49 +906,140 @@ def generate_cases(tasks: list[Task], seed: int = 0) -> list[Case]:
         json.dumps({"preferences": [dict(g, value=" " * 100) for g in gold]}),
     ]
     for i, p in enumerate(hostile_prefs):
-        add("hostile_preferences", 1, _text("<think>done</think><answer>" + p + "</answer>"), expect="answer",
-            label=f"preferences #{i}")
+        add(
+            "hostile_preferences",
+            1,
+            _text("<think>done</think><answer>" + p + "</answer>"),
+            expect="answer",
+            label=f"preferences #{i}",
+        )
         if i % 3 == 0:
-            add("hostile_preferences", 1, _text("<answer>" + p + "</answer>", finish_reason="length"), expect="any",
-                label=f"preferences #{i} length")
+            add(
+                "hostile_preferences",
+                1,
+                _text("<answer>" + p + "</answer>", finish_reason="length"),
+                expect="any",
+                label=f"preferences #{i} length",
+            )
 
     # -- empty messages, only whitespace
-    blanks = ["", " ", "\n", "\t", "\r\n", " \n\t ", "\u00a0", "\u3000", "\u2003\u2009", "\u200b", " " * 100_000,
-              "\n" * 5000, "<think></think>", "<think> </think>\n", "</think>"]
+    blanks = [
+        "",
+        " ",
+        "\n",
+        "\t",
+        "\r\n",
+        " \n\t ",
+        "\u00a0",
+        "\u3000",
+        "\u2003\u2009",
+        "\u200b",
+        " " * 100_000,
+        "\n" * 5000,
+        "<think></think>",
+        "<think> </think>\n",
+        "</think>",
+    ]
     for stage in (1, 2):
         for b in blanks:
             add("empty_whitespace", stage, _text(b), names=("tool call", "answer"), label=f"{b[:10]!r}")
         add("empty_whitespace", stage, {"content": None}, names=("tool call", "answer"), label="content null")
-        add("empty_whitespace", stage, {"content": None, "tool_calls": []}, names=("tool call", "answer"),
-            label="null, no calls")
-        add("empty_whitespace", stage, {"content": "", "finish_reason": "stop", "usage": None},
-            names=("tool call", "answer"), label="no usage")
+        add(
+            "empty_whitespace",
+            stage,
+            {"content": None, "tool_calls": []},
+            names=("tool call", "answer"),
+            label="null, no calls",
+        )
+        add(
+            "empty_whitespace",
+            stage,
+            {"content": "", "finish_reason": "stop", "usage": None},
+            names=("tool call", "answer"),
+            label="no usage",
+        )
         add("empty_whitespace", stage, _text(_tc("")), names=JSON_NAMES + ("empty",), label="empty tool call")
         add("empty_whitespace", stage, _text("<answer></answer>"), expect="any", label="empty answer")
         add("empty_whitespace", stage, _text("<answer>   \n</answer>"), expect="any", label="blank answer")
 
     # -- garbage instead of JSON in structured calls
-    garbage = ["", " ", "null", "[]", "[1, 2]", "{", "}", "}{", "{}{}", "not json", "\x00\x01\x02", "{'queries': ['a']}",
-               '{"queries": ["a"],}', "{queries: [a]}", "\"just a string\"", "true", "0", "NaN", "{\"a\": NaN}",
-               "<tool_call>{}</tool_call>", "{\"queries\": [\"a\"]} extra", "\ud800", "{\"queries\": [\"\\ud800\"]",
-               "{" * 100_000, "]" * 100_000, "x" * 1_000_000]
+    garbage = [
+        "",
+        " ",
+        "null",
+        "[]",
+        "[1, 2]",
+        "{",
+        "}",
+        "}{",
+        "{}{}",
+        "not json",
+        "\x00\x01\x02",
+        "{'queries': ['a']}",
+        '{"queries": ["a"],}',
+        "{queries: [a]}",
+        '"just a string"',
+        "true",
+        "0",
+        "NaN",
+        '{"a": NaN}',
+        "<tool_call>{}</tool_call>",
+        '{"queries": ["a"]} extra',
+        "\ud800",
+        '{"queries": ["\\ud800"]',
+        "{" * 100_000,
+        "]" * 100_000,
+        "x" * 1_000_000,
+    ]
     for stage in (1, 2):
         tool = "mem_search" if stage == 1 else "product_search"
         for g in garbage:
             exp = "reject" if g not in ("{}",) else "any"
-            add("garbage_structured", stage, _structured(tool, g), expect=exp,
-                names=JSON_NAMES + SIZE_NAMES + NEST_NAMES + ("arguments", "queries", "query"), label=f"{g[:20]!r}")
-        for name in ("", " ", "\ud800", "unknown_tool", "mem_search" if stage == 2 else "product_search",
-                     "x" * 10_000, "functions." + tool):
-            add("garbage_structured", stage, _structured(name, "{}"),
-                names=("unknown", "not available", "allowed", "tool", "name"), label=f"name {name[:20]!r}")
-        calls = [{"name": tool, "arguments": json.dumps({"queries": [f"q{i}"]} if stage == 1 else {"query": f"q{i}"}),
-                  "id": f"c{i}"} for i in range(500)]
+            add(
+                "garbage_structured",
+                stage,
+                _structured(tool, g),
+                expect=exp,
+                names=JSON_NAMES + SIZE_NAMES + NEST_NAMES + ("arguments", "queries", "query"),
+                label=f"{g[:20]!r}",
+            )
+        for name in (
+            "",
+            " ",
+            "\ud800",
+            "unknown_tool",
+            "mem_search" if stage == 2 else "product_search",
+            "x" * 10_000,
+            "functions." + tool,
+        ):
+            add(
+                "garbage_structured",
+                stage,
+                _structured(name, "{}"),
+                names=("unknown", "not available", "allowed", "tool", "name"),
+                label=f"name {name[:20]!r}",
+            )
+        calls = [
+            {
+                "name": tool,
+                "arguments": json.dumps({"queries": [f"q{i}"]} if stage == 1 else {"query": f"q{i}"}),
+                "id": f"c{i}",
+            }
+            for i in range(500)
+        ]
         add("garbage_structured", stage, {"content": "", "tool_calls": calls}, expect="any", label="500 calls")
         dup = [{"name": tool, "arguments": "{}", "id": "same"} for _ in range(5)]
-        add("garbage_structured", stage, {"content": "", "tool_calls": dup}, names=JSON_NAMES + ("queries", "query"),
-            label="5 calls one id")
-        mixed = {"content": _tc({"name": tool, "arguments": {}}), "tool_calls": [{"name": tool, "arguments": "{", "id": "m"}]}
+        add(
+            "garbage_structured",
+            stage,
+            {"content": "", "tool_calls": dup},
+            names=JSON_NAMES + ("queries", "query"),
+            label="5 calls one id",
+        )
+        mixed = {
+            "content": _tc({"name": tool, "arguments": {}}),
+            "tool_calls": [{"name": tool, "arguments": "{", "id": "m"}],
+        }
         add("garbage_structured", stage, mixed, names=JSON_NAMES + ("queries", "query"), label="text and structured")
 
     # distinct by digest, in generation order
@@ -579,11 +1064,15 @@ def oracle_step(task: Task, stage: int, k: int) -> str:
     """The oracle's ``k``-th assistant turn (0-based, hostile turn counted out) of ``stage``."""
     if stage == 1:
         if k == 0:
-            return "<think>open the needle</think>" + _tc({"name": "mem_view", "arguments": {"session_ids": task.needle_session_ids}})
+            return "<think>open the needle</think>" + _tc(
+                {"name": "mem_view", "arguments": {"session_ids": task.needle_session_ids}}
+            )
         prefs = [p.model_dump() for p in task.preferences]
         return "<think>done</think><answer>" + json.dumps({"preferences": prefs}) + "</answer>"
     if k == 0:
-        return "<think>view it</think>" + _tc({"name": "product_view", "arguments": {"product_ids": task.reference_product_ids}})
+        return "<think>view it</think>" + _tc(
+            {"name": "product_view", "arguments": {"product_ids": task.reference_product_ids}}
+        )
     recs = " ".join(f"@REC::{r}@" for r in task.reference_product_ids)
     return f"<think>done</think><answer>These match what you like. {recs}</answer>"
 
@@ -657,13 +1146,17 @@ class FuzzReport:
         per_cat = Counter(c.category for c in self.cases)
         lines = [f"{len(self.cases)} distinct hostile outputs in {len(per_cat)} categories, {self.seconds:.1f} s"]
         lines.append("  " + ", ".join(f"{k}: {self.count(k)}" for k in FAILURE_KINDS))
-        lines.append("  control episodes, stage reward totals: "
-                     + ", ".join(f"{v:g} x{n}" for v, n in sorted(self.control_totals.items())))
+        lines.append(
+            "  control episodes, stage reward totals: "
+            + ", ".join(f"{v:g} x{n}" for v, n in sorted(self.control_totals.items()))
+        )
         bc = self.by_category()
         for cat in CATEGORIES:
             if cat in per_cat:
                 fails = ", ".join(f"{k} {n}" for k, n in sorted(bc.get(cat, Counter()).items())) or "ok"
-                lines.append(f"  {cat:24s} {per_cat[cat]:4d} cases, max episode {self.episode_s.get(cat, 0):.1f} s: {fails}")
+                lines.append(
+                    f"  {cat:24s} {per_cat[cat]:4d} cases, max episode {self.episode_s.get(cat, 0):.1f} s: {fails}"
+                )
         return "\n".join(lines)
 
 
@@ -702,8 +1195,20 @@ def _reward_range(res: EpisodeResult) -> list[str]:
     return bad
 
 
-def _run_batch(label: str, tasks, cases: list[Case | None], backend_factory, products, make_memory, judge,
-               path: Path, settings, control: bool, batch_timeout_s: float, concurrency: int):
+def _run_batch(
+    label: str,
+    tasks,
+    cases: list[Case | None],
+    backend_factory,
+    products,
+    make_memory,
+    judge,
+    path: Path,
+    settings,
+    control: bool,
+    batch_timeout_s: float,
+    concurrency: int,
+):
     """One ``run_evaluation`` of ``cases`` (episode i = task i % len(tasks), trial i // len(tasks)).
     Returns (exception or None, timed_out, {key: seconds}, {(task_id, trial): case})."""
     from shopping_companion.benchmark.evaluate import derive_seed, run_evaluation
@@ -737,8 +1242,18 @@ def _run_batch(label: str, tasks, cases: list[Case | None], backend_factory, pro
 
         def target() -> None:
             try:
-                run_evaluation(tasks, backend, products, make_memory, judge, path, settings_b, progress=False,
-                               concurrency=concurrency, on_event=on_event)
+                run_evaluation(
+                    tasks,
+                    backend,
+                    products,
+                    make_memory,
+                    judge,
+                    path,
+                    settings_b,
+                    progress=False,
+                    concurrency=concurrency,
+                    on_event=on_event,
+                )
             except BaseException as e:  # noqa: BLE001 - recorded as a crash
                 box["exc"] = e
 
@@ -769,9 +1284,20 @@ def _read_lines(path: Path) -> tuple[dict[tuple[str, int], list[dict]], list[str
     return out, problems
 
 
-def run_fuzz(cases: list[Case], tasks: list[Task], products, make_memory: Callable[[Task], Any], judge, workdir: Path,
-             *, concurrency: int = 4, episode_bound_s: float = 60.0, batch_timeout_s: float = 600.0,
-             timeout_s: float = 60.0, log: Callable[[str], None] | None = None) -> FuzzReport:
+def run_fuzz(
+    cases: list[Case],
+    tasks: list[Task],
+    products,
+    make_memory: Callable[[Task], Any],
+    judge,
+    workdir: Path,
+    *,
+    concurrency: int = 4,
+    episode_bound_s: float = 60.0,
+    batch_timeout_s: float = 600.0,
+    timeout_s: float = 60.0,
+    log: Callable[[str], None] | None = None,
+) -> FuzzReport:
     """Run every case (hostile and control episode) through ``run_evaluation``, one batch per
     category, and check them (module docstring). A batch that raises is re-run one case per
     file, so a crash is attributed to the cases that cause it and the other cases are still
@@ -791,8 +1317,9 @@ def run_fuzz(cases: list[Case], tasks: list[Task], products, make_memory: Callab
         return OpenAIBackend("fuzz", base_url=url, api_key="k", timeout_s=timeout_s, max_retries=0, backoff_s=0.0)
 
     def fail(kind: str, c: Case, detail: str) -> None:
-        report.failures.append(Failure(kind, c.category, f"stage {c.stage} turn {c.turn}: {c.label or c.digest[:12]}",
-                                       detail[:300]))
+        report.failures.append(
+            Failure(kind, c.category, f"stage {c.stage} turn {c.turn}: {c.label or c.digest[:12]}", detail[:300])
+        )
 
     by_cat: dict[str, list[Case]] = defaultdict(list)
     for c in cases:
@@ -801,8 +1328,20 @@ def run_fuzz(cases: list[Case], tasks: list[Task], products, make_memory: Callab
     def run_group(name: str, group: list[Case], control: bool, tasks_: list[Task] | None = None):
         path = workdir / ("control" if control else "hostile") / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        exc, timed_out, times, by_key = _run_batch(name, tasks_ or tasks, list(group), backend_factory, products, make_memory,
-                                                   judge, path, settings, control, batch_timeout_s, concurrency)
+        exc, timed_out, times, by_key = _run_batch(
+            name,
+            tasks_ or tasks,
+            list(group),
+            backend_factory,
+            products,
+            make_memory,
+            judge,
+            path,
+            settings,
+            control,
+            batch_timeout_s,
+            concurrency,
+        )
         return path, exc, timed_out, times, by_key
 
     for cat, group in by_cat.items():
@@ -819,7 +1358,8 @@ def run_fuzz(cases: list[Case], tasks: list[Task], products, make_memory: Callab
             report.control_totals.update(round(st.reward.total, 6) for st in r.stages)
         path, exc, timed_out, times, by_key = run_group(cat, group, control=False)
         units: list[tuple[Path, dict, dict, BaseException | None, bool, dict]] = [
-            (path, by_key, times, exc, timed_out, controls)]
+            (path, by_key, times, exc, timed_out, controls)
+        ]
         if exc is not None and not timed_out:  # attribute the crash: each case alone, with its own control
             units = []
             for i, c in enumerate(group):
@@ -855,7 +1395,9 @@ def run_fuzz(cases: list[Case], tasks: list[Task], products, make_memory: Callab
                 got = lines.get(key, [])
                 if len(got) != 1 or problems:
                     if (uexc is None and not uto) or got or problems:
-                        fail("silent_drop", c, f"{len(got)} readable line(s) for the episode; " + "; ".join(problems[:3]))
+                        fail(
+                            "silent_drop", c, f"{len(got)} readable line(s) for the episode; " + "; ".join(problems[:3])
+                        )
                     if len(got) != 1:
                         continue
                 try:
@@ -891,7 +1433,9 @@ def _check_one(c: Case, res: EpisodeResult, ctl: EpisodeResult | None, fail) -> 
     step = steps[c.turn]
     if c.reply.get("finish_reason") == "length" and step.finish_reason != "length":
         fail("recorded", c, f"finish_reason 'length' not kept on the step (got {step.finish_reason!r})")
-    rkey = "reasoning_content" if c.reply.get("reasoning_content") else ("reasoning" if c.reply.get("reasoning") else None)
+    rkey = (
+        "reasoning_content" if c.reply.get("reasoning_content") else ("reasoning" if c.reply.get("reasoning") else None)
+    )
     if rkey and not (step.reasoning or "").strip():
         fail("recorded", c, f"the {rkey} text is not kept on the step")
     # reward vs the control episode
@@ -907,24 +1451,37 @@ def _check_one(c: Case, res: EpisodeResult, ctl: EpisodeResult | None, fail) -> 
             if cs is None:
                 continue
             if s.reward.total > cs.reward.total + 1e-9:
-                fail("reward_increase", c, f"stage {s.trajectory.stage} reward {s.reward.total:.4f} > control "
-                                           f"{cs.reward.total:.4f}")
+                fail(
+                    "reward_increase",
+                    c,
+                    f"stage {s.trajectory.stage} reward {s.reward.total:.4f} > control {cs.reward.total:.4f}",
+                )
             if c.expect == "reject":
                 hz, cz = s.reward.components.get("R_z"), cs.reward.components.get("R_z")
                 if hz is not None and cz is not None and abs(hz - cz) > 1e-9:
-                    fail("reward_increase", c, f"stage {s.trajectory.stage} R_z changed by a rejected turn: "
-                                               f"{hz:.4f} vs control {cz:.4f}")
+                    fail(
+                        "reward_increase",
+                        c,
+                        f"stage {s.trajectory.stage} R_z changed by a rejected turn: {hz:.4f} vs control {cz:.4f}",
+                    )
     if c.expect == "reject":
         ok_results = [r for r in step.tool_results if r.error is None]
         if ok_results:
             fail("observation", c, f"the invalid turn ran {[r.name for r in ok_results]} without an error")
-        if len(steps) == c.turn + 1 and st.trajectory.termination != "max_turns" and st.trajectory.final_answer is not None \
-                and step.format.has_answer:
+        if (
+            len(steps) == c.turn + 1
+            and st.trajectory.termination != "max_turns"
+            and st.trajectory.final_answer is not None
+            and step.format.has_answer
+        ):
             fail("observation", c, "the invalid turn ended the stage")
         obs = _observation_after(st.trajectory, c.turn).lower()
         if c.names and not any(n.lower() in obs for n in c.names):
-            fail("observation", c, f"no observation names the problem (want one of {list(c.names)[:6]}); "
-                                   f"got {obs[:200]!r}")
+            fail(
+                "observation",
+                c,
+                f"no observation names the problem (want one of {list(c.names)[:6]}); got {obs[:200]!r}",
+            )
     elif c.expect == "answer":
         if len(steps) != c.turn + 1:
             fail("observation", c, f"the answer did not end stage {c.stage} ({len(steps)} steps)")

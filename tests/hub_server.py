@@ -32,7 +32,7 @@ class HubServer:
                     server.requests[self.path] = server.requests.get(self.path, 0) + 1
                 prefix = f"/datasets/{HF_REPO}/resolve/main/"
                 if self.path.startswith(prefix):
-                    repo_path = self.path[len(prefix):]
+                    repo_path = self.path[len(prefix) :]
                     if repo_path not in server.files:
                         self.send_error(404, "Entry not found")
                         return
@@ -44,7 +44,7 @@ class HubServer:
                     self.end_headers()
                     return
                 if self.path.startswith("/cdn/"):
-                    repo_path = self.path[len("/cdn/"):]
+                    repo_path = self.path[len("/cdn/") :]
                     body = server.files.get(repo_path)
                     if body is None:
                         self.send_error(404)

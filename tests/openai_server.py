@@ -173,9 +173,7 @@ class ScriptedOpenAIServer:
         self._stop.clear()
         self._httpd = Server((self._host, self._port), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
 
@@ -276,17 +274,13 @@ class ScriptedOpenAIServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model") or self.model,
-            "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-            ],
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         }
         if "usage" in spec:
             if spec["usage"] is not None:
                 out["usage"] = spec["usage"]
         else:
-            completion = _count_tokens(content) + sum(
-                _count_tokens(c["function"]["arguments"]) for c in calls
-            )
+            completion = _count_tokens(content) + sum(_count_tokens(c["function"]["arguments"]) for c in calls)
             prompt = _prompt_tokens(body)
             out["usage"] = {
                 "prompt_tokens": prompt,
@@ -306,11 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- helpers
     def _send(
-        self,
-        status: int,
-        payload: bytes,
-        content_type: str = "application/json",
-        headers: dict[str, str] | None = None,
+        self, status: int, payload: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
     ) -> None:
         try:
             self.send_response(status)
@@ -326,20 +316,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode("utf-8"), headers=headers)
 
-    def _send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None,
-                         code: str | None = None) -> None:
+    def _send_error_json(
+        self, status: int, message: str, headers: dict[str, str] | None = None, code: str | None = None
+    ) -> None:
         err_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         self._send_json(
-            status,
-            {"error": {"message": message, "type": err_type, "param": None, "code": code}},
-            headers=headers,
+            status, {"error": {"message": message, "type": err_type, "param": None, "code": code}}, headers=headers
         )
 
-    def _trickle(self, status: int, payload: bytes, every_s: float, headers_too: bool,
-                 content_type: str = "application/json") -> None:
+    def _trickle(
+        self, status: int, payload: bytes, every_s: float, headers_too: bool, content_type: str = "application/json"
+    ) -> None:
         """Send the response one byte every ``every_s`` seconds (body only, or everything)."""
-        head = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(payload)}\r\n\r\n").encode("ascii")
+        head = (
+            f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        ).encode("ascii")
         try:
             if not headers_too:
                 self.wfile.write(head)
@@ -348,7 +340,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 data = head + payload
             for i in range(len(data)):
-                self.wfile.write(data[i:i + 1])
+                self.wfile.write(data[i : i + 1])
                 self.wfile.flush()
                 if self.owner._stop.wait(every_s):
                     return
@@ -361,17 +353,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- routes
     def do_GET(self) -> None:  # noqa: N802
-        self.owner._record(
-            RecordedRequest("GET", self.path, {k.lower(): v for k, v in self.headers.items()})
-        )
+        self.owner._record(RecordedRequest("GET", self.path, {k.lower(): v for k, v in self.headers.items()}))
         if self.path.rstrip("/").split("?")[0] in ("/v1/models", "/models"):
             self._send_json(
                 200,
                 {
                     "object": "list",
-                    "data": [
-                        {"id": self.owner.model, "object": "model", "created": 0, "owned_by": "tests"}
-                    ],
+                    "data": [{"id": self.owner.model, "object": "model", "created": 0, "owned_by": "tests"}],
                 },
             )
         else:
@@ -383,9 +371,7 @@ class _Handler(BaseHTTPRequestHandler):
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        self.owner._record(
-            RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-        )
+        self.owner._record(RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         path = self.path.split("?")[0].rstrip("/")
         if path in ("/v1/embeddings", "/embeddings") and self.owner.embed is not None:
             self._embeddings(body)
@@ -412,10 +398,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error_json(400, "input: must be a string or a list of strings")
             return
         inputs = [body["input"]] if isinstance(body["input"], str) else body["input"]
-        data = [{"object": "embedding", "index": i, "embedding": list(self.owner.embed(str(t)))}
-                for i, t in enumerate(inputs)]
-        self._send_json(200, {"object": "list", "data": data[::-1], "model": body.get("model", self.owner.model),
-                              "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+        data = [
+            {"object": "embedding", "index": i, "embedding": list(self.owner.embed(str(t)))}
+            for i, t in enumerate(inputs)
+        ]
+        self._send_json(
+            200,
+            {
+                "object": "list",
+                "data": data[::-1],
+                "model": body.get("model", self.owner.model),
+                "usage": {"prompt_tokens": 0, "total_tokens": 0},
+            },
+        )
 
     def _serve(self, body: dict[str, Any], spec: ResponseSpec) -> None:
         if isinstance(spec, str):
@@ -434,8 +429,11 @@ class _Handler(BaseHTTPRequestHandler):
             auth = self.headers.get("Authorization") or ""
             token = auth.split(" ", 1)[1] if " " in auth else auth
             shown = token if n is None else token[: int(n)]
-            self._send_error_json(int(spec.get("status", 401)), f"Incorrect API key provided: {shown}...",
-                                  headers={"X-Echo": f"Bearer {shown}"})
+            self._send_error_json(
+                int(spec.get("status", 401)),
+                f"Incorrect API key provided: {shown}...",
+                headers={"X-Echo": f"Bearer {shown}"},
+            )
             return
         trickle = spec.pop("trickle_s", None)
         if trickle:

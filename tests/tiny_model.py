@@ -70,15 +70,26 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 3000,
 
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PROTOCOL])
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None,
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
         chat_template=CHAT_TEMPLATE,
     )
     fast.save_pretrained(out)
     torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True,
-        max_position_embeddings=max_positions, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+        vocab_size=len(fast),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+        max_position_embeddings=max_positions,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
         bos_token_id=None,
     )
     model = Qwen3ForCausalLM(cfg)
@@ -140,21 +151,89 @@ def tool_calling_conversations(max_turns: int = 20) -> list[tuple[list[dict], li
         pref = {"slot": 0, "attribute": attr, "value": val, "polarity": "want"}
         s1 = [
             {"role": "system", "content": prompts.stage1_system(max_turns)},
-            {"role": "user", "content": f"Shopping request: {req}\n\nIdentify my relevant preferences from our past conversations."},
-            {"role": "assistant", "content": "<think>Search my memory first.</think>\n" + call("mem_search", {"queries": [req], "top_k": 5})},
-            {"role": "tool", "name": "mem_search", "content": _obs({"results": [{"session_id": sid, "turn": 2, "date": "2024-01-02", "score": 0.61, "text": f"I like {val.lower()} {ptype}s."}]})},
-            {"role": "assistant", "content": "<think>Read the session.</think>\n" + call("mem_view", {"session_ids": [sid]})},
-            {"role": "tool", "name": "mem_view", "content": _obs({"sessions": [{"session_id": sid, "turns": [{"role": "user", "content": f"I like {val.lower()} {ptype}s."}]}]})},
-            {"role": "assistant", "content": "<think>I found the preference.</think>\n<answer>" + json.dumps({"preferences": [pref]}) + "</answer>"},
+            {
+                "role": "user",
+                "content": f"Shopping request: {req}\n\nIdentify my relevant preferences from our past conversations.",
+            },
+            {
+                "role": "assistant",
+                "content": "<think>Search my memory first.</think>\n"
+                + call("mem_search", {"queries": [req], "top_k": 5}),
+            },
+            {
+                "role": "tool",
+                "name": "mem_search",
+                "content": _obs(
+                    {
+                        "results": [
+                            {
+                                "session_id": sid,
+                                "turn": 2,
+                                "date": "2024-01-02",
+                                "score": 0.61,
+                                "text": f"I like {val.lower()} {ptype}s.",
+                            }
+                        ]
+                    }
+                ),
+            },
+            {
+                "role": "assistant",
+                "content": "<think>Read the session.</think>\n" + call("mem_view", {"session_ids": [sid]}),
+            },
+            {
+                "role": "tool",
+                "name": "mem_view",
+                "content": _obs(
+                    {
+                        "sessions": [
+                            {
+                                "session_id": sid,
+                                "turns": [{"role": "user", "content": f"I like {val.lower()} {ptype}s."}],
+                            }
+                        ]
+                    }
+                ),
+            },
+            {
+                "role": "assistant",
+                "content": "<think>I found the preference.</think>\n<answer>"
+                + json.dumps({"preferences": [pref]})
+                + "</answer>",
+            },
         ]
         s2 = [
             {"role": "system", "content": prompts.stage2_system(max_turns)},
-            {"role": "user", "content": f"Shopping request: {req}\n\nPreferences identified from my past conversations:\n" + json.dumps({"preferences": [pref]})},
-            {"role": "assistant", "content": "<think>Search the catalog.</think>\n" + call("product_search", {"query": f"{val} {ptype}", "top_k": 5})},
-            {"role": "tool", "name": "product_search", "content": _obs({"results": [{"product_id": pid, "title": f"{val} {ptype}", "price": 999}]})},
-            {"role": "assistant", "content": "<think>Check the product.</think>\n" + call("product_view", {"product_ids": [pid]})},
-            {"role": "tool", "name": "product_view", "content": _obs({"products": [{"product_id": pid, "title": f"{val} {ptype}", "attributes": {attr: val}}]})},
-            {"role": "assistant", "content": f"<think>It matches.</think>\n<answer>I recommend @REC::{pid}@ because it is {val.lower()}.</answer>"},
+            {
+                "role": "user",
+                "content": f"Shopping request: {req}\n\nPreferences identified from my past conversations:\n"
+                + json.dumps({"preferences": [pref]}),
+            },
+            {
+                "role": "assistant",
+                "content": "<think>Search the catalog.</think>\n"
+                + call("product_search", {"query": f"{val} {ptype}", "top_k": 5}),
+            },
+            {
+                "role": "tool",
+                "name": "product_search",
+                "content": _obs({"results": [{"product_id": pid, "title": f"{val} {ptype}", "price": 999}]}),
+            },
+            {
+                "role": "assistant",
+                "content": "<think>Check the product.</think>\n" + call("product_view", {"product_ids": [pid]}),
+            },
+            {
+                "role": "tool",
+                "name": "product_view",
+                "content": _obs(
+                    {"products": [{"product_id": pid, "title": f"{val} {ptype}", "attributes": {attr: val}}]}
+                ),
+            },
+            {
+                "role": "assistant",
+                "content": f"<think>It matches.</think>\n<answer>I recommend @REC::{pid}@ because it is {val.lower()}.</answer>",
+            },
         ]
         convs.append((s1, [tool_schema(n) for n in MEMORY_TOOLS]))
         convs.append((s2, [tool_schema(n) for n in PRODUCT_TOOLS]))
@@ -165,15 +244,25 @@ def _recipe_key(steps: int, seed: int, lr: float) -> str:
     import hashlib
     import inspect
 
-    blob = json.dumps({
-        "version": TOOL_RECIPE_VERSION, "steps": steps, "seed": seed, "lr": lr, "template": TOOL_CHAT_TEMPLATE,
-        "convs": tool_calling_conversations(), "corpus": _corpus(),
-        "src": inspect.getsource(build_tiny_model) + inspect.getsource(build_tool_calling_model),
-    }, sort_keys=True)
+    blob = json.dumps(
+        {
+            "version": TOOL_RECIPE_VERSION,
+            "steps": steps,
+            "seed": seed,
+            "lr": lr,
+            "template": TOOL_CHAT_TEMPLATE,
+            "convs": tool_calling_conversations(),
+            "corpus": _corpus(),
+            "src": inspect.getsource(build_tiny_model) + inspect.getsource(build_tool_calling_model),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def build_tool_calling_model(steps: int = 150, seed: int = 0, lr: float = 3e-3, cache: str | Path | None = None) -> Path:
+def build_tool_calling_model(
+    steps: int = 150, seed: int = 0, lr: float = 3e-3, cache: str | Path | None = None
+) -> Path:
     """The tiny model overfit on :func:`tool_calling_conversations`; cached (returns the cached
     directory when the recipe hash matches). ~2 min on 2 CPU cores the first time."""
     import os
@@ -203,8 +292,17 @@ def build_tool_calling_model(steps: int = 150, seed: int = 0, lr: float = 3e-3, 
         for i, m in enumerate(msgs):
             if m["role"] != "assistant":
                 continue
-            a = len(tok.encode(tok.apply_chat_template(msgs[:i], tools=tools, tokenize=False, add_generation_prompt=True), add_special_tokens=False))
-            b = len(tok.encode(tok.apply_chat_template(msgs[: i + 1], tools=tools, tokenize=False), add_special_tokens=False))
+            a = len(
+                tok.encode(
+                    tok.apply_chat_template(msgs[:i], tools=tools, tokenize=False, add_generation_prompt=True),
+                    add_special_tokens=False,
+                )
+            )
+            b = len(
+                tok.encode(
+                    tok.apply_chat_template(msgs[: i + 1], tools=tools, tokenize=False), add_special_tokens=False
+                )
+            )
             labels[a:b] = ids[a:b]
         examples.append((torch.tensor([ids]), torch.tensor([labels])))
     torch.manual_seed(seed)

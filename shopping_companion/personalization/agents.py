@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -44,12 +45,28 @@ from shopping_companion.errors import ConfigError
 from shopping_companion.llm.base import ChatBackend, Sampling
 from shopping_companion.personalization.data import ItemRecord, Review
 from shopping_companion.personalization.retrieval import (
-    DialogueMemory, ProductIndex, ReviewIndex, TextEmbedder, cosine, encode_query,
+    DialogueMemory,
+    ProductIndex,
+    ReviewIndex,
+    TextEmbedder,
+    cosine,
+    encode_query,
 )
 from shopping_companion.personalization.text import content_tokens
 
-__all__ = ["Assistant", "ExtractiveRoles", "LLMRoles", "MEMORY_MODES", "RoleCall", "RoleEngine", "TurnRecord",
-           "VARIANTS", "VariantSpec", "parse_memory_modes", "parse_variants"]
+__all__ = [
+    "Assistant",
+    "ExtractiveRoles",
+    "LLMRoles",
+    "MEMORY_MODES",
+    "RoleCall",
+    "RoleEngine",
+    "TurnRecord",
+    "VARIANTS",
+    "VariantSpec",
+    "parse_memory_modes",
+    "parse_variants",
+]
 
 ROLES = ("dialogue", "recommend", "reason", "reply", "single", "baseline")
 MEMORY_MODES: tuple[str, ...] = ("full", "none", "summary", "top1")
@@ -67,38 +84,51 @@ class VariantSpec(BaseModel):
     pipeline: Literal["multi", "single", "reply_only"]
 
 
+_VIEWS = ("meta", "review", "image")
+
+#: Table 2's variants by name.
 VARIANTS: dict[str, VariantSpec] = {
-    v.name: v for v in [
-        VariantSpec(name="baseline", dialogue_retrieval=False, product_retrieval=False, review_retrieval=False, views=(),
-                    pipeline="reply_only"),
-        VariantSpec(name="textrag", dialogue_retrieval=True, product_retrieval=True, review_retrieval=True,
-                    views=("meta", "review"), pipeline="multi"),
-        VariantSpec(name="norev", dialogue_retrieval=True, product_retrieval=True, review_retrieval=False,
-                    views=("meta", "review", "image"), pipeline="multi"),
-        VariantSpec(name="single", dialogue_retrieval=True, product_retrieval=True, review_retrieval=True,
-                    views=("meta", "review", "image"), pipeline="single"),
-        VariantSpec(name="full", dialogue_retrieval=True, product_retrieval=True, review_retrieval=True,
-                    views=("meta", "review", "image"), pipeline="multi"),
+    name: VariantSpec(
+        name=name,
+        dialogue_retrieval=dialogue,
+        product_retrieval=product,
+        review_retrieval=review,
+        views=views,
+        pipeline=pipeline,
+    )
+    # name, R_d, R_p, R_r, product views, pipeline
+    for name, dialogue, product, review, views, pipeline in [
+        ("baseline", False, False, False, (), "reply_only"),
+        ("textrag", True, True, True, ("meta", "review"), "multi"),
+        ("norev", True, True, False, _VIEWS, "multi"),
+        ("single", True, True, True, _VIEWS, "single"),
+        ("full", True, True, True, _VIEWS, "multi"),
     ]
 }
 
 
-def parse_variants(spec: str | list[str]) -> list[str]:
-    """``"all"`` or comma-separated names -> names; :class:`ConfigError` names the allowed ones."""
-    names = list(VARIANTS) if spec in ("all", ["all"]) else [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
-    bad = [n for n in names if n not in VARIANTS]
+def _parse_names(spec: str | list[str], allowed: Collection[str], field: str) -> list[str]:
+    """``"all"`` (every name of ``allowed``) or comma-separated names -> the names, in the order
+    given; an unknown or empty one raises :class:`ConfigError` naming ``field`` and the allowed ones."""
+    names = (
+        list(allowed)
+        if spec in ("all", ["all"])
+        else [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    )
+    bad = [n for n in names if n not in allowed]
     if bad or not names:
-        raise ConfigError(f"variants: unknown {bad or names!r}; allowed: all or {', '.join(VARIANTS)}")
+        raise ConfigError(f"{field}: unknown {bad or names!r}; allowed: all or {', '.join(allowed)}")
     return names
+
+
+def parse_variants(spec: str | list[str]) -> list[str]:
+    """``"all"`` or comma-separated names of :data:`VARIANTS` -> names; :class:`ConfigError` names the allowed ones."""
+    return _parse_names(spec, VARIANTS, "variants")
 
 
 def parse_memory_modes(spec: str | list[str]) -> list[str]:
-    """``"all"`` or comma-separated memory modes; :class:`ConfigError` names the allowed ones."""
-    names = list(MEMORY_MODES) if spec in ("all", ["all"]) else [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
-    bad = [n for n in names if n not in MEMORY_MODES]
-    if bad or not names:
-        raise ConfigError(f"memory: unknown {bad or names!r}; allowed: all or {', '.join(MEMORY_MODES)}")
-    return names
+    """``"all"`` or comma-separated :data:`MEMORY_MODES` -> modes; :class:`ConfigError` names the allowed ones."""
+    return _parse_names(spec, MEMORY_MODES, "memory")
 
 
 class RoleCall(BaseModel):
@@ -256,6 +286,32 @@ def _cands_block(cands: list[Candidate]) -> str:
     return "\n".join(f"- {c.line()}" for c in cands) if cands else "(none)"
 
 
+def _selected(ctx: RoleContext) -> list[Candidate]:
+    """The candidates of ``ctx.ranking``, in its order."""
+    return [c for a in ctx.ranking for c in ctx.candidates if c.item.asin == a]
+
+
+#: The sections of a role's user message, by name (our wording).
+_SECTIONS: dict[str, Callable[[RoleContext], str]] = {
+    "round": lambda ctx: f"Round: {ctx.round}",
+    "question": lambda ctx: f"Shopper's question: {ctx.query}",
+    "note": lambda ctx: f"Conversation note: {ctx.summary}",
+    "candidates": lambda ctx: "Candidate products:\n" + _cands_block(ctx.candidates),
+    "selected": lambda ctx: "Selected products, best first:\n" + _cands_block(_selected(ctx)),
+    "rationale": lambda ctx: f"Selector's rationale: {ctx.rationale}",
+    "why": lambda ctx: f"Why they fit: {ctx.explanation}",
+    "reviews": lambda ctx: "Shopper's related past reviews:\n" + _reviews_block(ctx.reviews),
+    "short reviews": lambda ctx: "Shopper's related past reviews:\n" + _reviews_block(ctx.reviews, 250),
+}
+#: The sections of each role's user message after its role-specific opening, in order.
+_ROLE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "recommend": ("question", "note", "candidates", "reviews"),
+    "reason": ("question", "note", "selected", "rationale", "reviews"),
+    "reply": ("round", "note", "question", "selected", "why", "short reviews"),
+    "single": ("candidates", "reviews", "question"),
+}
+
+
 def build_messages(role: str, ctx: RoleContext, memory: str) -> list[dict[str, Any]]:
     """The role's chat messages for this turn (what an LLM engine sends)."""
     if role not in ROLES:
@@ -264,36 +320,25 @@ def build_messages(role: str, ctx: RoleContext, memory: str) -> list[dict[str, A
     if role == "dialogue":
         parts.append(f"Round marker to start with: [Round {ctx.round}]")
         if memory in ("full", "summary"):
-            parts.append("Notes of earlier rounds:\n" + ("\n".join(ctx.summaries) if ctx.summaries else "(none, this is the first round)"))
+            parts.append(
+                "Notes of earlier rounds:\n"
+                + ("\n".join(ctx.summaries) if ctx.summaries else "(none, this is the first round)")
+            )
         if memory in ("full", "top1"):
-            parts.append("Most related earlier exchange:\n" + (
-                f"Shopper: {ctx.prior['query']}\nAssistant: {ctx.prior['reply'][:800]}" if ctx.prior else "(none)"))
+            parts.append(
+                "Most related earlier exchange:\n"
+                + (f"Shopper: {ctx.prior['query']}\nAssistant: {ctx.prior['reply'][:800]}" if ctx.prior else "(none)")
+            )
         parts.append(f"Shopper's new question: {ctx.query}")
-    elif role == "recommend":
-        parts += [f"Shopper's question: {ctx.query}", f"Conversation note: {ctx.summary}",
-                  "Candidate products:\n" + _cands_block(ctx.candidates),
-                  "Shopper's related past reviews:\n" + _reviews_block(ctx.reviews)]
-    elif role == "reason":
-        chosen = [c for a in ctx.ranking for c in ctx.candidates if c.item.asin == a]
-        parts += [f"Shopper's question: {ctx.query}", f"Conversation note: {ctx.summary}",
-                  "Selected products, best first:\n" + _cands_block(chosen),
-                  f"Selector's rationale: {ctx.rationale}",
-                  "Shopper's related past reviews:\n" + _reviews_block(ctx.reviews)]
-    elif role == "reply":
-        chosen = [c for a in ctx.ranking for c in ctx.candidates if c.item.asin == a]
-        parts += [f"Round: {ctx.round}", f"Conversation note: {ctx.summary}", f"Shopper's question: {ctx.query}",
-                  "Selected products, best first:\n" + _cands_block(chosen),
-                  f"Why they fit: {ctx.explanation}",
-                  "Shopper's related past reviews:\n" + _reviews_block(ctx.reviews, 250)]
     elif role == "single":
         parts.append(f"Round: {ctx.round}")
         if ctx.prior:
-            parts.append(f"Most related earlier exchange:\nShopper: {ctx.prior['query']}\nAssistant: {ctx.prior['reply'][:800]}")
-        parts += ["Candidate products:\n" + _cands_block(ctx.candidates),
-                  "Shopper's related past reviews:\n" + _reviews_block(ctx.reviews),
-                  f"Shopper's question: {ctx.query}"]
-    else:
+            parts.append(
+                f"Most related earlier exchange:\nShopper: {ctx.prior['query']}\nAssistant: {ctx.prior['reply'][:800]}"
+            )
+    elif role == "baseline":
         parts.append(ctx.query)
+    parts += [_SECTIONS[name](ctx) for name in _ROLE_SECTIONS.get(role, ())]
     return [{"role": "system", "content": _SYS[role]}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
@@ -326,34 +371,43 @@ class ExtractiveRoles:
 
     def _rank(self, ctx: RoleContext) -> list[Candidate]:
         idx = {id(c): i for i, c in enumerate(ctx.candidates)}
-        return sorted(ctx.candidates, key=lambda c: (-(c.score + self.review_weight * c.review_affinity
-                                                       + self.context_weight * c.context_affinity), idx[id(c)]))
+        return sorted(
+            ctx.candidates,
+            key=lambda c: (
+                -(c.score + self.review_weight * c.review_affinity + self.context_weight * c.context_affinity),
+                idx[id(c)],
+            ),
+        )
 
     def _why(self, c: Candidate, ctx: RoleContext) -> str:
-        best = max(ctx.reviews, key=lambda rv: (cosine_words(c.item.metadata_text(), rv[0].content), rv[1]), default=None)
+        best = max(
+            ctx.reviews, key=lambda rv: (cosine_words(c.item.metadata_text(), rv[0].content), rv[1]), default=None
+        )
         if best is None:
             return f"it matches your question (match {c.score:.2f})"
         r = best[0]
         words = _shared_words(c.item.metadata_text(), r.content)
         tie = f", sharing {', '.join(words)}" if words else ""
         mood = "you liked" if r.rating >= 4 else "you were unhappy with"
-        return f"it is close to the item {mood} in your {r.rating:g}-star review \"{r.title.strip()[:60]}\"{tie}"
+        return f'it is close to the item {mood} in your {r.rating:g}-star review "{r.title.strip()[:60]}"{tie}'
 
     def run(self, role: str, messages: list[dict[str, Any]], ctx: RoleContext) -> tuple[str, dict[str, Any]]:
         if role == "dialogue":
-            s = f"[Round {ctx.round}] The shopper asks: \"{ctx.query}\"."
-            earlier = [re.sub(r"^\[Round \d+\] The shopper asks: ", "", x).split('" ')[0].strip('".') for x in ctx.summaries]
+            s = f'[Round {ctx.round}] The shopper asks: "{ctx.query}".'
+            earlier = [
+                re.sub(r"^\[Round \d+\] The shopper asks: ", "", x).split('" ')[0].strip('".') for x in ctx.summaries
+            ]
             if earlier and any("Notes of earlier rounds" in m["content"] for m in messages):
-                s += " Earlier they asked: " + "; ".join(f"\"{e[:70]}\"" for e in earlier[-4:]) + "."
+                s += " Earlier they asked: " + "; ".join(f'"{e[:70]}"' for e in earlier[-4:]) + "."
             if ctx.prior and any("Most related earlier exchange" in m["content"] for m in messages):
-                s += f" Most related earlier question (round {ctx.prior['turn']}): \"{ctx.prior['query'][:80]}\"."
+                s += f' Most related earlier question (round {ctx.prior["turn"]}): "{ctx.prior["query"][:80]}".'
             return s, {}
         if role == "recommend":
             ranked = self._rank(ctx)
             rat = "Ordered by match to the question"
             if ctx.reviews:
                 r = ctx.reviews[0][0]
-                rat += f" and by closeness to your own reviews, led by your {r.rating:g}-star review \"{r.title.strip()[:60]}\""
+                rat += f' and by closeness to your own reviews, led by your {r.rating:g}-star review "{r.title.strip()[:60]}"'
             return json.dumps({"ranking": [c.item.asin for c in ranked], "rationale": rat + "."}), {}
         if role == "reason":
             chosen = [c for a in ctx.ranking for c in ctx.candidates if c.item.asin == a][:5]
@@ -362,18 +416,30 @@ class ExtractiveRoles:
                 lines.append("No past reviews of the shopper were available for this round.")
             return " ".join(lines) or "No products were selected.", {}
         if role in ("reply", "single"):
-            cands = self._rank(ctx) if role == "single" else [c for a in ctx.ranking for c in ctx.candidates if c.item.asin == a]
+            cands = (
+                self._rank(ctx)
+                if role == "single"
+                else [c for a in ctx.ranking for c in ctx.candidates if c.item.asin == a]
+            )
             cands = cands[:5]
             head = "Hi there! " if ctx.round == 1 else "Following up on what we discussed, "
             if not cands:
                 return head + "I could not find matching products for that yet. Could you tell me a bit more?", {}
             body = [f"{i}. {c.item.title[:100]} ({c.item.asin}) - {self._why(c, ctx)}." for i, c in enumerate(cands, 1)]
-            return (head + f"here are {len(cands)} picks for \"{ctx.query}\":\n" + "\n".join(body)
-                    + "\nWould you like more options or details on any of these?"), {}
+            return (
+                head
+                + f'here are {len(cands)} picks for "{ctx.query}":\n'
+                + "\n".join(body)
+                + "\nWould you like more options or details on any of these?"
+            ), {}
         # baseline: no evidence, no memory
-        words = [w for w in content_tokens(ctx.query) if w not in {"recommend", "would", "suggest", "think", "which", "what"}]
-        return ("Hi there! For " + (" ".join(words[:6]) or "that") + ", compare a few well-reviewed options, check the "
-                "product details and the return policy, and pick what fits your needs. Let me know if you'd like more help!"), {}
+        words = [
+            w for w in content_tokens(ctx.query) if w not in {"recommend", "would", "suggest", "think", "which", "what"}
+        ]
+        return (
+            "Hi there! For " + (" ".join(words[:6]) or "that") + ", compare a few well-reviewed options, check the "
+            "product details and the return policy, and pick what fits your needs. Let me know if you'd like more help!"
+        ), {}
 
 
 def cosine_words(a: str, b: str) -> float:
@@ -402,9 +468,21 @@ class Assistant:
         record_messages: keep every role's messages in the turn records.
     """
 
-    def __init__(self, variant: VariantSpec | str, memory: str, engine: RoleEngine, embedder: TextEmbedder,
-                 products: ProductIndex, items: dict[str, ItemRecord], reviews: ReviewIndex, *, k_d: int = 1,
-                 k_p: int = 5, k_r: int = 5, record_messages: bool = False) -> None:
+    def __init__(
+        self,
+        variant: VariantSpec | str,
+        memory: str,
+        engine: RoleEngine,
+        embedder: TextEmbedder,
+        products: ProductIndex,
+        items: dict[str, ItemRecord],
+        reviews: ReviewIndex,
+        *,
+        k_d: int = 1,
+        k_p: int = 5,
+        k_r: int = 5,
+        record_messages: bool = False,
+    ) -> None:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         if memory not in MEMORY_MODES:
             raise ConfigError(f"memory: {memory!r} not in {MEMORY_MODES}")
@@ -424,10 +502,17 @@ class Assistant:
         msgs = build_messages(role, ctx, self.memory)
         t0 = time.perf_counter()
         text, usage = self.engine.run(role, msgs, ctx)
-        rec.calls.append(RoleCall(role=role, latency_s=time.perf_counter() - t0,
-                                  prompt_chars=sum(len(m["content"]) for m in msgs), output=text,
-                                  prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-                                  messages=msgs if self.record_messages else None))
+        rec.calls.append(
+            RoleCall(
+                role=role,
+                latency_s=time.perf_counter() - t0,
+                prompt_chars=sum(len(m["content"]) for m in msgs),
+                output=text,
+                prompt_tokens=usage.get("prompt_tokens"),
+                completion_tokens=usage.get("completion_tokens"),
+                messages=msgs if self.record_messages else None,
+            )
+        )
         return text
 
     def _candidates(self, qv: np.ndarray, reviews: list[tuple[Review, float]]) -> list[Candidate]:

@@ -26,8 +26,14 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.personalization.config import SectionLoader
 from shopping_companion.personalization.data import (
-    ItemRecord, Review, build_items, iter_reviews_2023, load_meta_2023, load_multicategory_histories,
+    ItemRecord,
+    Review,
+    build_items,
+    iter_reviews_2023,
+    load_meta_2023,
+    load_multicategory_histories,
     load_user_histories_2023,
 )
 from shopping_companion.personalization.profiles import ProfileBuilder, RuleProfileBuilder, UserProfile
@@ -35,8 +41,16 @@ from shopping_companion.personalization.queries import QueryGenerator, QueryTraj
 from shopping_companion.personalization.selection import SelectionConfig, UserCase, select_cases, visible_corpus
 from shopping_companion.personalization.text import aspects_in, product_type
 
-__all__ = ["BuildConfig", "Case", "SourceConfig", "build_dataset", "load_cases", "load_items", "load_item_reviews",
-           "load_build_config"]
+__all__ = [
+    "BuildConfig",
+    "Case",
+    "SourceConfig",
+    "build_dataset",
+    "load_cases",
+    "load_items",
+    "load_item_reviews",
+    "load_build_config",
+]
 
 
 class SourceConfig(BaseModel):
@@ -69,15 +83,10 @@ class BuildConfig(BaseModel):
     seed: int = 0
 
 
-def load_build_config(path: str | os.PathLike[str] | None) -> BuildConfig:
-    """Read a YAML config (the ``build:`` section if present) into :class:`BuildConfig`."""
-    import yaml
-
-    p = Path(path) if path else Path(__file__).resolve().parents[2] / "configs" / "personalization" / "default.yaml"
-    if not p.is_file():
-        raise ConfigError(f"config: {str(p)!r} does not exist")
-    raw = yaml.safe_load(p.read_text()) or {}
-    return BuildConfig.model_validate(raw.get("build", raw))
+#: The resolved ``personalize build`` config: the ``build:`` section as a :class:`BuildConfig`
+#: (:class:`~shopping_companion.personalization.config.SectionLoader`; default file
+#: ``configs/personalization/default.yaml``).
+load_build_config = SectionLoader(BuildConfig, "build")
 
 
 class Case(BaseModel):
@@ -117,15 +126,26 @@ def _load_source(src: SourceConfig, data_dir: Path) -> tuple[dict[str, list[Revi
     for r in reviews:
         by_cat[r.category].append(r)
     metas: dict[str, dict] = {}
-    info: dict[str, Any] = {"kind": src.kind, "path": str(path), "sha256": _file_sha256(path),
-                            "n_records": rep.n_records, "n_loaded": rep.n_loaded, "rejected": rep.bad}
+    info: dict[str, Any] = {
+        "kind": src.kind,
+        "path": str(path),
+        "sha256": _file_sha256(path),
+        "n_records": rep.n_records,
+        "n_loaded": rep.n_loaded,
+        "rejected": rep.bad,
+    }
     if src.meta:
         mp = _resolve(data_dir, src.meta)
         for cat, revs in by_cat.items():
             meta, mrep = load_meta_2023(mp, cat, {r.parent_asin for r in revs})
             metas[cat] = meta
-            info["meta"] = {"path": str(mp), "sha256": _file_sha256(mp), "n_lines": mrep.n_lines,
-                            "n_matched": len(meta), "rejected": mrep.bad}
+            info["meta"] = {
+                "path": str(mp),
+                "sha256": _file_sha256(mp),
+                "n_lines": mrep.n_lines,
+                "n_matched": len(meta),
+                "rejected": mrep.bad,
+            }
     return by_cat, info, metas
 
 
@@ -146,16 +166,21 @@ def load_cases(out_dir: str | os.PathLike[str]) -> list[Case]:
 def load_items(out_dir: str | os.PathLike[str], category: str) -> dict[str, ItemRecord]:
     """The candidate pool of ``category`` by ASIN."""
     p = Path(out_dir) / "items" / f"{category}.jsonl"
-    return {it.asin: it for it in (ItemRecord.model_validate_json(l) for l in p.read_text(encoding="utf-8").splitlines() if l.strip())}
+    return {
+        it.asin: it
+        for it in (
+            ItemRecord.model_validate_json(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()
+        )
+    }
 
 
 def load_item_reviews(out_dir: str | os.PathLike[str], category: str) -> dict[str, list[Review]]:
     """Visible item reviews of ``category`` by ASIN."""
     p = Path(out_dir) / "item_reviews" / f"{category}.jsonl"
     out: dict[str, list[Review]] = defaultdict(list)
-    for l in p.read_text(encoding="utf-8").splitlines():
-        if l.strip():
-            r = Review.model_validate_json(l)
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            r = Review.model_validate_json(line)
             out[r.parent_asin].append(r)
     return dict(out)
 
@@ -169,10 +194,16 @@ def _write_jsonl(path: Path, rows: list[BaseModel]) -> None:
     os.replace(tmp, path)
 
 
-def build_dataset(config: BuildConfig, data_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
-                  profile_builder: ProfileBuilder | None = None, query_generator: QueryGenerator | None = None,
-                  describe: Callable[[dict[str, ItemRecord]], dict[str, int]] | None = None,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def build_dataset(
+    config: BuildConfig,
+    data_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    profile_builder: ProfileBuilder | None = None,
+    query_generator: QueryGenerator | None = None,
+    describe: Callable[[dict[str, ItemRecord]], dict[str, int]] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Build (or resume) the dataset in ``out_dir``; returns the manifest dict (module docstring).
 
     ``profile_builder`` defaults to :class:`RuleProfileBuilder`, ``query_generator`` to
@@ -191,9 +222,15 @@ def build_dataset(config: BuildConfig, data_dir: str | os.PathLike[str], out_dir
     if cases_path.exists():
         for c in load_cases(out):
             done.add(c.case.case_id)
-    manifest: dict[str, Any] = {"config": config.model_dump(), "sources": [], "categories": {},
-                                "profile_builder": pb.name, "query_generator": qg.name, "built_at": time.time(),
-                                "image_descriptions": {}}
+    manifest: dict[str, Any] = {
+        "config": config.model_dump(),
+        "sources": [],
+        "categories": {},
+        "profile_builder": pb.name,
+        "query_generator": qg.name,
+        "built_at": time.time(),
+        "image_descriptions": {},
+    }
     t0 = time.perf_counter()
     with open(cases_path, "a", encoding="utf-8") as fh:
         for src in config.sources:
@@ -206,18 +243,30 @@ def build_dataset(config: BuildConfig, data_dir: str | os.PathLike[str], out_dir
                 except ConfigError:
                     continue
                 hidden = {c.target_review.review_id for c in cases} | {
-                    r.review_id for c in cases for r in reviews if r.user_id == c.user_id and r.parent_asin == c.target_asin}
+                    r.review_id
+                    for c in cases
+                    for r in reviews
+                    if r.user_id == c.user_id and r.parent_asin == c.target_asin
+                }
                 items = build_items(cat, reviews, metas.get(cat), hidden=hidden)
                 if describe is not None:
                     manifest["image_descriptions"][cat] = describe(items)
                 else:
-                    manifest["image_descriptions"][cat] = {"status": "absent (no vision-language endpoint)",
-                                                           "items_with_images": sum(bool(i.image_urls) for i in items.values())}
+                    manifest["image_descriptions"][cat] = {
+                        "status": "absent (no vision-language endpoint)",
+                        "items_with_images": sum(bool(i.image_urls) for i in items.values()),
+                    }
                 vis = visible_corpus(reviews, cases)
                 by_item: dict[str, list[Review]] = defaultdict(list)
                 for r in vis:
                     by_item[r.parent_asin].append(r)
-                kept = [r for a in sorted(by_item) for r in sorted(by_item[a], key=lambda r: (-r.helpful_vote, r.review_id))[: config.max_reviews_per_item]]
+                kept = [
+                    r
+                    for a in sorted(by_item)
+                    for r in sorted(by_item[a], key=lambda r: (-r.helpful_vote, r.review_id))[
+                        : config.max_reviews_per_item
+                    ]
+                ]
                 _write_jsonl(out / "items" / f"{cat}.jsonl", [items[a] for a in sorted(items)])
                 _write_jsonl(out / "item_reviews" / f"{cat}.jsonl", kept)
                 titles = [it.title for it in items.values() if it.title_source != "reviews"]
@@ -228,8 +277,11 @@ def build_dataset(config: BuildConfig, data_dir: str | os.PathLike[str], out_dir
                         continue
                     target = items[c.target_asin]
                     prof = pb.build(c.visible_reviews, items)
-                    pt = product_type(target.title, cat, titles, target.brand) if target.title_source != "reviews" else \
-                        product_type("", cat)
+                    pt = (
+                        product_type(target.title, cat, titles, target.brand)
+                        if target.title_source != "reviews"
+                        else product_type("", cat)
+                    )
                     traj = qg.generate(c.case_id, target, prof, pt, cat_aspects)
                     rec = Case(case=c, profile=prof, profile_builder=pb.name, trajectory=traj, target_item=target)
                     fh.write(rec.model_dump_json() + "\n")
@@ -238,8 +290,12 @@ def build_dataset(config: BuildConfig, data_dir: str | os.PathLike[str], out_dir
                     done.add(c.case_id)
                     n_new += 1
                 manifest["categories"][cat] = {
-                    "source": src.kind, "users_with_reviews": len({r.user_id for r in reviews}), "target_users": len(cases),
-                    "items": len(items), "reviews": len(reviews), "visible_item_reviews": len(kept),
+                    "source": src.kind,
+                    "users_with_reviews": len({r.user_id for r in reviews}),
+                    "target_users": len(cases),
+                    "items": len(items),
+                    "reviews": len(reviews),
+                    "visible_item_reviews": len(kept),
                     "title_sources": dict(Counter(i.title_source for i in items.values())),
                 }
                 say(f"{cat}: {len(cases)} users ({n_new} new), {len(items)} items, {len(reviews)} reviews")

@@ -34,14 +34,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Iterator, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shopping_companion.catalog.loader import LoadReport, _open_text
+from shopping_companion.catalog.loader import LoadReport, open_text
 from shopping_companion.errors import ConfigError
 
 __all__ = [
@@ -61,7 +61,7 @@ __all__ = [
 
 SourceKind = Literal["reviews", "user_histories", "multicategory"]
 #: Allowed values of a source's ``kind``.
-SOURCE_KINDS: tuple[str, ...] = ("reviews", "user_histories", "multicategory")
+SOURCE_KINDS: tuple[str, ...] = get_args(SourceKind)
 
 
 class Review(BaseModel):
@@ -175,7 +175,7 @@ def category_from_review_path(path: str | os.PathLike[str]) -> str | None:
 def _json_records(path: Path, report: ReviewLoadReport) -> Iterator[tuple[int, dict]]:
     if not path.is_file():
         raise FileNotFoundError(f"review file {str(path)!r} does not exist")
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             report.n_records += 1
             if not line.strip():
@@ -217,10 +217,16 @@ def _official_review(obj: dict, category: str) -> Review:
         raise ValueError("invalid_rating", repr(r))
     ts = obj.get("timestamp", obj.get("timestamp_ms", 0))
     return Review(
-        review_id=f"{uid}:{pa}:{int(ts or 0)}", user_id=uid, parent_asin=pa,
-        asin=obj.get("asin") if isinstance(obj.get("asin"), str) else None, category=category,
-        rating=float(r), title=str(obj.get("title") or ""), text=_clean_html(str(obj.get("text") or "")),
-        timestamp=int(ts or 0), helpful_vote=int(obj.get("helpful_vote") or 0),
+        review_id=f"{uid}:{pa}:{int(ts or 0)}",
+        user_id=uid,
+        parent_asin=pa,
+        asin=obj.get("asin") if isinstance(obj.get("asin"), str) else None,
+        category=category,
+        rating=float(r),
+        title=str(obj.get("title") or ""),
+        text=_clean_html(str(obj.get("text") or "")),
+        timestamp=int(ts or 0),
+        helpful_vote=int(obj.get("helpful_vote") or 0),
         verified_purchase=obj.get("verified_purchase") if isinstance(obj.get("verified_purchase"), bool) else None,
         image_urls=_image_urls(obj.get("images")),
     )
@@ -235,8 +241,9 @@ def _add(review: Review, seen: set[str], out: list[Review], report: ReviewLoadRe
     report.n_loaded += 1
 
 
-def iter_reviews_2023(path: str | os.PathLike[str], category: str | None = None,
-                      report: ReviewLoadReport | None = None) -> Iterator[Review]:
+def iter_reviews_2023(
+    path: str | os.PathLike[str], category: str | None = None, report: ReviewLoadReport | None = None
+) -> Iterator[Review]:
     """Stream :class:`Review` records from an official 2023 review file (module docstring).
 
     ``category`` defaults to the one in the file name; raises :class:`ConfigError` when neither
@@ -262,6 +269,20 @@ def iter_reviews_2023(path: str | os.PathLike[str], category: str | None = None,
         yield rv
 
 
+def _history_entries(obj: dict, last: str, lineno: int, report: ReviewLoadReport) -> Iterator[dict]:
+    """The review objects of one user line: its ``history`` list, then its ``last`` entry
+    (``target`` / ``heldout``) when that is an object; a history entry that is not an object is
+    rejected in ``report`` (``not_an_object``)."""
+    recs = list(obj.get("history") or [])
+    if isinstance(obj.get(last), dict):
+        recs.append(obj[last])
+    for rec in recs:
+        if not isinstance(rec, dict):
+            report.reject(lineno, "not_an_object", type(rec).__name__)
+            continue
+        yield rec
+
+
 def load_user_histories_2023(path: str | os.PathLike[str], category: str) -> tuple[list[Review], ReviewLoadReport]:
     """Reviews of a ``{user_id, history, target}`` file (history and target pooled).
 
@@ -273,13 +294,7 @@ def load_user_histories_2023(path: str | os.PathLike[str], category: str) -> tup
     out: list[Review] = []
     seen: set[str] = set()
     for lineno, obj in _json_records(p, report):
-        recs = list(obj.get("history") or [])
-        if isinstance(obj.get("target"), dict):
-            recs.append(obj["target"])
-        for rec in recs:
-            if not isinstance(rec, dict):
-                report.reject(lineno, "not_an_object", type(rec).__name__)
-                continue
+        for rec in _history_entries(obj, "target", lineno, report):
             rec = dict(rec)
             rec.setdefault("user_id", obj.get("user_id"))
             try:
@@ -291,8 +306,9 @@ def load_user_histories_2023(path: str | os.PathLike[str], category: str) -> tup
     return out, report
 
 
-def load_multicategory_histories(path: str | os.PathLike[str], categories: Iterable[str] | None = None
-                                 ) -> tuple[list[Review], ReviewLoadReport]:
+def load_multicategory_histories(
+    path: str | os.PathLike[str], categories: Iterable[str] | None = None
+) -> tuple[list[Review], ReviewLoadReport]:
     """Reviews of a ``{user_id, category, history, heldout}`` file (history and heldout pooled).
 
     ``categories``: keep only these (None: all). Each review's ``product`` block is kept.
@@ -309,16 +325,13 @@ def load_multicategory_histories(path: str | os.PathLike[str], categories: Itera
             continue
         if keep is not None and cat not in keep:
             continue
-        recs = list(obj.get("history") or [])
-        if isinstance(obj.get("heldout"), dict):
-            recs.append(obj["heldout"])
-        for rec in recs:
-            if not isinstance(rec, dict):
-                report.reject(lineno, "not_an_object", type(rec).__name__)
-                continue
+        for rec in _history_entries(obj, "heldout", lineno, report):
             off = {
-                "user_id": obj.get("user_id"), "parent_asin": rec.get("parent_asin"), "rating": rec.get("rating"),
-                "title": rec.get("review_title"), "text": rec.get("review_full") or rec.get("review_excerpt"),
+                "user_id": obj.get("user_id"),
+                "parent_asin": rec.get("parent_asin"),
+                "rating": rec.get("rating"),
+                "title": rec.get("review_title"),
+                "text": rec.get("review_full") or rec.get("review_excerpt"),
                 "timestamp": rec.get("timestamp_ms", 0),
             }
             try:
@@ -333,8 +346,9 @@ def load_multicategory_histories(path: str | os.PathLike[str], categories: Itera
     return out, report
 
 
-def load_meta_2023(path: str | os.PathLike[str], category: str | None = None,
-                   asins: set[str] | None = None) -> tuple[dict[str, ItemRecord], LoadReport]:
+def load_meta_2023(
+    path: str | os.PathLike[str], category: str | None = None, asins: set[str] | None = None
+) -> tuple[dict[str, ItemRecord], LoadReport]:
     """Item records from an official ``meta_<Category>.jsonl[.gz]`` file via the catalog loader.
 
     ``asins``: keep only these parent ASINs (None: all). Returns ``({parent_asin: ItemRecord},
@@ -354,14 +368,22 @@ def load_meta_2023(path: str | os.PathLike[str], category: str | None = None,
         if asins is not None and asin not in asins:
             continue
         out[asin] = ItemRecord(
-            asin=asin, category=cat, title=prod.title, title_source="metadata", brand=prod.brand, price=prod.price,
-            categories=list(prod.category_path), features=list(prod.features), description=prod.description,
-            average_rating=prod.rating, rating_number=prod.rating_count,
+            asin=asin,
+            category=cat,
+            title=prod.title,
+            title_source="metadata",
+            brand=prod.brand,
+            price=prod.price,
+            categories=list(prod.category_path),
+            features=list(prod.features),
+            description=prod.description,
+            average_rating=prod.rating,
+            rating_number=prod.rating_count,
             image_urls=[prod.image] if prod.image else [],
         )
     # all image URLs (the catalog Product keeps only the first)
     if out:
-        with _open_text(p) as fh:
+        with open_text(p) as fh:
             for line in fh:
                 try:
                     obj = json.loads(line)
@@ -386,8 +408,13 @@ def _num(v: Any) -> float | None:
     return p
 
 
-def build_items(category: str, reviews: Iterable[Review], meta: dict[str, ItemRecord] | None = None,
-                max_description_reviews: int = 3, hidden: set[str] | None = None) -> dict[str, ItemRecord]:
+def build_items(
+    category: str,
+    reviews: Iterable[Review],
+    meta: dict[str, ItemRecord] | None = None,
+    max_description_reviews: int = 3,
+    hidden: set[str] | None = None,
+) -> dict[str, ItemRecord]:
     """One :class:`ItemRecord` per parent ASIN reviewed in ``category`` (module docstring).
 
     ``reviews``: every review of the category (so target items are in the pool). ``hidden``: review
@@ -407,22 +434,37 @@ def build_items(category: str, reviews: Iterable[Review], meta: dict[str, ItemRe
         prod = next((r.product for r in revs if r.product and r.product.get("title")), None)
         if prod:
             out[asin] = ItemRecord(
-                asin=asin, category=category, title=str(prod["title"]), title_source="history",
-                brand=prod.get("brand") or None, price=_num(prod.get("price")),
+                asin=asin,
+                category=category,
+                title=str(prod["title"]),
+                title_source="history",
+                brand=prod.get("brand") or None,
+                price=_num(prod.get("price")),
                 categories=[prod["main_category"]] if prod.get("main_category") else [],
             )
             continue
-        top = sorted((r for r in revs if r.review_id not in hidden), key=lambda r: (-r.helpful_vote, -r.rating, r.review_id))[:max_description_reviews]
+        top = sorted(
+            (r for r in revs if r.review_id not in hidden), key=lambda r: (-r.helpful_vote, -r.rating, r.review_id)
+        )[:max_description_reviews]
         titles = [r.title.strip() for r in top if r.title.strip()]
         out[asin] = ItemRecord(
-            asin=asin, category=category, title=f"{category.replace('_', ' ')} item {asin}", title_source="reviews",
+            asin=asin,
+            category=category,
+            title=f"{category.replace('_', ' ')} item {asin}",
+            title_source="reviews",
             description=("Reviewers say: " + "; ".join(titles)) if titles else None,
         )
     return out
 
 
-def fetch_category_files(category: str, *, cache: str | os.PathLike[str] | None = None,
-                         endpoint: str | None = None, meta: bool = True, progress: bool = True) -> dict[str, Path]:
+def fetch_category_files(
+    category: str,
+    *,
+    cache: str | os.PathLike[str] | None = None,
+    endpoint: str | None = None,
+    meta: bool = True,
+    progress: bool = True,
+) -> dict[str, Path]:
     """Download (or reuse from the cache) ``<Category>.jsonl`` and, with ``meta``,
     ``meta_<Category>.jsonl`` from the McAuley Lab release. Returns ``{"reviews": path,
     "meta": path}``. Raises :class:`shopping_companion.catalog.download.DownloadError` when offline

@@ -51,16 +51,24 @@ IT - interaction trajectory: do the replies move the conversation forward to a d
 TC - tone consistency: is the assistant's voice stable? 1 = jumps between stiff and casual registers at random;
   5 = one consistent, professional and warm shopping voice from start to end."""
 
-_SYSTEM = ("You evaluate whole conversations between a shopper and an AI shopping assistant. You judge the assistant "
-           "only, using the shopper profile (which the assistant never saw directly) and the full transcript. Reply with "
-           "one JSON object and nothing else.")
+_SYSTEM = (
+    "You evaluate whole conversations between a shopper and an AI shopping assistant. You judge the assistant "
+    "only, using the shopper profile (which the assistant never saw directly) and the full transcript. Reply with "
+    "one JSON object and nothing else."
+)
 
 
-def judge_messages(profile: UserProfile, turns: list[tuple[str, str]], max_reply_chars: int = 2500) -> list[dict[str, str]]:
+def judge_messages(
+    profile: UserProfile, turns: list[tuple[str, str]], max_reply_chars: int = 2500
+) -> list[dict[str, str]]:
     """The judge's messages for a profile and ``[(query, reply), ...]`` transcript."""
-    convo = "\n".join(f"[Turn {i}] Shopper: {q}\n[Turn {i}] Assistant: {r[:max_reply_chars]}" for i, (q, r) in enumerate(turns, 1))
-    user = (f"Shopper profile:\n{profile.as_text()}\n\nTranscript:\n{convo}\n\n{_RUBRIC}\n\n"
-            'Return {"gpc": <1-5>, "cis": <1-5>, "it": <1-5>, "tc": <1-5>, "reasons": "<two or three sentences>"}.')
+    convo = "\n".join(
+        f"[Turn {i}] Shopper: {q}\n[Turn {i}] Assistant: {r[:max_reply_chars]}" for i, (q, r) in enumerate(turns, 1)
+    )
+    user = (
+        f"Shopper profile:\n{profile.as_text()}\n\nTranscript:\n{convo}\n\n{_RUBRIC}\n\n"
+        'Return {"gpc": <1-5>, "cis": <1-5>, "it": <1-5>, "tc": <1-5>, "reasons": "<two or three sentences>"}.'
+    )
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
 
 

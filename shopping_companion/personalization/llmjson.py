@@ -23,18 +23,11 @@ from pydantic import BaseModel
 
 from shopping_companion.judges.llm import _bounded_call, _Cache, ask_strict_json
 from shopping_companion.llm.base import ChatBackend, Sampling
+from shopping_companion.errors import JSONAskError  # noqa: F401 - re-exported
 
 __all__ = ["JSONAsker", "JSONAskError"]
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class JSONAskError(RuntimeError):
-    """No valid reply after the retries; ``errors`` lists what went wrong per attempt."""
-
-    def __init__(self, message: str, errors: list[str]) -> None:
-        super().__init__(message + ": " + " | ".join(errors)[:2000])
-        self.errors = errors
 
 
 class JSONAsker:
@@ -54,9 +47,18 @@ class JSONAsker:
         ConfigError: a ``timeout_s`` / ``deadline_s`` that is not a number of seconds > 0.
     """
 
-    def __init__(self, backend: ChatBackend, *, sampling: Sampling | None = None, max_retries: int = 2,
-                 cache_path: str | Path | None = None, backoff_s: float = 0.5, max_backoff_s: float = 8.0,
-                 timeout_s: float | None = None, deadline_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        backend: ChatBackend,
+        *,
+        sampling: Sampling | None = None,
+        max_retries: int = 2,
+        cache_path: str | Path | None = None,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        timeout_s: float | None = None,
+        deadline_s: float = 600.0,
+    ) -> None:
         from shopping_companion.llm.breaker import positive_seconds
 
         self.timeout_s = positive_seconds("timeout_s", timeout_s, allow_none=True)
@@ -76,8 +78,16 @@ class JSONAsker:
             self.stats[k] += 1
 
     def _key(self, messages: list[dict[str, Any]], model: type[BaseModel]) -> str:
-        blob = json.dumps({"model": self.model_id, "schema": model.__name__, "sampling": self.sampling.model_dump(),
-                           "messages": messages}, sort_keys=True, ensure_ascii=False)
+        blob = json.dumps(
+            {
+                "model": self.model_id,
+                "schema": model.__name__,
+                "sampling": self.sampling.model_dump(),
+                "messages": messages,
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def ask(self, messages: list[dict[str, Any]], model: type[M], context: dict[str, Any] | None = None) -> M:
@@ -93,9 +103,16 @@ class JSONAsker:
             return _bounded_call(lambda: self.backend.chat(convo, None, self.sampling), budget).content
 
         out, errors = ask_strict_json(
-            call, messages, lambda obj: model.model_validate(obj, context=context), self._cache,
-            self._key(messages, model), max_retries=self.max_retries, backoff_s=self.backoff_s,
-            max_backoff_s=self.max_backoff_s, bump=self._bump, name=f"{model.__name__} asker",
+            call,
+            messages,
+            lambda obj: model.model_validate(obj, context=context),
+            self._cache,
+            self._key(messages, model),
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s,
+            bump=self._bump,
+            name=f"{model.__name__} asker",
             deadline_s=self.deadline_s,
         )
         if out is None:

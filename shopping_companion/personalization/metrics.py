@@ -24,8 +24,16 @@ import numpy as np
 from shopping_companion.errors import ConfigError
 from shopping_companion.personalization.text import STOPWORDS, tokens
 
-__all__ = ["PairedResult", "first_hit_turn", "holm", "paired_wilcoxon", "rank_biserial", "retrieval_correct",
-           "spearman", "title_overlap"]
+__all__ = [
+    "PairedResult",
+    "first_hit_turn",
+    "holm",
+    "paired_wilcoxon",
+    "rank_biserial",
+    "retrieval_correct",
+    "spearman",
+    "title_overlap",
+]
 
 
 def _title_tokens(title: str) -> set[str]:
@@ -86,7 +94,9 @@ def paired_wilcoxon(x: Sequence[float], y: Sequence[float]) -> PairedResult:
     if nz == 0:
         return PairedResult(n=len(d), n_nonzero=0, statistic=float("nan"), p=float("nan"), r=0.0)
     res = wilcoxon(np.asarray(x, float), np.asarray(y, float), zero_method="wilcox", alternative="two-sided")
-    return PairedResult(n=len(d), n_nonzero=nz, statistic=float(res.statistic), p=float(res.pvalue), r=rank_biserial(x, y))
+    return PairedResult(
+        n=len(d), n_nonzero=nz, statistic=float(res.statistic), p=float(res.pvalue), r=rank_biserial(x, y)
+    )
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -54,7 +54,9 @@ class UserProfile(BaseModel):
 
     def as_text(self) -> str:
         """One ``Field: value`` line per field; missing fields read "Not specified"."""
-        return "\n".join(f"{f.replace('_', ' ').title()}: {getattr(self, f) or 'Not specified'}" for f in PROFILE_FIELDS)
+        return "\n".join(
+            f"{f.replace('_', ' ').title()}: {getattr(self, f) or 'Not specified'}" for f in PROFILE_FIELDS
+        )
 
 
 class ProfileBuilder(Protocol):
@@ -87,7 +89,9 @@ class RuleProfileBuilder:
         low = [r for r in reviews if r.rating <= 3]
         hi_aspects: Counter = Counter()
         for r in high:
-            hi_aspects.update(list(aspects_in(r.content)))  # Counter keys: unique, in ASPECTS order (no hash-order ties)
+            hi_aspects.update(
+                list(aspects_in(r.content))
+            )  # Counter keys: unique, in ASPECTS order (no hash-order ties)
         lo_aspects: Counter = Counter()
         lo_by_aspect: dict[str, list[Review]] = {}
         for r in low:
@@ -147,8 +151,11 @@ class RuleProfileBuilder:
         if low:
             if lo_aspects:
                 top = [a for a, _ in lo_aspects.most_common(3)]
-                dislikes = f"Criticised {_join(top)} in 1-3 star reviews, e.g. " + "; ".join(
-                    _quote(r) for r in low[: self.max_quotes]) + "."
+                dislikes = (
+                    f"Criticised {_join(top)} in 1-3 star reviews, e.g. "
+                    + "; ".join(_quote(r) for r in low[: self.max_quotes])
+                    + "."
+                )
                 recurring = [a for a, n in lo_aspects.most_common() if n >= 2]
                 if recurring:
                     pain = f"Recurring complaints about {_join(recurring[:3])} ({', '.join(str(lo_aspects[a]) for a in recurring[:3])} low-rated reviews)."
@@ -156,17 +163,32 @@ class RuleProfileBuilder:
                     a = top[0]
                     pain = f"One low-rated experience with {a}: {_quote(lo_by_aspect[a][0])}."
             else:
-                dislikes = "Gave 1-3 stars without a clear reason, e.g. " + "; ".join(_quote(r) for r in low[: self.max_quotes]) + "."
+                dislikes = (
+                    "Gave 1-3 stars without a clear reason, e.g. "
+                    + "; ".join(_quote(r) for r in low[: self.max_quotes])
+                    + "."
+                )
 
         mean = statistics.fmean(r.rating for r in reviews) if reviews else None
-        brands = Counter(items[r.parent_asin].brand for r in high if r.parent_asin in items and items[r.parent_asin].brand)
-        notes = [f"{len(reviews)} visible review(s), mean rating {mean:.1f}" if mean is not None else "no visible reviews"]
+        brands = Counter(
+            items[r.parent_asin].brand for r in high if r.parent_asin in items and items[r.parent_asin].brand
+        )
+        notes = [
+            f"{len(reviews)} visible review(s), mean rating {mean:.1f}" if mean is not None else "no visible reviews"
+        ]
         if brands:
             b, n = brands.most_common(1)[0]
             if n >= 2:
                 notes.append(f"rated {b} highly {n} times")
-        return UserProfile(style=style, budget=budget, size=size, quality_priorities=quality, dislikes=dislikes,
-                           pain_points=pain, additional_notes="; ".join(notes) + ".")
+        return UserProfile(
+            style=style,
+            budget=budget,
+            size=size,
+            quality_priorities=quality,
+            dislikes=dislikes,
+            pain_points=pain,
+            additional_notes="; ".join(notes) + ".",
+        )
 
 
 _PROFILE_SYSTEM = (
@@ -177,7 +199,9 @@ _PROFILE_SYSTEM = (
 )
 
 
-def profile_prompt(reviews: list[Review], items: dict[str, ItemRecord], category: str, max_chars: int = 600) -> list[dict[str, str]]:
+def profile_prompt(
+    reviews: list[Review], items: dict[str, ItemRecord], category: str, max_chars: int = 600
+) -> list[dict[str, str]]:
     """The LLM profile prompt (our wording) for a user's visible reviews."""
     lines = []
     for i, r in enumerate(reviews, 1):
@@ -195,7 +219,8 @@ def profile_prompt(reviews: list[Review], items: dict[str, ItemRecord], category
         "additional_notes": "anything else that helps recommend to them",
     }
     user = (
-        f"Shopping category: {category.replace('_', ' ')}\nReviews written by this shopper:\n" + "\n".join(lines)
+        f"Shopping category: {category.replace('_', ' ')}\nReviews written by this shopper:\n"
+        + "\n".join(lines)
         + "\n\nReturn a JSON object with exactly these keys (each a string of at most three sentences, or null):\n"
         + "\n".join(f'- "{k}": {v}' for k, v in fields.items())
         + "\nMention star levels as evidence where it helps (e.g. 'five stars when ...')."

@@ -26,10 +26,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from shopping_companion.personalization.data import ItemRecord
 from shopping_companion.personalization.llmjson import JSONAsker
 from shopping_companion.personalization.profiles import PROFILE_FIELDS, UserProfile
-from shopping_companion.personalization.text import ASPECTS, GENERIC_ASPECTS, STOPWORDS, aspects_in, tokens, with_article
+from shopping_companion.personalization.text import (
+    ASPECTS,
+    GENERIC_ASPECTS,
+    STOPWORDS,
+    aspects_in,
+    tokens,
+    with_article,
+)
+from shopping_companion.errors import QueryRuleError  # noqa: F401 - re-exported
 
-__all__ = ["LLMQueryGenerator", "QueryGenerator", "QueryRuleError", "QueryTrajectory", "TemplateQueryGenerator",
-           "check_queries"]
+__all__ = [
+    "LLMQueryGenerator",
+    "QueryGenerator",
+    "QueryRuleError",
+    "QueryTrajectory",
+    "TemplateQueryGenerator",
+    "check_queries",
+]
 
 MIN_Q, MAX_Q = 5, 8
 
@@ -42,10 +56,6 @@ class QueryTrajectory(BaseModel):
     product_type: str
     queries: list[str] = Field(min_length=MIN_Q, max_length=MAX_Q)
     generator: str
-
-
-class QueryRuleError(ValueError):
-    """A question breaks a trajectory rule; the message names the question and the rule."""
 
 
 _FIRST_PERSON = re.compile(r"\b(me|my|i|i'm|i've|mine|myself)\b", re.I)
@@ -79,7 +89,11 @@ def check_queries(queries: list[str], item: ItemRecord, profile: UserProfile | N
     if len({q.strip().lower() for q in queries}) != len(queries):
         raise QueryRuleError("questions: must be distinct")
     title_toks = [t for t in tokens(item.title) if t not in STOPWORDS]
-    trigrams = {" ".join(title_toks[i : i + 3]) for i in range(len(title_toks) - 2)} if item.title_source != "reviews" else set()
+    trigrams = (
+        {" ".join(title_toks[i : i + 3]) for i in range(len(title_toks) - 2)}
+        if item.title_source != "reviews"
+        else set()
+    )
     brand = " ".join(tokens(item.brand or ""))
     phrases = _profile_phrases(profile)
     for i, q in enumerate(queries, 1):
@@ -105,8 +119,9 @@ class QueryGenerator(Protocol):
 
     name: str
 
-    def generate(self, case_id: str, item: ItemRecord, profile: UserProfile, product_type: str,
-                 category_aspects: list[str]) -> QueryTrajectory: ...
+    def generate(
+        self, case_id: str, item: ItemRecord, profile: UserProfile, product_type: str, category_aspects: list[str]
+    ) -> QueryTrajectory: ...
 
 
 _OPENERS = [
@@ -122,12 +137,16 @@ _ASPECT_Q = [
     "For me, which {pt} strikes the right balance on {a}?",
     "Could you point me to {apt} that would not disappoint me on {a}?",
 ]
-_BUDGET_Q = ["Which {pt} would give me the best value for my money?",
-             "What price range of {pt} makes sense for someone like me?"]
+_BUDGET_Q = [
+    "Which {pt} would give me the best value for my money?",
+    "What price range of {pt} makes sense for someone like me?",
+]
 _GIFT_Q = ["If I wanted {apt} as a gift from me to a friend with tastes like mine, what would you pick?"]
-_CLOSERS = ["Out of everything we discussed, which {pt} should I go for?",
-            "Based on my usual tastes, which one would you finally pick for me?",
-            "Can you narrow it down to the single {pt} that suits me best?"]
+_CLOSERS = [
+    "Out of everything we discussed, which {pt} should I go for?",
+    "Based on my usual tastes, which one would you finally pick for me?",
+    "Can you narrow it down to the single {pt} that suits me best?",
+]
 
 
 class TemplateQueryGenerator:
@@ -138,15 +157,22 @@ class TemplateQueryGenerator:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 
-    def generate(self, case_id: str, item: ItemRecord, profile: UserProfile, product_type: str,
-                 category_aspects: list[str]) -> QueryTrajectory:
+    def generate(
+        self, case_id: str, item: ItemRecord, profile: UserProfile, product_type: str, category_aspects: list[str]
+    ) -> QueryTrajectory:
         h = hashlib.sha256(f"{self.seed}:{case_id}".encode()).digest()
         rng = random.Random(int.from_bytes(h[:8], "big"))
         n = rng.randint(MIN_Q, MAX_Q)
-        prof_aspects = [a for a, _ in aspects_in(" ".join(filter(None, [profile.quality_priorities, profile.dislikes,
-                                                                          profile.pain_points]))).most_common()]
+        prof_aspects = [
+            a
+            for a, _ in aspects_in(
+                " ".join(filter(None, [profile.quality_priorities, profile.dislikes, profile.pain_points]))
+            ).most_common()
+        ]
         aspects = list(dict.fromkeys(prof_aspects + category_aspects + ["quality", "value", "ease of use"]))
-        item_aspects = set(aspects_in(item.metadata_text())) if item.title_source != "reviews" else set(category_aspects)
+        item_aspects = (
+            set(aspects_in(item.metadata_text())) if item.title_source != "reviews" else set(category_aspects)
+        )
         aspects = [a for a in aspects if a in ASPECTS and a != "value" and (a in GENERIC_ASPECTS or a in item_aspects)]
         pt = product_type
         apt = with_article(pt)
@@ -224,7 +250,10 @@ class LLMQueryGenerator:
     def __init__(self, asker: JSONAsker) -> None:
         self.asker = asker
 
-    def generate(self, case_id: str, item: ItemRecord, profile: UserProfile, product_type: str,
-                 category_aspects: list[str]) -> QueryTrajectory:
-        r = self.asker.ask(query_prompt(item, profile, product_type), _LLMQueries, context={"item": item, "profile": profile})
+    def generate(
+        self, case_id: str, item: ItemRecord, profile: UserProfile, product_type: str, category_aspects: list[str]
+    ) -> QueryTrajectory:
+        r = self.asker.ask(
+            query_prompt(item, profile, product_type), _LLMQueries, context={"item": item, "profile": profile}
+        )
         return QueryTrajectory(case_id=case_id, product_type=r.product_type, queries=r.questions, generator=self.name)

@@ -29,8 +29,19 @@ import numpy as np
 from shopping_companion.errors import ConfigError
 from shopping_companion.personalization.data import ItemRecord, Review
 
-__all__ = ["DialogueMemory", "OpenAIEmbedder", "ProductIndex", "ReviewIndex", "TextEmbedder", "VIEWS", "cosine",
-           "encode_query", "make_text_embedder", "normalize", "top_k"]
+__all__ = [
+    "DialogueMemory",
+    "OpenAIEmbedder",
+    "ProductIndex",
+    "ReviewIndex",
+    "TextEmbedder",
+    "VIEWS",
+    "cosine",
+    "encode_query",
+    "make_text_embedder",
+    "normalize",
+    "top_k",
+]
 
 #: Product embedding views of Eq. 7: metadata, review mean, image description.
 VIEWS: tuple[str, ...] = ("meta", "review", "image")
@@ -96,8 +107,10 @@ class DialogueMemory:
         if not self._vecs:
             return []
         s = cosine(query_vec, np.stack(self._vecs))
-        return [{"turn": i + 1, "query": self.queries[i], "reply": self.replies[i], "score": float(s[i])}
-                for i in top_k(s, k)]
+        return [
+            {"turn": i + 1, "query": self.queries[i], "reply": self.replies[i], "score": float(s[i])}
+            for i in top_k(s, k)
+        ]
 
 
 class ProductIndex:
@@ -173,8 +186,12 @@ def review_text(r: Review, max_chars: int = 800) -> str:
     return r.content[:max_chars]
 
 
-def build_product_index(items: dict[str, ItemRecord], item_reviews: dict[str, list[Review]], embedder: TextEmbedder,
-                        max_reviews_per_item: int = 10) -> ProductIndex:
+def build_product_index(
+    items: dict[str, ItemRecord],
+    item_reviews: dict[str, list[Review]],
+    embedder: TextEmbedder,
+    max_reviews_per_item: int = 10,
+) -> ProductIndex:
     """Embed a category's items: e^m of :meth:`ItemRecord.metadata_text`, e^r the mean of up to
     ``max_reviews_per_item`` most helpful visible reviews, e^d of ``image_description``."""
     asins = sorted(items)
@@ -212,8 +229,15 @@ class OpenAIEmbedder:
     Raises :class:`shopping_companion.llm.base.BackendError` on a failed request.
     """
 
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 batch_size: int = 64, timeout_s: float = 120.0, dimensions: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        batch_size: int = 64,
+        timeout_s: float = 120.0,
+        dimensions: int | None = None,
+    ) -> None:
         import os
 
         from openai import OpenAI
@@ -223,8 +247,9 @@ class OpenAIEmbedder:
         self.model = model
         self.batch_size = batch_size
         self.dimensions = dimensions
-        self._client = OpenAI(api_key=os.environ.get(api_key_env) or "EMPTY", base_url=base_url, timeout=timeout_s,
-                              max_retries=2)
+        self._client = OpenAI(
+            api_key=os.environ.get(api_key_env) or "EMPTY", base_url=base_url, timeout=timeout_s, max_retries=2
+        )
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         from shopping_companion.llm.base import BackendError
@@ -243,7 +268,9 @@ class OpenAIEmbedder:
         return normalize(np.asarray(out, dtype=np.float32)) if out else np.zeros((0, 1), np.float32)
 
 
-def make_text_embedder(spec: str = "minilm", base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY") -> TextEmbedder:
+def make_text_embedder(
+    spec: str = "minilm", base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY"
+) -> TextEmbedder:
     """``"minilm"`` (default, cached MiniLM) or ``"openai:<model>"`` (an embeddings endpoint at
     ``base_url``). Raises :class:`ConfigError` for anything else."""
     if spec == "minilm":

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shopping_companion.errors import ConfigError
 from shopping_companion.personalization.data import Review
+from shopping_companion.errors import LeakageError  # noqa: F401 - re-exported
 
 __all__ = ["LeakageError", "SelectionConfig", "UserCase", "assert_no_leak", "select_cases", "visible_corpus"]
 
@@ -62,10 +63,6 @@ class UserCase(BaseModel):
     visible_reviews: list[Review]
 
 
-class LeakageError(AssertionError):
-    """Hidden target-review text reached something the assistant sees."""
-
-
 def _rng(seed: int, category: str) -> random.Random:
     h = hashlib.sha256(f"{seed}:{category}".encode()).digest()
     return random.Random(int.from_bytes(h[:8], "big"))
@@ -101,12 +98,24 @@ def select_cases(reviews: Iterable[Review], category: str, config: SelectionConf
             target = pos[-1]
         else:
             target = pos[rng.randrange(len(pos))]
-        visible = [r for r in revs if r.parent_asin != target.parent_asin
-                   and (not cfg.before_target_only or (r.timestamp, r.parent_asin) < (target.timestamp, target.parent_asin))]
+        visible = [
+            r
+            for r in revs
+            if r.parent_asin != target.parent_asin
+            and (not cfg.before_target_only or (r.timestamp, r.parent_asin) < (target.timestamp, target.parent_asin))
+        ]
         if not visible:
             continue  # nothing left to personalise from (every review was about the target)
-        cases.append(UserCase(case_id=f"{category}:{uid}", category=category, user_id=uid,
-                              target_asin=target.parent_asin, target_review=target, visible_reviews=visible))
+        cases.append(
+            UserCase(
+                case_id=f"{category}:{uid}",
+                category=category,
+                user_id=uid,
+                target_asin=target.parent_asin,
+                target_review=target,
+                visible_reviews=visible,
+            )
+        )
     return cases
 
 
@@ -135,4 +144,6 @@ def assert_no_leak(case: UserCase, texts: Iterable[str], n: int = 12) -> None:
         if probes:
             hit = probes & _grams(t, n)
             if hit:
-                raise LeakageError(f"{case.case_id}: hidden target review text reached the assistant: {' '.join(next(iter(hit)))[:80]!r}")
+                raise LeakageError(
+                    f"{case.case_id}: hidden target review text reached the assistant: {' '.join(next(iter(hit)))[:80]!r}"
+                )

@@ -10,8 +10,17 @@ import re
 from collections import Counter
 from typing import Iterable
 
-__all__ = ["ASPECTS", "GENERIC_ASPECTS", "STOPWORDS", "content_tokens", "product_type", "sentences", "singular", "tokens",
-           "with_article"]
+__all__ = [
+    "ASPECTS",
+    "GENERIC_ASPECTS",
+    "STOPWORDS",
+    "content_tokens",
+    "product_type",
+    "sentences",
+    "singular",
+    "tokens",
+    "with_article",
+]
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -47,16 +56,97 @@ ASPECTS: dict[str, tuple[str, ...]] = {
 #: aspects that apply to almost any product (questions may always ask about them)
 GENERIC_ASPECTS = ("quality", "durability", "value", "appearance", "ease of use", "packaging")
 
-STYLE_WORDS = ("casual", "elegant", "minimalist", "vintage", "cute", "classic", "modern", "bold", "natural",
-               "colorful", "simple", "luxurious", "playful", "sleek", "rustic", "professional", "sporty", "girly",
-               "retro", "fun", "organic", "practical")
+STYLE_WORDS = (
+    "casual",
+    "elegant",
+    "minimalist",
+    "vintage",
+    "cute",
+    "classic",
+    "modern",
+    "bold",
+    "natural",
+    "colorful",
+    "simple",
+    "luxurious",
+    "playful",
+    "sleek",
+    "rustic",
+    "professional",
+    "sporty",
+    "girly",
+    "retro",
+    "fun",
+    "organic",
+    "practical",
+)
 
-_COLOURS = {"black", "white", "red", "blue", "green", "pink", "purple", "gold", "silver", "brown", "grey", "gray",
-            "yellow", "orange", "beige", "navy", "rose", "clear", "multicolor", "multi"}
-_NOT_TYPE = STOPWORDS | _COLOURS | {"pack", "set", "pcs", "piece", "pieces", "count", "new", "women", "men", "girls",
-                                    "boys", "kids", "adults", "oz", "ml", "inch", "inches", "size", "large", "small",
-                                    "mini", "premium", "professional", "best", "gift", "gifts", "free", "natural",
-                                    "perfect", "great", "high", "quality", "x", "ft", "lb", "lbs", "item", "edition"}
+_COLOURS = {
+    "black",
+    "white",
+    "red",
+    "blue",
+    "green",
+    "pink",
+    "purple",
+    "gold",
+    "silver",
+    "brown",
+    "grey",
+    "gray",
+    "yellow",
+    "orange",
+    "beige",
+    "navy",
+    "rose",
+    "clear",
+    "multicolor",
+    "multi",
+}
+_NOT_TYPE = (
+    STOPWORDS
+    | _COLOURS
+    | {
+        "pack",
+        "set",
+        "pcs",
+        "piece",
+        "pieces",
+        "count",
+        "new",
+        "women",
+        "men",
+        "girls",
+        "boys",
+        "kids",
+        "adults",
+        "oz",
+        "ml",
+        "inch",
+        "inches",
+        "size",
+        "large",
+        "small",
+        "mini",
+        "premium",
+        "professional",
+        "best",
+        "gift",
+        "gifts",
+        "free",
+        "natural",
+        "perfect",
+        "great",
+        "high",
+        "quality",
+        "x",
+        "ft",
+        "lb",
+        "lbs",
+        "item",
+        "edition",
+    }
+)
 
 
 def tokens(text: str) -> list[str]:

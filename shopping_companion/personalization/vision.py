@@ -19,8 +19,10 @@ __all__ = ["describe_images", "vision_messages"]
 
 log = logging.getLogger(__name__)
 
-_PROMPT = ("Describe what this product looks like for a shopper who cannot see the picture: colours, shape, material "
-           "and finish, style and overall impression, in two or three sentences. Do not guess the price or the brand.")
+_PROMPT = (
+    "Describe what this product looks like for a shopper who cannot see the picture: colours, shape, material "
+    "and finish, style and overall impression, in two or three sentences. Do not guess the price or the brand."
+)
 
 
 def vision_messages(item: ItemRecord, max_images: int = 2) -> list[dict]:
@@ -30,8 +32,9 @@ def vision_messages(item: ItemRecord, max_images: int = 2) -> list[dict]:
     return [{"role": "user", "content": parts}]
 
 
-def describe_images(items: dict[str, ItemRecord], backend: ChatBackend | None, *, max_images: int = 2,
-                    sampling: Sampling | None = None) -> dict[str, int]:
+def describe_images(
+    items: dict[str, ItemRecord], backend: ChatBackend | None, *, max_images: int = 2, sampling: Sampling | None = None
+) -> dict[str, int]:
     """Fill ``image_description`` in place; returns counts ``{"described", "no_images", "failed",
     "skipped_no_endpoint"}``."""
     counts = {"described": 0, "no_images": 0, "failed": 0, "skipped_no_endpoint": 0}

@@ -6,8 +6,9 @@ the stages judged successful, :mod:`~shopping_companion.sft.examples` turns ever
 of a kept stage into one step-level example, :mod:`~shopping_companion.sft.decontam` checks that
 no test-split task leaked into them, and :mod:`~shopping_companion.sft.export` writes LLaMA-Factory
 ShareGPT-with-tools data, ``dataset_info.json`` and a LoRA training YAML (paper settings).
-The command line is :mod:`~shopping_companion.sft.cli` (``shopcomp sft``). LLaMA-Factory itself
-is never imported here: it lives in its own environment (``scripts/install_sft.sh``).
+The command line is :mod:`~shopping_companion.cli.sft` (``shopcomp sft``), configured by
+:mod:`~shopping_companion.sft.config`. LLaMA-Factory itself is never imported here: it lives in its
+own environment (``scripts/install_sft.sh``).
 """
 
 from shopping_companion.sft.collect import KeepPolicy, KeptStage, select_kept

@@ -97,15 +97,19 @@ def _assistant_dict(step: Step, content: str) -> dict[str, Any]:
     d: dict[str, Any] = {"role": "assistant", "content": with_reasoning(content, step.reasoning)}
     if step.tool_calls and not step.format.has_answer:
         d["tool_calls"] = [
-            {"id": c.call_id, "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+            }
             for c in step.tool_calls
         ]
     return d
 
 
-def step_examples(kept: Iterable[KeptStage], *, drop_malformed: bool = True,
-                  drop_error_calls: bool = False) -> list[StepExample]:
+def step_examples(
+    kept: Iterable[KeptStage], *, drop_malformed: bool = True, drop_error_calls: bool = False
+) -> list[StepExample]:
     """Split kept stage trajectories into step-level examples (module docstring).
 
     ``drop_malformed``: malformed turns (:func:`is_malformed`) are not targets.
@@ -130,11 +134,21 @@ def step_examples(kept: Iterable[KeptStage], *, drop_malformed: bool = True,
                 continue
             if drop_error_calls and any(r.error for r in step.tool_results):
                 continue
-            out.append(StepExample(
-                example_id=f"{k.key}/turn{turn}", task_id=k.task_id, trial=k.trial, stage=k.stage, mode=k.mode,
-                turn=turn, n_turns=len(traj.steps), target_kind=_kind(step),
-                target_tools=[] if step.format.has_answer else [c.name for c in step.tool_calls], tools=tools, messages=ctx[: i + 1],
-            ))
+            out.append(
+                StepExample(
+                    example_id=f"{k.key}/turn{turn}",
+                    task_id=k.task_id,
+                    trial=k.trial,
+                    stage=k.stage,
+                    mode=k.mode,
+                    turn=turn,
+                    n_turns=len(traj.steps),
+                    target_kind=_kind(step),
+                    target_tools=[] if step.format.has_answer else [c.name for c in step.tool_calls],
+                    tools=tools,
+                    messages=ctx[: i + 1],
+                )
+            )
     return out
 
 
@@ -158,6 +172,7 @@ def example_stats(examples: Iterable[StepExample]) -> dict[str, Any]:
         "by_turn": {str(k): v for k, v in sorted(Counter(e.turn for e in ex).items())},
         "trajectories": len({e.example_id.rsplit("/turn", 1)[0] for e in ex}),
         "tasks": len({e.task_id for e in ex}),
-        "context_messages": ({"min": min(ctx), "mean": round(sum(ctx) / len(ctx), 2), "max": max(ctx)}
-                             if ctx else None),
+        "context_messages": (
+            {"min": min(ctx), "mean": round(sum(ctx) / len(ctx), 2), "max": max(ctx)} if ctx else None
+        ),
     }

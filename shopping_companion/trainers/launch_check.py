@@ -15,6 +15,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.errors import ConfigError
+
 __all__ = ["check_launch"]
 
 #: verl's ppo_trainer default model path: still there means no model was given
@@ -70,18 +72,24 @@ def _rows(value: Any, key: str, problems: list[str], agent_names: set[str] | Non
         n += table.num_rows
         names = {str(x) for x in table.column("agent_name").to_pylist()}
         if agent_names is not None and names - agent_names:
-            problems.append(f"{key}: {p} has rows for agent loops {sorted(names - agent_names)} that are not in the "
-                            f"agent-loop registry ({sorted(agent_names)})")
+            problems.append(
+                f"{key}: {p} has rows for agent loops {sorted(names - agent_names)} that are not in the "
+                f"agent-loop registry ({sorted(agent_names)})"
+            )
         extras = table.column("extra_info").to_pylist()
         bad = sum(1 for e in extras if not isinstance(e, dict) or e.get("task_id") is None or e.get("stage") is None)
         if bad:
-            problems.append(f"{key}: {p}: {bad} of {len(extras)} rows have no extra_info.task_id / extra_info.stage "
-                            "(rows must come from `shopcomp grpo prepare`)")
+            problems.append(
+                f"{key}: {p}: {bad} of {len(extras)} rows have no extra_info.task_id / extra_info.stage "
+                "(rows must come from `shopcomp grpo prepare`)"
+            )
         benches = {str(e["benchmark"]) for e in extras if isinstance(e, dict) and e.get("benchmark")}
         for b in sorted(benches):
             if not Path(b).is_dir():
-                problems.append(f"{key}: {p} refers to the benchmark directory {b}, which does not exist here (every "
-                                "node needs it at that path, or set `benchmark` in the agent-loop config)")
+                problems.append(
+                    f"{key}: {p} refers to the benchmark directory {b}, which does not exist here (every "
+                    "node needs it at that path, or set `benchmark` in the agent-loop config)"
+                )
     return n
 
 
@@ -105,7 +113,7 @@ def _int(cfg: Any, key: str, problems: list[str], minimum: int | None = None) ->
 
 
 def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """Check the verl command built by :func:`~shopping_companion.trainers.cli.launch_command`.
+    """Check the verl command built by :func:`~shopping_companion.trainers.launch.launch_command`.
 
     Returns ``(problems, summary)``: ``problems`` is empty when the launch would pass every check
     (each entry names the config key and what is wrong); ``summary`` has the composed settings a
@@ -113,14 +121,17 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     ``notes`` on checks that could not run here (verl's LoRA-rank check needs vLLM installed).
 
     Raises:
-        RuntimeError: verl or hydra is not installed in this environment.
+        ConfigError: verl or hydra is not installed in this environment, or ``cmd`` is not a
+            command of :func:`~shopping_companion.trainers.launch.launch_command`.
     """
     try:
         from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import validate_config
     except ImportError as e:
-        raise RuntimeError(f"--check needs the verl extra in this environment ({e}); install it with "
-                           "scripts/install_rl.sh and run .venv-rl/bin/shopcomp grpo launch --check") from e
+        raise ConfigError(
+            f"--check needs the verl extra in this environment ({e}); install it with "
+            "scripts/install_rl.sh and run .venv-rl/bin/shopcomp grpo launch --check"
+        ) from e
     config_dir = name = None
     overrides = []
     for a in cmd[3:]:
@@ -131,7 +142,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         else:
             overrides.append(a)
     if config_dir is None or name is None:
-        raise ValueError("cmd: expected --config-path= and --config-name= (from launch_command)")
+        raise ConfigError("cmd: expected --config-path= and --config-name= (from launch_command)")
     problems: list[str] = []
     try:
         cfg = _compose(config_dir, name, overrides)
@@ -167,17 +178,23 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             entries = yaml.safe_load(loop_path.read_text()) or []
         except yaml.YAMLError as e:
             entries = None
-            problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} is not valid YAML ({e})")
+            problems.append(
+                f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} is not valid YAML ({e})"
+            )
         if entries is not None and not (isinstance(entries, list) and all(isinstance(e, dict) for e in entries)):
-            problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} must be a list of "
-                            "{name, _target_, ...} entries")
+            problems.append(
+                f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} must be a list of "
+                "{name, _target_, ...} entries"
+            )
             entries = None
         names = {e.get("name"): e for e in entries or []}
         registry = {str(k) for k in names} if entries is not None else None
         want = str(agent.default_agent_loop)
         if entries is not None and want not in names:
-            problems.append(f"actor_rollout_ref.rollout.agent.default_agent_loop: {want!r} is not in {loop_path} "
-                            f"(names: {sorted(names)})")
+            problems.append(
+                f"actor_rollout_ref.rollout.agent.default_agent_loop: {want!r} is not in {loop_path} "
+                f"(names: {sorted(names)})"
+            )
         for entry in names.values():
             target = str(entry.get("_target_", ""))
             mod, _, cls = target.rpartition(".")
@@ -192,19 +209,22 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         try:
             load_class_from_fqn(str(manager), "AgentLoopManager")
         except Exception as e:  # noqa: BLE001
-            problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_manager_class: {manager} ({type(e).__name__}: {e})")
+            problems.append(
+                f"actor_rollout_ref.rollout.agent.agent_loop_manager_class: {manager} ({type(e).__name__}: {e})"
+            )
         if cfg.trainer.get("use_v1", False) and str(manager).endswith("ShoppingCompanionAgentLoopManager"):
-            problems.append("trainer.use_v1=true needs actor_rollout_ref.rollout.agent.agent_loop_manager_class=null "
-                            "(ShoppingCompanionAgentLoopManager belongs to the RayPPOTrainer path)")
+            problems.append(
+                "trainer.use_v1=true needs actor_rollout_ref.rollout.agent.agent_loop_manager_class=null "
+                "(ShoppingCompanionAgentLoopManager belongs to the RayPPOTrainer path)"
+            )
 
     rf = cfg.reward.get("custom_reward_function") or {}
     if rf.get("path"):
         path = str(rf.path)
         try:
             if path.startswith("pkg://"):
-                fn = getattr(importlib.import_module(path[len("pkg://"):]), str(rf.name))
+                fn = getattr(importlib.import_module(path[len("pkg://") :]), str(rf.name))
             else:
-
                 spec = importlib.util.spec_from_file_location("_reward_fn", path)
                 if spec is None or spec.loader is None:
                     raise FileNotFoundError(path)
@@ -231,8 +251,10 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         try:
             get_adv_estimator_fn(est)
         except Exception as e:  # noqa: BLE001
-            problems.append(f"algorithm.adv_estimator: {est!r} is not registered ({e}); grpo_judged needs this "
-                            "package installed in the environment (its verl.plugins entry point)")
+            problems.append(
+                f"algorithm.adv_estimator: {est!r} is not registered ({e}); grpo_judged needs this "
+                "package installed in the environment (its verl.plugins entry point)"
+            )
 
     n_train = _rows(cfg.data.train_files, "data.train_files", problems, registry)
     n_val = _rows(cfg.data.val_files, "data.val_files", problems, registry)
@@ -243,8 +265,10 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     gpus = _int(cfg, "trainer.n_gpus_per_node", problems, minimum=1)
     nodes = _int(cfg, "trainer.nnodes", problems, minimum=1)
     if bs and 0 < n_train < bs:
-        problems.append(f"data.train_batch_size: {bs} prompts per step but data.train_files has {n_train} rows; verl's "
-                        "train dataloader drops the incomplete last batch, so no step would run")
+        problems.append(
+            f"data.train_batch_size: {bs} prompts per step but data.train_files has {n_train} rows; verl's "
+            "train dataloader drops the incomplete last batch, so no step would run"
+        )
 
     model = str(cfg.actor_rollout_ref.model.path or "")
     mp = Path(model).expanduser()
@@ -252,25 +276,40 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         problems.append("actor_rollout_ref.model.path: not set (pass --model, a local model directory or a hub id)")
     elif mp.exists():
         if not (mp / "config.json").is_file():
-            problems.append(f"actor_rollout_ref.model.path: {mp} has no config.json (a Hugging Face model directory is expected)")
+            problems.append(
+                f"actor_rollout_ref.model.path: {mp} has no config.json (a Hugging Face model directory is expected)"
+            )
         elif not mp.is_absolute():
-            notes.append(f"actor_rollout_ref.model.path {model} is relative: Ray actors may resolve it elsewhere; "
-                         "give an absolute path")
+            notes.append(
+                f"actor_rollout_ref.model.path {model} is relative: Ray actors may resolve it elsewhere; "
+                "give an absolute path"
+            )
     elif mp.is_absolute() or model.startswith(("./", "../", "~")) or model.count("/") != 1:
         problems.append(f"actor_rollout_ref.model.path: {model} does not exist")
     else:
-        notes.append(f"actor_rollout_ref.model.path {model} is not a local directory: it will be read from the "
-                     "Hugging Face hub (or its cache) on every node")
+        notes.append(
+            f"actor_rollout_ref.model.path {model} is not a local directory: it will be read from the "
+            "Hugging Face hub (or its cache) on every node"
+        )
 
     r = cfg.actor_rollout_ref.rollout
     summary = {
-        "config": name, "train_rows": n_train, "val_rows": n_val, "model": model,
-        "train_batch_size": bs, "rollout_n": n, "trajectories_per_step": bs * n if bs and n else None,
+        "config": name,
+        "train_rows": n_train,
+        "val_rows": n_val,
+        "model": model,
+        "train_batch_size": bs,
+        "rollout_n": n,
+        "trajectories_per_step": bs * n if bs and n else None,
         "ppo_mini_batch_size": mini,
-        "total_training_steps": cfg.trainer.get("total_training_steps"), "total_epochs": cfg.trainer.get("total_epochs"),
-        "max_prompt_length": cfg.data.get("max_prompt_length"), "response_length": r.get("response_length"),
-        "max_assistant_turns": turns, "adv_estimator": est,
-        "rubric": (rf.get("reward_kwargs") or {}).get("rubric"), "lora_rank": cfg.actor_rollout_ref.model.get("lora_rank"),
+        "total_training_steps": cfg.trainer.get("total_training_steps"),
+        "total_epochs": cfg.trainer.get("total_epochs"),
+        "max_prompt_length": cfg.data.get("max_prompt_length"),
+        "response_length": r.get("response_length"),
+        "max_assistant_turns": turns,
+        "adv_estimator": est,
+        "rubric": (rf.get("reward_kwargs") or {}).get("rubric"),
+        "lora_rank": cfg.actor_rollout_ref.model.get("lora_rank"),
         "gpus": gpus * nodes if gpus and nodes else None,
         "trainer": "v1" if cfg.trainer.get("use_v1") else "RayPPOTrainer",
         "notes": notes,

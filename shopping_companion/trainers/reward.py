@@ -31,8 +31,22 @@ __all__ = ["LOGGED_KEYS", "compute_score", "score_breakdown"]
 #: Components returned for every trajectory (0.0 when a component does not apply to its stage).
 #: ``judge_failed`` / ``deadline_missed``: 1.0 when the trajectory is not scored (its judge failed;
 #: its judging and rewarding missed the per-sample ``scoring_deadline_s``).
-LOGGED_KEYS = ("R_z", "R_tool", "R_fmt", "f_ans", "f_th", "f_tc", "f_rec", "tool_mem_mean", "tool_prod_mean",
-               "n_tool_calls", "success", "stage", "judge_failed", "deadline_missed")
+LOGGED_KEYS = (
+    "R_z",
+    "R_tool",
+    "R_fmt",
+    "f_ans",
+    "f_th",
+    "f_tc",
+    "f_rec",
+    "tool_mem_mean",
+    "tool_prod_mean",
+    "n_tool_calls",
+    "success",
+    "stage",
+    "judge_failed",
+    "deadline_missed",
+)
 
 _RUBRIC_CACHE: dict[str, Any] = {}
 
@@ -82,8 +96,14 @@ def score_breakdown(breakdown: Mapping[str, Any], rubric: Any = None) -> dict[st
     return out
 
 
-def compute_score(data_source: str | None = None, solution_str: str | None = None, ground_truth: Any = None,
-                  extra_info: Mapping[str, Any] | None = None, rubric: Any = None, **kwargs: Any) -> dict[str, float]:
+def compute_score(
+    data_source: str | None = None,
+    solution_str: str | None = None,
+    ground_truth: Any = None,
+    extra_info: Mapping[str, Any] | None = None,
+    rubric: Any = None,
+    **kwargs: Any,
+) -> dict[str, float]:
     """verl reward hook: ``{"score": total, "R_z": …, "R_tool": …, "R_fmt": …, "f_ans": …, …}``.
 
     Reads ``extra_info["shopcomp_reward"]`` (the agent loop's breakdown) and re-weights it with

@@ -26,13 +26,14 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from shopping_companion.envs.simulator import HINTS
+from shopping_companion.errors import ConfigError, DataError
 from shopping_companion.types import Task
 
 __all__ = ["AGENT_NAME", "DATA_SOURCE", "HINTS", "task_rows", "build_rows", "write_parquet", "prepare_datasets"]
 
 AGENT_NAME = "shopping_companion"
 DATA_SOURCE = "shopping_companion"
-HINTS = ("none", "low", "high")
 
 
 def _ground_truth(task: Task) -> str:
@@ -52,52 +53,74 @@ def _opening(task: Task, stage: int, stage1: str, max_turns: int) -> list[dict[s
     from shopping_companion.envs import prompts
 
     if stage == 1 or stage1 == "policy":
-        return [{"role": "system", "content": prompts.stage1_system(max_turns)},
-                {"role": "user", "content": prompts.stage1_user(task)}]
-    return [{"role": "system", "content": prompts.stage2_system(max_turns)},
-            {"role": "user", "content": prompts.stage2_user(task, list(task.preferences), None)}]
+        return [
+            {"role": "system", "content": prompts.stage1_system(max_turns)},
+            {"role": "user", "content": prompts.stage1_user(task)},
+        ]
+    return [
+        {"role": "system", "content": prompts.stage2_system(max_turns)},
+        {"role": "user", "content": prompts.stage2_user(task, list(task.preferences), None)},
+    ]
 
 
-def task_rows(task: Task, *, benchmark: str, stages: Sequence[int] = (1, 2), stage1: str = "gold",
-              hint: str = "none", max_turns: int = 20) -> list[dict[str, Any]]:
+def task_rows(
+    task: Task,
+    *,
+    benchmark: str,
+    stages: Sequence[int] = (1, 2),
+    stage1: str = "gold",
+    hint: str = "none",
+    max_turns: int = 20,
+) -> list[dict[str, Any]]:
     """The rows of one task (one per stage in ``stages``); ``index`` is filled by :func:`build_rows`.
 
-    Raises ``ValueError`` naming the field for a stage not in {1, 2} or given twice, ``stage1`` not in
-    {gold, policy} or ``hint`` not in {none, low, high}.
+    Raises :class:`~shopping_companion.errors.ConfigError` naming the field for a stage not in
+    {1, 2} or given twice, ``stage1`` not in {gold, policy} or ``hint`` not in {none, low, high}.
     """
     bad = [s for s in stages if s not in (1, 2)]
     if bad or not stages:
-        raise ValueError(f"stages: each must be 1 or 2 (got {list(stages)!r})")
+        raise ConfigError(f"stages: each must be 1 or 2 (got {list(stages)!r})")
     if len(set(stages)) != len(stages):
-        raise ValueError(f"stages: each stage at most once (got {list(stages)!r}); a repeated stage would duplicate rows")
+        raise ConfigError(
+            f"stages: each stage at most once (got {list(stages)!r}); a repeated stage would duplicate rows"
+        )
     if stage1 not in ("gold", "policy"):
-        raise ValueError(f"stage1: must be 'gold' or 'policy', got {stage1!r}")
+        raise ConfigError(f"stage1: must be 'gold' or 'policy', got {stage1!r}")
     if hint not in HINTS:
-        raise ValueError(f"hint: must be one of {HINTS}, got {hint!r}")
+        raise ConfigError(f"hint: must be one of {HINTS}, got {hint!r}")
     rows = []
     for stage in stages:
-        rows.append({
-            "data_source": DATA_SOURCE,
-            "agent_name": AGENT_NAME,
-            "prompt": _opening(task, stage, stage1, max_turns),
-            "ability": "shopping_agent",
-            "reward_model": {"style": "rule", "ground_truth": _ground_truth(task)},
-            "extra_info": {
-                "index": -1,
-                "split": task.split,
-                "task_id": task.task_id,
-                "task_type": task.task_type,
-                "stage": int(stage),
-                "stage1": stage1,
-                "hint": hint,
-                "benchmark": benchmark,
-            },
-        })
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "agent_name": AGENT_NAME,
+                "prompt": _opening(task, stage, stage1, max_turns),
+                "ability": "shopping_agent",
+                "reward_model": {"style": "rule", "ground_truth": _ground_truth(task)},
+                "extra_info": {
+                    "index": -1,
+                    "split": task.split,
+                    "task_id": task.task_id,
+                    "task_type": task.task_type,
+                    "stage": int(stage),
+                    "stage1": stage1,
+                    "hint": hint,
+                    "benchmark": benchmark,
+                },
+            }
+        )
     return rows
 
 
-def build_rows(tasks: Iterable[Task], *, benchmark: str, stages: Sequence[int] = (1, 2), stage1: str = "gold",
-               hint: str = "none", max_turns: int = 20) -> list[dict[str, Any]]:
+def build_rows(
+    tasks: Iterable[Task],
+    *,
+    benchmark: str,
+    stages: Sequence[int] = (1, 2),
+    stage1: str = "gold",
+    hint: str = "none",
+    max_turns: int = 20,
+) -> list[dict[str, Any]]:
     """All rows of ``tasks`` in task order (stage 1 then stage 2 per task), ``index`` = row number."""
     rows: list[dict[str, Any]] = []
     for t in tasks:
@@ -113,38 +136,55 @@ def write_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
     import pyarrow.parquet as pq
 
     if not rows:
-        raise ValueError(f"{path}: no rows to write (empty split?)")
+        raise DataError(f"{path}: no rows to write (empty split?)")
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), p)
     return p
 
 
-def prepare_datasets(benchmark: str | Path, out_dir: str | Path, *, stages: Sequence[int] = (1, 2),
-                     stage1: str = "gold", hint: str = "none", max_turns: int = 20,
-                     limit: int | None = None) -> dict[str, Any]:
+def prepare_datasets(
+    benchmark: str | Path,
+    out_dir: str | Path,
+    *,
+    stages: Sequence[int] = (1, 2),
+    stage1: str = "gold",
+    hint: str = "none",
+    max_turns: int = 20,
+    limit: int | None = None,
+) -> dict[str, Any]:
     """Write ``train.parquet`` and ``test.parquet`` for the benchmark's train and test splits.
 
     ``limit`` keeps the first ``limit`` tasks of each split (smoke runs). Returns a summary:
-    paths, task and row counts per split. Raises ``FileNotFoundError`` for a directory that is not
-    a complete benchmark and ``ValueError`` for an empty split or a bad option.
+    paths, task and row counts per split. Raises
+    :class:`~shopping_companion.errors.BenchmarkMissingError` for a directory that is not a complete
+    benchmark, :class:`~shopping_companion.errors.DataError` for an empty split and
+    :class:`~shopping_companion.errors.ConfigError` for a bad option (nothing is written then).
     """
     from shopping_companion.benchmark.synth import load_benchmark
 
     bench = Path(benchmark).resolve()
     b = load_benchmark(bench)
     out = Path(out_dir)
-    summary: dict[str, Any] = {"benchmark": str(bench), "stages": list(stages), "stage1": stage1, "hint": hint,
-                               "max_turns": max_turns, "splits": {}}
+    summary: dict[str, Any] = {
+        "benchmark": str(bench),
+        "stages": list(stages),
+        "stage1": stage1,
+        "hint": hint,
+        "max_turns": max_turns,
+        "splits": {},
+    }
     # check every split and build every row before writing anything: a failure must not leave a
     # new train.parquet next to an older test.parquet / prepare.json in a reused output directory
     built: dict[str, tuple[list[Task], list[dict[str, Any]]]] = {}
     for split in ("train", "test"):
         tasks = [t for t in b.tasks if t.split == split][:limit]
         if not tasks:
-            raise ValueError(f"split {split!r}: the benchmark {bench} has no {split} tasks")
-        built[split] = (tasks, build_rows(tasks, benchmark=str(bench), stages=stages, stage1=stage1, hint=hint,
-                                          max_turns=max_turns))
+            raise DataError(f"split {split!r}: the benchmark {bench} has no {split} tasks")
+        built[split] = (
+            tasks,
+            build_rows(tasks, benchmark=str(bench), stages=stages, stage1=stage1, hint=hint, max_turns=max_turns),
+        )
     for split, (tasks, rows) in built.items():
         path = write_parquet(rows, out / f"{split}.parquet")
         summary["splits"][split] = {"path": str(path), "tasks": len(tasks), "rows": len(rows)}

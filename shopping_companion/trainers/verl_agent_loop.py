@@ -72,11 +72,22 @@ def _plain(x: Any) -> Any:
 class ShoppingCompanionAgentLoop(AgentLoopBase):
     """One row = one (task, stage) trajectory of the Shopping Companion environment (module docstring)."""
 
-    def __init__(self, *args: Any, tools: Any = None, name: Optional[str] = None, benchmark: Optional[str] = None,
-                 data_dir: Optional[str] = None, index_dir: Optional[str] = None, rubric: str = "paper",
-                 memory_cache: int = 256, max_observation_chars: int = 12_000, resources: Optional[str] = None,
-                 record_messages: bool = False, scoring_deadline_s: Optional[float] = DEFAULT_SCORING_DEADLINE_S,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        tools: Any = None,
+        name: Optional[str] = None,
+        benchmark: Optional[str] = None,
+        data_dir: Optional[str] = None,
+        index_dir: Optional[str] = None,
+        rubric: str = "paper",
+        memory_cache: int = 256,
+        max_observation_chars: int = 12_000,
+        resources: Optional[str] = None,
+        record_messages: bool = False,
+        scoring_deadline_s: Optional[float] = DEFAULT_SCORING_DEADLINE_S,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.scoring_deadline_s = check_scoring_deadline(scoring_deadline_s)
         mt = self.rollout_config.multi_turn
@@ -97,10 +108,17 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             return registered_resources(self.resources_name)
         bench = self.benchmark or extra.get("benchmark")
         if not bench:
-            raise ValueError("no benchmark: set `benchmark` in the agent loop config or prepare rows with "
-                             "`shopcomp grpo prepare` (extra_info.benchmark)")
-        spec = ResourceSpec(benchmark=str(bench), data_dir=self.data_dir, index_dir=self.index_dir,
-                            rubric=self.rubric, memory_cache=self.memory_cache)
+            raise ValueError(
+                "no benchmark: set `benchmark` in the agent loop config or prepare rows with "
+                "`shopcomp grpo prepare` (extra_info.benchmark)"
+            )
+        spec = ResourceSpec(
+            benchmark=str(bench),
+            data_dir=self.data_dir,
+            index_dir=self.index_dir,
+            rubric=self.rubric,
+            memory_cache=self.memory_cache,
+        )
         return await asyncio.to_thread(get_resources, spec)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -111,18 +129,29 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         res = await self._resources(extra)
         task = res.task(str(extra["task_id"]))
         stage = int(extra["stage"])
-        env = res.make_env(task, hint=str(extra.get("hint", "none")), max_turns=self.max_turns,
-                           simulator_seed=int(extra.get("index", 0)),
-                           max_observation_chars=self.max_observation_chars,
-                           scoring_deadline_s=self.scoring_deadline_s)
+        env = res.make_env(
+            task,
+            hint=str(extra.get("hint", "none")),
+            max_turns=self.max_turns,
+            simulator_seed=int(extra.get("index", 0)),
+            max_observation_chars=self.max_observation_chars,
+            scoring_deadline_s=self.scoring_deadline_s,
+        )
         request_id = uuid4().hex
 
         async def generate(ids: list[int], sp: dict[str, Any]) -> Generation:
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=ids, sampling_params=sp)
             return Generation(list(out.token_ids), list(out.log_probs) if out.log_probs else None)
 
-        ep = await run_row_episode(env, stage, self.chat, generate, dict(sampling_params), self.response_length,
-                                   stage1=str(extra.get("stage1", "gold")))
+        ep = await run_row_episode(
+            env,
+            stage,
+            self.chat,
+            generate,
+            dict(sampling_params),
+            self.response_length,
+            stage1=str(extra.get("stage1", "gold")),
+        )
         toks = ep.tokens
         prompt_ids = self._cap_text_prompt_length(toks.prompt_ids)
         mask = list(toks.response_mask)
@@ -132,7 +161,9 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             prompt_ids=prompt_ids,
             response_ids=toks.response_ids[: self.response_length],
             response_mask=mask[: self.response_length],
-            response_logprobs=toks.response_logprobs[: self.response_length] if toks.has_logprobs and toks.response_logprobs else None,
+            response_logprobs=toks.response_logprobs[: self.response_length]
+            if toks.has_logprobs and toks.response_logprobs
+            else None,
             num_turns=ep.num_turns,
             metrics=AgentLoopMetrics(generate_sequences=ep.generate_s, tool_calls=ep.env_s),
             extra_fields={**ep.extra_fields(), **({"shopcomp_messages": ep.messages} if self.record_messages else {})},
@@ -208,7 +239,11 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
             vals = []
         return (vals + [None] * n)[:n]
 
-    stages, failed_col, term_col = column("shopcomp_stage"), column("shopcomp_judge_failed"), column("shopcomp_termination")
+    stages, failed_col, term_col = (
+        column("shopcomp_stage"),
+        column("shopcomp_judge_failed"),
+        column("shopcomp_termination"),
+    )
     mism_col, env_col = column("shopcomp_prefix_mismatches"), column("shopcomp_env_s")
     missed_col = column("shopcomp_deadline_missed")
     both = [k for k in LOGGED_KEYS if k not in ("stage", "judge_failed")]

@@ -60,9 +60,12 @@ def compute_grpo_judged_advantage(
     if len(valid):
         rows = valid.cpu().numpy()
         a, r = compute_grpo_outcome_advantage(
-            token_level_rewards=token_level_rewards[valid], response_mask=response_mask[valid],
-            index=np.asarray(index, dtype=object)[rows], epsilon=epsilon,
-            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config,
+            token_level_rewards=token_level_rewards[valid],
+            response_mask=response_mask[valid],
+            index=np.asarray(index, dtype=object)[rows],
+            epsilon=epsilon,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            config=config,
         )
         advantages[valid] = a
         returns[valid] = r

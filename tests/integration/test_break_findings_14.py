@@ -36,15 +36,22 @@ MSGS = [{"role": "user", "content": "hi"}]
 
 
 def _backend(srv, **kw):
-    return OpenAIBackend("m", base_url=srv.base_url, api_key=KEY, timeout_s=2, max_retries=1, backoff_s=0,
-                         breaker_threshold=50, **kw)
+    return OpenAIBackend(
+        "m", base_url=srv.base_url, api_key=KEY, timeout_s=2, max_retries=1, backoff_s=0, breaker_threshold=50, **kw
+    )
 
 
 def test_absurd_usage_numbers_are_unknown_not_stored(tmp_path):
     usage = {"prompt_tokens": -5, "completion_tokens": 1e308, "total_tokens": "x"}
-    with ScriptedOpenAIServer([{"content": "ok", "usage": usage},
-                               {"raw": '{"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],'
-                                       ' "usage": {"prompt_tokens": 1' + "0" * 400 + ', "completion_tokens": 7}}'}]) as srv:
+    with ScriptedOpenAIServer(
+        [
+            {"content": "ok", "usage": usage},
+            {
+                "raw": '{"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],'
+                ' "usage": {"prompt_tokens": 1' + "0" * 400 + ', "completion_tokens": 7}}'
+            },
+        ]
+    ) as srv:
         b = _backend(srv)
         m1, m2 = b.chat(MSGS, None, Sampling()), b.chat(MSGS, None, Sampling())
     assert (m1.prompt_tokens, m1.completion_tokens) == (None, None)
@@ -64,13 +71,16 @@ def test_a_body_nested_too_deep_is_a_retried_backend_error():
 
 
 def test_a_key_echoed_into_the_reply_is_scrubbed():
-    reply = {"content": f"your key is {KEY} and its start {KEY[:12]}", "reasoning_content": f"Bearer {KEY}",
-             "tool_calls": [{"name": "mem_search", "arguments": {"queries": [KEY[3:20]]}}]}
+    reply = {
+        "content": f"your key is {KEY} and its start {KEY[:12]}",
+        "reasoning_content": f"Bearer {KEY}",
+        "tool_calls": [{"name": "mem_search", "arguments": {"queries": [KEY[3:20]]}}],
+    }
     with ScriptedOpenAIServer([reply]) as srv:
         m = _backend(srv).chat(MSGS, None, Sampling())
     blob = m.model_dump_json()
     for k in range(0, len(KEY) - 8):
-        assert KEY[k:k + 8] not in blob
+        assert KEY[k : k + 8] not in blob
     assert m.content.startswith("your key is ***") and m.tool_calls[0].name == "mem_search"
 
 
@@ -99,8 +109,17 @@ def test_a_judge_endpoint_that_is_down_stops_the_run(kit, tmp_path):  # noqa: F8
     policy, judge = AnswerAtOnce(), _DownJudge()
     path = tmp_path / "results.jsonl"
     with pytest.raises(CircuitOpenError):
-        run_evaluation(tasks, policy, None, make_memory, judge, path, EvalSettings(env=EnvConfig(max_turns=3)),
-                       concurrency=1, progress=False)
+        run_evaluation(
+            tasks,
+            policy,
+            None,
+            make_memory,
+            judge,
+            path,
+            EvalSettings(env=EnvConfig(max_turns=3)),
+            concurrency=1,
+            progress=False,
+        )
     assert judge.calls == 1 and policy.calls == 1  # nothing started after the judge's endpoint went down
     assert not path.exists() or read_results(path) == []
 
@@ -148,7 +167,7 @@ def test_a_valid_last_line_without_newline_is_kept_and_a_torn_one_kept_aside(kit
     path.write_bytes(full[:-40])  # a torn write
     run(tasks, path, kit)
     assert len(read_results(path)) == 3
-    assert path.with_name("results.jsonl.torn").read_bytes().startswith(full[full.rfind(b"\n", 0, -1) + 1:-40])
+    assert path.with_name("results.jsonl.torn").read_bytes().startswith(full[full.rfind(b"\n", 0, -1) + 1 : -40])
 
 
 def test_an_empty_identity_can_be_adopted_and_a_directory_is_refused_clearly(kit, tmp_path):  # noqa: F811
@@ -164,7 +183,6 @@ def test_an_empty_identity_can_be_adopted_and_a_directory_is_refused_clearly(kit
     identity_path(path).mkdir()
     with pytest.raises(RunIdentityError, match="is a directory"):
         run(tasks, path, kit, identity={"policy": "p"}, force=True)
-
 
 
 def test_a_short_placeholder_key_does_not_mangle_the_reply():

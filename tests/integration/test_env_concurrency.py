@@ -14,8 +14,12 @@ from tests.env_support import EnvKit, make_single_tasks, run
 
 pytestmark = pytest.mark.slow
 
-CONFIGS = [dict(mode="two_stage", hint="none"), dict(mode="two_stage", hint="high"), dict(mode="one_stage"),
-           dict(mode="oracle")]
+CONFIGS = [
+    dict(mode="two_stage", hint="none"),
+    dict(mode="two_stage", hint="high"),
+    dict(mode="one_stage"),
+    dict(mode="oracle"),
+]
 
 
 @pytest.fixture(scope="module")

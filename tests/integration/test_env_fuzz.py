@@ -56,7 +56,11 @@ def _tc(obj: Any) -> str:
 
 
 def _valid(stage: int, task, rng: random.Random, text: str | None = None) -> dict:
-    q = text if text is not None else f"{rng.choice(['what do I like', 'favourite colour', 'shoes I wear'])} {rng.randrange(10**6)}"
+    q = (
+        text
+        if text is not None
+        else f"{rng.choice(['what do I like', 'favourite colour', 'shoes I wear'])} {rng.randrange(10**6)}"
+    )
     if stage == 1:
         return {"name": "mem_search", "arguments": {"queries": [q], "top_k": 5}}
     return {"name": "product_search", "arguments": {"query": q, "top_k": 5}}
@@ -95,8 +99,16 @@ def _cases(task, rng: random.Random) -> list[Case]:
         for body in _broken_json(valid, rng):
             out.append(Case("broken_json", stage, _tc(body), n_err=1, f_tc=0.0))
         # two broken blocks and one good call in one turn
-        out.append(Case("broken_json", stage, _tc("{oops") + _tc(_valid(stage, task, rng)) + _tc("}{"),
-                        n_err=2, f_tc=0.0, n_obs=3))
+        out.append(
+            Case(
+                "broken_json",
+                stage,
+                _tc("{oops") + _tc(_valid(stage, task, rng)) + _tc("}{"),
+                n_err=2,
+                f_tc=0.0,
+                n_obs=3,
+            )
+        )
         # unclosed and stray tool-call tags
         out.append(Case("broken_json", stage, "<tool_call>" + valid, n_err=1, f_tc=0.0))
         out.append(Case("broken_json", stage, valid + "</tool_call>", n_err=1, f_tc=0.0))
@@ -104,36 +116,60 @@ def _cases(task, rng: random.Random) -> list[Case]:
         # -- broken JSON: structured OpenAI tool calls (each error carries the server's call id)
         name = "mem_search" if stage == 1 else "product_search"
         for k, args in enumerate(['{"query": "x"', "{'queries': ['x']}", "[1]", "nul", '"a string"', "{" * 3000]):
-            msg = AssistantMessage(content="", tool_calls=[StructuredToolCall(id=f"srv-{stage}-{k}", name=name, arguments=args)])
+            msg = AssistantMessage(
+                content="", tool_calls=[StructuredToolCall(id=f"srv-{stage}-{k}", name=name, arguments=args)]
+            )
             out.append(Case("broken_json", stage, msg, n_err=1, f_tc=0.0))
-        msg = AssistantMessage(content="", tool_calls=[StructuredToolCall(id=f"srv-{stage}-noname", name="", arguments="{}")])
+        msg = AssistantMessage(
+            content="", tool_calls=[StructuredToolCall(id=f"srv-{stage}-noname", name="", arguments="{}")]
+        )
         out.append(Case("broken_json", stage, msg, n_err=1, f_tc=0.0))
 
         # -- wrong argument types (valid JSON, rejected by the tool: f_tc stays 1)
         if stage == 1:
             bad_args = [
-                ("mem_search", {"queries": 5}), ("mem_search", {"queries": []}), ("mem_search", {"queries": [1, 2]}),
-                ("mem_search", {"queries": ["a"], "top_k": "ten"}), ("mem_search", {"queries": ["a"], "top_k": 0}),
-                ("mem_search", {"queries": ["a"], "top_k": 51}), ("mem_search", {"queries": ["a"], "top_k": True}),
-                ("mem_search", {"queries": ["a"], "top_k": 2.5}), ("mem_search", {"queries": None}),
-                ("mem_search", {}), ("mem_search", {"queries": ["a"], "colour": "red"}),
-                ("mem_search", {"queries": [" "]}), ("mem_search", {"queries": ["q"] * 11}),
-                ("mem_view", {"session_ids": needle}), ("mem_view", {"session_ids": []}),
-                ("mem_view", {"session_ids": [1]}), ("mem_view", {"session_ids": ["nope-1"]}),
-                ("mem_view", {"session_ids": [f"s{i}" for i in range(11)]}), ("mem_view", {}),
+                ("mem_search", {"queries": 5}),
+                ("mem_search", {"queries": []}),
+                ("mem_search", {"queries": [1, 2]}),
+                ("mem_search", {"queries": ["a"], "top_k": "ten"}),
+                ("mem_search", {"queries": ["a"], "top_k": 0}),
+                ("mem_search", {"queries": ["a"], "top_k": 51}),
+                ("mem_search", {"queries": ["a"], "top_k": True}),
+                ("mem_search", {"queries": ["a"], "top_k": 2.5}),
+                ("mem_search", {"queries": None}),
+                ("mem_search", {}),
+                ("mem_search", {"queries": ["a"], "colour": "red"}),
+                ("mem_search", {"queries": [" "]}),
+                ("mem_search", {"queries": ["q"] * 11}),
+                ("mem_view", {"session_ids": needle}),
+                ("mem_view", {"session_ids": []}),
+                ("mem_view", {"session_ids": [1]}),
+                ("mem_view", {"session_ids": ["nope-1"]}),
+                ("mem_view", {"session_ids": [f"s{i}" for i in range(11)]}),
+                ("mem_view", {}),
                 ("mem_view", {"session_ids": {"a": 1}}),
             ]
         else:
             bad_args = [
-                ("product_search", {"query": 5}), ("product_search", {"query": ""}), ("product_search", {"query": None}),
-                ("product_search", {"query": "x", "min_price": -5}), ("product_search", {"query": "x", "max_price": []}),
-                ("product_search", {"query": "x", "top_k": 1000}), ("product_search", {"query": "x", "shop_id": 7}),
-                ("product_search", {"query": "x", "colour": "red"}), ("product_search", {"query": "x", "min_price": True}),
-                ("product_search", {"query": "x", "min_price": 900, "max_price": 10}), ("product_search", {}),
-                ("product_search", {"query": "x", "top_k": "many"}), ("product_search", {"query": ["a", "b"]}),
-                ("product_view", {"product_ids": ref}), ("product_view", {"product_ids": []}),
-                ("product_view", {"product_ids": [None]}), ("product_view", {"product_ids": ["x"] * 21}),
-                ("product_view", {"product_ids": ["nope:1"]}), ("product_view", {"product_ids": {"a": 1}}),
+                ("product_search", {"query": 5}),
+                ("product_search", {"query": ""}),
+                ("product_search", {"query": None}),
+                ("product_search", {"query": "x", "min_price": -5}),
+                ("product_search", {"query": "x", "max_price": []}),
+                ("product_search", {"query": "x", "top_k": 1000}),
+                ("product_search", {"query": "x", "shop_id": 7}),
+                ("product_search", {"query": "x", "colour": "red"}),
+                ("product_search", {"query": "x", "min_price": True}),
+                ("product_search", {"query": "x", "min_price": 900, "max_price": 10}),
+                ("product_search", {}),
+                ("product_search", {"query": "x", "top_k": "many"}),
+                ("product_search", {"query": ["a", "b"]}),
+                ("product_view", {"product_ids": ref}),
+                ("product_view", {"product_ids": []}),
+                ("product_view", {"product_ids": [None]}),
+                ("product_view", {"product_ids": ["x"] * 21}),
+                ("product_view", {"product_ids": ["nope:1"]}),
+                ("product_view", {"product_ids": {"a": 1}}),
                 ("product_view", {}),
             ]
         for n, a in bad_args:
@@ -141,34 +177,75 @@ def _cases(task, rng: random.Random) -> list[Case]:
 
         # -- unknown tools
         other = "product_view" if stage == 1 else "mem_view"
-        for n in ["buy_now", "MEM_SEARCH", "product search", "mem-search", "search", "\u202emem_search",
-                  "mem_search\u200b", "🛒", other, "functions.mem_search", "x" * 500]:
+        for n in [
+            "buy_now",
+            "MEM_SEARCH",
+            "product search",
+            "mem-search",
+            "search",
+            "\u202emem_search",
+            "mem_search\u200b",
+            "🛒",
+            other,
+            "functions.mem_search",
+            "x" * 500,
+        ]:
             out.append(Case("unknown_tools", stage, _tc({"name": n, "arguments": {}}), n_err=1))
         for n in ["", "   ", 5, None, ["mem_search"]]:
             out.append(Case("unknown_tools", stage, _tc({"name": n, "arguments": {}}), n_err=1, f_tc=0.0))
 
         # -- missing answer tags (repeated until max_turns: f_ans = 0)
-        for a in ["I think I have enough information now.", "<answer>unclosed", "done </answer>",
-                  "<ANSWER>x</ANSWER>", "<answer/>", "<think><answer>inside thinking</answer></think>",
-                  "answer: {}", "```json\n{}\n```", "<Answer>x</Answer>", "＜answer＞fullwidth＜/answer＞"]:
-            out.append(Case("missing_answer", stage, a, n_err=1, finish="repeat", f_ans=0.0,
-                            f_rec=0.0 if stage == 2 else None))
+        for a in [
+            "I think I have enough information now.",
+            "<answer>unclosed",
+            "done </answer>",
+            "<ANSWER>x</ANSWER>",
+            "<answer/>",
+            "<think><answer>inside thinking</answer></think>",
+            "answer: {}",
+            "```json\n{}\n```",
+            "<Answer>x</Answer>",
+            "＜answer＞fullwidth＜/answer＞",
+        ]:
+            out.append(
+                Case("missing_answer", stage, a, n_err=1, finish="repeat", f_ans=0.0, f_rec=0.0 if stage == 2 else None)
+            )
         # answers that end the stage but are not acceptable
         if stage == 1:
-            for a in ["<answer>not json</answer>", '<answer>{"preferences": "x"}</answer>', "<answer>[1, 2, 3]</answer>",
-                      "<answer></answer>", '<answer>{"preferences": [{"attribute": "c", "value": "v", "polarity": "maybe"}]}</answer>']:
+            for a in [
+                "<answer>not json</answer>",
+                '<answer>{"preferences": "x"}</answer>',
+                "<answer>[1, 2, 3]</answer>",
+                "<answer></answer>",
+                '<answer>{"preferences": [{"attribute": "c", "value": "v", "polarity": "maybe"}]}</answer>',
+            ]:
                 out.append(Case("missing_answer", stage, a, n_err=0, finish="ends", f_ans=0.0))
         else:
-            out.append(Case("missing_answer", stage, "<answer>   </answer>", n_err=0, finish="ends", f_ans=0.0, f_rec=0.0))
-            for a in ["<answer>no markers at all</answer>", "<answer>@REC:x@ and @rec::y@</answer>",
-                      f"<answer>@REC::{ref}@ and @REC::@</answer>", "<answer>@REC::two words@</answer>"]:
+            out.append(
+                Case("missing_answer", stage, "<answer>   </answer>", n_err=0, finish="ends", f_ans=0.0, f_rec=0.0)
+            )
+            for a in [
+                "<answer>no markers at all</answer>",
+                "<answer>@REC:x@ and @rec::y@</answer>",
+                f"<answer>@REC::{ref}@ and @REC::@</answer>",
+                "<answer>@REC::two words@</answer>",
+            ]:
                 out.append(Case("missing_answer", stage, a, n_err=0, finish="ends", f_ans=1.0, f_rec=0.0))
 
         # -- thinking tags
         out.append(Case("think_tags", stage, "<think>unclosed " + _tc(_valid(stage, task, rng)), n_err=1, f_th=0.0))
-        out.append(Case("think_tags", stage, "<think>a<think>b</think></think>" + _tc(_valid(stage, task, rng)),
-                        n_err=None, f_th=0.0))
-        out.append(Case("think_tags", stage, "<think>a</think>x</think>" + _tc(_valid(stage, task, rng)), n_err=None, f_th=0.0))
+        out.append(
+            Case(
+                "think_tags",
+                stage,
+                "<think>a<think>b</think></think>" + _tc(_valid(stage, task, rng)),
+                n_err=None,
+                f_th=0.0,
+            )
+        )
+        out.append(
+            Case("think_tags", stage, "<think>a</think>x</think>" + _tc(_valid(stage, task, rng)), n_err=None, f_th=0.0)
+        )
         out.append(Case("think_tags", stage, "leading</think>" + _tc(_valid(stage, task, rng)), n_err=None, f_th=1.0))
 
         # -- repeated identical calls: within a turn, and across turns
@@ -177,8 +254,11 @@ def _cases(task, rng: random.Random) -> list[Case]:
             out.append(Case("repeated_calls", stage, call * k, n_err=k - 1, n_obs=k))
         call = _tc(_valid(stage, task, rng))
         out.append(Case("repeated_calls", stage, call, n_err=1, pre=[call]))
-        view = _tc({"name": "mem_view", "arguments": {"session_ids": [needle]}} if stage == 1
-                   else {"name": "product_view", "arguments": {"product_ids": [ref]}})
+        view = _tc(
+            {"name": "mem_view", "arguments": {"session_ids": [needle]}}
+            if stage == 1
+            else {"name": "product_view", "arguments": {"product_ids": [ref]}}
+        )
         out.append(Case("repeated_calls", stage, view, n_err=1, pre=[view]))
         # same call with the keys in another order is still the same call
         args = _valid(stage, task, rng)["arguments"]
@@ -189,40 +269,101 @@ def _cases(task, rng: random.Random) -> list[Case]:
 
         # -- enormous outputs
         out.append(Case("enormous", stage, "blah " * 200_000, n_err=1))  # 1 MB of prose
-        out.append(Case("enormous", stage, "<think>" + "hmm " * 250_000 + "</think>" + _tc(_valid(stage, task, rng)), n_err=None))
+        out.append(
+            Case(
+                "enormous", stage, "<think>" + "hmm " * 250_000 + "</think>" + _tc(_valid(stage, task, rng)), n_err=None
+            )
+        )
         out.append(Case("enormous", stage, _tc("{broken") * 2000, n_err=CALL_LIMIT + 1, f_tc=0.0))
         distinct = "".join(_tc(_valid(stage, task, rng, text=f"query number {i}")) for i in range(300))
         out.append(Case("enormous", stage, distinct, n_err=1, n_obs=CALL_LIMIT + 1))
         long_q = "shirt " * 20_000
         out.append(Case("enormous", stage, _tc(_valid(stage, task, rng, text=long_q)), n_err=1))
-        ids = {"name": "mem_view", "arguments": {"session_ids": [f"s{i}" for i in range(10_000)]}} if stage == 1 else \
-              {"name": "product_view", "arguments": {"product_ids": [f"p:{i}" for i in range(10_000)]}}
+        ids = (
+            {"name": "mem_view", "arguments": {"session_ids": [f"s{i}" for i in range(10_000)]}}
+            if stage == 1
+            else {"name": "product_view", "arguments": {"product_ids": [f"p:{i}" for i in range(10_000)]}}
+        )
         out.append(Case("enormous", stage, _tc(ids), n_err=1))
         if stage == 2:
-            out.append(Case("enormous", stage, "<answer>" + "great product " * 80_000 + f"@REC::{ref}@</answer>",
-                            n_err=0, finish="ends", f_rec=1.0))
+            out.append(
+                Case(
+                    "enormous",
+                    stage,
+                    "<answer>" + "great product " * 80_000 + f"@REC::{ref}@</answer>",
+                    n_err=0,
+                    finish="ends",
+                    f_rec=1.0,
+                )
+            )
         else:
             # more than MAX_PREFERENCES: the answer ends the stage but is not a valid answer (f_ans 0)
             many = [{"attribute": f"a{i}", "value": f"v{i}"} for i in range(10_000)]
-            out.append(Case("enormous", stage, "<answer>" + json.dumps({"preferences": many}) + "</answer>",
-                            n_err=0, finish="ends", f_ans=0.0))
+            out.append(
+                Case(
+                    "enormous",
+                    stage,
+                    "<answer>" + json.dumps({"preferences": many}) + "</answer>",
+                    n_err=0,
+                    finish="ends",
+                    f_ans=0.0,
+                )
+            )
             few = many[:MAX_PREFERENCES]
-            out.append(Case("enormous", stage, "<answer>" + json.dumps({"preferences": few}) + "</answer>",
-                            n_err=0, finish="ends"))
+            out.append(
+                Case(
+                    "enormous",
+                    stage,
+                    "<answer>" + json.dumps({"preferences": few}) + "</answer>",
+                    n_err=0,
+                    finish="ends",
+                )
+            )
 
         # -- Lucene syntax (valid text for both tools: a normal observation, never an error)
-        for q in ["title:(x AND shirt", "*", "?", "shirt~2", '"unterminated', "\\", "+(-a)", "AND OR NOT",
-                  "brand:nike^10", "[1 TO 5]", "/regex.*/", "(((", "&&||!", 'field:"a b"~3', "*:*", "a\\ b\\"]:
+        for q in [
+            "title:(x AND shirt",
+            "*",
+            "?",
+            "shirt~2",
+            '"unterminated',
+            "\\",
+            "+(-a)",
+            "AND OR NOT",
+            "brand:nike^10",
+            "[1 TO 5]",
+            "/regex.*/",
+            "(((",
+            "&&||!",
+            'field:"a b"~3',
+            "*:*",
+            "a\\ b\\",
+        ]:
             out.append(Case("lucene_syntax", stage, _tc(_valid(stage, task, rng, text=q)), n_err=None))
 
         # -- unicode
-        for q in ["футболка синяя", "白色 T恤", "قميص أزرق", "👕🔵 shirt", "e\u0301te\u0301 dress", "zero\u200bwidth\u200djoin",
-                  "\ufeffbom shirt", "nul\x00char", "ctrl\x07\x1b[31m", "lone \ud800 surrogate", "𝔰𝔥𝔦𝔯𝔱", "ｓｈｉｒｔ"]:
+        for q in [
+            "футболка синяя",
+            "白色 T恤",
+            "قميص أزرق",
+            "👕🔵 shirt",
+            "e\u0301te\u0301 dress",
+            "zero\u200bwidth\u200djoin",
+            "\ufeffbom shirt",
+            "nul\x00char",
+            "ctrl\x07\x1b[31m",
+            "lone \ud800 surrogate",
+            "𝔰𝔥𝔦𝔯𝔱",
+            "ｓｈｉｒｔ",
+        ]:
             out.append(Case("unicode", stage, _tc(_valid(stage, task, rng, text=q)), n_err=None))
         out.append(Case("unicode", stage, "＜tool_call＞{}＜/tool_call＞", n_err=1))  # look-alike tags: not a call
         out.append(Case("unicode", stage, _tc({"name": "mem_search\ud800", "arguments": {}}), n_err=1))
-        uid = {"name": "mem_view", "arguments": {"session_ids": ["séssion-☃"]}} if stage == 1 else \
-              {"name": "product_view", "arguments": {"product_ids": ["prodüct:☃"]}}
+        uid = (
+            {"name": "mem_view", "arguments": {"session_ids": ["séssion-☃"]}}
+            if stage == 1
+            else {"name": "product_view", "arguments": {"product_ids": ["prodüct:☃"]}}
+        )
         out.append(Case("unicode", stage, _tc(uid), n_err=1))
 
         # -- issue 14: deep arguments (refused by EnvConfig.max_tool_arg_depth, or undecodable),
@@ -231,27 +372,83 @@ def _cases(task, rng: random.Random) -> list[Case]:
         for depth in (50, 195, 200, 255, 1000, 10000):
             deep = '{"%s": %s"x"%s}' % (key, "[" * depth, "]" * depth)
             f_tc = 1.0 if depth <= 255 else 0.0  # valid JSON over a bound is not a format error
-            out.append(Case("enormous", stage, '<tool_call>{"name": "%s", "arguments": %s}</tool_call>' % (name, deep),
-                            n_err=1, f_tc=f_tc))
-            msg = AssistantMessage(content="", tool_calls=[StructuredToolCall(id=f"deep-{stage}-{depth}", name=name, arguments=deep)])
+            out.append(
+                Case(
+                    "enormous",
+                    stage,
+                    '<tool_call>{"name": "%s", "arguments": %s}</tool_call>' % (name, deep),
+                    n_err=1,
+                    f_tc=f_tc,
+                )
+            )
+            msg = AssistantMessage(
+                content="", tool_calls=[StructuredToolCall(id=f"deep-{stage}-{depth}", name=name, arguments=deep)]
+            )
             out.append(Case("enormous", stage, msg, n_err=1, f_tc=f_tc))
-        out.append(Case("enormous", stage, AssistantMessage(content=_tc(_valid(stage, task, rng)), finish_reason="length"),
-                        n_err=1))
-        out.append(Case("enormous", stage, AssistantMessage(content="<tool_call>" + valid[: len(valid) // 2], finish_reason="length"),
-                        n_err=1, f_tc=0.0))
+        out.append(
+            Case(
+                "enormous",
+                stage,
+                AssistantMessage(content=_tc(_valid(stage, task, rng)), finish_reason="length"),
+                n_err=1,
+            )
+        )
+        out.append(
+            Case(
+                "enormous",
+                stage,
+                AssistantMessage(content="<tool_call>" + valid[: len(valid) // 2], finish_reason="length"),
+                n_err=1,
+                f_tc=0.0,
+            )
+        )
         for esc in ("\\ud800", "\\udfff", "\\ud800\\udc00", "x\\udbff"):
-            out.append(Case("unicode", stage, _tc('{"name": "%s", "arguments": {"%s": %s}}' % (
-                name, key, '["a %s"]' % esc if stage == 1 else '"a %s"' % esc)), n_err=None))
-            out.append(Case("unicode", stage, _tc('{"name": "%s", "arguments": {"%s": %s, "k%s": 1}}' % (
-                name, key, '["a"]' if stage == 1 else '"a"', esc)), n_err=1))
+            out.append(
+                Case(
+                    "unicode",
+                    stage,
+                    _tc(
+                        '{"name": "%s", "arguments": {"%s": %s}}'
+                        % (name, key, '["a %s"]' % esc if stage == 1 else '"a %s"' % esc)
+                    ),
+                    n_err=None,
+                )
+            )
+            out.append(
+                Case(
+                    "unicode",
+                    stage,
+                    _tc(
+                        '{"name": "%s", "arguments": {"%s": %s, "k%s": 1}}'
+                        % (name, key, '["a"]' if stage == 1 else '"a"', esc)
+                    ),
+                    n_err=1,
+                )
+            )
         reasoning_call = "I will search. " + _tc(_valid(stage, task, rng))
         out.append(Case("think_tags", stage, AssistantMessage(content="", reasoning=reasoning_call), n_err=1, f_tc=0.0))
-        out.append(Case("think_tags", stage, AssistantMessage(content="Searching now.", reasoning=reasoning_call + " \ud800"),
-                        n_err=1, f_tc=0.0))
-        out.append(Case("think_tags", stage, AssistantMessage(content=_tc(_valid(stage, task, rng)), reasoning=reasoning_call),
-                        n_err=None))
-        partial = {"name": "mem_view", "arguments": {"session_ids": [needle, "", "nope-1"]}} if stage == 1 else \
-                  {"name": "product_view", "arguments": {"product_ids": [ref, "", "nope:1", 7]}}
+        out.append(
+            Case(
+                "think_tags",
+                stage,
+                AssistantMessage(content="Searching now.", reasoning=reasoning_call + " \ud800"),
+                n_err=1,
+                f_tc=0.0,
+            )
+        )
+        out.append(
+            Case(
+                "think_tags",
+                stage,
+                AssistantMessage(content=_tc(_valid(stage, task, rng)), reasoning=reasoning_call),
+                n_err=None,
+            )
+        )
+        partial = (
+            {"name": "mem_view", "arguments": {"session_ids": [needle, "", "nope-1"]}}
+            if stage == 1
+            else {"name": "product_view", "arguments": {"product_ids": [ref, "", "nope:1", 7]}}
+        )
         out.append(Case("wrong_types", stage, _tc(partial), n_err=None))  # the known ones are returned
     return out
 
@@ -313,8 +510,10 @@ def test_malformed_outputs_never_crash_and_are_scored(setup):
             want_obs = c.n_obs if c.n_obs is not None else max(want_err, 1)
             n_bad_calls += want_err
             if errs != want_err or len(out.observations) != want_obs:
-                failures.append(f"{label}: {errs} error observation(s) of {len(out.observations)}, "
-                                f"expected {want_err} of {want_obs}: {[o['content'][:90] for o in out.observations]}")
+                failures.append(
+                    f"{label}: {errs} error observation(s) of {len(out.observations)}, "
+                    f"expected {want_err} of {want_obs}: {[o['content'][:90] for o in out.observations]}"
+                )
                 continue
             if isinstance(c.action, AssistantMessage) and c.action.tool_calls:
                 ids = {o.get("tool_call_id") for o in out.observations}
@@ -342,11 +541,22 @@ def test_malformed_outputs_never_crash_and_are_scored(setup):
         except Exception as e:
             failures.append(f"{label}: result does not serialise: {type(e).__name__}: {e}")
     by_cat = Counter(c.category for c in cases)
-    print(f"\nfuzz: {len(cases)} malformed outputs ({sum(1 for c in cases if c.stage == 1)} stage 1, "
-          f"{sum(1 for c in cases if c.stage == 2)} stage 2), {n_bad_calls} expected error observations; "
-          f"by category: {dict(sorted(by_cat.items()))}")
+    print(
+        f"\nfuzz: {len(cases)} malformed outputs ({sum(1 for c in cases if c.stage == 1)} stage 1, "
+        f"{sum(1 for c in cases if c.stage == 2)} stage 2), {n_bad_calls} expected error observations; "
+        f"by category: {dict(sorted(by_cat.items()))}"
+    )
     assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(failures[:40])
     assert len(cases) >= 200
     assert all(counts[(cat, s)] > 0 for cat in by_cat for s in (1, 2))
-    assert set(by_cat) == {"broken_json", "wrong_types", "unknown_tools", "missing_answer", "think_tags",
-                           "repeated_calls", "enormous", "lucene_syntax", "unicode"}
+    assert set(by_cat) == {
+        "broken_json",
+        "wrong_types",
+        "unknown_tools",
+        "missing_answer",
+        "think_tags",
+        "repeated_calls",
+        "enormous",
+        "lucene_syntax",
+        "unicode",
+    }

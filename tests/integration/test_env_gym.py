@@ -50,8 +50,9 @@ def test_env_checker_passes_through_gymnasium_make(setup, mode):
     # gymnasium deep-copies the kwargs when it re-makes the env from its spec: the ToolBox shares
     # its services on copy, and a RuleJudge over a plain function copies fine
     judge = RuleJudge(lambda ids: {i: products.get(i) for i in ids if products.get(i) is not None})
-    env = gymnasium.make(ENV_ID, task=tasks[0], toolbox=ToolBox(products, kit.memory(tasks[0])), judge=judge,
-                         config=EnvConfig(mode=mode))
+    env = gymnasium.make(
+        ENV_ID, task=tasks[0], toolbox=ToolBox(products, kit.memory(tasks[0])), judge=judge, config=EnvConfig(mode=mode)
+    )
     assert isinstance(env.unwrapped, ShoppingCompanionGymEnv)
     msgs = _check(env.unwrapped)  # with a spec: render modes and close are checked too
     assert msgs == [], msgs
@@ -107,3 +108,10 @@ def test_text_space():
     assert TextSpace() == TextSpace() and TextSpace(max_length=3) != TextSpace()
     assert not sp.is_np_flattenable
     assert render_messages([{"role": "tool", "name": "mem_view", "content": "{}"}]) == "[tool mem_view]\n{}"
+
+
+def test_unknown_env_option_is_refused_at_construction():
+    # the gym env passes its keyword options on to ShoppingCompanionEnv at each reset: a misspelt one
+    # must fail when the environment is built, naming what is allowed, not at the first reset
+    with pytest.raises(TypeError, match=r"reward_fun.*allowed: reward_fn, simulator, sessions, token_counter"):
+        ShoppingCompanionGymEnv(None, None, None, reward_fun=None)  # type: ignore[arg-type]

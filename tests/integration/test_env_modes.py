@@ -91,8 +91,7 @@ def test_llm_simulator_in_the_environment_records_its_model_and_seed(tasks, kit)
     with ScriptedOpenAIServer(["Some preferences are missing from what you listed."], model="sim-llm") as srv:
         backend = OpenAIBackend(model="sim-llm", base_url=srv.base_url, api_key="k", backoff_s=0.01)
         sim = LLMSimulator(backend, seed=42)
-        res = run(kit.env(task, hint="low", simulator=sim),
-                   GoldPolicy(task, preferences=task.preferences[:0]))
+        res = run(kit.env(task, hint="low", simulator=sim), GoldPolicy(task, preferences=task.preferences[:0]))
         assert srv.bodies[0]["seed"] == 42
     assert res.simulator["name"] == "llm" and res.simulator["model"] == "sim-llm" and res.simulator["seed"] == 42
     assert res.simulator["source"] == "llm" and res.simulator["feedback"].startswith("Some preferences")
@@ -107,7 +106,12 @@ def test_one_stage_single_trajectory_judged_for_acc_and_succ(tasks, kit):
     task = tasks[1]
     env = kit.env(task, mode="one_stage")
     _, info = env.reset()
-    assert info["mode"] == "one_stage" and set(info["tools"]) == {"mem_search", "mem_view", "product_search", "product_view"}
+    assert info["mode"] == "one_stage" and set(info["tools"]) == {
+        "mem_search",
+        "mem_view",
+        "product_search",
+        "product_view",
+    }
     assert "fenced JSON block" in env.messages[0]["content"]
     res = run(env, GoldPolicy(task))
     assert len(res.stages) == 1
@@ -162,8 +166,7 @@ def test_oracle_puts_gold_sessions_in_context_and_uses_product_tools(tasks, pool
 
 def test_oracle_without_memory_store_uses_the_session_pool(tasks, pool, kit):
     task = tasks[2]
-    env = ShoppingCompanionEnv(task, ToolBox(kit.products, None), kit.judge, EnvConfig(mode="oracle"),
-                               sessions=pool)
+    env = ShoppingCompanionEnv(task, ToolBox(kit.products, None), kit.judge, EnvConfig(mode="oracle"), sessions=pool)
     msgs, _ = env.reset()
     assert all(f"[session {sid}" in msgs[1]["content"] for sid in task.needle_session_ids)
     bad = ShoppingCompanionEnv(task, ToolBox(kit.products, None), kit.judge, EnvConfig(mode="oracle"))
@@ -175,8 +178,14 @@ def test_run_episode_supports_every_mode(tasks, kit):
     """The evaluation runner (another team's code) drives all modes through our env unchanged."""
     task = tasks[3]
     for mode, hint in [("two_stage", "high"), ("one_stage", "none"), ("oracle", "none")]:
-        res = run_episode(task, GoldPolicy(task), kit.products, kit.memory(task), kit.judge,
-                          EvalSettings(env=EnvConfig(mode=mode, hint=hint)))
+        res = run_episode(
+            task,
+            GoldPolicy(task),
+            kit.products,
+            kit.memory(task),
+            kit.judge,
+            EvalSettings(env=EnvConfig(mode=mode, hint=hint)),
+        )
         assert res.error is None and res.mode == mode and res.hint == hint and res.succ, (mode, res.stages[-1].verdict)
 
 
@@ -187,7 +196,9 @@ def test_observations_are_truncated_with_a_marker_and_ids_follow(tasks, kit):
     task = tasks[0]
     env = kit.env(task, max_observation_chars=400)
     env.reset()
-    out = env.step('<tool_call>{"name": "mem_search", "arguments": {"queries": ["what I like"], "top_k": 30}}</tool_call>')
+    out = env.step(
+        '<tool_call>{"name": "mem_search", "arguments": {"queries": ["what I like"], "top_k": 30}}</tool_call>'
+    )
     content = out.observations[0]["content"]
     marker = TRUNCATION_MARKER.split("{")[0]
     assert marker in content and len(content) < 400 + 80
@@ -203,8 +214,10 @@ def test_observations_are_truncated_with_a_marker_and_ids_follow(tasks, kit):
 def test_token_counts_per_turn_are_kept(tasks, kit):
     task = tasks[0]
     script = [
-        {"content": '<tool_call>{"name": "mem_search", "arguments": {"queries": ["shoes"]}}</tool_call>',
-         "usage": {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290}},
+        {
+            "content": '<tool_call>{"name": "mem_search", "arguments": {"queries": ["shoes"]}}</tool_call>',
+            "usage": {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290},
+        },
         {"content": '<answer>{"preferences": []}</answer>', "usage": None},
     ]
     with ScriptedOpenAIServer(script) as srv:

@@ -25,7 +25,10 @@ def bench(catalog_products, sgd_sessions, product_search):
         return [h["product_id"] for h in product_search.search(q, top_k=k)]
 
     return synthesize(
-        catalog_products, sgd_sessions, SynthConfig(n_tasks=4, seed=7, sessions_per_user=40), searcher=searcher
+        catalog_products,
+        sgd_sessions,
+        SynthConfig(addon_share=0.0, n_tasks=4, seed=7, sessions_per_user=40),
+        searcher=searcher,
     )
 
 
@@ -100,8 +103,7 @@ def test_reference_episode_records_tools_ids_and_rewards(bench, policy, product_
 
 def test_reference_policy_recovers_preferences_on_several_tasks(bench, policy, product_search, embedder, judge):
     results = [
-        run_episode(t, policy, product_search, _memory(bench, t, embedder), judge, EvalSettings())
-        for t in bench.tasks
+        run_episode(t, policy, product_search, _memory(bench, t, embedder), judge, EvalSettings()) for t in bench.tasks
     ]
     assert all(r.error is None for r in results)
     # The baseline is weak but not blind: it recovers some preferences on these tasks.
@@ -153,7 +155,7 @@ def test_episode_hits_turn_limit_and_is_scored(bench, product_search, embedder, 
 
 
 def test_synthesis_is_deterministic(catalog_products, sgd_sessions, tmp_path):
-    cfg = SynthConfig(n_tasks=3, seed=5, sessions_per_user=40)
+    cfg = SynthConfig(addon_share=0.0, n_tasks=3, seed=5, sessions_per_user=40)
     from shopping_companion.benchmark.synth import write_benchmark
 
     a = write_benchmark(synthesize(catalog_products, sgd_sessions, cfg), tmp_path / "a")
@@ -164,7 +166,9 @@ def test_synthesis_is_deterministic(catalog_products, sgd_sessions, tmp_path):
     assert (a / "tasks.jsonl").read_bytes() != (c / "tasks.jsonl").read_bytes()
 
 
-def test_run_evaluation_appends_resumes_and_repairs_a_torn_line(bench, policy, product_search, embedder, judge, tmp_path):
+def test_run_evaluation_appends_resumes_and_repairs_a_torn_line(
+    bench, policy, product_search, embedder, judge, tmp_path
+):
     from shopping_companion.benchmark.evaluate import run_evaluation
     from shopping_companion.benchmark.report import read_results
 
@@ -194,8 +198,15 @@ def test_two_runs_never_append_to_one_results_file(bench, policy, product_search
     with open(path, "a") as held:  # another process is running: it holds a lock on the results file itself
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(RunLockedError, match="another running evaluation"):
-            run_evaluation(bench.tasks[:1], policy, product_search, lambda t: _memory(bench, t, embedder),
-                           judge, path, progress=False)
+            run_evaluation(
+                bench.tasks[:1],
+                policy,
+                product_search,
+                lambda t: _memory(bench, t, embedder),
+                judge,
+                path,
+                progress=False,
+            )
     assert not path.exists() or path.read_text() == ""
 
 
@@ -211,7 +222,9 @@ def test_a_tool_backend_exception_is_an_observation_not_a_crash(bench, embedder,
     env = ShoppingCompanionEnv(task, ToolBox(Exploding(), _memory(bench, task, embedder)), judge, EnvConfig())
     env.reset()
     env.step('<answer>{"preferences": []}</answer>')
-    out = env.step('<tool_call>{"name": "product_search", "arguments": {"query": "shirt", "max_price": 1e308}}</tool_call>')
+    out = env.step(
+        '<tool_call>{"name": "product_search", "arguments": {"query": "shirt", "max_price": 1e308}}</tool_call>'
+    )
     assert not out.terminated and "internal error (OverflowError)" in out.observations[0]["content"]
     assert env.trajectory.tool_results[-1].error
 
@@ -221,7 +234,9 @@ def brevity_bonus(ctx):
     return 0.5 if len(ctx.trajectory.steps) <= 3 else 0.0
 
 
-def test_a_custom_reward_named_in_yaml_changes_the_runner_total(bench, policy, product_search, embedder, judge, tmp_path):
+def test_a_custom_reward_named_in_yaml_changes_the_runner_total(
+    bench, policy, product_search, embedder, judge, tmp_path
+):
     from shopping_companion.rewards.rubric import load_rubric
 
     cfg = tmp_path / "rubric.yaml"
@@ -231,7 +246,13 @@ def test_a_custom_reward_named_in_yaml_changes_the_runner_total(bench, policy, p
     )
     task = bench.tasks[0]
     base = run_episode(task, policy, product_search, _memory(bench, task, embedder), judge, EvalSettings())
-    custom = run_episode(task, policy, product_search, _memory(bench, task, embedder), judge,
-                         EvalSettings(reward_fn=load_rubric(str(cfg))))
+    custom = run_episode(
+        task,
+        policy,
+        product_search,
+        _memory(bench, task, embedder),
+        judge,
+        EvalSettings(reward_fn=load_rubric(str(cfg))),
+    )
     for b, c in zip(base.stages, custom.stages):
         assert c.reward.total == pytest.approx(b.reward.total + 0.5)

@@ -36,8 +36,10 @@ from tests.openai_server import ScriptedOpenAIServer
 pytestmark = pytest.mark.slow
 
 DEPTHS = (50, 195, 200, 255, 1000, 10000)
-CTX_MSG = ("This model's maximum context length is 4096 tokens. However, you requested 9000 tokens "
-           "(8000 in the messages, 1000 in the completion). Please reduce the length of the messages.")
+CTX_MSG = (
+    "This model's maximum context length is 4096 tokens. However, you requested 9000 tokens "
+    "(8000 in the messages, 1000 in the completion). Please reduce the length of the messages."
+)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +161,15 @@ def test_the_results_file_of_a_deep_call_reads_back_and_resumes(world, tmp_path)
 # --------------------------------------------------------------------------- surrogates
 
 
-SURROGATE_PATHS = ["text_args", "structured_args", "keys", "answer_fields", "answer_text", "assistant_text", "reasoning"]
+SURROGATE_PATHS = [
+    "text_args",
+    "structured_args",
+    "keys",
+    "answer_fields",
+    "answer_text",
+    "assistant_text",
+    "reasoning",
+]
 
 
 @pytest.mark.parametrize("path", SURROGATE_PATHS)
@@ -174,8 +184,9 @@ def test_lone_surrogates_never_break_the_next_request_or_the_writer(world, path)
             if path == "text_args":
                 return '<tool_call>{"name": "mem_search", "arguments": {"queries": ["colour %s"]}}</tool_call>' % esc
             if path == "structured_args":
-                return {"tool_calls": [{"id": "s1", "name": "mem_search",
-                                        "arguments": '{"queries": ["colour %s"]}' % esc}]}
+                return {
+                    "tool_calls": [{"id": "s1", "name": "mem_search", "arguments": '{"queries": ["colour %s"]}' % esc}]
+                }
             if path == "keys":
                 return '<tool_call>{"name": "mem_search", "arguments": {"queries": ["x"], "k%s": 1}}</tool_call>' % esc
             if path == "assistant_text":
@@ -212,8 +223,9 @@ def test_close_tag_inside_a_json_string_argument_is_run_as_one_call(world):
     def script(body):
         stage, k = stage_of(body), n_assistant(body)
         if stage == 2 and k == 0:
-            return ('<tool_call>{"name": "product_search", "arguments": {"query": "shirt </tool_call> cotton"}}'
-                    "</tool_call>")
+            return (
+                '<tool_call>{"name": "product_search", "arguments": {"query": "shirt </tool_call> cotton"}}</tool_call>'
+            )
         return answer(stage, task)
 
     res, _ = episode(task, kit, script)
@@ -255,8 +267,19 @@ def test_calls_only_in_the_reasoning_are_not_run_and_the_reasoning_is_kept(world
     assert all("reasoning_content" not in m for b in bodies for m in b["messages"])
     assert second.tool_results and second.tool_results[0].error is None and second.format.errors == []
     # SFT: the reasoning is the think block of the examples (targets and context)
-    kept = KeptStage(task_id=task.task_id, trial=0, mode="two_stage", hint="none", stage=1, policy="p",
-                     reason="test", acc=res.acc, succ=res.succ, trajectory=s1, verdict=res.stages[0].verdict)
+    kept = KeptStage(
+        task_id=task.task_id,
+        trial=0,
+        mode="two_stage",
+        hint="none",
+        stage=1,
+        policy="p",
+        reason="test",
+        acc=res.acc,
+        succ=res.succ,
+        trajectory=s1,
+        verdict=res.stages[0].verdict,
+    )
     examples = step_examples([kept])
     assert [e.turn for e in examples] == [1, 2]  # the reasoning-only turn is not a target
     assert examples[0].messages[-1]["content"].startswith("<think>\nRight, in the content this time.\n</think>")
@@ -364,7 +387,7 @@ def test_a_prompt_token_budget_clips_old_observations_before_the_prompt_exceeds_
     def script(body):
         stage, k = stage_of(body), n_assistant(body)
         if stage == 1 and k < 4:
-            ids = json.dumps(sessions[3 * k: 3 * k + 3])
+            ids = json.dumps(sessions[3 * k : 3 * k + 3])
             return f'<tool_call>{{"name": "mem_view", "arguments": {{"session_ids": {ids}}}}}</tool_call>'
         return answer(stage, task)
 
@@ -391,8 +414,11 @@ def test_product_view_with_some_unknown_or_empty_ids_returns_the_known_products(
     def script(body):
         stage, k = stage_of(body), n_assistant(body)
         if stage == 2 and k == 0:
-            return {"tool_calls": [{"id": "v1", "name": "product_view",
-                                    "arguments": {"product_ids": [ref, "", "nope:1", 7]}}]}
+            return {
+                "tool_calls": [
+                    {"id": "v1", "name": "product_view", "arguments": {"product_ids": [ref, "", "nope:1", 7]}}
+                ]
+            }
         return answer(stage, task)
 
     res, _ = episode(task, kit, script)
@@ -410,8 +436,13 @@ def test_env_step_accepts_a_message_with_finish_reason_and_reasoning(world):
     env.reset()
     rng = random.Random(0)
     for _ in range(5):
-        r = env.step(AssistantMessage(content=rng.choice(["x \ud800", "<tool_call>{\"a\\udfff\": 1}</tool_call>"]),
-                                      reasoning="r \udfff", finish_reason=rng.choice(["length", "stop", None])))
+        r = env.step(
+            AssistantMessage(
+                content=rng.choice(["x \ud800", '<tool_call>{"a\\udfff": 1}</tool_call>']),
+                reasoning="r \udfff",
+                finish_reason=rng.choice(["length", "stop", None]),
+            )
+        )
         json.dumps(env.messages, ensure_ascii=False).encode("utf-8")
         json.dumps(r.observations, ensure_ascii=False).encode("utf-8")
         if env.stage == 2:
@@ -433,14 +464,21 @@ def test_grpo_rows_end_invalid_stages_early_and_never_run_a_cut_off_call(world, 
     from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
 
     task, kit = world
-    res = EnvResources(tasks={task.task_id: task}, sessions=kit.pool, products=kit.products, embedder=kit.embedder,
-                       judge=kit.judge, reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}))
+    res = EnvResources(
+        tasks={task.task_id: task},
+        sessions=kit.pool,
+        products=kit.products,
+        embedder=kit.embedder,
+        judge=kit.judge,
+        reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
+    )
     tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path_factory.mktemp("tok")))
     tok.chat_template = TOOL_CHAT_TEMPLATE
 
     async def prose(ids, sp):  # a model that never acts, ending each turn properly
-        return Generation(tok.encode("I am not sure what to do.", add_special_tokens=False)[: sp["max_tokens"]]
-                          + [tok.eos_token_id])
+        return Generation(
+            tok.encode("I am not sure what to do.", add_special_tokens=False)[: sp["max_tokens"]] + [tok.eos_token_id]
+        )
 
     ep = asyncio.run(run_row_episode(res.make_env(task), 1, ChatTokens(tok), prose, {}, 32768))
     assert ep.termination == "invalid_output" and ep.n_generations == 3  # not 20 (max_turns)

@@ -1,5 +1,5 @@
 """``shopcomp eval`` end to end under failures: exit status 3 with errored episodes (everything
-written, errored rows null in results.parquet), exit 2 when the endpoint goes down mid-run (circuit
+written, errored rows null in results.parquet), exit 4 when the endpoint goes down mid-run (circuit
 breaker; results kept, the rerun resumes), refusal of tasks whose gold products are not in the
 catalog (or skipping them with ``--skip-missing-gold``), and ``--force`` for a results file whose
 identity was lost. Real synthesised benchmark, index, embedder and judge; the policy is the scripted
@@ -28,8 +28,12 @@ def bench(catalog_products, sgd_sessions, product_search):
     def searcher(q, k):
         return [h["product_id"] for h in product_search.search(q, top_k=k)]
 
-    return synthesize(catalog_products, sgd_sessions, SynthConfig(n_tasks=3, seed=31, sessions_per_user=40),
-                      searcher=searcher)
+    return synthesize(
+        catalog_products,
+        sgd_sessions,
+        SynthConfig(addon_share=0.0, n_tasks=3, seed=31, sessions_per_user=40),
+        searcher=searcher,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +47,34 @@ def text(out) -> str:
 
 
 def _args(bench_dir, index_dir, runs, name, url):
-    return ["eval", "--bench", str(bench_dir), "--name", name, "--backend", "openai", "--model", "m",
-            "--index-dir", str(index_dir), "--runs-dir", str(runs), "--max-turns", "6", "--max-retries", "0",
-            "--concurrency", "1", "--base-url", url]
+    return [
+        "eval",
+        "--bench",
+        str(bench_dir),
+        "--name",
+        name,
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--index-dir",
+        str(index_dir),
+        "--runs-dir",
+        str(runs),
+        "--max-turns",
+        "6",
+        "--max-retries",
+        "0",
+        "--concurrency",
+        "1",
+        "--base-url",
+        url,
+    ]
 
 
-def test_errored_episodes_exit_3_after_writing_everything_and_are_null_in_parquet(bench, bench_dir,
-                                                                                 catalog_index_dir, tmp_path):
+def test_errored_episodes_exit_3_after_writing_everything_and_are_null_in_parquet(
+    bench, bench_dir, catalog_index_dir, tmp_path
+):
     import pandas as pd
 
     inner = policy_script(bench.tasks)
@@ -81,9 +106,9 @@ def test_errored_episodes_exit_3_after_writing_everything_and_are_null_in_parque
     assert all(r.error is None for r in read_results(run / "results.jsonl")[-1:])
 
 
-def test_an_endpoint_that_goes_down_stops_the_run_with_exit_2_and_the_rerun_resumes(bench, bench_dir,
-                                                                                   catalog_index_dir, tmp_path,
-                                                                                   monkeypatch):
+def test_an_endpoint_that_goes_down_stops_the_run_with_exit_4_and_the_rerun_resumes(
+    bench, bench_dir, catalog_index_dir, tmp_path, monkeypatch
+):
     from shopping_companion.llm.breaker import ENV_BREAKER_THRESHOLD
 
     monkeypatch.setenv(ENV_BREAKER_THRESHOLD, "2")  # two consecutive timeouts open the circuit
@@ -98,7 +123,7 @@ def test_an_endpoint_that_goes_down_stops_the_run_with_exit_2_and_the_rerun_resu
     args = _args(bench_dir, catalog_index_dir, runs, "down", "")[:-1]
     with ScriptedOpenAIServer(script) as srv:
         out = CliRunner().invoke(app, args + [srv.base_url, "--timeout-s", "0.3", "--max-retries", "1"])
-    assert out.exit_code == 2, out.output
+    assert out.exit_code == 4, out.output  # EXIT_SERVICE: the endpoint is down, nothing is wrong with the input
     assert "endpoint is considered down" in text(out) and "rerun the same command to resume" in text(out)
     res = read_results(runs / "down" / "results.jsonl")
     assert res[0].task_id == bench.tasks[0].task_id and res[0].error is None

@@ -68,8 +68,18 @@ def test_generator_is_seeded_distinct_and_covers_every_category(fuzz_setup):
 def test_hostile_outputs_through_the_eval_path(fuzz_setup, product_search, tmp_path):
     tasks, make_memory, judge = fuzz_setup
     cases = generate_cases(tasks, seed=SEED)
-    report = run_fuzz(cases, tasks, product_search, make_memory, judge, tmp_path, concurrency=4,
-                      episode_bound_s=60.0, batch_timeout_s=600.0, log=print)
+    report = run_fuzz(
+        cases,
+        tasks,
+        product_search,
+        make_memory,
+        judge,
+        tmp_path,
+        concurrency=4,
+        episode_bound_s=60.0,
+        batch_timeout_s=600.0,
+        log=print,
+    )
     print("\n" + report.summary())
     lines = [f"{f.kind:15s} {f.category:24s} {f.label[:50]!r}: {f.detail[:220]}" for f in report.failures]
     # every control stage is a perfect one (3.0), so "<= control" is "<= the best honest stage"

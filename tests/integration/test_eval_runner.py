@@ -45,8 +45,12 @@ def bench(catalog_products, sgd_sessions, product_search):
     def searcher(q, k):
         return [h["product_id"] for h in product_search.search(q, top_k=k)]
 
-    return synthesize(catalog_products, sgd_sessions, SynthConfig(n_tasks=3, seed=23, sessions_per_user=40),
-                      searcher=searcher)
+    return synthesize(
+        catalog_products,
+        sgd_sessions,
+        SynthConfig(addon_share=0.0, n_tasks=3, seed=23, sessions_per_user=40),
+        searcher=searcher,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +84,31 @@ def test_concurrent_run_equals_sequential(bench, product_search, embedder, judge
     events: list[tuple[str, float]] = []
     with ScriptedOpenAIServer(policy_script(tasks, delay_s=0.03)) as srv:
         be = OpenAIBackend("scripted", base_url=srv.base_url, api_key="k", backoff_s=0.0)
-        seq = run_evaluation(tasks, be, product_search, make_memory, judge, tmp_path / "seq.jsonl", settings,
-                             progress=False, concurrency=1, strategies=strategies)
-        conc = run_evaluation(tasks, be, product_search, make_memory, judge, tmp_path / "conc.jsonl", settings,
-                              progress=False, concurrency=8, strategies=strategies,
-                              on_event=lambda ev, key, t: events.append((ev, t)))
+        seq = run_evaluation(
+            tasks,
+            be,
+            product_search,
+            make_memory,
+            judge,
+            tmp_path / "seq.jsonl",
+            settings,
+            progress=False,
+            concurrency=1,
+            strategies=strategies,
+        )
+        conc = run_evaluation(
+            tasks,
+            be,
+            product_search,
+            make_memory,
+            judge,
+            tmp_path / "conc.jsonl",
+            settings,
+            progress=False,
+            concurrency=8,
+            strategies=strategies,
+            on_event=lambda ev, key, t: events.append((ev, t)),
+        )
         assert not srv.errors
     assert len(seq) == len(conc) == 3 * 2 * 4
     assert all(r.error is None for r in seq)
@@ -112,17 +136,46 @@ def _lines(p: Path) -> int:
 
 def test_resume_after_kill_equals_uninterrupted_run(bench, bench_dir, catalog_index_dir, tmp_path):
     runs = tmp_path / "runs"
-    common = ["eval", "--bench", str(bench_dir), "--backend", "openai", "--model", "m", "--index-dir",
-              str(catalog_index_dir), "--runs-dir", str(runs), "--trials", "2", "--max-turns", "6",
-              "--strategies", "two_stage:none,two_stage:low"]
+    common = [
+        "eval",
+        "--bench",
+        str(bench_dir),
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--index-dir",
+        str(catalog_index_dir),
+        "--runs-dir",
+        str(runs),
+        "--trials",
+        "2",
+        "--max-turns",
+        "6",
+        "--strategies",
+        "two_stage:none,two_stage:low",
+    ]
     total = 3 * 2 * 2
     results = runs / "killed" / "results.jsonl"
     with ScriptedOpenAIServer(policy_script(bench.tasks, delay_s=0.25)) as srv:
         log = open(tmp_path / "child.log", "w")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "shopping_companion.cli", *common, "--name", "killed", "--concurrency", "2",
-             "--base-url", srv.base_url],
-            cwd=REPO, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "shopping_companion.cli",
+                *common,
+                "--name",
+                "killed",
+                "--concurrency",
+                "2",
+                "--base-url",
+                srv.base_url,
+            ],
+            cwd=REPO,
+            env=dict(os.environ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 240
         while _lines(results) < 3 and proc.poll() is None and time.monotonic() < deadline:
@@ -182,7 +235,9 @@ class FaultyScript:
         return self.inner(body)
 
 
-def test_endpoint_faults_are_retried_recorded_and_never_scored(bench, product_search, embedder, judge, tmp_path, caplog):
+def test_endpoint_faults_are_retried_recorded_and_never_scored(
+    bench, product_search, embedder, judge, tmp_path, caplog
+):
     secret = "sk-test-NEVER-LOG-ME"
     tasks = bench.tasks
     settings = EvalSettings(trials=1, sampling=Sampling(seed=0), env=EnvConfig(max_turns=6))
@@ -197,14 +252,24 @@ def test_endpoint_faults_are_retried_recorded_and_never_scored(bench, product_se
     }
     with ScriptedOpenAIServer(policy_script(tasks)) as srv:
         be = OpenAIBackend("m", base_url=srv.base_url, api_key=secret, timeout_s=0.5, max_retries=2, backoff_s=0.0)
-        clean = run_evaluation(tasks, be, product_search, make_memory, judge, tmp_path / "clean.jsonl", settings,
-                               progress=False, concurrency=3)
+        clean = run_evaluation(
+            tasks,
+            be,
+            product_search,
+            make_memory,
+            judge,
+            tmp_path / "clean.jsonl",
+            settings,
+            progress=False,
+            concurrency=3,
+        )
     faulty = FaultyScript(tasks, first, always={(0, 2, 1)})
     path = tmp_path / "faulty.jsonl"
     with caplog.at_level(logging.WARNING), ScriptedOpenAIServer(faulty) as srv:
         be = OpenAIBackend("m", base_url=srv.base_url, api_key=secret, timeout_s=0.5, max_retries=2, backoff_s=0.0)
-        res = run_evaluation(tasks, be, product_search, make_memory, judge, path, settings, progress=False,
-                             concurrency=3)
+        res = run_evaluation(
+            tasks, be, product_search, make_memory, judge, path, settings, progress=False, concurrency=3
+        )
         assert all(a == f"Bearer {secret}" for a in srv.authorizations)
     assert faulty.served_faults == len(first) + 3  # every first-attempt fault, and 3 attempts of the dead one
     by_task = {r.task_id: r for r in res}
@@ -226,32 +291,60 @@ def test_endpoint_faults_are_retried_recorded_and_never_scored(bench, product_se
     # a rerun with a healthy endpoint retries only the errored episode; the newest success wins
     with ScriptedOpenAIServer(policy_script(tasks)) as srv:
         be = OpenAIBackend("m", base_url=srv.base_url, api_key=secret, timeout_s=5, max_retries=0)
-        again = run_evaluation(tasks, be, product_search, make_memory, judge, path, settings, progress=False,
-                               concurrency=3)
+        again = run_evaluation(
+            tasks, be, product_search, make_memory, judge, path, settings, progress=False, concurrency=3
+        )
         n_requests = len(srv.bodies)
     assert 0 < n_requests <= 12  # one episode only
     assert len(read_results(path)) == 4 and len(again) == 3 and all(r.error is None for r in again)
     assert normalized(again) == nc
 
 
-def test_cli_all_strategies_pass_k_report_and_no_key_anywhere(bench, bench_dir, catalog_index_dir, tmp_path,
-                                                              monkeypatch):
+def test_cli_all_strategies_pass_k_report_and_no_key_anywhere(
+    bench, bench_dir, catalog_index_dir, tmp_path, monkeypatch
+):
     import pandas as pd
 
     secret = "sk-live-SECRET-4242"
     monkeypatch.setenv("SHOPCOMP_TEST_KEY", secret)
     runs = tmp_path / "runs"
-    faulty = FaultyScript(bench.tasks, {(1, 2, 0): {"status": 500}, (2, 1, 0): {"raw": "nope"}},
-                          always={(0, 2, 0)})
-    args = ["eval", "--bench", str(bench_dir), "--name", "all", "--backend", "openai", "--model", "m",
-            "--api-key-env", "SHOPCOMP_TEST_KEY", "--index-dir", str(catalog_index_dir), "--runs-dir", str(runs),
-            "--strategies", "oracle,one_stage,two_stage:none,two_stage:low,two_stage:high", "--trials", "2",
-            "--pass-k", "1,2", "--max-turns", "6", "--max-retries", "1", "--concurrency", "8"]
+    faulty = FaultyScript(bench.tasks, {(1, 2, 0): {"status": 500}, (2, 1, 0): {"raw": "nope"}}, always={(0, 2, 0)})
+    args = [
+        "eval",
+        "--bench",
+        str(bench_dir),
+        "--name",
+        "all",
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--api-key-env",
+        "SHOPCOMP_TEST_KEY",
+        "--index-dir",
+        str(catalog_index_dir),
+        "--runs-dir",
+        str(runs),
+        "--strategies",
+        "oracle,one_stage,two_stage:none,two_stage:low,two_stage:high",
+        "--trials",
+        "2",
+        "--pass-k",
+        "1,2",
+        "--max-turns",
+        "6",
+        "--max-retries",
+        "1",
+        "--concurrency",
+        "8",
+    ]
     runner = CliRunner()
     attribution = '{"category": "unverified_attributes", "secondary": [], "explanation": "turn 2 skipped product_view"}'
     with ScriptedOpenAIServer(faulty) as srv, ScriptedOpenAIServer(lambda body: attribution) as att:
-        out = runner.invoke(app, args + ["--base-url", srv.base_url, "--attribution-model", "att",
-                                         "--attribution-base-url", att.base_url])
+        out = runner.invoke(
+            app,
+            args + ["--base-url", srv.base_url, "--attribution-model", "att", "--attribution-base-url", att.base_url],
+        )
         assert out.exit_code == 3, out.output  # some episodes ended with a backend error: all written, exit 3
         assert srv.authorizations and all(a == f"Bearer {secret}" for a in srv.authorizations)
         n_attributed = len(att.bodies)
@@ -295,5 +388,10 @@ def test_cli_all_strategies_pass_k_report_and_no_key_anywhere(bench, bench_dir, 
     out = runner.invoke(app, ["eval", "--bench", str(bench_dir), "--name", "x", "--strategies", "two_stage:loud"])
     assert out.exit_code == 2 and "two_stage:high" in out.output and "oracle" in out.output
     out = runner.invoke(app, ["eval", "--list-strategies"])
-    assert out.exit_code == 0 and out.output.split() == ["oracle", "one_stage", "two_stage:none", "two_stage:low",
-                                                          "two_stage:high"]
+    assert out.exit_code == 0 and out.output.split() == [
+        "oracle",
+        "one_stage",
+        "two_stage:none",
+        "two_stage:low",
+        "two_stage:high",
+    ]

@@ -24,8 +24,14 @@ def setup(tmp_path_factory, catalog_products, sgd_sessions, product_search, embe
 
     tasks, pool = make_single_tasks(catalog_products, sgd_sessions, n=1, seed=11, haystack_size=10)
     kit = EnvKit(product_search, embedder, pool)
-    res = EnvResources(tasks={t.task_id: t for t in tasks}, sessions=pool, products=product_search,
-                       embedder=embedder, judge=kit.judge, reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}))
+    res = EnvResources(
+        tasks={t.task_id: t for t in tasks},
+        sessions=pool,
+        products=product_search,
+        embedder=embedder,
+        judge=kit.judge,
+        reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
+    )
     tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path_factory.mktemp("tok")))
     tok.chat_template = TOOL_CHAT_TEMPLATE
     return res, tasks[0], tok
@@ -36,7 +42,7 @@ def _policy(tok, task, bad_first: bool = False):
 
     async def generate(ids, sp):
         text = tok.decode(ids)
-        stage_text = text[text.rfind("<|im_start|>system"):]
+        stage_text = text[text.rfind("<|im_start|>system") :]
         turn = stage_text.count("<|im_start|>assistant") - 1
         names = MEMORY_TOOLS if '"name": "mem_search"' in stage_text.split("</tools>")[0] else PRODUCT_TOOLS
         if bad_first:
@@ -119,7 +125,8 @@ def test_a_template_that_rewrites_past_turns_is_counted_not_fatal(setup):
         "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}",
         "{%- elif m.role == 'assistant' and not loop.last %}"
         "{{ '<|im_start|>assistant\n' + m.content.split('</think>')[-1].lstrip() + '<|im_end|>\n' }}"
-        "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}")
+        "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}",
+    )
     assert drop_think != TOOL_CHAT_TEMPLATE
     gold = GoldPolicy(task)
     names = [tool_schema(n) for n in PRODUCT_TOOLS]

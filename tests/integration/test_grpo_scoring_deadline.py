@@ -32,8 +32,14 @@ def kit(tmp_path_factory, catalog_products, sgd_sessions, product_search, embedd
     tok.chat_template = TOOL_CHAT_TEMPLATE
 
     def resources(judge=None, reward_fn=None) -> EnvResources:
-        return EnvResources(tasks={t.task_id: t for t in tasks}, sessions=pool, products=product_search,
-                            embedder=embedder, judge=judge or k.judge, reward_fn=reward_fn or rubric)
+        return EnvResources(
+            tasks={t.task_id: t for t in tasks},
+            sessions=pool,
+            products=product_search,
+            embedder=embedder,
+            judge=judge or k.judge,
+            reward_fn=reward_fn or rubric,
+        )
 
     return resources, k, rubric, tasks[0], tok
 
@@ -47,7 +53,7 @@ def _policy(tok, task):
 
     async def generate(ids, sp):
         text = tok.decode(ids)
-        stage_text = text[text.rfind("<|im_start|>system"):]
+        stage_text = text[text.rfind("<|im_start|>system") :]
         turn = stage_text.count("<|im_start|>assistant") - 1
         names = MEMORY_TOOLS if '"name": "mem_search"' in stage_text.split("</tools>")[0] else PRODUCT_TOOLS
         reply = gold.chat([{"role": "assistant"}] * turn, [tool_schema(n) for n in names]).content

@@ -41,8 +41,12 @@ def bench(catalog_products, sgd_sessions, product_search):
     def searcher(q, k):
         return [h["product_id"] for h in product_search.search(q, top_k=k)]
 
-    return synthesize(catalog_products, sgd_sessions, SynthConfig(n_tasks=3, seed=29, sessions_per_user=30),
-                      searcher=searcher)
+    return synthesize(
+        catalog_products,
+        sgd_sessions,
+        SynthConfig(addon_share=0.0, n_tasks=3, seed=29, sessions_per_user=30),
+        searcher=searcher,
+    )
 
 
 #: a run name Rich would read as markup ("[/]" closes nothing): printed paths must be escaped
@@ -54,18 +58,56 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
     runs = tmp_path / "runs"
     runner = CliRunner()
     with ScriptedOpenAIServer(policy_script(bench.tasks)) as srv:
-        out = runner.invoke(app, ["eval", "--bench", str(bench_dir), "--name", RUN, "--backend", "openai",
-                                  "--model", "m", "--base-url", srv.base_url, "--index-dir", str(catalog_index_dir),
-                                  "--runs-dir", str(runs), "--trials", "2", "--max-turns", "6"])
+        out = runner.invoke(
+            app,
+            [
+                "eval",
+                "--bench",
+                str(bench_dir),
+                "--name",
+                RUN,
+                "--backend",
+                "openai",
+                "--model",
+                "m",
+                "--base-url",
+                srv.base_url,
+                "--index-dir",
+                str(catalog_index_dir),
+                "--runs-dir",
+                str(runs),
+                "--trials",
+                "2",
+                "--max-turns",
+                "6",
+            ],
+        )
         assert out.exit_code == 0, out.output
     results = runs / RUN / "results.jsonl"
     res = read_results(results)
     n_stages = sum(len(r.stages) for r in res if r.error is None)
     assert n_stages >= 8
     with ScriptedOpenAIServer(strict_grader) as grader:
-        out = runner.invoke(app, ["judge-agreement", "--bench", str(bench_dir), "--results", str(results),
-                                  "--judge", "recorded", "--judge", "rule", "--judge", f"llm:grader@{grader.base_url}",
-                                  "--index-dir", str(catalog_index_dir), "--opc-by", "item"])
+        out = runner.invoke(
+            app,
+            [
+                "judge-agreement",
+                "--bench",
+                str(bench_dir),
+                "--results",
+                str(results),
+                "--judge",
+                "recorded",
+                "--judge",
+                "rule",
+                "--judge",
+                f"llm:grader@{grader.base_url}",
+                "--index-dir",
+                str(catalog_index_dir),
+                "--opc-by",
+                "item",
+            ],
+        )
         assert out.exit_code == 0, out.output
         # identical trajectories of two trials share one cached reply
         assert 0 < len(grader.bodies) <= n_stages
@@ -87,9 +129,22 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
     assert "| recorded | rule |" in md and "OPC" in md
     # the grader's replies are cached: a rerun asks the endpoint nothing
     with ScriptedOpenAIServer(strict_grader) as grader2:
-        out = runner.invoke(app, ["judge-agreement", "--bench", str(bench_dir), "--results", str(results),
-                                  "--judge", "rule", "--judge", f"llm:grader@{grader2.base_url}",
-                                  "--index-dir", str(catalog_index_dir)])
+        out = runner.invoke(
+            app,
+            [
+                "judge-agreement",
+                "--bench",
+                str(bench_dir),
+                "--results",
+                str(results),
+                "--judge",
+                "rule",
+                "--judge",
+                f"llm:grader@{grader2.base_url}",
+                "--index-dir",
+                str(catalog_index_dir),
+            ],
+        )
         assert out.exit_code == 0, out.output
         assert grader2.bodies == []
 
@@ -105,27 +160,70 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["files"]["tasks.jsonl"] = hashlib.sha256((other / "tasks.jsonl").read_bytes()).hexdigest()
     (other / "manifest.json").write_text(json.dumps(manifest))
-    out = runner.invoke(app, ["judge-agreement", "--bench", str(other), "--results", str(results),
-                              "--judge", "recorded", "--judge", "rule", "--index-dir", str(catalog_index_dir)])
+    out = runner.invoke(
+        app,
+        [
+            "judge-agreement",
+            "--bench",
+            str(other),
+            "--results",
+            str(results),
+            "--judge",
+            "recorded",
+            "--judge",
+            "rule",
+            "--index-dir",
+            str(catalog_index_dir),
+        ],
+    )
     assert out.exit_code == 2 and "do not belong to --bench" in " ".join(out.output.split()), out.output
 
     # a judge whose every verdict failed (wrong endpoint, bad replies) is an error, not an empty report
     with ScriptedOpenAIServer(lambda body: "not json at all") as broken:
-        out = runner.invoke(app, ["judge-agreement", "--bench", str(bench_dir), "--results", str(results),
-                                  "--judge", "recorded", "--judge", f"llm:broken@{broken.base_url}",
-                                  "--index-dir", str(catalog_index_dir), "--out", str(tmp_path / "ja-broken")])
+        out = runner.invoke(
+            app,
+            [
+                "judge-agreement",
+                "--bench",
+                str(bench_dir),
+                "--results",
+                str(results),
+                "--judge",
+                "recorded",
+                "--judge",
+                f"llm:broken@{broken.base_url}",
+                "--index-dir",
+                str(catalog_index_dir),
+                "--out",
+                str(tmp_path / "ja-broken"),
+            ],
+        )
     flat = " ".join(out.output.split())
     assert out.exit_code == 2 and "all" in flat and "verdicts failed" in flat, out.output
 
 
 def test_judge_agreement_cli_rejects_bad_input(tmp_path):
     runner = CliRunner()
-    out = runner.invoke(app, ["judge-agreement", "--bench", str(tmp_path), "--results", str(tmp_path / "r.jsonl"),
-                              "--judge", "rule"])
+    out = runner.invoke(
+        app, ["judge-agreement", "--bench", str(tmp_path), "--results", str(tmp_path / "r.jsonl"), "--judge", "rule"]
+    )
     assert out.exit_code == 2 and "at least two judges" in out.output
-    out = runner.invoke(app, ["judge-agreement", "--bench", str(tmp_path), "--results", str(tmp_path / "r.jsonl"),
-                              "--judge", "rule", "--judge", "gpt"])
+    out = runner.invoke(
+        app,
+        [
+            "judge-agreement",
+            "--bench",
+            str(tmp_path),
+            "--results",
+            str(tmp_path / "r.jsonl"),
+            "--judge",
+            "rule",
+            "--judge",
+            "gpt",
+        ],
+    )
     assert out.exit_code == 2 and re.search(r"allowed values are rule, recorded, llm:MODEL", out.output)
-    out = runner.invoke(app, ["judge-agreement", "--bench", str(tmp_path), "--results", str(tmp_path / "r.jsonl"),
-                              "--stage", "3"])
+    out = runner.invoke(
+        app, ["judge-agreement", "--bench", str(tmp_path), "--results", str(tmp_path / "r.jsonl"), "--stage", "3"]
+    )
     assert out.exit_code == 2 and "--stage must be 1, 2 or all" in out.output

@@ -41,8 +41,12 @@ def bench(catalog_products, sgd_sessions, product_search):
     def searcher(q, k):
         return [h["product_id"] for h in product_search.search(q, top_k=k)]
 
-    return synthesize(catalog_products, sgd_sessions, SynthConfig(n_tasks=1, seed=31, sessions_per_user=40),
-                      searcher=searcher)
+    return synthesize(
+        catalog_products,
+        sgd_sessions,
+        SynthConfig(addon_share=0.0, n_tasks=1, seed=31, sessions_per_user=40),
+        searcher=searcher,
+    )
 
 
 def test_chat_renders_tools_counts_tokens_and_is_seeded(backend):
@@ -50,13 +54,24 @@ def test_chat_renders_tools_counts_tokens_and_is_seeded(backend):
     msgs = [
         {"role": "system", "content": "You are a memory specialist."},
         {"role": "user", "content": "Shopping request: a navy shirt"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "mem_search", "arguments": '{"queries": ["navy"]}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "mem_search", "arguments": '{"queries": ["navy"]}'},
+                }
+            ],
+        },
         {"role": "tool", "content": '{"results": []}', "name": "mem_search", "tool_call_id": "c1"},
     ]
     prompt = backend.render(msgs, tools)
     assert '"name": "mem_view"' in prompt and "<tool_response>" in prompt
-    assert '{"name": "mem_search", "arguments": {"queries": ["navy"]}}' in prompt  # string args decoded for the template
+    assert (
+        '{"name": "mem_search", "arguments": {"queries": ["navy"]}}' in prompt
+    )  # string args decoded for the template
     a = backend.chat(msgs, tools, Sampling(temperature=0.8, max_tokens=12, seed=5))
     b = backend.chat(msgs, tools, Sampling(temperature=0.8, max_tokens=12, seed=5))
     c = backend.chat(msgs, tools, Sampling(temperature=0.0, max_tokens=12))
@@ -111,11 +126,30 @@ def test_junk_model_runs_real_episode_steps(bench, backend, product_search, embe
 
 def test_cli_eval_with_a_local_checkpoint(bench, tiny, catalog_index_dir, tmp_path):
     bench_dir = write_benchmark(bench, tmp_path / "bench")
-    out = CliRunner().invoke(app, [
-        "eval", "--bench", str(bench_dir), "--name", "tiny", "--backend", "local", "--model-path", str(tiny),
-        "--index-dir", str(catalog_index_dir), "--runs-dir", str(tmp_path / "runs"), "--max-turns", "2",
-        "--max-tokens", "8", "--concurrency", "2",
-    ])
+    out = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--bench",
+            str(bench_dir),
+            "--name",
+            "tiny",
+            "--backend",
+            "local",
+            "--model-path",
+            str(tiny),
+            "--index-dir",
+            str(catalog_index_dir),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--max-turns",
+            "2",
+            "--max-tokens",
+            "8",
+            "--concurrency",
+            "2",
+        ],
+    )
     assert out.exit_code == 0, out.output
     run = tmp_path / "runs" / "tiny"
     (res,) = read_results(run / "results.jsonl")
@@ -124,7 +158,7 @@ def test_cli_eval_with_a_local_checkpoint(bench, tiny, catalog_index_dir, tmp_pa
     report = (run / "report.md").read_text()
     assert f"| local checkpoint | {tiny} |" in report
     ident = json.loads((run / "results.identity.json").read_text())
-    assert ident["model_path"] == str(tiny) and ident["policy"] == "local:qwen3-tiny"
+    assert ident["config"]["backend"]["model_path"] == str(tiny) and ident["policy"] == "local:qwen3-tiny"
 
 
 def test_lora_adapter_is_applied(tiny, tmp_path):
@@ -133,8 +167,9 @@ def test_lora_adapter_is_applied(tiny, tmp_path):
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(tiny)
-    cfg = peft.LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                          init_lora_weights=False)
+    cfg = peft.LoraConfig(
+        r=4, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], init_lora_weights=False
+    )
     torch.manual_seed(0)
     lora = peft.get_peft_model(base, cfg)
     for n, p in lora.named_parameters():

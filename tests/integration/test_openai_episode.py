@@ -24,8 +24,12 @@ def bench(catalog_products, sgd_sessions, product_search):
     def searcher(q, k):
         return [h["product_id"] for h in product_search.search(q, top_k=k)]
 
-    return synthesize(catalog_products, sgd_sessions, SynthConfig(n_tasks=3, seed=11, sessions_per_user=40),
-                      searcher=searcher)
+    return synthesize(
+        catalog_products,
+        sgd_sessions,
+        SynthConfig(addon_share=0.0, n_tasks=3, seed=11, sessions_per_user=40),
+        searcher=searcher,
+    )
 
 
 def _tool_names(body):
@@ -48,7 +52,9 @@ def oracle_script(task):
         n_assistant = sum(m["role"] == "assistant" for m in body["messages"])
         if "mem_search" in _tool_names(body):
             if n_assistant == 0:
-                return {"tool_calls": [{"name": "mem_search", "arguments": {"queries": ["what do I like"], "top_k": 5}}]}
+                return {
+                    "tool_calls": [{"name": "mem_search", "arguments": {"queries": ["what do I like"], "top_k": 5}}]
+                }
             if n_assistant == 1:
                 call = {"name": "mem_view", "arguments": {"session_ids": task.needle_session_ids}}
                 return f"<think>open the sessions</think><tool_call>{json.dumps(call)}</tool_call>"
@@ -56,9 +62,9 @@ def oracle_script(task):
             return "<think>done</think><answer>" + json.dumps({"preferences": prefs}) + "</answer>"
         if n_assistant == 0:
             query = task.slots[0].product_type + " " + " ".join(p.value for p in task.preferences)
-            return f'<tool_call>{json.dumps({"name": "product_search", "arguments": {"query": query, "top_k": 50}})}</tool_call>'
+            return f"<tool_call>{json.dumps({'name': 'product_search', 'arguments': {'query': query, 'top_k': 50}})}</tool_call>"
         if n_assistant == 1:
-            return f'<tool_call>{json.dumps({"name": "product_view", "arguments": {"product_ids": [ref]}})}</tool_call>'
+            return f"<tool_call>{json.dumps({'name': 'product_view', 'arguments': {'product_ids': [ref]}})}</tool_call>"
         return f"<answer>It matches everything you said. @REC::{ref}@</answer>"
 
     return script
@@ -102,8 +108,21 @@ def test_cli_eval_openai_backend_resumes_and_writes_report(bench, catalog_index_
         first = _last_tool_json(body)["results"][0]["product_id"]
         return f"<answer>@REC::{first}@</answer>"
 
-    args = ["eval", "--bench", str(bench_dir), "--name", "r1", "--backend", "openai", "--model", "m",
-            "--index-dir", str(catalog_index_dir), "--runs-dir", str(tmp_path / "runs")]
+    args = [
+        "eval",
+        "--bench",
+        str(bench_dir),
+        "--name",
+        "r1",
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--index-dir",
+        str(catalog_index_dir),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    ]
     with ScriptedOpenAIServer(script) as srv:
         out = runner.invoke(app, args + ["--base-url", srv.base_url])
         assert out.exit_code == 0, out.output

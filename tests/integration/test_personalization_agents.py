@@ -15,7 +15,14 @@ import pytest
 
 from shopping_companion.llm.openai_backend import OpenAIBackend
 from shopping_companion.personalization.agents import VARIANTS, Assistant, ExtractiveRoles, LLMRoles
-from shopping_companion.personalization.build import BuildConfig, SourceConfig, build_dataset, load_cases, load_items, load_item_reviews
+from shopping_companion.personalization.build import (
+    BuildConfig,
+    SourceConfig,
+    build_dataset,
+    load_cases,
+    load_items,
+    load_item_reviews,
+)
 from shopping_companion.personalization.judge import TrajectoryJudge
 from shopping_companion.personalization.llmjson import JSONAsker, JSONAskError
 from shopping_companion.personalization.profiles import LLMProfileBuilder, UserProfile
@@ -45,11 +52,18 @@ class HashingEmbedder:
 @pytest.fixture(scope="module")
 def dataset(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("pz") / "ds"
-    cfg = BuildConfig(sources=[
-        SourceConfig(kind="reviews", path="reviews/amazon2023_Subscription_Boxes.jsonl.gz"),
-        SourceConfig(kind="multicategory", path="reviews/amazon2023_multicategory_user_histories.jsonl.gz",
-                     categories=["Video_Games"])],
-        selection=SelectionConfig(users_per_category=2), max_reviews_per_item=3)
+    cfg = BuildConfig(
+        sources=[
+            SourceConfig(kind="reviews", path="reviews/amazon2023_Subscription_Boxes.jsonl.gz"),
+            SourceConfig(
+                kind="multicategory",
+                path="reviews/amazon2023_multicategory_user_histories.jsonl.gz",
+                categories=["Video_Games"],
+            ),
+        ],
+        selection=SelectionConfig(users_per_category=2),
+        max_reviews_per_item=3,
+    )
     man = build_dataset(cfg, data_dir, out)
     assert man["n_cases"] == 4
     return out
@@ -59,15 +73,28 @@ def _assistant(dataset, case, variant, memory, engine, emb):
     items = load_items(dataset, case.case.category)
     pidx = build_product_index(items, load_item_reviews(dataset, case.case.category), emb)
     revs = case.case.visible_reviews
-    return Assistant(variant, memory, engine, emb, pidx, items, ReviewIndex(revs, emb.encode([review_text(r) for r in revs])),
-                     record_messages=True)
+    return Assistant(
+        variant,
+        memory,
+        engine,
+        emb,
+        pidx,
+        items,
+        ReviewIndex(revs, emb.encode([review_text(r) for r in revs])),
+        record_messages=True,
+    )
 
 
 def _role(body) -> str:
     sys_text = body["messages"][0]["content"]
-    for key, role in (("conversation tracker", "dialogue"), ("product selector", "recommend"), ("explainer", "reason"),
-                      ("voice of a shopping", "reply"), ("In one reply, do everything", "single"),
-                      ("friendly shopping assistant", "baseline")):
+    for key, role in (
+        ("conversation tracker", "dialogue"),
+        ("product selector", "recommend"),
+        ("explainer", "reason"),
+        ("voice of a shopping", "reply"),
+        ("In one reply, do everything", "single"),
+        ("friendly shopping assistant", "baseline"),
+    ):
         if key in sys_text:
             return role
     raise AssertionError(sys_text[:80])
@@ -91,8 +118,13 @@ def _script(body):
     return "Generic advice without products."
 
 
-EXPECTED = {"baseline": ["baseline"], "single": ["single"], "textrag": ["dialogue", "recommend", "reason", "reply"],
-            "norev": ["dialogue", "recommend", "reason", "reply"], "full": ["dialogue", "recommend", "reason", "reply"]}
+EXPECTED = {
+    "baseline": ["baseline"],
+    "single": ["single"],
+    "textrag": ["dialogue", "recommend", "reason", "reply"],
+    "norev": ["dialogue", "recommend", "reason", "reply"],
+    "full": ["dialogue", "recommend", "reason", "reply"],
+}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -109,7 +141,9 @@ def test_variant_call_graph_over_http_and_no_leak(dataset, variant):
         for t in turns:
             assert [c.role for c in t.calls] == EXPECTED[variant]
         # the target review never reaches the assistant: every request body over the wire
-        assert_no_leak(case.case, [json.dumps(b) for b in srv.bodies] + [m["content"] for b in srv.bodies for m in b["messages"]])
+        assert_no_leak(
+            case.case, [json.dumps(b) for b in srv.bodies] + [m["content"] for b in srv.bodies for m in b["messages"]]
+        )
         assert_no_leak(case.case, a.prompts())
     spec = VARIANTS[variant]
     for t in turns:
@@ -154,7 +188,9 @@ def test_invalid_recommend_reply_falls_back_to_retrieval_order(dataset):
         return "not json at all" if _role(body) == "recommend" else _script(body)
 
     with ScriptedOpenAIServer(script) as srv:
-        a = _assistant(dataset, case, "full", "full", LLMRoles(OpenAIBackend("m", base_url=srv.base_url, max_retries=0)), emb)
+        a = _assistant(
+            dataset, case, "full", "full", LLMRoles(OpenAIBackend("m", base_url=srv.base_url, max_retries=0)), emb
+        )
         t = a.turn(case.trajectory.queries[0])
     assert t.recommended == t.retrieved and t.calls[1].fallback
 
@@ -175,10 +211,20 @@ def test_extractive_engine_on_real_cases_never_leaks_and_greets_once(dataset):
 
 def test_llm_profile_and_question_generators_over_http(dataset):
     case = load_cases(dataset)[2]
-    prof_json = {"style": "Casual", "budget": "Mid-range", "size": None, "quality_priorities": "Durability",
-                 "dislikes": "Not specified", "pain_points": None, "additional_notes": None}
+    prof_json = {
+        "style": "Casual",
+        "budget": "Mid-range",
+        "size": None,
+        "quality_priorities": "Durability",
+        "dislikes": "Not specified",
+        "pain_points": None,
+        "additional_notes": None,
+    }
     bad_qs = {"product_type": "game", "questions": ["Which game should I buy?"] * 1}
-    qs = {"product_type": "video game", "questions": [f"Question {i}: which video game suits my evenings?" for i in range(6)]}
+    qs = {
+        "product_type": "video game",
+        "questions": [f"Question {i}: which video game suits my evenings?" for i in range(6)],
+    }
     with ScriptedOpenAIServer([json.dumps(prof_json), json.dumps(bad_qs), json.dumps(qs)]) as srv:
         asker = JSONAsker(OpenAIBackend("m", base_url=srv.base_url, max_retries=0))
         items = load_items(dataset, case.case.category)
@@ -192,15 +238,25 @@ def test_llm_profile_and_question_generators_over_http(dataset):
 
 
 def test_trajectory_judge_strict_json_over_http():
-    prof = UserProfile(style="Casual", budget=None, size=None, quality_priorities=None, dislikes=None, pain_points=None,
-                       additional_notes=None)
+    prof = UserProfile(
+        style="Casual",
+        budget=None,
+        size=None,
+        quality_priorities=None,
+        dislikes=None,
+        pain_points=None,
+        additional_notes=None,
+    )
     good = {"gpc": 4, "cis": 5, "it": 3, "tc": 5, "reasons": "ok"}
     with ScriptedOpenAIServer([json.dumps({**good, "gpc": 7}), "```json\n" + json.dumps(good) + "\n```"]) as srv:
         judge = TrajectoryJudge(JSONAsker(OpenAIBackend("j", base_url=srv.base_url, max_retries=0)))
         s = judge.judge(prof, [("q1", "r1"), ("q2", "r2")])
         assert (s.gpc, s.cis, s.it, s.tc, s.overall) == (4, 5, 3, 5, 4.25)
         assert "less than or equal to 5" in srv.bodies[1]["messages"][-1]["content"]
-        assert "Style: Casual" in srv.bodies[0]["messages"][1]["content"] and "[Turn 2] Assistant: r2" in srv.bodies[0]["messages"][1]["content"]
+        assert (
+            "Style: Casual" in srv.bodies[0]["messages"][1]["content"]
+            and "[Turn 2] Assistant: r2" in srv.bodies[0]["messages"][1]["content"]
+        )
     with ScriptedOpenAIServer(["no", "still no", "nope"]) as srv:
         judge = TrajectoryJudge(JSONAsker(OpenAIBackend("j", base_url=srv.base_url, max_retries=0), max_retries=2))
         with pytest.raises(JSONAskError, match="TrajectoryScores"):

@@ -26,8 +26,11 @@ CATEGORY = "Fashion_Sample"
 
 def as_amazon2023_meta(p: dict) -> dict:
     """One record of the shared catalog in the Amazon Reviews 2023 metadata format."""
-    details = {k: str(v) for k, v in (p.get("attributes") or {}).items()
-               if v not in (None, "", "NA") and k not in ("year", "colour1", "colour2")}
+    details = {
+        k: str(v)
+        for k, v in (p.get("attributes") or {}).items()
+        if v not in (None, "", "NA") and k not in ("year", "colour1", "colour2")
+    }
     return {
         "main_category": (p.get("category_path") or ["Fashion"])[0],
         "title": p["title"],
@@ -50,7 +53,9 @@ def as_amazon2023_meta(p: dict) -> dict:
 def hub_with_category(data_dir, monkeypatch):
     with gzip.open(data_dir / "catalog" / "products.jsonl.gz", "rt", encoding="utf-8") as f:
         recs = [json.loads(line) for line in itertools.islice(f, 6000)]
-    fashion = [r for r in recs if r["source"] == "myntra_styles" and r.get("price") and len(r.get("attributes") or {}) >= 5]
+    fashion = [
+        r for r in recs if r["source"] == "myntra_styles" and r.get("price") and len(r.get("attributes") or {}) >= 5
+    ]
     meta = "".join(json.dumps(as_amazon2023_meta(r)) + "\n" for r in fashion[:800]).encode()
     with gzip.open(data_dir / "reviews" / "amazon2023_Subscription_Boxes.jsonl.gz", "rb") as f:
         reviews = b"".join(itertools.islice(f, 500))
@@ -91,7 +96,10 @@ def test_quickstart_without_a_data_directory_downloads_and_runs(hub_with_categor
     run = new_machine / "runs" / "qs"
     manifest = json.loads((run / "bench" / "manifest.json").read_text())
     assert manifest["sources"]["catalog"]["format"] == "amazon2023"
-    assert "sgd" not in manifest["sources"]["conversations"] and manifest["sources"]["conversations"]["sharegpt"]["sessions"] > 1000
+    assert (
+        "sgd" not in manifest["sources"]["conversations"]
+        and manifest["sources"]["conversations"]["sharegpt"]["sessions"] > 1000
+    )
     assert manifest["counts"]["tasks"] >= 1
     results = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
     assert len(results) == manifest["counts"]["tasks"] and all(r["error"] is None for r in results)

@@ -51,10 +51,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 def make_tasks(n: int = 4) -> list[Task]:
     return [
-        Task(task_id=f"rf-{i:03d}", instruction=f"I need a shirt number {i}.", user_id=f"u{i}",
-             history=[SessionRef(session_id=f"s{i}", date="2024-01-01")], needle_session_ids=[f"s{i}"],
-             preferences=[Preference(attribute="colour", value="blue")],
-             slots=[ProductSlot(product_type="shirt", reference_product_id=f"cat:{i}")])
+        Task(
+            task_id=f"rf-{i:03d}",
+            instruction=f"I need a shirt number {i}.",
+            user_id=f"u{i}",
+            history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
+            needle_session_ids=[f"s{i}"],
+            preferences=[Preference(attribute="colour", value="blue")],
+            slots=[ProductSlot(product_type="shirt", reference_product_id=f"cat:{i}")],
+        )
         for i in range(n)
     ]
 
@@ -77,8 +82,10 @@ class AnswerAtOnce:
                 raise CircuitOpenError("5 consecutive connection failures to http://127.0.0.1:9/v1")
         names = {t["function"]["name"] for t in tools or []}
         if "mem_search" in names:
-            return AssistantMessage(content='<answer>{"preferences": [{"attribute": "colour", "value": "blue", '
-                                            '"slot": 0, "evidence": "s0"}]}</answer>')
+            return AssistantMessage(
+                content='<answer>{"preferences": [{"attribute": "colour", "value": "blue", '
+                '"slot": 0, "evidence": "s0"}]}</answer>'
+            )
         return AssistantMessage(content="<answer>Nothing fits, sorry.</answer>")
 
 
@@ -110,8 +117,9 @@ def reward_failing_on(task_ids, exc=None, nan=False):
 def run(tasks, path, kit, policy=None, **kw):
     make_memory, judge = kit
     settings = kw.pop("settings", None) or EvalSettings(env=EnvConfig(max_turns=3))
-    return run_evaluation(tasks, policy or AnswerAtOnce(), None, make_memory, judge, path, settings,
-                          progress=False, **kw)
+    return run_evaluation(
+        tasks, policy or AnswerAtOnce(), None, make_memory, judge, path, settings, progress=False, **kw
+    )
 
 
 def test_an_exception_inside_one_episode_is_recorded_logged_and_not_retried_forever(kit, tmp_path):
@@ -266,8 +274,8 @@ def test_an_identity_is_simply_written_when_there_are_no_results_yet(kit, tmp_pa
 HOLDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from shopping_companion.benchmark.evaluate import _exclusive
-    with _exclusive(Path(sys.argv[1])):
+    from shopping_companion.runs import exclusive
+    with exclusive(Path(sys.argv[1])):
         print("locked", flush=True)
         sys.stdin.readline()
 """)
@@ -277,8 +285,9 @@ def test_the_lock_is_on_the_results_file_itself_and_a_second_writer_is_refused(k
     tasks = make_tasks(2)
     path = tmp_path / "results.jsonl"
     run(tasks[:1], path, kit, identity={"policy": "p"})
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], cwd=REPO, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         # deleting every file next to the results does not let a second writer in
@@ -305,7 +314,11 @@ def test_results_of_other_tasks_and_strategies_are_reported_and_left_out(kit, tm
     requested = {(t.task_id, 0, "two_stage", "none") for t in tasks[:2]}
     out = left_out_results(read_results(path), [t.task_id for t in tasks[:3]], requested)
     assert out["not_in_benchmark"] == {"count": 2, "examples": ["rf-003"]}  # both strategies of rf-003
-    assert out["not_requested"]["count"] == 4 and sorted(out["not_requested"]["examples"]) == ["rf-000", "rf-001", "rf-002"]
+    assert out["not_requested"]["count"] == 4 and sorted(out["not_requested"]["examples"]) == [
+        "rf-000",
+        "rf-001",
+        "rf-002",
+    ]
 
 
 def test_parquet_score_columns_are_null_for_errored_episodes(kit, tmp_path):

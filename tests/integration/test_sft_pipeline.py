@@ -6,7 +6,6 @@ judge, step-level examples, LLaMA-Factory export and decontamination against the
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -22,7 +21,7 @@ from shopping_companion.judges.rule import RuleJudge
 from shopping_companion.llm.base import Sampling
 from shopping_companion.llm.openai_backend import OpenAIBackend
 from shopping_companion.pipeline import memory_factory
-from shopping_companion.sft.cli import app
+from shopping_companion.cli.sft import app
 from shopping_companion.sft.collect import KeepPolicy, collect, read_kept, select_kept
 from shopping_companion.sft.decontam import ContaminationError
 from shopping_companion.sft.examples import step_examples
@@ -32,7 +31,7 @@ from tests.scripted_policy import policy_script
 
 pytestmark = pytest.mark.slow
 
-THINK = "<think>\nThe user wants something specific.\nCheck \"quotes\", unicode café and a brace {.\n</think>\n\n"
+THINK = '<think>\nThe user wants something specific.\nCheck "quotes", unicode café and a brace {.\n</think>\n\n'
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +71,18 @@ def thinking_collect(bench, product_search, embedder, judge, tmp_path_factory):
     with ScriptedOpenAIServer(thinking_script(bench.tasks)) as srv:
         teacher = OpenAIBackend(model=srv.model, base_url=srv.base_url, api_key_env="SHOPCOMP_TEST_NO_KEY")
         settings = EvalSettings(trials=3, sampling=Sampling(temperature=0.7, seed=3), env=EnvConfig(max_turns=6))
-        summary = collect(train, teacher, product_search, memory_factory(bench.sessions, embedder), judge, out,
-                          settings, policy=KeepPolicy(rule="stage"), concurrency=2, progress=False)
+        summary = collect(
+            train,
+            teacher,
+            product_search,
+            memory_factory(bench.sessions, embedder),
+            judge,
+            out,
+            settings,
+            policy=KeepPolicy(rule="stage"),
+            concurrency=2,
+            progress=False,
+        )
     return out, summary
 
 
@@ -128,15 +137,22 @@ def test_step_examples_cover_every_assistant_turn_with_full_context(thinking_col
         assert ex.messages[0]["role"] == "system" and ex.messages[-1]["role"] == "assistant"
         assert ex.messages[-1]["content"] == k.trajectory.messages[cut].content
         assert {t["function"]["name"] for t in ex.tools} == (
-            {"mem_search", "mem_view"} if ex.stage == 1 else {"product_search", "product_view"})
+            {"mem_search", "mem_view"} if ex.stage == 1 else {"product_search", "product_view"}
+        )
 
 
 def test_export_writes_llamafactory_data_that_round_trips(thinking_collect, bench, tmp_path):
     out, _ = thinking_collect
     examples = step_examples(read_kept(out))
     tests = [t for t in bench.tasks if t.split == "test"]
-    summary = export_dataset(examples, tmp_path / "export", test_tasks=tests, sessions=bench.sessions, train_tasks=bench.tasks,
-                             overrides={"cutoff_len": "4096"})
+    summary = export_dataset(
+        examples,
+        tmp_path / "export",
+        test_tasks=tests,
+        sessions=bench.sessions,
+        train_tasks=bench.tasks,
+        overrides={"cutoff_len": "4096"},
+    )
     assert summary.examples == len(examples) and not summary.skipped
     records = [json.loads(x) for x in summary.data_file.read_text().splitlines()]
     info = json.loads((summary.data_file.parent / "dataset_info.json").read_text())
@@ -174,13 +190,19 @@ def test_export_fails_when_a_test_task_leaks(thinking_collect, bench, tmp_path):
     bad = examples[0].model_copy(deep=True)
     bad.messages[1]["content"] += "\n\nShopping request: " + leak.instruction
     with pytest.raises(ContaminationError, match=leak.task_id) as e:
-        export_dataset(examples + [bad], tmp_path / "x", test_tasks=tests, sessions=bench.sessions, train_tasks=bench.tasks)
+        export_dataset(
+            examples + [bad], tmp_path / "x", test_tasks=tests, sessions=bench.sessions, train_tasks=bench.tasks
+        )
     assert {f.kind for f in e.value.findings} == {"instruction"}
     assert not (tmp_path / "x").exists()  # nothing written
     # a needle session's text in an observation, and a reference product in an assistant call
     values = [p.value.lower() for p in leak.preferences]
-    user_turn = next(t.content for sid in leak.needle_session_ids for t in bench.sessions[sid].turns
-                     if t.role == "user" and any(v in t.content.lower() for v in values))
+    user_turn = next(
+        t.content
+        for sid in leak.needle_session_ids
+        for t in bench.sessions[sid].turns
+        if t.role == "user" and any(v in t.content.lower() for v in values)
+    )
     bad2 = examples[0].model_copy(deep=True)
     bad2.messages.insert(-1, {"role": "user", "content": "earlier: " + user_turn.upper()})
     with pytest.raises(ContaminationError) as e2:
@@ -198,25 +220,62 @@ def test_collect_refuses_test_tasks(bench, product_search, embedder, judge, tmp_
     from shopping_companion.llm.reference import ReferencePolicy
 
     with pytest.raises(ConfigError, match="train split only"):
-        collect([test_task], ReferencePolicy({"navy": "base_colour"}), product_search,
-                memory_factory(bench.sessions, embedder), judge, tmp_path, progress=False)
+        collect(
+            [test_task],
+            ReferencePolicy({"navy": "base_colour"}),
+            product_search,
+            memory_factory(bench.sessions, embedder),
+            judge,
+            tmp_path,
+            progress=False,
+        )
 
 
 def test_cli_collect_with_reference_policy_resumes_and_exports(bench_dir, catalog_index_dir, tmp_path):
     runner = CliRunner()
     out = tmp_path / "collect"
-    args = ["collect", "--bench", str(bench_dir), "--out", str(out), "--backend", "reference", "--trials", "2",
-            "--temperature", "0.6", "--concurrency", "2", "--index-dir", str(catalog_index_dir), "--keep", "stage"]
+    args = [
+        "collect",
+        "--bench",
+        str(bench_dir),
+        "--out",
+        str(out),
+        "--backend",
+        "reference",
+        "--trials",
+        "2",
+        "--temperature",
+        "0.6",
+        "--concurrency",
+        "2",
+        "--index-dir",
+        str(catalog_index_dir),
+        "--keep",
+        "stage",
+    ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     n1 = len(read_results(out / "rollouts.jsonl"))
     manifest = json.loads((out / "collect.json").read_text())
     assert manifest["summary"]["new_episodes"] == n1 > 0
-    assert manifest["identity"]["backend"] == "reference" and manifest["identity"]["split"] == "train"
+    ident = manifest["identity"]
+    assert ident["config"]["backend"]["kind"] == "reference" and len(ident["config_sha256"]) == 16
+    saved = yaml.safe_load((out / "config.yaml").read_text())  # the resolved config, beside the rollouts
+    assert saved["backend"]["sampling"]["temperature"] == 0.6 and saved["trials"] == 2
+    assert saved["keep"]["rule"] == "stage" and saved["bench"]["path"] == str(bench_dir.resolve())
+    assert ident["config_sha256"] in (out / "config.yaml").read_text()
     r2 = runner.invoke(app, args)  # resume: nothing new to run
     assert r2.exit_code == 0, r2.output
     assert len(read_results(out / "rollouts.jsonl")) == n1
     assert json.loads((out / "collect.json").read_text())["summary"]["new_episodes"] == 0
+    r_cfg = runner.invoke(app, ["collect", "--config", str(out / "config.yaml")])  # the written config resumes
+    assert r_cfg.exit_code == 0, r_cfg.output
+    assert json.loads((out / "collect.json").read_text())["summary"]["new_episodes"] == 0
+    r_set = runner.invoke(app, ["collect", "--config", str(out / "config.yaml"), "--set", "env.max_turns=5"])
+    assert r_set.exit_code == 2, r_set.output  # a changed config value is another run: refused, named
+    assert "different run configuration" in r_set.output and "config_sha256" in r_set.output
+    assert "another --out" in r_set.output and len(read_results(out / "rollouts.jsonl")) == n1
+    assert yaml.safe_load((out / "config.yaml").read_text()) == saved  # the record of what ran is kept
     kept_before = (out / "kept.jsonl").read_text()
     r_lim = runner.invoke(app, args + ["--limit", "1"])  # a rerun on fewer tasks drops nothing collected
     assert r_lim.exit_code == 0, r_lim.output
@@ -224,7 +283,7 @@ def test_cli_collect_with_reference_policy_resumes_and_exports(bench_dir, catalo
     r3 = runner.invoke(app, args[:-6] + ["--temperature", "0.9", "--index-dir", str(catalog_index_dir)])
     assert r3.exit_code == 2 and "different run configuration" in r3.output  # other sampling refused
     r4 = runner.invoke(app, ["collect", "--bench", str(bench_dir), "--out", str(out), "--split", "test"])
-    assert r4.exit_code == 2 and "--split must be train" in r4.output
+    assert r4.exit_code == 2 and "bench.split" in r4.output and "'train'" in r4.output, r4.output
     r5 = runner.invoke(app, ["stats", "--collect", str(out)])
     assert r5.exit_code == 0, r5.output
     stats = json.loads(r5.stdout)
@@ -233,8 +292,22 @@ def test_cli_collect_with_reference_policy_resumes_and_exports(bench_dir, catalo
         pytest.skip("the reference policy kept no stage on these tasks")
     assert stats["examples"]["n"] == len(step_examples(kept))
     exp = tmp_path / "export"
-    r6 = runner.invoke(app, ["export", "--collect", str(out), "--out", str(exp), "--base-model", "/models/x",
-                             "--set", "use_cpu=true", "--set", "max_steps=4"])
+    r6 = runner.invoke(
+        app,
+        [
+            "export",
+            "--collect",
+            str(out),
+            "--out",
+            str(exp),
+            "--base-model",
+            "/models/x",
+            "--set",
+            "use_cpu=true",
+            "--set",
+            "max_steps=4",
+        ],
+    )
     assert r6.exit_code == 0, r6.output
     cfg = yaml.safe_load((exp / "train_lora.yaml").read_text())
     assert cfg["use_cpu"] is True and cfg["max_steps"] == 4 and cfg["model_name_or_path"] == "/models/x"
@@ -259,8 +332,22 @@ def test_cli_read_only_stats_and_export_input_errors(thinking_collect, bench_dir
     assert json.loads(r.stdout)["kept_stages"] != len(before.splitlines())  # another selection was printed ...
     assert (out / "kept.jsonl").read_bytes() == before  # ... and the collect directory is unchanged
     exp = tmp_path / "exp"
-    r = runner.invoke(app, ["export", "--collect", str(out), "--bench", str(bench_dir), "--out", str(exp),
-                            "--keep", "succ", "--stages", "2"])
+    r = runner.invoke(
+        app,
+        [
+            "export",
+            "--collect",
+            str(out),
+            "--bench",
+            str(bench_dir),
+            "--out",
+            str(exp),
+            "--keep",
+            "succ",
+            "--stages",
+            "2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (out / "kept.jsonl").read_bytes() == before
     assert json.loads((exp / "export.json").read_text())["provenance"]["keep"]["rule"] == "succ"
@@ -283,7 +370,19 @@ def test_cli_read_only_stats_and_export_input_errors(thinking_collect, bench_dir
     merge = yaml.safe_load((tmp_path / "p" / "merge_lora.yaml").read_text())
     assert merge["model_name_or_path"] == "/m/x" and merge["template"] == "qwen3"
 
-    r = runner.invoke(app, ["collect", "--bench", str(bench_dir), "--out", str(tmp_path / "c"), "--backend", "bogus",
-                            "--index-dir", str(catalog_index_dir)])
-    assert r.exit_code == 2 and "--backend must be one of" in _flat(r.output)
+    r = runner.invoke(
+        app,
+        [
+            "collect",
+            "--bench",
+            str(bench_dir),
+            "--out",
+            str(tmp_path / "c"),
+            "--backend",
+            "bogus",
+            "--index-dir",
+            str(catalog_index_dir),
+        ],
+    )
+    assert r.exit_code == 2 and "backend.kind" in _flat(r.output) and "'reference'" in r.output, r.output
     assert r.output.count("error:") == 1, r.output

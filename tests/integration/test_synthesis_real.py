@@ -23,8 +23,18 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def small_bench(catalog_index_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("synth") / "small"
-    res = CliRunner().invoke(app, ["synth", "--config", str(REPO / "configs/benchmark/small.yaml"), "--out", str(out),
-                                   "--index-dir", str(catalog_index_dir)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "synth",
+            "--config",
+            str(REPO / "configs/benchmark/small.yaml"),
+            "--out",
+            str(out),
+            "--index-dir",
+            str(catalog_index_dir),
+        ],
+    )
     assert res.exit_code == 0, res.output
     return out, res.output
 
@@ -56,13 +66,26 @@ def test_small_config_builds_both_task_types(small_bench, product_search):
         for slot, q, rank in zip(t.slots, v.search_queries, v.search_ranks):
             prefs = [p for p in t.preferences if p.slot == t.slots.index(slot)]
             assert q == searchable_query(slot.product_type, prefs)
-            hits = [h["product_id"] for h in product_search.search(
-                q, shop_id=t.voucher.shop_id if t.voucher else None, top_k=50)]
+            hits = [
+                h["product_id"]
+                for h in product_search.search(q, shop_id=t.voucher.shop_id if t.voucher else None, top_k=50)
+            ]
             assert hits.index(slot.reference_product_id) + 1 == rank
         # the rule judge scores a recommendation of the references as a success (through a trajectory)
-        traj = Trajectory(task_id=t.task_id, stage=2, recommended_ids=t.reference_product_ids, termination="answered",
-                          steps=[Step(assistant_text="", tool_results=[ToolResult(
-                              call_id="c", name="product_view", content="", returned_ids=t.reference_product_ids)])])
+        traj = Trajectory(
+            task_id=t.task_id,
+            stage=2,
+            recommended_ids=t.reference_product_ids,
+            termination="answered",
+            steps=[
+                Step(
+                    assistant_text="",
+                    tool_results=[
+                        ToolResult(call_id="c", name="product_view", content="", returned_ids=t.reference_product_ids)
+                    ],
+                )
+            ],
+        )
         verdict = judge.judge(t, traj)
         assert verdict.success, (t.task_id, verdict.reasons)
         assert gold_accepted(t, lookup)[0]
@@ -83,16 +106,21 @@ def test_small_config_builds_both_task_types(small_bench, product_search):
     assert sum(x > 0 for x in tight if x is not None) >= len(tight) // 2
 
 
-def test_rerun_after_interrupt_matches_and_cli_errors_are_messages(catalog_index_dir, catalog_products, sgd_sessions,
-                                                                   product_search, tmp_path):
+def test_rerun_after_interrupt_matches_and_cli_errors_are_messages(
+    catalog_index_dir, catalog_products, sgd_sessions, product_search, tmp_path
+):
     from shopping_companion.benchmark.synth import build_benchmark, load_synth_config
     from shopping_companion.memory.loaders import load_sharegpt
 
     runner = CliRunner()
     bad = tmp_path / "bad.yaml"
     bad.write_text("n_tasks: -3\nunknown_key: 1\n")
-    res = runner.invoke(app, ["synth", "--config", str(bad), "--out", str(tmp_path / "b"), "--index-dir", str(catalog_index_dir)])
-    assert res.exit_code == 2 and "n_tasks" in res.output and "unknown_key" in res.output and "Traceback" not in res.output
+    res = runner.invoke(
+        app, ["synth", "--config", str(bad), "--out", str(tmp_path / "b"), "--index-dir", str(catalog_index_dir)]
+    )
+    assert (
+        res.exit_code == 2 and "n_tasks" in res.output and "unknown_key" in res.output and "Traceback" not in res.output
+    )
     res = runner.invoke(app, ["synth", "--config", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "b")])
     assert res.exit_code == 2 and "does not exist" in res.output
 

@@ -54,8 +54,10 @@ def dead_url() -> str:
 
 def test_trickling_body_is_cut_at_the_attempt_timeout() -> None:
     """Before: one byte every 0.3 s passed every per-read timeout, so a 1 s request took minutes."""
-    with ScriptedOpenAIServer([{"trickle_s": 0.3, "content": "x" * 50}]) as srv, \
-            make(srv.base_url, timeout_s=1.0, max_retries=0) as backend:
+    with (
+        ScriptedOpenAIServer([{"trickle_s": 0.3, "content": "x" * 50}]) as srv,
+        make(srv.base_url, timeout_s=1.0, max_retries=0) as backend,
+    ):
         start = time.monotonic()
         with pytest.raises(BackendError, match="timed out after 1s") as info:
             backend.chat(MESSAGES)
@@ -65,8 +67,10 @@ def test_trickling_body_is_cut_at_the_attempt_timeout() -> None:
 
 
 def test_trickling_headers_are_cut_at_the_attempt_timeout() -> None:
-    with ScriptedOpenAIServer([{"trickle_s": 0.3, "trickle_headers": True}]) as srv, \
-            make(srv.base_url, timeout_s=1.0, max_retries=0) as backend:
+    with (
+        ScriptedOpenAIServer([{"trickle_s": 0.3, "trickle_headers": True}]) as srv,
+        make(srv.base_url, timeout_s=1.0, max_retries=0) as backend,
+    ):
         start = time.monotonic()
         with pytest.raises(BackendError, match="timed out"):
             backend.chat(MESSAGES)
@@ -79,9 +83,12 @@ def test_trickling_headers_are_cut_at_the_attempt_timeout() -> None:
 def test_deadline_bounds_all_attempts_of_a_hung_server() -> None:
     """Before: every attempt got its full timeout, so 10 retries of 0.5 s took 5 s + backoff."""
     script = [{"hang": True}] * 20
-    with ScriptedOpenAIServer(script) as srv, \
-            make(srv.base_url, timeout_s=0.5, max_retries=10, deadline_s=1.2,
-                 breaker=CircuitBreaker("isolated", 100)) as backend:
+    with (
+        ScriptedOpenAIServer(script) as srv,
+        make(
+            srv.base_url, timeout_s=0.5, max_retries=10, deadline_s=1.2, breaker=CircuitBreaker("isolated", 100)
+        ) as backend,
+    ):
         start = time.monotonic()
         with pytest.raises(BackendError, match="deadline_s=1.2") as info:
             backend.chat(MESSAGES)
@@ -92,8 +99,7 @@ def test_deadline_bounds_all_attempts_of_a_hung_server() -> None:
 
 def test_backoff_never_sleeps_past_the_deadline() -> None:
     script = [{"status": 429, "headers": {"retry-after": "20"}}] * 3
-    with ScriptedOpenAIServer(script) as srv, \
-            make(srv.base_url, deadline_s=2, max_backoff_s=30) as backend:
+    with ScriptedOpenAIServer(script) as srv, make(srv.base_url, deadline_s=2, max_backoff_s=30) as backend:
         start = time.monotonic()
         with pytest.raises(BackendError, match="no time left for a retry in 20") as info:
             backend.chat(MESSAGES)
@@ -121,12 +127,17 @@ def test_bad_timeout_is_a_config_error_naming_the_field(value) -> None:
 
 
 def test_bad_time_from_env_is_a_config_error_naming_the_variable() -> None:
-    for var, raw in (("SHOPCOMP_TIMEOUT_S", "0"), ("SHOPCOMP_TIMEOUT_S", "None"),
-                     ("SHOPCOMP_DEADLINE_S", "-1"), ("SHOPCOMP_BREAKER_THRESHOLD", "0")):
+    for var, raw in (
+        ("SHOPCOMP_TIMEOUT_S", "0"),
+        ("SHOPCOMP_TIMEOUT_S", "None"),
+        ("SHOPCOMP_DEADLINE_S", "-1"),
+        ("SHOPCOMP_BREAKER_THRESHOLD", "0"),
+    ):
         with pytest.raises(ConfigError, match=var):
             OpenAIBackendConfig.from_env({"SHOPCOMP_MODEL": "m", var: raw})
-    cfg = OpenAIBackendConfig.from_env({"SHOPCOMP_MODEL": "m", "SHOPCOMP_DEADLINE_S": "30",
-                                        "SHOPCOMP_BREAKER_THRESHOLD": "2"})
+    cfg = OpenAIBackendConfig.from_env(
+        {"SHOPCOMP_MODEL": "m", "SHOPCOMP_DEADLINE_S": "30", "SHOPCOMP_BREAKER_THRESHOLD": "2"}
+    )
     backend = cfg.build()
     assert (backend.deadline_s, backend.breaker.threshold) == (30.0, 2)
 
@@ -134,17 +145,26 @@ def test_bad_time_from_env_is_a_config_error_naming_the_variable() -> None:
 # --------------------------------------------------------------------------- context length
 
 
-@pytest.mark.parametrize("spec", [
-    {"status": 400, "message": "This model's maximum context length is 4096 tokens. However, you requested "
-                               "5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the "
-                               "length of the messages or completion."},
-    {"status": 400, "message": "Request too large for model", "code": "context_length_exceeded"},
-    {"status": 400, "message": "The input (5000 tokens) is longer than the model's context length (4096 tokens)."},
-    {"status": 422, "message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. "
-                               "Given: 4000 `inputs` tokens and 1000 `max_new_tokens`"},
-    {"status": 400, "message": "prompt is too long: 210000 tokens > 200000 maximum"},
-    {"status": 400, "message": "the request exceeds the available context size, try increasing it"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {
+            "status": 400,
+            "message": "This model's maximum context length is 4096 tokens. However, you requested "
+            "5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the "
+            "length of the messages or completion.",
+        },
+        {"status": 400, "message": "Request too large for model", "code": "context_length_exceeded"},
+        {"status": 400, "message": "The input (5000 tokens) is longer than the model's context length (4096 tokens)."},
+        {
+            "status": 422,
+            "message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. "
+            "Given: 4000 `inputs` tokens and 1000 `max_new_tokens`",
+        },
+        {"status": 400, "message": "prompt is too long: 210000 tokens > 200000 maximum"},
+        {"status": 400, "message": "the request exceeds the available context size, try increasing it"},
+    ],
+)
 def test_context_length_refusals_raise_context_length_error(spec) -> None:
     with ScriptedOpenAIServer([spec, "unused"]) as srv, make(srv.base_url) as backend:
         with pytest.raises(ContextLengthError) as info:
@@ -155,8 +175,10 @@ def test_context_length_refusals_raise_context_length_error(spec) -> None:
 
 
 def test_other_client_errors_are_plain_backend_errors() -> None:
-    with ScriptedOpenAIServer([{"status": 400, "message": "temperature: must be <= 2"}]) as srv, \
-            make(srv.base_url) as backend:
+    with (
+        ScriptedOpenAIServer([{"status": 400, "message": "temperature: must be <= 2"}]) as srv,
+        make(srv.base_url) as backend,
+    ):
         with pytest.raises(BackendError) as info:
             backend.chat(MESSAGES)
     assert not isinstance(info.value, ContextLengthError)
@@ -171,15 +193,18 @@ def test_echoed_key_parts_are_scrubbed_everywhere(shown, caplog: pytest.LogCaptu
     """Before: only the whole key was scrubbed, so 'Incorrect API key provided: sk-proj-Zq8v...'
     went into errors and logs."""
     script = [{"echo_key": shown, "status": 500}, {"echo_key": shown, "status": 401}]
-    with caplog.at_level(logging.DEBUG, logger="shopping_companion"), ScriptedOpenAIServer(script) as srv, \
-            make(srv.base_url, api_key=KEY) as backend:
+    with (
+        caplog.at_level(logging.DEBUG, logger="shopping_companion"),
+        ScriptedOpenAIServer(script) as srv,
+        make(srv.base_url, api_key=KEY) as backend,
+    ):
         with pytest.raises(BackendError) as info:
             backend.chat(MESSAGES)
         assert srv.authorizations[0] == f"Bearer {KEY}"  # the server did get (and echo) the key
     written = str(info.value) + "\n" + caplog.text + "\n" + repr(backend)
     assert "Incorrect API key provided" in written
     for i in range(len(KEY) - 7):
-        assert KEY[i:i + 8] not in written, KEY[i:i + 8]
+        assert KEY[i : i + 8] not in written, KEY[i : i + 8]
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
@@ -255,12 +280,16 @@ class _nothing:
 def test_any_http_answer_resets_the_count_dead_and_back() -> None:
     """A server that resets 4 connections and then answers: the breaker (threshold 5) stays shut,
     the call succeeds; one that resets 5 opens it."""
-    with ScriptedOpenAIServer(["back"], refuse_first=4) as srv, \
-            make(srv.base_url, max_retries=5, breaker_threshold=5) as backend:
+    with (
+        ScriptedOpenAIServer(["back"], refuse_first=4) as srv,
+        make(srv.base_url, max_retries=5, breaker_threshold=5) as backend,
+    ):
         assert backend.chat(MESSAGES).content == "back"
         assert srv.refused == 4 and backend.breaker.failures == 0 and not backend.breaker.is_open
-    with ScriptedOpenAIServer(["back"], refuse_first=5) as srv, \
-            make(srv.base_url, max_retries=5, breaker_threshold=5) as backend:
+    with (
+        ScriptedOpenAIServer(["back"], refuse_first=5) as srv,
+        make(srv.base_url, max_retries=5, breaker_threshold=5) as backend,
+    ):
         with pytest.raises(CircuitOpenError, match="5 consecutive"):
             backend.chat(MESSAGES)
         assert srv.refused == 5 and srv.bodies == []
@@ -295,24 +324,30 @@ def test_breaker_wakes_calls_sleeping_in_a_backoff() -> None:
 
 
 def test_cli_policy_backend_takes_deadline_and_threshold_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import typer
+    from pydantic import ValidationError
 
-    from shopping_companion import cli
+    from shopping_companion.benchmark.run import build_backend
+    from shopping_companion.benchmark.run_config import BackendConfig
+    from shopping_companion.errors import ConfigError
+
+    def cfg(**kw):
+        return BackendConfig(kind="openai", base_url=srv.base_url, model="m", **kw)
 
     with ScriptedOpenAIServer([]) as srv:
-        for var, raw in (("SHOPCOMP_DEADLINE_S", "0"), ("SHOPCOMP_DEADLINE_S", "none"),
-                         ("SHOPCOMP_BREAKER_THRESHOLD", "-2")):
+        for var, raw in (
+            ("SHOPCOMP_DEADLINE_S", "0"),
+            ("SHOPCOMP_DEADLINE_S", "none"),
+            ("SHOPCOMP_BREAKER_THRESHOLD", "-2"),
+        ):
             monkeypatch.setenv(var, raw)
-            with pytest.raises(typer.Exit) as info:
-                cli._make_backend("openai", srv.base_url, "m", "OPENAI_API_KEY", None)
-            assert info.value.exit_code == 2
+            with pytest.raises(ConfigError, match=var):
+                build_backend(cfg())
             monkeypatch.delenv(var)
         monkeypatch.setenv("SHOPCOMP_DEADLINE_S", "9")
         monkeypatch.setenv("SHOPCOMP_BREAKER_THRESHOLD", "3")
-        backend = cli._make_backend("openai", srv.base_url, "m", "OPENAI_API_KEY", None, timeout_s=2)
+        backend = build_backend(cfg(timeout_s=2))
         assert (backend.timeout_s, backend.deadline_s, backend.breaker.threshold) == (2, 9, 3)
-        backend = cli._make_backend("openai", srv.base_url, "m", "OPENAI_API_KEY", None, deadline_s=4,
-                                    breaker_threshold=7)
+        backend = build_backend(cfg(deadline_s=4, breaker_threshold=7))
         assert (backend.deadline_s, backend.breaker.threshold) == (4, 7)
-        with pytest.raises(typer.Exit):  # timeout None: exit 2 with a message, not a TypeError
-            cli._make_backend("openai", srv.base_url, "m", "OPENAI_API_KEY", None, timeout_s=None)
+        with pytest.raises(ValidationError, match="timeout_s"):  # timeout None is refused by the config
+            cfg(timeout_s=None)

@@ -30,15 +30,9 @@ from shopping_companion.catalog.index import (
     write_manifest,
 )
 from shopping_companion.catalog.jvm import JVMError, detach_thread, ensure_jvm
-from shopping_companion.catalog.loader import (
-    catalog_hash,
-    load_products,
-    make_shop_id,
-    products_hash,
-    slugify,
-)
+from shopping_companion.catalog.loader import catalog_hash, load_products, make_shop_id, products_hash, slugify
 from shopping_companion.catalog.search import ProductSearch
-from shopping_companion.errors import IndexError_, ToolInputError
+from shopping_companion.errors import ProductIndexError, ToolInputError
 from shopping_companion.paths import DataDirError, resolve_data_dir
 from shopping_companion.types import Product
 
@@ -210,7 +204,7 @@ def test_loader_attributes_and_options(by_id, products):
     for p in products:
         for k, v in p.attributes.items():
             assert isinstance(v, str) and v and v.upper() != "NA", (p.product_id, k, v)
-        for name, vals in p.options.items():
+        for _name, vals in p.options.items():
             assert vals and all(isinstance(x, str) and x and "," not in x for x in vals)
             assert len(vals) == len(set(vals))
     multi = by_id["myntra_styles:36486"].options["size"]
@@ -330,7 +324,12 @@ def test_hit_shape_and_order(searcher, by_id):
         assert tuple(h) == ("product_id", "title", "price", "currency", "category", "shop", "shop_id", "brand", "score")
         p = by_id[h["product_id"]]
         assert (h["title"], h["price"], h["currency"], h["shop"], h["shop_id"], h["brand"]) == (
-            p.title, p.price, p.currency, p.shop, p.shop_id, p.brand,
+            p.title,
+            p.price,
+            p.currency,
+            p.shop,
+            p.shop_id,
+            p.brand,
         )
         assert h["category"] == p.category
 
@@ -437,8 +436,18 @@ def test_unknown_shop_is_no_hits_not_error(searcher):
 
 @pytest.mark.parametrize(
     "query",
-    ['title:(shoes AND', "shoes*", "shoe~2", '"red dress', "back\\slash shoes", "shoes OR", "((( shirt",
-     '+-&&||!(){}[]^"~*?:\\/ shirt', "shoes AND NOT", "price:[10 TO 20] watch"],
+    [
+        "title:(shoes AND",
+        "shoes*",
+        "shoe~2",
+        '"red dress',
+        "back\\slash shoes",
+        "shoes OR",
+        "((( shirt",
+        '+-&&||!(){}[]^"~*?:\\/ shirt',
+        "shoes AND NOT",
+        "price:[10 TO 20] watch",
+    ],
 )
 def test_lucene_syntax_is_plain_text(searcher, query):
     hits = searcher.search(query, top_k=5)
@@ -507,9 +516,7 @@ def test_view_returns_full_records(searcher, by_id):
     assert searcher.view(["nope:2"]) == ([], ["nope:2"])
 
 
-@pytest.mark.parametrize(
-    "ids", [[], "myntra_styles:10000", ["x"] * 21, [1], None, [""], ("ok", None), {"a": 1}]
-)
+@pytest.mark.parametrize("ids", [[], "myntra_styles:10000", ["x"] * 21, [1], None, [""], ("ok", None), {"a": 1}])
 def test_bad_view_arguments(searcher, ids):
     with pytest.raises(ToolInputError) as e:
         searcher.view(ids)
@@ -556,7 +563,7 @@ def test_stale_index_is_rebuilt_and_fresh_one_reused(tmp_path):
     write_manifest(idx, old)
     m4 = open_or_build(cat, idx)
     assert m4.format_version != 0 and m4.built_at >= m3.built_at
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".idx.")and p.is_dir()]  # no temp dirs left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".idx.") and p.is_dir()]  # no temp dirs left
 
 
 def test_corrupted_index_raises_index_error(tmp_path):
@@ -569,7 +576,7 @@ def test_corrupted_index_raises_index_error(tmp_path):
     shutil.copytree(idx, broken)
     (broken / seg).unlink()
     for call in (lambda: ProductSearch(broken), lambda: open_or_build(cat, broken), lambda: verify_index(broken)):
-        with pytest.raises(IndexError_, match="corrupted"):
+        with pytest.raises(ProductIndexError, match="corrupted"):
             call()
     # 2. a truncated data file (same name, different size)
     broken2 = tmp_path / "broken2"
@@ -577,28 +584,28 @@ def test_corrupted_index_raises_index_error(tmp_path):
     biggest = max(m.files, key=m.files.get)
     data = (broken2 / biggest).read_bytes()
     (broken2 / biggest).write_bytes(data[: len(data) // 2])
-    with pytest.raises(IndexError_, match="corrupted"):
+    with pytest.raises(ProductIndexError, match="corrupted"):
         ProductSearch(broken2)
     # 3. a data file damaged without changing its size: Lucene itself refuses it
     broken3 = tmp_path / "broken3"
     shutil.copytree(idx, broken3)
     si = next(f for f in m.files if f.endswith(".si"))
     (broken3 / si).write_bytes(b"\0" * m.files[si])
-    with pytest.raises(IndexError_, match="corrupted"):
+    with pytest.raises(ProductIndexError, match="corrupted"):
         ProductSearch(broken3)
     # 4. an unreadable manifest, a foreign directory, a missing directory
     broken4 = tmp_path / "broken4"
     shutil.copytree(idx, broken4)
     (broken4 / MANIFEST_NAME).write_text("{oops")
-    with pytest.raises(IndexError_, match="unreadable"):
+    with pytest.raises(ProductIndexError, match="unreadable"):
         open_or_build(cat, broken4)
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(IndexError_, match="no manifest.json"):
+    with pytest.raises(ProductIndexError, match="no manifest.json"):
         open_or_build(cat, foreign)
     assert (foreign / "notes.txt").read_text() == "mine"  # nothing deleted
-    with pytest.raises(IndexError_, match="no product index"):
+    with pytest.raises(ProductIndexError, match="no product index"):
         ProductSearch(tmp_path / "missing")
     # rebuild=True repairs a corrupted index
     assert open_or_build(cat, broken, rebuild=True).n_docs == 30
@@ -622,7 +629,7 @@ def test_closed_searcher_raises(tmp_path):
     assert s.search("kettle", top_k=3)
     s.close()
     s.close()
-    with pytest.raises(IndexError_, match="closed"):
+    with pytest.raises(ProductIndexError, match="closed"):
         s.search("kettle")
 
 

@@ -184,9 +184,21 @@ def test_boxes(hub):
     """A small category in the release's record format, served like the hub (with LFS etags)."""
     meta = ("\n".join(json.dumps(_meta_record(i)) for i in range(24)) + "\n").encode()
     reviews = "".join(
-        json.dumps({"rating": float(1 + i % 5), "title": "ok", "text": f"review {i}", "images": [],
-                    "asin": f"B0BOX{i % 24:05d}", "parent_asin": f"B0BOX{i % 24:05d}", "user_id": f"U{i % 7}",
-                    "timestamp": 1600000000000 + i, "helpful_vote": 0, "verified_purchase": True}) + "\n"
+        json.dumps(
+            {
+                "rating": float(1 + i % 5),
+                "title": "ok",
+                "text": f"review {i}",
+                "images": [],
+                "asin": f"B0BOX{i % 24:05d}",
+                "parent_asin": f"B0BOX{i % 24:05d}",
+                "user_id": f"U{i % 7}",
+                "timestamp": 1600000000000 + i,
+                "helpful_vote": 0,
+                "verified_purchase": True,
+            }
+        )
+        + "\n"
         for i in range(60)
     ).encode()
     for kind, body in (("meta", meta), ("reviews", reviews)):
@@ -202,7 +214,9 @@ def test_prepare_amazon2023_downloads_once_and_builds_index(test_boxes, tmp_path
     assert data.catalog_format == "amazon2023" and data.n_products == 24
     assert data.catalog_path.name == "meta_Test_Boxes.jsonl" and data.reviews_path.name == "Test_Boxes.jsonl"
     assert {k: (r.downloaded, r.verified_against) for k, r in data.downloads.items()} == {
-        "meta": (True, "server"), "reviews": (True, "server")}
+        "meta": (True, "server"),
+        "reviews": (True, "server"),
+    }
     m1 = read_manifest(data.index_dir)
     assert m1.source_format == "amazon2023" and m1.catalog_path == str(data.catalog_path.resolve())
     with ProductSearch(data.index_dir) as s:

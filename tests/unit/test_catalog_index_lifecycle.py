@@ -29,19 +29,30 @@ from shopping_companion.catalog.index import (
     write_manifest,
 )
 from shopping_companion.catalog.jvm import detach_thread
-from shopping_companion.catalog.search import (
-    ProductSearch,
-    SearchThreadPool,
-    process_pool_initializer,
-    process_search,
-)
-from shopping_companion.errors import IndexError_
+from shopping_companion.catalog.search import ProductSearch, SearchThreadPool, process_pool_initializer, process_search
+from shopping_companion.errors import ProductIndexError
 from shopping_companion.types import Product
 
 pytestmark = pytest.mark.slow
 
-WORDS = ["kettle", "toaster", "blender", "mixer", "grinder", "juicer", "steel", "glass", "red", "black",
-         "compact", "cordless", "ceramic", "bamboo", "travel", "deluxe"]
+WORDS = [
+    "kettle",
+    "toaster",
+    "blender",
+    "mixer",
+    "grinder",
+    "juicer",
+    "steel",
+    "glass",
+    "red",
+    "black",
+    "compact",
+    "cordless",
+    "ceramic",
+    "bamboo",
+    "travel",
+    "deluxe",
+]
 
 
 def _records(n: int, seed: int = 0) -> list[dict]:
@@ -49,13 +60,23 @@ def _records(n: int, seed: int = 0) -> list[dict]:
     out = []
     for i in range(n):
         words = rng.sample(WORDS, 4)
-        out.append({
-            "uid": f"t:{i:06d}", "source": "t", "shop": "Test Shop", "id": str(i),
-            "title": " ".join(words).title() + f" {i}", "brand": f"Brand{i % 7}", "seller": None,
-            "price": round(5 + (i * 37 % 500) / 3, 2), "currency": "USD",
-            "category_path": ["Home", "Kitchen", words[0]], "description": " ".join(rng.choices(WORDS, k=12)),
-            "features": [], "attributes": {"colour": rng.choice(["Red", "Black", "White"])},
-        })
+        out.append(
+            {
+                "uid": f"t:{i:06d}",
+                "source": "t",
+                "shop": "Test Shop",
+                "id": str(i),
+                "title": " ".join(words).title() + f" {i}",
+                "brand": f"Brand{i % 7}",
+                "seller": None,
+                "price": round(5 + (i * 37 % 500) / 3, 2),
+                "currency": "USD",
+                "category_path": ["Home", "Kitchen", words[0]],
+                "description": " ".join(rng.choices(WORDS, k=12)),
+                "features": [],
+                "attributes": {"colour": rng.choice(["Red", "Black", "White"])},
+            }
+        )
     return out
 
 
@@ -104,8 +125,12 @@ def _kill_midway(tmp_path: Path, catalog: Path, idx: Path) -> Path:
     script = tmp_path / "build.py"
     script.write_text(_KILLABLE_BUILD)
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "OPENAI_API_KEY")}
-    proc = subprocess.Popen([sys.executable, str(script), str(marker), str(catalog), str(idx)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(marker), str(catalog), str(idx)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 180
         while not marker.exists():
@@ -133,7 +158,7 @@ def test_killed_build_never_leaves_a_loadable_half_index(tmp_path):
     half = _kill_midway(tmp_path, cat, idx)
     assert any(f.name.startswith("segments_") for f in half.iterdir())  # a real, committed half index
     assert not (half / MANIFEST_NAME).exists()
-    with pytest.raises(IndexError_, match="no manifest.json"):
+    with pytest.raises(ProductIndexError, match="no manifest.json"):
         ProductSearch(half)
     assert read_manifest(idx) == old and verify_index(idx).n_docs == 40
     with ProductSearch(idx) as s:
@@ -147,9 +172,9 @@ def test_killed_build_never_leaves_a_loadable_half_index(tmp_path):
     fresh = tmp_path / "fresh"
     half2 = _kill_midway(tmp_path, cat, fresh)
     assert not fresh.exists()
-    with pytest.raises(IndexError_, match="no product index"):
+    with pytest.raises(ProductIndexError, match="no product index"):
         ProductSearch(fresh)
-    with pytest.raises(IndexError_, match="no manifest.json"):
+    with pytest.raises(ProductIndexError, match="no manifest.json"):
         ProductSearch(half2)
     assert open_or_build(cat, fresh).n_docs == 6000 and not half2.exists()
 
@@ -186,15 +211,20 @@ def test_hits_file_must_match_the_documents(tmp_path):
         h = s.search("kettle", top_k=3)[0]
         p = next(x for x in ps if x.product_id == h["product_id"])
         assert (h["title"], h["price"], h["shop_id"], h["brand"], h["category"]) == (
-            p.title, p.price, p.shop_id, p.brand, p.category)
+            p.title,
+            p.price,
+            p.shop_id,
+            p.brand,
+            p.category,
+        )
     # same size, other order: detected on open
     bad = tmp_path / "bad"
     shutil.copytree(idx, bad)
     (bad / HITS_FILE).write_bytes(b"".join(reversed(hits)))
-    with pytest.raises(IndexError_, match="does not match"):
+    with pytest.raises(ProductIndexError, match="does not match"):
         ProductSearch(bad)
     (bad / HITS_OFFSETS_FILE).unlink()
-    with pytest.raises(IndexError_, match="corrupted"):
+    with pytest.raises(ProductIndexError, match="corrupted"):
         ProductSearch(bad)
 
 
@@ -216,7 +246,7 @@ def test_foreign_and_stale_indexes(tmp_path):
     idx = tmp_path / "idx"
     ma = open_or_build(a, idx)
     # another catalog file with other content: refused, nothing changed
-    with pytest.raises(IndexError_, match="belongs to another catalog") as e:
+    with pytest.raises(ProductIndexError, match="belongs to another catalog") as e:
         open_or_build(b, idx)
     assert "rebuild=True" in str(e.value) and str(a.resolve()) in str(e.value)
     assert read_manifest(idx) == ma
@@ -226,7 +256,7 @@ def test_foreign_and_stale_indexes(tmp_path):
     assert open_or_build(a2, idx) == ma
     # built by a newer version of the code: refused, not downgraded
     write_manifest(idx, ma.model_copy(update={"format_version": INDEX_FORMAT_VERSION + 1}))
-    with pytest.raises(IndexError_, match="newer version"):
+    with pytest.raises(ProductIndexError, match="newer version"):
         open_or_build(a, idx)
     # different analyzer or BM25 parameters: stale, rebuilt (also at the same catalog hash)
     for update in ({"analyzer": "WhitespaceAnalyzer"}, {"bm25_k1": 1.2}, {"bm25_b": 0.75}, {"loader_version": 0}):
@@ -308,8 +338,18 @@ print(len(hits), len(found), unknown, heavy)
 
 # --------------------------------------------------------------------------- concurrency
 
-QUERIES = ["red dress", "steel bottle", "leather wallet", "running shoes", "basmati rice", "office chair",
-           "cotton kurta", "usb charger", "wooden table", "face wash"]
+QUERIES = [
+    "red dress",
+    "steel bottle",
+    "leather wallet",
+    "running shoes",
+    "basmati rice",
+    "office chair",
+    "cotton kurta",
+    "usb charger",
+    "wooden table",
+    "face wash",
+]
 
 
 def _cases():
@@ -331,8 +371,9 @@ def test_thread_pools_equal_sequential(product_search):
     expected = [product_search.search(q, **kw) for q, kw in cases]
     with SearchThreadPool(4) as pool:
         got = list(pool.map(lambda c: product_search.search(c[0], **c[1]), cases))
-        views = list(pool.map(lambda h: product_search.view([x["product_id"] for x in h[:5]]) if h else ([], []),
-                              expected))
+        views = list(
+            pool.map(lambda h: product_search.view([x["product_id"] for x in h[:5]]) if h else ([], []), expected)
+        )
     assert got == expected
     assert [[p.product_id for p in v[0]] for v in views] == [[x["product_id"] for x in h[:5]] for h in expected]
     assert sum(len(h) for h in expected) > 1000
@@ -360,7 +401,7 @@ def test_process_pool_equals_sequential(tmp_path):
     cases = [(w, {"top_k": 20}) for w in WORDS] + [(f"{a} {b}", {"max_price": 90}) for a, b in zip(WORDS, WORDS[3:])]
     with ProductSearch(idx) as s:
         expected = [s.search(q, **kw) for q, kw in cases]
-    with pytest.raises(IndexError_, match="process_pool_initializer"):
+    with pytest.raises(ProductIndexError, match="process_pool_initializer"):
         process_search()
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(2, mp_context=ctx, initializer=process_pool_initializer, initargs=(str(idx),)) as ex:

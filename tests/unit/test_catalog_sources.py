@@ -76,8 +76,12 @@ AMAZON2023_GOOD = [
             "Date First Available": "March 3, 2021",
         },
         images=[
-            {"thumb": "https://m.media-amazon.com/images/I/t1.jpg", "large": "https://m.media-amazon.com/images/I/l1.jpg",
-             "variant": "MAIN", "hi_res": None}
+            {
+                "thumb": "https://m.media-amazon.com/images/I/t1.jpg",
+                "large": "https://m.media-amazon.com/images/I/l1.jpg",
+                "variant": "MAIN",
+                "hi_res": None,
+            }
         ],
     ),
     meta2023(
@@ -87,10 +91,16 @@ AMAZON2023_GOOD = [
         store="Kestrel Goods",
         details={"Color": "Natural Wood", "Size": "Large", "Material": "Bamboo"},
     ),
-    meta2023("B0TEST0003", "Travel Mirror", price="None", store="Kestrel Goods", categories=[], main_category="All Beauty"),
+    meta2023(
+        "B0TEST0003", "Travel Mirror", price="None", store="Kestrel Goods", categories=[], main_category="All Beauty"
+    ),
     meta2023("B0TEST0004", "Nail File Set", price="$5.99 - $9.99", store=""),
-    meta2023("B0TEST0005", "Rose Water Toner", price="<span class='a-offscreen'>Currently unavailable</span>" * 3,
-             details=json.dumps({"Skin Type": "Dry", "Color": "Pink"})),
+    meta2023(
+        "B0TEST0005",
+        "Rose Water Toner",
+        price="<span class='a-offscreen'>Currently unavailable</span>" * 3,
+        details=json.dumps({"Skin Type": "Dry", "Color": "Pink"}),
+    ),
 ]
 AMAZON2023_BAD_RECORDS = [
     meta2023("B0TEST0001", "Duplicate of the body wash"),  # duplicate_uid
@@ -119,8 +129,13 @@ def test_amazon2023_loader_maps_documented_fields(tmp_path, name):
     ids = [p.product_id for p in products]
     assert ids == [f"amazon2023_All_Beauty:B0TEST000{i}" for i in range(1, 6)]
     assert report.bad == {
-        "duplicate_uid": 1, "missing_uid": 1, "missing_title": 1, "negative_price": 1, "not_an_object": 1,
-        "invalid_json": 1, "empty_line": 1,
+        "duplicate_uid": 1,
+        "missing_uid": 1,
+        "missing_title": 1,
+        "negative_price": 1,
+        "not_an_object": 1,
+        "invalid_json": 1,
+        "empty_line": 1,
     }
     assert report.n_lines == 12 == report.n_loaded + report.n_bad
     assert report.fixed == {"price_range_lower_bound": 1, "unparseable_price_dropped": 1}
@@ -134,7 +149,9 @@ def test_amazon2023_loader_maps_documented_fields(tmp_path, name):
     assert wash.description == "A gentle wash for every day.\nScented with lavender oil & chamomile."
     assert wash.features == ["Colloidal oatmeal soothes dry skin", "Free of sulfates"]
     assert wash.attributes == {
-        "Item Form": "Gel", "Scent": "Lavender", "Liquid Volume": "16 Fluid Ounces",
+        "Item Form": "Gel",
+        "Scent": "Lavender",
+        "Liquid Volume": "16 Fluid Ounces",
         "Date First Available": "March 3, 2021",
     }  # the sales rank is not a product property
     assert wash.options == {"scent": ["Lavender"]}
@@ -224,11 +241,24 @@ def test_amazon2018_loader_on_real_gift_cards(data_dir):
 
 
 def test_amazon2018_bad_records_are_counted(tmp_path):
-    good = {"asin": "B000000001", "title": "Coffee Shop eGift Card", "brand": "Bean There", "price": "$25.00",
-            "category": ["Gift Cards", "Restaurants"], "main_cat": "Gift Cards", "description": ["Redeem in store."],
-            "feature": ["No fees"], "details": {"\n    ASIN: ": "B000000001", "Item model number:": "BT-25"}}
-    fashion = dict(good, asin="B000000002", title="Tote &amp; Card", category=[],
-                   main_cat='<img src="x.png" class="nav-categ-image" alt="AMAZON FASHION"/>')
+    good = {
+        "asin": "B000000001",
+        "title": "Coffee Shop eGift Card",
+        "brand": "Bean There",
+        "price": "$25.00",
+        "category": ["Gift Cards", "Restaurants"],
+        "main_cat": "Gift Cards",
+        "description": ["Redeem in store."],
+        "feature": ["No fees"],
+        "details": {"\n    ASIN: ": "B000000001", "Item model number:": "BT-25"},
+    }
+    fashion = dict(
+        good,
+        asin="B000000002",
+        title="Tote &amp; Card",
+        category=[],
+        main_cat='<img src="x.png" class="nav-categ-image" alt="AMAZON FASHION"/>',
+    )
     path = _write_jsonl(
         tmp_path / "meta_Gift_Cards.json",
         [good, fashion, dict(good, title=""), dict(good, asin=""), dict(good, price="-$5.00", asin="B3")],
@@ -278,8 +308,14 @@ def test_generic_csv_with_mapping(tmp_path):
         load_catalog_file(path)
     products, report = load_catalog_file(path, mapping=CSV_MAPPING)
     assert [p.product_id for p in products] == ["northshop:A-1", "northshop:A-2"]
-    assert report.bad == {"missing_title": 1, "invalid_price": 1, "negative_price": 1, "duplicate_uid": 1,
-                          "invalid_row": 1, "empty_line": 1}
+    assert report.bad == {
+        "missing_title": 1,
+        "invalid_price": 1,
+        "negative_price": 1,
+        "duplicate_uid": 1,
+        "invalid_row": 1,
+        "empty_line": 1,
+    }
     assert report.n_lines == 8 == report.n_loaded + report.n_bad
     shirt, beanie = products
     assert shirt.price == 39.5 and shirt.currency == "GBP" and shirt.shop == "North Shop (UK)"
@@ -296,14 +332,36 @@ def test_generic_csv_with_mapping(tmp_path):
 
 def test_generic_jsonl_and_parquet_with_mapping(tmp_path):
     rows = [
-        {"id": 1, "name": "Desk Lamp", "info": {"brand": "Lumo", "price": 24.0}, "cats": ["Home", "Lighting"],
-         "bullets": ["LED", "Dimmable"], "finish": "Matt black", "watts": 8},
-        {"id": 2, "name": "Floor Lamp", "info": {"brand": "Lumo", "price": "n/a"}, "cats": ["Home", "Lighting"],
-         "bullets": [], "finish": "Brass", "watts": None},
+        {
+            "id": 1,
+            "name": "Desk Lamp",
+            "info": {"brand": "Lumo", "price": 24.0},
+            "cats": ["Home", "Lighting"],
+            "bullets": ["LED", "Dimmable"],
+            "finish": "Matt black",
+            "watts": 8,
+        },
+        {
+            "id": 2,
+            "name": "Floor Lamp",
+            "info": {"brand": "Lumo", "price": "n/a"},
+            "cats": ["Home", "Lighting"],
+            "bullets": [],
+            "finish": "Brass",
+            "watts": None,
+        },
         {"id": 3, "name": None, "info": {}, "cats": [], "bullets": [], "finish": None, "watts": None},
     ]
-    mapping = FieldMapping(product_id="id", title="name", source="lampco", brand="info.brand", price="info.price",
-                           category_path="cats", features="bullets", attributes="*")
+    mapping = FieldMapping(
+        product_id="id",
+        title="name",
+        source="lampco",
+        brand="info.brand",
+        price="info.price",
+        category_path="cats",
+        features="bullets",
+        attributes="*",
+    )
     jl = _write_jsonl(tmp_path / "lamps.jsonl", rows)
     assert detect_format(jl) == "jsonl"
     with pytest.raises(CatalogFormatError, match="mapping"):
@@ -320,13 +378,21 @@ def test_generic_jsonl_and_parquet_with_mapping(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    flat = [{"id": r["id"], "name": r["name"], "brand": r["info"].get("brand"), "cats": r["cats"],
-             "finish": r["finish"]} for r in rows]
+    flat = [
+        {"id": r["id"], "name": r["name"], "brand": r["info"].get("brand"), "cats": r["cats"], "finish": r["finish"]}
+        for r in rows
+    ]
     pq_path = tmp_path / "lamps.parquet"
     pq.write_table(pa.Table.from_pylist(flat), pq_path)
     assert detect_format(pq_path) == "parquet"
-    pm = {"product_id": "id", "title": "name", "source": "lampco", "brand": "brand", "category_path": "cats",
-          "attributes": ["finish"]}
+    pm = {
+        "product_id": "id",
+        "title": "name",
+        "source": "lampco",
+        "brand": "brand",
+        "category_path": "cats",
+        "attributes": ["finish"],
+    }
     products, report = load_catalog_file(pq_path, mapping=pm)
     assert [(p.product_id, p.brand, p.category_path, p.attributes) for p in products] == [
         ("lampco:1", "Lumo", ["Home", "Lighting"], {"finish": "Matt black"}),
@@ -348,7 +414,8 @@ def test_mapping_and_format_errors(tmp_path):
         load_catalog_file(meta, format="amazon2023", mapping={"product_id": "a", "title": "b"})
     # a mapping makes any JSON-lines file a generic one
     assert load_catalog_file(meta, mapping={"product_id": "parent_asin", "title": "title"})[0][0].product_id == (
-        "custom:B0TEST0001")
+        "custom:B0TEST0001"
+    )
     (tmp_path / "junk.jsonl").write_text("hello\n")
     with pytest.raises(CatalogFormatError, match="not a JSON object"):
         load_catalog_file(tmp_path / "junk.jsonl")
@@ -359,8 +426,15 @@ def test_mapping_and_format_errors(tmp_path):
 def test_products_format_through_the_generic_entry_point(tmp_path, catalog_path):
     assert detect_format(catalog_path) == "products"
     assert source_hash(catalog_path) == catalog_hash(catalog_path)
-    rec = {"uid": "t:1", "source": "t", "shop": "Test Shop", "id": "1", "title": "Kettle", "price": 10.0,
-           "attributes": {"sizes": "1L,2L"}}
+    rec = {
+        "uid": "t:1",
+        "source": "t",
+        "shop": "Test Shop",
+        "id": "1",
+        "title": "Kettle",
+        "price": 10.0,
+        "attributes": {"sizes": "1L,2L"},
+    }
     path = _write_jsonl(tmp_path / "products.jsonl", [rec])
     a, ra = load_catalog_file(path)
     b, rb = load_products(path)
@@ -373,7 +447,10 @@ def test_products_format_through_the_generic_entry_point(tmp_path, catalog_path)
 def test_ikea_colour_from_url():
     url = "https://www.ikea.com/sa/en/p/bagganaes-handle-brass-colour-00338407/"
     assert ikea_colour_from_url(url, "BAGGANÄS Handle,          143 mm") == "Brass colour"
-    assert ikea_colour_from_url("https://www.ikea.com/sa/en/p/algot-bracket-white-20218545/", "ALGOT Bracket, 38 cm") == "White"
+    assert (
+        ikea_colour_from_url("https://www.ikea.com/sa/en/p/algot-bracket-white-20218545/", "ALGOT Bracket, 38 cm")
+        == "White"
+    )
     assert ikea_colour_from_url("https://www.ikea.com/sa/en/p/poaeng-armchair-s19289341/", "POÄNG Armchair") is None
     assert ikea_colour_from_url("https://www.adidas.com/us/x/FJ5089.html", "Beach Shorts") is None
 
@@ -403,12 +480,26 @@ def test_colour_variants_on_real_catalog(catalog_products):
 
 def test_link_colour_variants_rules():
     def prod(pid, title, colour, shop="s/brand-x", cat=("Shoes",)):
-        return Product(product_id=pid, title=title, source="s", shop="S", shop_id=shop, brand="X",
-                       category_path=list(cat), attributes={"color": colour} if colour else {})
+        return Product(
+            product_id=pid,
+            title=title,
+            source="s",
+            shop="S",
+            shop_id=shop,
+            brand="X",
+            category_path=list(cat),
+            attributes={"color": colour} if colour else {},
+        )
 
-    ps = [prod("s:1", "Runner", "Black"), prod("s:2", "Runner", "White"), prod("s:3", "Runner", "black"),
-          prod("s:4", "Runner", "Red", shop="s/other"), prod("s:5", "Runner", None),
-          prod("s:6", "Red Tee", "Red"), prod("s:7", "Red Tee", "Blue")]
+    ps = [
+        prod("s:1", "Runner", "Black"),
+        prod("s:2", "Runner", "White"),
+        prod("s:3", "Runner", "black"),
+        prod("s:4", "Runner", "Red", shop="s/other"),
+        prod("s:5", "Runner", None),
+        prod("s:6", "Red Tee", "Red"),
+        prod("s:7", "Red Tee", "Blue"),
+    ]
     assert link_colour_variants(ps) == 3
     assert ps[0].options == {"colour": ["Black", "White"]} and ps[2].options == {"colour": ["black", "White"]}
     assert ps[1].options == {"colour": ["White", "Black"]}
@@ -438,7 +529,8 @@ def test_open_or_build_from_amazon2023_source(tmp_path):
         assert hits[0]["shop_id"] == "amazon-com/brand-meadow-pine" and hits[0]["category"] == "Body Washes"
         assert s.search("natural wood large", top_k=1)[0]["product_id"] == "amazon2023_All_Beauty:B0TEST0002"
         assert [h["product_id"] for h in s.search("brush", shop_id="amazon-com/brand-kestrel-goods")] == [
-            "amazon2023_All_Beauty:B0TEST0002"]
+            "amazon2023_All_Beauty:B0TEST0002"
+        ]
         (brush,), unknown = s.view(["amazon2023_All_Beauty:B0TEST0002"])
         assert unknown == [] and brush.options == {"colour": ["Natural Wood"], "size": ["Large"]}
     assert "colour Natural Wood" in contents_text(brush) and "Material Bamboo" in contents_text(brush)

@@ -10,7 +10,7 @@ from shopping_companion.trainers.episode import ChatTokens, clear_encode_caches
 from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
 
 TEXTS = [
-    "\n<|im_start|>user\n<tool_response>\n{\"results\": [{\"product_id\": \"a:1\", \"price\": 12.5}]}\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+    '\n<|im_start|>user\n<tool_response>\n{"results": [{"product_id": "a:1", "price": 12.5}]}\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
     "Caf\u00e9 \u2014 \u4e2d\u6587  two  spaces\ttab\n",
     "",
 ]
@@ -75,6 +75,7 @@ class _DisagreeingBackend:
     def encode(self, text, add_special_tokens=False):
         class E:
             ids = [7] * 3
+
         return E()
 
     def decode(self, ids, skip_special_tokens=False):
@@ -109,8 +110,11 @@ def test_state_left_on_the_rust_tokenizer_by_other_calls_never_reaches_the_ids(t
     backend; tok.encode resets it, ChatTokens must give tok.encode's ids regardless."""
     text = TEXTS[0]
     want = tok.encode(text, add_special_tokens=False)
-    for call in (dict(truncation=True, max_length=2), dict(padding="max_length", max_length=400),
-                 dict(split_special_tokens=True)):
+    for call in (
+        dict(truncation=True, max_length=2),
+        dict(padding="max_length", max_length=400),
+        dict(split_special_tokens=True),
+    ):
         clear_encode_caches()
         tok(text, **call)
         assert ChatTokens(tok).encode(text) == want, call
@@ -142,7 +146,11 @@ def test_a_tokenizer_class_that_overrides_encoding_keeps_its_own_encode(tok):
     assert isinstance(loud, PreTrainedTokenizerFast)
     chat = ChatTokens(loud)
     assert chat._backend is None
-    assert chat.encode("shoes") == loud.encode("shoes", add_special_tokens=False) != tok.encode("shoes", add_special_tokens=False)
+    assert (
+        chat.encode("shoes")
+        == loud.encode("shoes", add_special_tokens=False)
+        != tok.encode("shoes", add_special_tokens=False)
+    )
 
 
 def test_token_changes_that_keep_the_vocabulary_size_also_invalidate(tmp_path):

@@ -29,15 +29,23 @@ def _task(prefs, n_slots=1, instruction="Please find me something nice to wear."
         for i, t in enumerate(["shirt", "shoes", "cap"][:n_slots])
     ]
     return Task(
-        task_id=task_id, task_type="addon" if n_slots > 1 else "single", instruction=instruction, user_id="u",
-        history=[SessionRef(session_id="s1", date="2024-01-01")], needle_session_ids=["s1"],
-        preferences=prefs, slots=slots,
+        task_id=task_id,
+        task_type="addon" if n_slots > 1 else "single",
+        instruction=instruction,
+        user_id="u",
+        history=[SessionRef(session_id="s1", date="2024-01-01")],
+        needle_session_ids=["s1"],
+        preferences=prefs,
+        slots=slots,
     )
 
 
 P = Preference
-GOLD = [P(attribute="base_colour", value="Navy Blue"), P(attribute="fabric", value="Cotton"),
-        P(attribute="sleeve_length", value="Short Sleeves")]
+GOLD = [
+    P(attribute="base_colour", value="Navy Blue"),
+    P(attribute="fabric", value="Cotton"),
+    P(attribute="sleeve_length", value="Short Sleeves"),
+]
 
 
 def test_hint_none_gives_no_feedback():
@@ -51,9 +59,11 @@ def test_bad_hint_is_rejected():
 
 
 def test_check_follows_the_judge_matching():
-    ident = [P(attribute="colour", value="navy blue shade"),  # matches gold 0 (value tokens ⊆)
-             P(attribute="brand", value="Linen"),             # no gold key "brand": an extra item
-             P(attribute="sleeve length", value="Long Sleeves")]  # same key, wrong value
+    ident = [
+        P(attribute="colour", value="navy blue shade"),  # matches gold 0 (value tokens ⊆)
+        P(attribute="brand", value="Linen"),  # no gold key "brand": an extra item
+        P(attribute="sleeve length", value="Long Sleeves"),
+    ]  # same key, wrong value
     chk = check_preferences(_task(GOLD), ident)
     assert chk.n_correct == 1
     assert [g.attribute for g in chk.wrong] == ["sleeve_length"]
@@ -84,8 +94,11 @@ def test_low_hint_says_only_whether_there_are_omissions_or_errors():
 
 def test_high_hint_names_keys_never_values():
     task = _task(GOLD)
-    ident = [P(attribute="colour", value="navy blue"), P(attribute="sleeve_length", value="Long Sleeves"),
-             P(attribute="brand", value="Puma")]
+    ident = [
+        P(attribute="colour", value="navy blue"),
+        P(attribute="sleeve_length", value="Long Sleeves"),
+        P(attribute="brand", value="Puma"),
+    ]
     text = ScriptedSimulator().feedback(task, ident, "high")
     assert "fabric" in text  # missing key named
     assert "sleeve length" in text  # wrong key named
@@ -99,8 +112,13 @@ def test_high_hint_names_keys_never_values():
 
 def test_high_hint_hides_a_key_that_contains_its_value():
     # the key would give the value away ("Cotton" inside "cotton content"): neutral wording
-    task = _task([P(attribute="cotton content", value="Cotton"), P(attribute="colour", value="Red"),
-                  P(attribute="navy collection", value="Navy Blue")])
+    task = _task(
+        [
+            P(attribute="cotton content", value="Cotton"),
+            P(attribute="colour", value="Red"),
+            P(attribute="navy collection", value="Navy Blue"),
+        ]
+    )
     text = ScriptedSimulator().feedback(task, [], "high")
     assert "cotton" not in text.lower() and "red" not in text.lower() and "navy" not in text.lower()
     assert "colour" in text and text.count("one of my preferences") == 2

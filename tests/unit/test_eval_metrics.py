@@ -51,24 +51,55 @@ def step(text="<tool_call>…</tool_call>", results=(), ctoks=10):
 
 
 def stage(n, steps, prefs=None, recs=(), answer=None, success=False, failed=False, task_id="t"):
-    traj = Trajectory(task_id=task_id, stage=n, steps=steps, identified_preferences=prefs,
-                      recommended_ids=list(recs), final_answer=answer, termination="answered")
+    traj = Trajectory(
+        task_id=task_id,
+        stage=n,
+        steps=steps,
+        identified_preferences=prefs,
+        recommended_ids=list(recs),
+        final_answer=answer,
+        termination="answered",
+    )
     v = Verdict(judge="rule", stage=n, F=2, N=1, success=success, failed=failed, m1=1 if n == 1 else None)
-    return StageResult(trajectory=traj, verdict=v, reward=RewardBreakdown(total=1.5, components={"R_z": 0.5, "R_tool": 1.0}))
+    return StageResult(
+        trajectory=traj, verdict=v, reward=RewardBreakdown(total=1.5, components={"R_z": 0.5, "R_tool": 1.0})
+    )
 
 
-def episode(task_id, task_type="single", succ=False, acc=1.0, mode="two_stage", hint="none", trial=0,
-            stages=None, error=None):
-    stages = stages if stages is not None else [stage(1, [step()], task_id=task_id), stage(2, [step()], task_id=task_id)]
-    return EpisodeResult(task_id=task_id, task_type=task_type, mode=mode, hint=hint, policy="p", trial=trial,
-                         seed=0, stages=stages, acc=acc, succ=succ, wall_s=1.0, error=error)
+def episode(
+    task_id, task_type="single", succ=False, acc=1.0, mode="two_stage", hint="none", trial=0, stages=None, error=None
+):
+    stages = (
+        stages if stages is not None else [stage(1, [step()], task_id=task_id), stage(2, [step()], task_id=task_id)]
+    )
+    return EpisodeResult(
+        task_id=task_id,
+        task_type=task_type,
+        mode=mode,
+        hint=hint,
+        policy="p",
+        trial=trial,
+        seed=0,
+        stages=stages,
+        acc=acc,
+        succ=succ,
+        wall_s=1.0,
+        error=error,
+    )
 
 
 def task(task_id, task_type="single", prefs=(("colour", "navy"),), voucher=None):
-    return Task(task_id=task_id, task_type=task_type, instruction="find me a shirt", user_id="u",
-                history=[SessionRef(session_id="s1", date="2024-01-01")], needle_session_ids=["s1"],
-                preferences=[Preference(attribute=a, value=v) for a, v in prefs],
-                slots=[ProductSlot(product_type="shirt", reference_product_id="p1")], voucher=voucher)
+    return Task(
+        task_id=task_id,
+        task_type=task_type,
+        instruction="find me a shirt",
+        user_id="u",
+        history=[SessionRef(session_id="s1", date="2024-01-01")],
+        needle_session_ids=["s1"],
+        preferences=[Preference(attribute=a, value=v) for a, v in prefs],
+        slots=[ProductSlot(product_type="shirt", reference_product_id="p1")],
+        voucher=voucher,
+    )
 
 
 def P(attr, value):
@@ -115,8 +146,9 @@ def test_acc_succ_per_type_avg_all_and_exclusions():
         episode("b", "single", succ=False, acc=0.5),
         episode("c", "addon", succ=True, acc=0.25),
         episode("d", "addon", succ=True, acc=0.0, error="backend_error: timed out"),  # excluded
-        episode("e", "addon", succ=False, acc=1.0,
-                stages=[stage(1, [step()], failed=True), stage(2, [step()])]),  # judge failed: excluded
+        episode(
+            "e", "addon", succ=False, acc=1.0, stages=[stage(1, [step()], failed=True), stage(2, [step()])]
+        ),  # judge failed: excluded
     ]
     t = M.acc_succ(rs)
     assert t["by_task_type"]["single"] == {"n": 2, "acc": 0.75, "succ": 0.5}
@@ -126,10 +158,12 @@ def test_acc_succ_per_type_avg_all_and_exclusions():
 
 
 def test_strategy_table_orders_like_table_3_and_skips_oracle_acc():
-    rs = [episode("a", mode="two_stage", hint="high", succ=True, acc=0.5),
-          episode("a", mode="oracle", succ=True, acc=1.0),
-          episode("a", mode="two_stage", hint="none", succ=False, acc=0.5),
-          episode("a", mode="one_stage", succ=False, acc=0.0)]
+    rs = [
+        episode("a", mode="two_stage", hint="high", succ=True, acc=0.5),
+        episode("a", mode="oracle", succ=True, acc=1.0),
+        episode("a", mode="two_stage", hint="none", succ=False, acc=0.5),
+        episode("a", mode="one_stage", succ=False, acc=0.0),
+    ]
     tab = M.strategy_table(rs)
     assert list(tab) == ["oracle", "one_stage", "two_stage:none", "two_stage:high"]
     assert tab["oracle"]["all"]["acc"] is None and tab["oracle"]["all"]["succ"] == 1.0
@@ -138,16 +172,29 @@ def test_strategy_table_orders_like_table_3_and_skips_oracle_acc():
 
 
 def test_behaviour_means_and_tool_calls_per_turn():
-    s1 = stage(1, [step(results=[tr("mem_search", {}), tr("mem_view", {})], ctoks=5), step("<answer>{}</answer>", ctoks=7)])
-    s2 = stage(2, [step(results=[tr("product_search", {})], ctoks=3), step(results=[tr("invalid_tool_call", {}, error="bad")], ctoks=4),
-                   step("<answer>@REC::p@</answer>", ctoks=1)])
+    s1 = stage(
+        1, [step(results=[tr("mem_search", {}), tr("mem_view", {})], ctoks=5), step("<answer>{}</answer>", ctoks=7)]
+    )
+    s2 = stage(
+        2,
+        [
+            step(results=[tr("product_search", {})], ctoks=3),
+            step(results=[tr("invalid_tool_call", {}, error="bad")], ctoks=4),
+            step("<answer>@REC::p@</answer>", ctoks=1),
+        ],
+    )
     e1 = episode("a", stages=[s1, s2])
-    e2 = episode("b", stages=[stage(1, [step(results=[tr("mem_search", {})], ctoks=None)]), stage(2, [step("x", ctoks=2)])])
+    e2 = episode(
+        "b", stages=[stage(1, [step(results=[tr("mem_search", {})], ctoks=None)]), stage(2, [step("x", ctoks=2)])]
+    )
     b = M.behaviour([e1, e2])
     assert b["n"] == 2 and b["turns"] == pytest.approx((5 + 2) / 2)
     assert b["tool_uses"] == pytest.approx((4 + 1) / 2)
     assert b["resp_tokens"] == 20 and b["n_resp_tokens"] == 1  # e2 lacks a token count
-    assert b["resp_chars"] == pytest.approx((sum(len(x.assistant_text) for s in (s1, s2) for x in s.trajectory.steps) + len("<tool_call>…</tool_call>") + 1) / 2)
+    assert b["resp_chars"] == pytest.approx(
+        (sum(len(x.assistant_text) for s in (s1, s2) for x in s.trajectory.steps) + len("<tool_call>…</tool_call>") + 1)
+        / 2
+    )
     assert b["tool_call_rate"] == pytest.approx(4 / 7)
     assert b["tool_uses_by_tool"]["mem_search"] == 1.0 and b["turns_by_stage"] == {"stage1": 1.5, "stage2": 2.0}
     per_turn = M.tool_calls_per_turn([e1, e2])
@@ -163,7 +210,10 @@ def test_behaviour_means_and_tool_calls_per_turn():
 def test_tool_call_plot_is_a_png(tmp_path):
     import matplotlib.image as mpimg
 
-    e = episode("a", stages=[stage(1, [step(results=[tr("mem_search", {})])]), stage(2, [step(results=[tr("product_view", {})])])])
+    e = episode(
+        "a",
+        stages=[stage(1, [step(results=[tr("mem_search", {})])]), stage(2, [step(results=[tr("product_view", {})])])],
+    )
     p = M.plot_tool_calls_per_turn([e], tmp_path / "f.png", title="t")
     assert p is not None and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     h, w = mpimg.imread(p).shape[:2]
@@ -175,16 +225,30 @@ def test_tool_call_plot_is_a_png(tmp_path):
 # --------------------------------------------------------------------------- error taxonomy
 
 MEM_SEARCH = {"results": [{"session_id": "s1", "turn": 2, "snippet": "I only wear navy shirts"}], "n_results": 1}
-MEM_VIEW = {"sessions": [{"session_id": "s1", "turns": [{"role": "user", "content": "I only wear navy shirts, cotton please"}]}]}
-SEARCH = {"results": [{"product_id": "p1", "title": "Navy shirt", "price": 10, "shop_id": "s1"},
-                      {"product_id": "p2", "title": "Blue shirt", "price": 12, "shop_id": "s1"},
-                      {"product_id": "p3", "title": "Navy tee", "price": 9, "shop_id": "s2"}], "n_results": 3}
+MEM_VIEW = {
+    "sessions": [{"session_id": "s1", "turns": [{"role": "user", "content": "I only wear navy shirts, cotton please"}]}]
+}
+SEARCH = {
+    "results": [
+        {"product_id": "p1", "title": "Navy shirt", "price": 10, "shop_id": "s1"},
+        {"product_id": "p2", "title": "Blue shirt", "price": 12, "shop_id": "s1"},
+        {"product_id": "p3", "title": "Navy tee", "price": 9, "shop_id": "s2"},
+    ],
+    "n_results": 3,
+}
 
 
 def VIEW(*ids, **attrs):
-    recs = {"p1": {"product_id": "p1", "title": "Navy shirt", "shop_id": "s1", "attributes": {"colour": "Navy", "fabric": "polyester"}},
-            "p2": {"product_id": "p2", "title": "Blue shirt", "shop_id": "s1", "attributes": {"colour": "Blue"}},
-            "p3": {"product_id": "p3", "title": "Navy tee", "shop_id": "s2", "attributes": {"colour": "Navy"}}}
+    recs = {
+        "p1": {
+            "product_id": "p1",
+            "title": "Navy shirt",
+            "shop_id": "s1",
+            "attributes": {"colour": "Navy", "fabric": "polyester"},
+        },
+        "p2": {"product_id": "p2", "title": "Blue shirt", "shop_id": "s1", "attributes": {"colour": "Blue"}},
+        "p3": {"product_id": "p3", "title": "Navy tee", "shop_id": "s2", "attributes": {"colour": "Navy"}},
+    }
     return tr("product_view", {"products": [recs[i] for i in ids]}, ids)
 
 
@@ -193,9 +257,14 @@ def _stage2(steps, recs, answer):
 
 
 def test_taxonomy_snippet_trust_multi_sku_and_unverified():
-    s1 = stage(1, [step(results=[tr("mem_search", MEM_SEARCH, ["s1"])]), step("<answer/>")], prefs=[P("colour", "navy")])
-    s2 = _stage2([step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1")]), step("a")],
-                 ["p1", "p2"], "Both are navy. @REC::p1@ @REC::p2@")
+    s1 = stage(
+        1, [step(results=[tr("mem_search", MEM_SEARCH, ["s1"])]), step("<answer/>")], prefs=[P("colour", "navy")]
+    )
+    s2 = _stage2(
+        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1")]), step("a")],
+        ["p1", "p2"],
+        "Both are navy. @REC::p1@ @REC::p2@",
+    )
     c = T.classify(episode("A", stages=[s1, s2], acc=0.5), task("A"))
     assert c.labels == ["unverified_attributes", "multi_sku_single_task", "preference_hallucination"]
     assert c.primary == "preference_hallucination"  # stage-1 errors come first (cascade)
@@ -207,8 +276,11 @@ def test_taxonomy_snippet_trust_multi_sku_and_unverified():
 
 
 def test_taxonomy_unsupported_preference_and_no_product_tools():
-    s1 = stage(1, [step(results=[tr("mem_search", MEM_SEARCH, ["s1"]), tr("mem_view", MEM_VIEW, ["s1"])]), step("a")],
-               prefs=[P("colour", "navy"), P("material", "leather")])
+    s1 = stage(
+        1,
+        [step(results=[tr("mem_search", MEM_SEARCH, ["s1"]), tr("mem_view", MEM_VIEW, ["s1"])]), step("a")],
+        prefs=[P("colour", "navy"), P("material", "leather")],
+    )
     s2 = _stage2([step("<answer>@REC::zz:9@</answer>")], ["zz:9"], "Perfect. @REC::zz:9@ and @REC:: broken@")
     c = T.classify(episode("B", stages=[s1, s2], acc=1.0), task("B"), lookup=lambda ids: {})
     assert set(c.labels) == {"preference_hallucination", "insufficient_tool_calls", "product_id_sourcing"}
@@ -220,8 +292,11 @@ def test_taxonomy_unsupported_preference_and_no_product_tools():
 
 def test_taxonomy_same_shop_and_unverified_value():
     s1 = stage(1, [step(results=[tr("mem_view", MEM_VIEW, ["s1"])]), step("a")], prefs=[P("colour", "navy")])
-    s2 = _stage2([step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1", "p3")]), step("a")],
-                 ["p1", "p3"], "Navy shirt and navy tee. @REC::p1@ @REC::p3@")
+    s2 = _stage2(
+        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1", "p3")]), step("a")],
+        ["p1", "p3"],
+        "Navy shirt and navy tee. @REC::p1@ @REC::p3@",
+    )
     t = task("C", "addon", voucher=Voucher(shop_id="s1", min_spend=10, discount=2))
     c = T.classify(episode("C", "addon", stages=[s1, s2]), t)
     assert c.labels == ["same_shop_alignment"] and c.primary == "same_shop_alignment"
@@ -229,23 +304,35 @@ def test_taxonomy_same_shop_and_unverified_value():
     assert any("voucher's shop s1: p3" in e for e in c.evidence["same_shop_alignment"])
     # a wanted value asserted in the answer but absent from the viewed record
     t2 = task("D", prefs=(("colour", "navy"), ("material", "cotton")))
-    s2b = _stage2([step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1")]), step("a")],
-                  ["p1"], "A navy cotton shirt. @REC::p1@")
+    s2b = _stage2(
+        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1")]), step("a")],
+        ["p1"],
+        "A navy cotton shirt. @REC::p1@",
+    )
     c = T.classify(episode("D", stages=[s1, s2b]), t2)
     assert c.labels == ["unverified_attributes"]
-    assert c.evidence["unverified_attributes"] == ["answer asserts 'cotton' but no viewed record of the recommendation has it"]
+    assert c.evidence["unverified_attributes"] == [
+        "answer asserts 'cotton' but no viewed record of the recommendation has it"
+    ]
 
 
 def test_taxonomy_other_success_errors_and_table():
     s1 = stage(1, [step(results=[tr("mem_view", MEM_VIEW, ["s1"])]), step("a")], prefs=[P("colour", "navy")])
-    s2 = _stage2([step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p2")]), step("a")],
-                 ["p2"], "Here you go. @REC::p2@")
+    s2 = _stage2(
+        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p2")]), step("a")],
+        ["p2"],
+        "Here you go. @REC::p2@",
+    )
     other = T.classify(episode("E", stages=[s1, s2]), task("E"))
     assert other.labels == [] and other.primary == "other"
     assert T.classify(episode("E", stages=[s1, s2], succ=True), task("E")) is None
     assert T.classify(episode("E", stages=[s1, s2], error="backend_error: x"), task("E")) is None
-    items = [other, T.Classification("F", 0, "two_stage:none", "addon", ["same_shop_alignment", "unverified_attributes"],
-                                     "unverified_attributes")]
+    items = [
+        other,
+        T.Classification(
+            "F", 0, "two_stage:none", "addon", ["same_shop_alignment", "unverified_attributes"], "unverified_attributes"
+        ),
+    ]
     prim = T.taxonomy_table(items)
     assert prim["n_failures"] == 2 and prim["rows"]["other"] == {"single": 1, "addon": 0, "total": 1, "share": 0.5}
     assert prim["rows"]["unverified_attributes"]["addon"] == 1 and prim["rows"]["same_shop_alignment"]["total"] == 0
@@ -265,7 +352,8 @@ def test_llm_attribution_through_the_scripted_server():
         '"explanation": "Stage 2 made no product call."}',
         "I think it is a hallucination.",
         '{"category": "bad_luck", "explanation": "?"}',
-        {"status": 503}, {"status": 503},
+        {"status": 503},
+        {"status": 503},
     ]
     with ScriptedOpenAIServer(script) as srv:
         be = OpenAIBackend("judge-m", base_url=srv.base_url, api_key="k", max_retries=1, backoff_s=0.0)
@@ -309,11 +397,31 @@ def test_report_and_parquet(tmp_path):
         stages = [s1, s2] if strat[0] == "two_stage" else [s2]
         for i, tt in enumerate(("single", "addon")):
             for k in range(2):
-                rs.append(episode(f"{tt}{i}", tt, succ=(k == 0 and strat[1] == "high"), acc=0.5, mode=strat[0],
-                                  hint=strat[1], trial=k, stages=stages))
-    rs.append(episode("single0", mode="two_stage", hint="none", trial=2, error="backend_error: failed after 4 attempt(s)"))
-    meta = {"run_name": "r", "policy": "openai:m", "endpoint": "http://u:sk-zzz@localhost:1/v1?k=sk-zzz",
-            "judge": "rule", "simulator": "scripted (seed 0)", "trials": 2, "seeds": "base 0", "config": {"a": 1}}
+                rs.append(
+                    episode(
+                        f"{tt}{i}",
+                        tt,
+                        succ=(k == 0 and strat[1] == "high"),
+                        acc=0.5,
+                        mode=strat[0],
+                        hint=strat[1],
+                        trial=k,
+                        stages=stages,
+                    )
+                )
+    rs.append(
+        episode("single0", mode="two_stage", hint="none", trial=2, error="backend_error: failed after 4 attempt(s)")
+    )
+    meta = {
+        "run_name": "r",
+        "policy": "openai:m",
+        "endpoint": "http://u:sk-zzz@localhost:1/v1?k=sk-zzz",
+        "judge": "rule",
+        "simulator": "scripted (seed 0)",
+        "trials": 2,
+        "seeds": "base 0",
+        "config": {"a": 1},
+    }
     s = write_report(rs, tmp_path / "report.md", meta)
     md = (tmp_path / "report.md").read_text()
     assert "sk-zzz" not in md and "http://localhost:1/v1" in md

@@ -77,8 +77,9 @@ def _run(mode: str, tmp_path: Path) -> list:
     script = tmp_path / "fork_child.py"
     script.write_text(_SCRIPT)
     env = {**os.environ, "SHOPCOMP_JVM_HEAP": "32m"}
-    out = subprocess.run([sys.executable, str(script), mode, str(tmp_path)], capture_output=True, text=True,
-                         timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, str(script), mode, str(tmp_path)], capture_output=True, text=True, timeout=180, env=env
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1]) if mode != "build" else []
 

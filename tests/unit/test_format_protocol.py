@@ -36,8 +36,7 @@ def traj(stage: int, *texts: str) -> Trajectory:
 
 
 def test_close_tag_inside_a_json_string_does_not_cut_the_call():
-    text = ('<tool_call>{"name": "product_search", "arguments": {"query": "tag </tool_call> inside"}}'
-            "</tool_call>")
+    text = '<tool_call>{"name": "product_search", "arguments": {"query": "tag </tool_call> inside"}}</tool_call>'
     p = parse_action(text)
     assert p.tool_errors == [] and p.errors == []
     assert [(c.name, c.arguments) for c in p.tool_calls] == [("product_search", {"query": "tag </tool_call> inside"})]
@@ -46,8 +45,10 @@ def test_close_tag_inside_a_json_string_does_not_cut_the_call():
 
 
 def test_close_tag_in_a_string_then_a_second_block():
-    text = ('<tool_call>{"name": "a", "arguments": {"q": "</tool_call><tool_call>"}}</tool_call>\n'
-            '<tool_call>```json\n{"name": "b", "arguments": {}}\n```</tool_call>')
+    text = (
+        '<tool_call>{"name": "a", "arguments": {"q": "</tool_call><tool_call>"}}</tool_call>\n'
+        '<tool_call>```json\n{"name": "b", "arguments": {}}\n```</tool_call>'
+    )
     p = parse_action(text)
     assert [c.name for c in p.tool_calls] == ["a", "b"] and p.errors == []
     assert p.tool_calls[0].arguments == {"q": "</tool_call><tool_call>"}
@@ -58,12 +59,16 @@ def test_text_after_the_json_value_is_an_error_and_the_block_ends_at_the_followi
     p = parse_action(text)
     assert [c.name for c in p.tool_calls] == ["product_search"]
     assert len(p.tool_errors) == 1 and p.tool_errors[0].startswith(
-        "tool-call block #1: invalid JSON in <tool_call>: Extra data at line 1 column 51 (char 50)")
+        "tool-call block #1: invalid JSON in <tool_call>: Extra data at line 1 column 51 (char 50)"
+    )
 
 
 def test_unclosed_and_stray_and_invalid_messages_are_kept():
-    assert parse_action('<tool_call>{"name": "a", "arguments": {}}').tool_errors[0].startswith(
-        "tool-call block #1: unclosed <tool_call> (no </tool_call>)")
+    assert (
+        parse_action('<tool_call>{"name": "a", "arguments": {}}')
+        .tool_errors[0]
+        .startswith("tool-call block #1: unclosed <tool_call> (no </tool_call>)")
+    )
     assert parse_action("</tool_call>").tool_errors == ["stray </tool_call> without a matching <tool_call>"]
     e = parse_action('<tool_call>{"name": "a", "arguments": {"q": 1}</tool_call>').tool_errors[0]
     assert "Expecting ',' delimiter at line 1 column 36 (char 35)" in e
@@ -71,8 +76,9 @@ def test_unclosed_and_stray_and_invalid_messages_are_kept():
 
 @pytest.mark.parametrize("const", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_not_json(const):
-    p = parse_action('<tool_call>{"name": "product_search", "arguments": {"query": "x", "max_price": '
-                     + const + "}}</tool_call>")
+    p = parse_action(
+        '<tool_call>{"name": "product_search", "arguments": {"query": "x", "max_price": ' + const + "}}</tool_call>"
+    )
     assert p.tool_calls == [] and not p.tool_json_ok
     assert f"non-standard JSON constant {const}" in p.tool_errors[0]
     # inside an "arguments" string and in a structured call's arguments
@@ -96,7 +102,7 @@ def test_stage1_answer_with_nan_is_not_parsable(const):
 
 
 def test_two_answer_blocks_give_f_ans_zero_even_identical():
-    two = '<think>x</think><answer>Buy @REC::p:ref1@</answer><answer>Buy @REC::p:2@</answer>'
+    two = "<think>x</think><answer>Buy @REC::p:ref1@</answer><answer>Buy @REC::p:2@</answer>"
     p = parse_action(two)
     assert p.n_answers == 2 and p.answer == "Buy @REC::p:ref1@" and p.has_answer
     assert any("2 <answer> blocks in one turn" in e for e in p.errors)
@@ -191,12 +197,23 @@ def test_builtin_format_member_equals_format_reward():
     from shopping_companion.rewards.rubric import load_rubric
     from shopping_companion.types import Preference, ProductSlot, Task, Verdict
 
-    task = Task(task_id="t", task_type="single", instruction="shirt", user_id="u", history=[],
-                needle_session_ids=[], preferences=[Preference(attribute="colour", value="navy")],
-                slots=[ProductSlot(product_type="shirt", reference_product_id="p:ref1")])
+    task = Task(
+        task_id="t",
+        task_type="single",
+        instruction="shirt",
+        user_id="u",
+        history=[],
+        needle_session_ids=[],
+        preferences=[Preference(attribute="colour", value="navy")],
+        slots=[ProductSlot(product_type="shirt", reference_product_id="p:ref1")],
+    )
     rubric = load_rubric("paper")
-    for text in (GOOD2, GOOD2 + CALL, "<think>a</think><think>b</think><answer>@REC::p:ref1@</answer>",
-                 "<answer>@REC::p:ref1@</answer><answer>@REC::p:ref1@</answer>"):
+    for text in (
+        GOOD2,
+        GOOD2 + CALL,
+        "<think>a</think><think>b</think><answer>@REC::p:ref1@</answer>",
+        "<answer>@REC::p:ref1@</answer><answer>@REC::p:ref1@</answer>",
+    ):
         t = traj(2, text)
         v = Verdict(judge="t", stage=2, F=1, N=1, b=0, p2=1, q2=1, m2=1)
         out = rubric(task, t, v)
@@ -221,10 +238,16 @@ def test_env_answer_turn_with_a_trailing_call_ends_the_stage_and_runs_nothing():
         def judge(self, task, trajectory):
             return Verdict(judge="stub", stage=trajectory.stage, F=1, N=1, b=0, q1=1, m1=1)
 
-    task = Task(task_id="t", task_type="single", instruction="shirt", user_id="u",
-                history=[SessionRef(session_id="s1", date="2024-01-01")], needle_session_ids=["s1"],
-                preferences=[Preference(attribute="colour", value="navy")],
-                slots=[ProductSlot(product_type="shirt", reference_product_id="p:ref1")])
+    task = Task(
+        task_id="t",
+        task_type="single",
+        instruction="shirt",
+        user_id="u",
+        history=[SessionRef(session_id="s1", date="2024-01-01")],
+        needle_session_ids=["s1"],
+        preferences=[Preference(attribute="colour", value="navy")],
+        slots=[ProductSlot(product_type="shirt", reference_product_id="p:ref1")],
+    )
     env = ShoppingCompanionEnv(task, ToolBox(products=None, memory=Memory()), Judge())  # type: ignore[arg-type]
     env.reset()
     text = GOOD1 + '<tool_call>{"name": "mem_search", "arguments": {"queries": ["shirt"]}}</tool_call>'

@@ -16,16 +16,26 @@ def _sessions_of(tasks) -> str:
     from shopping_companion.types import Session, Turn
 
     ids = sorted({r.session_id for t in tasks for r in t.history})
-    return "".join(Session(session_id=i, date="2024-01-01",
-                           turns=[Turn(role="user", content="I like black shoes.")]).model_dump_json() + "\n"
-                   for i in ids)
+    return "".join(
+        Session(
+            session_id=i, date="2024-01-01", turns=[Turn(role="user", content="I like black shoes.")]
+        ).model_dump_json()
+        + "\n"
+        for i in ids
+    )
 
 
 def _task(i: int, split: str = "train") -> Task:
-    return Task(task_id=f"t{i}", split=split, instruction=f"I need shoes number {i}.", user_id=f"u{i}",
-                history=[SessionRef(session_id=f"s{i}", date="2024-01-01")], needle_session_ids=[f"s{i}"],
-                preferences=[Preference(attribute="base_colour", value="Black")],
-                slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")])
+    return Task(
+        task_id=f"t{i}",
+        split=split,
+        instruction=f"I need shoes number {i}.",
+        user_id=f"u{i}",
+        history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
+        needle_session_ids=[f"s{i}"],
+        preferences=[Preference(attribute="base_colour", value="Black")],
+        slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")],
+    )
 
 
 def test_one_row_per_task_and_stage_with_chat_prompts_and_task_reference(tmp_path):
@@ -49,23 +59,43 @@ def test_one_row_per_task_and_stage_with_chat_prompts_and_task_reference(tmp_pat
     assert back == rows
 
 
-@pytest.mark.parametrize("kw,field", [({"stages": [3]}, "stages"), ({"stages": [1, 1]}, "stages"),
-                                      ({"stage1": "oracle"}, "stage1"),
-                                      ({"hint": "medium"}, "hint")])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"stages": [3]}, "stages"),
+        ({"stages": [1, 1]}, "stages"),
+        ({"stage1": "oracle"}, "stage1"),
+        ({"hint": "medium"}, "hint"),
+    ],
+)
 def test_bad_options_name_the_field(kw, field):
     with pytest.raises(ValueError, match=field):
         build_rows([_task(0)], benchmark="/b", **kw)
 
 
 def _breakdown(stage: int, r_z: float, r_tool: float, r_fmt: float) -> dict:
-    comps = {"R_z": r_z, "R_tool": r_tool, "R_fmt": r_fmt, f"R{stage}": r_z, "f_ans": 1.0, "f_th": 1.0,
-             "f_tc": 1.0, "f_rec": 1.0 if stage == 2 else 0.0, "tool_mem_mean": r_tool if stage == 1 else 0.0,
-             "tool_prod_mean": r_tool if stage == 2 else 0.0, "n_tool_calls": 3.0, "success": 1.0, "stage": float(stage)}
+    comps = {
+        "R_z": r_z,
+        "R_tool": r_tool,
+        "R_fmt": r_fmt,
+        f"R{stage}": r_z,
+        "f_ans": 1.0,
+        "f_th": 1.0,
+        "f_tc": 1.0,
+        "f_rec": 1.0 if stage == 2 else 0.0,
+        "tool_mem_mean": r_tool if stage == 1 else 0.0,
+        "tool_prod_mean": r_tool if stage == 2 else 0.0,
+        "n_tool_calls": 3.0,
+        "success": 1.0,
+        "stage": float(stage),
+    }
     return RewardBreakdown(total=r_z + r_tool + r_fmt, components=comps, per_tool_call=[r_tool] * 3).model_dump()
 
 
 def test_compute_score_returns_the_rubric_total_and_a_fixed_key_set():
-    a = compute_score("shopping_companion", "x", "{}", {"shopcomp_reward": _breakdown(1, 0.5, 0.25, 1.0), "num_turns": 7})
+    a = compute_score(
+        "shopping_companion", "x", "{}", {"shopcomp_reward": _breakdown(1, 0.5, 0.25, 1.0), "num_turns": 7}
+    )
     b = compute_score("shopping_companion", "x", "{}", {"shopcomp_reward": _breakdown(2, 0.8, 0.4, 0.75)})
     assert a["score"] == pytest.approx(1.75) and b["score"] == pytest.approx(1.95)
     assert set(a) == set(b) == {"score", "num_turns", *LOGGED_KEYS}  # verl stacks keys across a batch
@@ -90,7 +120,7 @@ def test_cli_prepare_writes_train_and_test_parquet(tmp_path):
     import pyarrow.parquet as pq
     from typer.testing import CliRunner
 
-    from shopping_companion.trainers.cli import app
+    from shopping_companion.cli.grpo import app
 
     bench = tmp_path / "bench"
     bench.mkdir()
@@ -98,15 +128,24 @@ def test_cli_prepare_writes_train_and_test_parquet(tmp_path):
     (bench / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
     (bench / "sessions.jsonl").write_text(_sessions_of(tasks))
     (bench / "manifest.json").write_text("{}")
-    res = CliRunner().invoke(app, ["prepare", "--benchmark", str(bench), "--out", str(tmp_path / "data")])
+    res = CliRunner().invoke(app, ["prepare", "--bench", str(bench), "--out", str(tmp_path / "data")])
     assert res.exit_code == 0, res.output
     train = pq.read_table(tmp_path / "data" / "train.parquet").to_pylist()
     test = pq.read_table(tmp_path / "data" / "test.parquet").to_pylist()
     assert len(train) == 8 and len(test) == 2  # tasks x 2 stages
     assert {r["extra_info"]["split"] for r in train} == {"train"}
     assert train[0]["extra_info"]["benchmark"] == str(bench.resolve())
-    bad = CliRunner().invoke(app, ["prepare", "--benchmark", str(bench), "--out", str(tmp_path / "d2"), "--hint", "x"])
+    bad = CliRunner().invoke(app, ["prepare", "--bench", str(bench), "--out", str(tmp_path / "d2"), "--hint", "x"])
     assert bad.exit_code == 2 and "hint" in bad.output
+    # the deprecated --benchmark spelling still works (with a note) and writes the same rows
+    old = CliRunner().invoke(app, ["prepare", "--benchmark", str(bench), "--out", str(tmp_path / "d3")])
+    assert old.exit_code == 0, old.output
+    assert "--benchmark is deprecated; use --bench" in " ".join(old.stderr.split())
+    assert pq.read_table(tmp_path / "d3" / "train.parquet").to_pylist() == train
+    missing = CliRunner().invoke(app, ["prepare", "--out", str(tmp_path / "d4")])
+    assert missing.exit_code == 2 and "--bench is required" in missing.output
+    helptext = CliRunner().invoke(app, ["prepare", "-h"], terminal_width=80).output
+    assert "--bench DIR" in helptext and "--benchmark" not in helptext
 
 
 def test_cli_prepare_failure_leaves_an_existing_output_directory_untouched(tmp_path):
@@ -114,7 +153,7 @@ def test_cli_prepare_failure_leaves_an_existing_output_directory_untouched(tmp_p
     up with a new train.parquet next to the previous run's test.parquet and prepare.json."""
     from typer.testing import CliRunner
 
-    from shopping_companion.trainers.cli import app
+    from shopping_companion.cli.grpo import app
 
     def bench(name, tasks):
         d = tmp_path / name
@@ -127,11 +166,11 @@ def test_cli_prepare_failure_leaves_an_existing_output_directory_untouched(tmp_p
     good = bench("good", [_task(0, "train"), _task(1, "test")])
     train_only = bench("train_only", [_task(i, "train") for i in range(3)])
     out = tmp_path / "data"
-    assert CliRunner().invoke(app, ["prepare", "--benchmark", str(good), "--out", str(out)]).exit_code == 0
+    assert CliRunner().invoke(app, ["prepare", "--bench", str(good), "--out", str(out)]).exit_code == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    res = CliRunner().invoke(app, ["prepare", "--benchmark", str(train_only), "--out", str(out)])
+    res = CliRunner().invoke(app, ["prepare", "--bench", str(train_only), "--out", str(out)])
     assert res.exit_code == 2 and "no test tasks" in res.output
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     fresh = tmp_path / "fresh"
-    assert CliRunner().invoke(app, ["prepare", "--benchmark", str(train_only), "--out", str(fresh)]).exit_code == 2
+    assert CliRunner().invoke(app, ["prepare", "--bench", str(train_only), "--out", str(fresh)]).exit_code == 2
     assert not fresh.exists() or not any(fresh.iterdir())

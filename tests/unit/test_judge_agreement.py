@@ -24,7 +24,18 @@ from shopping_companion.judges.agreement import (
 from shopping_companion.judges.llm import LLMJudge
 from shopping_companion.judges.rule import RuleJudge
 from shopping_companion.llm.openai_backend import OpenAIBackend
-from shopping_companion.types import Preference, Product, ProductSlot, SessionRef, Step, Task, ToolCall, ToolResult, Trajectory, Verdict
+from shopping_companion.types import (
+    Preference,
+    Product,
+    ProductSlot,
+    SessionRef,
+    Step,
+    Task,
+    ToolCall,
+    ToolResult,
+    Trajectory,
+    Verdict,
+)
 
 _REPO = str(Path(__file__).resolve().parents[2])
 if _REPO not in sys.path:
@@ -120,12 +131,29 @@ def test_per_field_agreement_kappa_and_failures():
 # --------------------------------------------------------------------------- rule vs LLM
 
 SHIRTS = ["Apparel", "Topwear", "Shirts"]
-CATALOG = {p.product_id: p for p in [
-    Product(product_id=f"m:{i}", title=t, source="test", shop="T", shop_id="S1", price=10.0, category_path=SHIRTS,
-            attributes={"base_colour": c, "Fabric": f})
-    for i, (t, c, f) in enumerate([("Navy Cotton Shirt", "Navy", "Cotton"), ("Black Cotton Shirt", "Black", "Cotton"),
-                                   ("Navy Linen Shirt", "Navy", "Linen"), ("Red Silk Shirt", "Red", "Silk")])
-]}
+CATALOG = {
+    p.product_id: p
+    for p in [
+        Product(
+            product_id=f"m:{i}",
+            title=t,
+            source="test",
+            shop="T",
+            shop_id="S1",
+            price=10.0,
+            category_path=SHIRTS,
+            attributes={"base_colour": c, "Fabric": f},
+        )
+        for i, (t, c, f) in enumerate(
+            [
+                ("Navy Cotton Shirt", "Navy", "Cotton"),
+                ("Black Cotton Shirt", "Black", "Cotton"),
+                ("Navy Linen Shirt", "Navy", "Linen"),
+                ("Red Silk Shirt", "Red", "Silk"),
+            ]
+        )
+    ]
+}
 
 
 def lookup(ids):
@@ -135,14 +163,29 @@ def lookup(ids):
 def _items():
     items = {}
     for k in range(8):
-        task = Task(task_id=f"t{k}", instruction=f"shirt request {k}", user_id="u",
-                    history=[SessionRef(session_id="h", date="2024-01-01")], needle_session_ids=["h"],
-                    preferences=[Preference(attribute="colour", value="navy"), Preference(attribute="fabric", value="cotton")],
-                    slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:0")])
+        task = Task(
+            task_id=f"t{k}",
+            instruction=f"shirt request {k}",
+            user_id="u",
+            history=[SessionRef(session_id="h", date="2024-01-01")],
+            needle_session_ids=["h"],
+            preferences=[Preference(attribute="colour", value="navy"), Preference(attribute="fabric", value="cotton")],
+            slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:0")],
+        )
         pid = f"m:{k % 4}"
-        traj = Trajectory(task_id=task.task_id, stage=2, recommended_ids=[pid], final_answer=f"@REC::{pid}@", steps=[
-            Step(assistant_text="..", tool_calls=[ToolCall(name="product_search", call_id="c")],
-                 tool_results=[ToolResult(call_id="c", name="product_search", content="..", returned_ids=[pid])])])
+        traj = Trajectory(
+            task_id=task.task_id,
+            stage=2,
+            recommended_ids=[pid],
+            final_answer=f"@REC::{pid}@",
+            steps=[
+                Step(
+                    assistant_text="..",
+                    tool_calls=[ToolCall(name="product_search", call_id="c")],
+                    tool_results=[ToolResult(call_id="c", name="product_search", content="..", returned_ids=[pid])],
+                )
+            ],
+        )
         items[("sys-a" if k < 4 else "sys-b", task.task_id, 2)] = (task, traj)
     return items
 
@@ -155,7 +198,9 @@ def test_rule_judge_vs_llm_judge_agreement():
         k = int(re.search(r"shirt request (\d+)", prompt).group(1))
         pid = f"m:{k % 4}"
         p = CATALOG[pid]
-        matched = [i for i, ok in ((1, p.attributes["base_colour"] == "Navy"), (2, p.attributes["Fabric"] == "Cotton")) if ok]
+        matched = [
+            i for i, ok in ((1, p.attributes["base_colour"] == "Navy"), (2, p.attributes["Fabric"] == "Cotton")) if ok
+        ]
         if k == 2:
             matched = [1, 2]
         return json.dumps({"p2": 1, "q2": 1, "m2": len(matched), "matched": matched, "reasons": ["scripted"]})
@@ -198,8 +243,18 @@ def test_items_from_results_rejudges_recorded_episodes():
         if task.task_id == "t1":  # pretend the evaluation-time judge was lenient on this one
             recorded = recorded.model_copy(update={"judge": "rule", "m2": 2, "success": True})
         stage = StageResult(trajectory=traj, verdict=recorded, reward=compute_reward(task, traj, recorded))
-        results.append(EpisodeResult(task_id=task.task_id, task_type="single", mode="two_stage", policy=system,
-                                     stages=[stage], acc=0.0, succ=recorded.success, wall_s=0.1))
+        results.append(
+            EpisodeResult(
+                task_id=task.task_id,
+                task_type="single",
+                mode="two_stage",
+                policy=system,
+                stages=[stage],
+                acc=0.0,
+                succ=recorded.success,
+                wall_s=0.1,
+            )
+        )
     items, recorded = items_from_results(results, tasks)
     assert len(items) == 8 and ("sys-a", "t0", 2, 0) in items
     table = {"recorded": recorded, **judge_all([rule], items)}

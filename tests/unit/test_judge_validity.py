@@ -27,7 +27,15 @@ from shopping_companion.paths import DataDirError, resolve_data_dir
 
 pytestmark = pytest.mark.slow
 
-SOURCES = {"myntra_styles", "myntra_catalog", "bigbasket", "amazon2018_minionerec", "bestbuy_algolia", "ikea_sa", "adidas_us"}
+SOURCES = {
+    "myntra_styles",
+    "myntra_catalog",
+    "bigbasket",
+    "amazon2018_minionerec",
+    "bestbuy_algolia",
+    "ikea_sa",
+    "adidas_us",
+}
 #: ids the probes name on purpose as not being in the catalog (the non-existent-id adversary)
 DELIBERATELY_MISSING = {"myntra_styles:99999999", "bigbasket:0", "ikea_sa:00000001"}
 
@@ -81,18 +89,35 @@ def test_coverage(fx):
     assert min(by_source.values()) >= 20, by_source
     assert {p.stage for p in fx.probes} == {1, 2}
     assert {fx.tasks[p.task_id].task_type for p in fx.probes} == {"single", "addon"}
-    assert {t.slots[0].reference_product_id.split(":")[0] for t in fx.tasks.values() if t.task_type == "addon"} >= SOURCES - {
-        "amazon2018_minionerec"}  # Amazon 2018 records carry no price, so no budgeted deal there
+    assert {
+        t.slots[0].reference_product_id.split(":")[0] for t in fx.tasks.values() if t.task_type == "addon"
+    } >= SOURCES - {"amazon2018_minionerec"}  # Amazon 2018 records carry no price, so no budgeted deal there
     share = sum(p.label.success for p in fx.probes) / len(fx.probes)
     assert 0.3 <= share <= 0.7, share
     stage1 = sum(p.stage == 1 for p in fx.probes) / len(fx.probes)
     assert 0.35 <= stage1 <= 0.65, stage1
     tags = Counter(t for p in fx.probes for t in p.tags)
-    for needed in ("paraphrase_user_words", "valid_alternative", "attribute_only_in_text", "one_violation", "avoid",
-                   "numeric", "budget_exact", "over_budget", "min_spend_not_reached", "different_shop", "wrong_type",
-                   "adversary_list_every_value", "adversary_contradictory", "adversary_wrong_slot",
-                   "adversary_wrong_attribute", "adversary_padding_quotes", "adversary_many_products",
-                   "adversary_unreturned_id", "adversary_right_product_hallucinated_prefs"):
+    for needed in (
+        "paraphrase_user_words",
+        "valid_alternative",
+        "attribute_only_in_text",
+        "one_violation",
+        "avoid",
+        "numeric",
+        "budget_exact",
+        "over_budget",
+        "min_spend_not_reached",
+        "different_shop",
+        "wrong_type",
+        "adversary_list_every_value",
+        "adversary_contradictory",
+        "adversary_wrong_slot",
+        "adversary_wrong_attribute",
+        "adversary_padding_quotes",
+        "adversary_many_products",
+        "adversary_unreturned_id",
+        "adversary_right_product_hallucinated_prefs",
+    ):
         assert tags[needed] >= 1, needed
 
 

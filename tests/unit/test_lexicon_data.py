@@ -64,7 +64,12 @@ def norm(text: str) -> str:
 
 def _singular(word: str) -> str:
     # tokens with digits are model names or sizes ("6s", "s7", "5s"), never plurals
-    if len(word) <= 3 or any(ch.isdigit() for ch in word) or not word.endswith("s") or word.endswith(("ss", "us", "is")):
+    if (
+        len(word) <= 3
+        or any(ch.isdigit() for ch in word)
+        or not word.endswith("s")
+        or word.endswith(("ss", "us", "is"))
+    ):
         return word
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
@@ -191,8 +196,10 @@ def test_forms_survive_modifier_removal(vocabularies):
                 words = norm_strict(f).split()
                 kept = [w for w in words if w not in mods]
                 if kept and kept != words and owner.get("".join(kept)) != cname:
-                    problems.append(f"{stem}: {f!r} of {cname!r} reads as {' '.join(kept)!r} "
-                                    f"({owner.get(''.join(kept))!r}) without modifiers")
+                    problems.append(
+                        f"{stem}: {f!r} of {cname!r} reads as {' '.join(kept)!r} "
+                        f"({owner.get(''.join(kept))!r}) without modifiers"
+                    )
     assert not problems, "\n".join(problems)
 
 

@@ -33,8 +33,10 @@ def answer(body, conflict_word: str | None = None) -> str:
             disc, low = re.search(r"Voucher: (\S+) off an order of at least (\S+) ", p).groups()
             budget = re.search(r"Budget after the discount: at most (\S+)", p).group(1)
             items = re.findall(r"^\s+\d+\. (.*)$", p, flags=re.M)
-            text = (f"I have a coupon from {shop.group(1)} (shop id {shop.group(2)}): {disc} off once I spend {low}. "
-                    f"I'd like {', then '.join(items)}. After the discount I can pay at most {budget}. Choose for me!")
+            text = (
+                f"I have a coupon from {shop.group(1)} (shop id {shop.group(2)}): {disc} off once I spend {low}. "
+                f"I'd like {', then '.join(items)}. After the discount I can pay at most {budget}. Choose for me!"
+            )
         else:
             item = re.search(r"exactly one item: (.*)\.\n", p).group(1)
             text = f"Could you find me a {item}? You know my taste."
@@ -43,18 +45,24 @@ def answer(body, conflict_word: str | None = None) -> str:
         blocks = re.split(r"Conversation \d+ must reveal:\n", p)[1:]
         sessions = []
         for b in blocks:
-            turns = [{"role": "user", "content": "Long week at work, finally some quiet."},
-                     {"role": "assistant", "content": "Glad you can rest a little."}]
-            for label, value, about in re.findall(r'^- (.*?): "(.*?)"(?: \(about (.*?)\))?$', b, flags=re.M):
-                turns += [{"role": "user", "content": f"Funny, whenever I pick {about or 'something'} I go for {value}."},
-                          {"role": "assistant", "content": "That sounds like a solid habit."}]
+            turns = [
+                {"role": "user", "content": "Long week at work, finally some quiet."},
+                {"role": "assistant", "content": "Glad you can rest a little."},
+            ]
+            for _label, value, about in re.findall(r'^- (.*?): "(.*?)"(?: \(about (.*?)\))?$', b, flags=re.M):
+                turns += [
+                    {"role": "user", "content": f"Funny, whenever I pick {about or 'something'} I go for {value}."},
+                    {"role": "assistant", "content": "That sounds like a solid habit."},
+                ]
             sessions.append({"turns": turns})
         return "<think>plan the chat</think>```json\n" + json.dumps({"sessions": sessions}) + "\n```"
     if p.startswith("A user is about to buy"):
         conflicts = []
         for idx, text in re.findall(r"^\[(\d+)\] user: (.*)$", p, flags=re.M):
             if conflict_word and conflict_word in text.lower():
-                conflicts.append({"turn_index": int(idx), "statement": text[:80], "feature": "colour", "reason": "test"})
+                conflicts.append(
+                    {"turn_index": int(idx), "statement": text[:80], "feature": "colour", "reason": "test"}
+                )
                 break
         return json.dumps({"conflicts": conflicts})
     return "?"
@@ -71,8 +79,13 @@ def pool(sgd_sessions):
 
 
 def llm_config(srv, tmp_path, **kw) -> SynthConfig:
-    g = dict(kind="llm", endpoints=[LLMEndpoint(model="scripted", base_url=srv.base_url)], max_invalid=3,
-             http_retries=0, cache_path=str(tmp_path / "llm.sqlite"))
+    g = dict(
+        kind="llm",
+        endpoints=[LLMEndpoint(model="scripted", base_url=srv.base_url)],
+        max_invalid=3,
+        http_retries=0,
+        cache_path=str(tmp_path / "llm.sqlite"),
+    )
     g.update(kw.pop("gen", {}))
     gen = GeneratorConfig(**g)
     base = dict(n_tasks=6, addon_share=0.5, seed=4, sessions_per_user=8, max_session_tokens=400, generator=gen)
@@ -94,7 +107,9 @@ def test_llm_build_is_valid_cached_and_reproducible(products, pool, tmp_path):
         n_requests = len(srv.bodies)
         bodies = list(srv.bodies)
     assert len(out.tasks) == 6 and n_requests > 0
-    assert out.manifest["generator"]["kind"] == "llm" and out.manifest["generator"]["endpoints"][0]["model"] == "scripted"
+    assert (
+        out.manifest["generator"]["kind"] == "llm" and out.manifest["generator"]["endpoints"][0]["model"] == "scripted"
+    )
     for t in out.tasks:
         assert gold_accepted(t, by_id)[0]
         assert not unstated_features(t.preferences, [out.sessions[s] for s in t.needle_session_ids])
@@ -110,8 +125,13 @@ def test_llm_build_is_valid_cached_and_reproducible(products, pool, tmp_path):
 
     # a rebuild reads every answer from the cache: no request, byte-identical files
     with ScriptedOpenAIServer(["unused"]) as srv2:
-        cfg2 = cfg.model_copy(update={"generator": cfg.generator.model_copy(
-            update={"endpoints": [LLMEndpoint(model="scripted", base_url=srv2.base_url)]})})
+        cfg2 = cfg.model_copy(
+            update={
+                "generator": cfg.generator.model_copy(
+                    update={"endpoints": [LLMEndpoint(model="scripted", base_url=srv2.base_url)]}
+                )
+            }
+        )
         gen2 = LLMGenerator(cfg2.generator)
         build_benchmark(tmp_path / "b", products, pool, cfg2, generator=gen2)
         assert srv2.bodies == [] and gen2.stats["requests"] == 0 and gen2.stats["cache_hits"] > 0

@@ -39,16 +39,30 @@ SHIRTS = ["Apparel", "Topwear", "Shirts"]
 
 
 def P(pid, title, cat=SHIRTS, shop="S1", price=1000.0, **attrs):
-    return Product(product_id=pid, title=title, source="test", shop="T", shop_id=shop, brand="Roadster", price=price,
-                   currency="INR", category_path=list(cat), attributes=attrs, options={"size": ["M", "L"]},
-                   description="Soft breathable cotton shirt for daily wear.")
+    return Product(
+        product_id=pid,
+        title=title,
+        source="test",
+        shop="T",
+        shop_id=shop,
+        brand="Roadster",
+        price=price,
+        currency="INR",
+        category_path=list(cat),
+        attributes=attrs,
+        options={"size": ["M", "L"]},
+        description="Soft breathable cotton shirt for daily wear.",
+    )
 
 
-CATALOG = {p.product_id: p for p in [
-    P("m:1", "Roadster Men Navy Checked Casual Shirt", base_colour="Navy Blue", Fabric="Cotton"),
-    P("b:jeans", "Levis Men Slim Fit Jeans", cat=["Apparel", "Bottomwear", "Jeans"], price=1200, Fit="Slim Fit"),
-    P("b:belt", "Woodland Brown Leather Belt", cat=["Accessories", "Belts"], price=500, Material="Leather"),
-]}
+CATALOG = {
+    p.product_id: p
+    for p in [
+        P("m:1", "Roadster Men Navy Checked Casual Shirt", base_colour="Navy Blue", Fabric="Cotton"),
+        P("b:jeans", "Levis Men Slim Fit Jeans", cat=["Apparel", "Bottomwear", "Jeans"], price=1200, Fit="Slim Fit"),
+        P("b:belt", "Woodland Brown Leather Belt", cat=["Accessories", "Belts"], price=500, Material="Leather"),
+    ]
+}
 
 
 def lookup(ids):
@@ -56,38 +70,78 @@ def lookup(ids):
 
 
 def single_task(tid="s1", instruction="I need a casual shirt for work"):
-    return Task(task_id=tid, instruction=instruction, user_id="u", history=[SessionRef(session_id="h1", date="2024-01-01")],
-                needle_session_ids=["h1"],
-                preferences=[Preference(attribute="colour", value="navy"), Preference(attribute="size", value="M"),
-                             Preference(attribute="fabric", value="cotton")],
-                slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:1")])
+    return Task(
+        task_id=tid,
+        instruction=instruction,
+        user_id="u",
+        history=[SessionRef(session_id="h1", date="2024-01-01")],
+        needle_session_ids=["h1"],
+        preferences=[
+            Preference(attribute="colour", value="navy"),
+            Preference(attribute="size", value="M"),
+            Preference(attribute="fabric", value="cotton"),
+        ],
+        slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:1")],
+    )
 
 
 def addon_task():
     return Task(
-        task_id="a1", task_type="addon", instruction="A shirt, jeans and a belt from one shop, please", user_id="u",
-        history=[SessionRef(session_id="h1", date="2024-01-01")], needle_session_ids=["h1"],
-        preferences=[Preference(slot=0, attribute="colour", value="navy"), Preference(slot=1, attribute="fit", value="slim"),
-                     Preference(slot=2, attribute="material", value="leather", polarity="want")],
-        slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:1"),
-               ProductSlot(product_type="jeans", category_path=["Apparel", "Bottomwear", "Jeans"], reference_product_id="b:jeans"),
-               ProductSlot(product_type="belt", category_path=["Accessories", "Belts"], reference_product_id="b:belt")],
-        voucher=Voucher(shop_id="S1", min_spend=2000, discount=300), budget=2500.0, currency="INR")
+        task_id="a1",
+        task_type="addon",
+        instruction="A shirt, jeans and a belt from one shop, please",
+        user_id="u",
+        history=[SessionRef(session_id="h1", date="2024-01-01")],
+        needle_session_ids=["h1"],
+        preferences=[
+            Preference(slot=0, attribute="colour", value="navy"),
+            Preference(slot=1, attribute="fit", value="slim"),
+            Preference(slot=2, attribute="material", value="leather", polarity="want"),
+        ],
+        slots=[
+            ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:1"),
+            ProductSlot(
+                product_type="jeans", category_path=["Apparel", "Bottomwear", "Jeans"], reference_product_id="b:jeans"
+            ),
+            ProductSlot(product_type="belt", category_path=["Accessories", "Belts"], reference_product_id="b:belt"),
+        ],
+        voucher=Voucher(shop_id="S1", min_spend=2000, discount=300),
+        budget=2500.0,
+        currency="INR",
+    )
 
 
-def stage1_traj(answer='{"preferences": [{"attribute": "colour", "value": "navy"}, {"attribute": "fabric", "value": "cotton"}]}'):
-    return Trajectory(task_id="s1", stage=1, final_answer=answer, termination="answered",
-                      identified_preferences=[Preference(attribute="colour", value="navy"),
-                                              Preference(attribute="fabric", value="cotton")],
-                      steps=[Step(assistant_text="<answer>..</answer>")])
+def stage1_traj(
+    answer='{"preferences": [{"attribute": "colour", "value": "navy"}, {"attribute": "fabric", "value": "cotton"}]}',
+):
+    return Trajectory(
+        task_id="s1",
+        stage=1,
+        final_answer=answer,
+        termination="answered",
+        identified_preferences=[
+            Preference(attribute="colour", value="navy"),
+            Preference(attribute="fabric", value="cotton"),
+        ],
+        steps=[Step(assistant_text="<answer>..</answer>")],
+    )
 
 
 def stage2_traj(rec):
-    step = Step(assistant_text="..", tool_calls=[ToolCall(name="product_search", arguments={"query": "q"}, call_id="c0")],
-                tool_results=[ToolResult(call_id="c0", name="product_search", content="..", returned_ids=list(rec))])
+    step = Step(
+        assistant_text="..",
+        tool_calls=[ToolCall(name="product_search", arguments={"query": "q"}, call_id="c0")],
+        tool_results=[ToolResult(call_id="c0", name="product_search", content="..", returned_ids=list(rec))],
+    )
     answer = " ".join(f"@REC::{r}@" for r in rec)
-    return Trajectory(task_id="t", stage=2, recommended_ids=list(rec), final_answer=f"My pick: {answer}", termination="answered",
-                      steps=[step, Step(assistant_text=f"<answer>{answer}</answer>")])
+    return Trajectory(
+        task_id="t",
+        stage=2,
+        recommended_ids=list(rec),
+        final_answer=f"My pick: {answer}",
+        termination="answered",
+        steps=[step, Step(assistant_text=f"<answer>{answer}</answer>")],
+    )
 
 
 def J(**kw):
@@ -125,7 +179,17 @@ def test_stage1_single_verdict_and_request():
         judge = judge_for(srv)
         v = judge.judge(single_task(), stage1_traj())
         body = srv.bodies[0]
-    assert (v.judge, v.stage, v.F, v.N, v.b, v.q1, v.m1, v.c1, v.failed) == ("llm:judge-model", 1, 3, 1, 0, 1, 2, None, False)
+    assert (v.judge, v.stage, v.F, v.N, v.b, v.q1, v.m1, v.c1, v.failed) == (
+        "llm:judge-model",
+        1,
+        3,
+        1,
+        0,
+        1,
+        2,
+        None,
+        False,
+    )
     assert v.matched == ["colour=navy", "fabric=cotton"] and not v.success
     assert stage1_reward(v) == pytest.approx((1 + 2) / 4)
     assert body["temperature"] == 0.0 and "tools" not in body
@@ -143,9 +207,20 @@ def test_stage2_addon_prompt_has_records_deal_terms_and_facts():
         prompt = user_prompt(srv.bodies[0])
     assert (v.p2, v.q2, v.m2, v.n2, v.u2, v.success, v.b, v.N) == (1, 1, 3, 3, 1, True, 1, 3)
     assert stage2_reward(v) == pytest.approx(1.0)
-    for needle in ("Levis Men Slim Fit Jeans", "Fit: Slim Fit", "shop_id: S1", "300 INR off", "at least 2000 INR",
-                   "Budget: 2500 INR", "Sum of the listed prices: 2700 INR", "[for product 2: jeans]",
-                   "b:belt: found in the catalog; returned", '"n2"', '"u2"', "Distinct product ids recommended: 3"):
+    for needle in (
+        "Levis Men Slim Fit Jeans",
+        "Fit: Slim Fit",
+        "shop_id: S1",
+        "300 INR off",
+        "at least 2000 INR",
+        "Budget: 2500 INR",
+        "Sum of the listed prices: 2700 INR",
+        "[for product 2: jeans]",
+        "b:belt: found in the catalog; returned",
+        '"n2"',
+        '"u2"',
+        "Distinct product ids recommended: 3",
+    ):
         assert needle in prompt, needle
 
 
@@ -177,15 +252,18 @@ def test_out_of_range_reply_is_asked_again_never_clamped():
     assert judge.stats["retries"] == 1 and judge.stats["requests"] == 2
 
 
-@pytest.mark.parametrize("bad", [
-    "Here is my verdict: q1=1",                                    # not JSON
-    J(q1=1, h1=0, m1=1.0, matched=[1], reasons=[]),                      # float where an integer is required
-    J(q1=True, h1=0, m1=1, matched=[1], reasons=[]),                     # bool is not 0/1
-    J(q1=2, h1=0, m1=1, matched=[1], reasons=[]),                        # q1 out of {0, 1}
-    J(q1=1, h1=0, m1=2, matched=[1], reasons=[]),                        # matched disagrees with m1
-    J(q1=1, h1=0, m1=1, matched=[1], reasons=[], confidence=0.9),        # extra key
-    J(q1=1, matched=[], reasons=[]),                               # missing field
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "Here is my verdict: q1=1",  # not JSON
+        J(q1=1, h1=0, m1=1.0, matched=[1], reasons=[]),  # float where an integer is required
+        J(q1=True, h1=0, m1=1, matched=[1], reasons=[]),  # bool is not 0/1
+        J(q1=2, h1=0, m1=1, matched=[1], reasons=[]),  # q1 out of {0, 1}
+        J(q1=1, h1=0, m1=2, matched=[1], reasons=[]),  # matched disagrees with m1
+        J(q1=1, h1=0, m1=1, matched=[1], reasons=[], confidence=0.9),  # extra key
+        J(q1=1, matched=[], reasons=[]),  # missing field
+    ],
+)
 def test_invalid_replies_end_in_a_failed_verdict_that_is_never_scored(bad):
     with ScriptedOpenAIServer([bad, bad]) as srv:
         judge = judge_for(srv, max_retries=1)
@@ -314,10 +392,15 @@ def test_judge_many_bounded_concurrency_keeps_order():
 
 
 def test_match_products_for_the_tool_wise_fallback():
-    reply = J(decisions=[{"product_id": "b:jeans", "matches": False, "reason": "not a shirt"},
-                         {"product_id": "m:1", "matches": True, "reason": "navy cotton shirt"}])
-    task = single_task().model_copy(update={"slots": [ProductSlot(product_type="shirt", category_path=SHIRTS,
-                                                                  reference_product_id="gone:1")]})
+    reply = J(
+        decisions=[
+            {"product_id": "b:jeans", "matches": False, "reason": "not a shirt"},
+            {"product_id": "m:1", "matches": True, "reason": "navy cotton shirt"},
+        ]
+    )
+    task = single_task().model_copy(
+        update={"slots": [ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="gone:1")]}
+    )
     traj = stage2_traj(["m:1", "b:jeans"])
     with ScriptedOpenAIServer([J(decisions=[{"product_id": "m:1", "matches": True, "reason": "x"}]), reply]) as srv:
         judge = judge_for(srv, max_retries=1)

@@ -10,7 +10,9 @@ from shopping_companion.judges.llm import parse_json_reply
 
 def test_bare_object_after_a_prose_preamble():
     assert parse_json_reply('Here is my grading:\n{"m1": 2, "reasons": ["navy {matches}"]}') == {
-        "m1": 2, "reasons": ["navy {matches}"]}
+        "m1": 2,
+        "reasons": ["navy {matches}"],
+    }
 
 
 def test_bare_object_with_prose_after_it():
@@ -32,8 +34,20 @@ def test_after_thinking_and_preamble():
     assert parse_json_reply('<think>maybe {"x": 0}</think>Sure! {"a": 1}') == {"a": 1}
 
 
-@pytest.mark.parametrize("bad", ["", "   ", "no json here", "{broken", "Sure: [1, 2]", "[1, 2]",
-                                 '[{"a": 1}]', "```json\n[1]\n```", "{'single': 'quotes'}"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "   ",
+        "no json here",
+        "{broken",
+        "Sure: [1, 2]",
+        "[1, 2]",
+        '[{"a": 1}]',
+        "```json\n[1]\n```",
+        "{'single': 'quotes'}",
+    ],
+)
 def test_replies_without_an_object_are_rejected(bad):
     with pytest.raises(ValueError):
         parse_json_reply(bad)

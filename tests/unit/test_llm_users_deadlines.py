@@ -63,12 +63,14 @@ def test_llm_judge_still_answers_within_its_deadline() -> None:
     with ScriptedOpenAIServer([{"delay_s": 2.0, "content": GOOD1}, GOOD1]) as srv:
         backend = OpenAIBackend("judge-model", base_url=srv.base_url, api_key="k", max_retries=0, timeout_s=10)
         v = LLMJudge(backend, lookup, timeout_s=0.4, max_retries=1, deadline_s=5, backoff_s=0.0).judge(
-            single_task(), stage1_traj())
+            single_task(), stage1_traj()
+        )
     assert not v.failed and v.m1 == 2
 
 
-@pytest.mark.parametrize("field,value", [("timeout_s", "5"), ("timeout_s", 0), ("deadline_s", -1),
-                                         ("deadline_s", "soon")])
+@pytest.mark.parametrize(
+    "field,value", [("timeout_s", "5"), ("timeout_s", 0), ("deadline_s", -1), ("deadline_s", "soon")]
+)
 def test_llm_judge_bad_times_are_config_errors(field, value) -> None:
     backend = OpenAIBackend("judge-model", api_key="k")
     with pytest.raises(ConfigError, match=f"{field}: must be"):
@@ -93,8 +95,13 @@ def test_open_circuit_stops_the_judge_instead_of_a_failed_verdict() -> None:
 
 def test_json_asker_has_a_total_deadline() -> None:
     with ScriptedOpenAIServer(hung) as srv:
-        asker = JSONAsker(OpenAIBackend("m", base_url=srv.base_url, api_key="k", max_retries=0, timeout_s=10),
-                          max_retries=5, backoff_s=0.0, timeout_s=0.4, deadline_s=1.0)
+        asker = JSONAsker(
+            OpenAIBackend("m", base_url=srv.base_url, api_key="k", max_retries=0, timeout_s=10),
+            max_retries=5,
+            backoff_s=0.0,
+            timeout_s=0.4,
+            deadline_s=1.0,
+        )
         start = time.monotonic()
         with pytest.raises(JSONAskError, match="deadline of 1s"):
             asker.ask([{"role": "user", "content": "json please"}], Reply)

@@ -18,10 +18,15 @@ from shopping_companion.types import Preference, ProductSlot, Session, SessionRe
 
 def _task(i: int, sid: str | None = None) -> Task:
     sid = sid or f"s{i}"
-    return Task(task_id=f"t-{i}", instruction="a shirt", user_id=f"u{i}",
-                history=[SessionRef(session_id=sid, date="2024-01-01")], needle_session_ids=[sid],
-                preferences=[Preference(attribute="colour", value="blue")],
-                slots=[ProductSlot(product_type="shirt", reference_product_id=f"cat:{i}")])
+    return Task(
+        task_id=f"t-{i}",
+        instruction="a shirt",
+        user_id=f"u{i}",
+        history=[SessionRef(session_id=sid, date="2024-01-01")],
+        needle_session_ids=[sid],
+        preferences=[Preference(attribute="colour", value="blue")],
+        slots=[ProductSlot(product_type="shirt", reference_product_id=f"cat:{i}")],
+    )
 
 
 def _session(sid: str) -> Session:
@@ -34,8 +39,9 @@ def write_dir(d: Path, tasks: list[Task], sessions: list[Session], hashes: bool 
     (d / "sessions.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in sessions))
     manifest = {"format_version": 2, "counts": {"tasks": len(tasks)}}
     if hashes:
-        manifest["files"] = {n: hashlib.sha256((d / n).read_bytes()).hexdigest()
-                             for n in ("tasks.jsonl", "sessions.jsonl")}
+        manifest["files"] = {
+            n: hashlib.sha256((d / n).read_bytes()).hexdigest() for n in ("tasks.jsonl", "sessions.jsonl")
+        }
     (d / "manifest.json").write_text(json.dumps(manifest))
     return d
 

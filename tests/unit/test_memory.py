@@ -48,12 +48,16 @@ NEEDLE = Session(
     date="2024-05-17",
     source="test",
     turns=[
-        Turn(role="user", content="Could you help me pick a few shirts for the office? I always "
-             "go for navy or dark blue ones, and only cotton, polyester makes me sweat."),
+        Turn(
+            role="user",
+            content="Could you help me pick a few shirts for the office? I always "
+            "go for navy or dark blue ones, and only cotton, polyester makes me sweat.",
+        ),
         Turn(role="assistant", content="Sure. Navy or dark blue, cotton only. Any fit you prefer?"),
         Turn(role="user", content="Regular fit, medium. Long sleeves are fine."),
-        Turn(role="assistant", content="Noted, I'll keep to regular-fit long-sleeve cotton in "
-             "navy or dark blue, size M."),
+        Turn(
+            role="assistant", content="Noted, I'll keep to regular-fit long-sleeve cotton in navy or dark blue, size M."
+        ),
     ],
 )
 
@@ -62,15 +66,14 @@ NEEDLE = Session(
 def haystack(sgd: list[Session], sharegpt_head: list[Session]) -> list[Session]:
     """42 real sessions (30 SGD + 12 short ShareGPT) with the needle hidden in the middle."""
     rng = random.Random(7)
-    short_sharegpt = [
-        s for s in sharegpt_head if len(s.turns) <= 8 and max(len(t.content) for t in s.turns) < 1500
-    ]
+    short_sharegpt = [s for s in sharegpt_head if len(s.turns) <= 8 and max(len(t.content) for t in s.turns) < 1500]
     hay = rng.sample(sgd, 30) + rng.sample(short_sharegpt, 12)
     rng.shuffle(hay)
     sessions = hay[:21] + [NEEDLE] + hay[21:]
     return [
         s.model_copy(update={"date": f"2024-{1 + i // 28:02d}-{1 + i % 28:02d}"})
-        if s.session_id != NEEDLE.session_id else s
+        if s.session_id != NEEDLE.session_id
+        else s
         for i, s in enumerate(sessions)
     ]
 
@@ -102,8 +105,16 @@ def test_sgd_counts_and_roles(sgd: list[Session]) -> None:
 
 def test_sgd_rejects_unknown_speaker(tmp_path: Path) -> None:
     p = tmp_path / "bad.jsonl"
-    p.write_text(json.dumps({"dialogue_id": "x", "services": [], "turns": [
-        {"speaker": "USER", "utterance": "hi"}, {"speaker": "BOT", "utterance": "hello"}]}) + "\n")
+    p.write_text(
+        json.dumps(
+            {
+                "dialogue_id": "x",
+                "services": [],
+                "turns": [{"speaker": "USER", "utterance": "hi"}, {"speaker": "BOT", "utterance": "hello"}],
+            }
+        )
+        + "\n"
+    )
     with pytest.raises(ValueError, match=r"bad\.jsonl:1.*BOT"):
         load_sgd(p)
 
@@ -143,18 +154,24 @@ def _rec(rid: str, turns: list[tuple[str, str]]) -> dict:
 
 @pytest.mark.parametrize("chunk_chars", [7, 64, 1 << 20])
 @pytest.mark.parametrize("gz", [False, True])
-def test_sharegpt_truncated_file_keeps_exactly_complete_records(
-    tmp_path: Path, chunk_chars: int, gz: bool
-) -> None:
+def test_sharegpt_truncated_file_keeps_exactly_complete_records(tmp_path: Path, chunk_chars: int, gz: bool) -> None:
     records = [
         _rec("a_0", [("human", "Hello there"), ("gpt", "Hi! How can I help?")]),
-        _rec("b_0", [("system", "be nice"), ("human", "Tell me a joke"), ("bard", "x"),
-                     ("gpt", '<div class="markdown prose w-full"><p>Why &amp; how?</p>'
-                             "<ol><li>one</li></ol></div>"), ("human", "   ")]),
+        _rec(
+            "b_0",
+            [
+                ("system", "be nice"),
+                ("human", "Tell me a joke"),
+                ("bard", "x"),
+                ("gpt", '<div class="markdown prose w-full"><p>Why &amp; how?</p><ol><li>one</li></ol></div>'),
+                ("human", "   "),
+            ],
+        ),
         _rec("c_0", [("human", "only one turn")]),
         _rec("a_0", [("human", "same id again"), ("gpt", "dropped")]),
-        _rec("d_0", [("user", "pasted code: <div class=\"modal\"><p>x</p></div>"),
-                     ("chatgpt", "That markup looks fine.")]),
+        _rec(
+            "d_0", [("user", 'pasted code: <div class="modal"><p>x</p></div>'), ("chatgpt", "That markup looks fine.")]
+        ),
         _rec("e_0", [("human", "this record is cut"), ("gpt", "never finished")]),
     ]
     text = "[\n" + ",\n".join(json.dumps(r, indent=2) for r in records) + "\n]"
@@ -207,15 +224,11 @@ def test_sharegpt_rejects_non_array(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["pool.jsonl", "pool.jsonl.gz"])
-def test_session_pool_roundtrip(
-    tmp_path: Path, name: str, sgd: list[Session], sharegpt_head: list[Session]
-) -> None:
+def test_session_pool_roundtrip(tmp_path: Path, name: str, sgd: list[Session], sharegpt_head: list[Session]) -> None:
     pool = SessionPool(sgd[:50] + sharegpt_head[:20])
     assert len(pool) == 70 and "sgd:1_00000" in pool
     assert pool.source_counts() == {"sgd": 50, "sharegpt": 20}
-    assert [s.session_id for s in pool.by_source("sharegpt")] == [
-        s.session_id for s in sharegpt_head[:20]
-    ]
+    assert [s.session_id for s in pool.by_source("sharegpt")] == [s.session_id for s in sharegpt_head[:20]]
     with pytest.raises(ValueError, match="already in the pool"):
         pool.add(sgd[0])
 
@@ -306,9 +319,9 @@ def test_embedder_cache_survives_a_killed_run(tmp_path: Path, sgd: list[Session]
 
     cache = tmp_path / "killed.sqlite"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WORKER, str(cache),
-         str(resolve_data_dir() / SGD_RELATIVE_PATH)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-c", _KILLED_WORKER, str(cache), str(resolve_data_dir() / SGD_RELATIVE_PATH)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 180
@@ -396,8 +409,11 @@ def test_search_multi_query_merges_and_dedups(store: MemoryStore) -> None:
 @pytest.mark.slow
 def test_snippets_are_cut_with_marker(embedder: Embedder) -> None:
     long_turn = "I only buy shoes made of real leather, never synthetic. " * 20
-    s = Session(session_id="s1", date="2024-01-01", turns=[
-        Turn(role="user", content=long_turn), Turn(role="assistant", content="Got it.")])
+    s = Session(
+        session_id="s1",
+        date="2024-01-01",
+        turns=[Turn(role="user", content=long_turn), Turn(role="assistant", content="Got it.")],
+    )
     st = MemoryStore([s], embedder, snippet_chars=40)
     res = st.search("leather shoes", top_k=2)
     assert res[0]["turn_index"] == 0
@@ -409,8 +425,7 @@ def test_snippets_are_cut_with_marker(embedder: Embedder) -> None:
 
 def test_view_returns_sessions_and_unknown_ids(store: MemoryStore, haystack: list[Session]) -> None:
     other = haystack[0].session_id
-    sessions, unknown = store.view([NEEDLE.session_id, "sgd:does-not-exist", other,
-                                    NEEDLE.session_id])
+    sessions, unknown = store.view([NEEDLE.session_id, "sgd:does-not-exist", other, NEEDLE.session_id])
     assert [s.session_id for s in sessions] == [NEEDLE.session_id, other]
     assert unknown == ["sgd:does-not-exist"]
     assert sessions[0] == NEEDLE
@@ -421,8 +436,10 @@ def test_view_returns_sessions_and_unknown_ids(store: MemoryStore, haystack: lis
 
 def test_from_pool_sets_dates_from_refs(sgd: list[Session], embedder: Embedder) -> None:
     pool = SessionPool(sgd[:5])
-    refs = [SessionRef(session_id=sgd[3].session_id, date="2023-02-01"),
-            SessionRef(session_id=sgd[1].session_id, date="2023-03-05")]
+    refs = [
+        SessionRef(session_id=sgd[3].session_id, date="2023-02-01"),
+        SessionRef(session_id=sgd[1].session_id, date="2023-03-05"),
+    ]
     st = MemoryStore.from_pool(pool, refs, embedder)
     assert st.session_ids == [sgd[3].session_id, sgd[1].session_id]
     got, unknown = st.view(st.session_ids)
@@ -430,8 +447,7 @@ def test_from_pool_sets_dates_from_refs(sgd: list[Session], embedder: Embedder) 
     assert pool[sgd[3].session_id].date is None  # the pool is not modified
     assert {r["date"] for r in st.search("restaurant", top_k=50)} == {"2023-02-01", "2023-03-05"}
     with pytest.raises(KeyError, match="sgd:nope"):
-        MemoryStore.from_pool(pool, [SessionRef(session_id="sgd:nope", date="2023-01-01")],
-                              embedder)
+        MemoryStore.from_pool(pool, [SessionRef(session_id="sgd:nope", date="2023-01-01")], embedder)
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.bench_memory import topk_recall
 from shopping_companion.envs.tools import ToolBox
 from shopping_companion.memory.bank import MemoryBank
 from shopping_companion.memory.embedder import Embedder, finish_f16
 from shopping_companion.memory.loaders import SessionPool, load_sgd, load_sharegpt
-from shopping_companion.memory.quality import topk_recall
 from shopping_companion.memory.store import TRUNCATION_MARKER, MemoryStore
 from shopping_companion.types import Session, SessionRef, ToolCall, Turn
 
@@ -237,15 +237,12 @@ def _users(pool: SessionPool, n: int, size: int) -> list[list[SessionRef]]:
     out = []
     for u in range(n):
         picked = rng.sample(ids, size)
-        out.append([SessionRef(session_id=s, date=f"2024-{1 + u:02d}-{1 + i:02d}")
-                    for i, s in enumerate(picked)])
+        out.append([SessionRef(session_id=s, date=f"2024-{1 + u:02d}-{1 + i:02d}") for i, s in enumerate(picked)])
     return out
 
 
 @pytest.mark.slow
-def test_bank_stores_equal_direct_stores_and_embed_each_text_once(
-    tmp_path: Path, pool: SessionPool
-) -> None:
+def test_bank_stores_equal_direct_stores_and_embed_each_text_once(tmp_path: Path, pool: SessionPool) -> None:
     users = _users(pool, 5, 14)  # overlapping histories
     e = Embedder(cache_path=tmp_path / "bank.sqlite")
     bank = MemoryBank(pool, e)
@@ -266,7 +263,8 @@ def test_bank_stores_equal_direct_stores_and_embed_each_text_once(
         assert st.session_ids == [r.session_id for r in refs]
         assert st.turn_ids == direct.turn_ids
         assert st.search(["restaurant booking", "flight"], top_k=7) == direct.search(
-            ["restaurant booking", "flight"], top_k=7)
+            ["restaurant booking", "flight"], top_k=7
+        )
         dates = {r["session_id"]: r["date"] for r in st.search("hello", top_k=50)}
         assert all(dates[r.session_id] == r.date for r in refs if r.session_id in dates)
     assert e.stats.misses == 0
@@ -314,34 +312,36 @@ def test_search_uses_the_query_path_and_writes_nothing(tmp_path: Path, pool: Ses
 
 
 def test_memory_store_rejects_wrong_embeddings_shape(emb: Embedder) -> None:
-    s = Session(session_id="x", turns=[Turn(role="user", content="hi"),
-                                       Turn(role="assistant", content="hello")])
+    s = Session(session_id="x", turns=[Turn(role="user", content="hi"), Turn(role="assistant", content="hello")])
     with pytest.raises(ValueError, match=r"\(2, 384\)"):
         MemoryStore([s], emb, embeddings=np.zeros((3, 384), np.float32))
 
 
 def test_mem_view_through_the_toolbox_names_unknown_ids(emb: Embedder, pool: SessionPool) -> None:
     ids = list(pool)[:4]
-    store = MemoryBank(pool, emb).store(
-        [SessionRef(session_id=i, date=f"2024-03-0{n + 1}") for n, i in enumerate(ids)])
+    store = MemoryBank(pool, emb).store([SessionRef(session_id=i, date=f"2024-03-0{n + 1}") for n, i in enumerate(ids)])
     box = ToolBox(products=None, memory=store)  # type: ignore[arg-type]
     allowed = ("mem_search", "mem_view")
 
-    res = box.execute(ToolCall(name="mem_view", arguments={"session_ids": ["s_missing"]}, call_id="1"),
-                      allowed)
+    res = box.execute(ToolCall(name="mem_view", arguments={"session_ids": ["s_missing"]}, call_id="1"), allowed)
     assert res.error and "unknown session ids ['s_missing']" in res.error
     assert "mem_search" in res.error and res.returned_ids == []
 
-    res = box.execute(ToolCall(name="mem_view", arguments={"session_ids": [ids[1], "s_missing"]},
-                               call_id="2"), allowed)
+    res = box.execute(ToolCall(name="mem_view", arguments={"session_ids": [ids[1], "s_missing"]}, call_id="2"), allowed)
     body = json.loads(res.content)
     assert res.error is None and res.returned_ids == [ids[1]]
     assert body["unknown_session_ids"] == ["s_missing"]
     assert body["sessions"][0]["date"] == "2024-03-02"
     assert len(body["sessions"][0]["turns"]) == len(pool[ids[1]].turns)  # whole session
 
-    res = box.execute(ToolCall(name="mem_search", arguments={
-        "queries": ["restaurant", "movie tickets", "restaurant"], "top_k": 8}, call_id="3"), allowed)
+    res = box.execute(
+        ToolCall(
+            name="mem_search",
+            arguments={"queries": ["restaurant", "movie tickets", "restaurant"], "top_k": 8},
+            call_id="3",
+        ),
+        allowed,
+    )
     hits = json.loads(res.content)["results"]
     assert len(hits) == 8 and len({(h["session_id"], h["turn_index"]) for h in hits}) == 8
     assert {h["query"] for h in hits} <= {"restaurant", "movie tickets"}

@@ -85,24 +85,47 @@ def test_topicalchat_real_file() -> None:
     assert s0.turns[0].content == raw[first_id]["content"][0]["message"].strip()
     # the mapping is per agent, so roles follow the file's agents exactly (agent_1 -> user)
     for s, r in zip(sessions, raw.values()):
-        assert [t.role for t in s.turns] == [
-            "user" if m["agent"] == "agent_1" else "assistant" for m in r["content"]
-        ]
+        assert [t.role for t in s.turns] == ["user" if m["agent"] == "agent_1" else "assistant" for m in r["content"]]
         assert s.turns[0].role == "user"
 
 
 def _write_topicalchat(tmp_path: Path) -> Path:
     data = {
-        "t_ok": {"article_url": "u", "config": "A", "conversation_rating": {}, "content": [
-            {"message": "Do you like jazz?", "agent": "agent_1", "sentiment": "Neutral",
-             "knowledge_source": ["FS1"], "turn_rating": "Good"},
-            {"message": "  ", "agent": "agent_2", "sentiment": "Neutral",
-             "knowledge_source": [], "turn_rating": "Good"},
-            {"message": "Yes, mostly bebop.", "agent": "agent_2", "sentiment": "Happy",
-             "knowledge_source": [], "turn_rating": "Good"},
-            {"message": "Who is your favourite?", "agent": "agent_3", "sentiment": "Neutral",
-             "knowledge_source": [], "turn_rating": "Good"},
-        ]},
+        "t_ok": {
+            "article_url": "u",
+            "config": "A",
+            "conversation_rating": {},
+            "content": [
+                {
+                    "message": "Do you like jazz?",
+                    "agent": "agent_1",
+                    "sentiment": "Neutral",
+                    "knowledge_source": ["FS1"],
+                    "turn_rating": "Good",
+                },
+                {
+                    "message": "  ",
+                    "agent": "agent_2",
+                    "sentiment": "Neutral",
+                    "knowledge_source": [],
+                    "turn_rating": "Good",
+                },
+                {
+                    "message": "Yes, mostly bebop.",
+                    "agent": "agent_2",
+                    "sentiment": "Happy",
+                    "knowledge_source": [],
+                    "turn_rating": "Good",
+                },
+                {
+                    "message": "Who is your favourite?",
+                    "agent": "agent_3",
+                    "sentiment": "Neutral",
+                    "knowledge_source": [],
+                    "turn_rating": "Good",
+                },
+            ],
+        },
         "t_bad": {"config": "B"},
         "t_int": {"content": [{"message": 5, "agent": "agent_1"}]},
     }
@@ -117,7 +140,9 @@ def test_topicalchat_counts_bad_records_and_warns(tmp_path: Path) -> None:
         sessions, rep = load_topicalchat(p)
     assert [s.session_id for s in sessions] == ["topicalchat:t_ok"]
     assert [(t.role, t.content) for t in sessions[0].turns] == [
-        ("user", "Do you like jazz?"), ("assistant", "Yes, mostly bebop.")]
+        ("user", "Do you like jazz?"),
+        ("assistant", "Yes, mostly bebop."),
+    ]
     assert rep.records == 3 and rep.sessions == 1
     assert rep.dropped == {"malformed": 1, "no_turns": 1}
     assert rep.turns_dropped == {"empty": 1, "unknown_agent": 1, "malformed_turn": 1}
@@ -157,7 +182,8 @@ def test_locomo_real_zip() -> None:
             assert s.date == ref.date == parse_locomo_datetime(conv[f"session_{n}_date_time"])[0]
             turns = conv[f"session_{n}"]
             assert [t.role for t in s.turns] == [
-                "user" if t["speaker"] == conv["speaker_a"] else "assistant" for t in turns]
+                "user" if t["speaker"] == conv["speaker_a"] else "assistant" for t in turns
+            ]
             for mine, orig in zip(s.turns, turns):
                 assert mine.content.startswith(orig["text"].strip())
                 assert ("[shared an image: " in mine.content) == ("blip_caption" in orig)
@@ -170,19 +196,27 @@ def test_locomo_real_zip() -> None:
 
 def _locomo_conv(extra_session: dict | None = None) -> dict:
     conv = {
-        "speaker_a": "Ana", "speaker_b": "Ben",
+        "speaker_a": "Ana",
+        "speaker_b": "Ben",
         "session_1_date_time": "9:00 am on 2 March, 2023",
         "session_1": [
             {"speaker": "Ana", "dia_id": "D1:1", "text": "I started pottery classes."},
-            {"speaker": "Ben", "dia_id": "D1:2", "text": "Nice! Here is my bowl.",
-             "img_url": ["x"], "blip_caption": "a photo of a blue bowl"},
+            {
+                "speaker": "Ben",
+                "dia_id": "D1:2",
+                "text": "Nice! Here is my bowl.",
+                "img_url": ["x"],
+                "blip_caption": "a photo of a blue bowl",
+            },
             {"speaker": "Cy", "dia_id": "D1:3", "text": "hello"},
         ],
         "session_2_date_time": "sometime in March",
         "session_2": [{"speaker": "Ana", "dia_id": "D2:1", "text": "dated badly"}],
         "session_10_date_time": "7:15 pm on 1 April, 2023",
-        "session_10": [{"speaker": "Ben", "dia_id": "D10:1", "text": "   "},
-                       {"speaker": "Ana", "dia_id": "D10:2", "text": "Glazing today."}],
+        "session_10": [
+            {"speaker": "Ben", "dia_id": "D10:1", "text": "   "},
+            {"speaker": "Ana", "dia_id": "D10:2", "text": "Glazing today."},
+        ],
         "session_3_date_time": "8:00 pm on 20 March, 2023",
         "session_3": [{"speaker": "Ben", "dia_id": "D3:1", "text": "How did it go?"}],
     }
@@ -202,8 +236,11 @@ def test_locomo_standard_json_counts_problems(tmp_path: Path) -> None:
     with pytest.warns(DataWarning, match="locomo"):
         data = load_locomo(p)
     sessions, users = data
-    assert [s.session_id for s in sessions] == ["locomo:conv-1:1", "locomo:conv-1:3",
-                                                "locomo:conv-1:10"]  # numeric session order
+    assert [s.session_id for s in sessions] == [
+        "locomo:conv-1:1",
+        "locomo:conv-1:3",
+        "locomo:conv-1:10",
+    ]  # numeric session order
     assert [s.date for s in sessions] == ["2023-03-02", "2023-03-20", "2023-04-01"]
     assert sessions[0].turns[1].content == "Nice! Here is my bowl. [shared an image: a photo of a blue bowl]"
     assert [t.role for t in sessions[0].turns] == ["user", "assistant"]
@@ -224,8 +261,7 @@ def test_locomo_directory_of_conversation_files(tmp_path: Path) -> None:
     with pytest.warns(DataWarning):
         data = load_locomo(d)
     assert [u.user_id for u in data.users] == ["locomo:conv-7"]
-    assert [s.session_id for s in data.sessions] == [
-        "locomo:conv-7:1", "locomo:conv-7:3", "locomo:conv-7:10"]
+    assert [s.session_id for s in data.sessions] == ["locomo:conv-7:1", "locomo:conv-7:3", "locomo:conv-7:10"]
     assert data.report.records == 2
     assert data.report.dropped == {"bad_date": 1, "malformed": 1}  # 8.json is not JSON
     with pytest.raises(ValueError, match=r"7\.json session_1 turn 2: unknown_speaker"):
@@ -245,47 +281,65 @@ def _lme_session(*turns: tuple[str, str, bool]) -> list[dict]:
     return out
 
 
-SHARED = _lme_session(("user", "Can you suggest a pasta recipe with mushrooms?", False),
-                      ("assistant", "Try a creamy mushroom tagliatelle.", False))
-WEATHER = _lme_session(("user", "Will it rain in Lisbon this weekend?", False),
-                       ("assistant", "Showers are likely on Saturday.", False))
-ANSWER_1 = _lme_session(("user", "I just adopted a beagle named Pixel.", True),
-                        ("assistant", "Congratulations on Pixel!", False),
-                        ("user", "She loves carrots.", False))
+SHARED = _lme_session(
+    ("user", "Can you suggest a pasta recipe with mushrooms?", False),
+    ("assistant", "Try a creamy mushroom tagliatelle.", False),
+)
+WEATHER = _lme_session(
+    ("user", "Will it rain in Lisbon this weekend?", False), ("assistant", "Showers are likely on Saturday.", False)
+)
+ANSWER_1 = _lme_session(
+    ("user", "I just adopted a beagle named Pixel.", True),
+    ("assistant", "Congratulations on Pixel!", False),
+    ("user", "She loves carrots.", False),
+)
 
 
 def _lme_instances() -> list[dict]:
     return [
         {
-            "question_id": "q_001", "question_type": "single-session-user",
-            "question": "What is the name of my dog?", "answer": "Pixel",
+            "question_id": "q_001",
+            "question_type": "single-session-user",
+            "question": "What is the name of my dog?",
+            "answer": "Pixel",
             "question_date": "2023/05/30 (Tue) 23:40",
             "haystack_session_ids": ["sharegpt_a_0", "answer_q001_1", "ultrachat_7"],
-            "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/21 (Sun) 10:00",
-                               "2023/05/22 (Mon) 18:45"],
+            "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/21 (Sun) 10:00", "2023/05/22 (Mon) 18:45"],
             "haystack_sessions": [SHARED, ANSWER_1, WEATHER],
             "answer_session_ids": ["answer_q001_1"],
         },
         {
-            "question_id": "q_002", "question_type": "temporal-reasoning",
-            "question": "How many days ago did I ask about rain?", "answer": 3,
+            "question_id": "q_002",
+            "question_type": "temporal-reasoning",
+            "question": "How many days ago did I ask about rain?",
+            "answer": 3,
             "question_date": "2023/07/01 (Sat) 09:00",
             # the shared session again at another date; an id conflict; a bad date; an empty turn
             "haystack_session_ids": ["ultrachat_7", "sharegpt_a_0", "sharegpt_b_1", "answer_x"],
-            "haystack_dates": ["2023/06/01 (Thu) 08:00", "2023/06/10 (Sat) 12:00",
-                               "June 12th", "2023/06/20 (Tue) 07:30"],
+            "haystack_dates": [
+                "2023/06/01 (Thu) 08:00",
+                "2023/06/10 (Sat) 12:00",
+                "June 12th",
+                "2023/06/20 (Tue) 07:30",
+            ],
             "haystack_sessions": [
                 WEATHER,
-                _lme_session(("user", "A different text under a reused id.", False),
-                             ("assistant", "", False), ("system", "be brief", False)),
+                _lme_session(
+                    ("user", "A different text under a reused id.", False),
+                    ("assistant", "", False),
+                    ("system", "be brief", False),
+                ),
                 SHARED,
                 _lme_session(("user", "I asked about rain a while ago.", True)),
             ],
             "answer_session_ids": ["answer_x", "answer_missing"],
         },
         {
-            "question_id": "q_003", "question": "broken",
-            "haystack_session_ids": ["a"], "haystack_dates": [], "haystack_sessions": [[]],
+            "question_id": "q_003",
+            "question": "broken",
+            "haystack_session_ids": ["a"],
+            "haystack_dates": [],
+            "haystack_sessions": [[]],
         },
         "not an instance",
     ]
@@ -301,32 +355,38 @@ def test_longmemeval_exact_format(tmp_path: Path) -> None:
 
     ids = [s.session_id for s in sessions]
     assert ids == [
-        "longmemeval:sharegpt_a_0", "longmemeval:answer_q001_1", "longmemeval:ultrachat_7",
-        ids[3], "longmemeval:answer_x",
+        "longmemeval:sharegpt_a_0",
+        "longmemeval:answer_q001_1",
+        "longmemeval:ultrachat_7",
+        ids[3],
+        "longmemeval:answer_x",
     ]
     assert re.fullmatch(r"longmemeval:sharegpt_a_0~[0-9a-f]{8}", ids[3])  # same id, other turns
     assert all(s.date is None and s.source == "longmemeval" for s in sessions)
     pool = data.pool()
     assert pool["longmemeval:answer_q001_1"].turns[0].content == "I just adopted a beagle named Pixel."
     conflict = pool[ids[3]]
-    assert [(t.role, t.content) for t in conflict.turns] == [
-        ("user", "A different text under a reused id.")]
+    assert [(t.role, t.content) for t in conflict.turns] == [("user", "A different text under a reused id.")]
 
     assert [i.question_id for i in instances] == ["q_001", "q_002"]
     q1, q2 = instances
     assert q1.user_id == "longmemeval:q_001" and q1.question_type == "single-session-user"
     assert q1.question_date == "2023-05-30" and q1.question_date_raw == "2023/05/30 (Tue) 23:40"
     assert [(r.session_id, r.date) for r in q1.history] == [
-        ("longmemeval:sharegpt_a_0", "2023-05-20"), ("longmemeval:answer_q001_1", "2023-05-21"),
-        ("longmemeval:ultrachat_7", "2023-05-22")]
+        ("longmemeval:sharegpt_a_0", "2023-05-20"),
+        ("longmemeval:answer_q001_1", "2023-05-21"),
+        ("longmemeval:ultrachat_7", "2023-05-22"),
+    ]
     assert q1.datetimes == ("2023-05-20T02:21", "2023-05-21T10:00", "2023-05-22T18:45")
     assert q1.answer_session_ids == ("longmemeval:answer_q001_1",)
     assert q1.evidence_turns == {"longmemeval:answer_q001_1": (0,)}
     assert q2.answer == "3"
     # one shared session, two instances, two dates: the dates live in each instance's history
     assert [(r.session_id, r.date) for r in q2.history] == [
-        ("longmemeval:ultrachat_7", "2023-06-01"), (ids[3], "2023-06-10"),
-        ("longmemeval:answer_x", "2023-06-20")]
+        ("longmemeval:ultrachat_7", "2023-06-01"),
+        (ids[3], "2023-06-10"),
+        ("longmemeval:answer_x", "2023-06-20"),
+    ]
     assert q2.answer_session_ids == ("longmemeval:answer_x",)
     u = q2.user_history()
     assert u.user_id == "longmemeval:q_002" and u.evidence_session_ids == ("longmemeval:answer_x",)
@@ -346,8 +406,14 @@ def test_longmemeval_oracle_gz_and_memory_store(tmp_path: Path) -> None:
     from shopping_companion.memory.embedder import Embedder
     from shopping_companion.memory.store import MemoryStore
 
-    oracle = [dict(_lme_instances()[0], haystack_session_ids=["answer_q001_1"],
-                   haystack_dates=["2023/05/21 (Sun) 10:00"], haystack_sessions=[ANSWER_1])]
+    oracle = [
+        dict(
+            _lme_instances()[0],
+            haystack_session_ids=["answer_q001_1"],
+            haystack_dates=["2023/05/21 (Sun) 10:00"],
+            haystack_sessions=[ANSWER_1],
+        )
+    ]
     p = tmp_path / "longmemeval_oracle.json.gz"
     p.write_bytes(gzip.compress(json.dumps(oracle).encode()))
     with warnings.catch_warnings():
@@ -389,10 +455,17 @@ def test_longmemeval_rejects_non_list(tmp_path: Path) -> None:
 def test_sgd_skip_mode_counts_and_real_file_is_clean(tmp_path: Path) -> None:
     p = tmp_path / "sgd.jsonl"
     lines = [
-        json.dumps({"dialogue_id": "1", "services": [], "turns": [
-            {"speaker": "USER", "utterance": "Find me a flight."},
-            {"speaker": "BOT", "utterance": "??"},
-            {"speaker": "SYSTEM", "utterance": "Where to?"}]}),
+        json.dumps(
+            {
+                "dialogue_id": "1",
+                "services": [],
+                "turns": [
+                    {"speaker": "USER", "utterance": "Find me a flight."},
+                    {"speaker": "BOT", "utterance": "??"},
+                    {"speaker": "SYSTEM", "utterance": "Where to?"},
+                ],
+            }
+        ),
         "{broken",
         json.dumps({"dialogue_id": "2", "turns": "nope"}),
         json.dumps({"dialogue_id": "1", "turns": [{"speaker": "USER", "utterance": "again"}]}),

@@ -37,14 +37,18 @@ def sessions(emb: Embedder) -> tuple[list[Session], str]:
     tok = emb._window_tokenizer()
     sharegpt = load_sharegpt(limit=300)[0]
     long_text = next(
-        t.content for s in sharegpt for t in s.turns
-        if t.role == "user" and 500 <= len(tok(t.content)) <= 700 and "wool" not in t.content.lower()
+        t.content
+        for s in sharegpt
+        for t in s.turns
+        if t.role == "user"
+        and 500 <= len(tok(t.content)) <= 700
+        and "wool" not in t.content.lower()
         and "allerg" not in t.content.lower()
     )
-    needle = Session(session_id="needle", turns=[
-        Turn(role="user", content=long_text + "\n\n" + FACT),
-        Turn(role="assistant", content="Thanks, noted."),
-    ])
+    needle = Session(
+        session_id="needle",
+        turns=[Turn(role="user", content=long_text + "\n\n" + FACT), Turn(role="assistant", content="Thanks, noted.")],
+    )
     picked = rng.sample(load_sgd(), 12)
     return picked[:6] + [needle] + picked[6:], long_text
 
@@ -86,8 +90,9 @@ def test_a_long_turn_is_one_result_and_rewards_count_turns(emb: Embedder, sessio
     # through the real tool: one returned id per retrieved turn, and the tool-wise reward
     # (Eq. 8, per retrieved turn) counts turns, not windows
     box = ToolBox(products=None, memory=store)  # type: ignore[arg-type]
-    res = box.execute(ToolCall(name="mem_search", arguments={"queries": [QUERY], "top_k": 5}, call_id="1"),
-                      ("mem_search", "mem_view"))
+    res = box.execute(
+        ToolCall(name="mem_search", arguments={"queries": [QUERY], "top_k": 5}, call_id="1"), ("mem_search", "mem_view")
+    )
     hits = json.loads(res.content)["results"]
     assert res.returned_ids == [h["session_id"] for h in hits] and len(hits) == 5
     assert len({(h["session_id"], h["turn_index"]) for h in hits}) == 5

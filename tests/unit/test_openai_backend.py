@@ -12,11 +12,7 @@ import pytest
 
 from shopping_companion.errors import ConfigError
 from shopping_companion.llm.base import AssistantMessage, BackendError, ChatBackend, Sampling
-from shopping_companion.llm.openai_backend import (
-    OpenAIBackend,
-    OpenAIBackendConfig,
-    backend_from_env,
-)
+from shopping_companion.llm.openai_backend import OpenAIBackend, OpenAIBackendConfig, backend_from_env
 
 _REPO = str(Path(__file__).resolve().parents[2])
 if _REPO not in sys.path:
@@ -48,11 +44,7 @@ TOOLS = [
         "function": {
             "name": "search_products",
             "description": "Search the catalogue.",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-            },
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
         },
     }
 ]
@@ -156,9 +148,12 @@ def test_reasoning_field_and_explicit_usage() -> None:
 
 def test_sampling_params_reach_the_server() -> None:
     sampling = Sampling(temperature=0.3, top_p=0.8, top_k=40, max_tokens=321, seed=7)
-    with ScriptedOpenAIServer(["ok", "ok"]) as srv, make(
-        srv, extra_body={"chat_template_kwargs": {"enable_thinking": False}, "repetition_penalty": 1.05}
-    ) as backend:
+    with (
+        ScriptedOpenAIServer(["ok", "ok"]) as srv,
+        make(
+            srv, extra_body={"chat_template_kwargs": {"enable_thinking": False}, "repetition_penalty": 1.05}
+        ) as backend,
+    ):
         backend.chat(MESSAGES, sampling=sampling)
         backend.chat(MESSAGES, sampling=Sampling(top_k=None))  # defaults, no seed, no top_k
         first, second = srv.bodies
@@ -250,9 +245,10 @@ def test_retries_exhausted_raises_backend_error() -> None:
 
 
 def test_backoff_is_exponential_and_capped() -> None:
-    with ScriptedOpenAIServer([{"status": 500}] * 3 + ["ok"]) as srv, make(
-        srv, max_retries=3, backoff_s=0.05, max_backoff_s=0.15
-    ) as backend:
+    with (
+        ScriptedOpenAIServer([{"status": 500}] * 3 + ["ok"]) as srv,
+        make(srv, max_retries=3, backoff_s=0.05, max_backoff_s=0.15) as backend,
+    ):
         assert [backend._backoff(k, None) for k in range(4)] == [0.05, 0.1, 0.15, 0.15]
         start = time.monotonic()
         assert backend.chat(MESSAGES).content == "ok"
@@ -454,7 +450,9 @@ def test_server_helper_models_endpoint_and_exhaustion() -> None:
         assert first.id.startswith("chatcmpl-")
         assert first.choices[0].message.content == "only one"
         assert first.usage is not None and first.usage.prompt_tokens == 1
-        with pytest.raises(Exception):
+        import openai
+
+        with pytest.raises(openai.APIError):  # the exhausted script answers with an HTTP error
             client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
         assert srv.errors and "exhausted" in srv.errors[0]
         client.close()
@@ -501,8 +499,12 @@ def test_ping_lets_a_slow_models_route_through():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
-        OpenAIBackend("m", base_url=url, api_key="k", timeout_s=5).ping(connect_timeout_s=1)  # slower than connect: fine
-        OpenAIBackend("m", base_url=url, api_key="k", timeout_s=0.5).ping(connect_timeout_s=1)  # read timeout: a warning
+        OpenAIBackend("m", base_url=url, api_key="k", timeout_s=5).ping(
+            connect_timeout_s=1
+        )  # slower than connect: fine
+        OpenAIBackend("m", base_url=url, api_key="k", timeout_s=0.5).ping(
+            connect_timeout_s=1
+        )  # read timeout: a warning
     finally:
         srv.shutdown()
 

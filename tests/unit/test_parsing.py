@@ -7,13 +7,7 @@ import random
 
 import pytest
 
-from shopping_companion.envs.parsing import (
-    ParsedAction,
-    extract_rec_ids,
-    format_flags,
-    parse_action,
-    parse_preferences,
-)
+from shopping_companion.envs.parsing import ParsedAction, extract_rec_ids, format_flags, parse_action, parse_preferences
 from shopping_companion.llm.base import StructuredToolCall
 
 TC = '<tool_call>{"name": "product_search", "arguments": {"query": "navy shirt"}}</tool_call>'
@@ -43,8 +37,9 @@ def test_two_answer_blocks_are_an_error_and_the_first_is_the_answer():
     # was: the last answer silently won with no error (issue 13); exactly one answer ends a stage
     p = parse_action("<think>x</think><answer> first </answer> then <answer>second</answer>")
     assert p.answer == "first" and p.has_answer and p.think_ok and p.n_answers == 2
-    assert p.errors == ["2 <answer> blocks in one turn: exactly one answer block ends a stage "
-                        "(the first one was taken as the answer)"]
+    assert p.errors == [
+        "2 <answer> blocks in one turn: exactly one answer block ends a stage (the first one was taken as the answer)"
+    ]
 
 
 def test_no_think_tags_is_fine():
@@ -232,8 +227,27 @@ def test_nasty_list_is_large_enough():
 
 def test_random_junk_never_raises():
     rng = random.Random(0)
-    pieces = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>", "</answer>", "{", "}", '"',
-              ":", "[", "]", "@REC::", "@", "name", "arguments", "\n", "é", "\x00"]
+    pieces = [
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<answer>",
+        "</answer>",
+        "{",
+        "}",
+        '"',
+        ":",
+        "[",
+        "]",
+        "@REC::",
+        "@",
+        "name",
+        "arguments",
+        "\n",
+        "é",
+        "\x00",
+    ]
     for _ in range(500):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
         p = parse_action(text)
@@ -263,13 +277,14 @@ def test_list_block_and_function_wrapper():
 
 
 def test_extract_rec_ids_good_and_dedup():
-    ids, bad = extract_rec_ids("Buy @REC::myntra_styles:10000@ and @REC::ikea-sa:1.2_b@, again @REC::myntra_styles:10000@")
+    ids, bad = extract_rec_ids(
+        "Buy @REC::myntra_styles:10000@ and @REC::ikea-sa:1.2_b@, again @REC::myntra_styles:10000@"
+    )
     assert ids == ["myntra_styles:10000", "ikea-sa:1.2_b"] and bad == []
 
 
 @pytest.mark.parametrize(
-    "text",
-    ["@REC::@", "@REC:id1@", "@REC::two words@", "@REC::unterminated", "@rec::lower@", "@REC id@"],
+    "text", ["@REC::@", "@REC:id1@", "@REC::two words@", "@REC::unterminated", "@rec::lower@", "@REC id@"]
 )
 def test_extract_rec_ids_malformed(text):
     ids, bad = extract_rec_ids(text)
@@ -287,12 +302,20 @@ def test_extract_rec_ids_mixed_and_adjacent():
 
 def test_preferences_wrapped_object():
     prefs, err = parse_preferences(
-        json.dumps({"preferences": [{"attribute": "colour", "value": "navy", "polarity": "want", "slot": 1},
-                                    {"attribute": "brand", "value": "Nike", "polarity": "avoid"}]})
+        json.dumps(
+            {
+                "preferences": [
+                    {"attribute": "colour", "value": "navy", "polarity": "want", "slot": 1},
+                    {"attribute": "brand", "value": "Nike", "polarity": "avoid"},
+                ]
+            }
+        )
     )
     assert err is None
     assert [(p.slot, p.attribute, p.value, p.polarity) for p in prefs] == [
-        (1, "colour", "navy", "want"), (0, "brand", "Nike", "avoid")]
+        (1, "colour", "navy", "want"),
+        (0, "brand", "Nike", "avoid"),
+    ]
 
 
 def test_preferences_bare_list_and_fence_and_list_values():
@@ -304,12 +327,24 @@ def test_preferences_bare_list_and_fence_and_list_values():
 def test_preferences_flat_object():
     prefs, err = parse_preferences('{"colour": "navy", "sleeve": ["short", "half"], "fit": 3}')
     assert err is None
-    assert [(p.attribute, p.value) for p in prefs] == [("colour", "navy"), ("sleeve", "short"), ("sleeve", "half"), ("fit", "3")]
+    assert [(p.attribute, p.value) for p in prefs] == [
+        ("colour", "navy"),
+        ("sleeve", "short"),
+        ("sleeve", "half"),
+        ("fit", "3"),
+    ]
 
 
 def test_preferences_invalid():
-    for bad in ["", "not json", "[1, 2]", '{"preferences": 5}', '[{"attribute": "c"}]',
-                '[{"attribute": "c", "value": "x", "polarity": "maybe"}]', "42"]:
+    for bad in [
+        "",
+        "not json",
+        "[1, 2]",
+        '{"preferences": 5}',
+        '[{"attribute": "c"}]',
+        '[{"attribute": "c", "value": "x", "polarity": "maybe"}]',
+        "42",
+    ]:
         prefs, err = parse_preferences(bad)
         assert prefs == [] and isinstance(err, str) and err, bad
 

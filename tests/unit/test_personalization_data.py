@@ -14,11 +14,22 @@ import pytest
 
 from shopping_companion.errors import ConfigError
 from shopping_companion.personalization.data import (
-    Review, build_items, category_from_review_path, fetch_category_files, iter_reviews_2023, load_meta_2023,
-    load_multicategory_histories, load_user_histories_2023, ReviewLoadReport,
+    Review,
+    build_items,
+    category_from_review_path,
+    fetch_category_files,
+    iter_reviews_2023,
+    load_meta_2023,
+    load_multicategory_histories,
+    load_user_histories_2023,
+    ReviewLoadReport,
 )
 from shopping_companion.personalization.selection import (
-    LeakageError, SelectionConfig, assert_no_leak, select_cases, visible_corpus,
+    LeakageError,
+    SelectionConfig,
+    assert_no_leak,
+    select_cases,
+    visible_corpus,
 )
 
 _REPO = str(Path(__file__).resolve().parents[2])
@@ -56,16 +67,39 @@ def test_category_from_file_names():
 
 def test_bad_review_records_are_counted_not_dropped_silently(tmp_path):
     p = tmp_path / "Tiny.jsonl"
-    good = {"rating": 5.0, "title": "Nice", "text": "Works<br />well", "images": [], "asin": "A1", "parent_asin": "P1",
-            "user_id": "U1", "timestamp": 5, "helpful_vote": 0, "verified_purchase": True}
-    lines = [json.dumps(good), "{not json", json.dumps({**good, "rating": 7}), json.dumps({**good, "user_id": ""}),
-             json.dumps(good), "", json.dumps([1])]
+    good = {
+        "rating": 5.0,
+        "title": "Nice",
+        "text": "Works<br />well",
+        "images": [],
+        "asin": "A1",
+        "parent_asin": "P1",
+        "user_id": "U1",
+        "timestamp": 5,
+        "helpful_vote": 0,
+        "verified_purchase": True,
+    }
+    lines = [
+        json.dumps(good),
+        "{not json",
+        json.dumps({**good, "rating": 7}),
+        json.dumps({**good, "user_id": ""}),
+        json.dumps(good),
+        "",
+        json.dumps([1]),
+    ]
     p.write_text("\n".join(lines) + "\n")
     rep = ReviewLoadReport(str(p))
     out = list(iter_reviews_2023(p, report=rep))
     assert len(out) == 1 and out[0].text == "Works well"
-    assert rep.bad == {"invalid_json": 1, "invalid_rating": 1, "missing_user_id": 1, "duplicate_review": 1,
-                       "empty_line": 1, "not_an_object": 1}
+    assert rep.bad == {
+        "invalid_json": 1,
+        "invalid_rating": 1,
+        "missing_user_id": 1,
+        "duplicate_review": 1,
+        "empty_line": 1,
+        "not_an_object": 1,
+    }
     with pytest.raises(ConfigError, match="category"):
         list(iter_reviews_2023(tmp_path / "weird-name.txt"))
 
@@ -75,25 +109,51 @@ def test_user_history_files_load(data_dir):
     assert len({r.user_id for r in revs}) == 675
     assert len(revs) + rep.bad.get("duplicate_review", 0) == 4060
     assert len({r.parent_asin for r in revs}) <= 3208
-    multi, mrep = load_multicategory_histories(data_dir / "reviews" / "amazon2023_multicategory_user_histories.jsonl.gz")
+    multi, mrep = load_multicategory_histories(
+        data_dir / "reviews" / "amazon2023_multicategory_user_histories.jsonl.gz"
+    )
     assert len({(r.user_id, r.category) for r in multi}) == 691  # 691 lines, 354 distinct users
     assert len({r.category for r in multi}) == 24
     assert len(multi) + sum(mrep.bad.values()) == 691 * 5
     assert all(r.product and r.product.get("title") for r in multi[:50])
-    only = load_multicategory_histories(data_dir / "reviews" / "amazon2023_multicategory_user_histories.jsonl.gz",
-                                        ["Video_Games"])[0]
+    only = load_multicategory_histories(
+        data_dir / "reviews" / "amazon2023_multicategory_user_histories.jsonl.gz", ["Video_Games"]
+    )[0]
     assert {r.category for r in only} == {"Video_Games"} and len({r.user_id for r in only}) == 30
 
 
 META = [
-    {"main_category": "All Beauty", "title": "Lavender Body Oil", "average_rating": 4.4, "rating_number": 12,
-     "features": ["Cold pressed", "Glass bottle"], "description": ["Relaxing lavender oil."], "price": "$12.50",
-     "images": [{"large": "https://img/1.jpg", "thumb": "t", "hi_res": None, "variant": "MAIN"},
-                {"large": "https://img/2.jpg", "variant": "PT01"}],
-     "videos": [], "store": "Calm Co", "categories": ["Beauty", "Oils"], "details": {"Size": "4 oz"},
-     "parent_asin": "P1", "bought_together": None},
-    {"main_category": "All Beauty", "title": "Unreviewed Soap", "price": None, "images": [], "store": None,
-     "categories": [], "details": {}, "parent_asin": "P9", "features": [], "description": []},
+    {
+        "main_category": "All Beauty",
+        "title": "Lavender Body Oil",
+        "average_rating": 4.4,
+        "rating_number": 12,
+        "features": ["Cold pressed", "Glass bottle"],
+        "description": ["Relaxing lavender oil."],
+        "price": "$12.50",
+        "images": [
+            {"large": "https://img/1.jpg", "thumb": "t", "hi_res": None, "variant": "MAIN"},
+            {"large": "https://img/2.jpg", "variant": "PT01"},
+        ],
+        "videos": [],
+        "store": "Calm Co",
+        "categories": ["Beauty", "Oils"],
+        "details": {"Size": "4 oz"},
+        "parent_asin": "P1",
+        "bought_together": None,
+    },
+    {
+        "main_category": "All Beauty",
+        "title": "Unreviewed Soap",
+        "price": None,
+        "images": [],
+        "store": None,
+        "categories": [],
+        "details": {},
+        "parent_asin": "P9",
+        "features": [],
+        "description": [],
+    },
 ]
 
 
@@ -115,16 +175,30 @@ def test_meta_loader_reads_the_documented_format(tmp_path):
 
 
 def _rv(uid, asin, rating, ts, text="some words here", title="t", cat="C", product=None, helpful=0):
-    return Review(review_id=f"{uid}:{asin}:{ts}", user_id=uid, parent_asin=asin, category=cat, rating=rating,
-                  title=title, text=text, timestamp=ts, product=product, helpful_vote=helpful)
+    return Review(
+        review_id=f"{uid}:{asin}:{ts}",
+        user_id=uid,
+        parent_asin=asin,
+        category=cat,
+        rating=rating,
+        title=title,
+        text=text,
+        timestamp=ts,
+        product=product,
+        helpful_vote=helpful,
+    )
 
 
 def test_item_records_prefer_metadata_then_history_then_reviews():
     from shopping_companion.personalization.data import ItemRecord
 
     meta = {"P1": ItemRecord(asin="P1", category="C", title="Meta Title", title_source="metadata")}
-    revs = [_rv("u1", "P1", 5, 1), _rv("u1", "P2", 4, 2, product={"title": "History Title", "brand": "B", "price": "$3.00"}),
-            _rv("u2", "P3", 5, 3, title="Secret target title", helpful=9), _rv("u3", "P3", 4, 4, title="Visible title")]
+    revs = [
+        _rv("u1", "P1", 5, 1),
+        _rv("u1", "P2", 4, 2, product={"title": "History Title", "brand": "B", "price": "$3.00"}),
+        _rv("u2", "P3", 5, 3, title="Secret target title", helpful=9),
+        _rv("u3", "P3", 4, 4, title="Visible title"),
+    ]
     items = build_items("C", revs, meta, hidden={"u2:P3:3"})
     assert items["P1"].title == "Meta Title"
     assert items["P2"].title == "History Title" and items["P2"].title_source == "history" and items["P2"].price == 3.0
@@ -133,8 +207,23 @@ def test_item_records_prefer_metadata_then_history_then_reviews():
 
 
 def test_download_review_and_meta_files_from_a_local_hub(tmp_path, monkeypatch):
-    rev = (json.dumps({"rating": 4.0, "title": "ok", "text": "fine", "images": [], "asin": "A", "parent_asin": "P1",
-                       "user_id": "U", "timestamp": 1, "helpful_vote": 0, "verified_purchase": True}) + "\n").encode()
+    rev = (
+        json.dumps(
+            {
+                "rating": 4.0,
+                "title": "ok",
+                "text": "fine",
+                "images": [],
+                "asin": "A",
+                "parent_asin": "P1",
+                "user_id": "U",
+                "timestamp": 1,
+                "helpful_vote": 0,
+                "verified_purchase": True,
+            }
+        )
+        + "\n"
+    ).encode()
     meta = (json.dumps(META[0]) + "\n").encode()
     with HubServer() as hub:
         hub.files["raw/review_categories/Tiny_Cat.jsonl"] = rev
@@ -176,16 +265,25 @@ def test_selection_on_real_reviews_follows_the_paper(sub_boxes):
 
 
 def test_selection_skips_users_without_a_positive_item_and_keeps_fewer_when_few_qualify():
-    revs = [_rv("a", "P1", 2, 1), _rv("a", "P2", 3, 2),            # no positive review: skipped
-            _rv("b", "P0", 3, 0), _rv("b", "P1", 5, 1), _rv("b", "P2", 1, 2),  # target P1
-            _rv("c", "P3", 5, 1),                                   # one review: not eligible
-            _rv("d", "P4", 5, 1), _rv("d", "P5", 2, 2)]             # nothing written before the target
+    revs = [
+        _rv("a", "P1", 2, 1),
+        _rv("a", "P2", 3, 2),  # no positive review: skipped
+        _rv("b", "P0", 3, 0),
+        _rv("b", "P1", 5, 1),
+        _rv("b", "P2", 1, 2),  # target P1
+        _rv("c", "P3", 5, 1),  # one review: not eligible
+        _rv("d", "P4", 5, 1),
+        _rv("d", "P5", 2, 2),
+    ]  # nothing written before the target
     cases = select_cases(revs, "C", SelectionConfig(users_per_category=10))
     assert [c.user_id for c in cases] == ["b"]
     # pre-purchase: only what b wrote before buying the target is visible
     assert cases[0].target_asin == "P1" and [r.parent_asin for r in cases[0].visible_reviews] == ["P0"]
     every = select_cases(revs, "C", SelectionConfig(users_per_category=10, before_target_only=False))
-    assert [(c.user_id, [r.parent_asin for r in c.visible_reviews]) for c in every] == [("b", ["P0", "P2"]), ("d", ["P5"])]
+    assert [(c.user_id, [r.parent_asin for r in c.visible_reviews]) for c in every] == [
+        ("b", ["P0", "P2"]),
+        ("d", ["P5"]),
+    ]
     with pytest.raises(ConfigError, match="category"):
         select_cases(revs, "Nope")
     with pytest.raises(ValueError):

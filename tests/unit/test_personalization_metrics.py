@@ -12,10 +12,21 @@ from scipy import stats
 from shopping_companion.errors import ConfigError
 from shopping_companion.personalization.data import Review
 from shopping_companion.personalization.metrics import (
-    first_hit_turn, holm, paired_wilcoxon, rank_biserial, retrieval_correct, spearman, title_overlap,
+    first_hit_turn,
+    holm,
+    paired_wilcoxon,
+    rank_biserial,
+    retrieval_correct,
+    spearman,
+    title_overlap,
 )
 from shopping_companion.personalization.retrieval import (
-    DialogueMemory, ProductIndex, ReviewIndex, cosine, normalize, top_k,
+    DialogueMemory,
+    ProductIndex,
+    ReviewIndex,
+    cosine,
+    normalize,
+    top_k,
 )
 
 
@@ -43,8 +54,9 @@ def test_product_retrieval_is_the_mean_of_view_cosines_eq7():
     meta = np.array([[1, 0, 0], [0, 1, 0], [1, 1, 0]], float)
     review = np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]], float)
     image = np.array([[0, 0, 1], [1, 0, 0], [1, 0, 0]], float)
-    idx = ProductIndex(["a", "b", "c"], {"meta": meta, "review": review, "image": image},
-                       {"review": np.array([True, True, False])})
+    idx = ProductIndex(
+        ["a", "b", "c"], {"meta": meta, "review": review, "image": image}, {"review": np.array([True, True, False])}
+    )
     s, used = idx.scores(q, ("meta", "review", "image"))
     # a: (1 + 0 + 0)/3; b: (0 + 1 + 1)/3; c has no review view: (cos45 + 1)/2
     assert used == ["meta", "review", "image"]
@@ -149,7 +161,7 @@ def test_openai_embedder_over_a_local_embeddings_endpoint(monkeypatch):
         assert [r.body["input"] for r in posts] == [["red shoe", "blue hat"], ["red hat"]]
         assert all(r.body["model"] == "emb-model" for r in posts)
         assert {r.authorization for r in posts} == {"Bearer k-123"}
-    np.testing.assert_allclose(m, [[0.6, 0.8, 0.0], [0.0, 0.0, 1.0], [2 ** -0.5, 0.0, 2 ** -0.5]], atol=1e-6)
+    np.testing.assert_allclose(m, [[0.6, 0.8, 0.0], [0.0, 0.0, 1.0], [2**-0.5, 0.0, 2**-0.5]], atol=1e-6)
     q = normalize(np.array([[1.0, 0.0, 0.0]], dtype=np.float32))[0]
     assert top_k(cosine(q, m), 2) == [2, 0]  # red hat (0.707) before red shoe (0.6)
     with ScriptedOpenAIServer([]) as srv:  # no embeddings route: HTTP 404

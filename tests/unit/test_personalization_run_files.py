@@ -75,8 +75,13 @@ HOLDER = textwrap.dedent("""
 def test_the_lock_is_on_the_dialogues_file_itself(dirs):
     data, out = dirs
     _run(dirs)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out / "dialogues.jsonl")], cwd=REPO,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out / "dialogues.jsonl")],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         for p in out.iterdir():
@@ -92,8 +97,10 @@ def test_the_lock_is_on_the_dialogues_file_itself(dirs):
 
 
 def test_an_unwritable_record_becomes_an_error_record():
-    for bad in ({"case_id": "c1", "variant": "full", "memory": "full", "reply": "x\ud800"},
-                {"case_id": "c1", "variant": "full", "memory": "full", "overlap_max": math.nan}):
+    for bad in (
+        {"case_id": "c1", "variant": "full", "memory": "full", "reply": "x\ud800"},
+        {"case_id": "c1", "variant": "full", "memory": "full", "overlap_max": math.nan},
+    ):
         line = _encode_record(bad)
         rec = json.loads(line)
         assert line.endswith(b"\n") and line.count(b"\n") == 1

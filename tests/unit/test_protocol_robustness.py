@@ -79,8 +79,10 @@ def test_item_and_size_limits_name_the_field_and_value():
     assert "max_tool_arg_depth = 4" in err
     assert "finite" in bound_and_clean({"max_price": float("inf")}, lim)[1]
     # the parser applies the limits it is given
-    p = parse_action('<tool_call>{"name": "mem_view", "arguments": {"session_ids": ["a", "b", "c", "d", "e", "f"]}}'
-                     "</tool_call>", limits=lim)
+    p = parse_action(
+        '<tool_call>{"name": "mem_view", "arguments": {"session_ids": ["a", "b", "c", "d", "e", "f"]}}</tool_call>',
+        limits=lim,
+    )
     assert p.rejected and "max_tool_arg_items = 5" in next(iter(p.rejected.values()))
 
 
@@ -88,8 +90,12 @@ def test_env_config_limits_are_validated_with_the_field_named():
     cfg = EnvConfig()
     assert (cfg.max_tool_arg_depth, cfg.max_tool_arg_chars, cfg.max_tool_arg_items) == (16, 65_536, 1_000)
     assert cfg.max_invalid_turns == 3 and cfg.max_prompt_tokens is None
-    for bad in ({"max_invalid_turns": 0}, {"max_tool_arg_depth": 0}, {"max_prompt_tokens": 10},
-                {"prompt_chars_per_token": 0}):
+    for bad in (
+        {"max_invalid_turns": 0},
+        {"max_tool_arg_depth": 0},
+        {"max_prompt_tokens": 10},
+        {"prompt_chars_per_token": 0},
+    ):
         with pytest.raises(ValidationError, match=next(iter(bad))):
             EnvConfig(**bad)
 
@@ -97,10 +103,21 @@ def test_env_config_limits_are_validated_with_the_field_named():
 @pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "\\ud800\\ud800x"])
 def test_lone_surrogate_escapes_in_arguments_and_keys_are_replaced(escape):
     text = '<tool_call>{"name": "product_search%s", "arguments": {"query%s": "navy %s shirt"}}</tool_call>' % (
-        escape, escape, escape)
-    for p in (parse_action(text),
-              parse_action("", structured=[StructuredToolCall(
-                  id="c", name="product_search", arguments='{"query%s": "navy %s shirt"}' % (escape, escape))])):
+        escape,
+        escape,
+        escape,
+    )
+    for p in (
+        parse_action(text),
+        parse_action(
+            "",
+            structured=[
+                StructuredToolCall(
+                    id="c", name="product_search", arguments='{"query%s": "navy %s shirt"}' % (escape, escape)
+                )
+            ],
+        ),
+    ):
         (call,) = p.tool_calls
         dumped = json.dumps(call.model_dump(), ensure_ascii=False).encode("utf-8")  # raised before
         assert "\ufffd" in dumped.decode("utf-8")
@@ -108,14 +125,15 @@ def test_lone_surrogate_escapes_in_arguments_and_keys_are_replaced(escape):
 
 
 def test_a_real_lone_surrogate_in_python_text_is_cleaned():
-    p = parse_action('<think>hmm \ud800</think><answer>pick \udfff</answer>')
+    p = parse_action("<think>hmm \ud800</think><answer>pick \udfff</answer>")
     assert p.answer == "pick \ufffd" and p.thinking == "hmm \ufffd"
     assert clean_text(b"\xff") == "\ufffd" and clean_text(None) == ""
 
 
 def test_stage1_answer_fields_with_surrogate_escapes_are_cleaned():
-    prefs, err = parse_preferences('{"preferences": [{"attribute": "colour\\ud800", "value": "navy\\udfff", '
-                                   '"polarity": "want"}], "\\ud800": 1}')
+    prefs, err = parse_preferences(
+        '{"preferences": [{"attribute": "colour\\ud800", "value": "navy\\udfff", "polarity": "want"}], "\\ud800": 1}'
+    )
     assert err is None
     assert [(p.attribute, p.value) for p in prefs] == [("colour\ufffd", "navy\ufffd")]
     json.dumps([p.model_dump() for p in prefs], ensure_ascii=False).encode("utf-8")
@@ -124,8 +142,9 @@ def test_stage1_answer_fields_with_surrogate_escapes_are_cleaned():
 
 
 def test_close_tag_inside_a_structured_argument_string_is_an_argument():
-    p = parse_action("", structured=[StructuredToolCall(
-        id="c", name="product_search", arguments='{"query": "a </tool_call> b"}')])
+    p = parse_action(
+        "", structured=[StructuredToolCall(id="c", name="product_search", arguments='{"query": "a </tool_call> b"}')]
+    )
     assert p.tool_calls[0].arguments == {"query": "a </tool_call> b"} and p.errors == []
 
 
@@ -151,7 +170,10 @@ def test_reasoning_that_mentions_a_call_is_fine_when_the_content_acts(content):
 
 
 def test_reasoning_becomes_the_think_block_of_sft_content():
-    assert with_reasoning("<answer>x</answer>", "I compared them") == "<think>\nI compared them\n</think>\n\n<answer>x</answer>"
+    assert (
+        with_reasoning("<answer>x</answer>", "I compared them")
+        == "<think>\nI compared them\n</think>\n\n<answer>x</answer>"
+    )
     assert with_reasoning("<think>own</think>x", "other") == "<think>own</think>x"
     assert with_reasoning("x", None) == "x" and with_reasoning("x", "  ") == "x"
     p = parse_action(with_reasoning(CALL, "because"))
@@ -167,8 +189,10 @@ class _Catalog:
     def __init__(self):
         from shopping_companion.types import Product
 
-        self.items = {f"p:{i}": Product(product_id=f"p:{i}", title=f"shirt {i}", source="t", shop="s", shop_id="s")
-                      for i in (1, 2)}
+        self.items = {
+            f"p:{i}": Product(product_id=f"p:{i}", title=f"shirt {i}", source="t", shop="s", shop_id="s")
+            for i in (1, 2)
+        }
 
     def search(self, *a, **k):
         return []
@@ -188,25 +212,34 @@ def test_product_view_with_some_bad_ids_returns_the_known_products_and_per_id_er
     body = json.loads(res.content)
     assert [p["product_id"] for p in body["products"]] == ["p:1", "p:2"]
     assert {e["product_id"]: e["error"] for e in body["errors"]} == {
-        "": "empty product id", "7": "a product id must be a string, got int",
-        "nope:9": "unknown product id; use ids returned by product_search"}
+        "": "empty product id",
+        "7": "a product id must be a string, got int",
+        "nope:9": "unknown product id; use ids returned by product_search",
+    }
     assert product_call_reward(res, ["p:1"]) == pytest.approx(0.5)  # the known products still count (Eq. 9)
     # nothing usable: an error naming every bad id
-    bad = box.execute(ToolCall(name="product_view", call_id="d", arguments={"product_ids": ["", None]}), ["product_view"])
+    bad = box.execute(
+        ToolCall(name="product_view", call_id="d", arguments={"product_ids": ["", None]}), ["product_view"]
+    )
     assert bad.error and "empty product id" in bad.error and "got NoneType" in bad.error
-    unknown = box.execute(ToolCall(name="product_view", call_id="e", arguments={"product_ids": ["x:1"]}), ["product_view"])
+    unknown = box.execute(
+        ToolCall(name="product_view", call_id="e", arguments={"product_ids": ["x:1"]}), ["product_view"]
+    )
     assert unknown.error and "unknown product ids ['x:1']" in unknown.error
 
 
 # --------------------------------------------------------------- found by the eval-path fuzz suite
+
 
 @pytest.mark.parametrize("tag", ["</think>", "<think>", "<think></think>", "</think><think>"])
 def test_thinking_tags_inside_a_tool_call_json_string_are_argument_text(tag: str) -> None:
     """A ``</think>`` in an id was taken for the closer of a thinking block that opened in the
     prompt (everything before it became thinking and the call was lost, with a message blaming a
     stray ``</tool_call>``); a ``<think>`` opened a span that swallowed the rest of the turn."""
-    text = ('<think>look it up</think>\n<tool_call>{"name": "product_view", "arguments": '
-            '{"ids": ["B0' + tag + 'X"]}}</tool_call>')
+    text = (
+        '<think>look it up</think>\n<tool_call>{"name": "product_view", "arguments": '
+        '{"ids": ["B0' + tag + 'X"]}}</tool_call>'
+    )
     parsed = parse_action(text)
     assert parsed.think_ok and parsed.errors == []
     assert [c.arguments for c in parsed.tool_calls] == [{"ids": ["B0" + tag + "X"]}]

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from shopping_companion.benchmark.evaluate import errors_log_path, identity_path
-from shopping_companion.cli import _archive_if_stale
+from shopping_companion.runs import archive_stale, errors_log_path, identity_path
 
 
 def _write(run, identity):
@@ -20,7 +19,7 @@ def _write(run, identity):
 
 def test_same_identity_is_kept_in_place(tmp_path):
     results = _write(tmp_path, {"a": 1, "env": {"max_turns": 20}})
-    _archive_if_stale(results, {"env": {"max_turns": 20}, "a": 1})
+    assert archive_stale(results, {"env": {"max_turns": 20}, "a": 1}) == []
     assert results.read_text() == '{"task_id": "t0"}\n' and identity_path(results).exists()
     assert not list(tmp_path.glob("*.stale-*"))
 
@@ -32,7 +31,8 @@ def test_other_or_missing_identity_is_moved_aside_never_deleted(tmp_path):
         results = _write(run, None if old == "corrupt" else old)
         if old == "corrupt":
             identity_path(results).write_text("{not json")
-        _archive_if_stale(results, {"a": 1})
+        moved = archive_stale(results, {"a": 1})
+        assert sorted(moved) == sorted(run.glob("*.stale-*"))
         assert not results.exists() and not identity_path(results).exists()
         stale = sorted(p.name.split(".stale-")[0] for p in run.glob("*.stale-*"))
         expected = ["results.errors.log", "results.jsonl"] + ([] if old is None else ["results.identity.json"])
@@ -42,5 +42,5 @@ def test_other_or_missing_identity_is_moved_aside_never_deleted(tmp_path):
 
 
 def test_nothing_there_is_a_no_op(tmp_path):
-    _archive_if_stale(tmp_path / "results.jsonl", {"a": 1})
+    assert archive_stale(tmp_path / "results.jsonl", {"a": 1}) == []
     assert list(tmp_path.iterdir()) == []

@@ -10,15 +10,7 @@ import pytest
 
 from shopping_companion.config import apply_overrides, load_config
 from shopping_companion.errors import ConfigError
-from shopping_companion.registry import (
-    BACKENDS,
-    JUDGES,
-    REWARDS,
-    SIMULATORS,
-    Registry,
-    UnknownNameError,
-    load_object,
-)
+from shopping_companion.registry import BACKENDS, JUDGES, REWARDS, SIMULATORS, Registry, UnknownNameError, load_object
 from shopping_companion.rewards import Rubric, compute_reward
 from shopping_companion.types import Preference, ProductSlot, SessionRef, Step, Task, Trajectory, Verdict
 
@@ -76,13 +68,15 @@ def test_entry_point_discovery_from_an_installed_distribution(tmp_path, monkeypa
     """A real dist-info with entry_points.txt on sys.path, found by importlib.metadata."""
     pkg = tmp_path / "sc_demo_plugin"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text(textwrap.dedent("""
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent("""
         def plugin_bonus(ctx):
             return 0.25 if ctx.trajectory.stage == 2 else 0.0
 
         def broken(ctx):
             return 0.0
-    """))
+    """)
+    )
     dist = tmp_path / "sc_demo_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sc-demo-plugin\nVersion: 0.1\n")
@@ -101,13 +95,27 @@ def test_entry_point_discovery_from_an_installed_distribution(tmp_path, monkeypa
         with pytest.raises(ConfigError, match="entry point 'sc_demo_plugin:does_not_exist'.*failed to load"):
             REWARDS.get("plugin_missing")
 
-        task = Task(task_id="t", instruction="x", user_id="u", history=[SessionRef(session_id="s", date="2024-01-01")],
-                    needle_session_ids=["s"], preferences=[Preference(attribute="colour", value="navy")],
-                    slots=[ProductSlot(product_type="shirt", reference_product_id="p")])
+        task = Task(
+            task_id="t",
+            instruction="x",
+            user_id="u",
+            history=[SessionRef(session_id="s", date="2024-01-01")],
+            needle_session_ids=["s"],
+            preferences=[Preference(attribute="colour", value="navy")],
+            slots=[ProductSlot(product_type="shirt", reference_product_id="p")],
+        )
         traj = Trajectory(task_id="t", stage=2, steps=[Step(assistant_text="x")], final_answer="@REC::p@")
         verdict = Verdict(judge="t", stage=2, F=1, N=1, p2=1, q2=1, m2=1, success=True)
-        rubric = Rubric.from_config({"rewards": [{"name": "outcome"}, {"name": "tool_wise"}, {"name": "format"},
-                                                 {"name": "plugin_bonus", "weight": 2}]})
+        rubric = Rubric.from_config(
+            {
+                "rewards": [
+                    {"name": "outcome"},
+                    {"name": "tool_wise"},
+                    {"name": "format"},
+                    {"name": "plugin_bonus", "weight": 2},
+                ]
+            }
+        )
         got = rubric(task, traj, verdict)
         assert got.components["plugin_bonus"] == 0.25
         assert got.total == pytest.approx(compute_reward(task, traj, verdict).total + 0.5)

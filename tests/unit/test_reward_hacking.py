@@ -39,8 +39,7 @@ XFAIL_ISSUE13: frozenset[str] = frozenset()  # every adversary is caught since i
 @pytest.fixture(scope="module")
 def bench(catalog_products, sgd_sessions):
     return synthesize(
-        catalog_products, sgd_sessions,
-        SynthConfig(n_tasks=4, seed=0, addon_share=0.5, sessions_per_user=20),
+        catalog_products, sgd_sessions, SynthConfig(n_tasks=4, seed=0, addon_share=0.5, sessions_per_user=20)
     )
 
 
@@ -95,6 +94,8 @@ def test_adversary_scores_below_honest(scores, adversary):
             tie_ok = adversary in NEUTRAL_CONTROLS or (adversary == "wrong_slot" and adv.task_type == "single")
             bad = a > h + 1e-9 if tie_ok else a >= h - 1e-9
             if bad:
-                failures.append(f"{adv.task_id} ({adv.task_type}) {r}: adversary {a:.4f} vs honest {h:.4f}; "
-                                f"stage-1 judge: {adv.reasons[0][:3]}")
+                failures.append(
+                    f"{adv.task_id} ({adv.task_type}) {r}: adversary {a:.4f} vs honest {h:.4f}; "
+                    f"stage-1 judge: {adv.reasons[0][:3]}"
+                )
     assert not failures, "\n".join(failures)

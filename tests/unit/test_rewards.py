@@ -37,8 +37,10 @@ def V(stage, F, N=1, b=0, **kw):
 def make_task(addon=False):
     slots = [ProductSlot(product_type="shirt", reference_product_id="p:ref1")]
     if addon:
-        slots += [ProductSlot(product_type="jeans", reference_product_id="p:ref2"),
-                  ProductSlot(product_type="belt", reference_product_id="p:ref3")]
+        slots += [
+            ProductSlot(product_type="jeans", reference_product_id="p:ref2"),
+            ProductSlot(product_type="belt", reference_product_id="p:ref3"),
+        ]
     return Task(
         task_id="t1",
         task_type="addon" if addon else "single",
@@ -53,8 +55,9 @@ def make_task(addon=False):
 
 def step(text, calls=(), results=()):
     p = parse_action(text)
-    return Step(assistant_text=text, tool_calls=list(calls) or p.tool_calls, tool_results=list(results),
-                format=format_flags(p))
+    return Step(
+        assistant_text=text, tool_calls=list(calls) or p.tool_calls, tool_results=list(results), format=format_flags(p)
+    )
 
 
 def R(call_id, name, ids, error=None):
@@ -142,7 +145,9 @@ def test_memory_and_product_call_rewards():
     # duplicates count once: {s2, s1} -> 1/2 (not 2/3)
     assert memory_call_reward(R("c", "mem_view", ["s2", "s2", "s1"]), ["s2"]) == 0.5
     # 1 of 5 products is a reference -> 1/5
-    assert product_call_reward(R("c", "product_search", ["a", "b", "p:ref1", "c", "d"]), ["p:ref1"]) == pytest.approx(0.2)
+    assert product_call_reward(R("c", "product_search", ["a", "b", "p:ref1", "c", "d"]), ["p:ref1"]) == pytest.approx(
+        0.2
+    )
     # empty and errored calls score 0
     assert product_call_reward(R("c", "product_search", []), ["p:ref1"]) == 0.0
     assert product_call_reward(R("c", "product_view", ["p:ref1"], error="bad id"), ["p:ref1"]) == 0.0
@@ -162,10 +167,12 @@ def test_tool_wise_reward_several_calls():
         task_id="t1",
         stage=1,
         steps=[
-            Step(assistant_text="a", tool_calls=[C("c0", "mem_search"), C("c1", "mem_view")],
-                 tool_results=[R("c0", "mem_search", ["s1", "s2", "s3", "s4"]), R("c1", "mem_view", ["s2"])]),
-            Step(assistant_text="b", tool_calls=[C("c2", "mem_view")],
-                 tool_results=[R("c2", "mem_view", ["s3"])]),
+            Step(
+                assistant_text="a",
+                tool_calls=[C("c0", "mem_search"), C("c1", "mem_view")],
+                tool_results=[R("c0", "mem_search", ["s1", "s2", "s3", "s4"]), R("c1", "mem_view", ["s2"])],
+            ),
+            Step(assistant_text="b", tool_calls=[C("c2", "mem_view")], tool_results=[R("c2", "mem_view", ["s3"])]),
             Step(assistant_text="<answer>[]</answer>"),
         ],
     )
@@ -178,10 +185,17 @@ def test_tool_wise_reward_several_calls():
 def test_tool_wise_reward_no_calls_is_zero_and_missing_result_scores_zero():
     task = make_task()
     assert tool_wise_reward(Trajectory(task_id="t1", stage=2, steps=[Step(assistant_text="x")]), task) == (0.0, [])
-    traj = Trajectory(task_id="t1", stage=2, steps=[
-        Step(assistant_text="x", tool_calls=[C("c0", "product_view"), C("c1", "product_view")],
-             tool_results=[R("c0", "product_view", ["p:ref1"])]),
-    ])
+    traj = Trajectory(
+        task_id="t1",
+        stage=2,
+        steps=[
+            Step(
+                assistant_text="x",
+                tool_calls=[C("c0", "product_view"), C("c1", "product_view")],
+                tool_results=[R("c0", "product_view", ["p:ref1"])],
+            )
+        ],
+    )
     # c0 -> 1, c1 has no result -> 0; mean 0.5
     assert tool_wise_reward(traj, task) == (0.5, [1.0, 0.0])
 
@@ -193,9 +207,12 @@ GOOD2 = "<think>ok</think><answer>Best pick: @REC::p:ref1@</answer>"
 
 
 def test_format_stage1_correct():
-    traj = Trajectory(task_id="t1", stage=1,
-                      steps=[step("<think>a</think><tool_call>{\"name\": \"mem_search\", \"arguments\": {}}</tool_call>"), step(GOOD1)],
-                      final_answer=parse_action(GOOD1).answer)
+    traj = Trajectory(
+        task_id="t1",
+        stage=1,
+        steps=[step('<think>a</think><tool_call>{"name": "mem_search", "arguments": {}}</tool_call>'), step(GOOD1)],
+        final_answer=parse_action(GOOD1).answer,
+    )
     assert format_indicators(traj) == {"f_ans": 1.0, "f_th": 1.0, "f_tc": 1.0, "f_rec": 0.0}
     assert format_reward(traj) == pytest.approx(1.0)  # 3/3
 
@@ -203,9 +220,12 @@ def test_format_stage1_correct():
 def test_format_stage1_partial():
     # bad tool JSON in turn 1, unparsable stage-1 answer: f_ans=0, f_th=1, f_tc=0 -> 1/3
     bad = "<think>x</think><answer>navy please</answer>"
-    traj = Trajectory(task_id="t1", stage=1,
-                      steps=[step('<tool_call>{"name": "mem_search", </tool_call>'), step(bad)],
-                      final_answer=parse_action(bad).answer)
+    traj = Trajectory(
+        task_id="t1",
+        stage=1,
+        steps=[step('<tool_call>{"name": "mem_search", </tool_call>'), step(bad)],
+        final_answer=parse_action(bad).answer,
+    )
     assert format_indicators(traj)["f_ans"] == 0.0
     assert format_indicators(traj)["f_tc"] == 0.0
     assert format_reward(traj) == pytest.approx(1 / 3)
@@ -213,8 +233,9 @@ def test_format_stage1_partial():
 
 def test_format_stage1_malformed():
     # unclosed think, no answer, broken call: everything 0 -> 0
-    traj = Trajectory(task_id="t1", stage=1, steps=[step("<think>x</think></think><tool_call>{</tool_call>")],
-                      termination="max_turns")
+    traj = Trajectory(
+        task_id="t1", stage=1, steps=[step("<think>x</think></think><tool_call>{</tool_call>")], termination="max_turns"
+    )
     assert format_reward(traj) == 0.0
 
 
@@ -250,11 +271,19 @@ def test_format_empty_trajectory_is_zero():
 
 def test_compute_reward_stage1_total():
     task = make_task()
-    traj = Trajectory(task_id="t1", stage=1, steps=[
-        Step(assistant_text="<tool_call>{}</tool_call>", tool_calls=[C("c0", "mem_search")],
-             tool_results=[R("c0", "mem_search", ["s1", "s2"])]),
-        step(GOOD1),
-    ], final_answer=parse_action(GOOD1).answer)
+    traj = Trajectory(
+        task_id="t1",
+        stage=1,
+        steps=[
+            Step(
+                assistant_text="<tool_call>{}</tool_call>",
+                tool_calls=[C("c0", "mem_search")],
+                tool_results=[R("c0", "mem_search", ["s1", "s2"])],
+            ),
+            step(GOOD1),
+        ],
+        final_answer=parse_action(GOOD1).answer,
+    )
     rb = compute_reward(task, traj, V(1, 2, q1=1, m1=1))
     # R1 = 2/3, R_tool = 1/2, R_fmt = 3/3 -> 2/3 + 1/2 + 1
     assert rb.total == pytest.approx(2 / 3 + 0.5 + 1.0)
@@ -269,12 +298,22 @@ def test_compute_reward_stage1_total():
 
 def test_compute_reward_stage2_addon_total():
     task = make_task(addon=True)
-    traj = Trajectory(task_id="t1", stage=2, steps=[
-        Step(assistant_text="x", tool_calls=[C("c0", "product_search"), C("c1", "product_view")],
-             tool_results=[R("c0", "product_search", ["p:ref1", "p:ref2", "z", "y"]),
-                           R("c1", "product_view", ["p:ref3"])]),
-        step(GOOD2),
-    ], final_answer=parse_action(GOOD2).answer)
+    traj = Trajectory(
+        task_id="t1",
+        stage=2,
+        steps=[
+            Step(
+                assistant_text="x",
+                tool_calls=[C("c0", "product_search"), C("c1", "product_view")],
+                tool_results=[
+                    R("c0", "product_search", ["p:ref1", "p:ref2", "z", "y"]),
+                    R("c1", "product_view", ["p:ref3"]),
+                ],
+            ),
+            step(GOOD2),
+        ],
+        final_answer=parse_action(GOOD2).answer,
+    )
     v = V(2, 2, N=3, b=1, p2=1, q2=1, m2=2, n2=3, u2=1, success=True)
     rb = compute_reward(task, traj, v)
     # R2 = (1+1+2+3+1)/(2+2+4) = 1; R_tool = (2/4 + 1)/2 = 0.75; R_fmt = 4/4

@@ -72,10 +72,16 @@ def eq12_oracle(task: Task, trajectory: Trajectory, verdict: Verdict) -> RewardB
     prod = [x for r, x in zip(results, per_call) if r.name in ("product_search", "product_view")]
     r_fmt = format_reward(trajectory)
     components = {
-        "R_z": r_z, "R_tool": r_tool, "R_fmt": r_fmt, f"R{trajectory.stage}": r_z,
+        "R_z": r_z,
+        "R_tool": r_tool,
+        "R_fmt": r_fmt,
+        f"R{trajectory.stage}": r_z,
         **format_indicators(trajectory),
-        "tool_mem_mean": _mean(mem), "tool_prod_mean": _mean(prod), "n_tool_calls": float(len(per_call)),
-        "success": 1.0 if verdict.success else 0.0, "stage": float(trajectory.stage),
+        "tool_mem_mean": _mean(mem),
+        "tool_prod_mean": _mean(prod),
+        "n_tool_calls": float(len(per_call)),
+        "success": 1.0 if verdict.success else 0.0,
+        "stage": float(trajectory.stage),
     }
     return RewardBreakdown(total=r_z + r_tool + r_fmt, components=components, per_tool_call=per_call)
 
@@ -94,9 +100,13 @@ def random_task(rng: random.Random) -> Task:
     n = rng.randint(2, 3) if addon else 1
     prefs = [Preference(slot=rng.randrange(n), attribute=f"a{i}", value=f"v{i}") for i in range(rng.randint(0, 5))]
     return Task(
-        task_id=f"t{rng.randrange(10**6)}", task_type="addon" if addon else "single", instruction="x", user_id="u",
+        task_id=f"t{rng.randrange(10**6)}",
+        task_type="addon" if addon else "single",
+        instruction="x",
+        user_id="u",
         history=[SessionRef(session_id=s, date="2024-01-01") for s in SESSIONS],
-        needle_session_ids=rng.sample(SESSIONS, rng.randint(1, 3)), preferences=prefs,
+        needle_session_ids=rng.sample(SESSIONS, rng.randint(1, 3)),
+        preferences=prefs,
         slots=[ProductSlot(product_type="thing", reference_product_id=p) for p in rng.sample(PRODUCTS, n)],
     )
 
@@ -115,11 +125,22 @@ def random_trajectory(rng: random.Random, stage: int) -> Trajectory:
                 ids = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
                 err = "bad arguments" if rng.random() < 0.15 else None
                 results.append(ToolResult(call_id=cid, name=name, content="...", returned_ids=ids, error=err))
-        steps.append(Step(assistant_text="...", tool_calls=calls, tool_results=results,
-                          format=FormatFlags(think_ok=rng.random() < 0.8, tool_json_ok=rng.random() < 0.8)))
+        steps.append(
+            Step(
+                assistant_text="...",
+                tool_calls=calls,
+                tool_results=results,
+                format=FormatFlags(think_ok=rng.random() < 0.8, tool_json_ok=rng.random() < 0.8),
+            )
+        )
     answer = rng.choice(ANSWERS1 if stage == 1 else ANSWERS2)
-    return Trajectory(task_id="t", stage=stage, steps=steps, final_answer=answer,
-                      termination="answered" if answer is not None else "max_turns")
+    return Trajectory(
+        task_id="t",
+        stage=stage,
+        steps=steps,
+        final_answer=answer,
+        termination="answered" if answer is not None else "max_turns",
+    )
 
 
 def random_verdict(rng: random.Random, task: Task, stage: int) -> Verdict:
@@ -128,8 +149,13 @@ def random_verdict(rng: random.Random, task: Task, stage: int) -> Verdict:
     if stage == 1:
         kw.update(q1=rng.randint(0, 1), m1=rng.randint(0, F), c1=rng.randint(0, N) if b else None)
     else:
-        kw.update(p2=rng.randint(0, 1), q2=rng.randint(0, 1), m2=rng.randint(0, F),
-                  n2=rng.randint(0, N) if b else None, u2=rng.randint(0, 1) if b else None)
+        kw.update(
+            p2=rng.randint(0, 1),
+            q2=rng.randint(0, 1),
+            m2=rng.randint(0, F),
+            n2=rng.randint(0, N) if b else None,
+            u2=rng.randint(0, 1) if b else None,
+        )
     return Verdict(**kw)
 
 
@@ -189,14 +215,31 @@ def tool_stats(ctx: RewardContext) -> dict[str, float]:
 
 
 def _simple_case():
-    task = Task(task_id="t1", instruction="a shirt", user_id="u", history=[SessionRef(session_id="s1", date="2024-01-01")],
-                needle_session_ids=["s1"], preferences=[Preference(attribute="colour", value="navy")],
-                slots=[ProductSlot(product_type="shirt", reference_product_id="p:1")])
-    traj = Trajectory(task_id="t1", stage=2, final_answer="take @REC::p:1@", termination="answered", steps=[
-        Step(assistant_text="<tool_call>..</tool_call>", tool_calls=[ToolCall(name="product_search", call_id="c0")],
-             tool_results=[ToolResult(call_id="c0", name="product_search", content="..", returned_ids=["p:1", "p:2"])]),
-        Step(assistant_text="<answer>take @REC::p:1@</answer>"),
-    ])
+    task = Task(
+        task_id="t1",
+        instruction="a shirt",
+        user_id="u",
+        history=[SessionRef(session_id="s1", date="2024-01-01")],
+        needle_session_ids=["s1"],
+        preferences=[Preference(attribute="colour", value="navy")],
+        slots=[ProductSlot(product_type="shirt", reference_product_id="p:1")],
+    )
+    traj = Trajectory(
+        task_id="t1",
+        stage=2,
+        final_answer="take @REC::p:1@",
+        termination="answered",
+        steps=[
+            Step(
+                assistant_text="<tool_call>..</tool_call>",
+                tool_calls=[ToolCall(name="product_search", call_id="c0")],
+                tool_results=[
+                    ToolResult(call_id="c0", name="product_search", content="..", returned_ids=["p:1", "p:2"])
+                ],
+            ),
+            Step(assistant_text="<answer>take @REC::p:1@</answer>"),
+        ],
+    )
     verdict = Verdict(judge="t", stage=2, F=1, N=1, p2=1, q2=1, m2=1, success=True)
     return task, traj, verdict
 
@@ -237,7 +280,9 @@ def test_registered_reward_and_weight_zero_member_is_metric_only():
         assert got.total == pytest.approx(base.total + 1.0)
         assert got.components["bonus"] == 0.25 and got.components["bonus_detail"] == 3.0
         assert got.per_turn == [0.1, 0.2]
-        zero = Rubric([("outcome", 1), ("tool_wise", 1), ("format", 1), ("test_constant_bonus", 0)])(task, traj, verdict)
+        zero = Rubric([("outcome", 1), ("tool_wise", 1), ("format", 1), ("test_constant_bonus", 0)])(
+            task, traj, verdict
+        )
         assert zero.total == base.total and zero.components["bonus"] == 0.25
         # a format-only rubric scores without the verdict's fields
         only_fmt = Rubric([("format", 2.0)])(task, traj, verdict)
@@ -256,7 +301,9 @@ def test_rubric_config_errors():
         Rubric([("outcome", 1), ("outcome", 0.5)])
     with pytest.raises(ConfigError, match="cannot import module"):
         Rubric.from_config([{"path": "no_such_module_xyz:f"}])
-    with pytest.raises(ConfigError, match="extra"):
+    with pytest.raises(
+        ConfigError, match=r"rewards\.0\.wieght: unknown field; allowed: key, name, params, path, weight"
+    ):
         Rubric.from_config({"rewards": [{"name": "outcome", "wieght": 1}]})
     with pytest.raises(ConfigError, match="at least one"):
         Rubric([])
@@ -303,16 +350,28 @@ SHIRTS = ["Apparel", "Topwear", "Shirts"]
 
 
 def _p(pid, title, cat=SHIRTS, **attrs):
-    return Product(product_id=pid, title=title, source="test", shop="T", shop_id="S1", brand="B", price=10.0,
-                   category_path=list(cat), attributes=attrs)
+    return Product(
+        product_id=pid,
+        title=title,
+        source="test",
+        shop="T",
+        shop_id="S1",
+        brand="B",
+        price=10.0,
+        category_path=list(cat),
+        attributes=attrs,
+    )
 
 
-CATALOG = {p.product_id: p for p in [
-    _p("m:1", "Men Navy Shirt", base_colour="Navy Blue", Fabric="Cotton"),
-    _p("m:2", "Men Navy Slim Shirt", base_colour="Navy", Fabric="100% Cotton"),
-    _p("m:3", "Men Black Shirt", base_colour="Black", Fabric="Cotton"),
-    _p("m:4", "Navy Cotton Skirt", cat=["Apparel", "Bottomwear", "Skirts"], base_colour="Navy", Fabric="Cotton"),
-]}
+CATALOG = {
+    p.product_id: p
+    for p in [
+        _p("m:1", "Men Navy Shirt", base_colour="Navy Blue", Fabric="Cotton"),
+        _p("m:2", "Men Navy Slim Shirt", base_colour="Navy", Fabric="100% Cotton"),
+        _p("m:3", "Men Black Shirt", base_colour="Black", Fabric="Cotton"),
+        _p("m:4", "Navy Cotton Skirt", cat=["Apparel", "Bottomwear", "Skirts"], base_colour="Navy", Fabric="Cotton"),
+    ]
+}
 
 
 def lookup(ids):
@@ -320,18 +379,34 @@ def lookup(ids):
 
 
 def _shirt_task(ref="gone:7", needles=("s1",)):
-    return Task(task_id="t", instruction="a shirt", user_id="u", history=[SessionRef(session_id="s1", date="2024-01-01")],
-                needle_session_ids=list(needles),
-                preferences=[Preference(attribute="colour", value="navy"), Preference(attribute="fabric", value="cotton")],
-                slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id=ref)])
+    return Task(
+        task_id="t",
+        instruction="a shirt",
+        user_id="u",
+        history=[SessionRef(session_id="s1", date="2024-01-01")],
+        needle_session_ids=list(needles),
+        preferences=[Preference(attribute="colour", value="navy"), Preference(attribute="fabric", value="cotton")],
+        slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id=ref)],
+    )
 
 
 def _prod_traj():
-    return Trajectory(task_id="t", stage=2, steps=[Step(
-        assistant_text="..",
-        tool_calls=[ToolCall(name="product_search", call_id="a"), ToolCall(name="product_view", call_id="b")],
-        tool_results=[ToolResult(call_id="a", name="product_search", content="..", returned_ids=["m:1", "m:3", "m:4", "m:1"]),
-                      ToolResult(call_id="b", name="product_view", content="..", returned_ids=["m:2"])])])
+    return Trajectory(
+        task_id="t",
+        stage=2,
+        steps=[
+            Step(
+                assistant_text="..",
+                tool_calls=[ToolCall(name="product_search", call_id="a"), ToolCall(name="product_view", call_id="b")],
+                tool_results=[
+                    ToolResult(
+                        call_id="a", name="product_search", content="..", returned_ids=["m:1", "m:3", "m:4", "m:1"]
+                    ),
+                    ToolResult(call_id="b", name="product_view", content="..", returned_ids=["m:2"]),
+                ],
+            )
+        ],
+    )
 
 
 def test_rule_product_matcher_is_valid_alternative():
@@ -349,7 +424,9 @@ def test_semantic_fallback_when_reference_unknown_to_catalog():
     assert info == {"tool_semantic_calls": 2.0, "tool_semantic_matched": 2.0}
     # through the rubric and its YAML config
     verdict = Verdict(judge="t", stage=2, F=2, N=1, p2=1, q2=1, m2=2, success=True)
-    rb = Rubric.from_config(REPO / "configs" / "rewards" / "paper_semantic.yaml", resources={"lookup": lookup})(task, traj, verdict)
+    rb = Rubric.from_config(REPO / "configs" / "rewards" / "paper_semantic.yaml", resources={"lookup": lookup})(
+        task, traj, verdict
+    )
     assert rb.components["R_tool"] == pytest.approx(total)
     assert rb.per_tool_call == per
     assert rb.components["tool_semantic_calls"] == 2.0
@@ -392,19 +469,33 @@ def test_semantic_fallback_with_custom_matcher_resource_and_memory_sessions():
         return [True] * len(products)
 
     verdict = Verdict(judge="t", stage=2, F=2, N=1, p2=1, q2=1, m2=2, success=True)
-    rb = paper_rubric({"lookup": lookup, "product_matcher": everything_matches}, semantic_fallback="auto")(task, traj, verdict)
+    rb = paper_rubric({"lookup": lookup, "product_matcher": everything_matches}, semantic_fallback="auto")(
+        task, traj, verdict
+    )
     assert rb.per_tool_call == [1.0, 1.0]
     assert calls == [["m:1", "m:2", "m:3", "m:4"]]  # one matcher call for the whole trajectory
 
     sessions = {
         "a": Session(session_id="a", turns=[Turn(role="user", content="I only wear NAVY shirts.")]),
-        "b": Session(session_id="b", turns=[Turn(role="user", content="Weather in Paris?"),
-                                            Turn(role="assistant", content="navy skies")]),
+        "b": Session(
+            session_id="b",
+            turns=[Turn(role="user", content="Weather in Paris?"), Turn(role="assistant", content="navy skies")],
+        ),
     }
     mem_task = _shirt_task(needles=())
-    mem_traj = Trajectory(task_id="t", stage=1, steps=[Step(
-        assistant_text="..", tool_calls=[ToolCall(name="mem_search", call_id="m")],
-        tool_results=[ToolResult(call_id="m", name="mem_search", content="..", returned_ids=["a", "b", "zz"])])])
+    mem_traj = Trajectory(
+        task_id="t",
+        stage=1,
+        steps=[
+            Step(
+                assistant_text="..",
+                tool_calls=[ToolCall(name="mem_search", call_id="m")],
+                tool_results=[ToolResult(call_id="m", name="mem_search", content="..", returned_ids=["a", "b", "zz"])],
+            )
+        ],
+    )
     assert tool_wise_reward(mem_traj, mem_task)[1] == [0.0]
-    got = semantic_tool_wise_reward(mem_traj, mem_task, session_lookup=lambda ids: {i: sessions[i] for i in ids if i in sessions})
+    got = semantic_tool_wise_reward(
+        mem_traj, mem_task, session_lookup=lambda ids: {i: sessions[i] for i in ids if i in sessions}
+    )
     assert got[1] == [pytest.approx(1 / 3)]  # only the user's own words count; unknown id does not

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shopping_companion.judges.metrics import accuracy, success
+from shopping_companion.judges.base import accuracy, success
 from shopping_companion.judges.rule import (
     RuleJudge,
     bundle_cost,
@@ -33,41 +33,101 @@ SHIRTS = ["Apparel", "Topwear", "Shirts"]
 
 
 def P(pid, title, *, cat=SHIRTS, shop="S1", price=1000.0, attrs=None, options=None, desc=None, brand="Roadster"):
-    return Product(product_id=pid, title=title, source="test", shop="Test Shop", shop_id=shop, brand=brand,
-                   price=price, currency="INR", category_path=list(cat), description=desc,
-                   attributes=attrs or {}, options=options or {})
+    return Product(
+        product_id=pid,
+        title=title,
+        source="test",
+        shop="Test Shop",
+        shop_id=shop,
+        brand=brand,
+        price=price,
+        currency="INR",
+        category_path=list(cat),
+        description=desc,
+        attributes=attrs or {},
+        options=options or {},
+    )
 
 
 CATALOG = {
     p.product_id: p
     for p in [
-        P("m:1", "Roadster Men Navy Blue Checked Casual Shirt",
-          attrs={"base_colour": "Navy Blue", "Fabric": "Cotton", "colour1": "NA"}, options={"size": ["S", "M", "L"]}),
-        P("m:2", "HRX Men Navy Slim Shirt", attrs={"primary_color": "Navy", "Material": "100% Cotton"},
-          options={"Sizes": ["M", "XL"]}, brand="HRX"),
-        P("m:3", "Roadster Men Black Shirt", attrs={"base_colour": "Black", "Fabric": "Cotton"},
-          options={"size": ["M"]}, desc="Pairs well with navy chinos"),
-        P("m:4", "Navy Cotton Skirt", cat=["Apparel", "Bottomwear", "Skirts"],
-          attrs={"base_colour": "Navy", "Fabric": "Cotton"}, options={"size": ["M"]}),
+        P(
+            "m:1",
+            "Roadster Men Navy Blue Checked Casual Shirt",
+            attrs={"base_colour": "Navy Blue", "Fabric": "Cotton", "colour1": "NA"},
+            options={"size": ["S", "M", "L"]},
+        ),
+        P(
+            "m:2",
+            "HRX Men Navy Slim Shirt",
+            attrs={"primary_color": "Navy", "Material": "100% Cotton"},
+            options={"Sizes": ["M", "XL"]},
+            brand="HRX",
+        ),
+        P(
+            "m:3",
+            "Roadster Men Black Shirt",
+            attrs={"base_colour": "Black", "Fabric": "Cotton"},
+            options={"size": ["M"]},
+            desc="Pairs well with navy chinos",
+        ),
+        P(
+            "m:4",
+            "Navy Cotton Skirt",
+            cat=["Apparel", "Bottomwear", "Skirts"],
+            attrs={"base_colour": "Navy", "Fabric": "Cotton"},
+            options={"size": ["M"]},
+        ),
         # add-on bundle, shop S1
         P("b:shirt", "Peter England Men Navy Formal Shirt", price=1000, attrs={"base_colour": "Navy"}),
-        P("b:jeans", "Levis Men Slim Fit Jeans", cat=["Apparel", "Bottomwear", "Jeans"], price=1200,
-          attrs={"Fit": "Slim Fit", "base_colour": "Blue"}),
-        P("b:jeans_reg", "Levis Men Regular Fit Jeans", cat=["Apparel", "Bottomwear", "Jeans"], price=1100,
-          attrs={"Fit": "Regular Fit"}),
-        P("b:belt", "Woodland Men Brown Leather Belt", cat=["Accessories", "Belts"], price=500,
-          attrs={"Material": "Genuine Leather"}),
-        P("b:belt_dear", "Hidesign Men Brown Leather Belt", cat=["Accessories", "Belts"], price=700,
-          attrs={"Material": "Leather"}),
-        P("b:belt_s2", "Woodland Men Leather Belt", cat=["Accessories", "Belts"], shop="S2", price=500,
-          attrs={"Material": "Leather"}),
+        P(
+            "b:jeans",
+            "Levis Men Slim Fit Jeans",
+            cat=["Apparel", "Bottomwear", "Jeans"],
+            price=1200,
+            attrs={"Fit": "Slim Fit", "base_colour": "Blue"},
+        ),
+        P(
+            "b:jeans_reg",
+            "Levis Men Regular Fit Jeans",
+            cat=["Apparel", "Bottomwear", "Jeans"],
+            price=1100,
+            attrs={"Fit": "Regular Fit"},
+        ),
+        P(
+            "b:belt",
+            "Woodland Men Brown Leather Belt",
+            cat=["Accessories", "Belts"],
+            price=500,
+            attrs={"Material": "Genuine Leather"},
+        ),
+        P(
+            "b:belt_dear",
+            "Hidesign Men Brown Leather Belt",
+            cat=["Accessories", "Belts"],
+            price=700,
+            attrs={"Material": "Leather"},
+        ),
+        P(
+            "b:belt_s2",
+            "Woodland Men Leather Belt",
+            cat=["Accessories", "Belts"],
+            shop="S2",
+            price=500,
+            attrs={"Material": "Leather"},
+        ),
         P("c:shirt", "Navy Shirt", shop="S2", price=900, attrs={"base_colour": "Navy"}),
-        P("c:jeans", "Slim Jeans", cat=["Apparel", "Bottomwear", "Jeans"], shop="S2", price=900,
-          attrs={"Fit": "Slim"}),
-        P("c:belt", "Leather Belt", cat=["Accessories", "Belts"], shop="S2", price=400,
-          attrs={"Material": "Leather"}),
-        P("x:noprice", "Leather Belt", cat=["Accessories", "Belts"], shop="S1", price=None,
-          attrs={"Material": "Leather"}),
+        P("c:jeans", "Slim Jeans", cat=["Apparel", "Bottomwear", "Jeans"], shop="S2", price=900, attrs={"Fit": "Slim"}),
+        P("c:belt", "Leather Belt", cat=["Accessories", "Belts"], shop="S2", price=400, attrs={"Material": "Leather"}),
+        P(
+            "x:noprice",
+            "Leather Belt",
+            cat=["Accessories", "Belts"],
+            shop="S1",
+            price=None,
+            attrs={"Material": "Leather"},
+        ),
     ]
 }
 
@@ -78,44 +138,78 @@ def lookup(ids):
 
 JUDGE = RuleJudge(lookup)
 
-SINGLE_PREFS = [Preference(attribute="colour", value="navy"), Preference(attribute="size", value="M"),
-                Preference(attribute="fabric", value="cotton")]
+SINGLE_PREFS = [
+    Preference(attribute="colour", value="navy"),
+    Preference(attribute="size", value="M"),
+    Preference(attribute="fabric", value="cotton"),
+]
 
 
 def single_task(prefs=SINGLE_PREFS):
-    return Task(task_id="s1", task_type="single", instruction="I need a casual shirt", user_id="u",
-                history=[SessionRef(session_id="h1", date="2024-01-01")], needle_session_ids=["h1"],
-                preferences=list(prefs),
-                slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:1")])
-
-
-def addon_task(budget=2500.0, voucher=Voucher(shop_id="S1", min_spend=2000, discount=300)):
     return Task(
-        task_id="a1", task_type="addon", instruction="shirt, jeans and a belt from one shop", user_id="u",
-        history=[SessionRef(session_id="h1", date="2024-01-01")], needle_session_ids=["h1"],
-        preferences=[Preference(slot=0, attribute="colour", value="navy"),
-                     Preference(slot=1, attribute="fit", value="slim"),
-                     Preference(slot=2, attribute="material", value="leather")],
-        slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="b:shirt"),
-               ProductSlot(product_type="jeans", category_path=["Apparel", "Bottomwear", "Jeans"],
-                           reference_product_id="b:jeans"),
-               ProductSlot(product_type="belt", category_path=["Accessories", "Belts"], reference_product_id="b:belt")],
-        voucher=voucher, budget=budget, currency="INR",
+        task_id="s1",
+        task_type="single",
+        instruction="I need a casual shirt",
+        user_id="u",
+        history=[SessionRef(session_id="h1", date="2024-01-01")],
+        needle_session_ids=["h1"],
+        preferences=list(prefs),
+        slots=[ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="m:1")],
+    )
+
+
+def addon_task(budget=2500.0, voucher=Voucher(shop_id="S1", min_spend=2000, discount=300)):  # noqa: B008 - immutable
+    return Task(
+        task_id="a1",
+        task_type="addon",
+        instruction="shirt, jeans and a belt from one shop",
+        user_id="u",
+        history=[SessionRef(session_id="h1", date="2024-01-01")],
+        needle_session_ids=["h1"],
+        preferences=[
+            Preference(slot=0, attribute="colour", value="navy"),
+            Preference(slot=1, attribute="fit", value="slim"),
+            Preference(slot=2, attribute="material", value="leather"),
+        ],
+        slots=[
+            ProductSlot(product_type="shirt", category_path=SHIRTS, reference_product_id="b:shirt"),
+            ProductSlot(
+                product_type="jeans", category_path=["Apparel", "Bottomwear", "Jeans"], reference_product_id="b:jeans"
+            ),
+            ProductSlot(product_type="belt", category_path=["Accessories", "Belts"], reference_product_id="b:belt"),
+        ],
+        voucher=voucher,
+        budget=budget,
+        currency="INR",
     )
 
 
 def stage1(identified=None, answer=None):
-    return Trajectory(task_id="t", stage=1, identified_preferences=identified, final_answer=answer,
-                      steps=[Step(assistant_text="...")], termination="answered")
+    return Trajectory(
+        task_id="t",
+        stage=1,
+        identified_preferences=identified,
+        final_answer=answer,
+        steps=[Step(assistant_text="...")],
+        termination="answered",
+    )
 
 
 def stage2(rec, returned=None, answer=None):
     returned = list(rec) if returned is None else returned
-    step = Step(assistant_text="...",
-                tool_calls=[ToolCall(name="product_search", arguments={"query": "q"}, call_id="c0")],
-                tool_results=[ToolResult(call_id="c0", name="product_search", content="...", returned_ids=returned)])
-    return Trajectory(task_id="t", stage=2, recommended_ids=list(rec), final_answer=answer,
-                      steps=[step, Step(assistant_text="<answer>..</answer>")], termination="answered")
+    step = Step(
+        assistant_text="...",
+        tool_calls=[ToolCall(name="product_search", arguments={"query": "q"}, call_id="c0")],
+        tool_results=[ToolResult(call_id="c0", name="product_search", content="...", returned_ids=returned)],
+    )
+    return Trajectory(
+        task_id="t",
+        stage=2,
+        recommended_ids=list(rec),
+        final_answer=answer,
+        steps=[step, Step(assistant_text="<answer>..</answer>")],
+        termination="answered",
+    )
 
 
 # --------------------------------------------------------------------------- normalisation helpers
@@ -162,8 +256,11 @@ def test_relevance():
 
 
 def test_stage1_all_matched_with_other_attribute_names():
-    ident = [Preference(attribute="color", value="Navy Blue"), Preference(attribute="sizes", value="m"),
-             Preference(attribute="material", value="100% cotton")]
+    ident = [
+        Preference(attribute="color", value="Navy Blue"),
+        Preference(attribute="sizes", value="m"),
+        Preference(attribute="material", value="100% cotton"),
+    ]
     v = JUDGE.judge(single_task(), stage1(ident))
     assert (v.judge, v.stage, v.F, v.N, v.b) == ("rule", 1, 3, 1, 0)
     assert (v.q1, v.m1, v.c1, v.success) == (1, 3, None, True)
@@ -200,16 +297,24 @@ def test_stage1_parses_final_answer_when_not_filled():
 
 def test_stage1_addon_c1_and_one_to_one_matching():
     task = addon_task()
-    ident = [Preference(slot=0, attribute="colour", value="navy"), Preference(slot=2, attribute="belt material", value="leather"),
-             Preference(slot=2, attribute="brand", value="Woodland")]
+    ident = [
+        Preference(slot=0, attribute="colour", value="navy"),
+        Preference(slot=2, attribute="belt material", value="leather"),
+        Preference(slot=2, attribute="brand", value="Woodland"),
+    ]
     v = JUDGE.judge(task, stage1(ident))
     assert (v.b, v.q1, v.m1, v.c1, v.success) == (1, 1, 2, 2, False)
     assert stage1_reward(v) == pytest.approx((1 + 2 + 2) / (1 + 3 + 3))
     # two gold preferences with the same value are not both matched by one identified preference
-    gold = [Preference(slot=0, attribute="colour", value="black"), Preference(slot=1, attribute="colour", value="black")]
+    gold = [
+        Preference(slot=0, attribute="colour", value="black"),
+        Preference(slot=1, attribute="colour", value="black"),
+    ]
     assert match_identified(gold, [Preference(attribute="colour", value="black")]).count(None) == 1
-    assert match_identified(gold, [Preference(slot=1, attribute="colour", value="black"),
-                                   Preference(slot=0, attribute="colour", value="black")]) == [1, 0]
+    assert match_identified(
+        gold,
+        [Preference(slot=1, attribute="colour", value="black"), Preference(slot=0, attribute="colour", value="black")],
+    ) == [1, 0]
 
 
 # --------------------------------------------------------------------------- stage 2, single product

@@ -42,10 +42,19 @@ def _slot(p: Product) -> ProductSlot:
 
 def _traj(rec: list[str], returned: list[str] | None = None) -> Trajectory:
     returned = list(rec) if returned is None else returned
-    step = Step(assistant_text="..", tool_calls=[ToolCall(name="product_view", arguments={}, call_id="c")],
-                tool_results=[ToolResult(call_id="c", name="product_view", content="..", returned_ids=returned)])
-    return Trajectory(task_id="t", stage=2, recommended_ids=rec, final_answer=" ".join(f"@REC::{r}@" for r in rec),
-                      steps=[step, Step(assistant_text="<answer>..</answer>")], termination="answered")
+    step = Step(
+        assistant_text="..",
+        tool_calls=[ToolCall(name="product_view", arguments={}, call_id="c")],
+        tool_results=[ToolResult(call_id="c", name="product_view", content="..", returned_ids=returned)],
+    )
+    return Trajectory(
+        task_id="t",
+        stage=2,
+        recommended_ids=rec,
+        final_answer=" ".join(f"@REC::{r}@" for r in rec),
+        steps=[step, Step(assistant_text="<answer>..</answer>")],
+        termination="answered",
+    )
 
 
 def _prefs(p: Product, slot: int) -> list[Preference]:
@@ -65,11 +74,22 @@ def test_valid_alternative_counts_not_only_the_reference(catalog, judge):
             by_key[(tuple(p.category_path), p.attributes["base_colour"], p.attributes["usage"])].append(p)
     key = next(k for k, v in by_key.items() if len(v) >= 2 and k[1] == "Black" and k[0][-1] == "Tshirts")
     ref, alt = by_key[key][:2]
-    other = next(p for p in sorted(catalog.values(), key=lambda p: p.product_id)
-                 if p.category_path == list(key[0]) and p.attributes.get("base_colour") == "White"
-                 and p.attributes.get("usage") == key[2])
-    task = Task(task_id="real1", instruction="a t-shirt", user_id="u", history=[SessionRef(session_id="h", date="2024-01-01")],
-                needle_session_ids=["h"], preferences=_prefs(ref, 0), slots=[_slot(ref)])
+    other = next(
+        p
+        for p in sorted(catalog.values(), key=lambda p: p.product_id)
+        if p.category_path == list(key[0])
+        and p.attributes.get("base_colour") == "White"
+        and p.attributes.get("usage") == key[2]
+    )
+    task = Task(
+        task_id="real1",
+        instruction="a t-shirt",
+        user_id="u",
+        history=[SessionRef(session_id="h", date="2024-01-01")],
+        needle_session_ids=["h"],
+        preferences=_prefs(ref, 0),
+        slots=[_slot(ref)],
+    )
 
     v_ref = judge.judge(task, _traj([ref.product_id]))
     v_alt = judge.judge(task, _traj([alt.product_id]))
@@ -93,8 +113,14 @@ def test_valid_alternative_counts_not_only_the_reference(catalog, judge):
 def bundle(catalog):
     """Three priced products of one real shop from three different categories, each with a colour,
     plus, per slot, a same-category product with the same colour and usage from another shop."""
-    shop = sorted((p for p in catalog.values() if p.shop_id == SHOP and p.price and p.attributes.get("base_colour")
-                   and p.attributes.get("usage")), key=lambda p: p.product_id)
+    shop = sorted(
+        (
+            p
+            for p in catalog.values()
+            if p.shop_id == SHOP and p.price and p.attributes.get("base_colour") and p.attributes.get("usage")
+        ),
+        key=lambda p: p.product_id,
+    )
     by_cat: dict[str, list[Product]] = defaultdict(list)
     for p in shop:
         by_cat[p.category].append(p)
@@ -117,10 +143,19 @@ def bundle(catalog):
 
 
 def _addon(products: list[Product], *, budget, voucher) -> Task:
-    return Task(task_id="real-addon", task_type="addon", instruction="three items from one shop", user_id="u",
-                history=[SessionRef(session_id="h", date="2024-01-01")], needle_session_ids=["h"],
-                preferences=[g for s, p in enumerate(products) for g in _prefs(p, s)],
-                slots=[_slot(p) for p in products], voucher=voucher, budget=budget, currency="INR")
+    return Task(
+        task_id="real-addon",
+        task_type="addon",
+        instruction="three items from one shop",
+        user_id="u",
+        history=[SessionRef(session_id="h", date="2024-01-01")],
+        needle_session_ids=["h"],
+        preferences=[g for s, p in enumerate(products) for g in _prefs(p, s)],
+        slots=[_slot(p) for p in products],
+        voucher=voucher,
+        budget=budget,
+        currency="INR",
+    )
 
 
 def test_addon_real_bundle_budget_after_voucher(judge, bundle):

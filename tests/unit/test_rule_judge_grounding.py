@@ -12,7 +12,9 @@ from shopping_companion.types import Preference, ProductSlot, Session, SessionRe
 
 def _task() -> Task:
     return Task(
-        task_id="t1", instruction="Find me a t-shirt.", user_id="u",
+        task_id="t1",
+        instruction="Find me a t-shirt.",
+        user_id="u",
         history=[SessionRef(session_id="s1", date="2023-01-01"), SessionRef(session_id="s2", date="2023-01-03")],
         needle_session_ids=["s2"],
         preferences=[Preference(attribute="colour", value="Navy Blue"), Preference(attribute="fabric", value="Cotton")],
@@ -21,17 +23,32 @@ def _task() -> Task:
 
 
 SESSIONS = {
-    "s1": Session(session_id="s1", turns=[Turn(role="user", content="Book a table in San Jose."),
-                                          Turn(role="assistant", content="Sure, black tie dress code.")]),
-    "s2": Session(session_id="s2", turns=[Turn(role="user", content="I'm always in navy blue, and only cotton works."),
-                                          Turn(role="assistant", content="Noted.")]),
+    "s1": Session(
+        session_id="s1",
+        turns=[
+            Turn(role="user", content="Book a table in San Jose."),
+            Turn(role="assistant", content="Sure, black tie dress code."),
+        ],
+    ),
+    "s2": Session(
+        session_id="s2",
+        turns=[
+            Turn(role="user", content="I'm always in navy blue, and only cotton works."),
+            Turn(role="assistant", content="Noted."),
+        ],
+    ),
 }
 
 
 def _traj(values: list[str]) -> Trajectory:
     prefs = [{"attribute": "x", "value": v} for v in values]
-    return Trajectory(task_id="t1", stage=1, final_answer=json.dumps({"preferences": prefs}),
-                      identified_preferences=[Preference(attribute="x", value=v) for v in values], termination="answered")
+    return Trajectory(
+        task_id="t1",
+        stage=1,
+        final_answer=json.dumps({"preferences": prefs}),
+        identified_preferences=[Preference(attribute="x", value=v) for v in values],
+        termination="answered",
+    )
 
 
 def test_grounded_answer_keeps_q1():
@@ -46,14 +63,16 @@ def test_spammed_values_lose_q1_and_reward():
     # request, or never said by the user, is spurious: q1 = 0, R1 drops, no stage-1 success
     assert v.q1 == 0 and v.m1 == 2 and v.h1 == 5 and not v.success
     assert any("spurious: x=black" in r for r in v.reasons)
-    assert stage1_reward(v) < stage1_reward(RuleJudge(lambda ids: {}, sessions=SESSIONS).judge(
-        _task(), _traj(["navy blue", "cotton"])))
+    assert stage1_reward(v) < stage1_reward(
+        RuleJudge(lambda ids: {}, sessions=SESSIONS).judge(_task(), _traj(["navy blue", "cotton"]))
+    )
 
 
 def test_ungrounded_extra_on_another_attribute_is_spurious_only_with_sessions():
     # "slim fit" is on an attribute the user has no preference about; it is said in no user turn,
     # which the judge can only know when it has the sessions
-    assert RuleJudge(lambda ids: {}, sessions=SESSIONS).judge(
-        _task(), _traj(["navy blue", "cotton", "slim fit"])).h1 == 1
+    assert (
+        RuleJudge(lambda ids: {}, sessions=SESSIONS).judge(_task(), _traj(["navy blue", "cotton", "slim fit"])).h1 == 1
+    )
     v = RuleJudge(lambda ids: {}).judge(_task(), _traj(["navy blue", "cotton", "slim fit"]))
     assert (v.q1, v.h1, v.success) == (1, 0, True)

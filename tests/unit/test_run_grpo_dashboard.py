@@ -19,7 +19,7 @@ def _env(tmp_path: Path, **extra: str) -> tuple[dict[str, str], Path]:
     bin_.mkdir(exist_ok=True)
     log = tmp_path / "ray.args"
     (bin_ / "ray").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{log}'\n[ \"$1\" = status ] && exit 1\nexit 0\n")
-    (bin_ / "python").write_text("#!/bin/sh\necho \"ARGS $*\"\n")
+    (bin_ / "python").write_text('#!/bin/sh\necho "ARGS $*"\n')
     for f in bin_.iterdir():
         f.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "SHOPCOMP_RAY_DASHBOARD_HOST"}
@@ -29,8 +29,9 @@ def _env(tmp_path: Path, **extra: str) -> tuple[dict[str, str], Path]:
 
 def _head(tmp_path: Path, args: list[str], **extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     env, log = _env(tmp_path, **extra)
-    r = subprocess.run(["bash", str(SCRIPT), "head", *args], env=env, cwd=tmp_path, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        ["bash", str(SCRIPT), "head", *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     calls = log.read_text().splitlines() if log.exists() else []
     return r, calls
 
@@ -77,8 +78,14 @@ def test_train_starts_a_local_head_on_loopback_too(tmp_path):
     data.mkdir()
     (data / "train.parquet").write_bytes(b"")
     env, log = _env(tmp_path)
-    r = subprocess.run(["bash", str(SCRIPT), "train", "--data", str(data)], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", str(SCRIPT), "train", "--data", str(data)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     start = [c for c in log.read_text().splitlines() if c.startswith("start")]
     assert len(start) == 1 and _dashboard_host(start[0]) == "127.0.0.1"

@@ -24,7 +24,12 @@ from shopping_companion.benchmark.synth import (
     synthesize,
     write_benchmark,
 )
-from shopping_companion.benchmark.synthesis.catalog_view import CatalogView, product_features, product_type, with_article
+from shopping_companion.benchmark.synthesis.catalog_view import (
+    CatalogView,
+    product_features,
+    product_type,
+    with_article,
+)
 from shopping_companion.benchmark.synthesis.common import count_tokens, run_search
 from shopping_companion.benchmark.synthesis.conflicts import ConflictDetector, WantedFeature
 from shopping_companion.benchmark.synthesis.haystack import HaystackPool, session_tokens
@@ -79,13 +84,21 @@ def amazon_products(per_type: int = 14, seed: int = 3) -> list[Product]:
                 details["Brand"] = store
                 details["Product Dimensions"] = "4 x 4 x 5 inches"  # logistics detail: never a preference
                 title = f"{store} {details[keys[0]]} {path[-1][:-1]} {n}"
-                out.append(Product(
-                    product_id=f"amazon2023:B0{n:07d}", title=title, source="amazon2023_test", shop="Amazon.com",
-                    shop_id=make_shop_id("Amazon.com", None, store), brand=store,
-                    price=float(rng.randint(lo, hi)) + rng.choice([0.0, 0.49, 0.99]), currency="USD",
-                    category_path=path, description=f"A {details.get('Style', 'nice').lower()} item.",
-                    attributes=details,
-                ))
+                out.append(
+                    Product(
+                        product_id=f"amazon2023:B0{n:07d}",
+                        title=title,
+                        source="amazon2023_test",
+                        shop="Amazon.com",
+                        shop_id=make_shop_id("Amazon.com", None, store),
+                        brand=store,
+                        price=float(rng.randint(lo, hi)) + rng.choice([0.0, 0.49, 0.99]),
+                        currency="USD",
+                        category_path=path,
+                        description=f"A {details.get('Style', 'nice').lower()} item.",
+                        attributes=details,
+                    )
+                )
     return out
 
 
@@ -105,16 +118,25 @@ def pool(sgd_sessions):
 
 
 def small_config(**kw) -> SynthConfig:
-    base = dict(n_tasks=10, addon_share=0.5, seed=11, sessions_per_user=8, max_session_tokens=400,
-                test_fraction=0.2, alternatives_cap=10_000)
+    base = dict(
+        n_tasks=10,
+        addon_share=0.5,
+        seed=11,
+        sessions_per_user=8,
+        max_session_tokens=400,
+        test_fraction=0.2,
+        alternatives_cap=10_000,
+    )
     base.update(kw)
     return SynthConfig(**base)
 
 
 def toy_searcher(products):
     """A bag-of-words ranker over the test catalog with the shop filter (for the searchable check)."""
-    docs = {p.product_id: set(normalize_tokens(" ".join([p.title, *p.attributes.values(), *p.category_path])))
-            for p in products}
+    docs = {
+        p.product_id: set(normalize_tokens(" ".join([p.title, *p.attributes.values(), *p.category_path])))
+        for p in products
+    }
     shop = {p.product_id: p.shop_id for p in products}
 
     def search(query, top_k, shop_id=None):
@@ -147,7 +169,9 @@ def test_features_come_from_details_and_skip_logistics(products):
     assert {"colour", "material", "style", "finish type", "brand"} <= labels
     assert "product dimensions" not in labels
     for f in feats:  # every gold label ties back to the product's attribute under the judge
-        pref = __import__("shopping_companion.types", fromlist=["Preference"]).Preference(attribute=f.label, value=f.value)
+        pref = __import__("shopping_companion.types", fromlist=["Preference"]).Preference(
+            attribute=f.label, value=f.value
+        )
         assert product_satisfies(products[0], pref), f
     view = CatalogView(products)
     assert view.report["eligible"] == len(products)
@@ -209,14 +233,26 @@ def test_alternative_counts_match_brute_force(built, products):
     for t in built.tasks:
         if t.task_type == "single":
             slot = t.slots[0]
-            brute = sum(1 for p in products if p.product_id != slot.reference_product_id and is_relevant(p, slot)
-                        and all(product_satisfies(p, g) for g in t.preferences))
+            brute = sum(
+                1
+                for p in products
+                if p.product_id != slot.reference_product_id
+                and is_relevant(p, slot)
+                and all(product_satisfies(p, g) for g in t.preferences)
+            )
         else:
             cands = []
             for s, slot in enumerate(t.slots):
                 prefs = [g for g in t.preferences if g.slot == s]
-                cands.append([p for p in products if p.shop_id == t.voucher.shop_id and is_relevant(p, slot)
-                              and all(product_satisfies(p, g) for g in prefs)])
+                cands.append(
+                    [
+                        p
+                        for p in products
+                        if p.shop_id == t.voucher.shop_id
+                        and is_relevant(p, slot)
+                        and all(product_satisfies(p, g) for g in prefs)
+                    ]
+                )
             brute = -1  # the reference bundle itself is not an alternative
             for combo in itertools.product(*cands):
                 total, discount, _ = bundle_cost(list(combo), t)
@@ -337,7 +373,9 @@ def test_attribute_poor_catalog_is_a_clear_error(products, pool):
 def test_too_few_products_per_shop_for_addon(products, pool, tmp_path):
     # every store sells one product type only: no add-on deal is possible
     one_type = [p for p in products if p.category_path[-1] == "Coffee Mugs"]
-    with pytest.raises(SynthError, match=r"add-on deals need a shop offering at least 2 product types.*allow_shortfall"):
+    with pytest.raises(
+        SynthError, match=r"add-on deals need a shop offering at least 2 product types.*allow_shortfall"
+    ):
         build_benchmark(tmp_path / "bad", one_type, pool, small_config())
     assert not (tmp_path / "bad" / "manifest.json").exists()
     out = build_benchmark(tmp_path / "ok", one_type, pool, small_config(allow_shortfall=True))
@@ -354,8 +392,9 @@ def test_haystack_meets_session_and_token_targets(sgd_sessions):
     from shopping_companion.memory.loaders import load_sharegpt
 
     sg, _ = load_sharegpt(limit=3000)
-    pool = HaystackPool(list(sgd_sessions[:1500]) + sg, seed=1, max_session_tokens=6000, pool_size=2000,
-                        sharegpt_share=0.8, needed=40)
+    pool = HaystackPool(
+        list(sgd_sessions[:1500]) + sg, seed=1, max_session_tokens=6000, pool_size=2000, sharegpt_share=0.8, needed=40
+    )
     assert len(pool) == 2000 and len(pool.long) == 1600
     rng = random.Random(0)
     for target in (40_000, 60_000):
@@ -399,18 +438,20 @@ def test_conflict_detector_finds_contradictions_only():
         found = det.find(_session("s-" + kind + text[:5], text), feats, brands)
         assert [c.kind for c in found] == [kind], (text, found)
     fine = [
-        "I love navy blue, always have.",                       # agrees
-        "I always wear black jeans to work.",                   # about another requested product
-        "The sky was blue and we loved the beach.",             # no shopping context
+        "I love navy blue, always have.",  # agrees
+        "I always wear black jeans to work.",  # about another requested product
+        "The sky was blue and we loved the beach.",  # no shopping context
         "When I have a choice I go for navy blue; other shades never look right.",  # negation elsewhere
-        "Can you book a table for two at 7 pm?",                # no preference cue
-        "I like blue, especially navy blue.",                   # compatible values
-        "I wear size M.",                                       # offered size
+        "Can you book a table for two at 7 pm?",  # no preference cue
+        "I like blue, especially navy blue.",  # compatible values
+        "I wear size M.",  # offered size
     ]
     for text in fine:
         assert det.find(_session("f-" + text[:8], text), feats, brands) == [], text
     # assistant turns are never statements of the user
-    s = Session(session_id="a1", turns=[Turn(role="user", content="hi"), Turn(role="assistant", content="I always wear black.")])
+    s = Session(
+        session_id="a1", turns=[Turn(role="user", content="hi"), Turn(role="assistant", content="I always wear black.")]
+    )
     assert det.find(s, feats, brands) == []
 
 
@@ -420,8 +461,15 @@ def test_token_sets_are_supersets_of_judge_tokens(catalog_products):
     for i in rng.sample(range(len(matcher.products)), 1500):
         p = matcher.products[i]
         true = set()
-        for f in (p.title, p.brand, p.description, *p.features, *p.attributes.values(), *p.category_path,
-                  *[o for v in p.options.values() for o in v]):
+        for f in (
+            p.title,
+            p.brand,
+            p.description,
+            *p.features,
+            *p.attributes.values(),
+            *p.category_path,
+            *[o for v in p.options.values() for o in v],
+        ):
             true.update(normalize_tokens(f))
         assert true <= matcher.token_set(i), p.product_id
     odd = Product(product_id="x:1", title="Insignia™ Café naïve STRAPS", source="x", shop="x", shop_id="x")

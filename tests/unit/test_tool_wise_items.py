@@ -26,18 +26,31 @@ class FakeMemory:
 
 
 def hit(sid: str, ti: int) -> dict:
-    return {"session_id": sid, "turn_index": ti, "role": "user", "date": "2024-01-01", "score": 0.5,
-            "snippet": f"turn {ti} of {sid}", "query": "q"}
+    return {
+        "session_id": sid,
+        "turn_index": ti,
+        "role": "user",
+        "date": "2024-01-01",
+        "score": 0.5,
+        "snippet": f"turn {ti} of {sid}",
+        "query": "q",
+    }
 
 
 HITS = [hit("gold", i) for i in range(10)] + [hit(f"other{k}", 0) for k in range(5)]
 
 
 def task() -> Task:
-    return Task(task_id="t", task_type="single", instruction="x", user_id="u",
-                history=[SessionRef(session_id=s, date="2024-01-01") for s in ["gold"] + [f"other{k}" for k in range(5)]],
-                needle_session_ids=["gold"], preferences=[Preference(attribute="colour", value="navy")],
-                slots=[ProductSlot(product_type="shirt", reference_product_id="p:1")])
+    return Task(
+        task_id="t",
+        task_type="single",
+        instruction="x",
+        user_id="u",
+        history=[SessionRef(session_id=s, date="2024-01-01") for s in ["gold"] + [f"other{k}" for k in range(5)]],
+        needle_session_ids=["gold"],
+        preferences=[Preference(attribute="colour", value="navy")],
+        slots=[ProductSlot(product_type="shirt", reference_product_id="p:1")],
+    )
 
 
 def search(box: ToolBox, max_chars: int | None = None) -> ToolResult:
@@ -54,8 +67,17 @@ def test_mem_search_lists_one_session_id_per_retrieved_turn():
 def test_ten_gold_turns_and_five_other_sessions_score_ten_fifteenths():
     res = search(ToolBox(products=None, memory=FakeMemory(HITS)))  # type: ignore[arg-type]
     assert memory_call_reward(res, ["gold"]) == pytest.approx(10 / 15)
-    t = Trajectory(task_id="t", stage=1, steps=[Step(assistant_text="x", tool_calls=[
-        ToolCall(name="mem_search", arguments={}, call_id="c0")], tool_results=[res])])
+    t = Trajectory(
+        task_id="t",
+        stage=1,
+        steps=[
+            Step(
+                assistant_text="x",
+                tool_calls=[ToolCall(name="mem_search", arguments={}, call_id="c0")],
+                tool_results=[res],
+            )
+        ],
+    )
     assert tool_wise_reward(t, task()) == (pytest.approx(10 / 15), [pytest.approx(10 / 15)])
 
 
@@ -67,13 +89,30 @@ def test_same_turn_twice_is_one_item():
 
 def test_memory_reward_counts_items_for_search_and_sessions_for_view():
     ids = ["gold"] * 10 + [f"other{k}" for k in range(5)]
-    assert memory_call_reward(ToolResult(call_id="c", name="mem_search", content="", returned_ids=ids), ["gold"]) == pytest.approx(10 / 15)
+    assert memory_call_reward(
+        ToolResult(call_id="c", name="mem_search", content="", returned_ids=ids), ["gold"]
+    ) == pytest.approx(10 / 15)
     # mem_view items are the distinct sessions viewed
-    assert memory_call_reward(ToolResult(call_id="c", name="mem_view", content="", returned_ids=["gold", "gold", "x"]), ["gold"]) == 0.5
+    assert (
+        memory_call_reward(
+            ToolResult(call_id="c", name="mem_view", content="", returned_ids=["gold", "gold", "x"]), ["gold"]
+        )
+        == 0.5
+    )
     # product tools: a product is one item however often it is listed
-    assert product_call_reward(ToolResult(call_id="c", name="product_search", content="", returned_ids=["p:1", "p:1", "b"]), ["p:1"]) == 0.5
+    assert (
+        product_call_reward(
+            ToolResult(call_id="c", name="product_search", content="", returned_ids=["p:1", "p:1", "b"]), ["p:1"]
+        )
+        == 0.5
+    )
     # errors and empty results still score 0
-    assert memory_call_reward(ToolResult(call_id="c", name="mem_search", content="", returned_ids=["gold"], error="bad"), ["gold"]) == 0.0
+    assert (
+        memory_call_reward(
+            ToolResult(call_id="c", name="mem_search", content="", returned_ids=["gold"], error="bad"), ["gold"]
+        )
+        == 0.0
+    )
     assert memory_call_reward(ToolResult(call_id="c", name="mem_search", content=""), ["gold"]) == 0.0
 
 
@@ -92,6 +131,15 @@ def test_readers_of_returned_ids_accept_repeated_session_ids():
     # the judges and the taxonomy read returned ids as sets (product tools only); a repeated memory
     # id must not break the tool-wise mean or the trajectory pairing
     res = ToolResult(call_id="c0", name="mem_search", content="", returned_ids=["gold", "gold", "x"])
-    t = Trajectory(task_id="t", stage=1, steps=[Step(assistant_text="x", tool_calls=[
-        ToolCall(name="mem_search", arguments={}, call_id="c0")], tool_results=[res])])
+    t = Trajectory(
+        task_id="t",
+        stage=1,
+        steps=[
+            Step(
+                assistant_text="x",
+                tool_calls=[ToolCall(name="mem_search", arguments={}, call_id="c0")],
+                tool_results=[res],
+            )
+        ],
+    )
     assert tool_wise_reward(t, task())[1] == [pytest.approx(2 / 3)]

@@ -27,10 +27,12 @@ def test_every_reward_function_is_none_for_an_unscored_completion() -> None:
 
 def test_unscored_shares_are_logged_per_batch() -> None:
     trainer = SimpleNamespace(_metrics={"train": defaultdict(list), "eval": defaultdict(list)})
-    eps = [SimpleNamespace(judge_failed=None, deadline_missed=False),
-           SimpleNamespace(judge_failed="scoring deadline missed", deadline_missed=True),
-           SimpleNamespace(judge_failed="judge error", deadline_missed=False),
-           SimpleNamespace(judge_failed=None, deadline_missed=False)]
+    eps = [
+        SimpleNamespace(judge_failed=None, deadline_missed=False),
+        SimpleNamespace(judge_failed="scoring deadline missed", deadline_missed=True),
+        SimpleNamespace(judge_failed="judge error", deadline_missed=False),
+        SimpleNamespace(judge_failed=None, deadline_missed=False),
+    ]
     _log_unscored(trainer, True, eps)
     assert trainer._metrics["train"]["shopcomp/deadline_missed"] == [0.25]
     assert trainer._metrics["train"]["shopcomp/unscored"] == [0.5]

@@ -78,6 +78,10 @@ def rl_kit(catalog_products, sgd_sessions, product_search, embedder):
     tasks = tasks + [addon.task]
     kit = EnvKit(product_search, embedder, pool)
     return EnvResources(
-        tasks={t.task_id: t for t in tasks}, sessions=pool, products=product_search, embedder=embedder,
-        judge=kit.judge, reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
+        tasks={t.task_id: t for t in tasks},
+        sessions=pool,
+        products=product_search,
+        embedder=embedder,
+        judge=kit.judge,
+        reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
     )

@@ -36,12 +36,19 @@ class TinyModelServer:
         torch = self._torch
         n = max(1, min(int(sp.get("max_tokens", self.max_new_tokens)), self.max_new_tokens))
         temp = float(sp.get("temperature", 0.0) or 0.0)
-        kw: dict[str, Any] = {"max_new_tokens": n, "eos_token_id": self.tok.eos_token_id,
-                              "pad_token_id": self.tok.pad_token_id}
+        kw: dict[str, Any] = {
+            "max_new_tokens": n,
+            "eos_token_id": self.tok.eos_token_id,
+            "pad_token_id": self.tok.pad_token_id,
+        }
         if temp > 0:
             top_k = sp.get("top_k")
-            kw.update(do_sample=True, temperature=temp, top_p=float(sp.get("top_p", 1.0)),
-                      top_k=int(top_k) if top_k and int(top_k) > 0 else None)
+            kw.update(
+                do_sample=True,
+                temperature=temp,
+                top_p=float(sp.get("top_p", 1.0)),
+                top_k=int(top_k) if top_k and int(top_k) > 0 else None,
+            )
         else:
             kw.update(do_sample=False)
         with self._lock, torch.no_grad():
@@ -49,10 +56,9 @@ class TinyModelServer:
             torch.manual_seed(self.seed + self.calls)
             x = torch.tensor([prompt_ids])
             out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
-        return out[0, len(prompt_ids):].tolist()
+        return out[0, len(prompt_ids) :].tolist()
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any):
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
         from verl.workers.rollout.replica import TokenOutput
 
         ids = await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
@@ -65,8 +71,14 @@ class ScriptedServer:
     GRPO group of an even size gets exactly half gold and half wrong answers. ``wrong_tasks``: every
     stage-2 trajectory of these task ids recommends ``wrong_id`` (no dependence on arrival order)."""
 
-    def __init__(self, tokenizer: Any, tasks: list[Task], wrong_id: str | None = None, mix: bool = False,
-                 wrong_tasks: set[str] | frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        tasks: list[Task],
+        wrong_id: str | None = None,
+        mix: bool = False,
+        wrong_tasks: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
         self.tok = tokenizer
         self.tasks = tasks
         self.wrong_id = wrong_id
@@ -81,8 +93,7 @@ class ScriptedServer:
                 return t
         raise LookupError("no task matches the prompt")
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any):
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
         from verl.workers.rollout.replica import TokenOutput
 
         text = self.tok.decode(prompt_ids, skip_special_tokens=False)
@@ -116,8 +127,15 @@ class LocalReward:
         return self.worker.compute_score(data)
 
 
-def verl_config(model_dir: str, agent_loop_yaml: str, *, prompt_length: int = 8192, response_length: int = 4096,
-                max_turns: int = 6, rubric: str = "paper"):
+def verl_config(
+    model_dir: str,
+    agent_loop_yaml: str,
+    *,
+    prompt_length: int = 8192,
+    response_length: int = 4096,
+    max_turns: int = 6,
+    rubric: str = "paper",
+):
     """verl's generated PPO config with our hooks set (what configs/grpo/*.yaml set on a cluster)."""
     import os
 

@@ -44,7 +44,9 @@ def test_variants_compose_with_verl_and_hold_the_paper_settings(variant, rubric)
 
     from shopping_companion.trainers.verl_agent_loop import ShoppingCompanionAgentLoopManager
 
-    assert load_class_from_fqn(r.agent.agent_loop_manager_class, "AgentLoopManager") is ShoppingCompanionAgentLoopManager
+    assert (
+        load_class_from_fqn(r.agent.agent_loop_manager_class, "AgentLoopManager") is ShoppingCompanionAgentLoopManager
+    )
     assert cfg.trainer.use_v1 is False  # the RayPPOTrainer path that manager belongs to
     with pytest.raises(ValueError, match="use_v1"):  # verl's v1 trainer would wait forever on this manager
         ShoppingCompanionAgentLoopManager(OmegaConf.merge(cfg, {"trainer": {"use_v1": True}}), llm_client=None)
@@ -56,5 +58,6 @@ def test_variants_compose_with_verl_and_hold_the_paper_settings(variant, rubric)
 
     fn = get_custom_reward_fn(cfg)
     br = {"total": 3.0, "components": {"R_z": 1.0, "R_tool": 1.0, "R_fmt": 1.0}}
-    assert fn(data_source="shopping_companion", solution_str="", ground_truth="{}",
-              extra_info={"shopcomp_reward": br})["score"] == (3.0 if rubric == "paper" else 2.0)
+    assert fn(data_source="shopping_companion", solution_str="", ground_truth="{}", extra_info={"shopcomp_reward": br})[
+        "score"
+    ] == (3.0 if rubric == "paper" else 2.0)

@@ -21,8 +21,10 @@ def _batch(scores, masks, uids, length=4):
     rewards = torch.zeros(n, length)
     rewards[:, -1] = torch.tensor(scores, dtype=torch.float32)
     mask = torch.tensor([[m] * length for m in masks], dtype=torch.float32)
-    return DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
-                               non_tensors={"uid": np.array(uids, dtype=object)})
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
 
 
 def _advantages(adv_estimator, data):

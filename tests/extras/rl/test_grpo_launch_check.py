@@ -13,7 +13,7 @@ from tests.extras.rl.conftest import require
 
 require("verl", "hydra")
 
-from shopping_companion.trainers.cli import launch_command  # noqa: E402
+from shopping_companion.trainers.launch import launch_command  # noqa: E402
 from shopping_companion.trainers.launch_check import check_launch  # noqa: E402
 from shopping_companion.types import Preference, ProductSlot, SessionRef, Task  # noqa: E402
 
@@ -25,18 +25,31 @@ def _sessions_of(tasks) -> str:
     from shopping_companion.types import Session, Turn
 
     ids = sorted({r.session_id for t in tasks for r in t.history})
-    return "".join(Session(session_id=i, date="2024-01-01",
-                           turns=[Turn(role="user", content="I like black shoes.")]).model_dump_json() + "\n"
-                   for i in ids)
+    return "".join(
+        Session(
+            session_id=i, date="2024-01-01", turns=[Turn(role="user", content="I like black shoes.")]
+        ).model_dump_json()
+        + "\n"
+        for i in ids
+    )
 
 
 def _bench(root: Path) -> Path:
     bench = root / "bench"
     bench.mkdir()
-    tasks = [Task(task_id=f"t{i}", split="train" if i < 6 else "test", instruction=f"I need shoes number {i}.",
-                  user_id=f"u{i}", history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
-                  needle_session_ids=[f"s{i}"], preferences=[Preference(attribute="base_colour", value="Black")],
-                  slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")]) for i in range(8)]
+    tasks = [
+        Task(
+            task_id=f"t{i}",
+            split="train" if i < 6 else "test",
+            instruction=f"I need shoes number {i}.",
+            user_id=f"u{i}",
+            history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
+            needle_session_ids=[f"s{i}"],
+            preferences=[Preference(attribute="base_colour", value="Black")],
+            slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")],
+        )
+        for i in range(8)
+    ]
     (bench / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
     (bench / "sessions.jsonl").write_text(_sessions_of(tasks))
     (bench / "manifest.json").write_text("{}")
@@ -45,10 +58,22 @@ def _bench(root: Path) -> Path:
 
 def test_gpu_smoke_script_prepares_rows_and_its_config_passes_the_check(tmp_path, tool_model_dir):
     bench = _bench(tmp_path)
-    env = {**os.environ, "CHECK_ONLY": "1", "MODEL": str(tool_model_dir), "BENCH": str(bench),
-           "OUT": str(tmp_path / "smoke"), "PYTHON": sys.executable}
-    r = subprocess.run(["bash", str(REPO / "scripts" / "gpu_smoke.sh")], env=env, capture_output=True, text=True,
-                       timeout=300, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "CHECK_ONLY": "1",
+        "MODEL": str(tool_model_dir),
+        "BENCH": str(bench),
+        "OUT": str(tmp_path / "smoke"),
+        "PYTHON": sys.executable,
+    }
+    r = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_smoke.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("launch check passed: "))
     summary = json.loads(line.split(": ", 1)[1])
@@ -60,19 +85,33 @@ def test_gpu_smoke_script_prepares_rows_and_its_config_passes_the_check(tmp_path
 
 
 def test_check_names_each_problem(tmp_path, tool_model_dir):
-    cmd = launch_command("gpu_smoke", str(tmp_path / "no-model"), tmp_path / "no-data",
-                         ["algorithm.adv_estimator=not_an_estimator", "trainer.use_v1=true",
-                          "reward.custom_reward_function.reward_kwargs.rubric=no_such_rubric"])
+    cmd = launch_command(
+        "gpu_smoke",
+        str(tmp_path / "no-model"),
+        tmp_path / "no-data",
+        [
+            "algorithm.adv_estimator=not_an_estimator",
+            "trainer.use_v1=true",
+            "reward.custom_reward_function.reward_kwargs.rubric=no_such_rubric",
+        ],
+    )
     problems, _ = check_launch(cmd)
     text = "\n".join(problems)
-    for needle in ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "algorithm.adv_estimator",
-                   "trainer.use_v1=true", "rubric"):
+    for needle in (
+        "data.train_files",
+        "data.val_files",
+        "actor_rollout_ref.model.path",
+        "algorithm.adv_estimator",
+        "trainer.use_v1=true",
+        "rubric",
+    ):
         assert needle in text, (needle, text)
     problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), tmp_path, ["data.no_such_key=1"]))
     assert len(problems) == 1 and problems[0].startswith("hydra overrides:")
     # verl's own validate_config runs too
-    problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), tmp_path, [
-        "actor_rollout_ref.rollout.temperature=0"]))  # validation samples (do_sample) at temperature 0
+    problems, _ = check_launch(
+        launch_command("gpu_smoke", str(tool_model_dir), tmp_path, ["actor_rollout_ref.rollout.temperature=0"])
+    )  # validation samples (do_sample) at temperature 0
     assert any(p.startswith("verl validate_config") for p in problems), problems
 
 
@@ -82,8 +121,9 @@ def test_paper_configs_pass_and_a_batch_larger_than_the_data_is_refused(tmp_path
 
     prepare_datasets(bench, tmp_path / "data")  # 6 train tasks -> 12 rows, 2 test tasks -> 4 rows
     for variant in ("outcome_tool", "outcome_only"):
-        problems, summary = check_launch(launch_command(variant, str(tool_model_dir), tmp_path / "data",
-                                                        ["data.train_batch_size=8"]))
+        problems, summary = check_launch(
+            launch_command(variant, str(tool_model_dir), tmp_path / "data", ["data.train_batch_size=8"])
+        )
         assert problems == [] and summary["trajectories_per_step"] == 64 and summary["lora_rank"] == 64
     problems, _ = check_launch(launch_command("outcome_tool", str(tool_model_dir), tmp_path / "data", []))
     assert len(problems) == 1 and "data.train_batch_size: 16 prompts per step" in problems[0]
@@ -97,11 +137,13 @@ def test_odd_values_are_problems_not_tracebacks_and_foreign_rows_are_refused(tmp
 
     prepare_datasets(_bench(tmp_path), tmp_path / "data")
     data = tmp_path / "data"
-    for override, key in [("data.train_batch_size=abc", "data.train_batch_size"),
-                          ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n"),
-                          ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=null", "max_assistant_turns"),
-                          ("trainer.n_gpus_per_node=null", "validate_config"),
-                          ("data.train_files=null", "data.train_files")]:
+    for override, key in [
+        ("data.train_batch_size=abc", "data.train_batch_size"),
+        ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n"),
+        ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=null", "max_assistant_turns"),
+        ("trainer.n_gpus_per_node=null", "validate_config"),
+        ("data.train_files=null", "data.train_files"),
+    ]:
         problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), data, [override]))
         assert any(key in p for p in problems), (override, problems)
     # verl takes a list of files
@@ -111,8 +153,14 @@ def test_odd_values_are_problems_not_tracebacks_and_foreign_rows_are_refused(tmp
     # rows of another agent loop, without our extra_info
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    table = pa.table({"prompt": [[{"role": "user", "content": "hi"}]] * 4, "agent_name": ["tool_agent"] * 4,
-                      "extra_info": [{"index": i} for i in range(4)], "reward_model": [{"ground_truth": "x"}] * 4})
+    table = pa.table(
+        {
+            "prompt": [[{"role": "user", "content": "hi"}]] * 4,
+            "agent_name": ["tool_agent"] * 4,
+            "extra_info": [{"index": i} for i in range(4)],
+            "reward_model": [{"ground_truth": "x"}] * 4,
+        }
+    )
     for f in ("train.parquet", "test.parquet"):
         pq.write_table(table, foreign / f)
     problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), foreign, []))
@@ -129,7 +177,7 @@ def test_paths_needing_quotes_bad_registries_and_odd_summary_values(tmp_path, to
 
     from shopping_companion.trainers.rows import prepare_datasets
 
-    prepare_datasets(_bench(tmp_path), tmp_path / "data, v2")   # a comma and a space in the path
+    prepare_datasets(_bench(tmp_path), tmp_path / "data, v2")  # a comma and a space in the path
     model = tmp_path / "models" / "m,1"
     shutil.copytree(tool_model_dir, model)
     problems, summary = check_launch(launch_command("gpu_smoke", str(model), tmp_path / "data, v2", []))
@@ -137,16 +185,39 @@ def test_paths_needing_quotes_bad_registries_and_odd_summary_values(tmp_path, to
     bad = tmp_path / "loops.yaml"
     for text, msg in (("- name: [unclosed\n", "not valid YAML"), ("5\n", "must be a list")):
         bad.write_text(text)
-        problems, _ = check_launch(launch_command("gpu_smoke", str(model), tmp_path / "data, v2", [
-            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={bad}"]))
+        problems, _ = check_launch(
+            launch_command(
+                "gpu_smoke",
+                str(model),
+                tmp_path / "data, v2",
+                [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={bad}"],
+            )
+        )
         assert any(msg in p for p in problems), problems
-    problems, _ = check_launch(launch_command("gpu_smoke", str(model), tmp_path / "data, v2",
-                                              ["trainer.n_gpus_per_node=abc"]))
+    problems, _ = check_launch(
+        launch_command("gpu_smoke", str(model), tmp_path / "data, v2", ["trainer.n_gpus_per_node=abc"])
+    )
     assert any(p.startswith("trainer.n_gpus_per_node") for p in problems), problems
     # a summary value that is not JSON-able (a mapping) does not break the report
-    r = subprocess.run([sys.executable, "-m", "shopping_companion.trainers.cli", "launch", "--variant", "gpu_smoke",
-                        "--model", str(model), "--data-dir", str(tmp_path / "data, v2"), "--check",
-                        "trainer.total_epochs={a:1}"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shopping_companion.cli.grpo",
+            "launch",
+            "--variant",
+            "gpu_smoke",
+            "--model",
+            str(model),
+            "--rows-dir",
+            str(tmp_path / "data, v2"),
+            "--check",
+            "trainer.total_epochs={a:1}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
@@ -156,12 +227,27 @@ def test_hydra_values_round_trip_for_awkward_paths():
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from shopping_companion.trainers.cli import _hydra_value
+    from shopping_companion.trainers.launch import hydra_value
 
     parser = OverridesParser.create()
-    for path in ["/plain/p-1_2.x", "/tmp/données/x", "/tmp/~tilde/x", "/tmp/back\\slash/x", "/tmp/end\\", "/tmp/it's",
-                 "/tmp/a b,c", "/tmp/[x]", "/tmp/a=b", "/tmp/$x", "/tmp/${oc.env:HOME}/x", "/tmp/q\\'z", "/tmp/a\\${b}",
-                 "/tmp/x\\\\y", "/tmp/{a:1}", '/tmp/"dq"']:
-        value = parser.parse_override(f"data.train_files={_hydra_value(path)}").value()
+    for path in [
+        "/plain/p-1_2.x",
+        "/tmp/données/x",
+        "/tmp/~tilde/x",
+        "/tmp/back\\slash/x",
+        "/tmp/end\\",
+        "/tmp/it's",
+        "/tmp/a b,c",
+        "/tmp/[x]",
+        "/tmp/a=b",
+        "/tmp/$x",
+        "/tmp/${oc.env:HOME}/x",
+        "/tmp/q\\'z",
+        "/tmp/a\\${b}",
+        "/tmp/x\\\\y",
+        "/tmp/{a:1}",
+        '/tmp/"dq"',
+    ]:
+        value = parser.parse_override(f"data.train_files={hydra_value(path)}").value()
         cfg = OmegaConf.create({"data": {"train_files": value}})
         assert OmegaConf.to_container(cfg, resolve=True)["data"]["train_files"] == path, path

@@ -27,8 +27,14 @@ SLEEP_S = 6.0
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, rl_kit):
     d = tmp_path_factory.mktemp("deadline")
-    slow = EnvResources(tasks=rl_kit.tasks, sessions=rl_kit.sessions, products=rl_kit.products,
-                        embedder=rl_kit.embedder, judge=SlowJudge(rl_kit.judge, SLEEP_S), reward_fn=rl_kit.reward_fn)
+    slow = EnvResources(
+        tasks=rl_kit.tasks,
+        sessions=rl_kit.sessions,
+        products=rl_kit.products,
+        embedder=rl_kit.embedder,
+        judge=SlowJudge(rl_kit.judge, SLEEP_S),
+        reward_fn=rl_kit.reward_fn,
+    )
     register_resources("rl-slow-judge", slow)
     tasks = list(rl_kit.tasks.values())
     rows = build_rows(tasks, benchmark="(test kit)")
@@ -71,12 +77,14 @@ def test_reward_metrics_count_deadline_misses_per_step():
 
     ok = {"total": 1.0, "components": {"R_z": 1.0, "stage": 1.0}}
     missed = {"total": 0.0, "components": {"judge_failed": 1.0, "deadline_missed": 1.0, "stage": 1.0}}
-    m = rollout_reward_metrics({
-        "shopcomp_reward": np.array([ok, missed, ok], dtype=object),
-        "shopcomp_stage": np.array([1, 1, 1], dtype=object),
-        "shopcomp_judge_failed": np.array(["", "scoring deadline missed", ""], dtype=object),
-        "shopcomp_deadline_missed": np.array([0, 1, 0], dtype=object),
-    })
+    m = rollout_reward_metrics(
+        {
+            "shopcomp_reward": np.array([ok, missed, ok], dtype=object),
+            "shopcomp_stage": np.array([1, 1, 1], dtype=object),
+            "shopcomp_judge_failed": np.array(["", "scoring deadline missed", ""], dtype=object),
+            "shopcomp_deadline_missed": np.array([0, 1, 0], dtype=object),
+        }
+    )
     assert m["shopcomp/deadline_missed/count"] == 1 and m["shopcomp/judge_failed/count"] == 1
     assert m["shopcomp/R_z/mean"] == 1.0 and m["shopcomp/trajectories"] == 3
     # older batches without the column: 0, from the breakdown alone otherwise

@@ -23,15 +23,31 @@ def test_two_trl_grpo_steps_log_our_rewards(tmp_path, rl_kit, tool_model_dir):
     rows = trl_dataset_rows(build_rows(tasks, benchmark="(test kit)"))
     funcs, weights = reward_functions()
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, max_steps=2, per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=1024, learning_rate=1e-4, logging_steps=1, report_to=[],
-        temperature=0.6, top_p=0.95, top_k=20, reward_weights=weights, save_strategy="no", seed=0,
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=1024,
+        learning_rate=1e-4,
+        logging_steps=1,
+        report_to=[],
+        temperature=0.6,
+        top_p=0.95,
+        top_k=20,
+        reward_weights=weights,
+        save_strategy="no",
+        seed=0,
     )
     tok = AutoTokenizer.from_pretrained(tool_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tool_model_dir)
     before = [p.detach().clone() for p in model.parameters()]
     trainer = GRPOTrainer(
-        model=model, processing_class=tok, reward_funcs=funcs, args=args,
+        model=model,
+        processing_class=tok,
+        reward_funcs=funcs,
+        args=args,
         train_dataset=Dataset.from_list(rows),
         rollout_func=make_rollout_func(rl_kit, rows, max_turns=3, max_tokens_per_turn=96),
     )

@@ -128,13 +128,14 @@ def test_agent_loop_runs_two_stage_episodes_with_a_tiny_model(setup, tool_model_
         last = max(j for j, m in enumerate(msgs) if m["role"] == "assistant")
         seen = msgs[: last + 1]  # the trajectory ends with its last assistant turn
         # prompt ids are the template over the stage's opening messages and its tools
-        assert chat.decode(prompt_ids) == tok.apply_chat_template(seen[:2], tools=_tools_of(stage), tokenize=False,
-                                                                  add_generation_prompt=True)
+        assert chat.decode(prompt_ids) == tok.apply_chat_template(
+            seen[:2], tools=_tools_of(stage), tokenize=False, add_generation_prompt=True
+        )
         rendered = tok.apply_chat_template(seen, tools=_tools_of(stage), tokenize=False)
         # decoded prompt+response == the environment's chat, up to the template's closing tail
         k = next((j for j, (a, b) in enumerate(zip(text, rendered)) if a != b), min(len(text), len(rendered)))
-        assert rendered.startswith(text), (k, text[k - 200: k + 100], rendered[k - 200: k + 100])
-        assert rendered[len(text):] in ("\n", "<|im_end|>\n")
+        assert rendered.startswith(text), (k, text[k - 200 : k + 100], rendered[k - 200 : k + 100])
+        assert rendered[len(text) :] in ("\n", "<|im_end|>\n")
         segs = _segments(mask)
         assert segs[0][0] == 1 and segs[-1][0] == 1  # starts and ends with generated tokens
         gen_segs = [chat.content(resp[a:b]) for m, a, b in segs if m == 1]
@@ -192,7 +193,7 @@ def test_tool_wise_reward_reaches_the_trainer_and_grpo_advantages(setup, tool_mo
     assert np.allclose(scores.numpy(), expected, atol=1e-5)
     # the score sits on the last response token (verl's convention for outcome rewards)
     mask = out.batch["response_mask"]
-    last = out.batch["attention_mask"][:, out.batch["prompts"].shape[1]:].sum(-1) - 1
+    last = out.batch["attention_mask"][:, out.batch["prompts"].shape[1] :].sum(-1) - 1
     assert torch.allclose(reward_tensor[torch.arange(len(out)), last], scores)
     # the group of stage-2 rows has different outcomes (gold vs wrong product)
     stage = np.asarray(out.non_tensor_batch["shopcomp_stage"], dtype=int)
@@ -273,8 +274,11 @@ def test_training_step_metrics_carry_every_reward_component(setup, tool_model_di
     logged = compute_timing_metrics(batch=out, timing_raw={"gen": 1.0, **timing})
     assert logged["timing_s/shopcomp/R_tool/mean"] == pytest.approx(timing["shopcomp/R_tool/mean"])
     # verl's plain manager would not report them
-    plain = AgentLoopManager._performance_metrics(manager, [[{"generate_sequences": 0.0, "tool_calls": 0.0,
-                                                              "compute_score": 0.0, "num_preempted": -1}] * len(out)], out)
+    plain = AgentLoopManager._performance_metrics(
+        manager,
+        [[{"generate_sequences": 0.0, "tool_calls": 0.0, "compute_score": 0.0, "num_preempted": -1}] * len(out)],
+        out,
+    )
     assert not any(k.startswith("shopcomp/") for k in plain)
 
 
@@ -283,14 +287,16 @@ def test_reward_metrics_leave_out_judge_failures_and_foreign_rows():
 
     ok = {"total": 2.0, "components": {"R_z": 1.5, "R_tool": 0.25, "R_fmt": 0.25, "success": 1.0}}
     bad = {"total": 0.0, "components": {"R_z": 0.0, "judge_failed": 1.0}}
-    m = rollout_reward_metrics({
-        "shopcomp_reward": np.array([ok, bad, None], dtype=object),
-        "shopcomp_stage": np.array([2, 2, 0], dtype=object),
-        "shopcomp_judge_failed": np.array(["", "judge unreachable", ""], dtype=object),
-        "shopcomp_termination": np.array(["answered", "answered", None], dtype=object),
-        "shopcomp_prefix_mismatches": np.array([0, 1, 0], dtype=object),
-        "shopcomp_env_s": np.array([0.5, 1.5, None], dtype=object),
-    })
+    m = rollout_reward_metrics(
+        {
+            "shopcomp_reward": np.array([ok, bad, None], dtype=object),
+            "shopcomp_stage": np.array([2, 2, 0], dtype=object),
+            "shopcomp_judge_failed": np.array(["", "judge unreachable", ""], dtype=object),
+            "shopcomp_termination": np.array(["answered", "answered", None], dtype=object),
+            "shopcomp_prefix_mismatches": np.array([0, 1, 0], dtype=object),
+            "shopcomp_env_s": np.array([0.5, 1.5, None], dtype=object),
+        }
+    )
     assert m["shopcomp/R_z/mean"] == 1.5 and m["shopcomp/stage2/env_total/mean"] == 2.0  # the failure is not a 0
     assert m["shopcomp/judge_failed/count"] == 1 and m["shopcomp/trajectories"] == 2
     assert m["shopcomp/termination/answered/share"] == 1.0 and m["shopcomp/prefix_mismatches/sum"] == 1
@@ -298,30 +304,31 @@ def test_reward_metrics_leave_out_judge_failures_and_foreign_rows():
     assert rollout_reward_metrics({"responses": np.zeros(3)}) == {}
 
 
-
 def test_reward_metrics_survive_malformed_entries_without_inventing_numbers():
     from shopping_companion.trainers.verl_agent_loop import rollout_reward_metrics
 
     good = {"total": 1.0, "components": {"R_z": 1.0, "R_tool": 0.5}}
     odd = [
-        {"total": None, "components": {"R_z": float("nan"), "R_tool": "x"}},   # nothing usable but counted
+        {"total": None, "components": {"R_z": float("nan"), "R_tool": "x"}},  # nothing usable but counted
         {"total": 3.0, "components": {"R_z": float("inf"), "R_tool": 1.5, "stage": 2}},
-        {"total": 2.0, "components": None},                                   # not a breakdown: ignored
+        {"total": 2.0, "components": None},  # not a breakdown: ignored
         "garbage",
     ]
-    m = rollout_reward_metrics({
-        "shopcomp_reward": np.array([good, *odd], dtype=object),
-        "shopcomp_stage": np.array([1, float("nan"), None, "x"], dtype=object),   # shorter than the rewards
-        "shopcomp_prefix_mismatches": np.array([float("nan"), "2", None, 0, 0], dtype=object),
-        "shopcomp_env_s": np.array(["slow", 1.0, None, None, None], dtype=object),
-        "shopcomp_termination": np.array(["answered", None, "max_turns", None, None], dtype=object),
-    })
+    m = rollout_reward_metrics(
+        {
+            "shopcomp_reward": np.array([good, *odd], dtype=object),
+            "shopcomp_stage": np.array([1, float("nan"), None, "x"], dtype=object),  # shorter than the rewards
+            "shopcomp_prefix_mismatches": np.array([float("nan"), "2", None, 0, 0], dtype=object),
+            "shopcomp_env_s": np.array(["slow", 1.0, None, None, None], dtype=object),
+            "shopcomp_termination": np.array(["answered", None, "max_turns", None, None], dtype=object),
+        }
+    )
     assert m["shopcomp/trajectories"] == 3
-    assert m["shopcomp/R_z/mean"] == 1.0                # NaN and inf left out, not averaged in
-    assert m["shopcomp/R_tool/mean"] == pytest.approx(1.0)   # 0.5 and 1.5; "x" left out
+    assert m["shopcomp/R_z/mean"] == 1.0  # NaN and inf left out, not averaged in
+    assert m["shopcomp/R_tool/mean"] == pytest.approx(1.0)  # 0.5 and 1.5; "x" left out
     assert m["shopcomp/env_total/mean"] == pytest.approx(2.0)
     assert m["shopcomp/stage1/R_z/mean"] == 1.0
-    assert m["shopcomp/stage2/R_tool/mean"] == 1.5      # stage taken from the components when the column has none
+    assert m["shopcomp/stage2/R_tool/mean"] == 1.5  # stage taken from the components when the column has none
     assert m["shopcomp/prefix_mismatches/sum"] == 2 and m["shopcomp/env_s/mean"] == 1.0
     assert all(np.isfinite(v) for v in m.values())
     assert rollout_reward_metrics({"shopcomp_reward": np.array(None, dtype=object)}) == {}
@@ -330,13 +337,15 @@ def test_reward_metrics_survive_malformed_entries_without_inventing_numbers():
     # a missing component is left out, not a 0; "False" is not a judge failure; array cells and
     # huge numbers do not raise
     a = {"total": 1.0, "components": {"R_z": 1.0}}
-    b = {"total": 1.0, "components": {"R_z": 0.5, "R_tool": 10 ** 400}}
-    m = rollout_reward_metrics({
-        "shopcomp_reward": np.array([a, b], dtype=object),
-        "shopcomp_judge_failed": np.array(["False", np.array([1, 2])], dtype=object),
-        "shopcomp_termination": np.array([np.array(["x", "y"]), "answered"], dtype=object),
-        "shopcomp_prefix_mismatches": np.array([1e308, 1e308], dtype=object),
-    })
+    b = {"total": 1.0, "components": {"R_z": 0.5, "R_tool": 10**400}}
+    m = rollout_reward_metrics(
+        {
+            "shopcomp_reward": np.array([a, b], dtype=object),
+            "shopcomp_judge_failed": np.array(["False", np.array([1, 2])], dtype=object),
+            "shopcomp_termination": np.array([np.array(["x", "y"]), "answered"], dtype=object),
+            "shopcomp_prefix_mismatches": np.array([1e308, 1e308], dtype=object),
+        }
+    )
     assert m["shopcomp/R_z/mean"] == 0.75 and "shopcomp/R_tool/mean" not in m
     assert m["shopcomp/judge_failed/count"] == 0 and m["shopcomp/termination/unknown/share"] == 0.5
     assert all(np.isfinite(v) for v in m.values())

@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -28,14 +27,17 @@ import pytest
 
 try:
     import llamafactory  # noqa: F401
+
     _LF_ERROR = None
 except Exception as e:  # ImportError, or a broken torchvision/torchaudio (docs/sft.md)
     _LF_ERROR = f"{type(e).__name__}: {e}"
 
 if _LF_ERROR is not None:
     if os.environ.get("SHOPCOMP_REQUIRE_EXTRAS") == "1":
-        raise RuntimeError(f"LLaMA-Factory is required (SHOPCOMP_REQUIRE_EXTRAS=1) but not importable: {_LF_ERROR}; "
-                           "install it with scripts/install_sft.sh")
+        raise RuntimeError(
+            f"LLaMA-Factory is required (SHOPCOMP_REQUIRE_EXTRAS=1) but not importable: {_LF_ERROR}; "
+            "install it with scripts/install_sft.sh"
+        )
     pytest.skip(f"LLaMA-Factory not importable ({_LF_ERROR}); scripts/install_sft.sh", allow_module_level=True)
 
 from shopping_companion.benchmark.evaluate import EvalSettings, run_episode  # noqa: E402
@@ -58,10 +60,18 @@ from tests.scripted_policy import policy_script  # noqa: E402
 from tests.tiny_model import build_tiny_model  # noqa: E402
 
 IGNORE = -100
-THINK = "<think>\nThe shopper wants a match; check \"quotes\" and café.\n</think>\n\n"
+THINK = '<think>\nThe shopper wants a match; check "quotes" and café.\n</think>\n\n'
 CLI = str(Path(sys.executable).with_name("llamafactory-cli"))
-LF_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "",
-          "WANDB_DISABLED": "true", "DISABLE_VERSION_CHECK": "1", "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
+LF_ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "CUDA_VISIBLE_DEVICES": "",
+    "WANDB_DISABLED": "true",
+    "DISABLE_VERSION_CHECK": "1",
+    "OMP_NUM_THREADS": "2",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +122,17 @@ def examples(bench, small_catalog, embedder, judge, tmp_path_factory):
         teacher = OpenAIBackend(model=srv.model, base_url=srv.base_url, api_key_env="SHOPCOMP_TEST_NO_KEY")
         settings = EvalSettings(trials=2, sampling=Sampling(temperature=0.7, seed=1), env=EnvConfig(max_turns=5))
         out = tmp_path_factory.mktemp("collect")
-        collect(train, teacher, small_catalog[1], memory_factory(bench.sessions, embedder), judge, out, settings,
-                policy=KeepPolicy(rule="stage"), progress=False)
+        collect(
+            train,
+            teacher,
+            small_catalog[1],
+            memory_factory(bench.sessions, embedder),
+            judge,
+            out,
+            settings,
+            policy=KeepPolicy(rule="stage"),
+            progress=False,
+        )
     ex = step_examples(read_kept(out))
     assert ex, "the scripted teacher produced no kept stage"
     return ex
@@ -125,9 +144,16 @@ def tiny(tmp_path_factory):
 
 
 def _export(examples, bench, out: Path, template: str, tiny: Path, **overrides):
-    return export_dataset(examples, out, test_tasks=[t for t in bench.tasks if t.split == "test"],
-                          train_tasks=bench.tasks, sessions=bench.sessions, template=template, base_model=str(tiny),
-                          overrides=overrides)
+    return export_dataset(
+        examples,
+        out,
+        test_tasks=[t for t in bench.tasks if t.split == "test"],
+        train_tasks=bench.tasks,
+        sessions=bench.sessions,
+        template=template,
+        base_model=str(tiny),
+        overrides=overrides,
+    )
 
 
 def _lf_dataset(summary, tiny: Path, template: str, mask_history: bool, out: Path):
@@ -135,10 +161,22 @@ def _lf_dataset(summary, tiny: Path, template: str, mask_history: bool, out: Pat
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
 
-    args = {"model_name_or_path": str(tiny), "stage": "sft", "do_train": True, "finetuning_type": "lora",
-            "dataset": "shopcomp_sft", "dataset_dir": str(summary.data_file.parent), "template": template,
-            "cutoff_len": 16384, "overwrite_cache": True, "output_dir": str(out), "mask_history": mask_history,
-            "preserve_thinking": True, "report_to": "none", "use_cpu": True}
+    args = {
+        "model_name_or_path": str(tiny),
+        "stage": "sft",
+        "do_train": True,
+        "finetuning_type": "lora",
+        "dataset": "shopcomp_sft",
+        "dataset_dir": str(summary.data_file.parent),
+        "template": template,
+        "cutoff_len": 16384,
+        "overwrite_cache": True,
+        "output_dir": str(out),
+        "mask_history": mask_history,
+        "preserve_thinking": True,
+        "report_to": "none",
+        "use_cpu": True,
+    }
     model_args, data_args, training_args, _ft, _gen = get_train_args(args)
     tok_module = load_tokenizer(model_args)
     tpl = get_template_and_fix_tokenizer(tok_module["tokenizer"], data_args)
@@ -163,7 +201,8 @@ def _spans(labels: list[int]) -> list[list[int]]:
 @pytest.mark.parametrize("template", ["qwen", "qwen3"])
 @pytest.mark.parametrize("mask_history", [True, False])
 def test_llamafactory_loads_our_export_and_labels_cover_exactly_the_assistant_turns(
-        examples, bench, tiny, tmp_path, template, mask_history):
+    examples, bench, tiny, tmp_path, template, mask_history
+):
     summary = _export(examples, bench, tmp_path / "exp", template, tiny)
     records = [json.loads(x) for x in summary.data_file.read_text().splitlines()]
     ds, tok = _lf_dataset(summary, tiny, template, mask_history, tmp_path / "out")
@@ -174,7 +213,7 @@ def test_llamafactory_loads_our_export_and_labels_cover_exactly_the_assistant_tu
         spans = _spans(row["labels"])
         assert len(spans) == len(expected)
         # labelled tokens are also the input tokens at the same positions
-        assert all(l in (IGNORE, i) for i, l in zip(row["input_ids"], row["labels"]))
+        assert all(lab in (IGNORE, i) for i, lab in zip(row["input_ids"], row["labels"]))
         for span, turn in zip(spans, expected):
             text = tok.decode(span, skip_special_tokens=False)
             assert text.endswith("<|im_end|>\n")
@@ -201,14 +240,32 @@ def _run(cmd: list[str], cwd: Path, timeout: int = 300) -> tuple[float, str]:
     return time.perf_counter() - t0, out
 
 
-def test_cpu_sft_adapter_runs_an_episode_and_merge_equals_adapter(examples, bench, tiny, small_catalog, embedder,
-                                                                   judge, tmp_path):
+def test_cpu_sft_adapter_runs_an_episode_and_merge_equals_adapter(
+    examples, bench, tiny, small_catalog, embedder, judge, tmp_path
+):
     import torch
 
-    summary = _export(examples, bench, tmp_path / "exp", "qwen", tiny, use_cpu=True, bf16=False, max_steps=4,
-                      per_device_train_batch_size=2, learning_rate=1e-3, cutoff_len=4096, lora_rank=8,
-                      lora_alpha=16, logging_steps=1, save_steps=1000, plot_loss=False,
-                      preprocessing_num_workers=1, dataloader_num_workers=0, warmup_ratio=0.0)
+    summary = _export(
+        examples,
+        bench,
+        tmp_path / "exp",
+        "qwen",
+        tiny,
+        use_cpu=True,
+        bf16=False,
+        max_steps=4,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        cutoff_len=4096,
+        lora_rank=8,
+        lora_alpha=16,
+        logging_steps=1,
+        save_steps=1000,
+        plot_loss=False,
+        preprocessing_num_workers=1,
+        dataloader_num_workers=0,
+        warmup_ratio=0.0,
+    )
     wall_train, log = _run([CLI, "train", str(summary.train_yaml)], tmp_path)
     lora = summary.out_dir / "lora"
     assert (lora / "adapter_config.json").is_file() and (lora / "adapter_model.safetensors").is_file()
@@ -230,8 +287,11 @@ def test_cpu_sft_adapter_runs_an_episode_and_merge_equals_adapter(examples, benc
     # hand-off 2: merge with llamafactory-cli export; merged == base + adapter
     wall_merge, _ = _run([CLI, "export", str(summary.merge_yaml)], tmp_path)
     merged = LocalTransformersBackend(summary.out_dir / "merged")
-    ids = base.tokenizer("<|im_start|>user\nfind a navy shirt<|im_end|>\n<|im_start|>assistant\n",
-                         add_special_tokens=False, return_tensors="pt")["input_ids"]
+    ids = base.tokenizer(
+        "<|im_start|>user\nfind a navy shirt<|im_end|>\n<|im_start|>assistant\n",
+        add_special_tokens=False,
+        return_tensors="pt",
+    )["input_ids"]
     with torch.inference_mode():
         l_adapter = policy.model(input_ids=ids).logits
         l_merged = merged.model(input_ids=ids).logits

@@ -1,0 +1,85 @@
+"""``shopcomp quickstart``: the main job — index, synthesis, evaluation of the reference policy,
+report — from one :class:`~shopping_companion.benchmark.run_config.QuickstartConfig`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.markup import escape
+
+from shopping_companion.cli.common import Flag, app, console, flag_command, flag_names, pick
+from shopping_companion.cli.eval import EVAL_FLAGS, exit_for, print_summary
+from shopping_companion.cli.synth import print_build
+
+QUICKSTART_FLAGS = [
+    Flag("--name NAME", "name", str, "Run name: outputs go to RUNS_DIR/NAME/ (default quickstart)."),
+    Flag("--n-tasks N", "synth.n_tasks", int, "Tasks to synthesise and evaluate (default 50)."),
+    Flag("--seed N", "synth.seed", int, "Synthesis seed (default 0)."),
+    *pick(EVAL_FLAGS, "backend.kind", "backend.base_url", "backend.model", "backend.api_key_env", prefix="eval."),
+    *pick(EVAL_FLAGS, "data.data_dir", "output.runs_dir"),
+]
+#: the quickstart's runs directory is a top-level key (its eval section gets it from there)
+QUICKSTART_FLAGS[-1] = Flag("--runs-dir DIR", "runs_dir", Path, QUICKSTART_FLAGS[-1].help)
+
+
+def _reusable(bench: Path, cfg: Any) -> bool:
+    """A benchmark already at ``bench`` built with the same synthesis settings (a build that had to
+    relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same)."""
+    from shopping_companion.benchmark.synth import FORMAT_VERSION, BenchmarkError, load_benchmark
+
+    try:
+        existing = load_benchmark(bench)
+    except FileNotFoundError:
+        return False
+    except BenchmarkError as e:  # a changed or inconsistent directory is rebuilt
+        console.print(f"[yellow]note:[/] {escape(str(e))}; rebuilding the benchmark", soft_wrap=True)
+        return False
+    built = dict(existing.manifest.get("config") or {})
+    want = cfg.model_dump(mode="json")
+    if built.get("min_attributes") == 1:
+        built["min_attributes"] = want.get("min_attributes")
+    return existing.manifest.get("format_version") == FORMAT_VERSION and built == want
+
+
+def _quickstart(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> None:
+    from shopping_companion.benchmark.run import run_benchmark
+    from shopping_companion.benchmark.run_config import QuickstartConfig
+    from shopping_companion.benchmark.synth import build_from_data
+    from shopping_companion.config import load_model
+
+    t0 = time.perf_counter()
+    qs = load_model(QuickstartConfig, config, sets, overrides, names=flag_names(QUICKSTART_FLAGS))
+    eval_cfg = qs.eval_config()
+    if _reusable(qs.bench_dir, qs.synth):
+        console.print(f"reusing benchmark {escape(str(qs.bench_dir))}")
+    else:
+        result = build_from_data(
+            qs.bench_dir,
+            qs.synth,
+            data_dir=qs.data.data_dir,
+            index_dir=qs.data.index_dir,
+            sharegpt=qs.sharegpt,
+            relax_min_attributes=True,
+            console=console,
+        )
+        print_build(qs.bench_dir, result)
+    outcome = run_benchmark(eval_cfg, console)
+    print_summary(outcome)
+    console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s")
+    exit_for(outcome)
+
+
+flag_command(
+    app,
+    "quickstart",
+    QUICKSTART_FLAGS,
+    _quickstart,
+    help="""The main job: build the index (cached),
+    synthesise tasks, evaluate the reference policy, write the report.
+
+    Settings: --config (e.g. configs/quickstart.yaml), then the flags, then --set key=value (keys:
+    name, runs_dir, sharegpt, data.*, synth.* as in configs/benchmark/*.yaml, eval.* as in
+    `shopcomp eval`'s config). Rerun to resume; results of another configuration are moved aside.""",
+)

@@ -1,0 +1,270 @@
+"""``shopcomp sft``: rejection-sample SFT data from a teacher, export it for LLaMA-Factory.
+
+    shopcomp sft collect --config configs/sft/collect_example.yaml [--set backend.sampling.temperature=0.7]
+    shopcomp sft collect --bench B --out runs/sft/collect --backend reference --trials 4 --temperature 0.6
+    shopcomp sft export --collect runs/sft/collect --out runs/sft/export [--base-model ...] [--set key=value]
+    shopcomp sft stats --collect runs/sft/collect
+    llamafactory-cli train runs/sft/export/train_lora.yaml      # or scripts/run_sft.sh
+
+``collect`` is configured by :class:`~shopping_companion.sft.config.CollectConfig` (YAML < flags <
+``--set``); the teacher, judge and data are built by the evaluation's builders
+(:mod:`shopping_companion.benchmark.run`). Errors are raised, never printed here: the group's one
+handler (:class:`~shopping_companion.cli.common.ShopCompGroup`) prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+
+from shopping_companion.cli.common import Flag, console, flag_command, flag_names, new_app, option, sets_of
+from shopping_companion.cli.eval import EVAL_FLAGS, LIMITS_HELP
+from shopping_companion.errors import ConfigError, DataError
+
+app = new_app(help="SFT (paper §6.1, App. D): rejection sampling, step-level examples, LLaMA-Factory export.")
+
+_HEAD = [
+    Flag("--bench DIR", "bench.path", Path, "Benchmark directory written by `shopcomp synth`."),
+    Flag("--out DIR", "out", Path, "Collect directory (default runs/sft/collect)."),
+    Flag("--trials, -n N", "trials", int, "Samples (episodes) per task (default 1)."),
+    Flag("--strategies LIST", "strategies", str, "Environment mode[:hint], comma-separated (default two_stage:none)."),
+    Flag("--split SPLIT", "bench.split", str, "Only train: test tasks never become training data."),
+    Flag("--limit N", "bench.limit", int, "Only the first N train tasks."),
+]
+_KEEP_FLAGS = [
+    Flag("--keep RULE", "keep.rule", str, "succ (episode Succ; default) | stage (each stage's success) | pref_acc."),
+    Flag("--min-acc X", "keep.min_acc", float, "Stage-1 Acc threshold of --keep pref_acc (default 1.0)."),
+    Flag("--stages LIST", "keep.stages", str, "Stages to keep: 1,2 (default) | 1 | 2."),
+]
+#: CollectConfig keys whose flags are ``shopcomp eval``'s (the same groups: teacher, sampling,
+#: judge, simulator, rubric, environment, data)
+_SHARED = ("backend", "judge", "simulator", "rubric", "env", "seed", "concurrency", "data", "bench.skip_missing_gold")
+
+#: Every ``shopcomp sft collect`` flag and the :class:`~shopping_companion.sft.config.CollectConfig`
+#: key it overrides (``docs/sft.md`` lists them): its own, then those it shares with ``shopcomp eval``.
+COLLECT_FLAGS = _HEAD + [f for f in EVAL_FLAGS if f.key.split(".")[0] in _SHARED or f.key in _SHARED] + _KEEP_FLAGS
+
+
+def _collect(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> None:
+    run_collect(load_collect_config(config, sets, overrides))
+
+
+def load_collect_config(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> Any:
+    """The resolved :class:`~shopping_companion.sft.config.CollectConfig` (config file < flags <
+    ``--set``), its ``bench.path`` made absolute; raises ConfigError naming each bad field."""
+    from shopping_companion.config import load_model
+    from shopping_companion.sft.config import CollectConfig
+
+    cfg = load_model(CollectConfig, config, sets, overrides, names=flag_names(COLLECT_FLAGS))
+    cfg.bench.path = Path(cfg.bench.path).expanduser().resolve()  # `sft export` finds it from config.yaml
+    return cfg
+
+
+def run_collect(cfg: Any) -> None:
+    """Collect with ``cfg`` (:func:`~shopping_companion.sft.collect.collect_with_config`) and print
+    the summary."""
+    from shopping_companion.sft.collect import collect_with_config
+
+    summary = collect_with_config(cfg, console)
+    console.print(
+        f"{summary.episodes} episodes ({summary.new_episodes} new, {summary.errors} errors), "
+        f"Succ {summary.succ_rate:.3f}; kept {summary.kept} stage trajectories "
+        f"{summary.kept_by_stage} → {escape(str(cfg.out))} ({summary.wall_s:.1f}s, "
+        f"{summary.episodes_per_s:.3f} episodes/s)"
+    )
+
+
+flag_command(
+    app,
+    "collect",
+    COLLECT_FLAGS,
+    _collect,
+    help=f"""Run a teacher on the train split, judge every trajectory, keep the successful stages.
+
+    Settings come from --config collect.yaml (see configs/sft/collect_example.yaml), then the
+    flags, then --set key=value. Resumable: rerun the same command to continue. The resolved
+    configuration is written to OUT/config.yaml; another teacher, judge, sampling, rubric or
+    environment is refused as a resume (use another --out).
+
+    {LIMITS_HELP}
+
+    Exit status: 0 done; 2 a configuration or data error; 4 an endpoint is down or unreachable
+    (the episodes so far are kept; rerun to resume); 5 another process writes OUT; 1 a bug.
+    """,
+)
+
+
+def _policy(keep: str, min_acc: float, stages: str) -> Any:
+    from shopping_companion.sft.collect import KeepPolicy
+
+    return KeepPolicy.parse(keep, min_acc, stages)  # ConfigError names the field
+
+
+def _load_examples(
+    collect_dir: Path, keep: Optional[str], min_acc: float, stages: str, drop_malformed: bool, drop_error_calls: bool
+) -> tuple[list, list]:
+    from shopping_companion.sft.collect import read_kept, reselect
+    from shopping_companion.sft.examples import step_examples
+
+    try:
+        # re-selection is read-only: kept.jsonl keeps the rule collect.json records
+        kept = reselect(collect_dir, _policy(keep, min_acc, stages), write=False) if keep else read_kept(collect_dir)
+    except FileNotFoundError as e:
+        raise DataError(f"--collect {collect_dir}: {e}") from None
+    return kept, step_examples(kept, drop_malformed=drop_malformed, drop_error_calls=drop_error_calls)
+
+
+_COLLECT = typer.Option(..., "--collect", metavar="DIR", help="Collect directory written by `shopcomp sft collect`.")
+_KEEP = typer.Option(None, "--keep", metavar="RULE", help="Re-select kept stages first: succ | stage | pref_acc.")
+_MIN_ACC = option(1.0, "--min-acc", metavar="X", help="Stage-1 Acc threshold of pref_acc, in [0, 1] (default 1.0).")
+_STAGES = option("1,2", "--stages", metavar="LIST", help="Stages to keep: 1,2 (default) | 1 | 2.")
+_DROP_MALFORMED = option(True, help="Malformed turns are not targets (default on).")
+_DROP_ERROR_CALLS = option(False, help="Turns with a rejected tool call are not targets (default off).")
+
+
+@app.command()
+def stats(
+    collect_dir: Path = _COLLECT,
+    keep: Optional[str] = _KEEP,
+    min_acc: float = _MIN_ACC,
+    stages: str = _STAGES,
+    drop_malformed: bool = _DROP_MALFORMED,
+    drop_error_calls: bool = _DROP_ERROR_CALLS,
+) -> None:
+    """Print step-level example counts by stage, tool and turn (JSON on stdout)."""
+    from shopping_companion.sft.examples import example_stats
+
+    kept, examples = _load_examples(collect_dir, keep, min_acc, stages, drop_malformed, drop_error_calls)
+    print(json.dumps({"kept_stages": len(kept), "examples": example_stats(examples)}, indent=2))
+
+
+def _manifest(collect_dir: Path) -> dict[str, Any]:
+    """The collection's ``collect.json`` (``{}`` when there is none)."""
+    from shopping_companion.sft.collect import MANIFEST
+
+    path = collect_dir / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: unreadable ({e}); rerun `shopcomp sft collect` to rewrite it") from None
+
+
+def _collect_bench(collect_dir: Path, manifest: dict[str, Any]) -> Path:
+    """The benchmark a collection ran on: its ``config.yaml`` (``bench.path``), else (collections
+    of earlier releases) the identity in ``collect.json``."""
+    from shopping_companion.config import load_config
+
+    if (collect_dir / "config.yaml").is_file():
+        path = (load_config(collect_dir / "config.yaml").get("bench") or {}).get("path")
+        if path:
+            return Path(path)
+    path = (manifest.get("identity") or {}).get("bench")
+    if not path:
+        raise ConfigError(f"--bench is required: {collect_dir} has no config.yaml or collect.json naming the benchmark")
+    return Path(path)
+
+
+@app.command()
+def export(
+    collect_dir: Path = _COLLECT,
+    out: Path = option(
+        Path("runs/sft/export"),
+        metavar="DIR",
+        help="Export directory: data/, train_lora.yaml, merge_lora.yaml (default runs/sft/export).",
+    ),
+    bench: Optional[Path] = typer.Option(
+        None, metavar="DIR", help="Benchmark whose test split is checked (default: the collection's)."
+    ),
+    base_model: str = option(
+        "Qwen/Qwen3-4B-Thinking-2507",
+        metavar="NAME",
+        help="Hub id or local path (default Qwen/Qwen3-4B-Thinking-2507).",
+    ),
+    template: str = option(
+        "qwen3", metavar="NAME", help="LLaMA-Factory template: qwen3 (default) | qwen3_nothink | qwen."
+    ),
+    dataset: str = option(
+        "shopcomp_sft", metavar="NAME", help="Dataset name in dataset_info.json (default shopcomp_sft)."
+    ),
+    keep: Optional[str] = _KEEP,
+    min_acc: float = _MIN_ACC,
+    stages: str = _STAGES,
+    drop_malformed: bool = _DROP_MALFORMED,
+    drop_error_calls: bool = _DROP_ERROR_CALLS,
+    products: str = option(
+        "assistant",
+        metavar="WHERE",
+        help="Test reference products fail the check when in: assistant (default) | all | none.",
+    ),
+    config: Optional[Path] = typer.Option(
+        None,
+        "--config",
+        "-c",
+        metavar="YAML",
+        help="Base LLaMA-Factory YAML (default: the paper's settings, configs/sft/qwen3_4b_thinking_lora.yaml).",
+    ),
+    sets: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="KEY=VALUE", help="Override a training-YAML key, e.g. cutoff_len=8192; repeatable."
+    ),
+) -> None:
+    """Write LLaMA-Factory ShareGPT-with-tools data, dataset_info.json and LoRA YAMLs; fails when a
+    test-split task appears in the data."""
+    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.config import load_config
+    from shopping_companion.sft.export import export_dataset
+
+    if products not in ("assistant", "all", "none"):
+        raise ConfigError(f"--products must be assistant, all or none; got {products!r}")
+    overrides = {}
+    for item in sets_of(sets):
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        overrides[k.strip()] = v
+    base_config = load_config(config) if config is not None else None  # ConfigError names the file
+    if not collect_dir.is_dir():
+        raise DataError(
+            f"--collect {collect_dir}: no such directory (run `shopcomp sft collect --out {collect_dir}` first)"
+        )
+    manifest = _manifest(collect_dir)
+    bench = bench or _collect_bench(collect_dir, manifest)
+    t0 = time.perf_counter()
+    b = load_benchmark(bench)
+    kept, examples = _load_examples(collect_dir, keep, min_acc, stages, drop_malformed, drop_error_calls)
+    provenance = {
+        "collect": str(collect_dir.resolve()),
+        "bench": str(bench),
+        "collect_identity": manifest.get("identity"),
+        "keep": (manifest.get("keep") if keep is None else {"rule": keep, "min_acc": min_acc, "stages": stages}),
+        "kept_stages": len(kept),
+    }
+    try:
+        summary = export_dataset(
+            examples,
+            out,
+            test_tasks=[t for t in b.tasks if t.split == "test"],
+            train_tasks=[t for t in b.tasks if t.split == "train"],
+            sessions=b.sessions,
+            template=template,
+            base_model=base_model,
+            dataset=dataset,
+            products=products,  # type: ignore[arg-type]
+            overrides=overrides,
+            base_config=base_config,
+            provenance=provenance,
+        )
+    except OSError as e:
+        raise DataError(f"--out {out}: cannot write the export ({e})") from None
+    s = summary.stats
+    console.print(
+        f"{summary.examples} step-level examples (by stage {s['by_stage']}, by tool {s['by_tool']}) from "
+        f"{len(kept)} kept stages; skipped {summary.skipped or 'none'}; decontamination: "
+        f"{summary.decontamination['test_tasks']} test tasks, 0 violations, "
+        f"{summary.decontamination['exposures']} observation-only product exposures "
+        f"→ {escape(str(summary.train_yaml))} ({time.perf_counter() - t0:.1f}s)"
+    )

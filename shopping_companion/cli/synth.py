@@ -1,0 +1,118 @@
+"""``shopcomp build-index`` and ``shopcomp synth``: the BM25 product index and a benchmark."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+
+from shopping_companion.cli.common import app, config_option, console, set_option, sets_of
+
+
+@app.command("build-index")
+def build_index(
+    data_dir: Optional[Path] = typer.Option(
+        None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
+    ),
+    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="Where the index lives (default: the cache)."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild even a fresh index (replaces a foreign one)."),
+) -> None:
+    """Build (or verify) the BM25 product index. Without a data directory (none passed or found),
+    a small Amazon Reviews 2023 category is downloaded once into the cache and indexed instead."""
+    from shopping_companion.pipeline import open_product_search, resolve_sources
+
+    t0 = time.perf_counter()
+    sources = resolve_sources(data_dir, console=console)
+    search = open_product_search(index_dir=index_dir, console=console, sources=sources, rebuild=rebuild)
+    console.print(
+        f"index ready: {len(search)} products from {escape(sources.catalog_path.name)} "
+        f"({time.perf_counter() - t0:.1f}s)"
+    )
+
+
+def print_build(out: Path, result: Any) -> None:
+    """What a build made: counts, verification, the needle statistics and where stats.md is."""
+    c, v, st = result.manifest["counts"], result.manifest["verification"], result.manifest["stats_summary"]
+    console.print(
+        f"benchmark written to {escape(str(out))}: {c['tasks']} of {c['requested']} tasks ({c['single']} "
+        f"single, {c['addon']} add-on; {c['train']} train / {c['test']} test), {c['sessions']} sessions",
+        soft_wrap=True,
+    )
+    console.print(
+        f"verification: {v['attempts']} attempts, failed checks {v['failed_attempts_by_check'] or 'none'}, "
+        f"{v['dropped_tasks']} task(s) dropped",
+        soft_wrap=True,
+    )
+    if v.get("shortfall"):
+        console.print(f"[yellow]shortfall:[/] {escape(str(v['shortfall']))}", soft_wrap=True)
+    console.print(
+        f"wanted attributes per task {st['attributes_per_task']}, sessions/user {st['sessions_per_user']}, "
+        f"tokens/user {st['tokens_per_user']}; needle top-1 share BM25 {st['needle_top1_bm25']}, "
+        f"MiniLM {st['needle_top1_minilm']}; statistics in {escape(str(out / 'stats.md'))} "
+        f"(build {result.build_log['timings'].get('total_s')}s)",
+        soft_wrap=True,
+    )
+
+
+@app.command()
+def synth(
+    config: Optional[Path] = config_option(
+        "the benchmark, e.g. configs/benchmark/shopping_companion.yaml (paper scale)"
+    ),
+    set_: Optional[list[str]] = set_option(),
+    out: Optional[Path] = typer.Option(
+        None, metavar="DIR", help="Output directory (default: the config's `out`, else runs/bench)."
+    ),
+    n_tasks: Optional[int] = typer.Option(None, min=1, metavar="N", help="Number of tasks (default 50)."),
+    seed: Optional[int] = typer.Option(None, metavar="N", help="Random seed (same seed, same files)."),
+    sessions_per_user: Optional[int] = typer.Option(
+        None, min=1, metavar="N", help="Real haystack sessions per user (mean)."
+    ),
+    addon_share: Optional[float] = typer.Option(
+        None, min=0.0, max=1.0, metavar="SHARE", help="Share of add-on deals (default 0.5)."
+    ),
+    llm_model: Optional[str] = typer.Option(
+        None, metavar="NAME", help="Write texts with this LLM instead of the templates."
+    ),
+    llm_base_url: Optional[str] = typer.Option(None, metavar="URL", help="OpenAI-compatible endpoint of --llm-model."),
+    llm_api_key_env: str = typer.Option("OPENAI_API_KEY", metavar="VAR", help="Variable holding the LLM's API key."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard an unfinished build in OUT instead of resuming it."),
+    data_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="Raw data directory."),
+    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="BM25 index directory."),
+    sharegpt: bool = typer.Option(True, help="Use ShareGPT conversations in the haystack."),
+) -> None:
+    """Build a benchmark (§4: products and vouchers, instructions, preference dialogues with
+    denoising, injection into real conversation histories, verification) and its statistics.
+    Resumable: rerun the same command after an interruption."""
+    from shopping_companion.benchmark.synth import build_from_data, load_synth_config
+
+    flags = {"n_tasks": n_tasks, "seed": seed, "sessions_per_user": sessions_per_user, "addon_share": addon_share}
+    sets = sets_of(set_)
+    if llm_model:
+        sets += [
+            "generator.kind=llm",
+            "generator.endpoints="
+            + _yaml_list({"model": llm_model, "base_url": llm_base_url, "api_key_env": llm_api_key_env}),
+        ]
+    cfg, extras = load_synth_config(config, flags, sets)
+    target = Path(out or extras.get("out") or Path("runs") / "bench")
+    result = build_from_data(
+        target,
+        cfg,
+        data_dir=data_dir,
+        index_dir=index_dir,
+        sharegpt=sharegpt,
+        fresh=fresh,
+        relax_min_attributes=config is None,
+        console=console,
+    )
+    print_build(target, result)
+
+
+def _yaml_list(item: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps([item])  # JSON is YAML: the --set value parser reads it as a list of one mapping
