@@ -1,4 +1,4 @@
-"""Environment overhead per step, excluding the model (DESIGN.md §6, issue figure "environment
+"""Environment overhead per step, excluding the model (docs/architecture.md, the environment, issue figure "environment
 overhead per step").
 
 Runs full episodes of scripted policies (the rule-based reference policy and the gold-knowing
@@ -108,8 +108,12 @@ def main() -> None:
     def searcher(q: str, k: int) -> list[str]:
         return [h["product_id"] for h in search.search(q, top_k=k)]
 
-    bench = synthesize(products, sgd, SynthConfig(n_tasks=args.tasks, seed=args.seed, sessions_per_user=40),
-                       searcher=searcher)
+    bench = synthesize(
+        products,
+        sgd,
+        SynthConfig(addon_share=0.0, n_tasks=args.tasks, seed=args.seed, sessions_per_user=40),
+        searcher=searcher,
+    )
     reference = ReferencePolicy(build_attribute_vocabulary(products))
     memories = {t.task_id: MemoryStore.from_pool(bench.sessions, t.history, embedder) for t in bench.tasks}
     print(f"setup (index, catalog, {len(bench.tasks)} tasks, memory stores): {time.perf_counter() - t0:.1f} s")
@@ -144,8 +148,9 @@ def main() -> None:
                     if policy is reference and mode != "two_stage":
                         continue  # the reference policy implements the two-stage protocol only
                     tools = TimedToolBox(timer, embedder, search, memories[task.task_id])
-                    env = ShoppingCompanionEnv(task, tools, TimedJudge(), EnvConfig(mode=mode, hint=hint),
-                                               reward_fn=timed_reward)
+                    env = ShoppingCompanionEnv(
+                        task, tools, TimedJudge(), EnvConfig(mode=mode, hint=hint), reward_fn=timed_reward
+                    )
                     env.reset()
                     n_episodes += 1
                     while not env.done:
@@ -158,11 +163,18 @@ def main() -> None:
                         s = time.perf_counter()
                         parse_action(msg.content)
                         parse_t = time.perf_counter() - s
-                        rows.append({
-                            "rep": rep, "mode": mode, "total": total, "parse": parse_t,
-                            "tools": parts.get("tools", 0.0), "judge": parts.get("judge", 0.0),
-                            "reward": parts.get("reward", 0.0), "end": bool(out.info.get("stage_done")),
-                        })
+                        rows.append(
+                            {
+                                "rep": rep,
+                                "mode": mode,
+                                "total": total,
+                                "parse": parse_t,
+                                "tools": parts.get("tools", 0.0),
+                                "judge": parts.get("judge", 0.0),
+                                "reward": parts.get("reward", 0.0),
+                                "end": bool(out.info.get("stage_done")),
+                            }
+                        )
 
     def ms(xs: list[float]) -> str:
         if not xs:

@@ -77,7 +77,14 @@ def setup(n_tasks: int, seed: int):
     from shopping_companion.benchmark.synth import SynthConfig, synthesize
     from shopping_companion.memory.loaders import load_sgd
     from shopping_companion.memory.store import MemoryStore
-    from shopping_companion.pipeline import SGD_RELPATH, catalog_file, load_catalog, make_embedder, open_product_search, prewarm_memory
+    from shopping_companion.pipeline import (
+        SGD_RELPATH,
+        catalog_file,
+        load_catalog,
+        make_embedder,
+        open_product_search,
+        prewarm_memory,
+    )
     from shopping_companion.paths import resolve_data_dir
 
     t0 = time.perf_counter()
@@ -88,7 +95,12 @@ def setup(n_tasks: int, seed: int):
     def searcher(q, k):
         return [h["product_id"] for h in search.search(q, top_k=k)]
 
-    bench = synthesize(products, sessions, SynthConfig(n_tasks=n_tasks, seed=seed, sessions_per_user=40), searcher=searcher)
+    bench = synthesize(
+        products,
+        sessions,
+        SynthConfig(addon_share=0.0, n_tasks=n_tasks, seed=seed, sessions_per_user=40),
+        searcher=searcher,
+    )
     embedder = make_embedder()
     prewarm_memory(bench.tasks, bench.sessions, embedder)
     stores: dict[str, MemoryStore] = {}
@@ -101,7 +113,9 @@ def setup(n_tasks: int, seed: int):
             return stores[task.task_id]
 
     judge = RuleJudge(lambda ids: {p: search.get(p) for p in ids if search.get(p) is not None})
-    print(f"setup: {len(bench.tasks)} tasks, index {len(search)} products ({time.perf_counter() - t0:.1f}s)", flush=True)
+    print(
+        f"setup: {len(bench.tasks)} tasks, index {len(search)} products ({time.perf_counter() - t0:.1f}s)", flush=True
+    )
     return bench.tasks, search, make_memory, judge
 
 
@@ -123,8 +137,18 @@ def run_level(c: int, tasks, search, make_memory, judge, latency_s: float, n_epi
         be = OpenAIBackend("scripted", base_url=srv.base_url, api_key="bench", timeout_s=120, max_retries=0)
         settings = EvalSettings(trials=trials, sampling=Sampling(seed=0), env=EnvConfig(max_turns=max_turns))
         t0 = time.monotonic()
-        res = run_evaluation(tasks, be, search, make_memory, judge, Path(d) / "r.jsonl", settings, progress=False,
-                             concurrency=c, on_event=lambda ev, key, t: episodes.add(+1 if ev == "start" else -1, t))
+        res = run_evaluation(
+            tasks,
+            be,
+            search,
+            make_memory,
+            judge,
+            Path(d) / "r.jsonl",
+            settings,
+            progress=False,
+            concurrency=c,
+            on_event=lambda ev, key, t: episodes.add(+1 if ev == "start" else -1, t),
+        )
         t1 = time.monotonic()
         n_req = len(srv.chat_requests)
         be.close()
@@ -163,17 +187,33 @@ def main() -> None:
     tasks, search, make_memory, judge = setup(a.tasks, a.seed)
     # warm-up (JIT of the JVM searcher, first MemoryStores, imports)
     run_level(4, tasks, search, make_memory, judge, a.latency_ms / 1000, len(tasks), a.max_turns)
-    keys = ["episodes", "errors", "wall_s", "episodes_in_flight", "requests_in_flight", "episodes_per_s",
-            "requests_per_s", "latency_p50_ms", "latency_p95_ms"]
+    keys = [
+        "episodes",
+        "errors",
+        "wall_s",
+        "episodes_in_flight",
+        "requests_in_flight",
+        "episodes_per_s",
+        "requests_per_s",
+        "latency_p50_ms",
+        "latency_p95_ms",
+    ]
     print(f"latency {a.latency_ms:g} ms per request; medians over {a.repeats} run(s)")
     print("| concurrency | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))
     for c in levels:
         n = max(a.min_episodes, a.episodes_per_slot * c)
-        runs = [run_level(c, tasks, search, make_memory, judge, a.latency_ms / 1000, n, a.max_turns) for _ in range(a.repeats)]
+        runs = [
+            run_level(c, tasks, search, make_memory, judge, a.latency_ms / 1000, n, a.max_turns)
+            for _ in range(a.repeats)
+        ]
         med = {k: statistics.median(r[k] for r in runs) for k in keys}
-        print(f"| {c} | " + " | ".join(f"{med[k]:.2f}" if isinstance(med[k], float) else str(med[k]) for k in keys) + " |",
-              flush=True)
+        print(
+            f"| {c} | "
+            + " | ".join(f"{med[k]:.2f}" if isinstance(med[k], float) else str(med[k]) for k in keys)
+            + " |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

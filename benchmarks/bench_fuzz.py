@@ -102,8 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         if seen[cat]:
             print(f"  {cat:24s} {seen[cat]:5d}")
     with tempfile.TemporaryDirectory(prefix="bench-fuzz-") as d:
-        report = run_fuzz(picked, tasks, search, make_memory, judge, Path(d), concurrency=args.concurrency,
-                          episode_bound_s=args.episode_bound_s, batch_timeout_s=args.batch_timeout_s)
+        report = run_fuzz(
+            picked,
+            tasks,
+            search,
+            make_memory,
+            judge,
+            Path(d),
+            concurrency=args.concurrency,
+            episode_bound_s=args.episode_bound_s,
+            batch_timeout_s=args.batch_timeout_s,
+        )
     print()
     print(f"crashes:          {report.count('crash')}")
     print(f"hangs:            {report.count('hang')}  (episode bound {args.episode_bound_s:.0f} s)")
@@ -112,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     for kind in FAILURE_KINDS:
         if kind not in ("crash", "hang", "silent_drop", "reward_increase"):
             print(f"{kind + ':':18s}{report.count(kind)}")
-    print(f"time:             {report.seconds:.1f} s for {2 * len(picked)} episodes (hostile + control), "
-          f"setup {t_setup:.1f} s")
+    print(
+        f"time:             {report.seconds:.1f} s for {2 * len(picked)} episodes (hostile + control), "
+        f"setup {t_setup:.1f} s"
+    )
     print()
     print(report.summary())
     if args.show:

@@ -65,8 +65,14 @@ def _setup(args: argparse.Namespace, ready) -> None:
     n_tasks = max(1, args.prompts // 2)
     tasks, pool = make_single_tasks(products, sgd, n=n_tasks, seed=3, haystack_size=40)
     kit = EnvKit(search, embedder, pool)
-    res = EnvResources(tasks={t.task_id: t for t in tasks}, sessions=pool, products=search, embedder=embedder,
-                       judge=kit.judge, reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}))
+    res = EnvResources(
+        tasks={t.task_id: t for t in tasks},
+        sessions=pool,
+        products=search,
+        embedder=embedder,
+        judge=kit.judge,
+        reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
+    )
     tok = AutoTokenizer.from_pretrained(build_tiny_model(Path(tempfile.mkdtemp()) / "tok"))
     tok.chat_template = TOOL_CHAT_TEMPLATE  # Qwen2.5's layout, as a real checkpoint's template renders
     for t in tasks:  # warm the memory stores (built once per user in a real worker too)
@@ -100,10 +106,28 @@ def _scripted(task, stage: int, nonce: str):
         turn[0] += 1
         if k < args.extra_calls:
             rng = random.Random(f"{nonce}-{k}")
-            q = ["what do I like", "my usual style", "things I avoid", "colours I wear", "fabric I prefer",
-                 "my budget", "brands I trust", "what I bought before"][k % 8] + " " + " ".join(rng.sample(_W["words"], 2))
-            call = {"name": "mem_search", "arguments": {"queries": [q, task.instruction], "top_k": 10}} if stage == 1 else \
-                {"name": "product_search", "arguments": {"query": f"{task.slots[0].product_type} {q}", "top_k": 10}}
+            q = (
+                [
+                    "what do I like",
+                    "my usual style",
+                    "things I avoid",
+                    "colours I wear",
+                    "fabric I prefer",
+                    "my budget",
+                    "brands I trust",
+                    "what I bought before",
+                ][k % 8]
+                + " "
+                + " ".join(rng.sample(_W["words"], 2))
+            )
+            call = (
+                {"name": "mem_search", "arguments": {"queries": [q, task.instruction], "top_k": 10}}
+                if stage == 1
+                else {
+                    "name": "product_search",
+                    "arguments": {"query": f"{task.slots[0].product_type} {q}", "top_k": 10},
+                }
+            )
             reply = "<think>look around</think>\n<tool_call>" + json.dumps(call) + "</tool_call>"
         else:
             reply = policy.chat([{"role": "assistant", "content": ""}] * (k - args.extra_calls), schemas).content
@@ -114,7 +138,9 @@ def _scripted(task, stage: int, nonce: str):
     return generate, spent
 
 
-def _run_share(step_rows: tuple[int, list[tuple[int, int, int]]]) -> tuple[float, float, list[tuple[float, int, float, float]]]:
+def _run_share(
+    step_rows: tuple[int, list[tuple[int, int, int]]],
+) -> tuple[float, float, list[tuple[float, int, float, float]]]:
     """Run this worker's trajectories (task index, stage, rollout) of one step concurrently on one
     event loop (tools in threads); returns (wall s, CPU s of the whole process, per-trajectory figures)."""
     from shopping_companion.trainers.episode import clear_encode_caches, run_row_episode
@@ -131,7 +157,9 @@ def _run_share(step_rows: tuple[int, list[tuple[int, int, int]]]) -> tuple[float
             t = time.perf_counter()
             ep = await run_row_episode(env, stage, chat, gen, {}, 32768, stage1="gold")
             wall = time.perf_counter() - t
-            calls = sum(len(s.tool_calls) for r in env.results if r.trajectory.stage == stage for s in r.trajectory.steps)
+            calls = sum(
+                len(s.tool_calls) for r in env.results if r.trajectory.stage == stage for s in r.trajectory.steps
+            )
             return wall - spent[0], calls, ep.reward.components.get("R_tool", 0.0), spent[0]
 
     async def share():
@@ -169,6 +197,7 @@ def _breakdown(rows: list[tuple[int, int, int]]) -> dict[str, float]:
                 depth[0] -= 1
                 if depth[0] == 0:
                     spent[key] += time.perf_counter() - t
+
         return wrapper
 
     class TimedChat(ChatTokens):
@@ -206,15 +235,26 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--rollouts", type=int, default=8)
     ap.add_argument("--steps", type=int, default=12, help="GRPO steps; the first ones include the JVM's JIT warm-up")
-    ap.add_argument("--workers", type=int, default=2,
-                    help="agent-loop worker processes (verl runs several; default: one per core of this 2-core machine)")
-    ap.add_argument("--concurrency", type=int, default=1,
-                    help="trajectories in flight per worker (the scripted policy answers at once, so there is no "
-                         "generation latency to overlap; more only adds thread contention: 32 costs ~35%% more CPU)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="agent-loop worker processes (verl runs several; default: one per core of this 2-core machine)",
+    )
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="trajectories in flight per worker (the scripted policy answers at once, so there is no "
+        "generation latency to overlap; more only adds thread contention: 32 costs ~35%% more CPU)",
+    )
     ap.add_argument("--extra-calls", type=int, default=7, help="searches before the gold path, per stage")
     ap.add_argument("--index-dir", default=None)
-    ap.add_argument("--breakdown", action="store_true",
-                    help="also run one step sequentially in one worker and split its time: environment vs token work")
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also run one step sequentially in one worker and split its time: environment vs token work",
+    )
     args = ap.parse_args()
 
     import multiprocessing as mp
@@ -224,10 +264,12 @@ def main() -> None:
     t0 = time.perf_counter()
     with ctx.Pool(args.workers, initializer=_setup, initargs=(args, ready)) as pool:
         n_tasks = [ready.get(timeout=900) for _ in range(args.workers)][0]
-        print(f"setup {time.perf_counter() - t0:.1f} s: {args.workers} worker(s), {n_tasks} tasks, index and memory ready")
+        print(
+            f"setup {time.perf_counter() - t0:.1f} s: {args.workers} worker(s), {n_tasks} tasks, index and memory ready"
+        )
         rows = [(ti, s) for ti in range(n_tasks) for s in (1, 2)][: args.prompts]
         jobs = [(ti, s, r) for ti, s in rows for r in range(args.rollouts)]
-        shares = [jobs[w:: args.workers] for w in range(args.workers)]
+        shares = [jobs[w :: args.workers] for w in range(args.workers)]
         walls, cpus = [], []
         for k in range(args.steps):
             t = time.perf_counter()
@@ -237,24 +279,30 @@ def main() -> None:
             cpu = sum(p[1] for p in parts)
             walls.append(wall)
             cpus.append(cpu)
-            print(f"step {k}: {len(out)} trajectories in {wall:.2f} s wall, {cpu:.2f} CPU s over all threads of the "
-                  f"workers "
-                  f"(env summed over trajectories {sum(o[0] for o in out):.1f} s, scripted policy {sum(o[3] for o in out):.2f} s), "
-                  f"tool calls per trained trajectory median {statistics.median(o[1] for o in out)}, "
-                  f"mean R_tool {statistics.mean(o[2] for o in out):.3f}")
+            print(
+                f"step {k}: {len(out)} trajectories in {wall:.2f} s wall, {cpu:.2f} CPU s over all threads of the "
+                f"workers "
+                f"(env summed over trajectories {sum(o[0] for o in out):.1f} s, scripted policy {sum(o[3] for o in out):.2f} s), "
+                f"tool calls per trained trajectory median {statistics.median(o[1] for o in out)}, "
+                f"mean R_tool {statistics.mean(o[2] for o in out):.3f}"
+            )
         if args.breakdown:
             b = pool.apply(_breakdown, (jobs,))
             other = b["total"] - b["env"] - b["render"] - b["encode"] - b["decode"]
-            print(f"sequential breakdown of one step ({len(jobs)} trajectories, one worker): total {b['total']:.2f} s = "
-                  f"environment {b['env']:.2f} s (tools, parsing, simulator, judge, rubric) + token work "
-                  f"{b['render'] + b['encode'] + b['decode']:.2f} s (render {b['render']:.2f}, encode {b['encode']:.2f}, "
-                  f"decode {b['decode']:.2f}) + other {other:.2f} s (scripted policy, bookkeeping)")
+            print(
+                f"sequential breakdown of one step ({len(jobs)} trajectories, one worker): total {b['total']:.2f} s = "
+                f"environment {b['env']:.2f} s (tools, parsing, simulator, judge, rubric) + token work "
+                f"{b['render'] + b['encode'] + b['decode']:.2f} s (render {b['render']:.2f}, encode {b['encode']:.2f}, "
+                f"decode {b['decode']:.2f}) + other {other:.2f} s (scripted policy, bookkeeping)"
+            )
     later = walls[1:] or walls
-    print(f"median environment wall time per GRPO step ({len(rows)} prompts x {args.rollouts} rollouts, "
-          f"{args.workers} worker process(es)): {statistics.median(walls):.2f} s over all {len(walls)} steps, "
-          f"{statistics.median(later):.2f} s without step 0 (the JVM's first queries) (target <= 3 s); "
-          f"median CPU {statistics.median(cpus):.2f} s per step = {statistics.median(cpus) / args.workers:.2f} s of wall "
-          f"on {args.workers} otherwise idle core(s)")
+    print(
+        f"median environment wall time per GRPO step ({len(rows)} prompts x {args.rollouts} rollouts, "
+        f"{args.workers} worker process(es)): {statistics.median(walls):.2f} s over all {len(walls)} steps, "
+        f"{statistics.median(later):.2f} s without step 0 (the JVM's first queries) (target <= 3 s); "
+        f"median CPU {statistics.median(cpus):.2f} s per step = {statistics.median(cpus) / args.workers:.2f} s of wall "
+        f"on {args.workers} otherwise idle core(s)"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,11 @@ def _prefs(p: Product, rng: random.Random, slot: int, k: int) -> list[Preference
 
 
 def _slot(p: Product) -> ProductSlot:
-    return ProductSlot(product_type=p.category or p.title.split()[-1], category_path=list(p.category_path),
-                       reference_product_id=p.product_id)
+    return ProductSlot(
+        product_type=p.category or p.title.split()[-1],
+        category_path=list(p.category_path),
+        reference_product_id=p.product_id,
+    )
 
 
 def _stage1(task: Task, rng: random.Random) -> Trajectory:
@@ -60,17 +63,32 @@ def _stage1(task: Task, rng: random.Random) -> Trajectory:
         ident = ident[: max(0, len(ident) - 1)]
     elif r < 0.5 and ident:
         ident[0] = ident[0].model_copy(update={"value": "purple"})
-    return Trajectory(task_id=task.task_id, stage=1, identified_preferences=ident, final_answer="{}",
-                      steps=[Step(assistant_text="...")], termination="answered")
+    return Trajectory(
+        task_id=task.task_id,
+        stage=1,
+        identified_preferences=ident,
+        final_answer="{}",
+        steps=[Step(assistant_text="...")],
+        termination="answered",
+    )
 
 
 def _stage2(task: Task, rec: list[str], pool: list[Product], rng: random.Random) -> Trajectory:
     returned = list(rec) + [p.product_id for p in rng.sample(pool, 10 - min(len(rec), 9))]
     rng.shuffle(returned)
-    step = Step(assistant_text="...", tool_calls=[ToolCall(name="product_search", arguments={"query": "q"}, call_id="c0")],
-                tool_results=[ToolResult(call_id="c0", name="product_search", content="...", returned_ids=returned)])
-    return Trajectory(task_id=task.task_id, stage=2, recommended_ids=rec, final_answer="x",
-                      steps=[step, Step(assistant_text="<answer>x</answer>")], termination="answered")
+    step = Step(
+        assistant_text="...",
+        tool_calls=[ToolCall(name="product_search", arguments={"query": "q"}, call_id="c0")],
+        tool_results=[ToolResult(call_id="c0", name="product_search", content="...", returned_ids=returned)],
+    )
+    return Trajectory(
+        task_id=task.task_id,
+        stage=2,
+        recommended_ids=rec,
+        final_answer="x",
+        steps=[step, Step(assistant_text="<answer>x</answer>")],
+        termination="answered",
+    )
 
 
 def build(products: list[Product], n: int, seed: int) -> list[tuple[Task, Trajectory]]:
@@ -91,8 +109,16 @@ def build(products: list[Product], n: int, seed: int) -> list[tuple[Task, Trajec
             ref = rng.choice(with_attrs)
             prods = [ref]
             prefs = _prefs(ref, rng, 0, rng.randint(1, 3))
-            task = Task(task_id=f"b{i}", task_type="single", instruction=f"I want {ref.category}", user_id="u",
-                        history=hist, needle_session_ids=["h0"], preferences=prefs, slots=[_slot(ref)])
+            task = Task(
+                task_id=f"b{i}",
+                task_type="single",
+                instruction=f"I want {ref.category}",
+                user_id="u",
+                history=hist,
+                needle_session_ids=["h0"],
+                preferences=prefs,
+                slots=[_slot(ref)],
+            )
         else:
             ps = by_shop[rng.choice(shops)]
             cats: dict[str, Product] = {}
@@ -103,10 +129,19 @@ def build(products: list[Product], n: int, seed: int) -> list[tuple[Task, Trajec
                 prods = rng.sample(ps, 2)
             prefs = [g for s, p in enumerate(prods) for g in _prefs(p, rng, s, 2)]
             total = sum(p.price or 0 for p in prods)
-            task = Task(task_id=f"b{i}", task_type="addon", instruction="a bundle", user_id="u", history=hist,
-                        needle_session_ids=["h0"], preferences=prefs, slots=[_slot(p) for p in prods],
-                        voucher=Voucher(shop_id=prods[0].shop_id, min_spend=round(total * 0.8), discount=round(total * 0.1)),
-                        budget=round(total * rng.choice([0.85, 0.95, 1.1])), currency=prods[0].currency)
+            task = Task(
+                task_id=f"b{i}",
+                task_type="addon",
+                instruction="a bundle",
+                user_id="u",
+                history=hist,
+                needle_session_ids=["h0"],
+                preferences=prefs,
+                slots=[_slot(p) for p in prods],
+                voucher=Voucher(shop_id=prods[0].shop_id, min_spend=round(total * 0.8), discount=round(total * 0.1)),
+                budget=round(total * rng.choice([0.85, 0.95, 1.1])),
+                currency=prods[0].currency,
+            )
         if i % 2 == 0:
             traj = _stage1(task, rng)
         else:
@@ -141,9 +176,11 @@ def main() -> None:
             break
     catalog = {p.product_id: p for p in products}
     items = build(products, args.n, args.seed)
-    print(f"setup: {len(products)} real products, {len(items)} items "
-          f"({sum(t.stage == 1 for _, t in items)} stage 1, {sum(t.task_type == 'addon' for t, _ in items)} add-on) "
-          f"in {time.perf_counter() - t0:.1f}s")
+    print(
+        f"setup: {len(products)} real products, {len(items)} items "
+        f"({sum(t.stage == 1 for _, t in items)} stage 1, {sum(t.task_type == 'addon' for t, _ in items)} add-on) "
+        f"in {time.perf_counter() - t0:.1f}s"
+    )
 
     def lookup(ids: list[str]) -> dict[str, Product]:
         return {i: catalog[i] for i in ids if i in catalog}
@@ -151,7 +188,7 @@ def main() -> None:
     judge = RuleJudge(lookup)
     rates, cpu_rates, s1, s2 = [], [], [], []
     succ = 0
-    for run in range(args.runs):
+    for _run in range(args.runs):
         t, c = time.perf_counter(), time.process_time()
         verdicts = [judge.judge(task, traj) for task, traj in items]
         dt, dc = time.perf_counter() - t, time.process_time() - c
@@ -168,9 +205,11 @@ def main() -> None:
         for a, b in two:
             judge.judge(a, b)
         s2.append(len(two) / (time.perf_counter() - t))
-    print(f"rule judge: median {statistics.median(rates):,.0f} trajectories/s over {args.runs} runs "
-          f"(cold first run {rates[0]:,.0f}/s, warm median {statistics.median(rates[1:] or rates):,.0f}/s); "
-          f"target >= 2,000/s")
+    print(
+        f"rule judge: median {statistics.median(rates):,.0f} trajectories/s over {args.runs} runs "
+        f"(cold first run {rates[0]:,.0f}/s, warm median {statistics.median(rates[1:] or rates):,.0f}/s); "
+        f"target >= 2,000/s"
+    )
     print(f"  per CPU-second (robust to other processes on the machine): median {statistics.median(cpu_rates):,.0f}/s")
     print(f"  stage 1: median {statistics.median(s1):,.0f}/s · stage 2: median {statistics.median(s2):,.0f}/s")
     print(f"  verdicts with success: {succ}/{len(items)}")

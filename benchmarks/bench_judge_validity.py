@@ -47,16 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shopping_companion.catalog.loader import iter_products
 from shopping_companion.envs.parsing import extract_rec_ids, parse_action, parse_preferences
 from shopping_companion.paths import resolve_data_dir
-from shopping_companion.types import (
-    Product,
-    Session,
-    Step,
-    Task,
-    ToolCall,
-    ToolResult,
-    Trajectory,
-    Verdict,
-)
+from shopping_companion.types import Product, Session, Step, Task, ToolCall, ToolResult, Trajectory, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "judge_validity"
@@ -178,29 +169,47 @@ def build_trajectory(probe: Probe) -> Trajectory:
     steps: list[Step] = []
     if probe.stage == 1 and probe.memory_session_ids:
         call = ToolCall(name="mem_view", arguments={"session_ids": probe.memory_session_ids}, call_id="s1t0_0")
-        steps.append(Step(
-            assistant_text='<tool_call>{"name": "mem_view", "arguments": {"session_ids": '
-            + json.dumps(probe.memory_session_ids) + "}}</tool_call>",
-            tool_calls=[call],
-            tool_results=[ToolResult(call_id=call.call_id, name="mem_view", content="(sessions)",
-                                     returned_ids=list(probe.memory_session_ids))],
-        ))
+        steps.append(
+            Step(
+                assistant_text='<tool_call>{"name": "mem_view", "arguments": {"session_ids": '
+                + json.dumps(probe.memory_session_ids)
+                + "}}</tool_call>",
+                tool_calls=[call],
+                tool_results=[
+                    ToolResult(
+                        call_id=call.call_id,
+                        name="mem_view",
+                        content="(sessions)",
+                        returned_ids=list(probe.memory_session_ids),
+                    )
+                ],
+            )
+        )
     rec = recommended_ids(probe)
     if probe.stage == 2:
         returned = list(probe.returned_ids) if probe.returned_ids is not None else list(rec)
         call = ToolCall(name="product_view", arguments={"product_ids": returned}, call_id="s2t0_0")
-        steps.append(Step(
-            assistant_text='<tool_call>{"name": "product_view", "arguments": {"product_ids": '
-            + json.dumps(returned) + "}}</tool_call>",
-            tool_calls=[call],
-            tool_results=[ToolResult(call_id=call.call_id, name="product_view", content="(products)",
-                                     returned_ids=returned)],
-        ))
+        steps.append(
+            Step(
+                assistant_text='<tool_call>{"name": "product_view", "arguments": {"product_ids": '
+                + json.dumps(returned)
+                + "}}</tool_call>",
+                tool_calls=[call],
+                tool_results=[
+                    ToolResult(call_id=call.call_id, name="product_view", content="(products)", returned_ids=returned)
+                ],
+            )
+        )
     parsed = parse_action(probe.answer)
     steps.append(Step(assistant_text=probe.answer))
     final = parsed.answer
-    traj = Trajectory(task_id=probe.task_id, stage=probe.stage, steps=steps, final_answer=final,
-                      termination="answered" if final is not None else "max_turns")
+    traj = Trajectory(
+        task_id=probe.task_id,
+        stage=probe.stage,
+        steps=steps,
+        final_answer=final,
+        termination="answered" if final is not None else "max_turns",
+    )
     if final is not None:
         if probe.stage == 1:
             prefs, err = parse_preferences(final)
@@ -334,8 +343,11 @@ def _fmt(x: float | None) -> str:
 def print_report(summary: Mapping[str, Any], rows: list[Row], show: int, out=sys.stdout) -> None:
     def line(name: str, b: Mapping[str, Any]) -> None:
         h = f"{_fmt(b['h1'])} (n={b['n_h1']})" if b["n_h1"] else "   -  "
-        print(f"  {name:<44} n={b['n']:>4} true={b['n_label_success']:>4}  success {_fmt(b['success'])}"
-              f"  count {_fmt(b['count'])}  h1 {h}", file=out)
+        print(
+            f"  {name:<44} n={b['n']:>4} true={b['n_label_success']:>4}  success {_fmt(b['success'])}"
+            f"  count {_fmt(b['count'])}  h1 {h}",
+            file=out,
+        )
 
     print("Judge validity on the hand-labelled set", file=out)
     line("overall", summary["overall"])
@@ -350,8 +362,9 @@ def print_report(summary: Mapping[str, Any], rows: list[Row], show: int, out=sys
     for r in bad[:show]:
         v = r.verdict
         lab = r.probe.label
-        got = "ERROR " + (r.error or "") if v is None else (
-            f"success={v.success} count={r.judge_count} h1={r.judge_h1}")
+        got = (
+            "ERROR " + (r.error or "") if v is None else (f"success={v.success} count={r.judge_count} h1={r.judge_h1}")
+        )
         print(f"- {r.probe.probe_id} [stage {r.probe.stage}; {', '.join(r.probe.tags)}]", file=out)
         print(f"    label: success={lab.success} count={lab.count} h1={lab.h1} — {r.probe.rationale}", file=out)
         print(f"    judge: {got}", file=out)
@@ -365,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixture-dir", default=str(FIXTURE_DIR))
     ap.add_argument("--judge", default="rule", help="rule | llm:MODEL | llm:MODEL@BASE_URL")
     ap.add_argument("--show", type=int, default=20, help="disagreeing probes to print")
-    ap.add_argument("--check", action="store_true", help=f"exit 1 below {TARGET_SUCCESS} success / {TARGET_COUNT} count")
+    ap.add_argument(
+        "--check", action="store_true", help=f"exit 1 below {TARGET_SUCCESS} success / {TARGET_COUNT} count"
+    )
     ap.add_argument("--json", default=None, help="write the summary as JSON here")
     args = ap.parse_args(argv)
 
@@ -374,8 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     products = {**load_catalog_subset(ids - set(fx.handwritten), args.data_dir), **fx.handwritten}
     missing = sorted(ids - set(products))
     # ids a probe names on purpose as non-existent stay missing; anything else is a fixture error
-    print(f"{len(fx.tasks)} tasks, {len(fx.probes)} probes, {len(products)} products loaded"
-          + (f", {len(missing)} ids not in the catalog: {', '.join(missing)}" if missing else ""))
+    print(
+        f"{len(fx.tasks)} tasks, {len(fx.probes)} probes, {len(products)} products loaded"
+        + (f", {len(missing)} ids not in the catalog: {', '.join(missing)}" if missing else "")
+    )
     judge = make_judge(args.judge, products, fx.sessions)
     rows = run_agreement(judge, fx)
     summary = summarize(rows)
@@ -384,8 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(summary, indent=2))
     if args.check and not meets_targets(summary):
         o = summary["overall"]
-        print(f"FAIL: success agreement {o['success']:.3f} (target {TARGET_SUCCESS}), "
-              f"count agreement {o['count']:.3f} (target {TARGET_COUNT})")
+        print(
+            f"FAIL: success agreement {o['success']:.3f} (target {TARGET_SUCCESS}), "
+            f"count agreement {o['count']:.3f} (target {TARGET_COUNT})"
+        )
         return 1
     return 0
 

@@ -101,24 +101,30 @@ def load_tasks(args: argparse.Namespace) -> tuple[list[Task], dict[str, Session]
     t0 = time.perf_counter()
     products, _ = load_catalog(catalog_file(args.data_dir))
     pool, _info = load_pool(args.data_dir)
-    print(f"inputs: {len(products)} products, {len(pool)} pool sessions "
-          f"({time.perf_counter() - t0:.1f} s)")
+    print(f"inputs: {len(products)} products, {len(pool)} pool sessions ({time.perf_counter() - t0:.1f} s)")
     t0 = time.perf_counter()
-    out = synthesize(products, pool, SynthConfig(n_tasks=args.n_synth, seed=args.seed))
-    print(f"synthesised {len(out.tasks)} tasks in {time.perf_counter() - t0:.1f} s "
-          f"(no BM25 searchable check)")
-    return (out.tasks[: args.n_tasks], out.sessions,
-            f"synthesize(n_tasks={args.n_synth}, seed={args.seed}), first {args.n_tasks}")
+    out = synthesize(products, pool, SynthConfig(addon_share=0.0, n_tasks=args.n_synth, seed=args.seed))
+    print(f"synthesised {len(out.tasks)} tasks in {time.perf_counter() - t0:.1f} s (no BM25 searchable check)")
+    return (
+        out.tasks[: args.n_tasks],
+        out.sessions,
+        f"synthesize(n_tasks={args.n_synth}, seed={args.seed}), first {args.n_tasks}",
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--bench", help="an existing benchmark directory (load_benchmark)")
-    src.add_argument("--synth", dest="n_synth", type=int, default=None,
-                     help="synthesise this many tasks with the current generator")
-    ap.add_argument("--n-tasks", type=int, default=None,
-                    help="tasks to measure: the first N (default: 50, or all that --synth builds)")
+    src.add_argument(
+        "--synth", dest="n_synth", type=int, default=None, help="synthesise this many tasks with the current generator"
+    )
+    ap.add_argument(
+        "--n-tasks",
+        type=int,
+        default=None,
+        help="tasks to measure: the first N (default: 50, or all that --synth builds)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--cache", default=None, help="embedding cache file (default: the shared one)")
@@ -140,9 +146,11 @@ def main() -> None:
     used = list(dict.fromkeys(r.session_id for t in tasks for r in t.history))
     t0 = time.perf_counter()
     n_texts = bank.prewarm(used)
-    print(f"embedded {len(used)} sessions / {n_texts} distinct turn texts in "
-          f"{time.perf_counter() - t0:.1f} s (cache hit rate {emb.stats.hit_rate:.3f}, "
-          f"{emb.stats.misses} encoded)")
+    print(
+        f"embedded {len(used)} sessions / {n_texts} distinct turn texts in "
+        f"{time.perf_counter() - t0:.1f} s (cache hit rate {emb.stats.hit_rate:.3f}, "
+        f"{emb.stats.misses} encoded)"
+    )
 
     # warm store builds for every user: through the SQLite cache (new embedder) and the bank
     e_sql = Embedder(cache_path=args.cache or default_cache_path())
@@ -153,8 +161,10 @@ def main() -> None:
     t0 = time.perf_counter()
     stores = [bank.for_task(t) for t in tasks]
     bank_s = time.perf_counter() - t0
-    print(f"warm store build for {len(tasks)} users: from_pool via SQLite {sql_s:.2f} s "
-          f"(hit rate {e_sql.stats.hit_rate:.3f}), MemoryBank {bank_s:.3f} s")
+    print(
+        f"warm store build for {len(tasks)} users: from_pool via SQLite {sql_s:.2f} s "
+        f"(hit rate {e_sql.stats.hit_rate:.3f}), MemoryBank {bank_s:.3f} s"
+    )
     e_sql.close()
 
     rows = []
@@ -172,18 +182,32 @@ def main() -> None:
         values = " ".join(p.value for p in t.preferences)
         oracle_q = f"{t.instruction} {values}"
         oracle = rank_stats(st.embeddings @ emb.encode_queries(oracle_q)[0], row_sessions, needles)
-        rows.append({"task_id": t.task_id, "task_type": t.task_type, "sessions": len(t.history),
-                     "turns": st.n_turns, "needles": len(needles), "minilm": mini, "bm25": bm,
-                     "minilm_with_values": oracle, "instruction": t.instruction})
+        rows.append(
+            {
+                "task_id": t.task_id,
+                "task_type": t.task_type,
+                "sessions": len(t.history),
+                "turns": st.n_turns,
+                "needles": len(needles),
+                "minilm": mini,
+                "bm25": bm,
+                "minilm_with_values": oracle,
+                "instruction": t.instruction,
+            }
+        )
 
     if not args.quiet:
-        print(f"\n{'task':<16} {'type':<6} {'sess':>4} {'turns':>5}  MiniLM top10/top1/rank   "
-              f"BM25 top10/top1/rank   +values top10")
+        print(
+            f"\n{'task':<16} {'type':<6} {'sess':>4} {'turns':>5}  MiniLM top10/top1/rank   "
+            f"BM25 top10/top1/rank   +values top10"
+        )
         for r in rows:
             m, b, o = r["minilm"], r["bm25"], r["minilm_with_values"]
-            print(f"{r['task_id']:<16} {r['task_type']:<6} {r['sessions']:>4} {r['turns']:>5}  "
-                  f"{int(m['top10']):>5} {int(m['top1']):>4} {m['rank'] or '-':>6}   "
-                  f"{int(b['top10']):>6} {int(b['top1']):>4} {b['rank'] or '-':>6}   {int(o['top10']):>6}")
+            print(
+                f"{r['task_id']:<16} {r['task_type']:<6} {r['sessions']:>4} {r['turns']:>5}  "
+                f"{int(m['top10']):>5} {int(m['top1']):>4} {m['rank'] or '-':>6}   "
+                f"{int(b['top10']):>6} {int(b['top1']):>4} {b['rank'] or '-':>6}   {int(o['top10']):>6}"
+            )
 
     def frac(key: str, field: str, subset: list[dict[str, Any]] | None = None) -> float:
         rs = rows if subset is None else subset
@@ -194,7 +218,8 @@ def main() -> None:
         return statistics.median(ranks) if ranks else None
 
     summary: dict[str, Any] = {
-        "source": where, "tasks": len(rows),
+        "source": where,
+        "tasks": len(rows),
         "by_type": dict(Counter(r["task_type"] for r in rows)),
         "history_sessions_mean": round(statistics.mean(r["sessions"] for r in rows), 1),
         "history_turns_mean": round(statistics.mean(r["turns"] for r in rows), 1),

@@ -24,7 +24,12 @@ from shopping_companion.llm.openai_backend import OpenAIBackend  # noqa: E402
 from shopping_companion.paths import resolve_data_dir  # noqa: E402
 from shopping_companion.personalization.agents import VARIANTS, Assistant, LLMRoles  # noqa: E402
 from shopping_companion.personalization.build import (  # noqa: E402
-    BuildConfig, SourceConfig, build_dataset, load_cases, load_item_reviews, load_items,
+    BuildConfig,
+    SourceConfig,
+    build_dataset,
+    load_cases,
+    load_item_reviews,
+    load_items,
 )
 from shopping_companion.personalization.retrieval import ReviewIndex, build_product_index, review_text  # noqa: E402
 from shopping_companion.personalization.selection import SelectionConfig  # noqa: E402
@@ -51,9 +56,16 @@ def main() -> None:
     args = ap.parse_args()
     data = resolve_data_dir(args.data_dir)
     tmp = Path(tempfile.mkdtemp())
-    cfg = BuildConfig(sources=[SourceConfig(kind="multicategory", path="reviews/amazon2023_multicategory_user_histories.jsonl.gz",
-                                            categories=["Video_Games"])],
-                      selection=SelectionConfig(users_per_category=args.cases))
+    cfg = BuildConfig(
+        sources=[
+            SourceConfig(
+                kind="multicategory",
+                path="reviews/amazon2023_multicategory_user_histories.jsonl.gz",
+                categories=["Video_Games"],
+            )
+        ],
+        selection=SelectionConfig(users_per_category=args.cases),
+    )
     build_dataset(cfg, data, tmp / "ds")
     cases = load_cases(tmp / "ds")
     emb = make_embedder()

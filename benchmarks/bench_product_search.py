@@ -104,22 +104,26 @@ def perturbed_catalog(products: list[Product], n_total: int, seed: int = 0) -> I
                 rng.shuffle(sentences)
                 desc = ". ".join(sentences)
             rating = None if p.rating is None else round(min(5.0, max(1.0, p.rating + rng.uniform(-0.3, 0.3))), 1)
-            yield p.model_copy(update={
-                "product_id": f"{p.product_id}~{j:02d}",
-                "title": " ".join(title),
-                "seller": seller,
-                "shop_id": make_shop_id(p.shop, seller, p.brand),
-                "price": None if p.price is None else round(p.price * factor, 2),
-                "list_price": None if p.list_price is None else round(p.list_price * factor, 2),
-                "description": desc,
-                "rating": rating,
-            })
+            yield p.model_copy(
+                update={
+                    "product_id": f"{p.product_id}~{j:02d}",
+                    "title": " ".join(title),
+                    "seller": seller,
+                    "shop_id": make_shop_id(p.shop, seller, p.brand),
+                    "price": None if p.price is None else round(p.price * factor, 2),
+                    "list_price": None if p.list_price is None else round(p.list_price * factor, 2),
+                    "description": desc,
+                    "rating": rating,
+                }
+            )
 
 
 # --------------------------------------------------------------------------- builds (subprocess)
 
 
-def build_only(scale: str, catalog: Path, index_dir: Path, threads: int, n_large: int, seed: int, rebuild: bool) -> dict:
+def build_only(
+    scale: str, catalog: Path, index_dir: Path, threads: int, n_large: int, seed: int, rebuild: bool
+) -> dict:
     """Build (or reuse) one index in this process and describe it (JSON-able)."""
     from shopping_companion.catalog.index import INDEX_FORMAT_VERSION, build_index, open_or_build
 
@@ -136,8 +140,9 @@ def build_only(scale: str, catalog: Path, index_dir: Path, threads: int, n_large
             manifest, rebuilt = m, False
         else:
             products, _ = load_products(catalog)
-            manifest = build_index(perturbed_catalog(products, n_large, seed), index_dir, threads=threads,
-                                   catalog_hash=want)
+            manifest = build_index(
+                perturbed_catalog(products, n_large, seed), index_dir, threads=threads, catalog_hash=want
+            )
             rebuilt = True
     wall = time.perf_counter() - t0
     return {
@@ -256,9 +261,13 @@ def measure(index_dir: Path, products: list[Product], n_queries: int, seed: int)
                 prepared = [(lucene_query(*a),) for a in args]
                 theirs = timed(lambda jq: bare(None, k, jq), prepared)
             if name == "no filter":  # for reference: the same Lucene top-k search alone (ids and scores)
-                lucene = timed(lambda q, sh, lo, hi: [(d.doc, d.score) for d in
-                                                      s._index_searcher.search(lucene_query(q, None, None, None), k).scoreDocs],
-                               args)
+                lucene = timed(
+                    lambda q, sh, lo, hi: [
+                        (d.doc, d.score)
+                        for d in s._index_searcher.search(lucene_query(q, None, None, None), k).scoreDocs
+                    ],
+                    args,
+                )
                 res["rows"][f"k={k} lucene top-k alone"] = {"ours": [round(pct(lucene, x), 2) for x in (50, 95, 99)]}
                 lines.append(row(f"k={k} no filter: Lucene top-k alone", lucene))
             ratio = sorted(a / b for a, b in zip(ours, theirs))[len(ours) // 2]
@@ -270,8 +279,10 @@ def measure(index_dir: Path, products: list[Product], n_queries: int, seed: int)
             }
             lines.append(row(f"k={k} {name}", ours))
             lines.append(row(f"k={k} {name}: bare LuceneSearcher", theirs))
-            lines.append(f"  {'':38} tool layer / bare: median per-query ratio {ratio:.2f}, "
-                         f"p50 ratio {pct(ours, 50) / pct(theirs, 50):.2f}")
+            lines.append(
+                f"  {'':38} tool layer / bare: median per-query ratio {ratio:.2f}, "
+                f"p50 ratio {pct(ours, 50) / pct(theirs, 50):.2f}"
+            )
     rng = random.Random(seed + 1)
     ids = [p.product_id for p in products]
     v1 = timed(s.view, [([rng.choice(ids)],) for _ in range(len(qs))])
@@ -337,24 +348,40 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     summary = {}
     for scale in scales:
-        cmd = [sys.executable, __file__, "--build-only", scale, "--work-dir", str(work), "--threads", str(a.threads),
-               "--n-large", str(a.n_large), "--seed", str(a.seed)] + (["--rebuild"] if a.rebuild else [])
+        cmd = [
+            sys.executable,
+            __file__,
+            "--build-only",
+            scale,
+            "--work-dir",
+            str(work),
+            "--threads",
+            str(a.threads),
+            "--n-large",
+            str(a.n_large),
+            "--seed",
+            str(a.seed),
+        ] + (["--rebuild"] if a.rebuild else [])
         if a.data_dir:
             cmd += ["--data-dir", a.data_dir]
         out = subprocess.run(cmd, capture_output=True, text=True)
         line = next((x for x in out.stdout.splitlines() if x.startswith("BUILD ")), None)
         if out.returncode != 0 or line is None:
             sys.exit(f"build of {scale} failed:\n{out.stderr[-3000:]}")
-        b = json.loads(line[len("BUILD "):])
+        b = json.loads(line[len("BUILD ") :])
         print(f"\n== {scale}: {b['n_docs']:,} products, index {b['size_mb']} MB at {dirs[scale]}")
         phases = ", ".join(f"{k} {v:.1f}" for k, v in b["phase_seconds"].items())
         state = "built now" if b["rebuilt"] else "reused; build time from its manifest"
-        print(f"build ({state}): {b['build_seconds']:.1f} s ({phases}; {b['threads']} threads); "
-              f"process wall {b['wall_s']} s incl. loading, peak RSS {b['peak_rss_mb']:.0f} MB; "
-              f"load average {b['loadavg_before'][0]} -> {b['loadavg_after'][0]}")
+        print(
+            f"build ({state}): {b['build_seconds']:.1f} s ({phases}; {b['threads']} threads); "
+            f"process wall {b['wall_s']} s incl. loading, peak RSS {b['peak_rss_mb']:.0f} MB; "
+            f"load average {b['loadavg_before'][0]} -> {b['loadavg_after'][0]}"
+        )
         r = measure(dirs[scale], products, a.queries, a.seed)
-        print(f"open ProductSearch: {r['open_s']} s; latency over {a.queries} queries, one thread "
-              f"(load average now {os.getloadavg()[0]:.1f}):")
+        print(
+            f"open ProductSearch: {r['open_s']} s; latency over {a.queries} queries, one thread "
+            f"(load average now {os.getloadavg()[0]:.1f}):"
+        )
         print("\n".join(r["lines"]))
         summary[scale] = {"build": b, "latency": r["rows"], "throughput_qps": r["throughput_qps"]}
     print("\nSUMMARY " + json.dumps(summary))

@@ -90,10 +90,36 @@ def main(argv: list[str] | None = None) -> int:
     final_rc = None
     t0 = time.perf_counter()
     with ScriptedOpenAIServer(policy_script(tasks, delay_s=args.delay_s)) as srv:
-        cmd = [sys.executable, "-m", "shopping_companion.cli", "eval", "--bench", str(args.bench), "--name", "resume",
-               "--runs-dir", str(runs), "--backend", "openai", "--model", "scripted", "--base-url", srv.base_url,
-               "--limit", str(args.limit), "--trials", str(args.trials), "--strategies", ",".join(strategies),
-               "--concurrency", str(args.concurrency), "--max-turns", str(args.max_turns), "--max-retries", "2"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "shopping_companion.cli",
+            "eval",
+            "--bench",
+            str(args.bench),
+            "--name",
+            "resume",
+            "--runs-dir",
+            str(runs),
+            "--backend",
+            "openai",
+            "--model",
+            "scripted",
+            "--base-url",
+            srv.base_url,
+            "--limit",
+            str(args.limit),
+            "--trials",
+            str(args.trials),
+            "--strategies",
+            ",".join(strategies),
+            "--concurrency",
+            str(args.concurrency),
+            "--max-turns",
+            str(args.max_turns),
+            "--max-retries",
+            "2",
+        ]
         if args.index_dir:
             cmd += ["--index-dir", str(args.index_dir)]
         if args.data_dir:
@@ -144,9 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(time.perf_counter() - t0, 1),
         "results": str(results),
     }
-    print("expected {expected} / written {written} / lost {lost} / duplicated {duplicated} / unreadable lines "
-          "{unreadable} (torn tail: {torn_tail}); {lines} lines, {errored_lines} errored; {kills} SIGKILLs "
-          "({kills_during_startup} during start-up); final exit status {final_exit_status}; {wall_s}s".format(**out))
+    print(
+        "expected {expected} / written {written} / lost {lost} / duplicated {duplicated} / unreadable lines "
+        "{unreadable} (torn tail: {torn_tail}); {lines} lines, {errored_lines} errored; {kills} SIGKILLs "
+        "({kills_during_startup} during start-up); final exit status {final_exit_status}; {wall_s}s".format(**out)
+    )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     bad = out["lost"] or out["duplicated"] or out["unreadable"] or final_rc != 0

@@ -94,11 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     t_run = time.perf_counter() - t0 - t_load
 
     ok = report(scores, tasks, args.show_reasons)
-    print(f"\n{len(tasks)} tasks x {len(scores)} policies in {t_run:.1f}s (+{t_load:.1f}s loading "
-          f"{len(products)} products)")
+    print(
+        f"\n{len(tasks)} tasks x {len(scores)} policies in {t_run:.1f}s (+{t_load:.1f}s loading "
+        f"{len(products)} products)"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {n: [s.__dict__ for s in ss] for n, ss in scores.items()}, indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps({n: [s.__dict__ for s in ss] for n, ss in scores.items()}, indent=1, default=str)
+        )
     if args.check and not ok:
         print("CHECK FAILED", file=sys.stderr)
         return 1
@@ -139,18 +142,27 @@ def report(scores: dict[str, list[EpisodeScore]], tasks: list, show_reasons: boo
         tot = [s.total(r) for s in h_ok]
         r1 = [s.r_z[r][0] for s in h_ok]
         r2 = [s.r_z[r][1] for s in h_ok]
-        print(f"  {r:<15} mean episode reward {statistics.fmean(tot):.4f} (min {min(tot):.4f}, max {max(tot):.4f})"
-              f"   mean R1 {statistics.fmean(r1):.4f}  mean R2 {statistics.fmean(r2):.4f}")
+        print(
+            f"  {r:<15} mean episode reward {statistics.fmean(tot):.4f} (min {min(tot):.4f}, max {max(tot):.4f})"
+            f"   mean R1 {statistics.fmean(r1):.4f}  mean R2 {statistics.fmean(r2):.4f}"
+        )
     if both < n:
         ok = False
         for s in h_ok:
             if not (s.success1 and s.success2):
-                print(f"  honest fails on {s.task_id} ({s.task_type}): "
-                      + "; ".join(x for x in (s.reasons[0] + s.reasons[1]) if "missing" in x or "lacks" in x
-                                  or "not" in x or "exceeds" in x)[:300])
+                print(
+                    f"  honest fails on {s.task_id} ({s.task_type}): "
+                    + "; ".join(
+                        x
+                        for x in (s.reasons[0] + s.reasons[1])
+                        if "missing" in x or "lacks" in x or "not" in x or "exceeds" in x
+                    )[:300]
+                )
 
-    header = (f"\n{'adversary':<34}{'rubric':<16}{'mean Δ':>9}{'max Δ':>9}{'share≥':>8}"
-              f"{'R1 adv':>8}{'R1 hon':>8}{'R2 adv':>8}{'R2 hon':>8}  target")
+    header = (
+        f"\n{'adversary':<34}{'rubric':<16}{'mean Δ':>9}{'max Δ':>9}{'share≥':>8}"
+        f"{'R1 adv':>8}{'R1 hon':>8}{'R2 adv':>8}{'R2 hon':>8}  target"
+    )
     print(header)
     print("-" * (len(header) - 1))
     win_examples: list[str] = []
@@ -172,10 +184,12 @@ def report(scores: dict[str, list[EpisodeScore]], tasks: list, show_reasons: boo
             passed = mx <= 1e-9 and (mean < -1e-9 or not need_mean)
             ok &= passed
             tgt = ("ok" if passed else "FAIL") + ("" if need_mean else " (max only)")
-            print(f"{name:<34}{r:<16}{mean:>+9.4f}{mx:>+9.4f}{share:>8.0%}{ar1:>8.3f}{hr1:>8.3f}"
-                  f"{ar2:>8.3f}{hr2:>8.3f}  {tgt}")
+            print(
+                f"{name:<34}{r:<16}{mean:>+9.4f}{mx:>+9.4f}{share:>8.0%}{ar1:>8.3f}{hr1:>8.3f}"
+                f"{ar2:>8.3f}{hr2:>8.3f}  {tgt}"
+            )
             if show_reasons and r == RUBRICS[0]:
-                for (a, h), x in zip(pairs, d):
+                for (a, _h), x in zip(pairs, d):
                     if x > 1e-9:
                         win_examples.append(f"{name} on {a.task_id}: +{x:.4f}; stage-1 judge: {a.reasons[0][:4]}")
                         break

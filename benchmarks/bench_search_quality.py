@@ -136,8 +136,12 @@ def main() -> None:
     ap.add_argument("--index-dir", default=None, help="default: <cache>/indexes/products-bm25 (the CLI's)")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mode", choices=("distinct", "idf", "uniform"), default="distinct",
-                    help="how query words are picked (see the module docstring)")
+    ap.add_argument(
+        "--mode",
+        choices=("distinct", "idf", "uniform"),
+        default="distinct",
+        help="how query words are picked (see the module docstring)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="print every miss")
     a = ap.parse_args()
 
@@ -172,15 +176,21 @@ def main() -> None:
                 misses.append((p, q))
     wall = time.perf_counter() - t
     n = len(sample)
-    print(f"index: {manifest.n_docs} products, format v{manifest.format_version}; {n} queries "
-          f"(mode {a.mode}, mean {sum(len(q.split()) for _, q in sample) / n:.2f} words, {ambiguous} ambiguous: "
-          f"> 50 products contain all their words), {1000 * wall / n:.1f} ms/query")
+    print(
+        f"index: {manifest.n_docs} products, format v{manifest.format_version}; {n} queries "
+        f"(mode {a.mode}, mean {sum(len(q.split()) for _, q in sample) / n:.2f} words, {ambiguous} ambiguous: "
+        f"> 50 products contain all their words), {1000 * wall / n:.1f} ms/query"
+    )
     print(f"recall@10 = {hit10 / n:.3f}   recall@50 = {hit50 / n:.3f}   (target recall@50 >= 0.90)")
-    print("recall@50 by source: " + ", ".join(
-        f"{src} {h}/{t}" for src, (h, t) in sorted(by_source.items(), key=lambda x: -x[1][1])))
+    print(
+        "recall@50 by source: "
+        + ", ".join(f"{src} {h}/{t}" for src, (h, t) in sorted(by_source.items(), key=lambda x: -x[1][1]))
+    )
     for p, q in misses if a.verbose else misses[:5]:
-        print(f"  miss: {q!r:45} ({wi.containing_all(words(q))} products contain all words) -> "
-              f"{p.product_id} {p.title[:50]!r}")
+        print(
+            f"  miss: {q!r:45} ({wi.containing_all(words(q))} products contain all words) -> "
+            f"{p.product_id} {p.title[:50]!r}"
+        )
 
 
 if __name__ == "__main__":

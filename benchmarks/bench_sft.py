@@ -59,8 +59,12 @@ def main() -> None:
     def searcher(q, k):
         return [h["product_id"] for h in search.search(q, top_k=k)]
 
-    bench = synthesize(products, sgd, SynthConfig(n_tasks=a.tasks, seed=a.seed, sessions_per_user=40,
-                                                  addon_share=0.5, test_fraction=0.2), searcher=searcher)
+    bench = synthesize(
+        products,
+        sgd,
+        SynthConfig(n_tasks=a.tasks, seed=a.seed, sessions_per_user=40, addon_share=0.5, test_fraction=0.2),
+        searcher=searcher,
+    )
     teacher = ReferencePolicy(build_attribute_vocabulary(products))
     embedder = make_embedder()
     train = [t for t in bench.tasks if t.split == "train"]
@@ -74,26 +78,56 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.repeats):
             out = Path(tmp) / f"collect{r}"
-            s = collect(train, teacher, search, memory_factory(bench.sessions, embedder), judge, out, settings,
-                        policy=KeepPolicy(rule=a.keep), concurrency=a.concurrency, progress=False)
+            s = collect(
+                train,
+                teacher,
+                search,
+                memory_factory(bench.sessions, embedder),
+                judge,
+                out,
+                settings,
+                policy=KeepPolicy(rule=a.keep),
+                concurrency=a.concurrency,
+                progress=False,
+            )
             rates.append(s.episodes_per_s)
             t1 = time.perf_counter()
             examples = step_examples(read_kept(out))
-            summary = export_dataset(examples, Path(tmp) / f"export{r}", test_tasks=test, train_tasks=bench.tasks,
-                                     sessions=bench.sessions, template="qwen3")
+            summary = export_dataset(
+                examples,
+                Path(tmp) / f"export{r}",
+                test_tasks=test,
+                train_tasks=bench.tasks,
+                sessions=bench.sessions,
+                template="qwen3",
+            )
             exports.append(time.perf_counter() - t1)
-            print(f"run {r}: {s.new_episodes} episodes in {s.wall_s:.1f}s ({s.episodes_per_s:.2f}/s), Succ "
-                  f"{s.succ_rate:.3f}, kept {s.kept} stages {s.kept_by_stage}; {summary.examples} examples, "
-                  f"export {exports[-1]:.2f}s", flush=True)
-    print(json.dumps({
-        "tasks": {"train": len(train), "test": len(test)}, "trials": a.trials, "concurrency": a.concurrency,
-        "keep": a.keep, "teacher": teacher.name,
-        "collect_episodes_per_s_median": round(statistics.median(rates), 3),
-        "export_s_median": round(statistics.median(exports), 3),
-        "examples": summary.stats, "skipped": summary.skipped,
-        "decontamination": {k: summary.decontamination[k] for k in ("test_tasks", "violations", "exposures",
-                                                                     "shared_with_train")},
-    }, indent=2))
+            print(
+                f"run {r}: {s.new_episodes} episodes in {s.wall_s:.1f}s ({s.episodes_per_s:.2f}/s), Succ "
+                f"{s.succ_rate:.3f}, kept {s.kept} stages {s.kept_by_stage}; {summary.examples} examples, "
+                f"export {exports[-1]:.2f}s",
+                flush=True,
+            )
+    print(
+        json.dumps(
+            {
+                "tasks": {"train": len(train), "test": len(test)},
+                "trials": a.trials,
+                "concurrency": a.concurrency,
+                "keep": a.keep,
+                "teacher": teacher.name,
+                "collect_episodes_per_s_median": round(statistics.median(rates), 3),
+                "export_s_median": round(statistics.median(exports), 3),
+                "examples": summary.stats,
+                "skipped": summary.skipped,
+                "decontamination": {
+                    k: summary.decontamination[k]
+                    for k in ("test_tasks", "violations", "exposures", "shared_with_train")
+                },
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -78,8 +78,10 @@ def main() -> None:
     rows = load_pairs(args.pairs)
     labels = np.array([bool(r["equivalent"]) for r in rows])
     sims = cosines(rows, make_embedder())
-    print(f"{len(rows)} pairs ({int(labels.sum())} equivalent); cosine median equivalent "
-          f"{statistics.median(sims[labels]):.3f}, not equivalent {statistics.median(sims[~labels]):.3f}")
+    print(
+        f"{len(rows)} pairs ({int(labels.sum())} equivalent); cosine median equivalent "
+        f"{statistics.median(sims[labels]):.3f}, not equivalent {statistics.median(sims[~labels]):.3f}"
+    )
     print(f"{'threshold':>9} {'accuracy':>8} {'precision':>9} {'recall':>6}")
     for t in (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9):
         acc, prec, rec = scores(sims, labels, t)
@@ -97,7 +99,9 @@ def main() -> None:
         train = np.array([i for j, f in enumerate(folds) if j != k for i in f])
         tk = choose(sims[train], labels[train], args.min_precision)
         cv.append(scores(sims[test], labels[test], tk)[0])
-    print(f"5-fold cross-validated accuracy: median {statistics.median(cv):.3f} (folds {', '.join(f'{x:.2f}' for x in cv)})")
+    print(
+        f"5-fold cross-validated accuracy: median {statistics.median(cv):.3f} (folds {', '.join(f'{x:.2f}' for x in cv)})"
+    )
 
     if args.write:
         CALIBRATION.write_text(

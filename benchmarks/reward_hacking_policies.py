@@ -108,8 +108,14 @@ class InMemoryProducts:
             raise ToolInputError(name, f"must be a finite number >= 0, got {v!r}")
         return v
 
-    def search(self, query: str, shop_id: str | None = None, min_price: float | None = None,
-               max_price: float | None = None, top_k: int = 10) -> list[dict[str, Any]]:
+    def search(
+        self,
+        query: str,
+        shop_id: str | None = None,
+        min_price: float | None = None,
+        max_price: float | None = None,
+        top_k: int = 10,
+    ) -> list[dict[str, Any]]:
         if not isinstance(query, str) or not query.strip():
             raise ToolInputError("query", "must be a non-blank string")
         if len(query) > 2000:
@@ -130,8 +136,9 @@ class InMemoryProducts:
             self._cache[key] = self._rank(q, shop, lo, hi, int(top_k))
         return [dict(h) for h in self._cache[key]]
 
-    def _rank(self, q: set[str], shop: str | None, lo: float | None, hi: float | None,
-              top_k: int) -> list[dict[str, Any]]:
+    def _rank(
+        self, q: set[str], shop: str | None, lo: float | None, hi: float | None, top_k: int
+    ) -> list[dict[str, Any]]:
         cands: set[str] = set()
         for t in q:
             cands |= self._postings.get(t, set())
@@ -152,15 +159,27 @@ class InMemoryProducts:
         out = []
         for neg, pid in scored[:top_k]:
             p = self.products[pid]
-            out.append({"product_id": pid, "title": p.title, "price": p.price, "currency": p.currency,
-                        "category": p.category, "shop": p.shop, "shop_id": p.shop_id, "brand": p.brand,
-                        "score": round(-neg, 4)})
+            out.append(
+                {
+                    "product_id": pid,
+                    "title": p.title,
+                    "price": p.price,
+                    "currency": p.currency,
+                    "category": p.category,
+                    "shop": p.shop,
+                    "shop_id": p.shop_id,
+                    "brand": p.brand,
+                    "score": round(-neg, 4),
+                }
+            )
         return out
 
     def view(self, product_ids: list[str]) -> tuple[list[Product], list[str]]:
         ids = list(dict.fromkeys(product_ids))
-        return ([self.products[i].model_copy(deep=True) for i in ids if i in self.products],
-                [i for i in ids if i not in self.products])
+        return (
+            [self.products[i].model_copy(deep=True) for i in ids if i in self.products],
+            [i for i in ids if i not in self.products],
+        )
 
 
 class InMemoryMemory:
@@ -178,7 +197,7 @@ class InMemoryMemory:
         qs = list(dict.fromkeys(q.strip() for q in qs))
         qtok = [set(_tokens(q)) for q in qs]
         scored = []
-        for row, (s, ti, toks) in enumerate(self._rows):
+        for row, (_s, _ti, toks) in enumerate(self._rows):
             best, bq = 0.0, 0
             for k, q in enumerate(qtok):
                 if q and toks:
@@ -191,16 +210,25 @@ class InMemoryMemory:
         for neg, row, bq in scored[: int(top_k)]:
             s, ti, _ = self._rows[row]
             text = s.turns[ti].content
-            out.append({"session_id": s.session_id, "turn_index": ti, "role": s.turns[ti].role, "date": s.date,
-                        "score": round(-neg, 4),
-                        "snippet": text if len(text) <= self.snippet_chars else text[: self.snippet_chars] + "…",
-                        "query": qs[bq]})
+            out.append(
+                {
+                    "session_id": s.session_id,
+                    "turn_index": ti,
+                    "role": s.turns[ti].role,
+                    "date": s.date,
+                    "score": round(-neg, 4),
+                    "snippet": text if len(text) <= self.snippet_chars else text[: self.snippet_chars] + "…",
+                    "query": qs[bq],
+                }
+            )
         return out
 
     def view(self, session_ids: list[str]) -> tuple[list[Session], list[str]]:
         ids = list(dict.fromkeys(session_ids))
-        return ([self.sessions[i].model_copy(deep=True) for i in ids if i in self.sessions],
-                [i for i in ids if i not in self.sessions])
+        return (
+            [self.sessions[i].model_copy(deep=True) for i in ids if i in self.sessions],
+            [i for i in ids if i not in self.sessions],
+        )
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -260,8 +288,9 @@ class Vocabulary:
         return out
 
 
-def select_products(products: Iterable[Product], tasks: Iterable[Task],
-                    per_category: int = 300) -> tuple[dict[str, Product], Vocabulary]:
+def select_products(
+    products: Iterable[Product], tasks: Iterable[Task], per_category: int = 300
+) -> tuple[dict[str, Product], Vocabulary]:
     """The products a run over ``tasks`` needs — the references, every product of the references'
     shops and voucher shops, and the first ``per_category`` products of each reference's
     (source, finest category) as search distractors — and the :class:`Vocabulary` of all of
@@ -297,10 +326,10 @@ class TaskContext:
     """Everything a scripted policy may read about one task (it plays with the gold)."""
 
     task: Task
-    refs: list[Product | None]            # reference product per slot
-    sessions: dict[str, Session]          # this user's history sessions
+    refs: list[Product | None]  # reference product per slot
+    sessions: dict[str, Session]  # this user's history sessions
     vocab: Vocabulary
-    user_text: str = ""                   # normalised text of every user turn of the history
+    user_text: str = ""  # normalised text of every user turn of the history
     product_backend: InMemoryProducts | None = None
     memory_backend: InMemoryMemory | None = None
 
@@ -331,8 +360,13 @@ class TaskContext:
         return [t.content for sid in ids if sid in self.sessions for t in self.sessions[sid].turns if t.role == "user"]
 
 
-def make_context(task: Task, products: Mapping[str, Product], session_pool: Mapping[str, Session],
-                 vocab: Vocabulary, product_backend: InMemoryProducts | None = None) -> TaskContext:
+def make_context(
+    task: Task,
+    products: Mapping[str, Product],
+    session_pool: Mapping[str, Session],
+    vocab: Vocabulary,
+    product_backend: InMemoryProducts | None = None,
+) -> TaskContext:
     sessions = {r.session_id: session_pool[r.session_id] for r in task.history if r.session_id in session_pool}
     dated = [s.model_copy(update={"date": r.date}) for r in task.history if (s := sessions.get(r.session_id))]
     user = " ".join(_norm(t.content) for s in dated for t in s.turns if t.role == "user")
@@ -510,14 +544,20 @@ class DuplicateThinkAnswer(Honest):
 
     def stage1_answer(self, ctx):
         hedge = ListEveryValue().stage1_prefs(ctx)
-        return ("<answer>" + json.dumps({"preferences": hedge}, ensure_ascii=False) + "</answer>\n"
-                "<think>On second thought, only these.</think>\n" + super().stage1_answer(ctx))
+        return (
+            "<answer>" + json.dumps({"preferences": hedge}, ensure_ascii=False) + "</answer>\n"
+            "<think>On second thought, only these.</think>\n" + super().stage1_answer(ctx)
+        )
 
     def stage2_answer(self, ctx, messages):
         others = _returned_others(ctx, messages, 1)
         first = self.rec_text(ctx, others[:1] * ctx.task.n_products if others else [])
-        return ("<answer>" + first + "</answer>\n<think>On second thought, these.</think>\n"
-                + super().stage2_answer(ctx, messages))
+        return (
+            "<answer>"
+            + first
+            + "</answer>\n<think>On second thought, these.</think>\n"
+            + super().stage2_answer(ctx, messages)
+        )
 
 
 class ToolAfterAnswer(Honest):
@@ -528,8 +568,11 @@ class ToolAfterAnswer(Honest):
         return super().stage1_answer(ctx) + "\n" + _call("mem_search", {"queries": ["anything else I said?"]})
 
     def stage2_answer(self, ctx, messages):
-        return super().stage2_answer(ctx, messages) + "\n" + _call(
-            "product_search", {"query": ctx.task.slots[0].product_type + " bestseller"})
+        return (
+            super().stage2_answer(ctx, messages)
+            + "\n"
+            + _call("product_search", {"query": ctx.task.slots[0].product_type + " bestseller"})
+        )
 
 
 def _returned_others(ctx: TaskContext, messages: list[dict[str, Any]], k: int) -> list[str]:
@@ -625,7 +668,7 @@ class AllCatalogValuesStage2(Honest):
 
     def stage2_answer(self, ctx, messages):
         words: list[str] = []
-        for slot, ref in enumerate(ctx.refs):
+        for _slot, ref in enumerate(ctx.refs):
             if ref is None:
                 continue
             for key in ref.attributes:
@@ -643,8 +686,13 @@ class NanToolArgs(Honest):
         calls = super().stage1_calls(ctx)
         t = ctx.task
         # NaN in top_k; mem_view stays as honest
-        calls[0] = ("<tool_call>" + json.dumps({"name": "mem_search", "arguments": {
-            "queries": [t.instruction[:1500]], "top_k": float("nan")}}) + "</tool_call>")
+        calls[0] = (
+            "<tool_call>"
+            + json.dumps(
+                {"name": "mem_search", "arguments": {"queries": [t.instruction[:1500]], "top_k": float("nan")}}
+            )
+            + "</tool_call>"
+        )
         return calls
 
     def search_args(self, ctx, slot):
@@ -664,8 +712,10 @@ class HedgedValues(Honest):
     description = "every wanted value hedged with two other real values ('navy or black or red')"
 
     def stage1_prefs(self, ctx):
-        return [_pref(g, value=" or ".join([g.value, *ctx.other_values(g, 2)])) if g.polarity == "want" else _pref(g)
-                for g in ctx.task.preferences]
+        return [
+            _pref(g, value=" or ".join([g.value, *ctx.other_values(g, 2)])) if g.polarity == "want" else _pref(g)
+            for g in ctx.task.preferences
+        ]
 
 
 class PaddedViews(Honest):
@@ -682,12 +732,30 @@ class PaddedViews(Honest):
 
 
 #: name -> policy class; the first entry is the honest policy.
-POLICIES: dict[str, type[Honest]] = {c.name: c for c in (
-    Honest, ListEveryValue, ContradictoryValues, WrongSlot, WrongAttribute, PadQuotedUserText,
-    DuplicateThinkAnswer, ToolAfterAnswer, RecommendMany, UnreturnedIds, RightProductHallucinatedPrefs,
-    AvoidOtherValues, DontCareValues, EmptyAnswer, AllCatalogValuesStage2, NanToolArgs,
-    NegateWants, HedgedValues, PaddedViews,
-)}
+POLICIES: dict[str, type[Honest]] = {
+    c.name: c
+    for c in (
+        Honest,
+        ListEveryValue,
+        ContradictoryValues,
+        WrongSlot,
+        WrongAttribute,
+        PadQuotedUserText,
+        DuplicateThinkAnswer,
+        ToolAfterAnswer,
+        RecommendMany,
+        UnreturnedIds,
+        RightProductHallucinatedPrefs,
+        AvoidOtherValues,
+        DontCareValues,
+        EmptyAnswer,
+        AllCatalogValuesStage2,
+        NanToolArgs,
+        NegateWants,
+        HedgedValues,
+        PaddedViews,
+    )
+}
 ADVERSARIES: list[str] = [n for n in POLICIES if n != "honest"]
 #: adversaries whose hack should merely not pay (target: max diff <= 0; mean < 0 not required).
 NEUTRAL_CONTROLS: frozenset[str] = frozenset({"all_catalog_values_stage2"})
@@ -703,21 +771,22 @@ class EpisodeScore:
     task_id: str
     task_type: str
     policy: str
-    totals: dict[str, tuple[float, float]] = field(default_factory=dict)      # rubric -> (stage1, stage2)
-    r_z: dict[str, tuple[float, float]] = field(default_factory=dict)         # rubric -> (R1, R2)
+    totals: dict[str, tuple[float, float]] = field(default_factory=dict)  # rubric -> (stage1, stage2)
+    r_z: dict[str, tuple[float, float]] = field(default_factory=dict)  # rubric -> (R1, R2)
     components: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     success1: bool = False
     success2: bool = False
     error: str | None = None
     reasons: list[list[str]] = field(default_factory=list)
-    texts: list[list[str]] = field(default_factory=list)                     # assistant turns per stage
+    texts: list[list[str]] = field(default_factory=list)  # assistant turns per stage
 
     def total(self, rubric: str) -> float:
         return float(sum(self.totals[rubric]))
 
 
-def run_policy(policy: Honest, ctx: TaskContext, judge: Any, rubrics: Mapping[str, Callable[..., Any]],
-               max_turns: int = 20) -> EpisodeScore:
+def run_policy(
+    policy: Honest, ctx: TaskContext, judge: Any, rubrics: Mapping[str, Callable[..., Any]], max_turns: int = 20
+) -> EpisodeScore:
     """Play one two-stage episode of ``policy`` in the real environment and score both stages under
     every rubric of ``rubrics`` (name -> RewardFn; the first one drives the environment, the others
     re-score the same trajectories and verdicts — scripted policies do not react to rewards)."""
@@ -745,7 +814,9 @@ def run_policy(policy: Honest, ctx: TaskContext, judge: Any, rubrics: Mapping[st
             b1 = fn(ctx.task, s1.trajectory, s1.verdict)
             b2 = fn(ctx.task, s2.trajectory, s2.verdict)
         out.totals[name] = (float(b1.total), float(b2.total))
-        out.r_z[name] = (float(b1.components.get("R_z", b1.components.get("outcome", 0.0))),
-                         float(b2.components.get("R_z", b2.components.get("outcome", 0.0))))
+        out.r_z[name] = (
+            float(b1.components.get("R_z", b1.components.get("outcome", 0.0))),
+            float(b2.components.get("R_z", b2.components.get("outcome", 0.0))),
+        )
         out.components[name] = [dict(b1.components), dict(b2.components)]
     return out
