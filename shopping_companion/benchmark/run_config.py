@@ -170,21 +170,29 @@ class DataConfig(BaseModel):
     index_dir: Path | None = None
 
 
+def run_name(v: str) -> str:
+    """A run name is one directory name: 1..200 characters, no ``/`` or ``\\``, no control
+    characters, not ``.`` or ``..`` (anything else, e.g. ``qwen3-4b@step100``, is fine)."""
+    if not v or len(v) > 200:
+        raise ValueError(f"must be 1..200 characters long, got {len(v)}")
+    if v in (".", "..") or any(c in v for c in "/\\") or any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError(f"must be one directory name (no '/', '\\', control characters, '.' or '..'), got {v!r}")
+    return v
+
+
 class OutputConfig(BaseModel):
     """Where results go: ``<runs_dir>/<name>/`` (``results.jsonl``, ``report.md``, ``summary.json``,
-    ``config.yaml``, ...). ``name``: letters, digits, ``.``, ``_``, ``-``."""
+    ``config.yaml``, ...). ``name``: one directory name (:func:`run_name`)."""
 
     model_config = _STRICT
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str
     runs_dir: Path = Path("runs")
     baseline_note: str | None = None
 
     @field_validator("name")
     @classmethod
-    def _not_dots(cls, v: str) -> str:
-        if v in (".", ".."):
-            raise ValueError("must not be '.' or '..'")
-        return v
+    def _one_directory(cls, v: str) -> str:
+        return run_name(v)
 
     @property
     def run_dir(self) -> Path:
@@ -295,12 +303,17 @@ class QuickstartConfig(BaseModel):
     was built with the same synthesis config."""
 
     model_config = _STRICT
-    name: str = Field(default="quickstart", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = "quickstart"
     runs_dir: Path = Path("runs")
     sharegpt: bool = True
     data: DataConfig = DataConfig()
     synth: Any = Field(default=None, validate_default=True)
     eval: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _one_directory(cls, v: str) -> str:
+        return run_name(v)
 
     @field_validator("synth", mode="before")
     @classmethod

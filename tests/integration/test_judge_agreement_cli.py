@@ -49,8 +49,8 @@ def bench(catalog_products, sgd_sessions, product_search):
     )
 
 
-#: a run name Rich would read as markup ("[/]" closes nothing): printed paths must be escaped
-RUN = "a[/]b"
+#: a run name Rich would read as markup ("[red]" opens a style): printed paths must be escaped
+RUN = "a[red]b"
 
 
 def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp_path):
@@ -199,7 +199,9 @@ def test_judge_agreement_cli_recorded_rule_and_llm(bench, catalog_index_dir, tmp
             ],
         )
     flat = " ".join(out.output.split())
-    assert out.exit_code == 2 and "all" in flat and "verdicts failed" in flat, out.output
+    assert out.exit_code == 4 and "all" in flat and "verdicts failed" in flat, (
+        out.output
+    )  # EXIT_SERVICE: the judge failed
 
 
 def test_judge_agreement_cli_rejects_bad_input(tmp_path):
