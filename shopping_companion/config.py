@@ -31,21 +31,73 @@ __all__ = [
     "load_config",
     "load_model",
     "load_yaml",
+    "parse_yaml",
     "validation_message",
 ]
 
 
-def load_yaml(path: str | os.PathLike[str]) -> Any:
-    """Parse a YAML file; raises :class:`ConfigError` when it is missing or malformed."""
+def _strict_loader() -> Any:
+    """A ``yaml.SafeLoader`` that refuses a mapping with the same key twice (plain PyYAML keeps
+    the last one silently, so a config could say two things and mean one)."""
     import yaml
 
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # an unhashable key: construct_mapping reports it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen[key] = True
+        return loader.construct_mapping(node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return StrictLoader
+
+
+def parse_yaml(text: str, what: str) -> Any:
+    """Parse YAML ``text`` (duplicate keys refused); ``what`` names the source in the
+    :class:`ConfigError` raised for invalid YAML, nesting too deep to parse, or a value Python
+    refuses (e.g. an integer of more than 4,300 digits)."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise ConfigError(f"{what} is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{what}: nested too deeply to read") from None
+    except ValueError as e:
+        raise ConfigError(f"{what}: a value cannot be read ({e})") from None
+
+
+def load_yaml(path: str | os.PathLike[str]) -> Any:
+    """Parse a YAML file; raises :class:`ConfigError` when it is missing, a directory, not UTF-8
+    or malformed (:func:`parse_yaml`)."""
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a directory, not a YAML file")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
+    raw = p.read_bytes()
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from e
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"config file {str(p)!r} is not UTF-8 text (byte {raw[e.start]:#04x} at position {e.start})"
+        ) from None
+    return parse_yaml(text, f"config file {str(p)!r}")
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
@@ -69,20 +121,16 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[str]) -> dict
     Intermediate mappings are created when missing; an intermediate that is not a mapping raises
     :class:`ConfigError`. Values are parsed with YAML (``"a.b=0.5"`` sets the float 0.5).
     """
-    import yaml
-
     out = copy.deepcopy(dict(config))
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected 'dotted.key=value'")
+            raise ConfigError(f"override {item[:80]!r}: expected 'dotted.key=value'")
         key, raw = item.split("=", 1)
         parts = [p for p in key.strip().split(".")]
         if not all(parts):
-            raise ConfigError(f"override {item!r}: empty key segment")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({e})") from e
+            raise ConfigError(f"override {item[:80]!r}: empty key segment")
+        shown = item if len(item) <= 80 else item[:77] + "..."
+        value = parse_yaml(raw, f"override {shown!r}: the value") if raw.strip() else ""
         node: Any = out
         for i, p in enumerate(parts[:-1]):
             nxt = node.get(p)
@@ -151,22 +199,29 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
 
 
 def validation_message(
-    model: type[BaseModel], err: ValidationError, source: str | None = None, names: Mapping[str, str] | None = None
+    model: type[BaseModel],
+    err: ValidationError,
+    source: str | None = None,
+    names: Mapping[str, str] | None = None,
+    prefix: str = "",
 ) -> str:
     """A pydantic :class:`ValidationError` as one readable message: each bad field as a dotted path
     (with its command-line flag from ``names``, ``{dotted key: "--flag"}``, when it has one), what is
-    wrong, the value given and, for Literal / Enum fields, the allowed values."""
+    wrong, the value given and, for Literal / Enum fields, the allowed values. ``prefix`` (e.g.
+    ``"eval."``) is put before every path, for a model validated as a section of another."""
     parts = []
     for e in err.errors():
         loc = tuple(e.get("loc", ()))
-        path = ".".join(str(x) for x in loc) or "(top level)"
-        if names and path in names:
-            path += f" ({names[path]})"
+        plain = prefix + ".".join(str(x) for x in loc) if loc else prefix[:-1] or "(top level)"
+        path = plain + (f" ({names[plain]})" if names and plain in names else "")
         msg = e.get("msg", "invalid")
         if msg.startswith(("Value error, ", "Assertion failed, ")):
             msg = msg.split(", ", 1)[1]
+            if msg.startswith(plain + "."):  # a nested section's own message, its paths already in it
+                parts.append(msg)
+                continue
         if e.get("type") == "missing":
-            msg = "required (give it in the config file, as a flag or with --set)"
+            msg = "required, not given"
         if e.get("type") == "extra_forbidden":
             target = _model_at(model, loc[:-1])
             known = sorted(target.model_fields) if target is not None else []
@@ -246,7 +301,12 @@ def dump_yaml(data: BaseModel | Mapping[str, Any], path: str | os.PathLike[str],
     if header:
         text = "".join(f"# {line}\n" for line in header.splitlines()) + text
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p} is a directory; it must be the run's resolved config file (remove or rename it)")
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(p)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(p)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """The package's exceptions: one tree under :class:`ShopCompError`.
 
 Every error the package raises on purpose is a :class:`ShopCompError`. The command line catches
-that base once (``shopping_companion.cli.main``), prints the message as plain text and exits with
+that base once (``shopping_companion.cli.common.ShopCompGroup``), prints the message as plain text and exits with
 the class's :attr:`~ShopCompError.exit_code`:
 
 ====  ==========================================  =============================================

@@ -46,6 +46,7 @@ __all__ = [
     "identity_path",
     "errors_log_path",
     "check_identity",
+    "identity_changes",
     "archive_stale",
     "encode_verified_line",
     "append_line",
@@ -175,6 +176,30 @@ def _normalise(identity: dict[str, Any]) -> Any:
     return json.loads(json.dumps(identity, sort_keys=True, default=str))
 
 
+_MISSING = object()
+
+
+def identity_changes(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """What differs between two identities, as ``"dotted.key: old → new"`` lines, descending into
+    nested mappings (so a changed sampling temperature reads
+    ``config.backend.sampling.temperature: 0.6 → 0.7``, not the whole config twice); the
+    ``config_sha256`` line comes last."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            a, b = old.get(k, _MISSING), new.get(k, _MISSING)
+            if a != b:
+                out += identity_changes(a, b, f"{prefix}{k}.")
+        sha = [c for c in out if c.startswith(f"{prefix}config_sha256:")]
+        return [c for c in out if c not in sha] + sha  # the specific fields first, the hash last
+
+    def shown(v: Any) -> str:
+        text = "(absent)" if v is _MISSING else repr(v)
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    return [f"{prefix[:-1] or '(identity)'}: {shown(old)} → {shown(new)}"]
+
+
 def check_identity(
     path: PathLike,
     identity: dict[str, Any] | None,
@@ -216,8 +241,8 @@ def check_identity(
     if problem is None:
         if old == norm:
             return
-        diff = sorted(k for k in set(old) | set(norm) if old.get(k) != norm.get(k))
-        details = "; ".join(f"{k}: {old.get(k)!r} → {norm.get(k)!r}" for k in diff)
+        changes = identity_changes(old, norm)
+        details = "; ".join(changes[:8]) + (f"; … {len(changes) - 8} more" if len(changes) > 8 else "")
         raise RunIdentityError(
             f"{path} holds results of a different run configuration ({details}); "
             f"use another {option}, or delete the run directory to start over"

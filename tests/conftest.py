@@ -73,3 +73,20 @@ def sgd_sessions(data_dir: Path):
     from shopping_companion.memory.loaders import load_sgd
 
     return load_sgd(data_dir / "conversations" / "sgd_dialogues.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def synth_bench(catalog_products, sgd_sessions, product_search):
+    """``synth_bench(n_tasks, seed, sessions_per_user=40, **config)``: a small single-product
+    benchmark synthesised in memory from the real catalog and SGD sessions, with the BM25
+    searchable check (each integration module builds its own, with its own seed)."""
+    from shopping_companion.benchmark.synth import SynthConfig, synthesize
+
+    def searcher(q, k):
+        return [h["product_id"] for h in product_search.search(q, top_k=k)]
+
+    def make(n_tasks: int, seed: int, sessions_per_user: int = 40, **config):
+        cfg = SynthConfig(addon_share=0.0, n_tasks=n_tasks, seed=seed, sessions_per_user=sessions_per_user, **config)
+        return synthesize(catalog_products, sgd_sessions, cfg, searcher=searcher)
+
+    return make

@@ -50,6 +50,7 @@ __all__ = [
     "build_resources",
     "build_rubric",
     "build_sampling",
+    "check_simulator",
     "check_judge",
     "check_reachable",
     "endpoint_time_options",
@@ -63,7 +64,7 @@ REFERENCE_NOTE = (
     "Its numbers show the pipeline works; they are not a model result."
 )
 
-_stderr = Console(stderr=True)
+_stderr = Console(stderr=True, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- builders
@@ -207,6 +208,19 @@ def build_rubric(spec: str | None, lookup: Callable | None = None) -> Any:
         raise ConfigError(f"rubric {spec!r}: {e}") from None
 
 
+def check_simulator(cfg: EpisodeConfig) -> None:
+    """Build ``cfg.simulator`` once (a registered name or ``module:attr``, seeded with ``cfg.seed``)
+    so that an unknown or unbuildable simulator is a :class:`ConfigError` before any episode,
+    not an error in every one. From a config only simulators that build from a seed work (the
+    ``llm`` simulator needs a backend object: pass it to the runner from Python)."""
+    from shopping_companion.envs.simulator import make_simulator
+
+    try:
+        make_simulator(cfg.simulator, seed=cfg.seed)
+    except ValueError as e:  # ConfigError (unknown name) or "cannot construct"
+        raise ConfigError(f"simulator (--simulator): {e}") from None
+
+
 def build_env_config(cfg: EpisodeConfig) -> Any:
     """``cfg.env`` with the run's user simulator and its seed."""
     return cfg.env.model_copy(update={"simulator": cfg.simulator, "simulator_seed": cfg.seed})
@@ -331,6 +345,8 @@ def build_kit(cfg: EpisodeConfig, run_dir: Path, console: Console | None = None)
     from shopping_companion.benchmark.evaluate import EvalSettings
 
     console = console or _stderr
+    build_rubric(cfg.rubric)  # a bad rubric file or plug-in is refused before anything slow loads
+    check_simulator(cfg)
     check_judge(cfg.judge)
     res = build_resources(cfg, console)
     policy = build_backend(cfg.backend, res.sources.catalog_path if cfg.backend.kind == "reference" else None, console)
@@ -520,6 +536,10 @@ def run_benchmark(cfg: EvalConfig, console: Console | None = None, progress: boo
     results_path = run_dir / "results.jsonl"
     if cfg.resume.archive_stale:
         moved = archive_stale(results_path, identity)
+        config_yaml = run_dir / "config.yaml"
+        if moved and config_yaml.is_file():  # the record of what produced the moved results goes with them
+            stamp = moved[0].name.rsplit(".stale-", 1)[1]
+            moved.append(config_yaml.replace(config_yaml.with_name(f"config.yaml.stale-{stamp}")))
         if moved:
             console.print(
                 f"[yellow]note:[/] {escape(str(results_path))} holds results of another run configuration "

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from shopping_companion.envs.env import EnvConfig
 
@@ -44,7 +44,35 @@ __all__ = [
     "SamplingConfig",
 ]
 
-_STRICT = ConfigDict(extra="forbid")
+#: every config model: unknown keys refused, and no inf / nan where a number is meant
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def endpoint_url(v: str | None) -> str | None:
+    """An endpoint's base URL must be ``http://`` or ``https://`` with a host (or unset)."""
+    if v is None:
+        return v
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, e.g. http://localhost:8000/v1; got {v!r}")
+    return v
+
+
+class _Endpoint(BaseModel):
+    """A model served over an OpenAI-compatible API: ``model``, ``base_url`` (``http(s)://host…``;
+    ``None``: the provider's default endpoint), ``api_key_env`` (the variable holding the key)."""
+
+    model_config = _STRICT
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return endpoint_url(v)
 
 
 class SamplingConfig(BaseModel):
@@ -63,7 +91,7 @@ class SamplingConfig(BaseModel):
     send_seed: bool = True
 
 
-class BackendConfig(BaseModel):
+class BackendConfig(_Endpoint):
     """The policy under evaluation.
 
     ``kind``: ``reference`` (the scripted rule-based baseline, offline), ``openai`` (any
@@ -78,11 +106,7 @@ class BackendConfig(BaseModel):
     / ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``) / ``dtype`` for ``local``.
     """
 
-    model_config = _STRICT
     kind: Literal["reference", "openai", "local"] = "reference"
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = Field(default=120.0, gt=0.0)
     max_retries: int = Field(default=3, ge=0)
     deadline_s: float | None = Field(default=None, gt=0.0)
@@ -106,16 +130,12 @@ class BackendConfig(BaseModel):
         return self
 
 
-class JudgeConfig(BaseModel):
+class JudgeConfig(_Endpoint):
     """Who scores a stage: ``rule`` (deterministic, offline; the default reward) or ``llm``
     (an OpenAI-compatible ``model`` at ``base_url``, key in ``api_key_env``; verdicts cached in the
     run directory)."""
 
-    model_config = _STRICT
     kind: Literal["rule", "llm"] = "rule"
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
 
     @model_validator(mode="after")
     def _llm_needs_model(self) -> "JudgeConfig":
@@ -124,14 +144,9 @@ class JudgeConfig(BaseModel):
         return self
 
 
-class AttributionConfig(BaseModel):
+class AttributionConfig(_Endpoint):
     """Optional LLM attribution of each failure (error taxonomy, paper App. F.2): ``model`` at
     ``base_url`` (``None``: rule-based classes only)."""
-
-    model_config = _STRICT
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
 
 
 class BenchmarkSelection(BaseModel):
@@ -235,6 +250,23 @@ class EpisodeConfig(BaseModel):
         parse_strategies(",".join(v))  # raises ConfigError naming the allowed values
         return v
 
+    @field_validator("env")
+    @classmethod
+    def _env_fields_set_elsewhere(cls, v: EnvConfig) -> EnvConfig:
+        """``env.mode`` / ``env.hint`` come from ``strategies``, ``env.simulator`` from
+        ``simulator`` and ``env.simulator_seed`` from ``seed``: set here they would be ignored."""
+        where = {
+            "mode": "strategies (--strategies)",
+            "hint": "strategies (--strategies, e.g. two_stage:low)",
+            "simulator": "simulator (--simulator)",
+            "simulator_seed": "seed (--seed)",
+        }
+        default = EnvConfig()
+        for key, use in where.items():
+            if getattr(v, key) != getattr(default, key):
+                raise ValueError(f"{key} is set by {use}, not in env; got {getattr(v, key)!r}")
+        return v
+
     def identity(self) -> dict[str, Any]:
         """The part of the config that changes an episode's result (policy, sampling, judge,
         simulator, environment limits, seed; the rubric is added as resolved by
@@ -324,12 +356,20 @@ class QuickstartConfig(BaseModel):
             return v
         if v is not None and not isinstance(v, dict):
             raise ValueError(f"must be a mapping of synthesis settings, got {type(v).__name__}")
-        return SynthConfig.model_validate({**QUICKSTART_SYNTH, **(v or {})})
+        try:
+            return SynthConfig.model_validate({**QUICKSTART_SYNTH, **(v or {})})
+        except ValidationError as e:
+            from shopping_companion.config import validation_message
 
-    @model_validator(mode="after")
-    def _eval_is_valid(self) -> "QuickstartConfig":
-        self.eval_config()  # refuse a bad eval section before anything is built
-        return self
+            raise ValueError(validation_message(SynthConfig, e, prefix="synth.")) from None
+
+    @field_validator("eval")
+    @classmethod
+    def _eval_is_valid(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Refuse a bad eval section when the config is read, before anything is built."""
+        if {"name", "runs_dir", "data"} <= set(info.data):
+            _quickstart_eval(info.data["name"], info.data["runs_dir"], info.data["data"], v)
+        return v
 
     @property
     def bench_dir(self) -> Path:
@@ -337,24 +377,24 @@ class QuickstartConfig(BaseModel):
 
     def eval_config(self) -> EvalConfig:
         """The evaluation part as an :class:`EvalConfig` over this quickstart's benchmark."""
-        from shopping_companion.errors import ConfigError
+        return _quickstart_eval(self.name, self.runs_dir, self.data, self.eval)
 
-        base = {
-            "bench": {"path": str(self.bench_dir)},
-            "output": {"name": self.name, "runs_dir": str(self.runs_dir)},
-            "resume": {"archive_stale": True},
-            "data": self.data.model_dump(mode="json"),
-        }
-        try:
-            return EvalConfig.model_validate(_deep_merge(base, self.eval))
-        except ValueError as e:  # pydantic's ValidationError
-            from pydantic import ValidationError
 
-            from shopping_companion.config import validation_message
+def _quickstart_eval(name: str, runs_dir: Path, data: DataConfig, section: dict[str, Any]) -> EvalConfig:
+    """The quickstart's ``eval`` section over its benchmark (``bench``, ``output``, ``data`` and
+    ``resume.archive_stale`` filled in); a bad key raises ``ValueError`` naming ``eval.<key>``."""
+    base = {
+        "bench": {"path": str(Path(runs_dir) / name / "bench")},
+        "output": {"name": name, "runs_dir": str(runs_dir)},
+        "resume": {"archive_stale": True},
+        "data": data.model_dump(mode="json"),
+    }
+    try:
+        return EvalConfig.model_validate(_deep_merge(base, section))
+    except ValidationError as e:
+        from shopping_companion.config import validation_message
 
-            if isinstance(e, ValidationError):
-                raise ValueError("eval: " + validation_message(EvalConfig, e)) from None
-            raise ConfigError(f"eval: {e}") from None
+        raise ValueError(validation_message(EvalConfig, e, prefix="eval.")) from None
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -279,7 +279,7 @@ def build_from_data(
 
     from shopping_companion.pipeline import load_catalog, load_pool, make_embedder, open_product_search, resolve_sources
 
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     out = Path(out)
     sources = resolve_sources(data_dir, console=console)
     search = open_product_search(index_dir=index_dir, console=console, sources=sources)

@@ -1,5 +1,5 @@
 """``python -m shopping_companion.cli`` = ``shopcomp`` (for environments without the console script)."""
 
-from shopping_companion.cli.main import main
+from shopping_companion.cli.root import main
 
 main()

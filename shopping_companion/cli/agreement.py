@@ -38,14 +38,16 @@ def judge_agreement(
     out: Optional[Path] = typer.Option(
         None, metavar="DIR", help="Output directory (default: the first results file's directory)."
     ),
-    data_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="Raw data directory."),
-    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="BM25 index directory."),
+    data_dir: Optional[Path] = typer.Option(
+        None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
+    ),
+    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="BM25 index directory (default: the cache)."),
 ) -> None:
     """Re-judge finished episodes with several judges; write per-field agreement, Cohen's κ and OPC.
 
     OPC is the mean pairwise Pearson correlation of the judges' score vectors (Shopping Companion,
-    App. E). Failed verdicts are excluded and counted, never scored 0. Writes ``agreement.md`` and
-    ``agreement.json`` (LLM verdicts are cached in ``judge_cache.sqlite`` there).
+    App. E). Failed verdicts are excluded and counted, never scored 0. Writes agreement.md and
+    agreement.json (LLM verdicts are cached in judge_cache.sqlite there).
     """
     from shopping_companion.benchmark.agreement import parse_judge_specs, run_agreement
 
@@ -62,5 +64,5 @@ def judge_agreement(
         index_dir=index_dir,
         console=console,
     )
-    console.print(rep.to_markdown())
+    console.print(rep.to_markdown(), markup=False, highlight=False)
     console.print(f"→ {escape(str(out_dir / 'agreement.md'))}")

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: Progress, notes and errors go to stderr; command results (tables, paths) may go to stdout.
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def echo_error(message: str, code: int | None = None) -> None:
@@ -80,7 +80,7 @@ def new_app(help: str, **kw: Any) -> typer.Typer:
     )
 
 
-#: The ``shopcomp`` command group; the command modules register on it, ``cli.main`` assembles them.
+#: The ``shopcomp`` command group; the command modules register on it, ``cli.root`` assembles them.
 app = new_app("Shopping Companion: long-horizon, preference-grounded shopping agents (benchmark, eval, training).")
 
 

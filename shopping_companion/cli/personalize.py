@@ -184,7 +184,12 @@ RUN_FLAGS = [
     Flag("--model NAME", "model", str, "Model of the role agents (--roles llm)."),
     Flag("--base-url URL", "base_url", str, "OpenAI-compatible endpoint (--roles llm)."),
     Flag("--api-key-env VAR", "api_key_env", str, "Variable holding the API key (roles and embeddings)."),
-    Flag("--embedder NAME", "embedder", str, "minilm (default) | openai:<model>, see --embed-base-url."),
+    Flag(
+        "--embedder NAME",
+        "embedder",
+        str,
+        "minilm (default) | openai:MODEL (an embeddings endpoint: --embed-base-url).",
+    ),
     Flag("--embed-base-url URL", "embed_base_url", str, "Embeddings endpoint of openai:<model>."),
     Flag("--categories LIST", "categories", str, "Only these categories (comma list)."),
     Flag("--max-cases N", "max_cases", int, "Only the first N cases."),

@@ -67,9 +67,9 @@ def synth(
         None, metavar="DIR", help="Output directory (default: the config's `out`, else runs/bench)."
     ),
     n_tasks: Optional[int] = typer.Option(None, min=1, metavar="N", help="Number of tasks (default 50)."),
-    seed: Optional[int] = typer.Option(None, metavar="N", help="Random seed (same seed, same files)."),
+    seed: Optional[int] = typer.Option(None, metavar="N", help="Random seed; same seed, same files (default 0)."),
     sessions_per_user: Optional[int] = typer.Option(
-        None, min=1, metavar="N", help="Real haystack sessions per user (mean)."
+        None, min=1, metavar="N", help="Real haystack sessions per user, mean (default 42)."
     ),
     addon_share: Optional[float] = typer.Option(
         None, min=0.0, max=1.0, metavar="SHARE", help="Share of add-on deals (default 0.5)."
@@ -80,8 +80,10 @@ def synth(
     llm_base_url: Optional[str] = typer.Option(None, metavar="URL", help="OpenAI-compatible endpoint of --llm-model."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", metavar="VAR", help="Variable holding the LLM's API key."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard an unfinished build in OUT instead of resuming it."),
-    data_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="Raw data directory."),
-    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="BM25 index directory."),
+    data_dir: Optional[Path] = typer.Option(
+        None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
+    ),
+    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="BM25 index directory (default: the cache)."),
     sharegpt: bool = typer.Option(True, help="Use ShareGPT conversations in the haystack."),
 ) -> None:
     """Build a benchmark (§4: products and vouchers, instructions, preference dialogues with

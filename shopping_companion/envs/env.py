@@ -133,7 +133,7 @@ class EnvConfig(BaseModel):
     None for token-level GRPO, which re-renders earlier turns and has its own response budget.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     mode: Mode = "two_stage"
     hint: Literal["none", "low", "high"] = "none"
     simulator: str = "scripted"

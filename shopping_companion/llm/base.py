@@ -17,7 +17,7 @@ ToolSchemas = list[dict[str, Any]]
 class Sampling(BaseModel):
     """Sampling settings passed to a backend. ``max_tokens`` is per assistant turn."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     temperature: float = Field(default=0.6, ge=0)
     top_p: float = Field(default=0.95, gt=0, le=1)
     top_k: int | None = Field(default=20, ge=1)

@@ -20,16 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def bench(catalog_products, sgd_sessions, product_search):
-    def searcher(q, k):
-        return [h["product_id"] for h in product_search.search(q, top_k=k)]
-
-    return synthesize(
-        catalog_products,
-        sgd_sessions,
-        SynthConfig(addon_share=0.0, n_tasks=4, seed=7, sessions_per_user=40),
-        searcher=searcher,
-    )
+def bench(synth_bench):
+    return synth_bench(4, seed=7, sessions_per_user=40)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from shopping_companion.benchmark.report import read_results
-from shopping_companion.benchmark.synth import SynthConfig, synthesize, write_benchmark
+from shopping_companion.benchmark.synth import write_benchmark
 from shopping_companion.cli import app
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scripted_policy import policy_script
@@ -22,16 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def bench(catalog_products, sgd_sessions, product_search):
-    def searcher(q, k):
-        return [h["product_id"] for h in product_search.search(q, top_k=k)]
-
-    return synthesize(
-        catalog_products,
-        sgd_sessions,
-        SynthConfig(addon_share=0.0, n_tasks=2, seed=37, sessions_per_user=30),
-        searcher=searcher,
-    )
+def bench(synth_bench):
+    return synth_bench(2, seed=37, sessions_per_user=30)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +90,10 @@ def test_config_file_resume_and_identity(bench, bench_dir, catalog_index_dir, tm
         )
         assert out.exit_code == 0, out.output
         assert chats(srv) == served and len(read_results(run / "results.jsonl")) == 2
+        # notes are printed whole (soft-wrapped): a log file keeps each on one line
+        out = CliRunner().invoke(app, ["eval", "--config", str(run / "config.yaml"), "--limit", "1"])
+        assert out.exit_code == 0, out.output
+        assert "are for tasks, strategies or trials this run did not request (e.g." in out.output
         # a changed rubric weight (same file name) is another run: refused, nothing written
         rubric.write_text("name: mine\nrewards:\n  - {name: outcome, weight: 0.5}\n  - {name: format, weight: 1.0}\n")
         out = CliRunner().invoke(app, ["eval", "--config", str(run / "config.yaml")])
@@ -121,6 +117,11 @@ def test_config_file_resume_and_identity(bench, bench_dir, catalog_index_dir, tm
         (["--strategies", "two_stage:loud"], "strategies (--strategies)"),
         (["--set", "trials=0"], "trials (--trials): Input should be greater than or equal to 1"),
         (["--config", "/nonexistent/run.yaml"], "config file '/nonexistent/run.yaml' does not exist"),
+        (["--simulator", "nosuch"], "simulator (--simulator): unknown user simulator 'nosuch'; known: llm, scripted"),
+        (["--simulator", "llm"], "simulator (--simulator): simulator 'llm': cannot construct"),
+        (["--base-url", "not-a-url"], "backend.base_url (--base-url): must be an http:// or https:// URL"),
+        (["--set", "env.mode=oracle"], "mode is set by strategies (--strategies)"),
+        (["--rubric", "/nonexistent/rubric.yaml"], "rubric: config file '/nonexistent/rubric.yaml' does not exist"),
     ],
 )
 def test_bad_config_exits_2_naming_the_field(tmp_path, args, msg):

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shopping_companion.benchmark.report import final_results, read_results, result_key
-from shopping_companion.benchmark.synth import SynthConfig, synthesize, write_benchmark
+from shopping_companion.benchmark.synth import write_benchmark
 from shopping_companion.cli import app
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scripted_policy import find_task, policy_script
@@ -24,16 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def bench(catalog_products, sgd_sessions, product_search):
-    def searcher(q, k):
-        return [h["product_id"] for h in product_search.search(q, top_k=k)]
-
-    return synthesize(
-        catalog_products,
-        sgd_sessions,
-        SynthConfig(addon_share=0.0, n_tasks=3, seed=31, sessions_per_user=40),
-        searcher=searcher,
-    )
+def bench(synth_bench):
+    return synth_bench(3, seed=31, sessions_per_user=40)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from shopping_companion.benchmark.evaluate import EvalSettings, run_evaluation
 from shopping_companion.benchmark.metrics import strategy_of
 from shopping_companion.benchmark.report import final_results, read_results, result_key, summarize
-from shopping_companion.benchmark.synth import SynthConfig, synthesize, write_benchmark
+from shopping_companion.benchmark.synth import write_benchmark
 from shopping_companion.cli import app
 from shopping_companion.envs.env import EnvConfig
 from shopping_companion.judges.rule import RuleJudge
@@ -41,16 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def bench(catalog_products, sgd_sessions, product_search):
-    def searcher(q, k):
-        return [h["product_id"] for h in product_search.search(q, top_k=k)]
-
-    return synthesize(
-        catalog_products,
-        sgd_sessions,
-        SynthConfig(addon_share=0.0, n_tasks=3, seed=23, sessions_per_user=40),
-        searcher=searcher,
-    )
+def bench(synth_bench):
+    return synth_bench(3, seed=23, sessions_per_user=40)
 
 
 @pytest.fixture(scope="module")

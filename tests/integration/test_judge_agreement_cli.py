@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shopping_companion.benchmark.report import read_results
-from shopping_companion.benchmark.synth import SynthConfig, synthesize, write_benchmark
+from shopping_companion.benchmark.synth import write_benchmark
 from shopping_companion.cli import app
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scripted_policy import policy_script
@@ -37,16 +37,8 @@ def strict_grader(body):
 
 
 @pytest.fixture(scope="module")
-def bench(catalog_products, sgd_sessions, product_search):
-    def searcher(q, k):
-        return [h["product_id"] for h in product_search.search(q, top_k=k)]
-
-    return synthesize(
-        catalog_products,
-        sgd_sessions,
-        SynthConfig(addon_share=0.0, n_tasks=3, seed=29, sessions_per_user=30),
-        searcher=searcher,
-    )
+def bench(synth_bench):
+    return synth_bench(3, seed=29, sessions_per_user=30)
 
 
 #: a run name Rich would read as markup ("[red]" opens a style): printed paths must be escaped

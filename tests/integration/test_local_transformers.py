@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from shopping_companion.benchmark.evaluate import EvalSettings, run_episode
 from shopping_companion.benchmark.report import read_results
-from shopping_companion.benchmark.synth import SynthConfig, synthesize, write_benchmark
+from shopping_companion.benchmark.synth import write_benchmark
 from shopping_companion.cli import app
 from shopping_companion.envs.env import EnvConfig
 from shopping_companion.envs.tools import tool_schema
@@ -37,16 +37,8 @@ def backend(tiny):
 
 
 @pytest.fixture(scope="module")
-def bench(catalog_products, sgd_sessions, product_search):
-    def searcher(q, k):
-        return [h["product_id"] for h in product_search.search(q, top_k=k)]
-
-    return synthesize(
-        catalog_products,
-        sgd_sessions,
-        SynthConfig(addon_share=0.0, n_tasks=1, seed=31, sessions_per_user=40),
-        searcher=searcher,
-    )
+def bench(synth_bench):
+    return synth_bench(1, seed=31, sessions_per_user=40)
 
 
 def test_chat_renders_tools_counts_tokens_and_is_seeded(backend):

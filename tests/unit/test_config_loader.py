@@ -105,7 +105,87 @@ def test_quickstart_config_fills_in_the_eval_and_keeps_its_synthesis_defaults():
     ev = qs.eval_config()
     assert ev.bench.path.as_posix() == "runs/quickstart/bench" and ev.output.name == "quickstart"
     assert ev.resume.archive_stale and ev.concurrency == 2
-    with pytest.raises(ConfigError, match="eval: backend.kind"):
+    with pytest.raises(ConfigError, match=r"^eval\.backend\.kind: Input should be"):
         load_model(QuickstartConfig, None, ["eval.backend.kind=nope"])
     with pytest.raises(ConfigError, match="synth"):
         load_model(QuickstartConfig, None, ["synth.n_tasks=0"])
+
+
+# --------------------------------------------------------------------------- hostile input (break test of issue 16)
+
+
+@pytest.mark.parametrize(
+    "content,msg",
+    [
+        (b"bench: {path: b}\noutput: {name: \xff\xfe}\n", r"is not UTF-8 text \(byte 0xff at position 32\)"),
+        (b"a: " + b"[" * 40000 + b"]" * 40000, "nested too deeply to read"),
+        (b"output: {name: a}\noutput: {name: b}\n", "at line 2, column 1: found duplicate key 'output'"),
+        (b"seed: " + b"9" * 5000 + b"\n", "a value cannot be read"),
+        (b"x: [1\n", r"is not valid YAML at line 2, column 1: expected ',' or '\]'"),
+    ],
+)
+def test_hostile_config_files_are_config_errors(tmp_path, content, msg):
+    f = tmp_path / "run.yaml"
+    f.write_bytes(content)
+    with pytest.raises(ConfigError, match=msg):
+        load_model(EvalConfig, f)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_model(EvalConfig, tmp_path)
+
+
+def test_hostile_overrides_are_config_errors():
+    base = {"bench": {"path": "b"}, "output": {"name": "r"}}
+    with pytest.raises(ConfigError, match=r"override 'seed=9999.*\.\.\.': the value: a value cannot be read"):
+        load_model(EvalConfig, base, ["seed=" + "9" * 5000])
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_model(EvalConfig, base, ["seed=" + "[" * 40000 + "]" * 40000])
+
+
+def test_values_that_would_be_ignored_or_cannot_be_sent_are_refused():
+    base = {"bench": {"path": "b"}, "output": {"name": "r"}}
+    for change, msg in (
+        ("env.mode=oracle", r"env: mode is set by strategies \(--strategies\)"),
+        ("env.hint=high", "hint is set by strategies"),
+        ("env.simulator=llm", r"simulator is set by simulator \(--simulator\)"),
+        ("env.simulator_seed=3", r"simulator_seed is set by seed \(--seed\)"),
+        ("backend.sampling.temperature=.inf", "backend.sampling.temperature: Input should be a finite number"),
+        ("env.prompt_chars_per_token=.nan", "finite number"),
+        ("backend.base_url=not-a-url", "backend.base_url: must be an http:// or https:// URL with a host"),
+        ("judge.base_url=ftp://x", "judge.base_url: must be an http://"),
+    ):
+        with pytest.raises(ConfigError, match=msg):
+            load_model(EvalConfig, base, [change])
+    assert load_model(EvalConfig, base, ["output.name=qwen3-4b@step100"]).output.name == "qwen3-4b@step100"
+
+
+def test_quickstart_errors_name_the_section_key():
+    for change, msg in (
+        ("eval.trials=0", r"^eval\.trials: Input should be greater than or equal to 1"),
+        ("name=..", r"^name: must be one directory name"),
+        ("synth.bogus=1", r"^synth\.bogus: unknown field; allowed: addon_preferences, "),
+    ):
+        with pytest.raises(ConfigError, match=msg):
+            load_model(QuickstartConfig, None, [change])
+
+
+def test_a_refused_resume_names_the_nested_field_that_changed(tmp_path):
+    from shopping_companion.errors import RunIdentityError
+    from shopping_companion.runs import check_identity
+
+    results = tmp_path / "results.jsonl"
+    old = {"config_sha256": "a", "config": {"backend": {"sampling": {"temperature": 0.6}}, "seed": 0}, "policy": "p"}
+    check_identity(results, old)
+    results.write_text("{}\n")
+    new = {"config_sha256": "b", "config": {"backend": {"sampling": {"temperature": 0.7}}, "seed": 0}, "policy": "p"}
+    with pytest.raises(RunIdentityError) as e:
+        check_identity(results, new)
+    msg = str(e.value)
+    assert "config.backend.sampling.temperature: 0.6 → 0.7; config_sha256: 'a' → 'b'" in msg
+    assert "'seed'" not in msg and len(msg) < 400
+
+
+def test_a_config_yaml_that_is_a_directory_is_named_and_nothing_is_left_behind(tmp_path):
+    (tmp_path / "config.yaml").mkdir()
+    with pytest.raises(ConfigError, match="config.yaml is a directory"):
+        dump_yaml(Outer(), tmp_path / "config.yaml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
