@@ -78,6 +78,7 @@ __all__ = [
     "TemplateGenerator",
     "build_benchmark",
     "build_from_data",
+    "same_build",
     "count_tokens",
     "load_benchmark",
     "load_synth_config",
@@ -253,6 +254,35 @@ def missing_gold_products(tasks: list[Task], lookup: Callable[[list[str]], Any])
     return out
 
 
+def same_build(manifest: dict[str, Any], cfg: SynthConfig) -> bool:
+    """Whether a benchmark's ``manifest.json`` records a build with ``cfg`` (and this format). A
+    build that had to relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same."""
+    built = dict(manifest.get("config") or {})
+    want = cfg.model_dump(mode="json")
+    if built.get("min_attributes") == 1:
+        built["min_attributes"] = want.get("min_attributes")
+    return manifest.get("format_version") == FORMAT_VERSION and built == want
+
+
+def _refuse_other_finished(out: Path, cfg: SynthConfig) -> None:
+    """Raise :class:`SynthError` when ``out`` holds a finished benchmark built with other settings
+    (replacing it would lose it), naming what differs."""
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no finished benchmark there (or an unreadable one): nothing to keep
+    if not isinstance(manifest, dict) or same_build(manifest, cfg):
+        return
+    from shopping_companion.runs import identity_changes
+
+    changes = identity_changes(manifest.get("config") or {}, cfg.model_dump(mode="json"))
+    shown = "; ".join(changes[:6]) + (f"; … {len(changes) - 6} more" if len(changes) > 6 else "")
+    raise SynthError(
+        f"{out} holds a finished benchmark built with other settings ({shown or 'another format'}); "
+        "pass --fresh to replace it, or use another --out"
+    )
+
+
 def build_from_data(
     out: str | Path,
     cfg: SynthConfig,
@@ -262,6 +292,7 @@ def build_from_data(
     sharegpt: bool = True,
     fresh: bool = False,
     relax_min_attributes: bool = False,
+    keep_other_finished: bool = False,
     console: Any = None,
 ) -> Any:
     """``shopcomp synth`` / ``quickstart``'s build: resolve the data (:func:`shopping_companion.pipeline.resolve_sources`),
@@ -271,7 +302,9 @@ def build_from_data(
 
     ``relax_min_attributes``: when no product has ``cfg.min_attributes`` phrasable attributes (an
     attribute-poor catalog such as one Amazon category), note it and build with
-    ``min_attributes=1`` instead of failing. Returns the build result (``manifest``,
+    ``min_attributes=1`` instead of failing. ``keep_other_finished``: refuse (:class:`SynthError`)
+    when ``out`` holds a finished benchmark built with other settings, instead of replacing it
+    (``shopcomp synth`` without ``--fresh``). Returns the build result (``manifest``,
     ``build_log``). Raises :class:`SynthError` / other :class:`~shopping_companion.errors.DataError`.
     """
     from rich.console import Console
@@ -281,6 +314,8 @@ def build_from_data(
 
     console = console or Console(stderr=True, soft_wrap=True)
     out = Path(out)
+    if keep_other_finished:
+        _refuse_other_finished(out, cfg)
     sources = resolve_sources(data_dir, console=console)
     search = open_product_search(index_dir=index_dir, console=console, sources=sources)
     with console.status("loading catalog"):

@@ -27,7 +27,7 @@ QUICKSTART_FLAGS[-1] = Flag("--runs-dir DIR", "runs_dir", Path, QUICKSTART_FLAGS
 def _reusable(bench: Path, cfg: Any) -> bool:
     """A benchmark already at ``bench`` built with the same synthesis settings (a build that had to
     relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same)."""
-    from shopping_companion.benchmark.synth import FORMAT_VERSION, BenchmarkError, load_benchmark
+    from shopping_companion.benchmark.synth import BenchmarkError, load_benchmark, same_build
 
     try:
         existing = load_benchmark(bench)
@@ -36,11 +36,7 @@ def _reusable(bench: Path, cfg: Any) -> bool:
     except BenchmarkError as e:  # a changed or inconsistent directory is rebuilt
         console.print(f"[yellow]note:[/] {escape(str(e))}; rebuilding the benchmark", soft_wrap=True)
         return False
-    built = dict(existing.manifest.get("config") or {})
-    want = cfg.model_dump(mode="json")
-    if built.get("min_attributes") == 1:
-        built["min_attributes"] = want.get("min_attributes")
-    return existing.manifest.get("format_version") == FORMAT_VERSION and built == want
+    return same_build(existing.manifest, cfg)
 
 
 def _quickstart(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> None:

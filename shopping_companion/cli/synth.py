@@ -79,7 +79,11 @@ def synth(
     ),
     llm_base_url: Optional[str] = typer.Option(None, metavar="URL", help="OpenAI-compatible endpoint of --llm-model."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", metavar="VAR", help="Variable holding the LLM's API key."),
-    fresh: bool = typer.Option(False, "--fresh", help="Discard an unfinished build in OUT instead of resuming it."),
+    fresh: bool = typer.Option(
+        False,
+        "--fresh",
+        help="Discard an unfinished build in OUT, or replace a finished one built with other settings.",
+    ),
     data_dir: Optional[Path] = typer.Option(
         None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
     ),
@@ -109,6 +113,7 @@ def synth(
         sharegpt=sharegpt,
         fresh=fresh,
         relax_min_attributes=config is None,
+        keep_other_finished=not fresh,
         console=console,
     )
     print_build(target, result)

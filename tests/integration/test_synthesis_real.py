@@ -142,3 +142,24 @@ def test_rerun_after_interrupt_matches_and_cli_errors_are_messages(
     build_benchmark(tmp_path / "resumed", catalog_products, pool, cfg, searcher=product_search)
     for name in ("tasks.jsonl", "sessions.jsonl", "manifest.json", "stats.md", "categories.png"):
         assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "resumed" / name).read_bytes(), name
+
+
+def test_synth_refuses_to_replace_a_finished_benchmark_built_with_other_settings(catalog_index_dir, data_dir, tmp_path):
+    out = tmp_path / "bench"
+    base = ["synth", "--out", str(out), "--n-tasks", "2", "--addon-share", "0", "--no-sharegpt"]
+    base += ["--data-dir", str(data_dir), "--index-dir", str(catalog_index_dir), "--sessions-per-user", "20"]
+    res = CliRunner().invoke(app, [*base, "--seed", "5"])
+    assert res.exit_code == 0, res.output
+    manifest = (out / "manifest.json").read_bytes()
+    # another seed over the finished benchmark: refused, nothing touched
+    res = CliRunner().invoke(app, [*base, "--seed", "6"])
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.split())
+    assert "holds a finished benchmark built with other settings (seed: 5 → 6)" in flat and "--fresh" in flat
+    assert (out / "manifest.json").read_bytes() == manifest
+    # the same settings rebuild it (byte-identical); --fresh replaces it
+    assert CliRunner().invoke(app, [*base, "--seed", "5"]).exit_code == 0
+    assert (out / "manifest.json").read_bytes() == manifest
+    res = CliRunner().invoke(app, [*base, "--seed", "6", "--fresh"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "manifest.json").read_text())["config"]["seed"] == 6
