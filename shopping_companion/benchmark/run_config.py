@@ -50,12 +50,9 @@ _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 def endpoint_url(v: str | None) -> str | None:
     """An endpoint's base URL must be ``http://`` or ``https://`` with a host (or unset)."""
-    if v is None:
-        return v
-    from urllib.parse import urlsplit
+    from shopping_companion.llm.openai_backend import is_endpoint_url
 
-    parts = urlsplit(v)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if v is not None and not is_endpoint_url(v):
         raise ValueError(f"must be an http:// or https:// URL with a host, e.g. http://localhost:8000/v1; got {v!r}")
     return v
 

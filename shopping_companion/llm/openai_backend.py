@@ -225,6 +225,16 @@ def _is_retryable_status(status: int) -> bool:
     return status in RETRYABLE_STATUS or status >= 500
 
 
+def is_endpoint_url(url: str) -> bool:
+    """Whether ``url`` can be an OpenAI-compatible endpoint's base URL: ``http://`` or
+    ``https://`` with a host (the one rule behind :meth:`OpenAIBackend.ping` and the configs'
+    ``base_url`` fields)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 class OpenAIBackend(Closeable):
     """A :class:`~shopping_companion.llm.base.ChatBackend` for any OpenAI-compatible server.
 
@@ -387,11 +397,8 @@ class OpenAIBackend(Closeable):
 
         if not self.base_url:
             return
-        from urllib.parse import urlsplit
-
         url = self._scrub(str(self.base_url))
-        parts = urlsplit(str(self.base_url))
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if not is_endpoint_url(str(self.base_url)):
             raise self._error(
                 f"{self.name}: base_url {url!r} is not an http:// or https:// URL with a host "
                 "(e.g. http://localhost:8000/v1)",
