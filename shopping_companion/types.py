@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TaskType = Literal["single", "addon"]
 Split = Literal["train", "test"]
@@ -35,6 +35,24 @@ class _Model(BaseModel):
 # --------------------------------------------------------------------------- catalog
 
 
+AttributeOrigin = Literal["title", "description", "features", "category", "details", "llm"]
+
+
+class AttributeSource(_Model):
+    """Where an extracted attribute value was read (provenance).
+
+    ``source``: the product field the value was read from (``details``: an Amazon ``details``
+    entry; ``llm``: reserved for a value a model stated without a span in any field -- the bundled
+    LLM extractor never writes it, it names the field its span was verified in); ``span``: the
+    matched text, verbatim from that field (at most 120 characters); ``extractor``: who extracted
+    it and which version (``"rules-v1"``, ``"llm:<model>"``).
+    """
+
+    source: AttributeOrigin
+    span: str = Field(max_length=120)
+    extractor: str
+
+
 class Product(_Model):
     """One real product of the catalog.
 
@@ -44,6 +62,10 @@ class Product(_Model):
     ``price`` is in ``currency`` units (``None`` when the source has no price).
     ``attributes`` are the source's structured key/values (strings after normalisation);
     ``options`` lists purchasable variants, e.g. ``{"size": ["S", "M", "L"]}``.
+    ``attribute_sources`` marks the keys of ``attributes`` that were *extracted* from the
+    product's text (:mod:`shopping_companion.catalog.extract`) with their provenance; a key
+    without an entry is the source's own structured field. Every key of ``attribute_sources`` is a
+    key of ``attributes`` (ValueError otherwise).
     """
 
     product_id: str
@@ -60,11 +82,23 @@ class Product(_Model):
     description: str | None = None
     features: list[str] = Field(default_factory=list)
     attributes: dict[str, str] = Field(default_factory=dict)
+    attribute_sources: dict[str, AttributeSource] = Field(default_factory=dict)
     options: dict[str, list[str]] = Field(default_factory=dict)
     rating: float | None = None
     rating_count: float | None = None
     url: str | None = None
     image: str | None = None
+
+    @model_validator(mode="after")
+    def _sources_name_attributes(self) -> Product:
+        stray = [k for k in self.attribute_sources if k not in self.attributes]
+        if stray:
+            raise ValueError(f"attribute_sources names keys that are not in attributes: {stray}")
+        return self
+
+    def extracted(self, key: str) -> bool:
+        """The attribute ``key`` was extracted from text (it has provenance), not a source field."""
+        return key in self.attribute_sources
 
     @property
     def category(self) -> str:

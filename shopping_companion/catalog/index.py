@@ -155,11 +155,18 @@ def contents_text(p: Product) -> str:
     (benchmarks/bench_search_quality.py, 200 products, mode ``distinct``) recall@10 / recall@50
     were 0.670 / 0.905 with the first layout (attribute values once, no names, no options),
     0.755 / 0.955 with names and options once, and 0.810 / 0.970 with this one.
+
+    Attributes *extracted* from the text (those with an entry in ``p.attribute_sources``, see
+    :mod:`~shopping_companion.catalog.extract`) follow the doubled block once, as
+    ``"<canonical key> <value>"``: their words are already in the title or description they were
+    read from, so one more occurrence adds the canonical key name ("colour", "compatible model")
+    and the normalised value without outweighing the source's own structured fields.
     """
     structured = [p.brand or "", " / ".join(p.category_path)]
-    structured += [f"{_attribute_name(k)} {v}" for k, v in p.attributes.items()]
+    structured += [f"{_attribute_name(k)} {v}" for k, v in p.attributes.items() if k not in p.attribute_sources]
     structured += [f"{name} {' '.join(vals)}" for name, vals in p.options.items()]
-    parts = [p.title, *structured, *structured, *p.features]
+    extracted = [f"{_attribute_name(k)} {p.attributes[k]}" for k in p.attribute_sources if k in p.attributes]
+    parts = [p.title, *structured, *structured, *extracted, *p.features]
     if p.description:
         parts.append(p.description)
     return "\n".join(x for x in parts if x)

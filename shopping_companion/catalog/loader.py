@@ -18,6 +18,13 @@ Mapping to :class:`Product`:
   (``.../p/algot-bracket-white-20218545/``); it becomes ``attributes["colour"]`` (see
   :func:`ikea_colour_from_url`).
 * ``shop_id``: a stable, readable store id (see :func:`make_shop_id`).
+* IKEA ``width_cm`` / ``depth_cm`` / ``height_cm`` of exactly ``1`` are placeholders of the dump
+  (a "Mattress, 140x188 cm" with depth 1 and height 1) and are dropped (``fixed``:
+  ``ikea_placeholder_dimension``); the extractor then reads a ``WxDxH cm`` title.
+* Extracted attributes: by default every loaded product is passed through
+  :func:`~shopping_companion.catalog.extract.enrich` (canonical keys with provenance in
+  ``Product.attribute_sources``; ``report.derived["attributes_extracted"]`` counts the products that
+  got any). ``extract=False`` returns the raw records.
 
 Bad records never crash the load and never vanish silently: each is counted by reason in the
 :class:`LoadReport` (with the first few line numbers as examples) and logged as a warning.
@@ -42,6 +49,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
+from shopping_companion.catalog.extract import RULES_VERSION, enrich, enrich_all
 from shopping_companion.types import Product
 from shopping_companion.errors import BadRecord  # noqa: F401 - re-exported
 
@@ -49,7 +57,10 @@ log = logging.getLogger(__name__)
 
 #: Bump when the record -> Product mapping changes: indexes built by an older loader are stale.
 #: v2: IKEA colour from the URL, colour variants as ``options["colour"]``.
-LOADER_VERSION = 2
+#: v3: attributes extracted from text with provenance (:mod:`~shopping_companion.catalog.extract`,
+#: rules v1), IKEA placeholder dimensions (``1`` cm) dropped. The extraction rules' version is part
+#: of the number, so a change of the rules also makes built indexes stale.
+LOADER_VERSION = 2 + RULES_VERSION
 
 #: Values that mean "no value" in the source dumps (compared case-insensitively after strip).
 _MISSING = {"", "na", "n/a", "nan", "none", "null", "-"}
@@ -61,6 +72,9 @@ _DROP_ATTRIBUTES = {"num_images", "popularity", "sku", "Body or Garment Size", "
 _OPTION_ATTRIBUTES = {"sizes": "size"}
 
 _MAX_EXAMPLES = 20
+
+#: IKEA dimension fields whose value ``1`` is a placeholder (see the module docstring).
+_IKEA_DIMENSIONS = {"width_cm", "depth_cm", "height_cm"}
 
 
 # --------------------------------------------------------------------------- report
@@ -355,6 +369,9 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
             sv = ", ".join(_clean_strs(v)) or None
         else:
             sv = _clean_str(v)
+        if sv and key in _IKEA_DIMENSIONS and sv == "1" and str(rec.get("source") or uid).startswith("ikea"):
+            fixes.append("ikea_placeholder_dimension")
+            continue
         if sv:
             attributes[key] = sv
 
@@ -464,18 +481,23 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 yield lineno, BadRecord("invalid_json", str(e)[:120])
 
 
-def iter_products(path: str | os.PathLike[str], report: LoadReport | None = None) -> Iterator[Product]:
+def iter_products(
+    path: str | os.PathLike[str], report: LoadReport | None = None, extract: bool = True
+) -> Iterator[Product]:
     """Stream products from ``path``; bad lines are counted in ``report`` (if given) and skipped.
 
     Duplicate ``uid``s keep the first record and count the later ones as ``duplicate_uid``.
     Colour variants need the whole catalog and are linked by :func:`load_products` only.
+    ``extract``: add extracted attributes (:func:`~shopping_companion.catalog.extract.enrich`)
+    to each product; ``False`` streams the raw records.
     """
     p = Path(path)
     rep = report if report is not None else LoadReport(path=str(p))
-    return _stream(_json_lines(p), record_to_product, rep)
+    stream = _stream(_json_lines(p), record_to_product, rep)
+    return (enrich(x) for x in stream) if extract else stream
 
 
-def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadReport]:
+def load_products(path: str | os.PathLike[str], extract: bool = True) -> tuple[list[Product], LoadReport]:
     """Load every valid product of a catalog JSONL(.gz) file.
 
     Returns ``(products, report)``: products in file order, and a :class:`LoadReport` with counts
@@ -483,20 +505,22 @@ def load_products(path: str | os.PathLike[str]) -> tuple[list[Product], LoadRepo
     products given colour options by :func:`link_colour_variants`). Rejected lines are logged as
     one warning (never raised).
     Raises ``FileNotFoundError`` when ``path`` does not exist. The full catalog (98,730 products)
-    loads in a few seconds.
+    loads in a few seconds, plus the attribute extraction (``extract=False``: raw records).
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"catalog file {str(p)!r} does not exist")
     report = LoadReport(path=str(p))
-    return collect_products(iter_products(p, report), report), report
+    return collect_products(iter_products(p, report, extract=False), report, extract=extract), report
 
 
-def collect_products(stream: Iterable[Product], report: LoadReport) -> list[Product]:
+def collect_products(stream: Iterable[Product], report: LoadReport, extract: bool = True) -> list[Product]:
     """Every product of a record stream (:func:`iter_products`, or any stream of
     :mod:`~shopping_companion.catalog.sources` writing to the same ``report``), in order, with
     colour variants linked (:func:`link_colour_variants`, counted in
-    ``report.derived["colour_variants_linked"]``); rejected records are logged as one warning."""
+    ``report.derived["colour_variants_linked"]``), then — unless ``extract`` is False — with
+    extracted attributes (:func:`~shopping_companion.catalog.extract.enrich_all`, counted in
+    ``report.derived["attributes_extracted"]``); rejected records are logged as one warning."""
     # The load allocates millions of small container objects that all stay alive; the cyclic
     # garbage collector would rescan them again and again (it doubles the load time).
     gc_was_enabled = gc.isenabled()
@@ -504,11 +528,14 @@ def collect_products(stream: Iterable[Product], report: LoadReport) -> list[Prod
     try:
         products = list(stream)
         n_variants = link_colour_variants(products)
+        n_extracted = enrich_all(products) if extract else 0
     finally:
         if gc_was_enabled:
             gc.enable()
     if n_variants:
         report.derived["colour_variants_linked"] = n_variants
+    if n_extracted:
+        report.derived["attributes_extracted"] = n_extracted
     if report.bad:
         log.warning("%s (first examples: %s)", report.summary(), report.examples[:3])
     return products

@@ -820,12 +820,15 @@ def load_catalog_file(
     format: str = "auto",
     mapping: FieldMapping | dict | None = None,
     category: str | None = None,
+    extract: bool = True,
 ) -> tuple[list[Product], LoadReport]:
     """Load every valid product of a catalog file of any supported format.
 
     ``format``: ``"auto"`` (:func:`detect_format`) or one of :data:`FORMATS`. ``mapping``: a
     :class:`FieldMapping` (or its dict) for ``csv`` / ``jsonl`` / ``parquet``. ``category``:
-    the Amazon category used in product ids (default: from the file name).
+    the Amazon category used in product ids (default: from the file name). ``extract``: add the
+    rule-based extractor's attributes with their provenance
+    (:mod:`~shopping_companion.catalog.extract`); False gives the raw records.
 
     Returns ``(products, report)`` in file order; colour variants are linked
     (``report.derived["colour_variants_linked"]``). Bad records are counted by reason in the
@@ -839,9 +842,9 @@ def load_catalog_file(
     if fmt == "products":
         from shopping_companion.catalog.loader import load_products
 
-        return load_products(p)
+        return load_products(p, extract=extract)
     report = LoadReport(path=str(p))
-    return collect_products(iter_catalog_file(p, report, fmt, mapping, category), report), report
+    return collect_products(iter_catalog_file(p, report, fmt, mapping, category), report, extract=extract), report
 
 
 __all__ = [

@@ -135,6 +135,35 @@ ARG_MODELS: dict[str, type[_Args]] = {
 }
 
 
+#: How ``product_view`` names the field an extracted attribute was read from.
+_ORIGIN_LABEL = {
+    "title": "from title",
+    "description": "from description",
+    "features": "from features",
+    "category": "from category",
+    "details": "from details",
+    "llm": "read by a model",
+}
+
+
+def product_record(p: Product) -> dict[str, Any]:
+    """The record ``product_view`` shows for one product: every field except ``url``, ``image``,
+    ``source`` and empty ones; an attribute extracted from text (``p.attribute_sources``) is shown
+    with its provenance in brackets, ``{"colour": "Pink/Red (from title)"}``, and the spans
+    themselves are left out (they are in the shown text already)."""
+    rec = p.model_dump(exclude={"url", "image", "source", "attribute_sources"}, exclude_none=True)
+    if p.attribute_sources and "attributes" in rec:
+        rec["attributes"] = {
+            k: (
+                f"{v} ({_ORIGIN_LABEL.get(p.attribute_sources[k].source, 'extracted')})"
+                if k in p.attribute_sources
+                else v
+            )
+            for k, v in rec["attributes"].items()
+        }
+    return rec
+
+
 def tool_schema(name: str) -> dict[str, Any]:
     """The OpenAI function schema of tool ``name``, generated from its pydantic model (once per
     process; each call returns a fresh copy the caller may change). KeyError for an unknown tool."""
@@ -380,9 +409,7 @@ class ToolBox:
                 f"unknown product ids {unknown}; use ids returned by product_search"
                 + (f" ({detail})" if id_errors else ""),
             )
-        payload: dict[str, Any] = {
-            "products": [p.model_dump(exclude={"url", "image", "source"}, exclude_none=True) for p in products]
-        }
+        payload: dict[str, Any] = {"products": [product_record(p) for p in products]}
         if unknown:
             payload["unknown_product_ids"] = unknown
         if errors:
