@@ -195,7 +195,9 @@ def summarize(
     """Aggregate metrics over the final result of every key (:func:`final_results`).
 
     Top-level ``acc`` / ``succ`` / ``by_task_type`` pool all strategies (Acc: mean m1/F, paper §4;
-    Succ: fraction of stage-2 successes, Eq. 5); ``strategies`` has them per strategy (Table 3).
+    Succ: fraction of stage-2 successes, Eq. 5); ``strategies`` has them per strategy (Table 3);
+    ``by_source`` (with ``tasks``) has Succ by the catalog source of each task's reference products
+    and task type (:func:`~shopping_companion.benchmark.calibrate.succ_by_source`).
     Episodes with a backend error or a failed judge verdict are counted apart (``n_errors``,
     ``n_judge_failed``; ``errors_by_kind``: backend / judge / episode, :func:`error_kind`) and
     excluded from every metric, never scored as 0. ``ks``: the k values of
@@ -205,6 +207,7 @@ def summarize(
     """
     from shopping_companion.benchmark import metrics as M
     from shopping_companion.benchmark import taxonomy as T
+    from shopping_companion.benchmark.calibrate import succ_by_source
 
     results = final_results(results)
     ok = M.scored(results)
@@ -250,6 +253,7 @@ def summarize(
             for tt, v in pooled["by_task_type"].items()
         },
         "strategies": strategies,
+        "by_source": succ_by_source(list(tasks.values()), ok)["by_source"] if tasks else {},
         "pass_k": {s: M.pass_k_table(by_strategy[s], ks) for s in strategies},
         "behaviour": {s: M.behaviour(by_strategy[s]) for s in strategies},
         "tool_calls_per_turn": {s: M.tool_calls_per_turn(by_strategy[s]) for s in strategies},
@@ -419,6 +423,22 @@ def write_report(
         "Episodes with backend errors or failed judge verdicts are excluded, never scored as 0.",
         "",
     ]
+
+    # ---- Succ by the catalog source of the reference products
+    by_source = {k: v for k, v in s.get("by_source", {}).items() if k != "all"}
+    if len(by_source) > 1:
+        out += [
+            "## Succ by source of the reference products",
+            "",
+            "| source | single | addon | all |",
+            "|---|---|---|---|",
+        ]
+        for name, row in by_source.items():
+            cells = [
+                f"{_fmt(row[t]['succ'])} (n={row[t]['n']})" if row[t]["n"] else "–" for t in ("single", "addon", "all")
+            ]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
 
     # ---- Table 3: strategies
     if len(strategies) > 1:

@@ -6,6 +6,11 @@ statements can be scoped to a product ("{item}"), the assistant sometimes asks b
 answers, and small talk surrounds the statements, so a needle cannot be found by matching one fixed
 sentence. Placeholders: ``{v}`` the attribute value as spoken, ``{label}`` the attribute's spoken
 name, ``{item}`` a plural way to refer to the product type, ``{s}`` a whole statement.
+
+These banks say values verbatim; the template generator uses them for values the paraphrase
+lexicon (``benchmark/data/paraphrases.yaml``) has no statement for (brands, sizes, rare values) and
+otherwise says values indirectly from the lexicon. :data:`SITUATION_OPENERS` start needles far from
+shopping; :data:`DISTRACTORS` are topic sessions on the product type that state no preference.
 """
 
 from __future__ import annotations
@@ -901,3 +906,266 @@ LABEL_SPOKEN: dict[str, str] = {"neck": "neckline", "print": "print", "usage": "
 
 #: Currency code -> how amounts are written.
 CURRENCY_SIGNS: dict[str, str] = {"INR": "₹", "USD": "$", "EUR": "€", "GBP": "£", "SAR": "SAR "}
+
+# --------------------------------------------------------------------------- situation openers
+
+#: Life-event and situation openers (user, assistant) for any domain: a needle often starts far
+#: from shopping, so the request's product type is not the first thing said.
+SITUATION_OPENERS: list[tuple[str, str]] = [
+    (
+        "We're moving to a new city in a couple of months and I'm trying to get organised.",
+        "A big move! Making lists early really takes the stress out of it.",
+    ),
+    (
+        "I just started a new job and my whole routine has changed.",
+        "Congratulations! New routines take a few weeks to settle.",
+    ),
+    (
+        "My sister is getting married in the spring and the family group chat is chaos.",
+        "Weddings do that to families! It's lovely though.",
+    ),
+    (
+        "I've been trying to save money this year, so I'm thinking harder about everything I buy.",
+        "That's a good habit. Knowing what you really use helps a lot.",
+    ),
+    (
+        "We had a baby three months ago, so life is a bit upside down.",
+        "Congratulations! The first months are a whirlwind.",
+    ),
+    (
+        "I signed up for a half marathon, which is either brave or silly.",
+        "Brave, definitely! Training gives a nice structure to the week.",
+    ),
+    ("My flatmate moved out, so I have the whole place to myself now.", "Enjoy the space! It's a fresh start."),
+    (
+        "I'm back from two weeks of travelling and still unpacking.",
+        "Welcome back! Unpacking is always the least fun part.",
+    ),
+    (
+        "I turned forty last week and I'm in a reflective mood.",
+        "Happy birthday! Milestones are a good moment to take stock.",
+    ),
+    (
+        "It's been a long week, I need to talk about something other than work.",
+        "Of course, let's take your mind off it. What's on your mind?",
+    ),
+]
+
+# --------------------------------------------------------------------------- topic distractors
+
+#: Sessions that talk about the product type or its domain but state no preference of the user:
+#: practical questions, history, buying advice. Each is a list of (user, assistant) exchanges;
+#: user turns use no first-person words, so the conflict detector never reads a statement in them.
+#: Placeholders: ``{item}`` the product type, ``{an_item}`` with its article, ``{items}`` a plural
+#: everyday name. Domain ``generic`` fits every product type.
+DISTRACTORS: dict[str, list[list[tuple[str, str]]]] = {
+    "generic": [
+        [
+            (
+                "Is it a good idea to buy {an_item} online, or is it better to see it in a shop first?",
+                "Both work. Online gives more choice and reviews; in a shop you can check the quality with your own hands. Good return policies make online buying less risky.",
+            ),
+            (
+                "What should someone look out for in the reviews?",
+                "Look for comments on durability after a few months and on whether the product matches its photos and description.",
+            ),
+        ],
+        [
+            (
+                "How did people make {items} before factories existed?",
+                "Mostly by hand, in small workshops, and each piece took far longer. Industrial production made them cheaper and more uniform.",
+            ),
+            (
+                "Interesting. When did mass production start?",
+                "For most everyday goods it spread during the nineteenth and early twentieth centuries, with steam and later electric machinery.",
+            ),
+        ],
+        [
+            (
+                "How long does {an_item} usually last with normal use?",
+                "It depends on the quality and the care it gets, but a well-made one can last several years. Following the care instructions helps the most.",
+            ),
+            (
+                "Is it worth repairing one instead of replacing it?",
+                "Often, yes: small repairs are cheap and keep things out of landfill. For very cheap items a repair may cost more than a new one.",
+            ),
+        ],
+        [
+            (
+                "A friend is moving abroad next month. What's the best way to pack {items} for the move?",
+                "Clean and dry everything first, wrap delicate pieces, fill gaps so nothing shifts, and label the boxes by room.",
+            ),
+            (
+                "Should the boxes be full or half empty?",
+                "Full but not overloaded: half-empty boxes get crushed, and very heavy ones are hard to carry.",
+            ),
+        ],
+        [
+            (
+                "Are there good ways to recycle {items} that are worn out?",
+                "Many towns have textile or electronics collection points, and some brands take old products back. Donating anything still usable is another option.",
+            ),
+            (
+                "What happens to the donated ones?",
+                "They are sorted: some are resold, others are recycled into raw material.",
+            ),
+        ],
+    ],
+    "clothing": [
+        [
+            (
+                "How should {an_item} be washed so it doesn't shrink?",
+                "Wash it inside out in cool water, skip the hot dryer and let it dry flat or on a hanger. Check the care label first.",
+            ),
+            (
+                "Does fabric softener help?",
+                "A little, but too much can leave residue. Most modern detergents are enough.",
+            ),
+        ],
+        [
+            (
+                "Where does the word for {items} come from?",
+                "Many clothing names come from places, people or older garments they evolved from. Etymology dictionaries usually have the story.",
+            ),
+            (
+                "Do clothes in general change a lot from decade to decade?",
+                "The basics stay similar, but cuts, lengths and details shift with fashion cycles roughly every ten to twenty years.",
+            ),
+        ],
+        [
+            (
+                "What's the best way to store {items} when the season changes?",
+                "Clean everything first, fold knits rather than hanging them, and use breathable boxes or bags with a cedar block against moths.",
+            ),
+            (
+                "Vacuum bags, good or bad?",
+                "Fine for bulky items for a few months, but they can crease delicate pieces.",
+            ),
+        ],
+        [
+            (
+                "How do clothing sizes differ between countries?",
+                "Quite a lot: UK, US, EU and Asian sizes use different scales, and brands vary too. Measurement charts are more reliable than the size label.",
+            ),
+            (
+                "Why aren't sizes standardised?",
+                "There have been attempts, but brands like to size for their own customers.",
+            ),
+        ],
+    ],
+    "footwear": [
+        [
+            (
+                "How should {items} be cleaned without ruining them?",
+                "Brush off dirt first, use a damp cloth with mild soap, and let them air-dry away from heaters. Stuffing them with paper keeps the shape.",
+            ),
+            (
+                "Is the washing machine ever okay?",
+                "For some canvas and mesh trainers, on a gentle cycle in a bag; never for leather.",
+            ),
+        ],
+        [
+            (
+                "What's the history of the sneaker, actually?",
+                "Rubber-soled canvas shoes appeared in the nineteenth century; the name came from how quietly you could sneak in them. Sports brands made them mainstream in the twentieth century.",
+            ),
+            ("When did they become fashion items?", "From the 1980s on, with basketball and hip-hop culture."),
+        ],
+        [
+            (
+                "How often should {items} be replaced?",
+                "Running shoes after roughly 500 to 800 km; everyday shoes when the sole wears through or the support is gone.",
+            ),
+            ("Can a cobbler fix worn soles?", "Yes, for stitched soles especially; glued ones are harder."),
+        ],
+    ],
+    "accessories": [
+        [
+            (
+                "How should {an_item} be cleaned and looked after?",
+                "Wipe it with a soft cloth, keep it away from perfume and water where possible, and store it in a dust bag or box.",
+            ),
+            ("Any tips for travelling with it?", "Pack it in the middle of the suitcase, wrapped in something soft."),
+        ],
+        [
+            (
+                "When did people start carrying {items}?",
+                "Versions of most accessories go back centuries; the modern forms mostly date from the nineteenth and twentieth centuries.",
+            ),
+            ("Were they status symbols back then?", "Often, yes, especially when materials were expensive."),
+        ],
+    ],
+    "beauty": [
+        [
+            (
+                "How long does {an_item} keep once it's opened?",
+                "Look for the small open-jar symbol with a number of months; most products last six to twenty-four months after opening.",
+            ),
+            ("Does the fridge help?", "For a few products, but usually a cool dark cupboard is enough."),
+        ],
+        [
+            (
+                "Is it true that expensive cosmetics work better than cheap ones?",
+                "Not necessarily. Price reflects packaging and marketing as much as ingredients; the ingredient list tells you more.",
+            ),
+            ("How are new products tested?", "For safety and stability, following regulations that vary by country."),
+        ],
+    ],
+    "home": [
+        [
+            (
+                "Is it a good idea to buy {an_item} online without seeing it?",
+                "It can work if you measure the space carefully, read the dimensions twice and check the return conditions for bulky items.",
+            ),
+            ("What about assembly?", "Check whether tools are included and how long reviewers say it took."),
+        ],
+        [
+            (
+                "How should {items} be cleaned and maintained?",
+                "Dust regularly, wipe spills quickly and follow the manufacturer's care notes; a yearly deeper clean keeps things looking new.",
+            ),
+            ("Any tips for moving them?", "Empty and disassemble what you can, and wrap corners to avoid dents."),
+        ],
+    ],
+    "electronics": [
+        [
+            (
+                "How long should {an_item} normally last?",
+                "Usually three to seven years depending on use; batteries tend to wear out first.",
+            ),
+            (
+                "Are extended warranties worth it?",
+                "Rarely for cheaper devices; more often for expensive ones you rely on daily.",
+            ),
+        ],
+        [
+            (
+                "What's the right way to dispose of old {items}?",
+                "Take them to an electronics recycling point; many shops accept old devices when you buy new ones.",
+            ),
+            ("Should the data be wiped first?", "Yes, a factory reset and removing any storage card is a good idea."),
+        ],
+    ],
+    "grocery": [
+        [
+            (
+                "How should {items} be stored so they keep longer?",
+                "In a cool, dry place in an airtight container, away from sunlight; check the label for anything that needs the fridge after opening.",
+            ),
+            (
+                "What does 'best before' actually mean?",
+                "Quality, not safety: the food is often fine after that date if stored well.",
+            ),
+        ],
+        [
+            (
+                "Is buying {items} in bulk actually cheaper?",
+                "Often per unit, yes, but only if it gets used before it goes stale; compare the price per kilo or litre on the shelf label.",
+            ),
+            (
+                "Any tips for not wasting food?",
+                "Plan meals, keep older items at the front, and freeze what you won't use soon.",
+            ),
+        ],
+    ],
+}

@@ -39,6 +39,21 @@ def _reusable(bench: Path, cfg: Any) -> bool:
     return same_build(existing.manifest, cfg)
 
 
+def _calibrate(bench: Path, results: Path) -> None:
+    """Record the reference policy's Succ by source and task type in the benchmark's stats.md."""
+    from shopping_companion.benchmark.calibrate import calibrate_benchmark
+    from shopping_companion.errors import DataError
+
+    try:
+        cal = calibrate_benchmark(bench, results, policy="reference")
+    except DataError as e:
+        console.print(f"[yellow]note:[/] no difficulty calibration: {escape(str(e))}", soft_wrap=True)
+        return
+    rows = cal["by_source"]
+    parts = [f"{s} {100 * r['all']['succ']:.0f}%" for s, r in rows.items() if s != "all" and r["all"]["n"]]
+    console.print(f"reference-policy Succ by source: {', '.join(parts)} (in {bench / 'stats.md'})", soft_wrap=True)
+
+
 def _quickstart(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> None:
     from shopping_companion.benchmark.run import run_benchmark
     from shopping_companion.benchmark.run_config import QuickstartConfig
@@ -63,6 +78,8 @@ def _quickstart(config: Optional[Path], sets: list[str], overrides: dict[str, An
         print_build(qs.bench_dir, result)
     outcome = run_benchmark(eval_cfg, console)
     print_summary(outcome)
+    if eval_cfg.backend.kind == "reference":
+        _calibrate(qs.bench_dir, outcome.results_path)
     console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s")
     exit_for(outcome)
 

@@ -55,6 +55,35 @@ def print_build(out: Path, result: Any) -> None:
         f"(build {result.build_log['timings'].get('total_s')}s)",
         soft_wrap=True,
     )
+    if "sources_used" in st:
+        console.print(
+            f"breadth: {st['sources_used']} sources (largest {_pct(st['max_source_share'])} of tasks), "
+            f"{st['departments']} departments; extracted attributes {_pct(st['extracted_share'])}, numeric "
+            f"limits {_pct(st['numeric_share'])} of wanted preferences; needles stating a gold value verbatim "
+            f"{_pct(st['needle_verbatim_share'])}; MiniLM topic-query top-10 {_pct(st['needle_topic_top10_minilm'])}",
+            soft_wrap=True,
+        )
+
+
+def _pct(x: Any) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+@app.command()
+def calibrate(
+    bench: Path = typer.Argument(..., metavar="BENCH", help="Benchmark directory (from shopcomp synth)."),
+    results: Path = typer.Argument(..., metavar="RESULTS", help="results.jsonl of a run on that benchmark."),
+    policy: str = typer.Option("reference", metavar="NAME", help="Name of the policy, shown in stats.md."),
+) -> None:
+    """Record a policy's Succ by source and task type (difficulty calibration) in the benchmark's
+    stats.md and stats.json, from the results of a `shopcomp eval` run on it."""
+    from shopping_companion.benchmark.calibrate import calibrate_benchmark
+
+    cal = calibrate_benchmark(bench, results, policy=policy)
+    for name, row in cal["by_source"].items():
+        cells = [f"{k} {_pct(v['succ'])} (n={v['n']})" for k, v in row.items() if v["n"]]
+        console.print(f"{escape(name)}: {', '.join(cells)}", soft_wrap=True)
+    console.print(f"calibration written to {escape(str(bench / 'stats.md'))}")
 
 
 @app.command()

@@ -159,7 +159,9 @@ def test_product_types_derive_from_amazon_categories(products):
     assert product_type(p.model_copy(update={"category_path": ["Electronics", "Headphones"]})) == "pair of headphones"
     assert product_type(p.model_copy(update={"category_path": ["Women", "Shoes"]})) == "pair of women's shoes"
     assert product_type(p.model_copy(update={"category_path": ["Sofas & armchairs"]})) == "sofa"
-    assert product_type(p.model_copy(update={"category_path": ["Women"]})) is None  # an audience, not a type
+    # a category that names only an audience: the type comes from the title ("... Coffee Mug 1")
+    assert product_type(p.model_copy(update={"category_path": ["Women"]})) == "mug"
+    assert product_type(p.model_copy(update={"category_path": ["Women"], "title": "Acme Home Thing 1"})) is None
     assert with_article("unisex cap") == "a unisex cap" and with_article("umbrella") == "an umbrella"
 
 

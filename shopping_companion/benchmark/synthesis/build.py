@@ -34,6 +34,7 @@ to an uninterrupted build. The final files are written atomically, the manifest 
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import math
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.benchmark.synthesis.breadth import source_quotas
 from shopping_companion.benchmark.synthesis.catalog_view import (
     CatalogView,
     Feature,
@@ -67,7 +69,7 @@ from shopping_companion.benchmark.synthesis.common import (
 from shopping_companion.benchmark.synthesis.config import SynthConfig
 from shopping_companion.benchmark.synthesis.conflicts import Conflict, ConflictDetector, WantedFeature
 from shopping_companion.benchmark.synthesis.generators import Generator, SlotSpec, TaskSpec, TemplateGenerator
-from shopping_companion.benchmark.synthesis.haystack import HaystackPool, assign_dates, session_tokens
+from shopping_companion.benchmark.synthesis.haystack import HaystackPool, PoolSession, assign_dates, session_tokens
 from shopping_companion.benchmark.synthesis.verify import (
     CatalogMatcher,
     count_bundles,
@@ -78,7 +80,15 @@ from shopping_companion.benchmark.synthesis.verify import (
 from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, Task, Verification, Voucher
 
-__all__ = ["FORMAT_VERSION", "SynthOutput", "Synthesizer", "build_benchmark", "make_generator", "write_benchmark"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckFailed",
+    "SynthOutput",
+    "Synthesizer",
+    "build_benchmark",
+    "make_generator",
+    "write_benchmark",
+]
 
 #: Version of the benchmark directory format (2: add-on deals, verification, stats, resumable).
 FORMAT_VERSION = 2
@@ -87,8 +97,8 @@ PARTIAL_DIR = ".partial"
 _GENERIC_ITEM_WORDS = frozenset(normalize_tokens("pair of pack men's women's boys' girls' unisex kids"))
 
 
-class _Fail(Exception):
-    """An attempt failed the named check."""
+class CheckFailed(Exception):
+    """A task attempt failed the verification check named ``check`` (``detail`` says why)."""
 
     def __init__(self, check: str, detail: str = "") -> None:
         super().__init__(check)
@@ -123,13 +133,22 @@ def _weighted(rng: random.Random, weights: dict[int, float]) -> int:
 
 
 def _weighted_sample(rng: random.Random, feats: list[Feature], k: int) -> list[Feature]:
+    """``k`` features drawn without replacement by weight, at most one numeric limit among them."""
     pool = list(feats)
     out: list[Feature] = []
     while pool and len(out) < k:
         f = rng.choices(pool, weights=[x.weight for x in pool])[0]
         out.append(f)
         pool.remove(f)
+        if f.kind == "numeric":
+            pool = [x for x in pool if x.kind != "numeric"]
     return out
+
+
+def _max_wanted(feats: list[Feature]) -> int:
+    """How many wanted features :func:`_weighted_sample` can draw (one numeric at most)."""
+    n_num = sum(f.kind == "numeric" for f in feats)
+    return len(feats) - max(0, n_num - 1)
 
 
 def _nice_unit(x: float) -> float:
@@ -160,6 +179,10 @@ class Synthesizer:
         generator: overrides the config's generator (e.g. an LLM generator pointed at a test server).
         embedder: MiniLM embedder for the MiniLM needle statistic (optional).
         sources: provenance recorded in the manifest.
+        plan: False builds only the checks (:meth:`searchable`, :meth:`alternatives`,
+            :meth:`wanted_features`, :meth:`find_conflicts`, :meth:`denoise`) for tasks written
+            elsewhere (``shopcomp import-tasks``): no catalog preflight, no task plan.
+        matcher: a prebuilt :class:`~.verify.CatalogMatcher` of ``products`` (built when None).
 
     Raises:
         SynthError: the inputs cannot produce the requested task types (message gives counts).
@@ -174,6 +197,9 @@ class Synthesizer:
         generator: Generator | None = None,
         embedder: Any = None,
         sources: dict[str, Any] | None = None,
+        *,
+        plan: bool = True,
+        matcher: CatalogMatcher | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.config = config
@@ -181,10 +207,11 @@ class Synthesizer:
         self.embedder = embedder
         self.sources = sources or {}
         self.generator = generator or make_generator(config)
-        self.view = CatalogView(products, config.min_attributes)
+        self.view = CatalogView(products, config.min_attributes, allow_unpriced=config.allow_unpriced)
         self.shortfall: dict[str, str] = {}
-        self._check_catalog()
-        self.matcher = CatalogMatcher(self.view.products)
+        if plan:
+            self._check_catalog()
+        self.matcher = matcher or CatalogMatcher(self.view.products)
         spu = config.sessions_per_user
         self.pool = HaystackPool(
             pool,
@@ -199,13 +226,26 @@ class Synthesizer:
         types = sorted(self.view.single_types)
         self._types = types
         self._type_weights = [math.sqrt(len(self.view.single_types[t])) for t in types]
-        self.plan = self._make_plan()
+        self._source_types = {
+            src: (sorted(ts), [math.sqrt(len(ts[t])) for t in sorted(ts)]) for src, ts in self.view.by_source.items()
+        }
+        self.source_capacity = self._source_capacity()
+        self.plan = self._make_plan() if plan else []
         self.timings: dict[str, float] = {"setup_s": round(time.perf_counter() - t0, 2)}
 
     # ------------------------------------------------------------------ preflight and plan
 
     def _check_catalog(self) -> None:
         cfg = self.config
+        if cfg.sources:
+            have = sorted({p.source for p in self.view.products})
+            unknown = [x for x in cfg.sources if x not in have]
+            if unknown:
+                raise SynthError(f"sources: {unknown} are not sources of this catalog; allowed: {have}")
+            if not any(self.view.by_source.get(x) for x in cfg.sources):
+                raise SynthError(
+                    f"sources: no product of {cfg.sources} can be a reference product ({self.view.describe()})"
+                )
         if not self.view.eligible:
             raise SynthError(
                 "no product can be a reference product: "
@@ -233,17 +273,52 @@ class Synthesizer:
                     raise SynthError(msg + ". Set allow_shortfall: true to build the single-product tasks only")
                 self.shortfall["addon"] = msg
 
-    def _make_plan(self) -> list[tuple[str, str]]:
+    def _make_plan(self) -> list[tuple[str, str, str | None]]:
+        """``(task type, split, source)`` per task index. The source is the catalog source the
+        task's reference products come from (None: any, when ``source_balance`` is ``none``):
+        :func:`~.breadth.source_quotas` splits each task type over the sources that can host it,
+        and a seeded shuffle spreads them over the indices."""
         cfg = self.config
         types = ["single"] * cfg.n_single + ["addon"] * cfg.n_addon
         random.Random(f"shopcomp-plan:{cfg.seed}").shuffle(types)
         n_test = {t: round(types.count(t) * cfg.test_fraction) for t in ("single", "addon")}
+        sources: dict[str, list[str | None]] = {}
+        for t in ("single", "addon"):
+            n = types.count(t)
+            if cfg.source_balance == "none" or n == 0:
+                sources[t] = [None] * n
+                continue
+            quotas = source_quotas(
+                self.source_capacity[t], n, balance=cfg.source_balance, max_share=cfg.max_source_share
+            )
+            seq: list[str | None] = [s for s, q in quotas.items() for _ in range(q)]
+            seq += [None] * (n - len(seq))
+            random.Random(f"shopcomp-sources:{cfg.seed}:{t}").shuffle(seq)
+            sources[t] = seq
         seen: Counter[str] = Counter()
-        plan = []
+        plan: list[tuple[str, str, str | None]] = []
         for t in types:
-            plan.append((t, "test" if seen[t] < n_test[t] else "train"))
+            plan.append((t, "test" if seen[t] < n_test[t] else "train", sources[t][seen[t]]))
             seen[t] += 1
         return plan
+
+    def _source_capacity(self) -> dict[str, dict[str, int]]:
+        """Per task type, source -> how many tasks it can host: eligible products for single
+        tasks; shop groups offering enough product types for add-on deals (restricted to
+        ``config.sources`` when set)."""
+        cfg = self.config
+        allowed = set(cfg.sources) if cfg.sources else None
+        need = min(cfg.addon_products)
+        single = {
+            s: sum(len(v) for v in types.values())
+            for s, types in self.view.by_source.items()
+            if allowed is None or s in allowed
+        }
+        addon: Counter[str] = Counter()
+        for g in self.view.addon_groups:
+            if len(g.types) >= need and (allowed is None or g.source in allowed):
+                addon[g.source] += len(g.types)
+        return {"single": single, "addon": dict(addon)}
 
     def fingerprint(self) -> str:
         """Hash of everything the output depends on (config, sources, generator, format)."""
@@ -258,32 +333,49 @@ class Synthesizer:
 
     # ------------------------------------------------------------------ step 1: sampling
 
-    def _sample_single(self, rng: random.Random) -> tuple[list[SlotSpec], dict[str, Any]]:
+    def _sample_single(self, rng: random.Random, source: str | None = None) -> tuple[list[SlotSpec], dict[str, Any]]:
         cfg = self.config
-        item = rng.choices(self._types, weights=self._type_weights)[0]
-        p = rng.choice(self.view.single_types[item])
+        if source is not None and source in self._source_types:
+            types, weights = self._source_types[source]
+            item = rng.choices(types, weights=weights)[0]
+            p = rng.choice(self.view.by_source[source][item])
+        else:
+            item = rng.choices(self._types, weights=self._type_weights)[0]
+            p = rng.choice(self.view.single_types[item])
         item_toks = set(normalize_tokens(item))
         feats = [f for f in self.view.features(p, allow_brand=True) if not set(normalize_tokens(f.value)) <= item_toks]
-        k = min(_weighted(rng, cfg.single_preferences), len(feats))
+        k = min(_weighted(rng, cfg.single_preferences), _max_wanted(feats))
         if k < min(cfg.single_preferences):
-            raise _Fail("too_few_features", p.product_id)
-        wanted = _weighted_sample(rng, feats, k)
-        rest = [f for f in feats if f not in wanted and f.label != "size"]
+            raise CheckFailed("too_few_features", p.product_id)
+        wanted = _weighted_sample(rng, self._favour_indirect(feats), k)
+        rest = [f for f in feats if f not in wanted and f.label != "size" and f.kind != "numeric"]
         dont = rng.sample(rest, min(len(rest), cfg.max_dont_care))
         return [self._slot(0, p, item, wanted, dont)], {}
+
+    def _favour_indirect(self, feats: list[Feature]) -> list[Feature]:
+        """``feats`` with the sampling weight of those the generator can only state verbatim (no
+        paraphrase in its lexicon: brands, rare values) multiplied by ``config.verbatim_weight``,
+        so most needles say their preferences the way people talk. Features compare equal to the
+        originals (the weight is not part of equality)."""
+        can = getattr(self.generator, "can_paraphrase", None)
+        w = self.config.verbatim_weight
+        if can is None or w == 1.0:
+            return feats
+        return [f if can(f) else dataclasses.replace(f, weight=f.weight * w) for f in feats]
 
     def _slot(self, i: int, p: Product, item: str, wanted: list[Feature], dont: list[Feature]) -> SlotSpec:
         return SlotSpec(i, p, item, item_synonyms(p, item), domain_of(p), wanted, dont)
 
-    def _sample_addon(self, rng: random.Random) -> tuple[list[SlotSpec], dict[str, Any]]:
+    def _sample_addon(self, rng: random.Random, source: str | None = None) -> tuple[list[SlotSpec], dict[str, Any]]:
         cfg = self.config
         n = _weighted(rng, cfg.addon_products)
-        groups = [g for g in self.view.addon_groups if len(g.types) >= n]
+        pool = [g for g in self.view.addon_groups if source is None or g.source == source] or self.view.addon_groups
+        groups = [g for g in pool if len(g.types) >= n]
         if not groups:
-            n = self.view.max_addon_products()
-            groups = [g for g in self.view.addon_groups if len(g.types) >= n]
+            n = max((len(g.types) for g in pool), default=0)
+            groups = [g for g in pool if len(g.types) >= n]
             if n < 2 or not groups:
-                raise _Fail("no_addon_shop")
+                raise CheckFailed("no_addon_shop")
         g: ShopGroup = rng.choice(groups)
         items: list[str] = []
         for it in rng.sample(sorted(g.types), len(g.types)):
@@ -296,10 +388,10 @@ class Synthesizer:
             if len(items) == n:
                 break
         if len(items) < n:
-            raise _Fail("overlapping_product_types", f"{g.shop_id} has too few distinct types")
+            raise CheckFailed("overlapping_product_types", f"{g.shop_id} has too few distinct types")
         products = [rng.choice(g.types[it]) for it in items]
         if len({p.currency for p in products}) != 1 or len({p.shop_id for p in products}) != 1:
-            raise _Fail("mixed_currency")
+            raise CheckFailed("mixed_currency")
         slots = []
         said = set(normalize_tokens(shop_display_name(products[0]) + " " + products[0].shop_id.replace("-", " ")))
         for it in items:
@@ -307,11 +399,11 @@ class Synthesizer:
         for i, (p, item) in enumerate(zip(products, items)):
             # a value the instruction will say anyway (product types, shop name) cannot be a preference
             feats = [f for f in self.view.features(p, allow_brand=False) if not set(normalize_tokens(f.value)) <= said]
-            k = min(_weighted(rng, cfg.addon_preferences), len(feats))
+            k = min(_weighted(rng, cfg.addon_preferences), _max_wanted(feats))
             if k < 1:
-                raise _Fail("too_few_features", p.product_id)
-            wanted = _weighted_sample(rng, feats, k)
-            rest = [f for f in feats if f not in wanted and f.label != "size"]
+                raise CheckFailed("too_few_features", p.product_id)
+            wanted = _weighted_sample(rng, self._favour_indirect(feats), k)
+            rest = [f for f in feats if f not in wanted and f.label != "size" and f.kind != "numeric"]
             dont = rng.sample(rest, min(len(rest), cfg.max_dont_care))
             slots.append(self._slot(i, p, item, wanted, dont))
         self._distinct_synonyms(slots)
@@ -330,19 +422,19 @@ class Synthesizer:
                 min_spend = m
                 break
         if min_spend is None:
-            raise _Fail("voucher_infeasible", f"total {total}, cheapest {min(prices)}")
+            raise CheckFailed("voucher_infeasible", f"total {total}, cheapest {min(prices)}")
         d_unit = _nice_unit(min_spend * 0.1)
         share = rng.uniform(*cfg.discount_share)
         discount = max(d_unit, round(min_spend * share / d_unit) * d_unit)
         if discount >= min_spend:
-            raise _Fail("voucher_infeasible", "discount >= min spend")
+            raise CheckFailed("voucher_infeasible", "discount >= min spend")
         pay = total - discount
         b_unit = max(1.0, unit / 5)
         budget = math.ceil(pay / b_unit - 1e-9) * b_unit
         if budget - pay > cfg.budget_slack * total + 1e-9:
             budget = math.ceil(pay - 1e-9)
         if budget + 1e-9 >= total:
-            raise _Fail("budget_not_tight", f"budget {budget} >= total {total}")
+            raise CheckFailed("budget_not_tight", f"budget {budget} >= total {total}")
         voucher = Voucher(shop_id=products[0].shop_id, min_spend=_round2(min_spend), discount=_round2(discount))
         meta = {
             "voucher": voucher,
@@ -404,7 +496,7 @@ class Synthesizer:
             seed=self.config.seed,
         )
 
-    def _searchable(self, task: Task) -> tuple[bool | None, list[str], list[int | None]]:
+    def searchable(self, task: Task) -> tuple[bool | None, list[str], list[int | None]]:
         queries = []
         ranks: list[int | None] = []
         for si, slot in enumerate(task.slots):
@@ -421,7 +513,7 @@ class Synthesizer:
             return None, queries, ranks
         return all(r is not None for r in ranks), queries, ranks
 
-    def _alternatives(
+    def alternatives(
         self, task: Task, slots: list[SlotSpec], meta: dict[str, Any]
     ) -> tuple[int, bool, float | None, float | None]:
         cap = self.config.alternatives_cap
@@ -452,7 +544,7 @@ class Synthesizer:
         for a in range(len(relevant_sets)):
             for b in range(a + 1, len(relevant_sets)):
                 if relevant_sets[a] & relevant_sets[b]:
-                    raise _Fail(
+                    raise CheckFailed(
                         "overlapping_product_types", f"{task.slots[a].product_type} / {task.slots[b].product_type}"
                     )
         n, capped = count_bundles(
@@ -466,7 +558,7 @@ class Synthesizer:
         slack = _round2(task.budget - (total - task.voucher.discount))
         return min(n, cap), capped or n >= cap, slack, (round(over / subs, 4) if subs else None)
 
-    def _wanted_features(self, slots: list[SlotSpec]) -> list[WantedFeature]:
+    def wanted_features(self, slots: list[SlotSpec]) -> list[WantedFeature]:
         words = []
         for s in slots:
             w = set(normalize_tokens(s.product_type))
@@ -481,17 +573,23 @@ class Synthesizer:
         out = []
         for i, s in enumerate(slots):
             others = frozenset().union(*(unique[j] for j in range(len(slots)) if j != i))
-            sizes = tuple(s.product.options.get("size", []))
+            sizes = tuple(s.product.options.get("size", [])) if s.product is not None else ()
             for j, f in enumerate(s.wanted):
                 out.append(
                     WantedFeature(
-                        s.index, f.label, f.value, unique[i], others, s.product.brand, sizes if j == 0 else ()
+                        s.index,
+                        f.label,
+                        f.value,
+                        unique[i],
+                        others,
+                        s.product.brand if s.product is not None else None,
+                        sizes if j == 0 else (),
                     )
                 )
         return out
 
-    def _find_conflicts(self, spec: TaskSpec, sessions: list[Session], feats: list[WantedFeature]) -> list[Conflict]:
-        brands = [(s.index, s.product.brand) for s in spec.slots if s.product.brand]
+    def find_conflicts(self, spec: TaskSpec, sessions: list[Session], feats: list[WantedFeature]) -> list[Conflict]:
+        brands = [(s.index, s.product.brand) for s in spec.slots if s.product is not None and s.product.brand]
         found: list[Conflict] = []
         for s in sessions:
             found.extend(self.detector.find(s, feats, brands))
@@ -502,19 +600,60 @@ class Synthesizer:
                 found.extend(self.generator.find_conflicts(spec, todo))
         return found
 
-    def _attempt(self, index: int, task_type: str, split: str, rng: random.Random) -> dict[str, Any]:
+    def denoise(
+        self, spec: TaskSpec, chosen: list[PoolSession], feats: list[WantedFeature], rng: random.Random
+    ) -> tuple[list[PoolSession], list[Change], list[Conflict]]:
+        """Step 4's denoising: swap every haystack session the conflict detectors flag
+        (:meth:`find_conflicts`) for another pool session of about the same size, for at most
+        ``max_conflict_rounds`` rounds. Returns ``(chosen, changes, conflicts left)``: the new
+        selection, one :class:`~shopping_companion.types.Change` per swap, and the conflicts that
+        remain (non-empty when no replacement was left or the rounds ran out)."""
+        chosen = list(chosen)
+        changes: list[Change] = []
+        flagged: set[str] = set()
+        for _round in range(self.config.max_conflict_rounds):
+            conflicts = self.find_conflicts(spec, [c.session for c in chosen], feats)
+            if not conflicts:
+                return chosen, changes, []
+            bad = {c.session_id: c for c in conflicts}
+            flagged |= set(bad)
+            used = {c.session.session_id for c in chosen}
+            for j, ps in enumerate(chosen):
+                c = bad.get(ps.session.session_id)
+                if c is None:
+                    continue
+                new = self.pool.replacement(rng, ps, used, flagged)
+                if new is None:
+                    return chosen, changes, conflicts
+                used.discard(ps.session.session_id)
+                used.add(new.session.session_id)
+                chosen[j] = new
+                changes.append(
+                    Change(
+                        kind="session_replaced",
+                        session_id=ps.session.session_id,
+                        replacement_id=new.session.session_id,
+                        detail=c.describe(),
+                        detector=c.detector,
+                    )
+                )
+        return chosen, changes, self.find_conflicts(spec, [c.session for c in chosen], feats)
+
+    def _attempt(
+        self, index: int, task_type: str, split: str, rng: random.Random, source: str | None = None
+    ) -> dict[str, Any]:
         cfg = self.config
-        slots, meta = self._sample_single(rng) if task_type == "single" else self._sample_addon(rng)
+        slots, meta = self._sample_single(rng, source) if task_type == "single" else self._sample_addon(rng, source)
         task = self._task_shell(index, task_type, split, slots, meta)
 
         # step 5 (early): searchable, gold accepted, alternatives
-        searchable, queries, ranks = self._searchable(task)
+        searchable, queries, ranks = self.searchable(task)
         if searchable is False:
-            raise _Fail("not_searchable", "; ".join(q for q, r in zip(queries, ranks) if r is None))
+            raise CheckFailed("not_searchable", "; ".join(q for q, r in zip(queries, ranks) if r is None))
         ok, reasons = gold_accepted(task, self.view.by_id)
         if not ok:
-            raise _Fail("gold_rejected", "; ".join(reasons))
-        n_alt, capped, slack, over = self._alternatives(task, slots, meta)
+            raise CheckFailed("gold_rejected", "; ".join(reasons))
+        n_alt, capped, slack, over = self.alternatives(task, slots, meta)
 
         # steps 2-3: instruction and needle dialogues
         if task_type == "single":
@@ -537,9 +676,9 @@ class Synthesizer:
             instruction = self.generator.instruction(spec, rng).strip()
             dialogues = self.generator.dialogues(spec, rng)
         except GenerationError as e:
-            raise _Fail("generator_invalid_output", str(e)) from None
+            raise CheckFailed("generator_invalid_output", str(e)) from None
         if leaked_values(task.preferences, instruction):
-            raise _Fail("instruction_leaks_preference", instruction)
+            raise CheckFailed("instruction_leaks_preference", instruction)
         needles = [
             Session(
                 session_id=opaque_id(task.task_id, "needle", str(j)),
@@ -550,11 +689,12 @@ class Synthesizer:
         ]
         missing = unstated_features(task.preferences, needles)
         if missing:
-            raise _Fail("not_resolvable", ", ".join(f"{p.attribute}={p.value}" for p in missing))
-        feats = self._wanted_features(slots)
+            raise CheckFailed("not_resolvable", ", ".join(f"{p.attribute}={p.value}" for p in missing))
+        feats = self.wanted_features(slots)
         own = [c for s in needles for c in self.detector.find(s, feats, [], cache=False)]  # needles agree
         if own:
-            raise _Fail("needle_conflict", own[0].describe())
+            raise CheckFailed("needle_conflict", own[0].describe())
+        distractors = self._distractors(spec, rng, feats)
 
         # step 4: haystack, denoising, injection
         if cfg.sessions_std > 0:
@@ -568,45 +708,15 @@ class Synthesizer:
             target = (
                 rng.gauss(cfg.tokens_per_user, cfg.tokens_std) if cfg.tokens_std > 0 else float(cfg.tokens_per_user)
             )
-        needle_tokens = sum(session_tokens(s) for s in needles)
+        needle_tokens = sum(session_tokens(s) for s in needles + distractors)
         chosen = self.pool.select(rng, n_sess, target, needle_tokens, cfg.token_tolerance)
-        changes: list[Change] = []
-        flagged: set[str] = set()
-        conflicts: list[Conflict] = []
-        for _round in range(cfg.max_conflict_rounds):
-            conflicts = self._find_conflicts(spec, [c.session for c in chosen], feats)
-            if not conflicts:
-                break
-            bad = {c.session_id: c for c in conflicts}
-            flagged |= set(bad)
-            used = {c.session.session_id for c in chosen}
-            for j, ps in enumerate(chosen):
-                c = bad.get(ps.session.session_id)
-                if c is None:
-                    continue
-                new = self.pool.replacement(rng, ps, used, flagged)
-                if new is None:
-                    raise _Fail("conflicting_haystack", "no replacement session left")
-                used.discard(ps.session.session_id)
-                used.add(new.session.session_id)
-                chosen[j] = new
-                changes.append(
-                    Change(
-                        kind="session_replaced",
-                        session_id=ps.session.session_id,
-                        replacement_id=new.session.session_id,
-                        detail=c.describe(),
-                        detector=c.detector,
-                    )
-                )
-        else:
-            conflicts = self._find_conflicts(spec, [c.session for c in chosen], feats)
+        chosen, changes, conflicts = self.denoise(spec, chosen, feats, rng)
         if conflicts:
-            raise _Fail("conflicting_haystack", conflicts[0].describe())
+            raise CheckFailed("conflicting_haystack", conflicts[0].describe())
 
         hay_ids = [opaque_id(ps.session.source or "pool", ps.session.session_id) for ps in chosen]
         order = list(hay_ids)
-        for n in needles:
+        for n in distractors + needles:
             order.insert(rng.randint(0, len(order)), n.session_id)
         history = assign_dates(rng, order, cfg.start_date, cfg.max_gap_days)
         task = task.model_copy(
@@ -634,13 +744,35 @@ class Synthesizer:
         return {
             "task": task.model_dump(mode="json"),
             "needles": [n.model_dump(mode="json") for n in needles],
+            "distractors": [d.model_dump(mode="json") for d in distractors],
             "haystack": [[hid, ps.session.session_id] for hid, ps in zip(hay_ids, chosen)],
         }
+
+    def _distractors(self, spec: TaskSpec, rng: random.Random, feats: list[WantedFeature]) -> list[Session]:
+        """``config.distractors_per_task`` topic distractors from the generator: sessions about the
+        task's product type or domain that state no preference (so the bare instruction matches
+        several sessions, as in LongMemEval's haystacks). One the conflict detector flags is left
+        out, never rewritten."""
+        n = self.config.distractors_per_task
+        make = getattr(self.generator, "distractors", None)
+        if n <= 0 or make is None:
+            return []
+        brands = [(s.index, s.product.brand) for s in spec.slots if s.product.brand]
+        out: list[Session] = []
+        for j, turns in enumerate(make(spec, rng, n)):
+            sess = Session(
+                session_id=opaque_id(spec.task_id, "distractor", str(j)),
+                turns=turns,
+                source=f"{self.generator.name}-distractor:{spec.task_id}:{j}",
+            )
+            if not self.detector.find(sess, feats, brands, cache=False):
+                out.append(sess)
+        return out
 
     def make_task(self, index: int) -> dict[str, Any]:
         """Build task ``index``: a part record ``{"index", "status": "ok"|"dropped", "task",
         "needles", "haystack", "failures": {check: count}, "attempts"}``."""
-        task_type, split = self.plan[index]
+        task_type, split, source = self.plan[index]
         failures: Counter[str] = Counter()
         if task_type in self.shortfall:
             return {
@@ -655,8 +787,8 @@ class Synthesizer:
         last = ""
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                rec = self._attempt(index, task_type, split, rng)
-            except _Fail as f:
+                rec = self._attempt(index, task_type, split, rng, source)
+            except CheckFailed as f:
                 failures[f.check] += 1
                 last = f"{f.check}: {f.detail}"[:300]
                 continue
@@ -719,7 +851,7 @@ class Synthesizer:
                 continue
             task = Task.model_validate(rec["task"])
             tasks.append(task)
-            for n in rec["needles"]:
+            for n in rec["needles"] + rec.get("distractors", []):
                 s = Session.model_validate(n)
                 sessions[s.session_id] = s
             for hid, src in rec["haystack"]:
@@ -782,6 +914,14 @@ class Synthesizer:
                 "tokens_per_user": st["history"]["tokens_per_user"].get("mean"),
                 "needle_top1_bm25": st["needle_top1"]["bm25"]["all"]["share"],
                 "needle_top1_minilm": st["needle_top1"]["minilm"]["all"]["share"],
+                "needle_top10_minilm": st["needle_top10"]["minilm"]["all"]["share"],
+                "needle_topic_top10_minilm": st["needle_topic_top10"]["minilm"]["all"]["share"],
+                "needle_verbatim_share": (st.get("needle_verbatim") or {}).get("needle_sessions"),
+                "sources_used": st["sources"]["sources_used"],
+                "max_source_share": st["sources"]["max_share"],
+                "departments": sum(1 for _, n in st["departments"]["reference"] if n),
+                "extracted_share": st["provenance"]["extracted_share"],
+                "numeric_share": st["provenance"]["numeric_share"],
             },
         }
         self.timings["assemble_s"] = round(time.perf_counter() - t0, 2)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from shopping_companion.benchmark import templates as T
+from shopping_companion.benchmark.synthesis.breadth import _LEVEL_DEPARTMENT, NUMERIC_DIRECTION, numeric_limit
 from shopping_companion.judges.rule import key_matches, normalize_tokens
 from shopping_companion.types import Product
 
@@ -39,12 +40,22 @@ class Feature:
     ``key``: the attribute key it comes from (``"@brand"`` for the brand, ``"@option:size"`` for an
     option); ``label``: the canonical attribute name stored in gold preferences (it key-matches
     ``key`` under the rule judge); ``value``: the real value; ``weight``: sampling weight.
+    ``kind``: ``"category"`` (a value such as ``"Short Sleeves"``) or ``"numeric"`` (a limit drawn
+    from a real quantity: ``value`` is a constraint such as ``"at most 150 cm"`` or ``"at least
+    64 GB"`` that :func:`~shopping_companion.judges.matching.parse_constraint` reads, and
+    ``quantity`` the product's own value, e.g. ``"146 cm"``). ``provenance``: where the product
+    value comes from: ``"attribute"`` (the source's structured field), ``"option"``, ``"brand"``,
+    or the field an extractor read it from (``"title"``, ``"description"``, ``"features"``,
+    ``"category"``, ``"details"``, ``"llm"``).
     """
 
     key: str
     label: str
     value: str
-    weight: float = 1.0
+    weight: float = field(default=1.0, compare=False)
+    kind: str = "category"
+    quantity: str | None = None
+    provenance: str = "attribute"
 
     @property
     def spoken_label(self) -> str:
@@ -57,6 +68,9 @@ _CONCEPT = {"fabric": "material", "material": "material"}
 #: Sizes a person says they wear (letters, waist/shoe numbers): not "150ml" or "Onesize".
 _WEARABLE_SIZE = re.compile(r"^(?:(?:uk|us|eu|euro)\s?)?\d{1,2}(?:\.5)?$|^(?:x{0,3}[sml]|xxl|xl|xxxl|[2-5]xl)$", re.I)
 
+#: Sampling weight of a numeric limit among a product's features (a colour weighs 3).
+NUMERIC_WEIGHT = 1.5
+
 _NUMERIC = re.compile(r"^[\d\s.,%/+-]+$")
 _SPLIT = re.compile(r"\s*(?:&|\band\b|,|/|\|)\s*", re.IGNORECASE)
 
@@ -68,7 +82,10 @@ def _key_blocked(key: str) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _label_for(key: str) -> str:
+def label_for(key: str) -> str:
+    """The canonical label of a raw attribute key in gold preferences (``base_colour`` -> ``colour``):
+    ``templates.LABEL_FOR_KEY``, else the key with spaces, kept only when the rule judge's key
+    matching ties it back to ``key``."""
     k = key.strip().lower()
     label = T.LABEL_FOR_KEY.get(k) or k.replace("_", " ")
     if label != k and not key_matches(label, key):
@@ -84,6 +101,12 @@ def _value_ok(v: str) -> bool:
     if _NUMERIC.match(v) or not re.search(r"[A-Za-z]", v):
         return False
     return True
+
+
+def _house_brand(p: Product) -> bool:
+    """The brand is the retailer itself (every IKEA product is IKEA, every adidas.com one adidas):
+    not a preference anyone states."""
+    return bool(p.brand) and p.brand.strip().lower() in p.shop.lower()
 
 
 def is_wearable_size(value: str) -> bool:
@@ -105,21 +128,98 @@ def product_features(p: Product, allow_brand: bool = True) -> list[Feature]:
     for key, value in p.attributes.items():
         if _key_blocked(key) or not _value_ok(str(value)):
             continue
-        label = _label_for(key)
+        label = label_for(key)
         if label == "brand" and not allow_brand:
             continue
         concept = _CONCEPT.get(label, label)
         if concept in seen:
             continue
         seen.add(concept)
-        out.append(Feature(key=key, label=label, value=str(value).strip(), weight=T.LABEL_WEIGHTS.get(label, 1.0)))
-    if allow_brand and p.brand and "brand" not in seen and _value_ok(p.brand):
+        out.append(
+            Feature(
+                key=key,
+                label=label,
+                value=str(value).strip(),
+                weight=T.LABEL_WEIGHTS.get(label, 1.0),
+                provenance=_provenance(p, key),
+            )
+        )
+    if allow_brand and p.brand and "brand" not in seen and _value_ok(p.brand) and not _house_brand(p):
         seen.add("brand")
         out.append(Feature(key="@brand", label="brand", value=p.brand.strip(), weight=T.LABEL_WEIGHTS["brand"]))
     sizes = [s for s in p.options.get("size", []) if is_wearable_size(s)]
     if sizes and "size" not in seen:
         out.append(
             Feature(key="@option:size", label="size", value=sizes[len(sizes) // 2], weight=T.LABEL_WEIGHTS["size"])
+        )
+    out.extend(numeric_features(p, seen))
+    return out
+
+
+def _provenance(p: Product, key: str) -> str:
+    src = p.attribute_sources.get(key) if getattr(p, "attribute_sources", None) else None
+    return getattr(src, "source", None) or "attribute"
+
+
+_DIMS_IN_TITLE = re.compile(r"(\d+(?:\.\d+)?)(?:\s*x\s*(\d+(?:\.\d+)?))+\s*cm", re.IGNORECASE)
+
+
+def _plausible_length(p: Product, quantity: str) -> bool:
+    """A length field agrees with the product: at least 3 (of its unit), and, when the title states
+    dimensions (``"46x30x145 cm"``), one of them (catalog fields are sometimes wrong: a table with
+    ``depth_cm: 1``)."""
+    num = float(quantity.split()[0])
+    if num < 3:
+        return False
+    m = _DIMS_IN_TITLE.search(p.title or "")
+    if m is None:
+        return True
+    dims = {float(x) for x in re.findall(r"\d+(?:\.\d+)?", m.group(0))}
+    return num in dims
+
+
+def numeric_features(p: Product, seen: set[str] | None = None) -> list[Feature]:
+    """Numeric limits a shopper could state about ``p``, one per canonical quantity key listed in
+    :data:`~.breadth.NUMERIC_DIRECTION` (width, depth, height, weight, storage, screen size, pack
+    size, ...): ``value`` is the limit (``"at most 150 cm"`` for a width of 146 cm, see
+    :func:`~.breadth.numeric_limit`), ``quantity`` the product's own value, ``kind="numeric"``.
+    A limit is kept only when the rule judge's reading of the product
+    (:meth:`~shopping_companion.judges.matching.ProductReader.check`) finds the product satisfies
+    it, so the reference always meets its own numeric preference. Labels already in ``seen`` are
+    skipped (and added)."""
+    from shopping_companion.judges.matching import default_reader
+    from shopping_companion.types import Preference
+
+    reader = default_reader()
+    seen = seen if seen is not None else set()
+    out: list[Feature] = []
+    for key, value in p.attributes.items():
+        rk = reader.m.key(key)
+        spec = rk.spec
+        if spec is None or spec.kind != "quantity" or rk.role != "primary":
+            continue
+        direction = NUMERIC_DIRECTION.get(spec.name)
+        if direction is None or spec.name in seen:
+            continue
+        lim = numeric_limit(str(value), rk.unit, direction)
+        if lim is None:
+            continue
+        if spec.dimension and "length" in spec.dimension and not _plausible_length(p, lim[1]):
+            continue
+        limit, quantity = lim
+        if not reader.check(p, Preference(slot=0, attribute=spec.name, value=limit)).satisfied:
+            continue
+        seen.add(spec.name)
+        out.append(
+            Feature(
+                key=key,
+                label=spec.name,
+                value=limit,
+                weight=NUMERIC_WEIGHT,
+                kind="numeric",
+                quantity=quantity,
+                provenance=_provenance(p, key),
+            )
         )
     return out
 
@@ -178,6 +278,39 @@ def _derive_type(category_path: list[str]) -> str | None:
     return None
 
 
+def _prefer_title_type(p: Product, name: str | None) -> str | None:
+    """The category-derived ``name`` or the type the title names, whichever says more: the title's
+    type when the category names none (``"Children's furniture"``, no category at all) or a broader
+    one (``"Sofas & armchairs"`` for a sofa bed); the category's otherwise, including when the two
+    disagree (the rule judge's relevance test then decides whether the product can be a reference)."""
+    from shopping_companion.judges.matching import default_reader
+
+    reader = default_reader()
+    tt = reader.title_type(p)
+    if not tt:
+        return name
+    if not name:
+        return _title_type_phrase(p)
+    cat = reader.types.find(name.replace("pair of ", ""), prose=True)
+    if not cat or (tt != cat[-1] and reader.types.is_a(tt, cat[-1])):
+        return _title_type_phrase(p) or name
+    return name  # the same type: the category's words ("coffee mug") say more than the type's ("mug")
+
+
+def _title_type_phrase(p: Product) -> str | None:
+    """The product type the title names (the value matcher's product-type vocabulary), phrased as
+    an item: ``"t shirt"`` -> ``"t-shirt"``, ``"trousers"`` -> ``"pair of trousers"``; None when the
+    title names no known type."""
+    from shopping_companion.judges.matching import default_reader
+
+    t = default_reader().title_type(p)
+    if not t:
+        return None
+    phrase = re.sub(r"\bt shirt", "t-shirt", t)
+    last = phrase.split()[-1]
+    return ("pair of " + phrase) if last in T.PAIR_NOUNS else phrase
+
+
 def _gender_word(p: Product) -> str:
     g = p.attributes.get("gender", "")
     if g in T.GENDER_WORDS:
@@ -194,7 +327,14 @@ def product_type(p: Product) -> str | None:
     top category is a ``templates.NOT_FOR_SALE_CATEGORIES`` one)."""
     if p.category_path and p.category_path[0].strip().lower() in T.NOT_FOR_SALE_CATEGORIES:
         return None
-    name = T.ITEM_NAMES.get(p.category) or _derive_type(p.category_path)
+    name = T.ITEM_NAMES.get(p.category)
+    if not name:
+        name = _derive_type(p.category_path)
+        if name and (len(p.category_path) == 1 and p.category.strip().lower() in _LEVEL_DEPARTMENT):
+            name = None  # a department ("Office Products"), not a product type
+        if name and name.startswith("all "):
+            name = name[4:]
+        name = _prefer_title_type(p, name)
     if not name:
         return None
     gender = _gender_word(p)
@@ -254,6 +394,9 @@ def domain_of(p: Product) -> str:
 def shop_display_name(p: Product) -> str:
     """A human shop name: ``"the Nike store on Myntra"`` / ``"FashionTech on Myntra"``."""
     retailer = re.sub(r"\s*\([^)]*\)\s*$", "", p.shop).strip() or p.shop
+    own = p.seller or p.brand
+    if own and own.strip().lower() in retailer.lower():
+        return retailer  # the retailer's own store: "IKEA Saudi Arabia", not "IKEA on IKEA Saudi Arabia"
     if p.seller:
         return f"{p.seller} on {retailer}"
     if p.brand:
@@ -263,26 +406,30 @@ def shop_display_name(p: Product) -> str:
 
 @dataclass
 class ShopGroup:
-    """Eligible products of one shop for one audience: ``types`` maps a product type to products
-    (sorted by id)."""
+    """Eligible priced products of one shop for one audience: ``types`` maps a product type to
+    products (sorted by id), all from the catalog source ``source``."""
 
     shop_id: str
     audience: str
     types: dict[str, list[Product]] = field(default_factory=dict)
+    source: str = ""
 
 
 class CatalogView:
     """Eligibility, product types, features and add-on shops of a catalog (module docstring).
 
     ``products`` in any order (the view sorts by id). ``min_attributes``: phrasable attribute
-    features (brand and size not counted) a reference product needs.
+    features (brand and size not counted; numeric limits counted) a reference product needs.
+    ``allow_unpriced``: a product without a price can still be the reference of a single-product
+    task (an add-on deal always needs prices).
     Attributes: ``by_id``; ``eligible`` (sorted by id); ``single_types`` (product type → eligible
-    products); ``addon_groups`` (shop groups with ≥ 2 product types); ``report`` (counts of
-    ineligible products by reason); ``vocab`` (label → {normalised value tokens} seen in ≥ 2
+    products); ``by_source`` (source → product type → eligible products); ``addon_groups`` (shop
+    groups of priced products with ≥ 2 product types); ``report`` (counts of ineligible products by
+    reason, and ``eligible_unpriced``); ``vocab`` (label → {normalised value tokens} seen in ≥ 2
     eligible products, used by the conflict detector).
     """
 
-    def __init__(self, products: list[Product], min_attributes: int = 2) -> None:
+    def __init__(self, products: list[Product], min_attributes: int = 2, allow_unpriced: bool = True) -> None:
         self.min_attributes = min_attributes
         self.products = sorted(products, key=lambda p: p.product_id)
         self.by_id: dict[str, Product] = {p.product_id: p for p in self.products}
@@ -293,8 +440,10 @@ class CatalogView:
         self.single_types: dict[str, list[Product]] = defaultdict(list)
         groups: dict[tuple[str, str], dict[str, list[Product]]] = defaultdict(lambda: defaultdict(list))
         vocab_counts: Counter[tuple[str, tuple[str, ...]]] = Counter()
+        self.by_source: dict[str, dict[str, list[Product]]] = defaultdict(lambda: defaultdict(list))
         for p in self.products:
-            if p.price is None or p.price <= 0:
+            priced = p.price is not None and p.price > 0
+            if not priced and not allow_unpriced:
                 self.report["no_price"] += 1
                 continue
             item = product_type(p)
@@ -311,21 +460,28 @@ class CatalogView:
             self._type[p.product_id] = item
             self._features[p.product_id] = feats
             self.single_types[item].append(p)
+            self.by_source[p.source][item].append(p)
+            if not priced:
+                self.report["eligible_unpriced"] += 1  # single-product tasks only
+                continue
             audience = p.attributes.get("gender", "") or "any"
-            groups[(p.shop_id, audience)][item].append(p)
+            groups[(p.shop_id, p.source, audience)][item].append(p)
             for f in feats:
-                vocab_counts[(f.label, normalize_tokens(f.value))] += 1
+                if f.kind != "numeric":
+                    vocab_counts[(f.label, normalize_tokens(f.value))] += 1
         self.vocab: dict[str, set[tuple[str, ...]]] = defaultdict(set)
         for (label, toks), n in vocab_counts.items():
             if n >= 2 and toks:
                 self.vocab[label].add(toks)
         # add-on groups: unisex products join every audience group of the same shop
         self.addon_groups: list[ShopGroup] = []
-        shops: dict[str, dict[str, dict[str, list[Product]]]] = defaultdict(dict)
-        for (shop, aud), types in groups.items():
-            shops[shop][aud] = types
-        for shop in sorted(shops):
-            auds = shops[shop]
+        # one source per group (a Myntra brand store sells products of both Myntra dumps): a deal's
+        # products come from one catalog source, as the source quotas count them
+        shops: dict[tuple[str, str], dict[str, dict[str, list[Product]]]] = defaultdict(dict)
+        for (shop, source, aud), types in groups.items():
+            shops[(shop, source)][aud] = types
+        for shop, source in sorted(shops):
+            auds = shops[(shop, source)]
             shared = auds.get("Unisex", {})
             for aud in sorted(auds):
                 types: dict[str, list[Product]] = defaultdict(list)
@@ -335,11 +491,8 @@ class CatalogView:
                     for item, ps in shared.items():
                         types[item].extend(ps)
                 if len(types) >= 2:
-                    self.addon_groups.append(
-                        ShopGroup(
-                            shop, aud, {k: sorted(v, key=lambda x: x.product_id) for k, v in sorted(types.items())}
-                        )
-                    )
+                    ordered = {k: sorted(v, key=lambda x: x.product_id) for k, v in sorted(types.items())}
+                    self.addon_groups.append(ShopGroup(shop, aud, ordered, source))
 
     def item(self, p: Product) -> str:
         """The product type of an eligible product."""
@@ -359,7 +512,8 @@ class CatalogView:
         r = self.report
         return (
             f"{r['eligible']} of {len(self.products)} products can be reference products "
-            f"(no price: {r['no_price']}, no product type: {r['no_product_type']}, fewer than "
+            f"({r['eligible_unpriced']} of them unpriced, single-product tasks only; "
+            f"no price: {r['no_price']}, no product type: {r['no_product_type']}, fewer than "
             f"{self.min_attributes} phrasable attributes: {r['too_few_attributes']}); "
             f"{len(self.addon_groups)} shop groups offer ≥ 2 product types for add-on deals"
         )

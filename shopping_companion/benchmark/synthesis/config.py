@@ -101,8 +101,14 @@ class SynthConfig(_Cfg):
         the same default); ``test_fraction`` of each type goes to the test split. ``seed``
         makes the build reproducible (each task's RNG is seeded from ``(seed, index)``).
     Step 1 — products and vouchers
-        a reference product needs a price, a product type and at least ``min_attributes``
-        phrasable real attributes. ``single_preferences``: weights of the number of wanted
+        a reference product needs a product type and at least ``min_attributes`` phrasable real
+        attributes (numeric limits such as a width count), and a price for an add-on deal (and for
+        a single-product task unless ``allow_unpriced``). Reference products are spread over the
+        catalog's sources: each task type is split over the sources that can host it with weights
+        ``source_balance`` (``sqrt`` of the eligible count, ``uniform``, ``proportional``; ``none``
+        draws product types over the whole catalog as before), each source capped at
+        ``max_source_share`` of the tasks (see :func:`~.breadth.source_quotas`); ``sources``
+        restricts reference products to the named sources (the whole catalog stays searchable). ``single_preferences``: weights of the number of wanted
         features of a single task (paper mean 2.1); ``addon_products``: weights of the number
         of products in a deal (2–4); ``addon_preferences``: weights of wanted features per deal
         product (paper mean 5.6 per deal); at most ``max_dont_care`` does-not-matter features
@@ -111,7 +117,11 @@ class SynthConfig(_Cfg):
         ``budget_slack`` of its total (and is always below the undiscounted total).
     Step 3 — preference dialogues
         ``single_needles``: weights of the number of needle sessions of a single task (an
-        add-on deal gets one needle per one or two products).
+        add-on deal gets one needle per one or two products). ``distractors_per_task``: topic
+        distractor sessions per task (about the same product type or domain, stating no
+        preference) written by the generator and placed in the haystack. ``verbatim_weight``
+        multiplies the sampling weight of a feature the generator can only state verbatim (no
+        paraphrase for it; 1 = no preference for paraphrasable features).
     Step 4 — haystack
         per user ``sessions_per_user`` real sessions on average (std ``sessions_std``; the needle
         sessions come on top, so the paper's 56.4 sessions per user is 54.6 here) and, when
@@ -140,6 +150,10 @@ class SynthConfig(_Cfg):
     seed: int = 0
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     # step 1
+    source_balance: Literal["sqrt", "uniform", "proportional", "none"] = "sqrt"
+    max_source_share: float = Field(default=0.35, gt=0, le=1)
+    sources: list[str] | None = None
+    allow_unpriced: bool = True
     min_attributes: int = Field(default=2, ge=1)
     single_preferences: dict[int, float] = Field(default_factory=lambda: {1: 0.25, 2: 0.45, 3: 0.30})
     addon_products: dict[int, float] = Field(default_factory=lambda: {2: 0.3, 3: 0.4, 4: 0.3})
@@ -149,6 +163,8 @@ class SynthConfig(_Cfg):
     budget_slack: float = Field(default=0.03, ge=0, le=0.5)
     # step 3
     single_needles: dict[int, float] = Field(default_factory=lambda: {1: 0.6, 2: 0.4})
+    distractors_per_task: int = Field(default=2, ge=0, le=10)
+    verbatim_weight: float = Field(default=0.1, ge=0, le=1)
     # step 4
     sessions_per_user: float = Field(default=42, ge=1)
     sessions_std: float = Field(default=0.0, ge=0)

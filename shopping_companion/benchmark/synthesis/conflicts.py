@@ -14,8 +14,9 @@ the judge, over the *user* turns of a session:
    (a) it names the wanted value within 60 characters after a negative cue (an aversion:
    "I can't stand navy blue");
    (b) it is positive, states another value of the same label that is not compatible with the
-   wanted one (neither value's tokens contain the other's; values come from the catalog's
-   vocabulary for that label), and it is about shopping for that kind of thing: it names the
+   wanted one (neither value's tokens contain the other's, and the value matcher does not read
+   one as the other or a kind of it — "full sleeves" is long sleeves, navy a blue; values come
+   from the catalog's vocabulary for that label), and it is about shopping for that kind of thing: it names the
    label, the slot's product type (or a synonym) or a clothing/shopping word — and it does not
    name only another slot's product type ("I always wear black" vs wanted colour navy);
    (c) it names the brand of slot *s*'s reference product within 60 characters after a negative
@@ -36,6 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.types import Session
@@ -129,6 +131,21 @@ class Conflict:
     def describe(self) -> str:
         text = self.statement if len(self.statement) <= 160 else self.statement[:157] + "..."
         return f"{self.kind}: {text!r} vs {self.feature} [turn {self.turn_index}]"
+
+
+@lru_cache(maxsize=65536)
+def _compatible(label: str, wanted: str, other: str) -> bool:
+    """The value matcher reads ``other`` as the same value as ``wanted``, a narrower or a broader
+    one (``"full sleeves"`` for long sleeves, ``"blue"`` for navy): not a contradiction."""
+    from shopping_companion.judges.matching import default_matcher
+
+    m = default_matcher()
+    key = m.key(label)
+    vocab = m.vocab_for(key)
+    if vocab is None:
+        return False
+    a, b = vocab.find(wanted), vocab.find(other)
+    return bool(a and b) and any(vocab.related(x, y) for x in a for y in b)
 
 
 def _contains(hay: tuple[str, ...], needle: tuple[str, ...]) -> bool:
@@ -254,7 +271,7 @@ class ConflictDetector:
                 if st.tokens[i : i + len(v)] != v:
                     continue
                 vs = set(v)
-                if vs <= ws or ws <= vs:
+                if vs <= ws or ws <= vs or _compatible(f.label, f.value, " ".join(v)):
                     continue
                 return "other_value"
         return None

@@ -3,7 +3,9 @@ OpenAI-compatible endpoint (Shopping Companion §4 steps 2–3, App. A.2).
 
 The prompts are ours, following the paper's intent: the instruction names the products (and, for an
 add-on deal, the shop, voucher and budget) but no preference; the dialogues reveal each wanted
-feature in the user's own words across several turns; the conflict check reads one haystack session
+feature in the user's own words across several turns, mostly indirectly (another word, a family or
+comparison, an experience; limits as situations in other units), and every value must still be
+stated in a way :func:`~.verify.how_stated` recognises; the conflict check reads one haystack session
 and lists the user's statements that contradict a wanted feature.
 
 Every call:
@@ -45,8 +47,7 @@ from shopping_companion.benchmark.synthesis.common import GenerationError, Synth
 from shopping_companion.benchmark.synthesis.config import GeneratorConfig, LLMEndpoint
 from shopping_companion.benchmark.synthesis.conflicts import Conflict
 from shopping_companion.benchmark.synthesis.generators import SlotSpec, TaskSpec, format_money
-from shopping_companion.benchmark.synthesis.verify import _contains, evidence_text
-from shopping_companion.judges.rule import normalize_tokens
+from shopping_companion.benchmark.synthesis.verify import evidence_text, states_value
 from shopping_companion.types import Session, Turn
 
 __all__ = ["LLMCache", "LLMGenerator", "extract_json"]
@@ -147,9 +148,10 @@ class LLMCache:
             self._db.close()
 
 
-def _feature_line(slot: SlotSpec, label: str, value: str, addon: bool) -> str:
+def _feature_line(slot: SlotSpec, label: str, value: str, addon: bool, numeric: bool = False) -> str:
     about = f" (about {slot.synonyms[0] if slot.synonyms else slot.product_type})" if addon else ""
-    return f'- {label}: "{evidence_text(label, value)}"{about}'
+    limit = " (a limit: say it as a situation, in other units if natural)" if numeric else ""
+    return f'- {label}: "{evidence_text(label, value)}"{about}{limit}'
 
 
 def _numbers(s: str) -> list[float]:
@@ -330,10 +332,7 @@ class LLMGenerator:
 
         def parse(obj: dict[str, Any]) -> str:
             out = InstructionOut.model_validate(obj).instruction.strip()
-            toks = normalize_tokens(out)
-            leaked = [
-                f.value for _, f in spec.wanted if _contains(toks, normalize_tokens(evidence_text(f.label, f.value)))
-            ]
+            leaked = [f.value for _, f in spec.wanted if states_value(f.label, f.value, out)]
             if leaked:
                 raise ValueError(f"the message states preferences it must not state: {leaked}")
             if spec.task_type == "addon":
@@ -372,7 +371,7 @@ class LLMGenerator:
         addon = spec.task_type == "addon"
         blocks = []
         for j, g in enumerate(groups):
-            lines = "\n".join(_feature_line(s, f.spoken_label, f.value, addon) for s, f in g)
+            lines = "\n".join(_feature_line(s, f.spoken_label, f.value, addon, f.kind == "numeric") for s, f in g)
             blocks.append(f"Conversation {j + 1} must reveal:\n{lines}")
         dont = sorted({f.spoken_label for s in spec.slots for f in s.dont_care})
         prompt = (
@@ -381,8 +380,13 @@ class LLMGenerator:
             "people do in everyday chat; never as a shopping list or a request.\n\n"
             + "\n\n".join(blocks)
             + "\n\nRules:\n"
-            "- Each preference is said by the USER, in its own user turn, using the quoted value words "
-            "exactly (other words around them are fine).\n"
+            "- Each preference is said by the USER, in its own user turn. In most of them do NOT use the "
+            "quoted catalog words: express the value indirectly, with another everyday word for it (half "
+            "sleeves for short sleeves), by its family or a comparison (navy: in the blue family but really "
+            "deep, like a night sky), or by an experience that implies it (short sleeves: anything past the "
+            "elbow stays in the cupboard). The meaning must stay exactly the same value, never a broader one. "
+            "Say limits as situations, often in other units (at most 150 cm: the alcove gives me no more than "
+            "1.5 m). Brands, sizes and names may be said as quoted.\n"
             + (
                 "- Make clear which kind of item each preference is about, using everyday words for it.\n"
                 if addon
@@ -409,18 +413,29 @@ class LLMGenerator:
                 turns = [Turn(role=t.role, content=t.content.strip()) for t in sess.turns]
                 if turns[0].role != "user" or any(a.role == b.role for a, b in zip(turns, turns[1:])):
                     raise ValueError(f"session {j + 1}: turns must alternate, starting with the user")
-                users = [normalize_tokens(t.content) for t in turns if t.role == "user"]
+                users = [t.content for t in turns if t.role == "user"]
                 missing = [
                     evidence_text(f.label, f.value)
                     for _, f in g
-                    if not any(_contains(u, normalize_tokens(evidence_text(f.label, f.value))) for u in users)
+                    if not any(states_value(f.label, f.value, u) for u in users)
                 ]
                 if missing:
-                    raise ValueError(f"session {j + 1}: the user never says these values: {missing}")
+                    raise ValueError(
+                        f"session {j + 1}: the user never states these values in a way that can be checked: "
+                        f"{missing}; use the quoted words, a listed synonym, or a limit with its unit"
+                    )
                 sessions.append(turns)
             return sessions
 
         return self._call(spec, "dialogues", prompt, parse)
+
+    # ------------------------------------------------------------------ topic distractors
+
+    def distractors(self, spec: TaskSpec, rng: random.Random, n: int = 2) -> list[list[Turn]]:
+        """The template generator's topic distractors (no LLM call; same guarantees)."""
+        from shopping_companion.benchmark.synthesis.generators import TemplateGenerator
+
+        return TemplateGenerator().distractors(spec, rng, n)
 
     # ------------------------------------------------------------------ denoising
 

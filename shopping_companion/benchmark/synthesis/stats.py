@@ -33,11 +33,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.benchmark.synthesis.breadth import DEPARTMENTS, department
 from shopping_companion.benchmark.synthesis.common import count_tokens
 from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.types import Product, Session, Task
 
-__all__ = ["BM25TurnScorer", "compute_stats", "write_stats"]
+__all__ = ["BM25TurnScorer", "compute_stats", "topic_queries", "write_stats"]
 
 K1, B = 0.9, 0.4
 TOKEN_METHOD = (
@@ -84,21 +85,29 @@ class BM25TurnScorer:
 
     def top_session(self, query: str, history: Sequence[Session]) -> str | None:
         """Session id of the best-scoring turn (ties: earliest), None when nothing matches."""
+        ranked = self.top_turns(query, history, 1)
+        return ranked[0] if ranked else None
+
+    def top_turns(self, query: str, history: Sequence[Session], k: int) -> list[str]:
+        """Session ids of the ``k`` best-scoring turns, best first (a session once per turn it
+        has among them; ties: earlier turn first); turns scoring 0 are never returned."""
         q = list(dict.fromkeys(normalize_tokens(query)))
         if not q:
-            return None
+            return []
         stats = [self._session(s) for s in history]
         n = sum(len(t) for t, _ in stats)
         if n == 0:
-            return None
+            return []
         avgdl = sum(length for t, _ in stats for length, _ in t) / n
         idf = {}
         for term in q:
             df = sum(d.get(term, 0) for _, d in stats)
             idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
-        best, best_sid = 0.0, None
+        scored: list[tuple[float, int, str]] = []
+        order = 0
         for s, (turns, df) in zip(history, stats):
             if not any(df.get(t) for t in q):
+                order += len(turns)
                 continue
             for length, c in turns:
                 score = 0.0
@@ -106,9 +115,106 @@ class BM25TurnScorer:
                     tf = c.get(term)
                     if tf:
                         score += idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avgdl))
-                if score > best + 1e-12:
-                    best, best_sid = score, s.session_id
-        return best_sid
+                if score > 1e-12:
+                    scored.append((-round(score, 12), order, s.session_id))
+                order += 1
+        scored.sort()
+        return [sid for _, _, sid in scored[:k]]
+
+
+#: Turns a retriever returns in the difficulty measures (``mem_search``'s default top_k).
+TOP_K = 10
+
+
+def topic_queries(task: Task) -> list[str]:
+    """Queries that name the preference topic but no value: one per product slot with wanted
+    preferences, ``"<product type> <attribute> <attribute> preference"`` (``"men's t-shirt
+    colour sleeve length preference"``), the query an agent that knows *what* to look for would
+    send to ``mem_search``."""
+    out = []
+    for i, slot in enumerate(task.slots):
+        labels = list(dict.fromkeys(p.attribute for p in task.preferences if p.slot == i))
+        if labels:
+            item = slot.product_type.replace("pair of ", "")
+            out.append(f"{item} {' '.join(labels)} preference")
+    return out or [task.instruction]
+
+
+def _verbatim(tasks: list[Task], sessions: dict[str, Session]) -> dict[str, Any]:
+    """The share of needle sessions stating a wanted gold value verbatim (:mod:`.verify`)."""
+    from shopping_companion.benchmark.synthesis import verify
+
+    fn = verify.verbatim_share
+    got = fn(tasks, sessions)
+    return {
+        "needle_sessions": round(got.sessions, 4),
+        "wanted_preferences": round(got.preferences, 4),
+        "n_needle_sessions": got.n_sessions,
+        "n_wanted_preferences": got.n_preferences,
+    }
+
+
+def _task_source(task: Task, by_id: dict[str, Product]) -> str:
+    srcs = sorted({by_id[pid].source for pid in task.reference_product_ids if pid in by_id})
+    return "+".join(srcs) if srcs else "(open)"
+
+
+def _sources(tasks: list[Task], catalog: Sequence[Product], by_id: dict[str, Product]) -> dict[str, Any]:
+    """Per catalog source: products in the pool, tasks whose references come from it (by type)."""
+    pool = Counter(p.source for p in catalog)
+    rows: dict[str, dict[str, Any]] = {s: {"catalog": n, "single": 0, "addon": 0} for s, n in pool.items()}
+    for t in tasks:
+        row = rows.setdefault(_task_source(t, by_id), {"catalog": 0, "single": 0, "addon": 0})
+        row[t.task_type] = row.get(t.task_type, 0) + 1
+    n = len(tasks) or 1
+    for row in rows.values():
+        row["tasks"] = row["single"] + row["addon"]
+        row["share"] = round(row["tasks"] / n, 4)
+    used = [s for s, r in rows.items() if r["tasks"]]
+    return {
+        "by_source": dict(sorted(rows.items(), key=lambda kv: (-kv[1]["tasks"], kv[0]))),
+        "sources_used": len(used),
+        "max_share": max((rows[s]["share"] for s in used), default=0.0),
+    }
+
+
+def _provenance_share(tasks: list[Task], by_id: dict[str, Product]) -> dict[str, Any]:
+    """Where the reference product's value of each wanted preference comes from, as the rule
+    judge reads it: ``structured`` (the source's own field), an extractor's field (``title``,
+    ``description``, ``features``, ``category``, ``details``, ``llm``), ``option``, ``brand``, or
+    free text the judge read directly; plus the share of numeric limits."""
+    from shopping_companion.judges.matching import default_reader, parse_constraint
+
+    reader = default_reader()
+    counts: Counter[str] = Counter()
+    numeric = 0
+    total = 0
+    for t in tasks:
+        for pref in t.preferences:
+            if pref.polarity != "want" or pref.slot >= len(t.slots):
+                continue
+            ref = by_id.get(t.slots[pref.slot].reference_product_id or "")
+            if ref is None:
+                continue
+            total += 1
+            if parse_constraint(pref.value) is not None and reader.m.key(pref.attribute).kind == "quantity":
+                numeric += 1
+            ev = reader.check(ref, pref)
+            if ev.source == "attribute":
+                key = ev.detail.split(" ", 1)[1].split("=", 1)[0] if " " in ev.detail else ""
+                src = ref.attribute_sources.get(key) if getattr(ref, "attribute_sources", None) else None
+                counts[f"extracted:{src.source}" if src is not None else "structured"] += 1
+            else:  # the reader names the brand field as "brand='<name>'"
+                src_name = "brand" if ev.source.startswith("brand") else ev.source
+                counts[src_name if ev.known else "unknown"] += 1
+    return {
+        "wanted_preferences": total,
+        "by_provenance": {k: {"n": v, "share": round(v / total, 4)} for k, v in counts.most_common()},
+        "extracted_share": round(sum(v for k, v in counts.items() if k.startswith("extracted:")) / total, 4)
+        if total
+        else None,
+        "numeric_share": round(numeric / total, 4) if total else None,
+    }
 
 
 def _sample(tasks: list[Task], k: int | None, seed: int) -> list[Task]:
@@ -153,21 +259,39 @@ def compute_stats(
     t0 = time.perf_counter()
     bm25 = BM25TurnScorer()
     top1_bm25: dict[str, list[bool]] = {k: [] for k in by_type}
+    top10_bm25: dict[str, list[bool]] = {k: [] for k in by_type}
+    topic10_bm25: dict[str, list[bool]] = {k: [] for k in by_type}
     for t in tasks:
         hist = [sessions[r.session_id] for r in t.history]
-        top1_bm25[t.task_type].append(bm25.top_session(t.instruction, hist) in set(t.needle_session_ids))
+        needles = set(t.needle_session_ids)
+        ranked = bm25.top_turns(t.instruction, hist, TOP_K)
+        top1_bm25[t.task_type].append(bool(ranked) and ranked[0] in needles)
+        top10_bm25[t.task_type].append(bool(needles & set(ranked)))
+        found: set[str] = set()
+        for q in topic_queries(t):
+            found |= needles & set(bm25.top_turns(q, hist, TOP_K))
+        topic10_bm25[t.task_type].append(found == needles)
 
     t1 = time.perf_counter()
     top1_minilm: dict[str, list[bool]] = {k: [] for k in by_type}
+    top10_minilm: dict[str, list[bool]] = {k: [] for k in by_type}
+    topic10_minilm: dict[str, list[bool]] = {k: [] for k in by_type}
     if embedder is not None and minilm_tasks != 0:
         from shopping_companion.memory.store import MemoryStore
 
         for t in _sample(tasks, minilm_tasks, seed):
             store = MemoryStore.from_pool(sessions, t.history, embedder)
-            hits = store.search([t.instruction], top_k=1)
-            top1_minilm[t.task_type].append(bool(hits) and hits[0]["session_id"] in set(t.needle_session_ids))
+            needles = set(t.needle_session_ids)
+            hits = [h["session_id"] for h in store.search([t.instruction], top_k=TOP_K)]
+            top1_minilm[t.task_type].append(bool(hits) and hits[0] in needles)
+            top10_minilm[t.task_type].append(bool(needles & set(hits)))
+            found = set()
+            for q in topic_queries(t):
+                found |= needles & {h["session_id"] for h in store.search([q], top_k=TOP_K)}
+            topic10_minilm[t.task_type].append(found == needles)
 
     t2 = time.perf_counter()
+    verbatim = _verbatim(tasks, sessions)
 
     def share(d: dict[str, list[bool]]) -> dict[str, Any]:
         allv = [x for v in d.values() for x in v]
@@ -224,6 +348,15 @@ def compute_stats(
             "relative_depth": _summary(depth),
         },
         "needle_top1": {"bm25": share(top1_bm25), "minilm": share(top1_minilm)},
+        "needle_top10": {"bm25": share(top10_bm25), "minilm": share(top10_minilm)},
+        "needle_topic_top10": {"bm25": share(topic10_bm25), "minilm": share(topic10_minilm)},
+        "needle_verbatim": verbatim,
+        "sources": _sources(tasks, catalog, by_id),
+        "departments": {
+            "catalog": Counter(department(p) for p in catalog).most_common(),
+            "reference": Counter(department(p) for p in ref_products).most_common(),
+        },
+        "provenance": _provenance_share(tasks, by_id),
         "changes": {
             "tasks_with_changes": sum(1 for t in tasks if t.changes),
             "sessions_replaced": sum(1 for t in tasks for c in t.changes if c.kind == "session_replaced"),
@@ -252,6 +385,9 @@ def _fmt(s: dict[str, Any]) -> str:
 
 def _share(x: dict[str, Any]) -> str:
     return "–" if x.get("share") is None else f"{100 * x['share']:.1f}% (n={x['n']})"
+
+
+_PNGS = ("categories.png", "history.png", "attributes.png", "alternatives.png")
 
 
 def _plots(d: Path, st: dict[str, Any]) -> list[str]:
@@ -318,6 +454,26 @@ def _plots(d: Path, st: dict[str, Any]) -> list[str]:
     return written
 
 
+def _calibration_md(cal: dict[str, Any]) -> str:
+    """The reference policy's Succ by source and task type (``cal`` from :mod:`..calibrate`)."""
+    rows = [
+        f"Reference policy ({cal.get('policy', 'reference')}) Succ by source and task type "
+        f"({cal.get('episodes', 0)} episodes):",
+        "",
+        "| source | single | addon | all |",
+        "|---|---|---|---|",
+    ]
+
+    def cell(x: dict[str, Any] | None) -> str:
+        if not x or not x.get("n"):
+            return "–"
+        return f"{100 * x['succ']:.1f}% (n={x['n']})"
+
+    for name, r in cal.get("by_source", {}).items():
+        rows.append(f"| {name} | {cell(r.get('single'))} | {cell(r.get('addon'))} | {cell(r.get('all'))} |")
+    return "\n".join(rows)
+
+
 def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[str, Any] | None = None) -> list[str]:
     """Write ``stats.json``, ``stats.md`` and the PNGs into ``directory``; returns the file names."""
     d = Path(directory)
@@ -327,7 +483,9 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
     (d / "stats.json").write_text(
         json.dumps(public, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    pngs = _plots(d, st)
+    # the plots need the raw series, which stats.json does not keep: a rewrite from stats.json
+    # (e.g. calibration) leaves the PNGs of the build in place
+    pngs = _plots(d, st) if "_series" in st else [n for n in _PNGS if (d / n).is_file()]
     t = st["tasks"]
     lines = [
         "# Benchmark statistics",
@@ -362,14 +520,44 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         "",
         "![history](history.png)",
         "",
-        "## Needle top-1 share (instruction as the query; lower = harder to find by matching)",
+        "## Difficulty calibration",
         "",
-        "| retriever | single | addon | all |",
-        "|---|---|---|---|",
+        "Needle findability over each user's history, turn by turn. *bare top-1 / top-10*: the task's",
+        "instruction is the query and a needle turn ranks first / is among the top 10 turns (lower = the",
+        "request's words alone do not find the preferences). *topic top-10*: one query per product",
+        "naming its type and the attributes asked about, no value (`"
+        + "men's t-shirt colour sleeve length preference"
+        + "`); every needle session",
+        "has a turn among the top 10 (higher = an agent that knows what to look for finds them).",
+        f"MiniLM is the real `mem_search` on a sample of tasks; BM25 scores every task (k1 = {K1}, b = {B}).",
+        "",
+        "| retriever | measure | single | addon | all |",
+        "|---|---|---|---|---|",
     ]
     for name in ("bm25", "minilm"):
-        s = st["needle_top1"][name]
-        lines.append(f"| {name} | {_share(s.get('single', {}))} | {_share(s.get('addon', {}))} | {_share(s['all'])} |")
+        for label, key in (
+            ("bare top-1", "needle_top1"),
+            ("bare top-10", "needle_top10"),
+            ("topic top-10", "needle_topic_top10"),
+        ):
+            x = st.get(key, {}).get(name)
+            if not x:
+                continue
+            lines.append(
+                f"| {name} | {label} | {_share(x.get('single', {}))} | {_share(x.get('addon', {}))} | "
+                f"{_share(x['all'])} |"
+            )
+    vb = st.get("needle_verbatim") or {}
+    if vb:
+        lines += [
+            "",
+            f"Needle sessions that state a wanted gold value verbatim: {100 * vb['needle_sessions']:.1f}% of "
+            f"{vb['n_needle_sessions']}; wanted preferences stated verbatim: {100 * vb['wanted_preferences']:.1f}% of "
+            f"{vb['n_wanted_preferences']} (lower = preferences said the way people talk).",
+        ]
+    cal = st.get("calibration")
+    if cal:
+        lines += ["", _calibration_md(cal)]
     lines += [
         "",
         "## Alternatives (other products / bundles the rule judge accepts)",
@@ -403,6 +591,56 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
             lines.append(f"| {a[0]} | {a[1]} | {b[0]} | {b[1]} |")
         lines.append("")
     lines += ["![categories](categories.png)", ""]
+    src = st.get("sources")
+    if src:
+        lines += [
+            "## Sources",
+            "",
+            f"Reference products come from {src['sources_used']} of {len(src['by_source'])} catalog sources; "
+            f"the largest holds {100 * src['max_share']:.1f}% of the tasks.",
+            "",
+            "| source | products in the pool | tasks | share | single | add-on |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, r in src["by_source"].items():
+            lines.append(
+                f"| {name} | {r['catalog']:,} | {r['tasks']} | {100 * r['share']:.1f}% | {r['single']} | {r['addon']} |"
+            )
+        lines.append("")
+    deps = st.get("departments")
+    if deps:
+        cat, ref = dict(deps["catalog"]), dict(deps["reference"])
+        lines += [
+            "## Departments (top level, the same for every source)",
+            "",
+            f"{sum(1 for v in ref.values() if v)} departments among the reference products.",
+            "",
+            "| department | products in the pool | reference products |",
+            "|---|---|---|",
+        ]
+        for name in DEPARTMENTS:
+            if cat.get(name) or ref.get(name):
+                lines.append(f"| {name} | {cat.get(name, 0):,} | {ref.get(name, 0)} |")
+        lines.append("")
+    prov = st.get("provenance")
+    if prov and prov.get("wanted_preferences"):
+        lines += [
+            "## Attribute provenance of wanted preferences",
+            "",
+            "Where the reference product's value comes from, as the rule judge reads it (`structured`: the "
+            "source's own field; `extracted:<field>`: the attribute extractor read it from that field).",
+            "",
+            "| provenance | preferences | share |",
+            "|---|---|---|",
+        ]
+        for k, v in prov["by_provenance"].items():
+            lines.append(f"| {k} | {v['n']} | {100 * v['share']:.1f}% |")
+        lines += [
+            "",
+            f"Extracted: {100 * (prov['extracted_share'] or 0):.1f}%; numeric limits: "
+            f"{100 * (prov['numeric_share'] or 0):.1f}% of {prov['wanted_preferences']} wanted preferences.",
+            "",
+        ]
     if verification is not None:
         lines += ["## Verification", "", "```json", json.dumps(verification, indent=2, sort_keys=True), "```", ""]
     (d / "stats.md").write_text("\n".join(lines), encoding="utf-8")

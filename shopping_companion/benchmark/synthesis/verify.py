@@ -4,10 +4,32 @@ The paper had two e-commerce experts check each instance; we check the same prop
 and record every result in :class:`~shopping_companion.types.Verification`:
 
 resolvable
-    every wanted feature is *stated* in the needle sessions: the normalised tokens of its value
-    (the rule judge's :func:`~shopping_companion.judges.rule.normalize_tokens`; ``"size M"`` for a
-    short size, see :func:`evidence_text`) occur as a contiguous phrase in one user turn of a needle
-    session; and the instruction states none of them.
+    every wanted feature is *stated* in one user turn of a needle session, and the instruction
+    states none of them. A text states a wanted value (:func:`how_stated`, tried in this order):
+
+    ``verbatim``
+        the normalised tokens of the value (the rule judge's
+        :func:`~shopping_companion.judges.rule.normalize_tokens`; ``"size M"`` for a short size,
+        see :func:`evidence_text`) occur as a contiguous phrase;
+    ``vocabulary``
+        the value names concepts of its key's vocabulary (the shared value matcher,
+        :mod:`shopping_companion.judges.matching`) and the text mentions, for each of them, that
+        concept or a narrower one (``"half sleeves"`` states ``Short Sleeves``; ``"navy"`` states
+        ``Blue``; negated mentions such as ``"no polyester"`` do not count; a one-letter size
+        is never read from prose, since ``"I'm"`` and ``"1.5 m"`` hold the letter);
+    ``paraphrase``
+        the text carries a statement of the paraphrase lexicon
+        (:mod:`shopping_companion.benchmark.data.paraphrases`) of the same key whose concept is the
+        value's concept or a narrower one: the lookup goes gold value → matcher concept → lexicon
+        statements, re-derived from the text, so a hand-written needle is checked the same way;
+    ``quantity``
+        the value is a numeric constraint (``"at most 150 cm"``) and a sentence of the text states
+        the same constraint through the matcher's quantity layer
+        (:func:`~shopping_companion.judges.matching.parse_constraint`: same direction, bound equal
+        after unit conversion within 2 %; ``"no more than 1.5 m"`` states ``at most 150 cm``).
+
+    :func:`needle_verbatim` and :func:`verbatim_share` measure how often needles state a gold
+    value verbatim (the benchmark wants most needles to be indirect).
 searchable
     every reference product is among the BM25 top-k (k = 50) for :func:`searchable_query` of its
     slot (product type + that slot's wanted values), searched with the voucher's shop filter for an
@@ -44,12 +66,31 @@ import unicodedata
 from itertools import chain
 from collections.abc import Iterable, Sequence
 
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import NamedTuple
+
+from shopping_companion.benchmark.data.paraphrases import load_paraphrases
 from shopping_companion.benchmark.synthesis.catalog_view import is_wearable_size
-from shopping_companion.judges.matching import default_matcher
+from shopping_companion.judges.matching import Constraint, ResolvedKey, default_matcher, parse_constraint
+from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP
 from shopping_companion.judges.rule import RuleJudge, is_relevant, normalize_tokens, product_satisfies
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Step, Task, ToolResult, Trajectory
 
-__all__ = ["CatalogMatcher", "count_bundles", "gold_accepted", "leaked_values", "stated_in", "unstated_features"]
+__all__ = [
+    "CatalogMatcher",
+    "VerbatimShare",
+    "count_bundles",
+    "gold_accepted",
+    "gold_constraint",
+    "how_stated",
+    "leaked_values",
+    "needle_verbatim",
+    "stated_in",
+    "states_value",
+    "unstated_features",
+    "verbatim_share",
+]
 
 _EPS = 1e-6
 _WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")  # the judge's token pattern (decimals stay one token)
@@ -82,20 +123,142 @@ def stated_in(value: str, text: str) -> bool:
     return _contains(normalize_tokens(text), normalize_tokens(value))
 
 
+_ONE_LETTER = re.compile(r"(?<![A-Za-z0-9])[A-Za-z](?![A-Za-z0-9])")
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+class _Gold(NamedTuple):
+    key: ResolvedKey
+    evidence: tuple[str, ...]
+    concepts: tuple[str, ...]
+    constraint: Constraint | None
+    volume: bool
+
+
+@lru_cache(maxsize=65536)
+def _gold(attribute: str, value: str) -> _Gold:
+    m = default_matcher()
+    key = m.key(attribute)
+    v = m.parse(key, value)
+    concepts = v.concepts if (v.concepts and not v.partial) else ()
+    constraint = gold_constraint(attribute, value)
+    volume = bool(key.spec and key.spec.dimension and "volume" in key.spec.dimension)
+    return _Gold(key, normalize_tokens(evidence_text(attribute, value)), concepts, constraint, volume)
+
+
+def gold_constraint(attribute: str, value: str) -> Constraint | None:
+    """The numeric constraint a wanted value states (``"at most 150 cm"`` for ``width``), read by
+    the matcher as the judge reads it, or None for a value that is not numeric (a number inside a
+    category value such as ``"Galaxy S3"`` is not a constraint)."""
+    m = default_matcher()
+    key = m.key(attribute)
+    c = m.parse(key, value).constraint
+    if c is None:
+        return None
+    if key.kind == "quantity" or c.op != "=" or HAS_UNIT_OR_OP.search(value):
+        return c
+    return None
+
+
+def how_stated(attribute: str, value: str, text: str) -> str | None:
+    """How ``text`` states the wanted ``attribute = value`` (module docstring, *resolvable*):
+    ``"verbatim"``, ``"vocabulary"``, ``"paraphrase"``, ``"quantity"``, or None when it does not."""
+    if not text or not value.strip():
+        return None
+    g = _gold(attribute, value)
+    toks = normalize_tokens(text)
+    if _contains(toks, g.evidence):
+        return "verbatim"
+    m = default_matcher()
+    if g.concepts:
+        vocab = m.vocab_for(g.key)
+        assert vocab is not None
+        # a one-letter size ("M") is never read from prose: "I'm" and "1.5 m" hold the letter
+        prose = _ONE_LETTER.sub(" ", text) if g.key.name == "size" else text
+        found = m.concepts_in(g.key, prose)
+        if found and all(any(vocab.is_a(c, want) for c in found) for want in g.concepts):
+            return "vocabulary"
+        for ph in load_paraphrases().find(g.key.name, toks):
+            if all(vocab.is_a(ph.concept, want) for want in g.concepts):
+                return "paraphrase"
+    if g.constraint is not None:
+        for sent in _SENTENCE.split(text):
+            c = parse_constraint(sent.strip(), None, g.volume) if sent.strip() else None
+            if c is not None and c.same_as(g.constraint):
+                return "quantity"
+    return None
+
+
+def states_value(attribute: str, value: str, text: str) -> bool:
+    """``text`` states the wanted ``attribute = value`` in one of the ways of :func:`how_stated`."""
+    return how_stated(attribute, value, text) is not None
+
+
 def unstated_features(preferences: Iterable[Preference], needles: Sequence[Session]) -> list[Preference]:
-    """The wanted features that no user turn of ``needles`` states (empty list = resolvable)."""
-    user_turns = [normalize_tokens(t.content) for s in needles for t in s.turns if t.role == "user"]
-    return [
-        p
-        for p in preferences
-        if not any(_contains(u, normalize_tokens(evidence_text(p.attribute, p.value))) for u in user_turns)
-    ]
+    """The wanted features that no user turn of ``needles`` states (:func:`how_stated`; empty
+    list = resolvable)."""
+    user_turns = [t.content for s in needles for t in s.turns if t.role == "user"]
+    return [p for p in preferences if not any(states_value(p.attribute, p.value, u) for u in user_turns)]
 
 
 def leaked_values(preferences: Iterable[Preference], instruction: str) -> list[Preference]:
-    """The wanted features whose value the instruction states (must be empty)."""
-    inst = normalize_tokens(instruction)
-    return [p for p in preferences if _contains(inst, normalize_tokens(evidence_text(p.attribute, p.value)))]
+    """The wanted features that the instruction states, verbatim or indirectly (:func:`how_stated`;
+    must be empty)."""
+    return [p for p in preferences if states_value(p.attribute, p.value, instruction)]
+
+
+def _verbatim_in(p: Preference, session: Session) -> bool:
+    ev = normalize_tokens(evidence_text(p.attribute, p.value))
+    return any(_contains(normalize_tokens(t.content), ev) for t in session.turns if t.role == "user")
+
+
+def needle_verbatim(task: Task, sessions: Mapping[str, Session]) -> dict[tuple[int, str, str], bool]:
+    """Per wanted preference of ``task`` (key ``(slot, attribute, value)``): whether some user turn
+    of its needle sessions (``task.needle_session_ids`` looked up in ``sessions``) contains the gold
+    value verbatim (normalised tokens, as :func:`stated_in`). Raises ``KeyError`` naming a needle
+    session id missing from ``sessions``."""
+    needles = [_session(sessions, sid) for sid in task.needle_session_ids]
+    return {
+        (p.slot, p.attribute, p.value): any(_verbatim_in(p, s) for s in needles)
+        for p in task.preferences
+        if p.polarity == "want"
+    }
+
+
+class VerbatimShare(NamedTuple):
+    """Result of :func:`verbatim_share`: ``sessions`` = share of needle sessions (in [0, 1]) in
+    which a user turn contains at least one wanted gold value of the task verbatim; ``preferences``
+    = share of wanted preferences stated verbatim in some needle session of their task; with the
+    counts they are computed over (shares are 0.0 when a count is 0)."""
+
+    sessions: float
+    preferences: float
+    n_sessions: int
+    n_preferences: int
+
+
+def verbatim_share(tasks: Iterable[Task], sessions: Mapping[str, Session]) -> VerbatimShare:
+    """How often needles state gold values verbatim over ``tasks`` (see :class:`VerbatimShare`);
+    ``sessions`` maps session ids to sessions (e.g. ``SynthOutput.sessions``). Raises ``KeyError``
+    naming a needle session id missing from ``sessions``."""
+    n_sess = v_sess = n_pref = v_pref = 0
+    for task in tasks:
+        wanted = [p for p in task.preferences if p.polarity == "want"]
+        for sid in task.needle_session_ids:
+            n_sess += 1
+            s = _session(sessions, sid)
+            v_sess += any(_verbatim_in(p, s) for p in wanted)
+        flags = needle_verbatim(task, sessions)
+        n_pref += len(flags)
+        v_pref += sum(flags.values())
+    return VerbatimShare(v_sess / n_sess if n_sess else 0.0, v_pref / n_pref if n_pref else 0.0, n_sess, n_pref)
+
+
+def _session(sessions: Mapping[str, Session], sid: str) -> Session:
+    try:
+        return sessions[sid]
+    except KeyError:
+        raise KeyError(f"needle session {sid!r} is not among the sessions given") from None
 
 
 def gold_accepted(task: Task, by_id: dict[str, Product]) -> tuple[bool, list[str]]:
