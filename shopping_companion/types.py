@@ -153,11 +153,15 @@ class Voucher(_Model):
 
 
 class ProductSlot(_Model):
-    """What the instruction asks for in one slot: a product type and the reference product."""
+    """What the instruction asks for in one slot: a product type and the reference product.
+
+    ``reference_product_id`` is None for an *open* slot (a task imported with ``shopcomp
+    import-tasks --allow-open``): any catalog product of the type that satisfies the slot's
+    preferences is a valid answer, and the tool-wise product reward uses the semantic fallback."""
 
     product_type: str
     category_path: list[str] = Field(default_factory=list)
-    reference_product_id: str
+    reference_product_id: str | None = None
 
 
 class Change(_Model):
@@ -184,8 +188,9 @@ class Verification(_Model):
     ``searchable``: every reference product is in the BM25 top ``search_top_k`` for the query in
     ``search_queries`` (one per slot; ``search_ranks`` are 1-based ranks, None = not found);
     None when no search engine was given. ``conflict_free``: no haystack statement contradicts a
-    wanted feature. ``gold_accepted``: the rule judge scores the reference product(s) as a success.
-    ``n_alternatives``: other catalog products (single) or same-shop bundles (add-on) the rule
+    wanted feature. ``gold_accepted``: the rule judge scores the reference product(s) as a success
+    (None for an open task, which has no reference product). ``n_alternatives``: other catalog
+    products (single) or same-shop bundles (add-on) the rule
     judge would also accept, counted up to a cap (``alternatives_capped`` = the cap was hit).
     Add-on only: ``budget_slack`` = budget − (reference total − discount) in the task currency,
     ``over_budget_share`` = share of single-product substitutions (same shop, same product type,
@@ -195,7 +200,7 @@ class Verification(_Model):
     resolvable: bool
     searchable: bool | None = None
     conflict_free: bool
-    gold_accepted: bool
+    gold_accepted: bool | None
     n_alternatives: int = Field(ge=0)
     alternatives_capped: bool = False
     search_top_k: int = 50
@@ -240,7 +245,13 @@ class Task(_Model):
 
     @property
     def reference_product_ids(self) -> list[str]:
-        return [s.reference_product_id for s in self.slots]
+        """The reference product ids of the slots that have one (open slots have none)."""
+        return [s.reference_product_id for s in self.slots if s.reference_product_id]
+
+    @property
+    def is_open(self) -> bool:
+        """Some product slot has no reference product (judged on type and preferences only)."""
+        return any(not s.reference_product_id for s in self.slots)
 
     @field_validator("slots")
     @classmethod

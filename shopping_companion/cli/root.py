@@ -1,6 +1,7 @@
 """``shopcomp``: the command groups assembled (docs/architecture.md, the CLI).
 
-One module per command group registers its commands: ``synth`` (build-index, synth), ``eval``,
+One module per command group registers its commands: ``synth`` (build-index, synth), ``import_tasks``
+(import-tasks), ``eval``,
 ``agreement`` (judge-agreement), ``quickstart``, ``sft``, ``grpo``, ``personalize``. Errors are
 caught once, by :class:`~shopping_companion.cli.common.ShopCompGroup`."""
 
@@ -13,6 +14,7 @@ import typer
 from shopping_companion import __version__
 import shopping_companion.cli.agreement  # noqa: F401 - each module registers its commands on `app`
 import shopping_companion.cli.eval  # noqa: F401
+import shopping_companion.cli.import_tasks  # noqa: F401
 import shopping_companion.cli.quickstart  # noqa: F401
 import shopping_companion.cli.synth  # noqa: F401
 from shopping_companion.cli.common import app

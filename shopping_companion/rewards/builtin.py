@@ -67,8 +67,10 @@ def _tool_scores(ctx: RewardContext) -> tuple[list, list[float], dict[str, float
     if unknown:
         raise ConfigError(f"tool_wise params: unknown {sorted(unknown)}; allowed: semantic_fallback, matcher")
     if mode in ("off", None, False):
-        per_call, _ = ctx.memo("tool_exact", lambda: tool_call_scores(results, ctx.task))
-        return results, per_call, {}
+        if not ctx.task.is_open:
+            per_call, _ = ctx.memo("tool_exact", lambda: tool_call_scores(results, ctx.task))
+            return results, per_call, {}
+        mode = "auto"  # an open slot has no reference id: its products are judged by the matcher
 
     def compute() -> tuple[list[float], dict[str, float]]:
         return tool_call_scores(

@@ -205,8 +205,11 @@ def session_matches(task: Task, session: Session) -> bool:
 
 
 def reference_ids_available(task: Task, lookup: ProductLookup | None) -> bool:
-    """Exact product-id matching is possible: the task names reference ids and (when a lookup is
-    given) the catalog knows all of them."""
+    """Exact product-id matching is possible: every product slot names a reference id (an open
+    task, imported with ``--allow-open``, has a slot without one) and (when a lookup is given) the
+    catalog knows all of them."""
+    if any(not s.reference_product_id for s in task.slots):
+        return False
     return _gold_available(task.reference_product_ids, lookup)
 
 
@@ -287,6 +290,8 @@ def tool_call_scores(
     missing product ``lookup`` when semantic matching is needed."""
     if mode not in ("off", "auto", "always"):
         raise ConfigError(f"semantic_fallback: must be 'off', 'auto' or 'always', got {mode!r}")
+    if mode == "off" and any(not s.reference_product_id for s in task.slots):
+        mode = "auto"  # an open slot has no reference id to match: its products are judged by the matcher
     if mode == "off":
         return [tool_call_reward(r, task) for r in results], {"tool_semantic_calls": 0.0, "tool_semantic_matched": 0.0}
 
@@ -297,8 +302,9 @@ def tool_call_scores(
         (mode == "always" and session_lookup is not None) or not _needles_available(task, session_lookup)
     )
     if prod_semantic and lookup is None:
+        why = " (the task has a product slot without a reference product)" if task.is_open else ""
         raise ConfigError(
-            "tool_wise semantic fallback: product calls need semantic matching but no product lookup "
+            "tool_wise semantic fallback: product calls need semantic matching" + why + " but no product lookup "
             "was given (Rubric resources={'lookup': ids -> {id: Product}})"
         )
 
