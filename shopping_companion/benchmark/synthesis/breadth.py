@@ -51,6 +51,7 @@ _LEVEL_DEPARTMENT: dict[str, str] = {
     "accessories": "Accessories & Jewellery",
     "personal care": "Beauty & Personal Care",
     "sporting goods": "Sports & Outdoors",
+    "home": "Furniture & Home",
     # adidas
     "clothing": "Apparel",
     "shoes": "Footwear",

@@ -124,7 +124,8 @@ def make_generator(config: SynthConfig) -> Generator:
         from shopping_companion.benchmark.synthesis.llm_generator import LLMGenerator
 
         return LLMGenerator(config.generator)
-    return TemplateGenerator()
+    g = config.generator
+    return TemplateGenerator(paraphrase_p=g.paraphrase_p, situation_p=g.situation_p, other_unit_p=g.other_unit_p)
 
 
 def _weighted(rng: random.Random, weights: dict[int, float]) -> int:
@@ -919,7 +920,7 @@ class Synthesizer:
                 "needle_verbatim_share": (st.get("needle_verbatim") or {}).get("needle_sessions"),
                 "sources_used": st["sources"]["sources_used"],
                 "max_source_share": st["sources"]["max_share"],
-                "departments": sum(1 for _, n in st["departments"]["reference"] if n),
+                "departments": sum(1 for d, n in st["departments"]["reference"] if n and d != "Other"),
                 "extracted_share": st["provenance"]["extracted_share"],
                 "numeric_share": st["provenance"]["numeric_share"],
             },

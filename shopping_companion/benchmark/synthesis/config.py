@@ -48,7 +48,10 @@ class GeneratorConfig(_Cfg):
 
     ``kind``: ``template`` (offline default, our phrasing banks) or ``llm`` (any OpenAI-compatible
     endpoint; tasks are spread round-robin over ``endpoints``, as the paper spread its synthesis
-    over four models). LLM settings: sampling ``temperature`` / ``top_p`` / ``max_tokens``;
+    over four models). Template settings: ``paraphrase_p``: probability that a value with a
+    paraphrase in the lexicon is said indirectly (0 = every value verbatim, for an ablation);
+    ``situation_p``: probability of a life-event opener; ``other_unit_p``: probability that a
+    numeric limit is said in another unit. LLM settings: sampling ``temperature`` / ``top_p`` / ``max_tokens``;
     ``max_invalid``: attempts per call to obtain valid JSON (the error is fed back each time);
     ``timeout_s`` / ``http_retries``: per HTTP request; ``conflict_scope``: which haystack
     sessions the LLM checks for conflicts (``cued``: sessions holding a first-person preference
@@ -59,6 +62,9 @@ class GeneratorConfig(_Cfg):
     """
 
     kind: Literal["template", "llm"] = "template"
+    paraphrase_p: float = Field(default=0.95, ge=0, le=1)
+    situation_p: float = Field(default=0.5, ge=0, le=1)
+    other_unit_p: float = Field(default=0.7, ge=0, le=1)
     endpoints: list[LLMEndpoint] = Field(default_factory=list)
     temperature: float = Field(default=0.7, ge=0, le=2)
     top_p: float = Field(default=0.95, gt=0, le=1)

@@ -613,7 +613,8 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         lines += [
             "## Departments (top level, the same for every source)",
             "",
-            f"{sum(1 for v in ref.values() if v)} departments among the reference products.",
+            f"{sum(1 for k, v in ref.items() if v and k != 'Other')} departments among the reference products "
+            "(not counting Other).",
             "",
             "| department | products in the pool | reference products |",
             "|---|---|---|",
