@@ -75,7 +75,9 @@ def import_tasks_cmd(
     ),
     search: bool = option(True, "--search/--no-search", help="Run the searchable check (needs the index; default on)."),
     skip_invalid: bool = option(False, "--skip-invalid", help="Write the valid tasks, list the invalid ones."),
-    allow_open: bool = option(False, "--allow-open", help="Read single tasks without a reference product (product_types names it)."),
+    allow_open: bool = option(
+        False, "--allow-open", help="Read single tasks without a reference product (product_types names it)."
+    ),
     seed: int = option(0, "--seed", metavar="N", help="Seed of haystacks, positions and dates (default 0)."),
     sessions_per_user: int = option(
         42, "--sessions-per-user", min=1, metavar="N", help="Real haystack sessions per task (default 42)."

@@ -265,6 +265,7 @@ def test_open_task_is_imported_and_judged_on_type_and_preferences(products, pool
     judge = RuleJudge(lambda ids: {i: lookup[i] for i in ids if i in lookup})
     policy = ReferencePolicy(build_attribute_vocabulary(products))
     memory = MemoryStore.from_pool(bench.sessions, task.history, make_embedder())
+
     def find(ids):
         return {i: lookup[i] for i in ids if i in lookup}
 
