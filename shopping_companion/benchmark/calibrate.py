@@ -83,9 +83,15 @@ def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str 
     stats_path = d / "stats.json"
     if not stats_path.is_file():
         raise DataError(f"{d}: no stats.json to calibrate (a benchmark written by shopcomp synth has one)")
-    cal = succ_by_source(bench.tasks, read_results(results))
+    if not Path(results).is_file():
+        raise DataError(f"results file {str(results)!r} does not exist (give the results.jsonl of a shopcomp eval run)")
+    try:
+        episodes = read_results(results)
+    except ValueError as e:
+        raise DataError(f"{results}: not a results file of shopcomp eval ({' '.join(str(e).split())[:200]})") from None
+    cal = succ_by_source(bench.tasks, episodes)
     if not cal["episodes"]:
-        raise DataError(f"{results}: no finished episode of a task of {d}")
+        raise DataError(f"{results}: no finished episode of a task of {d} (a run on another benchmark?)")
     cal["policy"] = policy
     st = json.loads(stats_path.read_text(encoding="utf-8"))
     verification = st.pop("verification", None)

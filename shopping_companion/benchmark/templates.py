@@ -32,7 +32,7 @@ PREFERENCE_BANK: dict[str, list[str]] = {
     "fabric": [
         "My skin gets irritated by a lot of materials. {v} is the one I can wear all day without thinking about it.",
         "Everything that isn't {v} ends up at the back of my wardrobe, I just don't feel comfortable in it.",
-        "After a few bad experiences I check the label now, and if it's not {v} I put it back.",
+        "After a few bad experiences I check the label now, and {v} is what I look for.",
         "I run warm, so {v} is pretty much the only thing that works for me.",
         "The {v} pieces are the ones that survive every wash in my house, so that's what I stick to.",
         "Honestly, {v} against my skin is the best feeling, I don't bother with anything else.",
@@ -210,7 +210,7 @@ PREFERENCE_BANK: dict[str, list[str]] = {
     ],
     "features": [
         "I always look for {v}, it's the feature I actually use.",
-        "Without {v} I'm not interested, that's my one must-have.",
+        "{v} is my one must-have, the rest I can be flexible on.",
     ],
 }
 

@@ -59,7 +59,7 @@ __all__ = [
 
 #: Version of the rules; bump on every change of what is extracted (the loader's
 #: ``LOADER_VERSION`` includes it, so indexes built with other rules are rebuilt).
-RULES_VERSION = 1
+RULES_VERSION = 2  # 2: no sport from "table runner" or adidas "Run" names, no material in beauty titles
 #: The ``extractor`` written into every :class:`AttributeSource` of this module.
 EXTRACTOR = f"rules-v{RULES_VERSION}"
 #: Longest span kept (characters), as :class:`AttributeSource` allows.
@@ -197,7 +197,7 @@ _SCREEN = re.compile(
     re.IGNORECASE,
 )
 #: sport forms that are adidas model names of lifestyle shoes ("Hoops 2.0 Mid Shoes")
-_SPORT_NAME_SKIP = frozenset({"hoops"})
+_SPORT_NAME_SKIP = frozenset({"hoops", "run"})  # "Swift Run", "Run 60s" are shoe names
 #: flavour words that name a taste family too loosely in pack titles ("Sour Cream & Chives" is not sour)
 _FLAVOUR_SKIP = frozenset({"sour", "hot", "plain", "natural flavour"})
 _FLAVOUR_WORD = re.compile(r"\b([A-Za-z][A-Za-z &]{1,30}?)\s+flavou?r(?:ed)?\b", re.IGNORECASE)
@@ -635,9 +635,9 @@ def _bigbasket(ctx: _Ctx) -> None:
         if p.category_path:
             _diet(ctx, p.category_path[-1], "category")
     elif top in _NON_FOOD:
-        if top != "Beauty & Hygiene":  # "Deodorant Spray - Silver" names a variant, not a colour
-            _segment_colour(ctx, title, _segments(title))
-        _material_title(ctx, title, _strip_brand(_head(title), p.brand))
+        if top != "Beauty & Hygiene":  # "Deodorant Spray - Silver" names a variant, not a colour;
+            _segment_colour(ctx, title, _segments(title))  # "Foam Face Wash" a form, not a material
+            _material_title(ctx, title, _strip_brand(_head(title), p.brand))
         parts = _TITLE_PARTS.split(title)
         if len(parts) >= 2:
             for seg in parts[-1].split(","):
@@ -718,7 +718,8 @@ def _myntra(ctx: _Ctx) -> None:
     ctx.concept("pattern", title, "title", span_text=p.title)
     if "fit" in title.lower():
         ctx.concept("fit", title, "title", span_text=p.title, require=_FIT_WORD)
-    ctx.concept("sport", title, "title", span_text=p.title)
+    runner = frozenset({"runner", "runners"}) if re.search(r"\btable\s+runners?\b", title, re.I) else frozenset()
+    ctx.concept("sport", title, "title", span_text=p.title, skip_surfaces=runner)  # a table runner is linen
     _material_title(ctx, p.title, title)
     _material_desc(ctx, desc, "description")
     if not _NOT_GARMENT.search(p.title):

@@ -59,8 +59,9 @@ log = logging.getLogger(__name__)
 #: v2: IKEA colour from the URL, colour variants as ``options["colour"]``.
 #: v3: attributes extracted from text with provenance (:mod:`~shopping_companion.catalog.extract`,
 #: rules v1), IKEA placeholder dimensions (``1`` cm) dropped. The extraction rules' version is part
-#: of the number, so a change of the rules also makes built indexes stale.
-LOADER_VERSION = 2 + RULES_VERSION
+#: of the number, so a change of the rules also makes built indexes stale. v4: IKEA dimension fields
+#: that contradict the title's WxDxH are dropped (the title is read instead).
+LOADER_VERSION = 3 + RULES_VERSION
 
 #: Values that mean "no value" in the source dumps (compared case-insensitively after strip).
 _MISSING = {"", "na", "n/a", "nan", "none", "null", "-"}
@@ -237,6 +238,32 @@ def _ascii_words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", t.translate(_IKEA_FOLD))) | set(re.findall(r"[a-z0-9]+", folded))
 
 
+_IKEA_TITLE_DIMS = re.compile(r"(\d+(?:[.,]\d+)?)\s*x\s*(\d+(?:[.,]\d+)?)\s*x\s*(\d+(?:[.,]\d+)?)\s*cm\b", re.I)
+
+
+def _ikea_dimensions(title: str, attributes: dict[str, str], fixes: list[str]) -> None:
+    """IKEA dimension fields that contradict the product: a title's ``WxDxH cm`` wins over
+    ``width_cm`` / ``depth_cm`` / ``height_cm`` that disagree with it (the dump often shifts them:
+    ``depth_cm: 1``, ``width_cm`` holding the depth), and without such a title a ``width_cm``
+    next to a placeholder depth is dropped as suspect. Dropped fields are counted in ``fixes``;
+    the extractor then reads the title."""
+    m = _IKEA_TITLE_DIMS.search(title or "")
+    if m:
+        dims = [float(x.replace(",", ".")) for x in m.groups()]
+        for key, want in zip(("width_cm", "depth_cm", "height_cm"), dims):
+            got = attributes.get(key)
+            try:
+                bad = got is not None and abs(float(got) - want) > 1e-6
+            except ValueError:
+                bad = True
+            if bad:
+                del attributes[key]
+                fixes.append("ikea_dimension_contradicts_title")
+    elif "ikea_placeholder_dimension" in fixes and "depth_cm" not in attributes and "width_cm" in attributes:
+        del attributes["width_cm"]
+        fixes.append("ikea_width_next_to_placeholder_depth")
+
+
 def ikea_colour_from_url(url: str, title: str) -> str | None:
     """The colour/finish an IKEA product URL names after the product name, or None.
 
@@ -375,6 +402,8 @@ def record_to_product(rec: Any) -> tuple[Product, list[str]]:
         if sv:
             attributes[key] = sv
 
+    if str(rec.get("source") or uid).startswith("ikea"):
+        _ikea_dimensions(title, attributes, fixes)
     url = _clean_str(rec.get("url"))
     if url and not any(k in attributes for k in COLOUR_KEYS):
         colour = ikea_colour_from_url(url, title)

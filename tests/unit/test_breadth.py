@@ -276,3 +276,46 @@ def test_stats_md_has_breadth_tables(breadth_build, tmp_path) -> None:
     assert "topic top-10" in md and "bare top-10" in md
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["stats_summary"]["sources_used"] >= 2
+
+
+def test_calibrate_refuses_missing_or_foreign_results(breadth_build, tmp_path) -> None:
+    from shopping_companion.benchmark.calibrate import calibrate_benchmark
+    from shopping_companion.benchmark.synthesis.build import write_benchmark
+    from shopping_companion.errors import DataError
+
+    write_benchmark(breadth_build, tmp_path / "b")
+    with pytest.raises(DataError, match="does not exist"):
+        calibrate_benchmark(tmp_path / "b", tmp_path / "nope.jsonl")
+    with pytest.raises(DataError, match="no finished episode"):
+        calibrate_benchmark(tmp_path / "b", tmp_path / "b" / "tasks.jsonl")  # not a results file
+    other = tmp_path / "other.jsonl"
+    other.write_text(_ep("someone-else", "single", True).model_dump_json() + "\n")
+    with pytest.raises(DataError, match="another benchmark"):
+        calibrate_benchmark(tmp_path / "b", other)
+    t = breadth_build.tasks[0]
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(_ep(t.task_id, t.task_type, True).model_dump_json() + "\n")
+    cal = calibrate_benchmark(tmp_path / "b", ok)
+    assert cal["by_source"]["all"]["all"] == {"n": 1, "succ": 1.0}
+    from shopping_companion.benchmark.synth import load_benchmark
+
+    load_benchmark(tmp_path / "b")  # the manifest's hashes were refreshed
+    assert "Reference policy" in (tmp_path / "b" / "stats.md").read_text()
+
+
+def test_spoken_values_keep_model_names() -> None:
+    from shopping_companion.benchmark.synthesis.catalog_view import Feature
+    from shopping_companion.benchmark.synthesis.generators import _spoken_value
+
+    assert _spoken_value(Feature("compatible model", "compatible model", "Apple® iPhone® 6")) == "Apple iPhone 6"
+    assert _spoken_value(Feature("carrier", "carrier", "AT&T")) == "AT&T"
+    assert _spoken_value(Feature("colour", "colour", "Navy Blue")) == "navy blue"
+
+
+def test_ikea_parts_are_not_reference_products() -> None:
+    for title in ("MÖLLARP Handle, 106 mm", "ENERYDA Cup handle, 89 mm", "STUBBARP Leg, 10 cm"):
+        p = _p("9", title, price=20.0, category_path=["Bookcases & shelving units"])
+        assert product_type(p) is None, title
+    assert product_type(_p("8", "MALM Chest of 6 drawers", category_path=["Chests of drawers & drawer units"])) == (
+        "chest of drawers"
+    )

@@ -3,6 +3,8 @@ of every source, hand-built edge cases, the loader hook, the index text, product
 
 from __future__ import annotations
 
+from shopping_companion.types import Product
+
 import gzip
 import json
 from pathlib import Path
@@ -16,7 +18,7 @@ from shopping_companion.catalog.index import contents_text
 from shopping_companion.catalog.loader import LOADER_VERSION, load_products, record_to_product
 from shopping_companion.envs.tools import product_record
 from shopping_companion.judges.matching.product import default_reader
-from shopping_companion.types import AttributeSource, Preference, Product
+from shopping_companion.types import AttributeSource, Preference
 from tests.openai_server import ScriptedOpenAIServer
 
 #: real catalog records used below, by uid
@@ -104,6 +106,43 @@ def test_ikea_dimensions_and_seats(real):
     assert (dims["width"][0], dims["depth"][0], dims["height"][0]) == ("185 cm", "74 cm", "146 cm")
     assert extract_attributes(real["ikea_sa:39251988"])["seats"][0] == "4"
     assert extract_attributes(real["ikea_sa:39306288"])["seats"][0] == "2"
+
+
+def test_ikea_dimensions_that_contradict_the_title_are_dropped():
+    # the dump shifts the fields: depth 1 (a placeholder), width holding the real depth
+    rec = {
+        "uid": "ikea_sa:20399777",
+        "source": "ikea_sa",
+        "shop": "IKEA",
+        "title": "NISSAFORS Trolley, 50.5x30x83 cm",
+        "attributes": {"width_cm": 30, "depth_cm": 1, "height_cm": 83},
+    }
+    p, fixes = record_to_product(rec)
+    assert "width_cm" not in p.attributes and p.attributes["height_cm"] == "83"
+    assert "ikea_dimension_contradicts_title" in fixes
+    from shopping_companion.catalog.extract import enrich
+    from shopping_companion.judges.matching import default_reader
+    from shopping_companion.types import Preference
+
+    q = enrich(p)
+    assert q.attributes["width"] == "50.5 cm" and q.attribute_sources["width"].source == "title"
+    assert not default_reader().check(q, Preference(attribute="width", value="at most 40 cm")).satisfied
+    # without a WxDxH title a width next to a placeholder depth is suspect
+    r, fixes = record_to_product({**rec, "title": "NISSAFORS Trolley", "attributes": {"width_cm": 30, "depth_cm": 1}})
+    assert "width_cm" not in r.attributes and "ikea_width_next_to_placeholder_depth" in fixes
+
+
+def test_table_runner_is_not_a_sport_and_beauty_titles_have_no_material():
+    runner = Product(
+        product_id="myntra_catalog:10018905", title="SEJ by Nisha Gupta Printed Table Runner", source="myntra_catalog",
+        shop="Myntra (India)", shop_id="myntra-india/x", category_path=["Unisex"],
+    )  # fmt: skip
+    assert "sport" not in extract_attributes(runner)
+    wash = Product(
+        product_id="bigbasket:10778", title="Acnoklin-Ds Foam Face Wash", source="bigbasket", shop="BigBasket (India)",
+        shop_id="bigbasket-india/x", category_path=["Beauty & Hygiene", "Skin Care", "Face Care"],
+    )  # fmt: skip
+    assert "material" not in extract_attributes(wash)
 
 
 def test_ikea_placeholder_dimension_dropped_by_loader():
@@ -247,7 +286,7 @@ def test_loader_hook_and_opt_out(tmp_path):
 def test_loader_version_includes_rules(tmp_path, monkeypatch):
     from shopping_companion.catalog import extract
 
-    assert LOADER_VERSION == 2 + extract.RULES_VERSION
+    assert LOADER_VERSION == 3 + extract.RULES_VERSION
     path = _write_catalog(tmp_path)
     h = loader.catalog_hash(path)
     monkeypatch.setattr(loader, "LOADER_VERSION", LOADER_VERSION + 1)

@@ -461,3 +461,23 @@ def test_gold_constraint_only_for_numeric_values():
     assert gold_constraint("compatible model", "Galaxy S3") is None
     assert gold_constraint("colour", "Navy Blue") is None
     assert m.key("usage").name == "occasion"
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "text", "stated"),
+    [
+        ("material", "Leather", "I'm vegan, so no leather ever.", False),
+        ("colour", "Black", "Anything but black, please.", False),
+        ("colour", "Black", "I never buy black.", False),
+        ("colour", "Black", "Black is my colour. I never wear brown.", True),
+        ("fabric", "Cotton", "Everything that isn't cotton ends up at the back of my wardrobe.", True),
+        ("width", "at most 40 cm", "Nothing over 40 cm wide will fit there.", True),
+        ("width", "at most 40 cm", "It can't be wider than 40 cm.", True),
+        ("width", "at most 40 cm", "40 cm wide at most, the gap is tiny.", True),
+        ("width", "at most 40 cm", "It must be at least 40 cm wide.", False),
+    ],
+)
+def test_negated_mentions_do_not_state_a_value(attribute, value, text, stated):
+    from shopping_companion.benchmark.synthesis.verify import how_stated
+
+    assert (how_stated(attribute, value, text) is not None) is stated

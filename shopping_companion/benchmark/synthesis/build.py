@@ -501,7 +501,7 @@ class Synthesizer:
         queries = []
         ranks: list[int | None] = []
         for si, slot in enumerate(task.slots):
-            prefs = [p for p in task.preferences if p.slot == si]
+            prefs = [p for p in task.preferences if p.slot == si and p.polarity == "want"]  # never avoided values
             q = searchable_query(slot.product_type, prefs)
             queries.append(q)
             if self.searcher is None:

@@ -109,6 +109,29 @@ def _house_brand(p: Product) -> bool:
     return bool(p.brand) and p.brand.strip().lower() in p.shop.lower()
 
 
+@lru_cache(maxsize=65536)
+def _garbled(label: str, value: str) -> bool:
+    """A value nobody would say as a preference: a word repeated ("Black stained black stained"),
+    or, for a colour or material of several words, a word its vocabulary does not know (IKEA
+    colour strings with fabric names: "Brown orrsta light grey", "White sannidal ridabu")."""
+    from shopping_companion.judges.matching import default_matcher
+
+    toks = normalize_tokens(value)
+    if len(set(toks)) < len(toks):
+        return True
+    m = default_matcher()
+    key = m.key(label)
+    if key.spec is None or key.spec.name not in _CLOSED_VOCABULARIES:
+        return False  # a model name ("Galaxy Note 5") says more than its vocabulary concept
+    vocab = m.vocab_for(key)
+    return vocab is not None and len(toks) > 1 and bool(vocab.uncovered(value))
+
+
+#: Keys whose values are words of their vocabulary alone (a colour, a material): an unknown word
+#: in a multi-word value is a catalog artefact, not a shade nobody has heard of.
+_CLOSED_VOCABULARIES = frozenset({"colour", "material"})
+
+
 def is_wearable_size(value: str) -> bool:
     """A size a person says they wear: ``M``, ``XL``, ``32``, ``UK8``, ``EURO42`` (not ``150ml``)."""
     return bool(_WEARABLE_SIZE.match(value.strip()))
@@ -129,6 +152,8 @@ def product_features(p: Product, allow_brand: bool = True) -> list[Feature]:
         if _key_blocked(key) or not _value_ok(str(value)):
             continue
         label = label_for(key)
+        if _garbled(label, str(value)):
+            continue
         if label == "brand" and not allow_brand:
             continue
         concept = _CONCEPT.get(label, label)
@@ -267,6 +292,10 @@ def _derive_type(category_path: list[str]) -> str | None:
         words = [_clean_case(w) for w in re.findall(r"[A-Za-z0-9'\-]+", first)]
         if not words:
             continue
+        if "of" in words[1:-1]:  # "Chests of drawers" -> "chest of drawers": the head is before "of"
+            i = words.index("of", 1)
+            words[i - 1] = _singular(words[i - 1])
+            return " ".join(words)
         last = words[-1].lower()
         if last in T.PAIR_NOUNS:
             return "pair of " + " ".join(words)
@@ -276,6 +305,32 @@ def _derive_type(category_path: list[str]) -> str | None:
             phrase += " product"
         return phrase
     return None
+
+
+#: Head nouns of titles that name a part or fitting sold for another product ("MÖLLARP Handle,
+#: 106 mm", "STUBBARP Leg", "SKÅDIS Connector for ALGOT", "SELSVIKEN Drawer front"): such a
+#: product is not the kind of thing its category names, so it is never a reference product.
+_PART_NOUNS = frozenset(
+    {
+        "handle", "handles", "knob", "knobs", "leg", "legs", "foot", "feet", "connector", "connectors", "front",
+        "fronts", "door", "doors", "hinge", "hinges", "bracket", "brackets", "rail", "rails", "castor", "castors",
+        "caster", "casters", "screw", "screws", "hook", "hooks", "insert", "inserts", "fitting", "fittings",
+        "plinth", "plinths", "panel", "panels", "underframe", "cover",
+        "covers", "slipcover", "pad", "pads", "glide", "glides", "suspension", "strap", "straps", "clip", "clips",
+        "post", "posts", "bar", "bars", "cap", "caps",
+    }
+)  # fmt: skip
+_PART_HEAD = re.compile(r"^(?:[A-ZÅÄÖÜÉ][A-ZÅÄÖÜÉ0-9/\- ]+\s+)?([^,]+?)(?:,|\s+for\s+|$)")
+
+
+def _is_part(p: Product) -> bool:
+    """IKEA lists parts and fittings under the furniture they fit: the title's head noun (after
+    the upper-case product name, before the comma or "for") is a :data:`_PART_NOUNS` word."""
+    if p.source != "ikea_sa":
+        return False
+    m = _PART_HEAD.match(p.title or "")
+    head = (m.group(1) if m else p.title or "").strip().lower().split()
+    return bool(head) and head[-1] in _PART_NOUNS
 
 
 def _prefer_title_type(p: Product, name: str | None) -> str | None:
@@ -326,6 +381,8 @@ def product_type(p: Product) -> str | None:
     ``"coffee mug"``), or None when the product has no usable category (also for giveaways, whose
     top category is a ``templates.NOT_FOR_SALE_CATEGORIES`` one)."""
     if p.category_path and p.category_path[0].strip().lower() in T.NOT_FOR_SALE_CATEGORIES:
+        return None
+    if _is_part(p):
         return None
     name = T.ITEM_NAMES.get(p.category)
     if not name:

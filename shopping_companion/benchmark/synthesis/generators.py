@@ -136,11 +136,16 @@ class Generator(Protocol):
 
 
 def _spoken_value(f: Feature) -> str:
-    """The value as said in a sentence: lowercase words, except acronyms, brands and sizes."""
-    v = f.value.strip()
+    """The value as said in a sentence: lowercase words, except acronyms, brands, sizes and names
+    with inner capitals ("iPhone 6", "AT&T", "Galaxy S7" keep their case); trademark signs
+    dropped."""
+    v = re.sub(r"\s*[®™©]\s*", " ", f.value).strip()
+    v = re.sub(r"\s+", " ", v)
     if f.label in ("brand", "size"):
         return v.title() if (f.label == "brand" and v.isupper() and len(v) > 4) else v
     words = v.split()
+    if any(re.search(r"[a-z][A-Z]|[A-Z]\d|\d[A-Z]|&", w) for w in words):
+        return v  # a model or company name
     return " ".join(w if (w.isupper() and len(w) <= 4) else w.lower() for w in words)
 
 

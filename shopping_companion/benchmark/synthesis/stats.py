@@ -596,10 +596,11 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         lines += [
             "## Sources",
             "",
-            f"Reference products come from {src['sources_used']} of {len(src['by_source'])} catalog sources; "
-            f"the largest holds {100 * src['max_share']:.1f}% of the tasks.",
+            f"Reference products come from {src['sources_used']} of {len(src['by_source'])} catalog "
+            f"source{'s' if len(src['by_source']) != 1 else ''}; the largest holds {100 * src['max_share']:.1f}% "
+            "of the tasks (a build restricted to fewer sources than 1 / max_source_share cannot meet the cap).",
             "",
-            "| source | products in the pool | tasks | share | single | add-on |",
+            "| source | products in the catalog | tasks | share | single | add-on |",
             "|---|---|---|---|---|---|",
         ]
         for name, r in src["by_source"].items():
@@ -613,8 +614,8 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         lines += [
             "## Departments (top level, the same for every source)",
             "",
-            f"{sum(1 for k, v in ref.items() if v and k != 'Other')} departments among the reference products "
-            "(not counting Other).",
+            f"Departments among the reference products (not counting Other): "
+            f"{sum(1 for k, v in ref.items() if v and k != 'Other')}.",
             "",
             "| department | products in the pool | reference products |",
             "|---|---|---|",

@@ -160,27 +160,81 @@ def gold_constraint(attribute: str, value: str) -> Constraint | None:
     return None
 
 
+#: Token sequences (the judge's normalised tokens) that negate what follows them: "no leather",
+#: "not black", "never brown", "I don't want ...", "anything but ...".
+_NEGATIONS: tuple[tuple[str, ...], ...] = tuple(
+    normalize_tokens(x)
+    for x in (
+        "no", "not", "never", "without", "avoid", "hate", "dislike", "don't", "dont", "doesn't", "won't",
+        "can't stand", "cannot stand", "anything but", "nothing", "except", "rather than", "instead of",
+        "stay away from", "allergic",
+    )
+)  # fmt: skip
+#: How many tokens before a mention a negation reaches ("no real leather", "never anything black").
+_NEGATION_REACH = 4
+
+
+def _find(hay: tuple[str, ...], needle: tuple[str, ...]) -> int | None:
+    """Start of the first contiguous occurrence of ``needle`` in ``hay``, or None."""
+    n = len(needle)
+    if not n:
+        return None
+    for i in range(len(hay) - n + 1):
+        if hay[i : i + n] == needle:
+            return i
+    return None
+
+
+def _negated_at(toks: tuple[str, ...], start: int) -> bool:
+    """A negation (:data:`_NEGATIONS`) ends within :data:`_NEGATION_REACH` tokens before ``start``."""
+    window = toks[max(0, start - _NEGATION_REACH - 2) : start]
+    for neg in _NEGATIONS:
+        for j in range(len(window) - len(neg) + 1):
+            if window[j : j + len(neg)] == neg and len(window) - (j + len(neg)) <= _NEGATION_REACH:
+                return True
+    return False
+
+
+def _negated_anywhere(toks: tuple[str, ...]) -> bool:
+    """The sentence holds a negation (a vocabulary mention's position is not known)."""
+    return any(_find(toks, neg) is not None for neg in _NEGATIONS)
+
+
 def how_stated(attribute: str, value: str, text: str) -> str | None:
     """How ``text`` states the wanted ``attribute = value`` (module docstring, *resolvable*):
-    ``"verbatim"``, ``"vocabulary"``, ``"paraphrase"``, ``"quantity"``, or None when it does not."""
+    ``"verbatim"``, ``"vocabulary"``, ``"paraphrase"``, ``"quantity"``, or None when it does not.
+    Sentence by sentence; a mention that a negation precedes ("no leather", "anything but black";
+    for a vocabulary mention, any negation in its sentence) does not state the value."""
     if not text or not value.strip():
         return None
     g = _gold(attribute, value)
-    toks = normalize_tokens(text)
-    if _contains(toks, g.evidence):
-        return "verbatim"
+    sentences = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
+    for sent in sentences:
+        toks = normalize_tokens(sent)
+        at = _find(toks, g.evidence)
+        if at is not None and not _negated_at(toks, at):
+            return "verbatim"
     m = default_matcher()
     if g.concepts:
         vocab = m.vocab_for(g.key)
         assert vocab is not None
-        # a one-letter size ("M") is never read from prose: "I'm" and "1.5 m" hold the letter
-        prose = _ONE_LETTER.sub(" ", text) if g.key.name == "size" else text
-        found = m.concepts_in(g.key, prose)
-        if found and all(any(vocab.is_a(c, want) for c in found) for want in g.concepts):
-            return "vocabulary"
-        for ph in load_paraphrases().find(g.key.name, toks):
-            if all(vocab.is_a(ph.concept, want) for want in g.concepts):
-                return "paraphrase"
+        for sent in sentences:
+            toks = normalize_tokens(sent)
+            # a one-letter size ("M") is never read from prose: "I'm" and "1.5 m" hold the letter
+            prose = _ONE_LETTER.sub(" ", sent) if g.key.name == "size" else sent
+            found = m.concepts_in(g.key, prose)
+            if (
+                found
+                and not _negated_anywhere(toks)
+                and all(any(vocab.is_a(c, want) for c in found) for want in g.concepts)
+            ):
+                return "vocabulary"
+            for ph in load_paraphrases().find(g.key.name, toks):
+                start = _find(toks, ph.tokens)
+                if start is not None and _negated_at(toks, start):
+                    continue
+                if all(vocab.is_a(ph.concept, want) for want in g.concepts):
+                    return "paraphrase"
     if g.constraint is not None:
         for sent in _SENTENCE.split(text):
             c = parse_constraint(sent.strip(), None, g.volume) if sent.strip() else None

@@ -154,6 +154,9 @@ _PACK_OF = re.compile(r"\b(?:pack|set|box|case)\s+of\s+(\d{1,4})\b|\b(\d{1,4})\s
 _LE = re.compile(
     r"\b(?:at\s+most|up\s+to|no\s+more\s+than|not\s+more\s+than|max(?:imum)?|not\s+over|"
     r"no\s+(?:wider|taller|longer|deeper|heavier|bigger|larger|higher|broader|thicker)\s+than|"
+    r"(?:nothing|not|never|can'?t\s+be|cannot\s+be|mustn'?t\s+be|shouldn'?t\s+be)\s+(?:any\s+)?"
+    r"(?:over|above|more\s+than|(?:wider|taller|longer|deeper|heavier|bigger|larger|higher|broader|thicker)"
+    r"(?:\s+than)?)|"
     r"within)\b|<=|≤|=<"
 )
 _LT = re.compile(
@@ -162,7 +165,9 @@ _LT = re.compile(
 )
 _GE = re.compile(
     r"\b(?:at\s+least|min(?:imum)?|no\s+less\s+than|not\s+less\s+than|or\s+more|or\s+above|"
-    r"or\s+bigger|or\s+larger|and\s+above)\b|>=|≥|=>"
+    r"or\s+bigger|or\s+larger|and\s+above|"
+    r"(?:nothing|not|never|can'?t\s+be|cannot\s+be|mustn'?t\s+be|shouldn'?t\s+be)\s+(?:any\s+)?"
+    r"(?:under|below|less\s+than|fewer\s+than|(?:smaller|narrower|shorter|lighter|lower)(?:\s+than)?))\b|>=|≥|=>"
 )
 _GT = re.compile(
     r"\b(?:over|more\s+than|above|bigger\s+than|larger\s+than|wider\s+than|longer\s+than|"
@@ -346,8 +351,10 @@ def parse_constraint(text: str, default_unit: str | None = None, volume: bool = 
         op = "<"
     elif _GT.search(before):
         op = ">"
-    elif re.search(r"\b(?:or\s+less|or\s+below|or\s+under|or\s+smaller|max(?:imum)?)\b", after):
+    elif re.search(r"\b(?:or\s+less|or\s+below|or\s+under|or\s+smaller|max(?:imum)?|at\s+most|tops)\b", after):
         op = "<="
+    elif re.search(r"\bat\s+least\b", after):
+        op = ">="
     return Constraint(op, base[0], None, base[1], text)
 
 
