@@ -70,6 +70,7 @@ from shopping_companion.benchmark.synthesis.build import (
     Synthesizer,
     CheckFailed,
     file_sha256,
+    verified_task,
     write_benchmark,
 )
 from shopping_companion.benchmark.synthesis.catalog_view import (
@@ -94,18 +95,7 @@ from shopping_companion.benchmark.task_schema import TaskInput
 from shopping_companion.config import validation_message
 from shopping_companion.errors import DataError
 from shopping_companion.judges.matching import default_matcher, default_reader
-from shopping_companion.types import (
-    Change,
-    Preference,
-    Product,
-    ProductSlot,
-    Session,
-    SessionRef,
-    Task,
-    Turn,
-    Verification,
-    Voucher,
-)
+from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, SessionRef, Task, Turn, Voucher
 
 __all__ = [
     "GENERATOR_KIND",
@@ -818,26 +808,14 @@ class Importer:
             return task, [], [], issues
         hay_ids = [opaque_id(ps.session.source or "pool", ps.session.session_id) for ps in chosen]
         history = self._dates(rng, hay_ids, needles, src)
-        task = task.model_copy(
-            update={
-                "history": history,
-                "needle_session_ids": [n.session_id for n in needles],
-                "n_alternatives": n_alt,
-                "changes": changes,
-                "verification": Verification(
-                    resolvable=True,
-                    searchable=searchable,
-                    conflict_free=True,
-                    gold_accepted=gold_ok,
-                    n_alternatives=n_alt,
-                    alternatives_capped=capped,
-                    search_top_k=cfg.searchable_top_k,
-                    search_queries=queries,
-                    search_ranks=ranks,
-                    budget_slack=slack,
-                    over_budget_share=over,
-                ),
-            }
+        task = verified_task(
+            task,
+            history=history,
+            needles=needles,
+            changes=changes,
+            search=(searchable, queries, ranks, cfg.searchable_top_k),
+            alternatives=(n_alt, capped, slack, over),
+            gold_accepted=gold_ok,
         )
         needles = [n.model_copy(update={"date": None}) for n in needles]  # the history carries the dates
         return task, needles, chosen, issues

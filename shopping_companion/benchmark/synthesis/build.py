@@ -87,6 +87,7 @@ __all__ = [
     "Synthesizer",
     "build_benchmark",
     "make_generator",
+    "verified_task",
     "write_benchmark",
 ]
 
@@ -116,6 +117,48 @@ class SynthOutput:
     dropped: dict[str, int] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     build_log: dict[str, Any] = field(default_factory=dict)
+
+
+def verified_task(
+    task: Task,
+    *,
+    history: list[Any],
+    needles: list[Session],
+    changes: list[Change],
+    search: tuple[bool | None, list[str], list[int | None], int],
+    alternatives: tuple[int, bool, float | None, float | None],
+    gold_accepted: bool | None,
+    **update: Any,
+) -> Task:
+    """``task`` with its history, needle ids, denoising changes and the
+    :class:`~shopping_companion.types.Verification` of a task that passed every check (step 5):
+    ``search`` = ``(searchable, queries, ranks, top_k)`` from :meth:`Synthesizer.searchable`,
+    ``alternatives`` = ``(n, capped, budget_slack, over_budget_share)`` from
+    :meth:`Synthesizer.alternatives`; ``update`` holds other fields to set (``instruction``)."""
+    searchable, queries, ranks, top_k = search
+    n_alt, capped, slack, over = alternatives
+    return task.model_copy(
+        update={
+            **update,
+            "history": history,
+            "needle_session_ids": [n.session_id for n in needles],
+            "n_alternatives": n_alt,
+            "changes": changes,
+            "verification": Verification(
+                resolvable=True,
+                searchable=searchable,
+                conflict_free=True,
+                gold_accepted=gold_accepted,
+                n_alternatives=n_alt,
+                alternatives_capped=capped,
+                search_top_k=top_k,
+                search_queries=queries,
+                search_ranks=ranks,
+                budget_slack=slack,
+                over_budget_share=over,
+            ),
+        }
+    )
 
 
 def make_generator(config: SynthConfig) -> Generator:
@@ -720,27 +763,15 @@ class Synthesizer:
         for n in distractors + needles:
             order.insert(rng.randint(0, len(order)), n.session_id)
         history = assign_dates(rng, order, cfg.start_date, cfg.max_gap_days)
-        task = task.model_copy(
-            update={
-                "instruction": instruction,
-                "history": history,
-                "needle_session_ids": [n.session_id for n in needles],
-                "n_alternatives": n_alt,
-                "changes": changes,
-                "verification": Verification(
-                    resolvable=True,
-                    searchable=searchable,
-                    conflict_free=True,
-                    gold_accepted=True,
-                    n_alternatives=n_alt,
-                    alternatives_capped=capped,
-                    search_top_k=cfg.searchable_top_k,
-                    search_queries=queries,
-                    search_ranks=ranks,
-                    budget_slack=slack,
-                    over_budget_share=over,
-                ),
-            }
+        task = verified_task(
+            task,
+            history=history,
+            needles=needles,
+            changes=changes,
+            search=(searchable, queries, ranks, cfg.searchable_top_k),
+            alternatives=(n_alt, capped, slack, over),
+            gold_accepted=True,
+            instruction=instruction,
         )
         return {
             "task": task.model_dump(mode="json"),
