@@ -154,17 +154,15 @@ def _verbatim(tasks: list[Task], sessions: dict[str, Session]) -> dict[str, Any]
     }
 
 
-def _task_source(task: Task, by_id: dict[str, Product]) -> str:
-    srcs = sorted({by_id[pid].source for pid in task.reference_product_ids if pid in by_id})
-    return "+".join(srcs) if srcs else "(open)"
+def _sources(tasks: list[Task], catalog: Sequence[Product]) -> dict[str, Any]:
+    """Per catalog source: products in the catalog, tasks whose references come from it (by type;
+    :func:`~shopping_companion.benchmark.calibrate.task_source`)."""
+    from shopping_companion.benchmark.calibrate import task_source
 
-
-def _sources(tasks: list[Task], catalog: Sequence[Product], by_id: dict[str, Product]) -> dict[str, Any]:
-    """Per catalog source: products in the pool, tasks whose references come from it (by type)."""
     pool = Counter(p.source for p in catalog)
     rows: dict[str, dict[str, Any]] = {s: {"catalog": n, "single": 0, "addon": 0} for s, n in pool.items()}
     for t in tasks:
-        row = rows.setdefault(_task_source(t, by_id), {"catalog": 0, "single": 0, "addon": 0})
+        row = rows.setdefault(task_source(t), {"catalog": 0, "single": 0, "addon": 0})
         row[t.task_type] = row.get(t.task_type, 0) + 1
     n = len(tasks) or 1
     for row in rows.values():
@@ -351,7 +349,7 @@ def compute_stats(
         "needle_top10": {"bm25": share(top10_bm25), "minilm": share(top10_minilm)},
         "needle_topic_top10": {"bm25": share(topic10_bm25), "minilm": share(topic10_minilm)},
         "needle_verbatim": verbatim,
-        "sources": _sources(tasks, catalog, by_id),
+        "sources": _sources(tasks, catalog),
         "departments": {
             "catalog": Counter(department(p) for p in catalog).most_common(),
             "reference": Counter(department(p) for p in ref_products).most_common(),
