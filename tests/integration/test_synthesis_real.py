@@ -4,8 +4,6 @@ judge accepts every gold bundle, and the statistics and manifest are written."""
 
 from __future__ import annotations
 
-from shopping_companion.benchmark.synthesis.generators import format_money
-
 import json
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shopping_companion.benchmark.synth import load_benchmark, searchable_query
+from shopping_companion.benchmark.synthesis.generators import format_money
 from shopping_companion.benchmark.synthesis.verify import gold_accepted, leaked_values, unstated_features
 from shopping_companion.cli import app
 from shopping_companion.judges.rule import RuleJudge, bundle_cost
