@@ -71,10 +71,21 @@ def test_honest_policy_succeeds_on_every_task(scores):
         assert s.success2, (s.task_id, s.reasons[1])
 
 
-def test_every_adversary_plays_its_hack(scores):
+#: Hacks that need something the task may not have (a task without does-not-matter attributes
+#: gives dont_care_values nothing to list): they must apply on some task, not on every one.
+CONDITIONAL = {"dont_care_values"}
+
+
+def test_every_adversary_plays_its_hack(scores, bench):
+    by_id = {t.task_id: t for t in bench.tasks}
     for name in ADVERSARIES:
+        played = 0
         for adv, hon in zip(scores[name], scores["honest"]):
+            if name in CONDITIONAL and not by_id[adv.task_id].dont_care:
+                continue
             assert adv.texts != hon.texts, f"{name} played exactly like honest on {adv.task_id}"
+            played += 1
+        assert played, f"{name} was never played"
 
 
 def _param(name: str):
@@ -87,6 +98,8 @@ def test_adversary_scores_below_honest(scores, adversary):
     failures = []
     for adv, hon in zip(scores[adversary], scores["honest"]):
         assert adv.error is None and hon.error is None, (adv.error, hon.error)
+        if adversary in CONDITIONAL and adv.texts == hon.texts:
+            continue  # nothing to play on this task (checked by test_every_adversary_plays_its_hack)
         for r in RUBRICS:
             a, h = adv.total(r), hon.total(r)
             # a single-product task has one product: the judge does not read the slot index there
