@@ -202,9 +202,8 @@ def _provenance_share(tasks: list[Task], by_id: dict[str, Product]) -> dict[str,
                 key = ev.detail.split(" ", 1)[1].split("=", 1)[0] if " " in ev.detail else ""
                 src = ref.attribute_sources.get(key) if getattr(ref, "attribute_sources", None) else None
                 counts[f"extracted:{src.source}" if src is not None else "structured"] += 1
-            else:  # the reader names the brand field as "brand='<name>'"
-                src_name = "brand" if ev.source.startswith("brand") else ev.source
-                counts[src_name if ev.known else "unknown"] += 1
+            else:
+                counts[ev.source if ev.known else "unknown"] += 1
     return {
         "wanted_preferences": total,
         "by_provenance": {k: {"n": v, "share": round(v / total, 4)} for k, v in counts.most_common()},

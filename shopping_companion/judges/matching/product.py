@@ -96,7 +96,8 @@ class ProductReader:
 
     # ------------------------------------------------------------------ structured fields
     def fields(self, product: Product, key: ResolvedKey) -> tuple[tuple[str, str, str, ResolvedKey], ...]:
-        """``(value, role, source label, field key)`` of every structured field of ``key``."""
+        """``(value, role, label, field key)`` of every structured field of ``key``; ``label`` is
+        ``"<source> <field>=<value>"`` with source ``attribute``, ``option`` or ``brand``."""
         out: list[tuple[str, str, str, ResolvedKey]] = []
         multi = bool(key.spec and key.spec.multi_valued)
 
@@ -118,7 +119,7 @@ class ProductReader:
             for o in opts:
                 add(k, o, "option", "primary")
         if product.brand and key.spec is not None and key.spec.name == "brand":
-            out.append((product.brand, "primary", f"brand={product.brand!r}", key))
+            out.append((product.brand, "primary", f"brand brand={product.brand!r}", key))
         return tuple(out)
 
     # ------------------------------------------------------------------ one preference
@@ -132,7 +133,7 @@ class ProductReader:
             if want:
                 for value, _, label, rk in primary:
                     if self.m.satisfies(rk, pref.value, value):
-                        return Evidence(True, label.split(" ", 1)[0] if " " in label else "attribute", label)
+                        return Evidence(True, label.split(" ", 1)[0], label)  # attribute | option | brand
                 if self._broader_field(key, pref.value, primary):
                     # the field names only the family ("Blue" for a navy wish): the text may settle it
                     text = self._from_text(product, key, pref, want)
