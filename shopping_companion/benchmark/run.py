@@ -196,12 +196,14 @@ def build_judge(
 
 
 def build_rubric(spec: str | None, lookup: Callable | None = None) -> Any:
-    """The reward :class:`~shopping_companion.rewards.rubric.Rubric` of ``spec`` (``paper``,
-    ``outcome_only`` or a YAML path); raises :class:`ConfigError` prefixed ``rubric:``."""
-    from shopping_companion.rewards.rubric import load_rubric
+    """The reward :class:`~shopping_companion.rewards.rubric.Rubric` of ``spec``: a reward spec
+    reference (:func:`~shopping_companion.rewards.spec.load_reward_spec`: ``paper``,
+    ``outcome_only``, a rubric or reward-spec YAML, ``package.module:attr``), its ``python_path``
+    put on ``sys.path`` first; raises :class:`ConfigError` prefixed ``rubric:``."""
+    from shopping_companion.rewards.spec import load_reward_spec
 
     try:
-        return load_rubric(spec, resources={"lookup": lookup})
+        return load_reward_spec(spec).build_rubric({"lookup": lookup})
     except ConfigError as e:
         raise ConfigError(f"rubric: {e}") from None
     except (FileNotFoundError, ValueError, KeyError, ImportError) as e:  # a plug-in's own failure

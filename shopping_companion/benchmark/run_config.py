@@ -216,8 +216,10 @@ class EpisodeConfig(BaseModel):
     environment modes / hint modes (paper Table 3): ``oracle``, ``one_stage``,
     ``two_stage:none|low|high`` or ``all``; ``trials`` >= 1 episodes per task and strategy;
     ``seed``: base of the per-episode seeds ``derive_seed(seed, task_id, trial)``; ``simulator``:
-    a registered user simulator or ``module:attr``; ``rubric``: the reward — ``paper`` (Eq. 12),
-    ``outcome_only``, or a YAML file of ``{name|path, weight}`` entries; ``concurrency``: episodes
+    a registered user simulator or ``module:attr``; ``rubric`` (``--reward-config``): the reward
+    spec — ``paper`` (Eq. 12), ``outcome_only``, a rubric YAML of ``{name|path, weight}`` entries,
+    ``package.module:attr``, or a reward-spec YAML (rubric, python_path, judge; its judge, when
+    it names one, becomes ``judge``; docs/rewards.md); ``concurrency``: episodes
     in flight (>= 1); ``backend`` (with its ``sampling``), ``judge``, ``env`` (limits) and ``data``."""
 
     model_config = _STRICT
@@ -246,6 +248,26 @@ class EpisodeConfig(BaseModel):
 
         parse_strategies(",".join(v))  # raises ConfigError naming the allowed values
         return v
+
+    @model_validator(mode="after")
+    def _judge_of_reward_spec(self) -> "EpisodeConfig":
+        """A reward-spec file given as ``rubric`` (``--reward-config``) that names a judge sets
+        ``judge`` (one spec for evaluation, SFT collection and GRPO); a different ``judge`` given
+        as well is refused."""
+        from shopping_companion.rewards.spec import load_reward_spec
+
+        spec = load_reward_spec(self.rubric)
+        if "judge" not in spec.model_fields_set:
+            return self
+        sj = spec.judge
+        want = JudgeConfig(kind=sj.kind, model=sj.model, base_url=sj.base_url, api_key_env=sj.api_key_env)
+        if "judge" in self.model_fields_set and self.judge != want and self.judge != JudgeConfig():
+            raise ValueError(
+                f"judge: the reward config {self.rubric} names judge {want.model_dump(exclude_defaults=True)}, "
+                f"but judge is also set to {self.judge.model_dump(exclude_defaults=True)}; set it in one place"
+            )
+        self.judge = want
+        return self
 
     @field_validator("env")
     @classmethod

@@ -42,7 +42,8 @@ Transport
     (temperature 0).
 
 Cache
-    Valid replies are cached under ``sha256(model, sampling, messages)``: in memory, and in an SQLite
+    Valid replies are cached under ``sha256(model, sampling, messages)``: in memory (an LRU of
+    the 50,000 most recent), and in an SQLite
     file when ``cache_path`` is given (shared by processes and runs; safe across threads). A cached
     reply is validated again before use. Failures are never cached.
 
@@ -522,10 +523,14 @@ def _match_prompt(task: Task, products: Sequence[Product], max_desc: int) -> str
 
 
 class _Cache:
-    """Content-addressed reply cache: a dict, plus an SQLite file when ``path`` is given."""
+    """Content-addressed reply cache: an in-memory LRU of at most ``max_entries`` replies (a
+    GRPO run judges without end), plus an SQLite file when ``path`` is given (unbounded, on disk)."""
 
-    def __init__(self, path: str | Path | None) -> None:
-        self._mem: dict[str, str] = {}
+    def __init__(self, path: str | Path | None, max_entries: int = 50_000) -> None:
+        from collections import OrderedDict
+
+        self._mem: OrderedDict[str, str] = OrderedDict()
+        self._max = max(1, int(max_entries))
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if path is not None:
@@ -541,17 +546,24 @@ class _Cache:
     def get(self, key: str) -> str | None:
         with self._lock:
             if key in self._mem:
+                self._mem.move_to_end(key)
                 return self._mem[key]
             if self._db is not None:
                 row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
                 if row is not None:
-                    self._mem[key] = row[0]
+                    self._remember(key, row[0])
                     return row[0]
         return None
 
+    def _remember(self, key: str, reply: str) -> None:
+        self._mem[key] = reply
+        self._mem.move_to_end(key)
+        while len(self._mem) > self._max:
+            self._mem.popitem(last=False)
+
     def put(self, key: str, reply: str) -> None:
         with self._lock:
-            self._mem[key] = reply
+            self._remember(key, reply)
             if self._db is not None:
                 self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", (key, reply, time.time()))
                 self._db.commit()

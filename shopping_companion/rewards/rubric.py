@@ -469,15 +469,52 @@ def load_rubric(
     resources: Mapping[str, Any] | None = None,
 ) -> Rubric:
     """A rubric from ``None`` (the paper's), a built-in name (``paper``, ``outcome_only``), a YAML
-    path, a mapping or list config, or a :class:`Rubric` (returned with ``resources`` added)."""
+    path, a mapping or list config, a :class:`Rubric` (returned with ``resources`` added), or a
+    ``"package.module:attr"`` path to any of these objects or to a function of no arguments that
+    returns one (the module must be importable: see
+    :class:`~shopping_companion.rewards.spec.RewardSpec` ``python_path``). Raises
+    :class:`ConfigError` naming the problem."""
     if spec is None:
         return paper_rubric(resources)
     if isinstance(spec, Rubric):
         return spec.with_resources(**resources) if resources else spec
     if isinstance(spec, str) and spec in BUILTIN_RUBRICS:
         return BUILTIN_RUBRICS[spec](resources)
+    if isinstance(spec, str) and _is_dotted(spec):
+        return _rubric_object(spec, resources)
     if isinstance(spec, str) and not os.path.exists(spec) and not spec.endswith((".yaml", ".yml")):
         raise ConfigError(
             f"rubric {spec!r}: not a built-in ({', '.join(sorted(BUILTIN_RUBRICS))}) nor an existing YAML file"
         )
     return Rubric.from_config(spec, resources=resources)
+
+
+def _is_dotted(spec: str) -> bool:
+    """``package.module:attr`` (not a Windows drive path, not a file that exists)."""
+    if os.path.exists(spec) or spec.endswith((".yaml", ".yml")) or spec.count(":") != 1:
+        return False
+    mod, attr = spec.split(":")
+    return bool(mod.strip()) and bool(attr.strip()) and "/" not in mod and "\\" not in mod
+
+
+def _rubric_object(spec: str, resources: Mapping[str, Any] | None) -> Rubric:
+    from shopping_companion.registry import load_object
+
+    obj = load_object(spec)
+    if not isinstance(obj, (Rubric, Mapping, list)) and callable(obj) and not isinstance(obj, RewardFunction):
+        try:
+            obj = obj()
+        except TypeError as e:
+            raise ConfigError(
+                f"rubric {spec!r}: a function given as a rubric must take no arguments and return a Rubric or a "
+                f"rubric config ({e})"
+            ) from None
+    if isinstance(obj, Rubric):
+        return obj.with_resources(**resources) if resources else obj
+    if isinstance(obj, (Mapping, list)):
+        return Rubric.from_config(obj, resources=resources)
+    raise ConfigError(
+        f"rubric {spec!r}: resolved to {type(obj).__name__}; expected a Rubric, a rubric config "
+        "({name, rewards: [...]} or a list of entries) or a function of no arguments returning one "
+        "(a single reward function goes into a rubric entry: {path: 'pkg.mod:fn', weight: 1})"
+    )

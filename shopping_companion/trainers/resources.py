@@ -129,24 +129,28 @@ class ResourceSpec:
 
     ``benchmark``: a benchmark directory (``tasks.jsonl``, ``sessions.jsonl``, ``manifest.json``,
     as written by ``shopcomp synth``). ``data_dir`` / ``index_dir``: the catalog data directory and
-    the BM25 index directory (defaults as in ``shopcomp eval``). ``rubric``: a built-in rubric name
-    (``paper`` = Eq. 12, ``outcome_only`` = the §6.3 ablation) or a rubric YAML path.
-    ``judge``: ``rule`` (the deterministic rule judge; the only judge a rollout worker builds by
-    itself). ``memory_cache``: per-user memory stores kept in memory (LRU), >= 1.
+    the BM25 index directory (defaults as in ``shopcomp eval``). ``reward_config``: the reward spec
+    (:func:`~shopping_companion.rewards.spec.load_reward_spec`: ``paper``, ``outcome_only``, a YAML
+    file, ``module:attr`` or the spec's JSON) that gives the judge — the rule judge, or an LLM judge
+    with bounded concurrent requests and a reply cache — and the rubric. ``memory_cache``: per-user
+    memory stores kept in memory (LRU), >= 1.
+
+    Raises ``ValueError`` for a ``memory_cache`` below 1 and :class:`ConfigError` for a reward
+    spec that does not load.
     """
 
     benchmark: str
     data_dir: str | None = None
     index_dir: str | None = None
-    rubric: str = "paper"
-    judge: str = "rule"
+    reward_config: str = "paper"
     memory_cache: int = 256
 
     def __post_init__(self) -> None:
-        if self.judge != "rule":
-            raise ValueError(f"judge: rollout workers build the rule judge only; got {self.judge!r} (allowed: 'rule')")
+        from shopping_companion.rewards.spec import load_reward_spec
+
         if self.memory_cache < 1:
             raise ValueError(f"memory_cache: must be >= 1, got {self.memory_cache}")
+        load_reward_spec(self.reward_config)  # a bad spec fails here, before anything loads
 
 
 @dataclass
@@ -170,6 +174,38 @@ class EnvResources:
     memory_cache: int = 256
     _mem: "OrderedDict[str, Any]" = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _rewarded: "dict[str, EnvResources]" = field(default_factory=dict, repr=False)
+
+    def with_reward(self, reward_config: Any) -> "EnvResources":
+        """These services scored by the reward spec ``reward_config`` (any
+        :func:`~shopping_companion.rewards.spec.load_reward_spec` form): the same tasks, index,
+        embedder and memory-store cache, with the spec's judge and rubric. Built once per spec in
+        this process (an LLM judge's reply cache and in-flight bound are shared by every
+        trajectory). Raises :class:`ConfigError` for a spec that does not load."""
+        from shopping_companion.rewards.spec import load_reward_spec
+
+        spec = load_reward_spec(reward_config)
+        key = spec.to_json()
+        with self._lock:
+            if key in self._rewarded:
+                return self._rewarded[key]
+        from shopping_companion.pipeline import product_lookup
+
+        lookup = product_lookup(self.products)
+        judge = spec.build_judge(lookup, self.sessions, self.embedder)
+        rubric = spec.build_rubric({"lookup": lookup})
+        new = EnvResources(
+            tasks=self.tasks,
+            sessions=self.sessions,
+            products=self.products,
+            embedder=self.embedder,
+            judge=judge,
+            reward_fn=rubric,
+            memory_cache=self.memory_cache,
+        )
+        new._mem, new._lock = self._mem, self._lock  # one memory-store cache for both
+        with self._lock:
+            return self._rewarded.setdefault(key, new)
 
     def task(self, task_id: str) -> Task:
         """The task ``task_id``; ``KeyError`` naming the benchmark's size when unknown."""
@@ -232,30 +268,27 @@ class EnvResources:
 
 
 def build_resources(spec: ResourceSpec) -> EnvResources:
-    """Load everything ``spec`` names (the index is built on first use, ~1 min; embeddings cached)."""
+    """Load everything ``spec`` names (the index is built on first use, ~1 min; embeddings cached);
+    the judge and rubric come from ``spec.reward_config``."""
     from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.pipeline import (
-        make_embedder,
-        make_rule_judge,
-        open_product_search,
-        product_lookup,
-        resolve_sources,
-    )
-    from shopping_companion.rewards.rubric import load_rubric
+    from shopping_companion.pipeline import make_embedder, open_product_search, product_lookup, resolve_sources
+    from shopping_companion.rewards.spec import load_reward_spec
 
+    reward = load_reward_spec(spec.reward_config)
+    rubric_check = reward.build_rubric()  # a rubric that does not import fails before the index loads
+    del rubric_check
     bench = load_benchmark(Path(spec.benchmark))
     sources = resolve_sources(spec.data_dir)
     search = open_product_search(index_dir=spec.index_dir, sources=sources)
     lookup = product_lookup(search)
-    rubric = load_rubric(spec.rubric, resources={"lookup": lookup})
     embedder = make_embedder()
     return EnvResources(
         tasks={t.task_id: t for t in bench.tasks},
         sessions=bench.sessions,
         products=search,
         embedder=embedder,
-        judge=make_rule_judge(lookup, bench.sessions, embedder),
-        reward_fn=rubric,
+        judge=reward.build_judge(lookup, bench.sessions, embedder),
+        reward_fn=reward.build_rubric({"lookup": lookup}),
         memory_cache=spec.memory_cache,
     )
 

@@ -12,9 +12,10 @@ verl config::
       custom_reward_function:
         path: pkg://shopping_companion.trainers.reward   # or the file path of this module
         name: compute_score
-        reward_kwargs: {rubric: paper}                   # or outcome_only, or a rubric YAML
+        reward_kwargs: {reward_config: paper}            # the reward spec (docs/rewards.md)
 
-``score`` is the configured rubric's total: ``Σ weight · component`` over the rubric's members
+The agent loop reads the same ``reward_kwargs.reward_config`` from the trainer config for its
+judge and rubric, so both sides score with one spec. ``score`` is the configured rubric's total: ``Σ weight · component`` over the rubric's members
 (``paper``: R = R_z + R_tool + R_fmt, Eq. 12; ``outcome_only``: R = R_z + R_fmt, R_tool logged
 with weight 0). Without ``rubric`` the breakdown's own total (the rubric the environment used) is
 the score. Every other key of the returned dict is logged by verl (reward_extra_info); the key set
@@ -52,14 +53,17 @@ _RUBRIC_CACHE: dict[str, Any] = {}
 
 
 def _weights(rubric: Any) -> dict[str, float]:
-    from shopping_companion.rewards.rubric import Rubric, load_rubric
+    """Member key -> weight of ``rubric``: a :class:`Rubric`, or any reward-config reference
+    (:func:`~shopping_companion.rewards.spec.load_reward_spec`; built once per process)."""
+    from shopping_companion.rewards.rubric import Rubric
+    from shopping_companion.rewards.spec import load_reward_spec
 
     if isinstance(rubric, Rubric):
         r = rubric
     else:
-        key = str(rubric)
+        key = rubric if isinstance(rubric, str) else repr(rubric)
         if key not in _RUBRIC_CACHE:
-            _RUBRIC_CACHE[key] = load_rubric(key)
+            _RUBRIC_CACHE[key] = load_reward_spec(rubric).build_rubric()
         r = _RUBRIC_CACHE[key]
     return {m.key: float(m.weight) for m in r.members}
 
@@ -87,9 +91,9 @@ def score_breakdown(breakdown: Mapping[str, Any], rubric: Any = None) -> dict[st
     out = {"score": score}
     for k in LOGGED_KEYS:
         out[k] = comps.get(k, 0.0)
-    if rubric is not None and not failed:
+    if rubric is not None:  # every member, custom ones too (0.0 when unscored: one key set per batch)
         for k in _weights(rubric):
-            out.setdefault(k, comps[k])
+            out.setdefault(k, 0.0 if failed else comps[k])
     for k, v in out.items():
         if not math.isfinite(v):
             raise ValueError(f"reward component {k!r} is not finite ({v})")
@@ -102,19 +106,31 @@ def compute_score(
     ground_truth: Any = None,
     extra_info: Mapping[str, Any] | None = None,
     rubric: Any = None,
+    reward_config: Any = None,
     **kwargs: Any,
 ) -> dict[str, float]:
     """verl reward hook: ``{"score": total, "R_z": …, "R_tool": …, "R_fmt": …, "f_ans": …, …}``.
 
-    Reads ``extra_info["shopcomp_reward"]`` (the agent loop's breakdown) and re-weights it with
-    ``rubric`` (a built-in name such as ``paper`` / ``outcome_only``, a YAML path or a
-    :class:`~shopping_companion.rewards.rubric.Rubric`; None = the breakdown's total). Also logs
+    Reads ``extra_info["shopcomp_reward"]`` (the agent loop's breakdown) and scores it with the
+    rubric of ``reward_config`` (``reward_kwargs.reward_config``: the reward spec both verl sides
+    read — the agent loop takes its judge and rubric from the same key, so every member the score
+    needs is computed; :func:`~shopping_companion.rewards.spec.load_reward_spec` forms: a built-in
+    name, a YAML file, ``module:attr`` or the spec's JSON) or, the older way, ``rubric`` (a
+    rubric reference or :class:`~shopping_companion.rewards.rubric.Rubric`). Neither: the
+    breakdown's own total. Every member of the rubric is logged (custom ones included), plus
     ``num_turns`` when verl passes it. ``data_source``, ``solution_str`` and ``ground_truth`` are
     not needed: the environment already judged the trajectory against the task's gold data.
 
     Raises ``ValueError`` when ``extra_info`` has no ``shopcomp_reward`` (the row was not played
     by the Shopping Companion agent loop) or a component is missing or not finite.
     """
+    if rubric is not None and reward_config is not None:
+        raise ValueError(
+            "reward_kwargs: give reward_config (the one reward spec) or the older rubric, not both "
+            f"(reward_config={reward_config!r}, rubric={rubric!r})"
+        )
+    if reward_config is not None:
+        rubric = reward_config
     info = dict(extra_info or {})
     breakdown = info.get("shopcomp_reward")
     if not breakdown:

@@ -26,14 +26,24 @@ per-sample deadline (``scoring_deadline_s``, :class:`~shopping_companion.trainer
 it is flagged (``extra_fields["shopcomp_deadline_missed"]``, counted per step as
 ``shopcomp/deadline_missed/count``) and the step goes on without waiting for it.
 
+The reward spec: the judge (rule or LLM) and the rubric come from
+``reward.custom_reward_function.reward_kwargs.reward_config`` of the trainer config
+(:data:`REWARD_CONFIG_KEY`), the same key verl passes to
+:func:`~shopping_companion.trainers.reward.compute_score`, so both sides score with one spec
+(``shopcomp grpo launch --reward-config X`` sets it; docs/rewards.md). An LLM judge runs in the
+environment's worker threads, at most ``judge.max_in_flight`` requests at a time per worker
+process, with its reply cache keyed by content hash; its failures are unscored samples, counted
+per step.
+
 Agent-loop config keys (``configs/grpo/agent_loop.yaml``; each is a constructor argument):
-``benchmark`` (default: the row's ``extra_info.benchmark``), ``data_dir``, ``index_dir``, ``rubric``
-(``paper`` | ``outcome_only`` | YAML path), ``memory_cache``, ``max_observation_chars``,
-``resources`` (the name of :func:`~shopping_companion.trainers.resources.register_resources`
-resources, for tests), ``record_messages`` (also return the stage's chat in
-``extra_fields["shopcomp_messages"]``; for debugging, it makes the batch much larger),
-``scoring_deadline_s`` (wall-clock seconds all judge and reward calls of one trajectory may take
-together, a number > 0, default 60; ``null``: no deadline).
+``benchmark`` (default: the row's ``extra_info.benchmark``), ``data_dir``, ``index_dir``,
+``memory_cache``, ``max_observation_chars``, ``resources`` (the name of
+:func:`~shopping_companion.trainers.resources.register_resources` resources, for tests),
+``record_messages`` (also return the stage's chat in ``extra_fields["shopcomp_messages"]``; for
+debugging, it makes the batch much larger), ``scoring_deadline_s`` (wall-clock seconds all judge
+and reward calls of one trajectory may take together, a number > 0, or ``null``: no deadline;
+unset: the reward spec's, default 60) and the older ``rubric`` (a reward-spec reference used
+when ``reward_config`` is not set; both set is an error).
 """
 
 from __future__ import annotations
@@ -49,7 +59,6 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMana
 
 from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
 from shopping_companion.trainers.resources import (
-    DEFAULT_SCORING_DEADLINE_S,
     EnvResources,
     ResourceSpec,
     check_scoring_deadline,
@@ -60,6 +69,9 @@ from shopping_companion.trainers.resources import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["ShoppingCompanionAgentLoop", "ShoppingCompanionAgentLoopManager", "rollout_reward_metrics"]
+
+
+_FROM_SPEC: Any = object()  # scoring_deadline_s not set in the agent-loop config: the reward spec's
 
 
 def _plain(x: Any) -> Any:
@@ -80,15 +92,20 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         benchmark: Optional[str] = None,
         data_dir: Optional[str] = None,
         index_dir: Optional[str] = None,
-        rubric: str = "paper",
+        rubric: Optional[str] = None,
         memory_cache: int = 256,
         max_observation_chars: int = 12_000,
         resources: Optional[str] = None,
         record_messages: bool = False,
-        scoring_deadline_s: Optional[float] = DEFAULT_SCORING_DEADLINE_S,
+        scoring_deadline_s: Any = _FROM_SPEC,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.reward_config = _reward_config(self.config, rubric)
+        if scoring_deadline_s is _FROM_SPEC:
+            from shopping_companion.rewards.spec import load_reward_spec
+
+            scoring_deadline_s = load_reward_spec(self.reward_config).scoring_deadline_s
         self.scoring_deadline_s = check_scoring_deadline(scoring_deadline_s)
         mt = self.rollout_config.multi_turn
         self.max_turns = int(mt.get("max_assistant_turns") or 20) if mt is not None else 20
@@ -96,7 +113,6 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         self.benchmark = benchmark
         self.data_dir = data_dir
         self.index_dir = index_dir
-        self.rubric = rubric
         self.memory_cache = int(memory_cache)
         self.max_observation_chars = int(max_observation_chars)
         self.resources_name = resources
@@ -105,7 +121,10 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
 
     async def _resources(self, extra: dict[str, Any]) -> EnvResources:
         if self.resources_name:
-            return registered_resources(self.resources_name)
+            res = registered_resources(self.resources_name)
+            if self.reward_config is None:
+                return res  # the registered services as they are (their own judge and rubric)
+            return await asyncio.to_thread(res.with_reward, self.reward_config)
         bench = self.benchmark or extra.get("benchmark")
         if not bench:
             raise ValueError(
@@ -116,7 +135,7 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             benchmark=str(bench),
             data_dir=self.data_dir,
             index_dir=self.index_dir,
-            rubric=self.rubric,
+            reward_config=self.reward_config or "paper",
             memory_cache=self.memory_cache,
         )
         return await asyncio.to_thread(get_resources, spec)
@@ -170,6 +189,32 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         )
 
 
+#: where both verl sides read the reward spec: compute_score's keyword argument, and the agent loop
+REWARD_CONFIG_KEY = "reward.custom_reward_function.reward_kwargs.reward_config"
+
+
+def _reward_config(trainer_config: Any, rubric: Optional[str]) -> Optional[str]:
+    """The reward spec of this run: ``reward_kwargs.reward_config`` of the trainer config (the
+    one place; ``compute_score`` gets it as a keyword), else the agent loop's own (older)
+    ``rubric`` key, else None (registered resources keep their judge and rubric; built ones use
+    ``paper``). Raises ``ValueError`` when both are set: the spec is given in one place."""
+    from omegaconf import OmegaConf
+
+    value = None
+    try:
+        value = OmegaConf.select(trainer_config, REWARD_CONFIG_KEY, default=None)
+    except Exception:  # noqa: BLE001 - a plain dict or a config without the key
+        value = None
+    if value is not None and rubric is not None:
+        raise ValueError(
+            f"agent loop config: rubric={rubric!r} and {REWARD_CONFIG_KEY} are both set; the reward spec goes in "
+            f"{REWARD_CONFIG_KEY} only (shopcomp grpo launch --reward-config), which scores both verl sides"
+        )
+    if value is not None:
+        return str(value)
+    return rubric
+
+
 def _finite(x: Any) -> float | None:
     """``x`` as a finite float, else None (None, strings, NaN, inf, arrays that are not scalars,
     integers too large for a float)."""
@@ -196,6 +241,9 @@ def _label(x: Any) -> str:
     return x if isinstance(x, str) and x else "unknown"
 
 
+#: breakdown entries that are not averaged (counted separately, or the stage itself)
+_NOT_MEANS = {"stage", "judge_failed", "deadline_missed"}
+
 #: components that exist for one stage only (0 on the other stage's rows): logged per stage only
 _STAGE_ONLY = {"tool_mem_mean": 1, "tool_prod_mean": 2, "f_rec": 2}
 
@@ -207,9 +255,10 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     trajectory; rows not played by this agent loop are ignored). Over the trajectories whose judge
     did not fail, it returns ``shopcomp/<key>/mean`` for ``env_total`` (the total under the agent
     loop's rubric — the trained score is verl's ``critic/score/mean``, which uses
-    ``reward_kwargs.rubric``) and the :data:`~shopping_companion.trainers.reward.LOGGED_KEYS`
+    ``reward_kwargs.reward_config``) and the :data:`~shopping_companion.trainers.reward.LOGGED_KEYS`
     components that apply to both stages (R_z, R_tool, R_fmt, f_ans, f_th, f_tc, n_tool_calls,
-    success); per stage, ``shopcomp/stage<s>/<key>/mean`` for those and the stage's own ones
+    success) and every other component of the breakdowns (a custom rubric's members and metrics,
+    averaged over the trajectories that carry them); per stage, ``shopcomp/stage<s>/<key>/mean`` for those and the stage's own ones
     (``tool_mem_mean`` for stage 1; ``tool_prod_mean``, ``f_rec`` for stage 2). Also
     ``shopcomp/trajectories``, ``shopcomp/judge_failed/count`` (unscored trajectories, deadline
     misses included), ``shopcomp/deadline_missed/count`` (trajectories whose judging and rewarding
@@ -276,6 +325,9 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
             st = _finite(comps.get("stage"))
         stage = int(st) if st is not None and st in (1.0, 2.0) else None
         values = {"env_total": _finite(rb.get("total")), **{k: _finite(comps.get(k)) for k in both}}
+        for k in comps:  # the rubric's own components (custom rewards and their metrics)
+            if isinstance(k, str) and k not in values and k not in _NOT_MEANS:
+                values[k] = _finite(comps.get(k))
         for k, v in values.items():
             if v is None:
                 continue

@@ -135,8 +135,11 @@ def verl_config(
     response_length: int = 4096,
     max_turns: int = 6,
     rubric: str = "paper",
+    reward_config: str | None = None,
 ):
-    """verl's generated PPO config with our hooks set (what configs/grpo/*.yaml set on a cluster)."""
+    """verl's generated PPO config with our hooks set (what configs/grpo/*.yaml set on a cluster).
+    ``reward_config``: the reward spec both verl sides read (``reward_kwargs.reward_config``), in
+    place of the older ``reward_kwargs.rubric``."""
     import os
 
     import verl
@@ -159,5 +162,8 @@ def verl_config(
     cfg.algorithm.adv_estimator = "grpo"
     cfg.reward.custom_reward_function.path = "pkg://shopping_companion.trainers.reward"
     cfg.reward.custom_reward_function.name = "compute_score"
-    cfg.reward.custom_reward_function.reward_kwargs = {"rubric": rubric}
+    if reward_config is not None:
+        cfg.reward.custom_reward_function.reward_kwargs = {"reward_config": reward_config}
+    else:
+        cfg.reward.custom_reward_function.reward_kwargs = {"rubric": rubric}
     return cfg
