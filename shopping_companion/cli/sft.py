@@ -211,11 +211,35 @@ def export(
     sets: Optional[list[str]] = typer.Option(
         None, "--set", metavar="KEY=VALUE", help="Override a training-YAML key, e.g. cutoff_len=8192; repeatable."
     ),
+    drop_flagged: bool = typer.Option(
+        False,
+        "--drop-flagged",
+        help="Leave out the trajectories in which a test task appears (each is listed) instead of failing.",
+    ),
+    tokenizer: Optional[str] = typer.Option(
+        None,
+        "--tokenizer",
+        metavar="PATH",
+        help="Tokenizer that measures example lengths (default: the model's; estimated when it is not local).",
+    ),
+    max_truncated_share: float = option(
+        0.05,
+        "--max-truncated-share",
+        metavar="X",
+        help="Refuse when more than this share of examples exceed cutoff_len, in [0, 1] (default 0.05).",
+    ),
+    allow_truncation: bool = typer.Option(
+        False, "--allow-truncation", help="Write the config even when cutoff_len cuts more than that share."
+    ),
 ) -> None:
     """Write LLaMA-Factory ShareGPT-with-tools data, dataset_info.json and LoRA YAMLs; fails when a
-    test-split task appears in the data."""
+    test-split task appears in the data (or drops those trajectories with --drop-flagged), and when
+    cutoff_len would cut more than --max-truncated-share of the examples.
+
+    Exit status: 0 written; 2 a configuration or data error (nothing written)."""
     from shopping_companion.benchmark.synth import load_benchmark
     from shopping_companion.config import load_config
+    from shopping_companion.errors import ContaminationError
     from shopping_companion.sft.export import export_dataset
 
     if products not in ("assistant", "all", "none"):
@@ -257,14 +281,36 @@ def export(
             overrides=overrides,
             base_config=base_config,
             provenance=provenance,
+            drop_flagged=drop_flagged,
+            tokenizer=tokenizer,
+            max_truncated_share=max_truncated_share,
+            allow_truncation=allow_truncation,
         )
+    except ContaminationError as e:
+        e.args = (f"{e} Or pass --drop-flagged to leave those trajectories out (each is listed).",)
+        raise
     except OSError as e:
         raise DataError(f"--out {out}: cannot write the export ({e})") from None
+    for d in summary.dropped:
+        console.print(
+            f"dropped trajectory {escape(d['trajectory'])} (task {escape(d['task_id'])}, trial {d['trial']}, "
+            f"stage {d['stage']}, {d['examples']} examples): {d['findings']} finding(s) {d['kinds']} of test "
+            f"task(s) {escape(', '.join(d['test_tasks']))}; e.g. {escape(d['first'])}"
+        )
     s = summary.stats
+    dc = summary.decontamination
+    lg = summary.lengths
     console.print(
         f"{summary.examples} step-level examples (by stage {s['by_stage']}, by tool {s['by_tool']}) from "
         f"{len(kept)} kept stages; skipped {summary.skipped or 'none'}; decontamination: "
-        f"{summary.decontamination['test_tasks']} test tasks, 0 violations, "
-        f"{summary.decontamination['exposures']} observation-only product exposures "
-        f"→ {escape(str(summary.train_yaml))} ({time.perf_counter() - t0:.1f}s)"
+        f"{dc['test_tasks']} test tasks, 0 violations in the written data "
+        f"({dc['dropped_trajectories']} trajectories dropped), {dc['shared_with_train']} test texts owned by train, "
+        f"{dc['exposures']} observation-only product exposures"
     )
+    label = "ESTIMATED lengths" if lg["method"] == "estimate" else f"token lengths ({escape(str(lg['tokenizer']))})"
+    console.print(
+        f"{label}: min {lg['min']}, median {lg['median']}, p90 {lg['p90']}, p99 {lg['p99']}, max {lg['max']}; "
+        f"{lg['over_cutoff']} of {lg['n']} ({lg['over_cutoff_share']:.1%}) exceed cutoff_len {lg['cutoff_len']}"
+        + (f" [{escape(lg['note'])}]" if lg["note"] else "")
+    )
+    console.print(f"→ {escape(str(summary.train_yaml))} ({time.perf_counter() - t0:.1f}s)")

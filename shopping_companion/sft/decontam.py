@@ -15,14 +15,24 @@ A test task *appears* in an example when any of these is found in it:
     it: one shared catalog) is reported as ``exposure`` and fails only with
     ``products="all"``.
 
-Text that a train task legitimately owns is not a finding: an instruction identical to a train
-task's instruction, or a needle turn (e.g. a templated filler line such as "Okay, I think I have
-a plan now.") that also occurs in a session of a train task's history. Such shared texts are
-counted in the report (``shared_with_train``) so a leaky benchmark is visible.
+Needle text is matched per user turn and, for a turn of several sentences, per sentence (of at
+least ``MIN_NEEDLE_WORDS`` words) as well: one sentence of a test needle copied into a train
+example is test text too.
+
+Text that a train task owns is not a finding. A test text (an instruction, a needle turn or one
+of its sentences) is *owned by train* when, normalised, it is contained in a text a train task
+owns: a train instruction or a user turn of a session in a train task's history. So a templated
+line of a test needle ("Okay, I think I have a plan now.") that also occurs inside a longer user
+turn of a train needle session is not leakage: the train example shows it as part of the train
+task's own session. A test needle turn (or sentence) that no train text contains is always a
+finding. Test texts skipped this way are counted in the report (``shared_with_train``) so a leaky
+benchmark stays visible.
 
 Matching is linear in the data: id-like tokens are intersected with the id sets, and text
-patterns are found through 5-word shingle anchors and then verified by substring search, so the
-paper's scale (thousands of examples over 200 test tasks) takes seconds.
+patterns are found through 5-word shingle anchors and then verified by substring search. The
+containment check against train-owned text uses the same anchors: every train-owned text is
+scanned once against the index of test patterns (cost linear in the train text), so the
+paper's scale (thousands of examples, 200 test tasks, hundreds of train histories) takes seconds.
 """
 
 from __future__ import annotations
@@ -43,20 +53,27 @@ __all__ = [
     "ContaminationError",
     "find_contamination",
     "check_decontaminated",
+    "decontamination_report",
     "MIN_NEEDLE_WORDS",
     "PRODUCT_RULES",
     "ProductsRule",
+    "TrainMatch",
+    "sentences",
 ]
 
 MIN_NEEDLE_WORDS = 5
 _SHINGLE = 5
 _WORD = re.compile(r"[a-z0-9]+")
 _ID_TOKEN = re.compile(r"[A-Za-z0-9:_.\-]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 #: Where a reference product id counts as a violation (module docstring).
 ProductsRule = Literal["assistant", "all", "none"]
 #: Allowed values of :data:`ProductsRule`.
 PRODUCT_RULES: tuple[str, ...] = get_args(ProductsRule)
+
+#: How a test text is matched against train-owned text (:func:`find_contamination`).
+TrainMatch = Literal["contained", "whole_turn"]
 
 Kind = Literal["task_id", "instruction", "needle_session", "reference_product", "exposure"]
 
@@ -74,6 +91,11 @@ class Contamination(BaseModel):
 
 def _norm_words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split after ``.``, ``!`` or ``?`` followed by whitespace (non-empty pieces)."""
+    return [p for p in (x.strip() for x in _SENTENCE_END.split(text)) if p]
 
 
 def _message_texts(example: Any) -> list[tuple[int, str, str]]:
@@ -128,6 +150,22 @@ class _TextIndex:
         return hits
 
 
+def _owned_texts(train_tasks: Iterable[Task], sessions: Mapping[str, Session] | None) -> Iterable[str]:
+    """The texts train tasks own: instructions, user turns of their history sessions (each once)."""
+    seen: set[str] = set()
+    for t in train_tasks:
+        if t.split == "test":
+            continue
+        yield t.instruction
+        for ref in t.history:
+            if ref.session_id in seen:
+                continue
+            seen.add(ref.session_id)
+            s = (sessions or {}).get(ref.session_id)
+            if s is not None:
+                yield from (u.content for u in s.turns if u.role == "user")
+
+
 def find_contamination(
     examples: Iterable[Any],
     test_tasks: Iterable[Task],
@@ -135,54 +173,85 @@ def find_contamination(
     *,
     products: ProductsRule = "assistant",
     train_tasks: Iterable[Task] = (),
+    train_match: TrainMatch = "contained",
 ) -> tuple[list[Contamination], list[Contamination], int]:
     """Every appearance of a test task in ``examples`` (objects with ``example_id``, ``task_id``
     and OpenAI-style ``messages``, e.g. :class:`~shopping_companion.sft.examples.StepExample`).
 
     ``sessions``: the benchmark's session pool, to check needle-session *text* (ids are always
     checked). ``products``: where a reference product id counts as a violation (module docstring).
-    ``train_tasks``: texts they own (instructions, user turns of their history sessions) are not
-    findings. Returns ``(violations, exposures, shared_with_train)``; exposures are reference
+    ``train_tasks``: a test text contained in a text they own (instructions, user turns of their
+    history sessions), after normalisation, is not a finding (module docstring).
+    Returns ``(violations, exposures, shared_with_train)``; exposures are reference
     products seen only in tool observations (empty when ``products="all"``: then they are
-    violations); ``shared_with_train`` counts test texts skipped because a train task owns them.
-    Raises :class:`ConfigError` for an unknown ``products`` value.
+    violations); ``shared_with_train`` counts distinct test texts (instructions, needle turns,
+    needle sentences) skipped because a train-owned text contains them.
+    ``train_match``: ``contained`` (the rule above); ``whole_turn``, the earlier rule, kept to
+    measure the difference (``benchmarks/bench_sft_decontam.py``): a test text is owned only when
+    it equals a whole train text, and needle turns are not matched per sentence.
+    Raises :class:`ConfigError` for an unknown ``products`` or ``train_match`` value.
     """
     if products not in PRODUCT_RULES:
         raise ConfigError(f"products: must be one of {', '.join(PRODUCT_RULES)}; got {products!r}")
+    if train_match not in get_args(TrainMatch):
+        raise ConfigError(f"train_match: must be one of {', '.join(get_args(TrainMatch))}; got {train_match!r}")
+    contained = train_match == "contained"
     tests = [t for t in test_tasks if t.split == "test"]
     test_ids = {t.task_id for t in tests}
-    owned: set[str] = set()
-    for t in train_tasks:
-        if t.split == "test":
-            continue
-        owned.add(" ".join(_norm_words(t.instruction)))
-        for ref in t.history:
-            s = (sessions or {}).get(ref.session_id)
-            if s is not None:
-                owned.update(" ".join(_norm_words(u.content)) for u in s.turns if u.role == "user")
-    shared = 0
-    text_index = _TextIndex()
+    # 1. every test text pattern: (normalised words, test task, kind, label)
+    patterns: list[tuple[list[str], str, str, str]] = []
     id_map: dict[str, list[tuple[str, str]]] = defaultdict(list)  # id -> [(task, kind)]
     for t in tests:
-        words = _norm_words(t.instruction)
-        if " ".join(words) in owned:
-            shared += 1
-        else:
-            text_index.add(words, t.task_id, "instruction", "instruction")
+        patterns.append((_norm_words(t.instruction), t.task_id, "instruction", "instruction"))
         for sid in t.needle_session_ids:
             id_map[sid].append((t.task_id, "needle_session"))
             s = (sessions or {}).get(sid)
-            if s is not None:
-                for k, turn in enumerate(s.turns):
-                    if turn.role == "user":
-                        w = _norm_words(turn.content)
-                        if len(w) >= MIN_NEEDLE_WORDS and " ".join(w) in owned:
-                            shared += 1
-                        elif len(w) >= MIN_NEEDLE_WORDS:
-                            text_index.add(w, t.task_id, "needle_session", f"text of {sid} turn {k}")
+            if s is None:
+                continue
+            for k, turn in enumerate(s.turns):
+                if turn.role != "user":
+                    continue
+                label = f"text of {sid} turn {k}"
+                w = _norm_words(turn.content)
+                if len(w) >= MIN_NEEDLE_WORDS:
+                    patterns.append((w, t.task_id, "needle_session", label))
+                parts = [_norm_words(x) for x in sentences(turn.content)]
+                if contained and len(parts) > 1:
+                    patterns += [(p, t.task_id, "needle_session", label) for p in parts if len(p) >= MIN_NEEDLE_WORDS]
         if products != "none":
             for pid in t.reference_product_ids:
                 id_map[pid].append((t.task_id, "reference_product"))
+    # 2. which of them a train text contains: each train-owned text is scanned once through the
+    # anchors of the distinct pattern texts not found yet
+    owned_exact: set[str] = set()
+    owned_texts: set[str] = set()
+    anchors: dict[tuple[str, ...], set[str]] = defaultdict(set)
+    if contained:
+        for w, *_rest in patterns:
+            if len(w) >= _SHINGLE:
+                anchors[tuple(w[:_SHINGLE])].add(" ".join(w))
+    for text in _owned_texts(train_tasks, sessions):
+        words = _norm_words(text)
+        owned_exact.add(" ".join(words))
+        if not anchors or len(words) < _SHINGLE:
+            continue
+        joined = " " + " ".join(words) + " "
+        for i in range(len(words) - _SHINGLE + 1):
+            cands = anchors.get(tuple(words[i : i + _SHINGLE]))
+            if not cands:
+                continue
+            found = {p for p in cands if " " + p + " " in joined}
+            owned_texts |= found
+            cands -= found
+    # 3. the index of test texts no train text owns
+    text_index = _TextIndex()
+    shared_texts: set[tuple[str, str, str]] = set()
+    for w, tid, kind, label in patterns:
+        if " ".join(w) in owned_texts or " ".join(w) in owned_exact:
+            shared_texts.add((tid, label, " ".join(w)))
+        else:
+            text_index.add(w, tid, kind, label)
+    shared = len(shared_texts)
     odd_ids = [i for i in id_map if not _ID_TOKEN.fullmatch(i)]
 
     violations: list[Contamination] = []
@@ -222,6 +291,23 @@ def find_contamination(
     return violations, exposures, shared
 
 
+def decontamination_report(
+    tests: list[Task], n_examples: int, products: str, exposures: list[Contamination], shared: int
+) -> dict[str, Any]:
+    """The report of a passed check: ``test_tasks`` checked, ``examples`` checked, ``violations``
+    (0), ``shared_with_train`` and ``exposures`` (count, test tasks and up to five findings)."""
+    return {
+        "test_tasks": len(tests),
+        "examples": n_examples,
+        "products_rule": products,
+        "violations": 0,
+        "shared_with_train": shared,
+        "exposures": len(exposures),
+        "exposure_tasks": sorted({e.test_task_id for e in exposures}),
+        "exposure_examples": [json.loads(e.model_dump_json()) for e in exposures[:5]],
+    }
+
+
 def check_decontaminated(
     examples: list[Any],
     test_tasks: Iterable[Task],
@@ -231,21 +317,11 @@ def check_decontaminated(
     train_tasks: Iterable[Task] = (),
 ) -> dict[str, Any]:
     """Raise :class:`ContaminationError` when any test task appears in ``examples``; otherwise
-    return a report: ``test_tasks`` checked, ``examples`` checked, ``violations`` (0) and
-    ``exposures`` (count, test tasks and one example each)."""
+    return :func:`decontamination_report`."""
     tests = [t for t in test_tasks if t.split == "test"]
     violations, exposures, shared = find_contamination(
         examples, tests, sessions, products=products, train_tasks=train_tasks
     )
     if violations:
         raise ContaminationError(violations)
-    return {
-        "test_tasks": len(tests),
-        "examples": len(examples),
-        "products_rule": products,
-        "violations": 0,
-        "shared_with_train": shared,
-        "exposures": len(exposures),
-        "exposure_tasks": sorted({e.test_task_id for e in exposures}),
-        "exposure_examples": [json.loads(e.model_dump_json()) for e in exposures[:5]],
-    }
+    return decontamination_report(tests, len(examples), products, exposures, shared)

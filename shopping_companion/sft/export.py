@@ -28,6 +28,13 @@ checks, for every example, that :func:`~shopping_companion.envs.parsing.parse_ac
 it exactly the teacher's tool calls, answer and thinking; an example that does not round-trip is
 left out and counted. (The extras tests check :func:`render_target` against LLaMA-Factory's own
 template code.)
+
+Lengths. LLaMA-Factory cuts an example longer than ``cutoff_len`` tokens silently, so the export
+measures every record (:func:`token_lengths`: the target model's tokenizer and chat template on
+:func:`chat_messages` with the record's tools — close to, not exactly, LLaMA-Factory's own
+template rendering; a labelled character estimate when no tokenizer is local), reports the
+distribution (:func:`length_report`) and refuses a config that would cut more than
+``max_truncated_share`` of the examples.
 """
 
 from __future__ import annotations
@@ -45,7 +52,8 @@ import yaml
 
 from shopping_companion.envs.parsing import parse_action
 from shopping_companion.errors import ConfigError
-from shopping_companion.sft.decontam import ProductsRule, check_decontaminated
+from shopping_companion.errors import ContaminationError
+from shopping_companion.sft.decontam import Contamination, ProductsRule, decontamination_report, find_contamination
 from shopping_companion.sft.examples import StepExample, example_stats, with_reasoning
 from shopping_companion.types import Session, Task
 
@@ -61,6 +69,15 @@ __all__ = [
     "dataset_info",
     "ExportSummary",
     "export_dataset",
+    "drop_flagged_trajectories",
+    "chat_messages",
+    "render_chatml",
+    "load_tokenizer",
+    "token_lengths",
+    "length_report",
+    "LLAMAFACTORY_DEFAULT_CUTOFF",
+    "CHARS_PER_TOKEN",
+    "DEFAULT_MAX_TRUNCATED_SHARE",
 ]
 
 #: LLaMA-Factory templates whose tool format is Qwen/Hermes ``<tool_call>`` blocks, i.e. what our
@@ -295,6 +312,117 @@ def _write_yaml(path: Path, cfg: dict[str, Any], header: str) -> None:
     path.write_text(header + yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
 
 
+# --------------------------------------------------------------------------- token lengths
+
+#: LLaMA-Factory's ``cutoff_len`` when the training YAML does not set it.
+LLAMAFACTORY_DEFAULT_CUTOFF = 2048
+#: Characters per token of the estimate used when no tokenizer can be loaded (Qwen's BPE on our
+#: English, JSON-heavy chats: about 3-4; the lower end, so the estimate errs towards too long).
+CHARS_PER_TOKEN = 3.0
+#: Default of ``max_truncated_share``: refuse a config that cuts more than 5% of the examples.
+DEFAULT_MAX_TRUNCATED_SHARE = 0.05
+
+
+def chat_messages(record: Mapping[str, Any]) -> list[dict[str, str]]:
+    """A ShareGPT record as the chat its training sequence is: ``system``, then ``human`` → user,
+    ``observation`` → tool (one message: the turn's responses are joined already), ``gpt`` and
+    ``function_call`` → assistant with :func:`render_target`'s text (tool calls as Hermes blocks)."""
+    roles = {"human": "user", "observation": "tool", "gpt": "assistant", "function_call": "assistant"}
+    out = [{"role": "system", "content": str(record.get("system") or "")}]
+    for turn in record["conversations"]:
+        text = render_target(turn) if turn["from"] in ("gpt", "function_call") else turn["value"]
+        out.append({"role": roles[turn["from"]], "content": text})
+    return out
+
+
+def render_chatml(record: Mapping[str, Any]) -> str:
+    """The record in Qwen's ChatML layout (tools in the system prompt, tool responses in
+    ``<tool_response>`` blocks of a user turn): the text the estimate counts."""
+    msgs = chat_messages(record)
+    tools = json.loads(record.get("tools") or "[]")
+    system = msgs[0]["content"]
+    if tools:
+        system += "\n\n# Tools\n\n<tools>\n" + "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+        system += "\n</tools>"
+    parts = [f"<|im_start|>system\n{system}<|im_end|>"]
+    for m in msgs[1:]:
+        if m["role"] == "tool":
+            parts.append(f"<|im_start|>user\n<tool_response>\n{m['content']}\n</tool_response><|im_end|>")
+        else:
+            parts.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>")
+    return "\n".join(parts) + "\n"
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """``transformers.AutoTokenizer`` of a local directory or a hub id already in the local cache
+    (never downloads: ``local_files_only``). Raises :class:`ConfigError` naming the path when it
+    cannot be loaded (transformers missing, no such directory, not cached)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:  # pragma: no cover - transformers is a core dependency
+        raise ConfigError(f"tokenizer {name_or_path!r}: transformers is not installed ({e})") from None
+    try:
+        return AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, HF errors, ...
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ConfigError(
+            f"tokenizer {name_or_path!r}: cannot be loaded offline ({first}); give a local directory "
+            "with tokenizer files (--tokenizer PATH)"
+        ) from None
+
+
+def _percentile(xs: list[int], q: float) -> int:
+    """Nearest-rank percentile of sorted ``xs`` (q in [0, 100])."""
+    k = max(0, min(len(xs) - 1, int(-(-q * len(xs) // 100)) - 1))
+    return xs[k]
+
+
+def token_lengths(records: list[dict[str, Any]], tokenizer: Any | None, *, batch: int = 64) -> tuple[list[int], str]:
+    """Length in tokens of each record's whole training sequence (prompt and target), and how it
+    was measured. With a ``tokenizer`` that has a chat template: the template applied to
+    :func:`chat_messages` with the record's tools (``method`` "chat_template"); with one without:
+    :func:`render_chatml` tokenised ("chatml"); with none: ``ceil(len(render_chatml) /
+    CHARS_PER_TOKEN)`` ("estimate")."""
+    if tokenizer is None:
+        return [int(-(-len(render_chatml(r)) // CHARS_PER_TOKEN)) for r in records], "estimate"
+    texts, method = [], "chat_template" if getattr(tokenizer, "chat_template", None) else "chatml"
+    for r in records:
+        if method == "chat_template":
+            texts.append(
+                tokenizer.apply_chat_template(
+                    chat_messages(r), tools=json.loads(r.get("tools") or "[]"), tokenize=False
+                )
+            )
+        else:
+            texts.append(render_chatml(r))
+    out: list[int] = []
+    for i in range(0, len(texts), batch):
+        enc = tokenizer(texts[i : i + batch], add_special_tokens=False)["input_ids"]
+        out += [len(x) for x in enc]
+    return out, method
+
+
+def length_report(
+    lengths: list[int], cutoff_len: int, *, method: str, tokenizer: str, note: str = ""
+) -> dict[str, Any]:
+    """The distribution of example lengths (tokens): ``min``, ``median``, ``p90``, ``p99``,
+    ``max``; ``over_cutoff`` (examples longer than ``cutoff_len``, which LLaMA-Factory cuts) and
+    ``over_cutoff_share`` in [0, 1]; ``method`` and ``tokenizer`` say how lengths were measured."""
+    xs = sorted(lengths)
+    over = sum(x > cutoff_len for x in xs)
+    dist = {k: _percentile(xs, q) for k, q in (("min", 0), ("median", 50), ("p90", 90), ("p99", 99), ("max", 100))}
+    return {
+        "method": method,
+        "tokenizer": tokenizer,
+        "note": note,
+        "n": len(xs),
+        **(dist if xs else dict.fromkeys(dist)),
+        "cutoff_len": cutoff_len,
+        "over_cutoff": over,
+        "over_cutoff_share": round(over / len(xs), 4) if xs else 0.0,
+    }
+
+
 # --------------------------------------------------------------------------- export
 
 
@@ -302,7 +430,9 @@ def _write_yaml(path: Path, cfg: dict[str, Any], header: str) -> None:
 class ExportSummary:
     """What :func:`export_dataset` wrote. ``examples``: records written; ``skipped``: examples
     left out, by reason; ``stats``: :func:`~shopping_companion.sft.examples.example_stats` of the
-    written examples; ``decontamination``: the check's report; ``wall_s``: export time (s)."""
+    written examples; ``decontamination``: the check's report; ``wall_s``: export time (s);
+    ``lengths``: :func:`length_report` of the written examples; ``dropped``: the trajectories left
+    out by ``drop_flagged`` (:func:`drop_flagged_trajectories`)."""
 
     out_dir: Path
     data_file: Path
@@ -314,6 +444,8 @@ class ExportSummary:
     decontamination: dict[str, Any]
     sha256: str
     wall_s: float
+    lengths: dict[str, Any] = field(default_factory=dict)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -321,6 +453,77 @@ class ExportSummary:
         for k in ("out_dir", "data_file", "train_yaml", "merge_yaml"):
             d[k] = str(d[k])
         return d
+
+
+def _round_up(n: int, step: int = 1024) -> int:
+    return int(-(-n // step) * step)
+
+
+def _measure(records: list[dict[str, Any]], cfg: Mapping[str, Any], tokenizer: str | Path | None) -> dict[str, Any]:
+    """:func:`length_report` of ``records`` against ``cfg``'s ``cutoff_len`` (export_dataset)."""
+    raw = cfg.get("cutoff_len", LLAMAFACTORY_DEFAULT_CUTOFF)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise ConfigError(f"cutoff_len: must be a positive integer (tokens); got {raw!r}")
+    name = str(tokenizer if tokenizer is not None else cfg.get("model_name_or_path", DEFAULT_BASE_MODEL))
+    note = "" if "cutoff_len" in cfg else f"cutoff_len not set: LLaMA-Factory's default {LLAMAFACTORY_DEFAULT_CUTOFF}"
+    try:
+        tok = load_tokenizer(name)
+    except ConfigError as e:
+        if tokenizer is not None:
+            raise
+        tok = None
+        note = (note + "; " if note else "") + (
+            f"ESTIMATE: {str(e).split('; give a local', 1)[0]}; lengths are rendered characters / {CHARS_PER_TOKEN}, "
+            "not tokens "
+            "(give --tokenizer PATH for exact counts)"
+        )
+    lengths, method = token_lengths(records, tok)
+    return length_report(lengths, raw, method=method, tokenizer=name, note=note)
+
+
+def _trajectory_of(example_id: str) -> str:
+    return example_id.rsplit("/turn", 1)[0]
+
+
+def drop_flagged_trajectories(
+    examples: list[StepExample], violations: list[Contamination]
+) -> tuple[list[StepExample], list[dict[str, Any]]]:
+    """Leave out every example of each kept stage trajectory that has a violation (all its step
+    examples: they share the context that leaked). Returns the remaining examples and one record
+    per dropped trajectory: ``trajectory`` (``task_id/t<trial>/<mode>:<hint>/s<stage>``),
+    ``task_id``, ``trial``, ``stage``, ``mode``, ``examples`` (how many were dropped),
+    ``findings`` (count), ``kinds`` ({kind: count}), ``test_tasks`` and ``first`` (one finding's
+    example id and detail)."""
+    flagged: dict[str, list[Contamination]] = {}
+    for v in violations:
+        flagged.setdefault(_trajectory_of(v.example_id), []).append(v)
+    keep, dropped_n = [], Counter()
+    meta: dict[str, StepExample] = {}
+    for ex in examples:
+        key = _trajectory_of(ex.example_id)
+        if key in flagged:
+            dropped_n[key] += 1
+            meta.setdefault(key, ex)
+        else:
+            keep.append(ex)
+    dropped = []
+    for key, found in flagged.items():
+        ex = meta.get(key)
+        dropped.append(
+            {
+                "trajectory": key,
+                "task_id": ex.task_id if ex else found[0].example_id.split("/", 1)[0],
+                "trial": ex.trial if ex else None,
+                "stage": ex.stage if ex else None,
+                "mode": ex.mode if ex else None,
+                "examples": dropped_n[key],
+                "findings": len(found),
+                "kinds": dict(Counter(f.kind for f in found)),
+                "test_tasks": sorted({f.test_task_id for f in found}),
+                "first": f"{found[0].example_id}: {found[0].kind} of {found[0].test_task_id} ({found[0].detail})",
+            }
+        )
+    return keep, dropped
 
 
 def export_dataset(
@@ -337,6 +540,10 @@ def export_dataset(
     overrides: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     base_config: Mapping[str, Any] | None = None,
+    drop_flagged: bool = False,
+    tokenizer: str | Path | None = None,
+    max_truncated_share: float = DEFAULT_MAX_TRUNCATED_SHARE,
+    allow_truncation: bool = False,
 ) -> ExportSummary:
     """Write LLaMA-Factory data and configs for ``examples`` into ``out_dir``.
 
@@ -347,11 +554,23 @@ def export_dataset(
     ``merge_lora.yaml`` (:func:`merge_config` for the trained adapter) and ``export.json``
     (counts, stats, decontamination report, provenance, sha256 of the data file).
 
-    Decontamination runs first (:func:`~shopping_companion.sft.decontam.check_decontaminated`
+    Decontamination runs first (:func:`~shopping_companion.sft.decontam.find_contamination`
     against ``test_tasks``; texts owned by ``train_tasks`` are not findings): it raises
     :class:`~shopping_companion.sft.decontam.ContaminationError` and nothing is written when a
-    test task appears. Raises :class:`ConfigError` for an unsupported template, an empty
-    dataset name, or no example left to write.
+    test task appears — unless ``drop_flagged``: then every trajectory with a violation is left
+    out (:func:`drop_flagged_trajectories`, listed in ``summary.dropped``) and the rest written.
+
+    Lengths: each record's training sequence is measured in tokens (:func:`token_lengths`) with
+    the tokenizer ``tokenizer`` (default: the config's ``model_name_or_path``; a local directory or
+    a hub id in the local cache). When the default cannot be loaded offline, lengths are a
+    clearly labelled estimate (``lengths.method == "estimate"``); an explicit ``tokenizer`` that
+    cannot be loaded raises :class:`ConfigError`. When more than ``max_truncated_share`` (in
+    [0, 1]) of the examples are longer than the config's ``cutoff_len`` (LLaMA-Factory's default
+    2048 when unset), :class:`ConfigError` is raised and nothing written, unless
+    ``allow_truncation``.
+
+    Raises :class:`ConfigError` for an unsupported template, an empty dataset name, a bad
+    ``cutoff_len`` or ``max_truncated_share``, or no example left to write.
     """
     t0 = time.perf_counter()
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", dataset or ""):
@@ -371,10 +590,24 @@ def export_dataset(
             f"template: must be one of {', '.join(SUPPORTED_TEMPLATES)} (Hermes <tool_call> format, "
             f"what the environment parses); got {final_template!r}"
         )
+    if not 0.0 <= float(max_truncated_share) <= 1.0:
+        raise ConfigError(f"max_truncated_share (--max-truncated-share): must be in [0, 1]; got {max_truncated_share}")
     examples = list(examples)
-    report = check_decontaminated(
-        examples, list(test_tasks), sessions, products=products, train_tasks=list(train_tasks)
+    tests = [t for t in test_tasks if t.split == "test"]
+    violations, exposures, shared = find_contamination(
+        examples, tests, sessions, products=products, train_tasks=list(train_tasks)
     )
+    dropped: list[dict[str, Any]] = []
+    if violations and not drop_flagged:
+        raise ContaminationError(violations)
+    if violations:
+        examples, dropped = drop_flagged_trajectories(examples, violations)
+        left = {e.example_id for e in examples}
+        exposures = [e for e in exposures if e.example_id in left]
+    report = decontamination_report(tests, len(examples), products, exposures, shared)
+    report["dropped_trajectories"] = len(dropped)
+    report["dropped_examples"] = sum(d["examples"] for d in dropped)
+    report["dropped_findings"] = len(violations)
     records, kept, skipped = [], [], Counter()
     for ex in examples:
         try:
@@ -395,6 +628,17 @@ def export_dataset(
         )
     out = Path(out_dir).resolve()
     data_dir = out / "data"
+    final = {**cfg, **parsed}
+    lengths = _measure(records, final, tokenizer)
+    over, share = lengths["over_cutoff"], lengths["over_cutoff_share"]
+    if share > max_truncated_share and not allow_truncation:
+        p99, mx = lengths["p99"], lengths["max"]
+        raise ConfigError(
+            f"cutoff_len: {lengths['cutoff_len']} would cut {over} of {len(records)} examples ({share:.1%}, more than "
+            f"--max-truncated-share {max_truncated_share:.1%}); lengths by {lengths['method']} ({lengths['tokenizer']}): "
+            f"p99 {p99}, max {mx} tokens. Raise it (--set cutoff_len={_round_up(mx)}), or pass --allow-truncation "
+            "to write the config anyway (nothing was written)"
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
     data_file = data_dir / f"{dataset}.jsonl"
     h = hashlib.sha256()
@@ -442,6 +686,8 @@ def export_dataset(
         decontamination=report,
         sha256=h.hexdigest(),
         wall_s=0.0,
+        lengths=lengths,
+        dropped=dropped,
     )
     summary.wall_s = round(time.perf_counter() - t0, 3)
     manifest = {

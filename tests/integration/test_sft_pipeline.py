@@ -365,7 +365,12 @@ def test_cli_read_only_stats_and_export_input_errors(thinking_collect, bench_dir
     assert r.exit_code == 2 and "no such directory" in _flat(r.output)
     partial = tmp_path / "partial.yaml"
     partial.write_text("lora_rank: 8\n")  # a base YAML without model/template: the arguments fill them in
-    r = runner.invoke(app, base + ["--out", str(tmp_path / "p"), "--config", str(partial), "--base-model", "/m/x"])
+    args = base + ["--out", str(tmp_path / "p"), "--config", str(partial), "--base-model", "/m/x"]
+    r = runner.invoke(app, args)  # ... but not cutoff_len: LLaMA-Factory's 2048 is checked, and may cut too much
+    assert r.exit_code in (0, 2), r.output
+    if r.exit_code == 2:
+        assert "cutoff_len: 2048" in _flat(r.output) and not (tmp_path / "p").exists(), r.output
+        r = runner.invoke(app, args + ["--allow-truncation"])
     assert r.exit_code == 0, r.output
     merge = yaml.safe_load((tmp_path / "p" / "merge_lora.yaml").read_text())
     assert merge["model_name_or_path"] == "/m/x" and merge["template"] == "qwen3"
@@ -386,3 +391,51 @@ def test_cli_read_only_stats_and_export_input_errors(thinking_collect, bench_dir
     )
     assert r.exit_code == 2 and "backend.kind" in _flat(r.output) and "'reference'" in r.output, r.output
     assert r.output.count("error:") == 1, r.output
+
+
+def test_cli_export_drop_flagged_and_cutoff_len_refusal(thinking_collect, bench, bench_dir, tmp_path):
+    """A leaked test instruction in one kept trajectory: export fails naming --drop-flagged; with
+    it, that trajectory (all its examples) is left out and listed. A cutoff_len that cuts most
+    examples is refused (exit 2, naming cutoff_len) unless --allow-truncation."""
+    import shutil
+
+    from tests.tiny_model import build_tiny_model
+
+    src, _ = thinking_collect
+    out = tmp_path / "collect"
+    shutil.copytree(src, out)
+    lines = (out / "kept.jsonl").read_text().splitlines()
+    leak = next(t for t in bench.tasks if t.split == "test")
+    first = json.loads(lines[0])
+    user = next(m for m in first["trajectory"]["messages"] if m["role"] == "user")
+    user["content"] += "\n\nAlso: " + leak.instruction
+    (out / "kept.jsonl").write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+    key = f"{first['task_id']}/t{first['trial']}/{first['mode']}:{first['hint']}/s{first['stage']}"
+    n_leaky = sum(1 for e in step_examples(read_kept(out)) if e.example_id.startswith(key + "/"))
+    runner = CliRunner()
+    base = ["export", "--collect", str(out), "--bench", str(bench_dir)]
+    r = runner.invoke(app, base + ["--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "--drop-flagged" in _flat(r.output) and leak.task_id in r.output, r.output
+    assert not (tmp_path / "x").exists()
+    exp = tmp_path / "e"
+    r = runner.invoke(app, base + ["--out", str(exp), "--drop-flagged"])
+    assert r.exit_code == 0, r.output
+    flat = _flat(r.output)
+    assert f"dropped trajectory {key}" in flat and leak.task_id in flat and "ESTIMATED lengths" in flat
+    manifest = json.loads((exp / "export.json").read_text())
+    assert [d["trajectory"] for d in manifest["dropped"]] == [key] and manifest["dropped"][0]["examples"] == n_leaky
+    assert manifest["examples"] == len(step_examples(read_kept(out))) - n_leaky
+    assert manifest["lengths"]["method"] == "estimate"
+    tok = build_tiny_model(tmp_path / "tok", vocab_size=600)
+    cut = base + ["--drop-flagged", "--tokenizer", str(tok), "--set", "cutoff_len=64"]
+    r = runner.invoke(app, cut + ["--out", str(tmp_path / "y")])
+    assert r.exit_code == 2 and "cutoff_len" in _flat(r.output) and "--allow-truncation" in _flat(r.output), r.output
+    assert not (tmp_path / "y").exists()
+    r = runner.invoke(app, cut + ["--out", str(tmp_path / "z"), "--allow-truncation"])
+    assert r.exit_code == 0, r.output
+    lg = json.loads((tmp_path / "z" / "export.json").read_text())["lengths"]
+    assert (
+        lg["method"] == "chat_template"
+        and lg["over_cutoff"] == lg["n"] > 0
+        and "exceed cutoff_len 64" in _flat(r.output)
+    )
