@@ -35,7 +35,6 @@ from shopping_companion.types import (
     ToolResult,
     Trajectory,
     Verdict,
-    Voucher,
 )
 
 # --------------------------------------------------------------------------- builders
@@ -256,88 +255,8 @@ def _stage2(steps, recs, answer):
     return stage(2, steps, recs=recs, answer=answer)
 
 
-def test_taxonomy_snippet_trust_multi_sku_and_unverified():
-    s1 = stage(
-        1, [step(results=[tr("mem_search", MEM_SEARCH, ["s1"])]), step("<answer/>")], prefs=[P("colour", "navy")]
-    )
-    s2 = _stage2(
-        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1")]), step("a")],
-        ["p1", "p2"],
-        "Both are navy. @REC::p1@ @REC::p2@",
-    )
-    c = T.classify(episode("A", stages=[s1, s2], acc=0.5), task("A"))
-    assert c.labels == ["unverified_attributes", "multi_sku_single_task", "preference_hallucination"]
-    assert c.primary == "preference_hallucination"  # stage-1 errors come first (cascade)
-    assert any("no successful mem_view" in e for e in c.evidence["preference_hallucination"])
-    assert c.evidence["unverified_attributes"] == ["p2 recommended without product_view"]  # 'navy' is in p1's record
-    # the same stage 1 with Acc 1.0 is not a hallucination: the snippet held the value
-    c2 = T.classify(episode("A", stages=[s1, s2], acc=1.0), task("A"))
-    assert "preference_hallucination" not in c2.labels and c2.primary == "unverified_attributes"
-
-
-def test_taxonomy_unsupported_preference_and_no_product_tools():
-    s1 = stage(
-        1,
-        [step(results=[tr("mem_search", MEM_SEARCH, ["s1"]), tr("mem_view", MEM_VIEW, ["s1"])]), step("a")],
-        prefs=[P("colour", "navy"), P("material", "leather")],
-    )
-    s2 = _stage2([step("<answer>@REC::zz:9@</answer>")], ["zz:9"], "Perfect. @REC::zz:9@ and @REC:: broken@")
-    c = T.classify(episode("B", stages=[s1, s2], acc=1.0), task("B"), lookup=lambda ids: {})
-    assert set(c.labels) == {"preference_hallucination", "insufficient_tool_calls", "product_id_sourcing"}
-    assert c.evidence["preference_hallucination"] == ["value 'leather' (material) not in any memory observation"]
-    assert "zz:9 never returned by a product tool" in c.evidence["product_id_sourcing"]
-    assert any("malformed" in e for e in c.evidence["product_id_sourcing"])
-    assert c.primary == "preference_hallucination"
-
-
-def test_taxonomy_same_shop_and_unverified_value():
-    s1 = stage(1, [step(results=[tr("mem_view", MEM_VIEW, ["s1"])]), step("a")], prefs=[P("colour", "navy")])
-    s2 = _stage2(
-        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1", "p3")]), step("a")],
-        ["p1", "p3"],
-        "Navy shirt and navy tee. @REC::p1@ @REC::p3@",
-    )
-    t = task("C", "addon", voucher=Voucher(shop_id="s1", min_spend=10, discount=2))
-    c = T.classify(episode("C", "addon", stages=[s1, s2]), t)
-    assert c.labels == ["same_shop_alignment"] and c.primary == "same_shop_alignment"
-    assert any("p1@s1" in e and "p3@s2" in e for e in c.evidence["same_shop_alignment"])
-    assert any("voucher's shop s1: p3" in e for e in c.evidence["same_shop_alignment"])
-    # a wanted value asserted in the answer but absent from the viewed record
-    t2 = task("D", prefs=(("colour", "navy"), ("material", "cotton")))
-    s2b = _stage2(
-        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p1")]), step("a")],
-        ["p1"],
-        "A navy cotton shirt. @REC::p1@",
-    )
-    c = T.classify(episode("D", stages=[s1, s2b]), t2)
-    assert c.labels == ["unverified_attributes"]
-    assert c.evidence["unverified_attributes"] == [
-        "answer asserts 'cotton' but no viewed record of the recommendation has it"
-    ]
-
-
-def test_taxonomy_other_success_errors_and_table():
-    s1 = stage(1, [step(results=[tr("mem_view", MEM_VIEW, ["s1"])]), step("a")], prefs=[P("colour", "navy")])
-    s2 = _stage2(
-        [step(results=[tr("product_search", SEARCH, ["p1", "p2", "p3"])]), step(results=[VIEW("p2")]), step("a")],
-        ["p2"],
-        "Here you go. @REC::p2@",
-    )
-    other = T.classify(episode("E", stages=[s1, s2]), task("E"))
-    assert other.labels == [] and other.primary == "other"
-    assert T.classify(episode("E", stages=[s1, s2], succ=True), task("E")) is None
-    assert T.classify(episode("E", stages=[s1, s2], error="backend_error: x"), task("E")) is None
-    items = [
-        other,
-        T.Classification(
-            "F", 0, "two_stage:none", "addon", ["same_shop_alignment", "unverified_attributes"], "unverified_attributes"
-        ),
-    ]
-    prim = T.taxonomy_table(items)
-    assert prim["n_failures"] == 2 and prim["rows"]["other"] == {"single": 1, "addon": 0, "total": 1, "share": 0.5}
-    assert prim["rows"]["unverified_attributes"]["addon"] == 1 and prim["rows"]["same_shop_alignment"]["total"] == 0
-    labels = T.taxonomy_table(items, "labels")
-    assert labels["rows"]["same_shop_alignment"]["total"] == 1 and labels["rows"]["unverified_attributes"]["total"] == 1
+# The taxonomy's rules (one hand-built trajectory per class, precedence, 'other') are tested in
+# tests/unit/test_taxonomy.py; the LLM attribution and the report's taxonomy table here.
 
 
 def test_llm_attribution_through_the_scripted_server():
