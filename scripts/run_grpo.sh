@@ -10,12 +10,19 @@
 #   scripts/run_grpo.sh train  [--variant outcome_tool|outcome_only] [--model PATH] [--data DIR] [hydra overrides...]
 #                                                            run verl (on the head node; starts a local
 #                                                            Ray head first when no cluster is running)
+#   scripts/run_grpo.sh submit [--variant V] [--model PATH] [--data DIR] [--address URL] [--smoke] [grpo submit options...] [hydra overrides...]
+#                                                            submit verl to the running cluster as a Ray job
+#                                                            (`shopcomp grpo submit`: --check first, ships this
+#                                                            package and the reward spec's modules; prints the
+#                                                            job id and the ray job logs/status/stop commands)
 # Multi-node: run `head` on node 0 and `worker --address <node0>:6379` on every other node, then
-# `train ... trainer.nnodes=N` on node 0. Every node needs this repository at the same path, the
-# package installed (pip install -e ".[verl]" vllm), the benchmark directory, the catalog data
-# (SHOPCOMP_DATA_DIR) and the BM25 index (built on first use per node, or shared storage).
-# Checkpoints go to trainer.default_local_dir; a rerun with the same experiment resumes from the
-# latest one (trainer.resume_mode=auto).
+# `submit ... trainer.nnodes=N` (docs/grpo.md, "2 nodes x 8 GPUs"). Every node needs the package's
+# dependencies installed (pip install -e ".[verl]" vllm; `submit` ships this checkout's code), the
+# benchmark directory, the rows, the catalog data (SHOPCOMP_DATA_DIR) and the BM25 index at the same
+# paths (shared storage). `train` runs the command on node 0 itself: then every node also needs this
+# repository at the same path. Checkpoints go to trainer.default_local_dir
+# ($SHOPCOMP_CKPT_DIR/<project>/<experiment>: shared storage on several nodes); a rerun with the same
+# experiment resumes from the latest one (trainer.resume_mode=auto).
 # Environment: PYTHON (default: `python` when it imports verl and this package, else .venv-rl/bin/python);
 # verl and `ray` run from that interpreter's environment. SHOPCOMP_RAY_DASHBOARD_HOST: the dashboard
 # address (default 127.0.0.1; anything else lets every host that reaches it submit jobs: a warning is
@@ -68,6 +75,17 @@ case "$cmd" in
     [ -n "$model" ] && args+=(--model "$model")
     # `shopcomp grpo launch` prints the verl command it runs (configs/grpo/<variant>.yaml)
     exec "$PY" -m shopping_companion.cli.grpo launch "${args[@]}" --run "$@"
+    ;;
+  submit)
+    args=()
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --model) need "$@"; args+=(--model "$(from_caller "$2")"); shift 2 ;;
+        --data) need "$@"; args+=(--rows-dir "$(from_caller "$2")"); shift 2 ;;
+        *) break ;;
+      esac
+    done
+    exec "$PY" -m shopping_companion.cli.grpo submit ${args[@]+"${args[@]}"} "$@"
     ;;
   *)
     sed -n '2,/^set -e/p' "$0" | grep '^#'; exit 2 ;;

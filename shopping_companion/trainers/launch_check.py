@@ -4,20 +4,33 @@ Composes the exact config the launch command would run (our ``configs/grpo/<vari
 verl's ``ppo_trainer`` with the command's Hydra overrides), runs verl's own ``validate_config`` (the
 batch-size and parallelism checks ``verl.trainer.main_ppo`` runs first), and checks what verl would
 only discover minutes later inside Ray actors: the data files and their rows, the model directory,
-the agent-loop registry and class, the agent-loop manager class, the reward function and the
-advantage estimator. Needs the ``verl`` extra (``scripts/install_rl.sh``).
+the agent-loop registry and class, the agent-loop manager class, the reward function, the reward
+spec (its rubric imports here with its ``python_path``; every component the scoring side needs is
+computed by the agent loop; an LLM judge's endpoint answers), the advantage estimator, wandb's mode
+and key, and the checkpoint directory. Needs the ``verl`` extra (``scripts/install_rl.sh``).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.trainers.launch import REWARD_CONFIG_KEY
 
-__all__ = ["check_launch"]
+__all__ = ["check_checkpoint_dir", "check_launch", "check_reward", "check_wandb"]
+
+_REPO = Path(__file__).resolve().parents[2]
+#: node-local places: a checkpoint directory there is not shared between nodes
+_NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+#: Hydra command-line flags that are not config overrides (skipped by the check): with a value, without
+_HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p")
+_HYDRA_FLAGS = ("--resolve",)
+#: the agent loop's rubric when neither the trainer config nor its entry names one (resources.py)
+_AGENT_DEFAULT_RUBRIC = "paper"
 
 #: verl's ppo_trainer default model path: still there means no model was given
 _VERL_DEFAULT_MODEL = "~/models/deepseek-llm-7b-chat"
@@ -45,7 +58,9 @@ def _files(value: Any, key: str, problems: list[str]) -> list[str]:
     return []
 
 
-def _rows(value: Any, key: str, problems: list[str], agent_names: set[str] | None) -> int:
+def _rows(
+    value: Any, key: str, problems: list[str], agent_names: set[str] | None, seen: dict[str, set[str]] | None = None
+) -> int:
     """Rows in the parquet file(s) of ``key``, checking they were made by ``shopcomp grpo prepare``:
     the columns, an ``agent_name`` in the agent-loop registry, ``extra_info`` with ``task_id`` and
     ``stage``, and benchmark directories that exist on this machine."""
@@ -54,6 +69,8 @@ def _rows(value: Any, key: str, problems: list[str], agent_names: set[str] | Non
     n = 0
     for path in _files(value, key, problems):
         p = Path(path).expanduser()
+        if seen is not None:
+            seen.setdefault("files", set()).add(str(p))
         if not p.is_file():
             problems.append(f"{key}: {p} does not exist (make it with `shopcomp grpo prepare`)")
             continue
@@ -84,6 +101,8 @@ def _rows(value: Any, key: str, problems: list[str], agent_names: set[str] | Non
                 "(rows must come from `shopcomp grpo prepare`)"
             )
         benches = {str(e["benchmark"]) for e in extras if isinstance(e, dict) and e.get("benchmark")}
+        if seen is not None:
+            seen.setdefault("benchmarks", set()).update(benches)
         for b in sorted(benches):
             if not Path(b).is_dir():
                 problems.append(
@@ -112,13 +131,197 @@ def _int(cfg: Any, key: str, problems: list[str], minimum: int | None = None) ->
     return i
 
 
+def _rubric_label(rubric: Any) -> str:
+    """A short name for a spec's rubric reference: the string itself, else the config's name."""
+    if isinstance(rubric, str):
+        return rubric
+    if isinstance(rubric, dict) and rubric.get("name"):
+        return f"{rubric['name']} (inline)"
+    return "inline rubric"
+
+
+def _member_keys(ref: Any) -> list[str]:
+    """Member keys of the rubric a reward-config reference names (imports its modules)."""
+    from shopping_companion.rewards.spec import load_reward_spec
+
+    return [m.key for m in load_reward_spec(ref).build_rubric().members]
+
+
+def check_reward(rf: Any, entries: list[dict[str, Any]], problems: list[str]) -> dict[str, Any] | None:
+    """Check the reward spec of a composed config.
+
+    ``rf`` is ``reward.custom_reward_function`` (its ``reward_kwargs``: ``reward_config``, the one
+    spec both verl sides read, or the older ``rubric`` of ``compute_score``); ``entries`` are the
+    agent-loop registry entries of our agent loop (their older ``rubric`` key). Appends a problem
+    (naming the key) when both forms are set on one side, a spec does not load or its rubric's
+    modules do not import here (with its ``python_path``), the scoring rubric has members the agent
+    loop's rubric does not compute (``compute_score`` would fail on every trajectory), or an LLM
+    judge's endpoint does not answer. Returns the agent loop's spec as a summary
+    (``rubric``, ``source``, ``components``, ``judge``, ``scoring_deadline_s``, ``python_path``),
+    or None when it could not be loaded.
+    """
+    from shopping_companion.errors import ShopCompError
+    from shopping_companion.rewards.spec import load_reward_spec
+
+    kwargs = dict((rf or {}).get("reward_kwargs") or {})
+    rc, rub = kwargs.get("reward_config"), kwargs.get("rubric")
+    rc = None if rc is None else str(rc)
+    if rc is not None and rub is not None:
+        problems.append(
+            f"reward.custom_reward_function.reward_kwargs: reward_config and the older rubric={rub!r} are both set; "
+            "compute_score refuses that: give the spec once (shopcomp grpo launch --reward-config X) and drop "
+            "reward_kwargs.rubric"
+        )
+    scoring_key = REWARD_CONFIG_KEY if rc is not None else "reward.custom_reward_function.reward_kwargs.rubric"
+    scoring_ref = rc if rc is not None else rub
+    scoring: list[str] | None = None
+    if scoring_ref is not None:
+        try:
+            scoring = _member_keys(str(scoring_ref) if not isinstance(scoring_ref, (dict, list)) else scoring_ref)
+        except (ShopCompError, ImportError, ValueError, TypeError, AttributeError) as e:
+            problems.append(f"{scoring_key}: {scoring_ref!r} does not load here ({type(e).__name__}: {e})")
+    summary: dict[str, Any] | None = None
+    for entry in entries:
+        name = entry.get("name")
+        erub = entry.get("rubric")
+        if rc is not None and erub is not None:
+            problems.append(
+                f"agent loop {name!r}: rubric={erub!r} in the agent-loop config and {REWARD_CONFIG_KEY} are both "
+                f"set; the agent loop refuses that: remove its rubric (the spec goes in {REWARD_CONFIG_KEY})"
+            )
+            continue
+        if entry.get("resources"):
+            continue  # registered services (tests) bring their own judge and rubric
+        agent_ref = rc if rc is not None else (erub if erub is not None else _AGENT_DEFAULT_RUBRIC)
+        where = (
+            REWARD_CONFIG_KEY
+            if rc is not None
+            else f"agent loop {name!r} rubric" + ("" if erub is not None else f" (none set: {_AGENT_DEFAULT_RUBRIC})")
+        )
+        try:
+            spec = load_reward_spec(agent_ref)
+            keys = spec.component_keys()
+        except (ShopCompError, ImportError, ValueError, TypeError, AttributeError) as e:
+            if agent_ref is not scoring_ref:  # the same failure is reported once
+                problems.append(f"{where}: {agent_ref!r} does not load here ({type(e).__name__}: {e})")
+            continue
+        if scoring is not None:
+            missing = [k for k in scoring if k not in keys]
+            if missing:
+                problems.append(
+                    f"{scoring_key}: the scoring rubric {scoring_ref!r} needs components {missing} that the agent "
+                    f"loop {name!r} does not compute (its rubric, from {where}: {_rubric_label(spec.rubric)!r}, "
+                    f"computes {keys}); compute_score would fail on every trajectory. Give both sides one spec: "
+                    f"--reward-config {scoring_ref if isinstance(scoring_ref, str) and len(scoring_ref) < 80 else 'X'}"
+                )
+        if summary is None:
+            try:
+                judge = spec.ping_judge()
+            except ShopCompError as e:
+                judge = spec.judge.describe()
+                problems.append(
+                    f"{where}: judge.base_url {spec.judge.base_url or '(provider default)'}: the LLM judge "
+                    f"({judge}) does not answer ({e}); start it or fix judge.base_url in the reward spec"
+                )
+            summary = {
+                "rubric": _rubric_label(spec.rubric),
+                "source": spec.source,
+                "components": keys,
+                "judge": judge,
+                "scoring_deadline_s": spec.scoring_deadline_s,
+                "python_path": list(spec.python_path),
+            }
+    return summary
+
+
+def _wandb_key() -> str | None:
+    """Where wandb would find an API key: ``WANDB_API_KEY``, else a netrc entry for the wandb host
+    (``WANDB_BASE_URL``'s, default api.wandb.ai; the file ``$NETRC`` or ``~/.netrc``), else None."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_API_KEY", "").strip():
+        return "WANDB_API_KEY"
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc").expanduser()
+    try:
+        auth = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    return f"{path} ({host})" if auth and auth[2] else None
+
+
+def check_wandb(logger: Any, problems: list[str], notes: list[str]) -> str:
+    """wandb's mode for ``trainer.logger`` (a name or a list): ``not used``, ``offline``,
+    ``disabled`` or ``online (key: WHERE)``. ``WANDB_MODE`` offline/dryrun/disabled are fine (a
+    note says what happens); online (also: unset) needs a key (:func:`_wandb_key`), else a problem
+    names the three ways out. Another ``WANDB_MODE`` is a problem."""
+    loggers = [logger] if isinstance(logger, str) else [str(x) for x in (logger or [])]
+    if "wandb" not in loggers:
+        return "not used"
+    raw = os.environ.get("WANDB_MODE", "").strip().lower()
+    mode = raw or "online"
+    if mode in ("offline", "dryrun"):
+        notes.append(
+            f"wandb: offline (WANDB_MODE={raw}): runs are written under ./wandb of the trainer process; "
+            "upload them later with `wandb sync`"
+        )
+        return "offline"
+    if mode == "disabled":
+        notes.append("wandb: disabled (WANDB_MODE=disabled): nothing is logged to wandb, console only")
+        return "disabled"
+    if mode not in ("online", "run"):
+        problems.append(f"WANDB_MODE: {raw!r} is not one of online, offline, disabled")
+        return raw
+    key = _wandb_key()
+    if key is None:
+        problems.append(
+            "trainer.logger: has wandb and WANDB_MODE is "
+            + ("online" if raw else "unset (online)")
+            + " but no wandb API key was found (WANDB_API_KEY, or a ~/.netrc entry for api.wandb.ai from "
+            "`wandb login`); verl would stop when the trainer starts. Set WANDB_API_KEY, or WANDB_MODE=offline, "
+            "or pass trainer.logger=[console]"
+        )
+        return "online (no key)"
+    return f"online (key: {key})"
+
+
+def check_checkpoint_dir(path: Any, nnodes: int | None, notes: list[str]) -> str:
+    """``trainer.default_local_dir`` as a string; with ``nnodes`` > 1 a note (a warning) when it is
+    relative or node-local (under /tmp, /var/tmp, /dev/shm, /run or this repository): every node
+    writes its checkpoint shards there, so it must be shared storage."""
+    d = str(path)
+    if nnodes is not None and nnodes > 1:
+        p = Path(d).expanduser()
+        why = None
+        if not p.is_absolute():
+            why = "is relative (each node resolves it in its own working directory)"
+        else:
+            rp = p.resolve()
+            for base in (*_NODE_LOCAL, str(_REPO)):
+                b = Path(base).resolve()
+                if rp == b or b in rp.parents:
+                    why = f"is under {base}, which is local to each node"
+                    break
+        if why:
+            notes.append(
+                f"trainer.default_local_dir {d} {why}: with trainer.nnodes={nnodes} every node writes its checkpoint "
+                "shards there, so it must be shared storage (set SHOPCOMP_CKPT_DIR=/shared/ckpt or "
+                "trainer.default_local_dir=/shared/...)"
+            )
+    return d
+
+
 def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     """Check the verl command built by :func:`~shopping_companion.trainers.launch.launch_command`.
 
     Returns ``(problems, summary)``: ``problems`` is empty when the launch would pass every check
     (each entry names the config key and what is wrong); ``summary`` has the composed settings a
     user wants to see before spending GPU time (rows, steps, batch, rollouts, lengths, GPUs) and
-    ``notes`` on checks that could not run here (verl's LoRA-rank check needs vLLM installed).
+    ``notes`` on checks that could not run here (verl's LoRA-rank check needs vLLM installed) and
+    warnings (wandb's mode, a checkpoint directory that is not shared on several nodes); also
+    ``reward`` (:func:`check_reward`), ``checkpoint_dir``, ``wandb``, ``data_files`` and the
+    ``benchmarks`` the rows refer to.
 
     Raises:
         ConfigError: verl or hydra is not installed in this environment, or ``cmd`` is not a
@@ -134,11 +337,16 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         ) from e
     config_dir = name = None
     overrides = []
-    for a in cmd[3:]:
+    args = iter(cmd[3:])
+    for a in args:
         if a.startswith("--config-path="):
             config_dir = Path(a.split("=", 1)[1])
         elif a.startswith("--config-name="):
             name = a.split("=", 1)[1]
+        elif a in _HYDRA_FLAGS_WITH_VALUE:
+            next(args, None)  # e.g. `--cfg job`: Hydra's own flags are not config overrides
+        elif a in _HYDRA_FLAGS:
+            continue
         else:
             overrides.append(a)
     if config_dir is None or name is None:
@@ -169,6 +377,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     agent = cfg.actor_rollout_ref.rollout.agent
     loop_path = Path(str(agent.agent_loop_config_path))
     registry: set[str] | None = None
+    ours: list[dict[str, Any]] = []  # registry entries of our agent loop (their reward keys are checked)
     if not loop_path.is_file():
         problems.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path: {loop_path} does not exist")
     else:
@@ -197,6 +406,8 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             )
         for entry in names.values():
             target = str(entry.get("_target_", ""))
+            if target.endswith(".ShoppingCompanionAgentLoop"):
+                ours.append(entry)
             mod, _, cls = target.rpartition(".")
             try:
                 getattr(importlib.import_module(mod), cls)
@@ -235,14 +446,9 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
                 raise TypeError(f"{rf.name} is not callable")
         except Exception as e:  # noqa: BLE001
             problems.append(f"reward.custom_reward_function: {path}:{rf.get('name')} ({type(e).__name__}: {e})")
-        rubric = (rf.get("reward_kwargs") or {}).get("rubric")
-        if rubric is not None:
-            from shopping_companion.rewards.rubric import load_rubric
+    from omegaconf import OmegaConf
 
-            try:
-                load_rubric(str(rubric))
-            except Exception as e:  # noqa: BLE001
-                problems.append(f"reward.custom_reward_function.reward_kwargs.rubric: {rubric!r} ({e})")
+    reward = check_reward(OmegaConf.to_container(rf) if OmegaConf.is_config(rf) else rf, ours, problems)
 
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
@@ -253,17 +459,22 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         except Exception as e:  # noqa: BLE001
             problems.append(
                 f"algorithm.adv_estimator: {est!r} is not registered ({e}); grpo_judged needs this "
-                "package installed in the environment (its verl.plugins entry point)"
+                "package installed in the environment (its verl.plugins entry point) or "
+                "VERL_USE_EXTERNAL_MODULES=shopping_companion.trainers.verl_plugin (what `grpo submit` sets)"
             )
 
-    n_train = _rows(cfg.data.train_files, "data.train_files", problems, registry)
-    n_val = _rows(cfg.data.val_files, "data.val_files", problems, registry)
+    seen: dict[str, set[str]] = {}
+    n_train = _rows(cfg.data.train_files, "data.train_files", problems, registry, seen)
+    n_val = _rows(cfg.data.val_files, "data.val_files", problems, registry, seen)
     bs = _int(cfg, "data.train_batch_size", problems, minimum=1)
     n = _int(cfg, "actor_rollout_ref.rollout.n", problems, minimum=1)
     mini = _int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size", problems, minimum=1)
     turns = _int(cfg, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns", problems, minimum=1)
     gpus = _int(cfg, "trainer.n_gpus_per_node", problems, minimum=1)
     nodes = _int(cfg, "trainer.nnodes", problems, minimum=1)
+    logger = cfg.trainer.get("logger")
+    wandb = check_wandb(OmegaConf.to_container(logger) if OmegaConf.is_config(logger) else logger, problems, notes)
+    ckpt = check_checkpoint_dir(cfg.trainer.get("default_local_dir"), nodes, notes)
     if bs and 0 < n_train < bs:
         problems.append(
             f"data.train_batch_size: {bs} prompts per step but data.train_files has {n_train} rows; verl's "
@@ -308,10 +519,16 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         "response_length": r.get("response_length"),
         "max_assistant_turns": turns,
         "adv_estimator": est,
-        "rubric": (rf.get("reward_kwargs") or {}).get("rubric"),
+        "rubric": reward["rubric"] if reward else None,
+        "reward": reward,
+        "checkpoint_dir": ckpt,
+        "nnodes": nodes,
+        "wandb": wandb,
         "lora_rank": cfg.actor_rollout_ref.model.get("lora_rank"),
         "gpus": gpus * nodes if gpus and nodes else None,
         "trainer": "v1" if cfg.trainer.get("use_v1") else "RayPPOTrainer",
+        "data_files": sorted(seen.get("files", ())),
+        "benchmarks": sorted(seen.get("benchmarks", ())),
         "notes": notes,
     }
     return problems, summary

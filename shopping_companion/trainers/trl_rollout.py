@@ -10,9 +10,12 @@ generated + observation tokens), ``env_mask`` (1 = generated, 0 = observation, T
 verl's ``response_mask``), ``logprobs`` (None: TRL recomputes them) and the reward breakdown per
 completion (``shopcomp_reward``), which TRL forwards to the reward functions.
 
-:func:`reward_functions` gives TRL reward functions: ``shopcomp_total`` (the rubric's Eq. 12 total,
-the one that trains) and one per logged component (``R_z``, ``R_tool``, ``R_fmt``, ``success``)
-to pass with ``reward_weights`` 0, so TRL logs ``rewards/<name>/mean`` for each. A trajectory whose
+:func:`reward_functions` gives TRL reward functions: ``shopcomp_total`` (the rubric's total, Eq. 12
+for ``paper``: the one that trains) and one per logged component — every member key of the
+rubric (custom reward functions included) plus ``R_z``, ``R_tool``, ``R_fmt``, ``success`` — to
+pass with ``reward_weights`` 0, so TRL logs ``rewards/<name>/mean`` for each. Give both
+functions the same rubric (the environment's, from one reward spec): the rollout scores every
+trajectory with it and the reward functions read the scored components. A trajectory whose
 judge failed gets ``None`` (TRL leaves it out of the group baseline) instead of 0. Judging and
 rewarding one trajectory have a per-sample deadline (``scoring_deadline_s``, default 60 s): a
 trajectory that misses it is not scored either (``None``), gets ``env_mask`` all 0 (no gradient),
@@ -37,7 +40,7 @@ from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_
 from shopping_companion.trainers.resources import DEFAULT_SCORING_DEADLINE_S, EnvResources, check_scoring_deadline
 from shopping_companion.trainers.reward import score_breakdown
 
-__all__ = ["make_rollout_func", "reward_functions", "trl_dataset_rows", "COMPONENTS"]
+__all__ = ["make_rollout_func", "reward_functions", "component_names", "trl_dataset_rows", "COMPONENTS"]
 
 COMPONENTS = ("R_z", "R_tool", "R_fmt", "success")
 
@@ -92,7 +95,10 @@ def make_rollout_func(
         max_tokens_per_turn: cap on one generation (the response budget is the trainer's
             ``max_completion_length``).
         sampling: ``temperature`` / ``top_p`` / ``top_k`` (default: the trainer's arguments).
-        rubric: re-weight the breakdown for the ``shopcomp_total`` reward (None: the environment's).
+        rubric: the rubric that scores the breakdown for the reward functions (a
+            :class:`~shopping_companion.rewards.rubric.Rubric` or a reward-spec reference; None:
+            the environment's own ``resources.reward_fn`` when it is a Rubric, else the
+            breakdown's total and the fixed :data:`COMPONENTS` only).
         scoring_deadline_s: wall-clock seconds all judge and reward calls of one trajectory may
             take together (> 0; None: no deadline). A trajectory that misses it is not scored.
 
@@ -100,6 +106,11 @@ def make_rollout_func(
     at once for a ``scoring_deadline_s`` that is not a finite number > 0 or None.
     """
     deadline = check_scoring_deadline(scoring_deadline_s)
+    if rubric is None:
+        from shopping_companion.rewards.rubric import Rubric
+
+        if isinstance(resources.reward_fn, Rubric):
+            rubric = resources.reward_fn
     by_prompt = {_key(r["prompt"]): r for r in rows}
 
     def rollout(prompts: list, trainer: Any) -> dict[str, list]:
@@ -192,21 +203,53 @@ def _log_unscored(trainer: Any, training: bool, eps: list[Any]) -> None:
 
 
 def _component(name: str) -> Callable[..., list[float | None]]:
+    key = "score" if name == "shopcomp_total" else name
+
     def fn(completions: list, shopcomp_reward: list[dict[str, Any]] | None = None, **kwargs: Any) -> list[float | None]:
         if shopcomp_reward is None:
             raise ValueError("shopcomp_reward missing: use make_rollout_func as the trainer's rollout_func")
-        key = "score" if name == "shopcomp_total" else name
-        return [None if r.get("judge_failed") else float(r["scored"][key]) for r in shopcomp_reward]
+        out: list[float | None] = []
+        for r in shopcomp_reward:
+            if r.get("judge_failed") or r.get("deadline_missed"):
+                out.append(None)
+                continue
+            if key not in r["scored"]:
+                raise ValueError(
+                    f"reward function {name!r}: the rollout's scored components have no {key!r} "
+                    f"(they have {sorted(r['scored'])}); give make_rollout_func and reward_functions the same rubric"
+                )
+            out.append(float(r["scored"][key]))
+        return out
 
     fn.__name__ = name
     return fn
 
 
-def reward_functions() -> tuple[list[Callable[..., list[float | None]]], list[float]]:
-    """``(reward_funcs, reward_weights)`` for ``GRPOTrainer`` / ``GRPOConfig``: the total with
-    weight 1 and :data:`COMPONENTS` with weight 0 (logged only). Every function returns ``None``
-    for an unscored trajectory (judge failed, scoring deadline missed), so TRL leaves it out of
-    its group's baseline."""
-    names = list(COMPONENTS)
+def component_names(rubric: Any = None) -> list[str]:
+    """The weight-0 reward functions' names for ``rubric`` (a Rubric, a
+    :class:`~shopping_companion.rewards.spec.RewardSpec` or any reward-spec reference; None: only
+    :data:`COMPONENTS`): the rubric's member keys in member order, then the :data:`COMPONENTS`
+    it lacks. Raises :class:`ConfigError` for a reference that does not load and ``ValueError``
+    for a member key that would clash with ``shopcomp_total``."""
+    keys: list[str] = []
+    if rubric is not None:
+        from shopping_companion.rewards.rubric import Rubric
+        from shopping_companion.rewards.spec import load_reward_spec
+
+        r = rubric if isinstance(rubric, Rubric) else load_reward_spec(rubric).build_rubric()
+        keys = [m.key for m in r.members]
+    if "shopcomp_total" in keys:
+        raise ValueError("a rubric member is keyed 'shopcomp_total', the name of the total reward; rename its key")
+    return keys + [c for c in COMPONENTS if c not in keys]
+
+
+def reward_functions(rubric: Any = None) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
+    """``(reward_funcs, reward_weights)`` for ``GRPOTrainer`` / ``GRPOConfig``: the total
+    (``shopcomp_total``) with weight 1, then :func:`component_names` of ``rubric`` (every member
+    key, custom ones included, and the fixed :data:`COMPONENTS`) with weight 0, logged by TRL as
+    ``rewards/<name>/mean``. ``rubric`` must be the one given to :func:`make_rollout_func` (or
+    the environment's, its default). Every function returns ``None`` for an unscored trajectory
+    (judge failed, scoring deadline missed), so TRL leaves it out of its group's baseline."""
+    names = component_names(rubric)
     funcs = [_component("shopcomp_total")] + [_component(c) for c in names]
     return funcs, [1.0] + [0.0] * len(names)

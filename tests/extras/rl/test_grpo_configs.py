@@ -52,8 +52,8 @@ def test_variants_compose_with_verl_and_hold_the_paper_settings(variant, rubric)
         ShoppingCompanionAgentLoopManager(OmegaConf.merge(cfg, {"trainer": {"use_v1": True}}), llm_client=None)
     rf = cfg.reward.custom_reward_function
     assert rf.path == "pkg://shopping_companion.trainers.reward" and rf.name == "compute_score"
-    assert rf.reward_kwargs.rubric == rubric
-    # verl loads our reward hook from that config, with the variant's rubric bound
+    assert rf.reward_kwargs.reward_config == rubric and "rubric" not in rf.reward_kwargs  # the one spec key
+    # verl loads our reward hook from that config, with the variant's reward spec bound
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     fn = get_custom_reward_fn(cfg)
@@ -61,3 +61,81 @@ def test_variants_compose_with_verl_and_hold_the_paper_settings(variant, rubric)
     assert fn(data_source="shopping_companion", solution_str="", ground_truth="{}", extra_info={"shopcomp_reward": br})[
         "score"
     ] == (3.0 if rubric == "paper" else 2.0)
+
+
+def test_the_reward_spec_json_round_trips_through_hydra_compose(tmp_path):
+    """`grpo launch --reward-config X` puts the spec's JSON into the one key both verl sides read;
+    composed by Hydra (as verl's main_ppo does) it reads back as the same spec, custom module and
+    python_path included, and verl's reward hook scores with it."""
+    from omegaconf import OmegaConf
+
+    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.trainers import launch, verl_agent_loop
+    from shopping_companion.trainers.launch import reward_config_override
+
+    assert launch.REWARD_CONFIG_KEY == verl_agent_loop.REWARD_CONFIG_KEY
+    (tmp_path / "plug ins").mkdir()  # a space in the path, quotes and a ${ in the source
+    (tmp_path / "plug ins" / "cfg_rt_plugin.py").write_text(
+        "from shopping_companion.rewards.rubric import Rubric\n"
+        "RUBRIC = Rubric([('outcome', 2.0), ('format', 1.0)], name=\"it's ${x}\")\n"
+    )
+    spec = load_reward_spec(
+        {
+            "rubric": "cfg_rt_plugin:RUBRIC",
+            "python_path": [str(tmp_path / "plug ins")],
+            "judge": {"kind": "llm", "model": "Qwen/Qwen3-32B", "base_url": "http://judge:8000/v1"},
+            "scoring_deadline_s": 90,
+            "source": "/cfg/it's ${weird}.yaml",
+        }
+    )
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="outcome_tool", overrides=[reward_config_override(spec)])
+    OmegaConf.resolve(cfg)
+    OmegaConf.resolve(cfg)  # verl resolves again in its workers: a `${` in the spec must not become an interpolation
+    value = OmegaConf.select(cfg, verl_agent_loop.REWARD_CONFIG_KEY)
+    assert isinstance(value, str) and load_reward_spec(value) == spec
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    br = {"total": 0.0, "components": {"R_z": 1.0, "R_tool": 1.0, "R_fmt": 0.5}}
+    out = get_custom_reward_fn(cfg)(
+        data_source="s", solution_str="", ground_truth="{}", extra_info={"shopcomp_reward": br}
+    )
+    assert out["score"] == 2.5  # 2 R_z + 1 R_fmt: the custom rubric, imported through its python_path
+
+
+def test_checkpoint_dir_follows_shopcomp_ckpt_dir(monkeypatch):
+    """grpo_common.yaml: trainer.default_local_dir = ${oc.env:SHOPCOMP_CKPT_DIR,checkpoints}/<project>/<experiment>."""
+    from omegaconf import OmegaConf
+
+    monkeypatch.delenv("SHOPCOMP_CKPT_DIR", raising=False)
+    cfg = _compose("outcome_only")
+    OmegaConf.resolve(cfg)
+    assert cfg.trainer.default_local_dir == "checkpoints/shopping_companion_grpo/outcome_only"  # verl's default
+    monkeypatch.setenv("SHOPCOMP_CKPT_DIR", "/shared/ckpt")
+    cfg = _compose("outcome_tool")
+    OmegaConf.resolve(cfg)
+    assert cfg.trainer.default_local_dir == "/shared/ckpt/shopping_companion_grpo/outcome_tool"
+
+
+def test_verl_use_external_modules_registers_grpo_judged_without_the_entry_point():
+    """A package shipped through Ray's py_modules has no entry point; `grpo submit` sets
+    VERL_USE_EXTERNAL_MODULES, which `import verl` imports in every process."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+        "try:\n    get_adv_estimator_fn('grpo_judged'); print('REGISTERED')\n"
+        "except Exception as e:\n    print('MISSING', type(e).__name__)\n"
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}
+    env.pop("VERL_USE_EXTERNAL_MODULES", None)
+    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "MISSING" in off.stdout, off.stdout + off.stderr[-2000:]  # entry points off: not registered
+    env["VERL_USE_EXTERNAL_MODULES"] = "shopping_companion.trainers.verl_plugin"
+    on = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "REGISTERED" in on.stdout, on.stdout + on.stderr[-2000:]

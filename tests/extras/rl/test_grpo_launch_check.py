@@ -92,7 +92,7 @@ def test_check_names_each_problem(tmp_path, tool_model_dir):
         [
             "algorithm.adv_estimator=not_an_estimator",
             "trainer.use_v1=true",
-            "reward.custom_reward_function.reward_kwargs.rubric=no_such_rubric",
+            "reward.custom_reward_function.reward_kwargs.reward_config=no_such_rubric",
         ],
     )
     problems, _ = check_launch(cmd)
@@ -103,7 +103,7 @@ def test_check_names_each_problem(tmp_path, tool_model_dir):
         "actor_rollout_ref.model.path",
         "algorithm.adv_estimator",
         "trainer.use_v1=true",
-        "rubric",
+        "reward.custom_reward_function.reward_kwargs.reward_config: 'no_such_rubric'",
     ):
         assert needle in text, (needle, text)
     problems, _ = check_launch(launch_command("gpu_smoke", str(tool_model_dir), tmp_path, ["data.no_such_key=1"]))
@@ -115,7 +115,8 @@ def test_check_names_each_problem(tmp_path, tool_model_dir):
     assert any(p.startswith("verl validate_config") for p in problems), problems
 
 
-def test_paper_configs_pass_and_a_batch_larger_than_the_data_is_refused(tmp_path, tool_model_dir):
+def test_paper_configs_pass_and_a_batch_larger_than_the_data_is_refused(tmp_path, tool_model_dir, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the paper configs log to wandb: online would need a key
     bench = _bench(tmp_path)
     from shopping_companion.trainers.rows import prepare_datasets
 
@@ -251,3 +252,68 @@ def test_hydra_values_round_trip_for_awkward_paths():
         value = parser.parse_override(f"data.train_files={hydra_value(path)}").value()
         cfg = OmegaConf.create({"data": {"train_files": value}})
         assert OmegaConf.to_container(cfg, resolve=True)["data"]["train_files"] == path, path
+
+
+def test_check_compares_the_scoring_rubric_with_the_agent_loops_and_reports_spec_wandb_and_checkpoints(
+    tmp_path, tool_model_dir, monkeypatch
+):
+    """The issue's case: `--check` passed while the scoring rubric (reward_kwargs.rubric) named a
+    component the agent loop's own rubric (agent_loop.yaml) does not compute."""
+    import yaml
+
+    from shopping_companion.trainers.rows import prepare_datasets
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("SHOPCOMP_CKPT_DIR", raising=False)
+    prepare_datasets(_bench(tmp_path), tmp_path / "data")
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "check_plugin_mod.py").write_text(
+        "from shopping_companion.rewards.rubric import Rubric, reward\n"
+        "@reward('brev_check', key='brev_check', needs=('trajectory',))\n"
+        "def brevity(ctx):\n    return 1.0 / (1 + len(ctx.trajectory.steps))\n"
+        "RUBRIC = Rubric([('outcome', 1.0), ('format', 1.0), (brevity, 0.5)], name='brev_check')\n"
+    )
+    spec = tmp_path / "reward.yaml"
+    spec.write_text("rubric: check_plugin_mod:RUBRIC\npython_path: [plugins]\n")
+    loops = yaml.safe_load((REPO / "configs" / "grpo" / "agent_loop.yaml").read_text())
+    loops[0]["rubric"] = "paper"  # the older per-side rubric keys
+    (tmp_path / "loops.yaml").write_text(yaml.safe_dump(loops))
+    older = [
+        "~reward.custom_reward_function.reward_kwargs.reward_config",
+        f"+reward.custom_reward_function.reward_kwargs.rubric={spec}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
+    ]
+    problems, _ = check_launch(
+        launch_command("outcome_tool", str(tool_model_dir), tmp_path / "data", [*older, "data.train_batch_size=8"])
+    )
+    assert len(problems) == 1, problems
+    assert "['brev_check']" in problems[0] and "does not compute" in problems[0] and "'paper'" in problems[0]
+    # one spec for both sides (what --reward-config gives): passes, and the summary shows it
+    from shopping_companion.rewards.spec import load_reward_spec
+
+    cmd = launch_command(
+        "outcome_tool",
+        str(tool_model_dir),
+        tmp_path / "data",
+        ["data.train_batch_size=8", "trainer.nnodes=2"],
+        reward_spec=load_reward_spec(str(spec)),
+    )
+    problems, summary = check_launch(cmd)
+    assert problems == [], problems
+    assert summary["rubric"] == "check_plugin_mod:RUBRIC" and summary["reward"]["judge"].startswith("rule")
+    assert summary["reward"]["components"] == ["R_z", "R_fmt", "brev_check", "success", "stage"]
+    assert (
+        summary["checkpoint_dir"] == "checkpoints/shopping_companion_grpo/outcome_tool"
+        and summary["wandb"] == "offline"
+    )
+    notes = "\n".join(summary["notes"])
+    assert "WANDB_MODE=offline" in notes and "trainer.nnodes=2 every node writes its checkpoint shards" in notes
+    # wandb online without a key is a problem; a shared checkpoint directory is no warning
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SHOPCOMP_CKPT_DIR", "/shared/ckpt")
+    problems, summary = check_launch(cmd)
+    assert len(problems) == 1 and problems[0].startswith("trainer.logger: has wandb"), problems
+    assert summary["checkpoint_dir"] == "/shared/ckpt/shopping_companion_grpo/outcome_tool"
+    assert not any("checkpoint" in n for n in summary["notes"])

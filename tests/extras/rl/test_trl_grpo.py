@@ -1,5 +1,7 @@
 """TRL 1.16.0 on CPU: two GRPO steps of the tiny tool-calling model through our environment
-(rollout_func) and rubric; the rubric's rewards must appear in the trainer's logged metrics."""
+(rollout_func) and rubric; the rubric's rewards must appear in the trainer's logged metrics.
+This is the library-level run (the pieces assembled by hand, as in a notebook); the same run
+through ``shopcomp grpo trl`` is tests/extras/rl/test_trl_command.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,535 @@
+"""``shopcomp grpo trl``: GRPO on one node (CPU or one GPU) with TRL's ``GRPOTrainer`` over our
+environment — the same tools, user simulator, judge and rubric as the verl path (docs/grpo.md,
+"One node / CPU: TRL").
+
+:class:`TrlGrpoConfig` is the run's config (YAML file < flags < ``--set``, read by
+:func:`~shopping_companion.config.load_model`); :func:`run_trl` runs it:
+
+1. the reward spec (``reward_config``) is loaded once; the environment's judge and rubric and
+   the trainer's rewards all come from it (it travels as its JSON inside the
+   :class:`~shopping_companion.trainers.resources.ResourceSpec`);
+2. the services (benchmark tasks and sessions, BM25 index, embedder) are built with
+   :func:`~shopping_companion.trainers.resources.build_resources`; the rows are the benchmark
+   split's (task, stage) rows of :func:`~shopping_companion.trainers.rows.build_rows`;
+3. ``GRPOTrainer`` runs with :func:`~shopping_companion.trainers.trl_rollout.make_rollout_func`
+   as ``rollout_func`` and :func:`~shopping_companion.trainers.trl_rollout.reward_functions`:
+   the rubric's total trains (weight 1); every rubric member (custom ones included) and ``R_z``,
+   ``R_tool``, ``R_fmt``, ``success`` are weight-0 rewards, so TRL logs ``rewards/<key>/mean``
+   for each (to the console, ``trainer_state.json``, TensorBoard or wandb);
+4. checkpoints go to ``<output_dir>/checkpoint-<step>`` every ``save_steps`` steps and at the
+   end; ``resume`` picks one up; ``<output_dir>/config.yaml`` holds the resolved config and
+   ``<output_dir>/summary.json`` the summary (steps, wall time, last logged components).
+
+Nothing here imports TRL, torch or transformers at module level: the config validates (and
+``shopcomp grpo trl --help`` works) in an environment without them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shopping_companion.errors import ConfigError, DataError
+
+__all__ = [
+    "TrlEnvSettings",
+    "TrlGrpoConfig",
+    "TrlLora",
+    "TrlRows",
+    "TrlTrainerSettings",
+    "find_checkpoint",
+    "require_trl",
+    "run_trl",
+]
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+#: GRPOConfig fields this config sets itself (``trainer.extra_args`` may not set them).
+_OWN_ARGS = frozenset(
+    {
+        "output_dir",
+        "max_steps",
+        "num_train_epochs",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "num_generations",
+        "learning_rate",
+        "max_completion_length",
+        "temperature",
+        "top_p",
+        "top_k",
+        "seed",
+        "logging_steps",
+        "save_steps",
+        "save_strategy",
+        "save_total_limit",
+        "report_to",
+        "bf16",
+        "use_cpu",
+        "beta",
+        "gradient_checkpointing",
+        "reward_weights",
+        "run_name",
+    }
+)
+
+
+class TrlRows(BaseModel):
+    """Which (task, stage) rows train (:func:`~shopping_companion.trainers.rows.build_rows`).
+
+    ``split``: the benchmark split (``train``; ``test`` only for debugging). ``stages``: the
+    stages to make rows for (paper: both). ``stage1``: who plays stage 1 of a stage-2 row
+    (``gold``: the gold preferences are handed over; ``policy``: the model plays both stages).
+    ``hint``: the user simulator's hint between the stages. ``limit``: only the first N tasks of
+    the split (>= 1; None: all)."""
+
+    model_config = _STRICT
+    split: Literal["train", "test"] = "train"
+    stages: list[int] = Field(default_factory=lambda: [1, 2])
+    stage1: Literal["gold", "policy"] = "gold"
+    hint: Literal["none", "low", "high"] = "none"
+    limit: int | None = Field(default=None, ge=1)
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, v: list[int]) -> list[int]:
+        if not v or any(s not in (1, 2) for s in v) or len(set(v)) != len(v):
+            raise ValueError(f"must be a non-empty list of distinct stages 1 and 2 (e.g. [1, 2]); got {v!r}")
+        return v
+
+
+class TrlTrainerSettings(BaseModel):
+    """The ``GRPOConfig`` settings (TRL 1.16; one process).
+
+    ``output_dir``: checkpoints, logs, ``config.yaml`` and ``summary.json``. Length of the run:
+    ``max_steps`` (>= 1; optimizer steps) or, when it is None, ``num_train_epochs`` (> 0).
+    Batch: ``per_device_train_batch_size`` completions per micro-batch, times
+    ``gradient_accumulation_steps`` per optimizer step; that product must be a multiple of
+    ``num_generations`` (>= 2, completions per prompt = the GRPO group). ``learning_rate`` (> 0).
+    ``max_completion_length``: token budget of one trajectory's response (generated plus
+    observation tokens). Sampling: ``temperature`` (> 0), ``top_p`` in (0, 1], ``top_k`` (0: off).
+    ``beta``: KL coefficient (0: no reference model, TRL's default). ``logging_steps`` /
+    ``save_steps``: every N optimizer steps (a checkpoint is also written at the end);
+    ``save_total_limit``: checkpoints kept (None: all). ``report_to``: ``tensorboard`` (event files
+    under ``<output_dir>/runs``), ``wandb`` (``WANDB_PROJECT`` / ``WANDB_MODE`` from the
+    environment) or ``none``; ``run_name`` names the run there. ``bf16``: bfloat16 mixed precision
+    (GPUs; the base model is then loaded in bfloat16). ``device``: ``auto`` (the GPU when there is
+    one), ``cpu`` or ``cuda``. ``gradient_checkpointing``: trade compute for memory.
+    ``extra_args``: any other ``GRPOConfig`` field by name (checked against TRL's fields at run
+    time; the fields above cannot be set here)."""
+
+    model_config = _STRICT
+    output_dir: str = "runs/grpo/trl"
+    max_steps: int | None = Field(default=None, ge=1)
+    num_train_epochs: float = Field(default=1.0, gt=0)
+    per_device_train_batch_size: int = Field(default=8, ge=1)
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    num_generations: int = Field(default=8, ge=2)
+    learning_rate: float = Field(default=1e-6, gt=0)
+    max_completion_length: int = Field(default=4096, ge=1)
+    temperature: float = Field(default=0.6, gt=0)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+    top_k: int = Field(default=20, ge=0)
+    beta: float = Field(default=0.0, ge=0)
+    seed: int = 0
+    logging_steps: int = Field(default=1, ge=1)
+    save_steps: int = Field(default=50, ge=1)
+    save_total_limit: int | None = Field(default=2, ge=1)
+    report_to: list[Literal["tensorboard", "wandb", "none"]] = Field(default_factory=lambda: ["tensorboard"])
+    run_name: str | None = None
+    bf16: bool = False
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    gradient_checkpointing: bool = False
+    extra_args: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _one_or_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("report_to")
+    @classmethod
+    def _none_alone(cls, v: list[str]) -> list[str]:
+        if "none" in v and len(v) > 1:
+            raise ValueError(f"'none' cannot be combined with other loggers; got {v!r}")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_own(cls, v: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted(set(v) & _OWN_ARGS)
+        if clash:
+            raise ValueError(f"{clash} are set by this config's own fields (trainer.<name>), not through extra_args")
+        return v
+
+    @model_validator(mode="after")
+    def _group_fits(self) -> TrlTrainerSettings:
+        per_step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if per_step % self.num_generations:
+            raise ValueError(
+                f"trainer.per_device_train_batch_size × trainer.gradient_accumulation_steps ({per_step}) must be a "
+                f"multiple of trainer.num_generations ({self.num_generations}): a prompt's group of completions is "
+                "generated together"
+            )
+        return self
+
+    def loggers(self) -> list[str]:
+        """``report_to`` as TRL wants it (``[]`` for ``none``)."""
+        return [x for x in self.report_to if x != "none"]
+
+
+class TrlEnvSettings(BaseModel):
+    """The environment of every trajectory. ``max_turns`` (>= 1): assistant turns per stage
+    (paper: 20; also shown in the prompts). ``max_tokens_per_turn`` (>= 1): cap on one generation.
+    ``scoring_deadline_s``: wall-clock seconds judging and rewarding one trajectory may take (a
+    miss: not scored, no gradient); ``spec`` (default) takes the reward spec's, a number > 0
+    overrides it, null: no deadline."""
+
+    model_config = _STRICT
+    max_turns: int = Field(default=20, ge=1)
+    max_tokens_per_turn: int = Field(default=512, ge=1)
+    scoring_deadline_s: Literal["spec"] | float | None = "spec"
+
+    @field_validator("scoring_deadline_s")
+    @classmethod
+    def _deadline(cls, v: Any) -> Any:
+        if v == "spec" or v is None:
+            return v
+        if isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"must be 'spec', a finite number of seconds > 0, or null for no deadline; got {v!r}")
+        return float(v)
+
+
+class TrlLora(BaseModel):
+    """LoRA adapters (peft) instead of full fine-tuning: ``rank`` (>= 1), ``alpha`` (> 0, the
+    scale is alpha / rank), ``dropout`` in [0, 1), ``target_modules`` (module names of the model,
+    e.g. ``q_proj``; at least one)."""
+
+    model_config = _STRICT
+    rank: int = Field(default=64, ge=1)
+    alpha: float = Field(default=128.0, gt=0)
+    dropout: float = Field(default=0.05, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
+
+
+class TrlGrpoConfig(BaseModel):
+    """One TRL GRPO run (``shopcomp grpo trl --config X.yaml``; configs/grpo/trl_*.yaml).
+
+    ``model``: a local model directory or a hub id (offline runs need it cached). ``bench``: a
+    benchmark directory written by ``shopcomp synth``. ``data_dir`` / ``index_dir``: the catalog
+    data directory and the BM25 index directory (defaults as in ``shopcomp eval``; the index is
+    built on first use). ``reward_config``: the reward spec (docs/rewards.md: ``paper``,
+    ``outcome_only``, a spec or rubric YAML file, ``package.module:attr``, or an inline mapping),
+    used by the environment and the trainer alike. ``rows``, ``trainer``, ``env``: see
+    :class:`TrlRows`, :class:`TrlTrainerSettings`, :class:`TrlEnvSettings`. ``lora``: null (full
+    fine-tuning) or :class:`TrlLora`. ``resume``: ``auto`` (continue from the latest
+    ``checkpoint-N`` in ``trainer.output_dir`` when there is one, else start), ``true`` (the latest
+    checkpoint, which must exist), ``false`` (start from the model), or a checkpoint directory.
+    Relative paths are relative to the working directory."""
+
+    model_config = _STRICT
+    model: str
+    bench: str
+    data_dir: str | None = None
+    index_dir: str | None = None
+    reward_config: str | dict[str, Any] = "paper"
+    rows: TrlRows = TrlRows()
+    trainer: TrlTrainerSettings = TrlTrainerSettings()
+    env: TrlEnvSettings = TrlEnvSettings()
+    lora: TrlLora | None = None
+    resume: bool | str = "auto"
+
+    @field_validator("model", "bench")
+    @classmethod
+    def _given(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @field_validator("resume")
+    @classmethod
+    def _resume(cls, v: bool | str) -> bool | str:
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("must be 'auto', true, false or a checkpoint directory; got ''")
+        return v
+
+
+def require_trl() -> None:
+    """Raise :class:`ConfigError` unless TRL, datasets, transformers and torch import here."""
+    import importlib.util
+
+    missing = [m for m in ("trl", "datasets", "transformers", "torch") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"shopcomp grpo trl needs {', '.join(missing)} (TRL 1.16), which this Python does not have; run it from "
+            "the RL environment: scripts/install_rl.sh builds .venv-rl, then `.venv-rl/bin/shopcomp grpo trl ...`"
+        )
+
+
+def find_checkpoint(output_dir: str | Path, resume: bool | str) -> Path | None:
+    """The checkpoint to resume from, per ``resume`` (:class:`TrlGrpoConfig`): None to start
+    afresh. Raises :class:`ConfigError` for ``resume: true`` without a checkpoint in
+    ``output_dir`` and for a checkpoint directory without ``trainer_state.json``."""
+    out = Path(output_dir)
+    if resume is False:
+        return None
+    if isinstance(resume, str) and resume != "auto":
+        p = Path(resume).expanduser()
+        if not (p / "trainer_state.json").is_file():
+            raise ConfigError(f"resume: {p} is not a trainer checkpoint (no trainer_state.json in it)")
+        return p
+    found = []
+    if out.is_dir():
+        for d in out.iterdir():
+            name = d.name
+            if d.is_dir() and name.startswith("checkpoint-") and name[11:].isdigit():
+                if (d / "trainer_state.json").is_file():
+                    found.append((int(name[11:]), d))
+    if found:
+        return max(found)[1]
+    if resume is True:
+        raise ConfigError(
+            f"resume: true but {out} holds no checkpoint-N directory; use resume: auto or false to start a new run"
+        )
+    return None
+
+
+def _console() -> Any:
+    from shopping_companion.cli.common import console
+
+    return console
+
+
+def _logged(entry: dict[str, Any]) -> dict[str, float]:
+    keep = ("loss", "reward", "reward_std", "learning_rate", "grad_norm", "kl")
+    out = {}
+    for k, v in entry.items():
+        if (k in keep or k.startswith(("rewards/", "shopcomp/"))) and isinstance(v, (int, float)):
+            out[k] = float(v)
+    return out
+
+
+def _callback(console: Any, logs: list[dict[str, Any]], reward_names: list[str]) -> Any:
+    from transformers import TrainerCallback
+
+    class _Print(TrainerCallback):
+        """Prints each training log line (step, loss, every reward component) and keeps it."""
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            entry = logs
+            if not entry or "rewards/shopcomp_total/mean" not in entry:
+                return
+            rec = {"step": int(state.global_step), **_logged(entry)}
+            kept.append(rec)
+            parts = [f"step {state.global_step}/{state.max_steps}"]
+            for k in ("loss", "reward"):
+                if k in rec:
+                    parts.append(f"{k} {rec[k]:.4g}")
+            for n in reward_names[1:]:
+                v = rec.get(f"rewards/{n}/mean")
+                if v is not None:
+                    parts.append(f"{n} {v:.4g}")
+            if "shopcomp/unscored" in rec:
+                parts.append(f"unscored {rec['shopcomp/unscored']:.2f}")
+            console.print("  ".join(parts), soft_wrap=True, markup=False)
+
+    kept = logs
+    return _Print()
+
+
+def _load_model(cfg: TrlGrpoConfig) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if cfg.trainer.bf16 else torch.float32
+    try:
+        tok = AutoTokenizer.from_pretrained(cfg.model)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"model: {cfg.model!r} cannot be loaded as a causal LM with its tokenizer ({' '.join(str(e).split())[:300]})"
+        ) from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def _use_cpu(device: str) -> bool:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device: 'cuda' but torch sees no GPU here (use 'cpu' or 'auto')")
+    return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+
+
+def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
+    """Run the GRPO training ``cfg`` describes (module docstring) and return its summary.
+
+    Summary keys: ``steps`` (the trainer's global step at the end), ``resumed_from`` (checkpoint
+    path or None), ``wall_s`` (seconds of ``trainer.train``), ``setup_s`` (seconds loading the
+    services, rows and model), ``logged`` (this invocation's log entries: step, loss, ``reward``
+    and every ``rewards/<name>/mean``), ``last`` (the last of them), ``reward_functions`` (the
+    names logged), ``checkpoints`` (checkpoint directories in ``output_dir``), ``rows`` / ``tasks``
+    (dataset size), ``output_dir``, ``reward_spec`` (the spec's identity). Also written to
+    ``<output_dir>/summary.json``.
+
+    Raises :class:`ConfigError` (TRL missing, a model that does not load, a bad reward spec,
+    resume without a checkpoint, an unknown ``extra_args`` field, no GPU for ``device: cuda``) and
+    :class:`DataError` / :class:`BenchmarkMissingError` (no tasks in the split, rows that share a
+    prompt, a benchmark directory that is not one)."""
+    from shopping_companion.config import dump_yaml
+    from shopping_companion.rewards.spec import load_reward_spec
+
+    console = console or _console()
+    require_trl()
+    spec = load_reward_spec(cfg.reward_config)
+    spec.build_rubric()  # a rubric that does not import fails here, before anything loads
+    out = Path(cfg.trainer.output_dir)
+    ckpt = find_checkpoint(out, cfg.resume)
+    deadline = spec.scoring_deadline_s if cfg.env.scoring_deadline_s == "spec" else cfg.env.scoring_deadline_s
+
+    from trl import GRPOConfig
+
+    grpo_fields = set(GRPOConfig.__dataclass_fields__)
+    unknown = sorted(set(cfg.trainer.extra_args) - grpo_fields)
+    if unknown:
+        raise ConfigError(f"trainer.extra_args: {unknown} are not GRPOConfig fields of the installed TRL")
+    use_cpu = _use_cpu(cfg.trainer.device)
+
+    out.mkdir(parents=True, exist_ok=True)
+    dump_yaml(
+        cfg,
+        out / "config.yaml",
+        header=f"shopcomp grpo trl: the resolved config (reward spec: {json.dumps(spec.identity(), sort_keys=True)})",
+    )
+
+    t0 = time.perf_counter()
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from shopping_companion.trainers.resources import ResourceSpec, build_resources
+    from shopping_companion.trainers.rows import build_rows
+    from shopping_companion.trainers.trl_rollout import make_rollout_func, reward_functions, trl_dataset_rows
+
+    bench = str(Path(cfg.bench).expanduser().resolve())
+    console.print(f"loading the benchmark, index and embedder ({bench})", soft_wrap=True, markup=False)
+    resources = build_resources(
+        ResourceSpec(benchmark=bench, data_dir=cfg.data_dir, index_dir=cfg.index_dir, reward_config=spec.to_json())
+    )
+    tasks = [t for t in resources.tasks.values() if t.split == cfg.rows.split][: cfg.rows.limit]
+    if not tasks:
+        raise DataError(f"rows.split: the benchmark {bench} has no {cfg.rows.split!r} tasks")
+    try:
+        rows = trl_dataset_rows(
+            build_rows(
+                tasks,
+                benchmark=bench,
+                stages=cfg.rows.stages,
+                stage1=cfg.rows.stage1,
+                hint=cfg.rows.hint,
+                max_turns=cfg.env.max_turns,
+            )
+        )
+    except ValueError as e:
+        if isinstance(e, (ConfigError, DataError)):
+            raise
+        raise DataError(f"rows: {e}") from None
+    rubric = resources.reward_fn  # the spec's rubric, the one the environment scores with
+    funcs, weights = reward_functions(rubric)
+    names = [f.__name__ for f in funcs]
+    t = cfg.trainer
+    args = GRPOConfig(
+        output_dir=str(out),
+        max_steps=t.max_steps if t.max_steps is not None else -1,
+        num_train_epochs=t.num_train_epochs,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_generations=t.num_generations,
+        learning_rate=t.learning_rate,
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
+        top_p=t.top_p,
+        top_k=t.top_k,
+        beta=t.beta,
+        seed=t.seed,
+        logging_steps=t.logging_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        report_to=t.loggers(),
+        run_name=t.run_name,
+        bf16=t.bf16,
+        use_cpu=use_cpu,
+        gradient_checkpointing=t.gradient_checkpointing,
+        reward_weights=weights,
+        **t.extra_args,
+    )
+    model, tok = _load_model(cfg)
+    peft_config = None
+    if cfg.lora is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.lora.rank,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=list(cfg.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
+    logs: list[dict[str, Any]] = []
+    try:
+        trainer = GRPOTrainer(
+            model=model,
+            processing_class=tok,
+            reward_funcs=funcs,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            peft_config=peft_config,
+            callbacks=[_callback(console, logs, names)],
+            rollout_func=make_rollout_func(
+                resources,
+                rows,
+                max_turns=cfg.env.max_turns,
+                max_tokens_per_turn=cfg.env.max_tokens_per_turn,
+                rubric=rubric,
+                scoring_deadline_s=deadline,
+            ),
+        )
+    except ValueError as e:  # peft: target modules not in the model, and the like
+        raise ConfigError(f"the trainer refused the config: {' '.join(str(e).split())[:400]}") from None
+    setup_s = time.perf_counter() - t0
+    console.print(
+        f"GRPO with TRL: {len(rows)} rows of {len(tasks)} {cfg.rows.split} tasks, "
+        f"{t.num_generations} completions per prompt, {'CPU' if use_cpu else 'GPU'}"
+        + (f", LoRA rank {cfg.lora.rank}" if cfg.lora else ", full fine-tuning")
+        + (f"; resuming from {ckpt}" if ckpt else ""),
+        soft_wrap=True,
+        markup=False,
+    )
+    t1 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+    wall = time.perf_counter() - t1
+    checkpoints = sorted(
+        (str(d) for d in out.glob("checkpoint-*") if d.is_dir()), key=lambda s: int(s.rsplit("-", 1)[-1])
+    )
+    summary = {
+        "steps": int(trainer.state.global_step),
+        "resumed_from": str(ckpt) if ckpt else None,
+        "wall_s": round(wall, 2),
+        "setup_s": round(setup_s, 2),
+        "logged": logs,
+        "last": logs[-1] if logs else {},
+        "reward_functions": names,
+        "checkpoints": checkpoints,
+        "tasks": len(tasks),
+        "rows": len(rows),
+        "output_dir": str(out),
+        "reward_spec": spec.identity(),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return summary
