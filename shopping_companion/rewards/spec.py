@@ -179,8 +179,9 @@ class RewardSpec(BaseModel):
         try:
             return load_rubric(self.rubric, resources=resources)
         except ConfigError as e:
-            where = f" (reward spec {self.source})" if self.source else ""
-            raise ConfigError(f"rubric{where}: {e}") from None
+            if not self.source:
+                raise
+            raise ConfigError(f"reward spec {self.source}: {e}") from None
 
     def component_keys(self) -> list[str]:
         """The component names every trajectory's breakdown carries under this rubric: each
