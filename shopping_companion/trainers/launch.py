@@ -36,8 +36,7 @@ __all__ = [
 #: configs/grpo/<name>.yaml a launch can use: the paper's two variants and the one-GPU smoke run
 VARIANTS = ("outcome_tool", "outcome_only", "gpu_smoke")
 _REPO = Path(__file__).resolve().parents[2]
-#: the one Hydra key both verl sides read the reward spec from (the agent loop and compute_score;
-#: the same string as ``verl_agent_loop.REWARD_CONFIG_KEY``, which imports verl)
+#: the one Hydra key both verl sides read the reward spec from (the agent loop and compute_score)
 REWARD_CONFIG_KEY = "reward.custom_reward_function.reward_kwargs.reward_config"
 #: the resolved reward spec ``grpo prepare --reward-config`` records in the rows directory
 #: (:meth:`RewardSpec.to_json`), with a readable YAML copy next to it (``reward_config.yaml``)

@@ -58,6 +58,7 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopManager, AgentLoopMetrics, AgentLoopOutput
 
 from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
+from shopping_companion.trainers.launch import REWARD_CONFIG_KEY  # noqa: F401 - re-exported: the one key
 from shopping_companion.trainers.resources import (
     EnvResources,
     ResourceSpec,
@@ -187,10 +188,6 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             metrics=AgentLoopMetrics(generate_sequences=ep.generate_s, tool_calls=ep.env_s),
             extra_fields={**ep.extra_fields(), **({"shopcomp_messages": ep.messages} if self.record_messages else {})},
         )
-
-
-#: where both verl sides read the reward spec: compute_score's keyword argument, and the agent loop
-REWARD_CONFIG_KEY = "reward.custom_reward_function.reward_kwargs.reward_config"
 
 
 def _reward_config(trainer_config: Any, rubric: Optional[str]) -> Optional[str]:
