@@ -249,6 +249,15 @@ class EpisodeConfig(BaseModel):
         parse_strategies(",".join(v))  # raises ConfigError naming the allowed values
         return v
 
+    @field_validator("rubric")
+    @classmethod
+    def _reward_spec_loads(cls, v: str) -> str:
+        """The reward spec must load (a missing file or a bad spec is refused naming ``rubric``)."""
+        from shopping_companion.rewards.spec import load_reward_spec
+
+        load_reward_spec(v)
+        return v
+
     @model_validator(mode="after")
     def _judge_of_reward_spec(self) -> "EpisodeConfig":
         """A reward-spec file given as ``rubric`` (``--reward-config``) that names a judge sets

@@ -359,7 +359,7 @@ def load_reward_spec(value: Any = None) -> RewardSpec:
     path = Path(text).expanduser()
     if path.is_file() or text.endswith((".yaml", ".yml")):
         if not path.is_file():
-            raise ConfigError(f"reward config: {text} does not exist")
+            raise ConfigError(f"config file '{text}' does not exist")
         from shopping_companion.config import load_yaml
 
         data = load_yaml(path)

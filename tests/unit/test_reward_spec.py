@@ -80,7 +80,7 @@ def test_plain_rubric_file_is_a_spec(tmp_path):
     ("value", "needle"),
     [
         ("no_such_rubric", "not a built-in rubric"),
-        ("missing.yaml", "does not exist"),
+        ("missing.yaml", "config file .missing.yaml. does not exist"),
         ("{not json", "not valid JSON"),
         ({"rubric": "paper", "judge": {"kind": "llm"}}, "judge.model is required"),
         ({"rubric": "paper", "judge": {"kind": "llm", "model": "m", "base_url": "ftp://x"}}, "http://"),
