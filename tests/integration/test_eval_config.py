@@ -121,7 +121,10 @@ def test_config_file_resume_and_identity(bench, bench_dir, catalog_index_dir, tm
         (["--simulator", "llm"], "simulator (--simulator): simulator 'llm': cannot construct"),
         (["--base-url", "not-a-url"], "backend.base_url (--base-url): must be an http:// or https:// URL"),
         (["--set", "env.mode=oracle"], "mode is set by strategies (--strategies)"),
-        (["--rubric", "/nonexistent/rubric.yaml"], "rubric (--reward-config): config file '/nonexistent/rubric.yaml' does not exist"),
+        (
+            ["--rubric", "/nonexistent/rubric.yaml"],
+            "rubric (--reward-config): config file '/nonexistent/rubric.yaml' does not exist",
+        ),
     ],
 )
 def test_bad_config_exits_2_naming_the_field(tmp_path, args, msg):
