@@ -148,15 +148,26 @@ def _tokens(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: Texts up to this many characters have their tokens cached in the short-text cache.
+SHORT_TEXT_CHARS = 512
+#: Longer texts up to this many characters (a tool observation, a needle session) have their tokens
+#: cached in a small cache; longer ones are tokenised every time. The bound keeps the memory of a
+#: long-running process (a GRPO rollout worker, ``shopcomp view`` classifying thousands of long
+#: trajectories) at about 256 x 32k characters' tokens (~100 MB) at worst; it was 8,192 texts of any
+#: length, which grew past 2 GB on long trajectories.
+LONG_TEXT_CHARS = 32_768
+
 _tokens_short = lru_cache(maxsize=262144)(_tokens)
-_tokens_long = lru_cache(maxsize=8192)(_tokens)
+_tokens_long = lru_cache(maxsize=256)(_tokens)
 
 
 def tokens(text: str | None) -> tuple[str, ...]:
     """Normalised tokens of ``text`` in order (module docstring); ``()`` for None or empty."""
     if not text:
         return ()
-    return _tokens_short(text) if len(text) <= 512 else _tokens_long(text)
+    if len(text) <= SHORT_TEXT_CHARS:
+        return _tokens_short(text)
+    return _tokens_long(text) if len(text) <= LONG_TEXT_CHARS else _tokens(text)
 
 
 @lru_cache(maxsize=262144)
@@ -168,7 +179,7 @@ def phrase(text: str | None) -> str:
     """The normalised tokens joined by single spaces (``"Lace-Ups"`` → ``"lace up"``)."""
     if not text:
         return ""
-    return _phrase_short(text) if len(text) <= 512 else " ".join(tokens(text))
+    return _phrase_short(text) if len(text) <= SHORT_TEXT_CHARS else " ".join(tokens(text))
 
 
 @lru_cache(maxsize=131072)
@@ -176,7 +187,7 @@ def _padded_short(text: str) -> str:
     return f" {phrase(text)} "
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _padded_long(text: str) -> str:
     return f" {phrase(text)} "
 
@@ -186,7 +197,9 @@ def padded(text: str | None) -> str:
     containment is a substring test (``padded(a).strip() and padded(a) in padded(b)``)."""
     if not text:
         return "  "
-    return _padded_short(text) if len(text) <= 512 else _padded_long(text)
+    if len(text) <= SHORT_TEXT_CHARS:
+        return _padded_short(text)
+    return _padded_long(text) if len(text) <= LONG_TEXT_CHARS else f" {phrase(text)} "
 
 
 @lru_cache(maxsize=131072)
