@@ -1,0 +1,762 @@
+"""The web app of ``shopcomp view``: server-rendered, read-only pages over a :class:`RunCatalog`
+(docs/viewer.md).
+
+Routes (GET and HEAD only; any other method answers 405):
+
+``/``
+    every run the catalog found (a sortable table of its summary).
+``/runs/{run_id}/episodes``
+    one run's episodes, one row each, filtered and paged on the server. Query parameters:
+    ``failed`` (0/1), ``task_type``, ``taxonomy``, ``strategy`` (one of the run's values, see
+    :meth:`RunIndex.facets`), ``status`` (a line status, :data:`STATUSES`), ``q`` (substring of the instruction or task id), ``sort`` (a column,
+    see :data:`SORT_KEYS`), ``desc`` (0/1), ``page`` (>= 1), ``per_page`` (1..500, default 50).
+``/runs/{run_id}/episodes/{line}``
+    one episode (``line``: its 1-based line in the results file): a summary strip, then the
+    instruction, gold preferences, every stage's timeline, verdict and reward, the simulator.
+``/runs/{run_id}/episodes/{line}/raw``
+    the episode's line as plain text (the stored JSON, or the raw bytes of an unreadable line).
+``/runs/{run_id}/episodes/{line}/content?stage=S&turn=T&call=C``
+    the full content of one tool result as plain text (pages carry at most :data:`RESULT_CAP`
+    characters of it).
+``/compare?a=RUN&b=RUN``
+    two runs: per-task success transitions and metric deltas with 95 % bootstrap CIs.
+``/compare/episode?a=RUN&la=LINE&b=RUN&lb=LINE``
+    two episodes side by side.
+``/api/runs/{run_id}/rows?after=LINE``
+    JSON ``{"run_id", "live", "summary", "rows": [EpisodeRow...], "more"}`` of the rows after line
+    ``LINE`` (at most :data:`API_ROWS` of them), for live refresh.
+``/static/{file}``
+    the package's stylesheet and script; ``/healthz``: ``{"ok": true}``.
+
+Run ids come only from the catalog (:meth:`RunCatalog.get`): a URL naming anything else, a
+traversal (``..``) or an absolute path is a 404, never a file read. Unknown runs and lines answer a
+404 page; a bad query value a 400 page naming the parameter and its allowed values. Every template
+autoescapes; data reaches the script only through ``<script type="application/json">`` blocks
+(Jinja's ``tojson``: ``<``, ``>``, ``&`` and quotes escaped). Every response carries a
+Content-Security-Policy without inline script, ``X-Content-Type-Options: nosniff`` and
+``Referrer-Policy: no-referrer``. A section of a page that fails to render (malformed data) shows
+an error box in place; the rest of the page renders. Only a failure outside any section (a bug)
+answers 500, with the error named on the page and the traceback on stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from shopping_companion.viewer.store import MAX_LIMIT, SORT_FIELDS, EpisodeView, RunCatalog, RunIndex, compare
+
+__all__ = [
+    "API_ROWS",
+    "BundleLinks",
+    "CSP",
+    "Clipper",
+    "Pages",
+    "RESULT_CAP",
+    "STATIC_DIR",
+    "SORT_KEYS",
+    "ServerLinks",
+    "TEMPLATES_DIR",
+    "create_app",
+]
+
+log = logging.getLogger(__name__)
+
+TEMPLATES_DIR = Path(__file__).with_name("templates")
+STATIC_DIR = Path(__file__).with_name("static")
+
+#: Characters of one text (tool result, arguments, assistant text, think text) a page carries;
+#: the rest is cut and the page says how much (with a link to the full text on the server).
+RESULT_CAP = 20_000
+#: Characters of long text one page carries in all; past it every further text is capped at
+#: :data:`SMALL_CAP`, so an episode of many huge tool results still gives a page of bounded size.
+PAGE_BUDGET = 1_000_000
+SMALL_CAP = 1_000
+#: Rows one ``/api/runs/.../rows`` answer carries at most (``"more": true`` when there are more).
+API_ROWS = 1000
+#: ``per_page`` values allowed on the episodes page (the store's page size limit).
+PER_PAGE_MAX = MAX_LIMIT
+#: Sort columns of the episodes page (``sort=``): the store's.
+SORT_KEYS = SORT_FIELDS
+#: Line statuses the episodes page can filter by (``status=``).
+STATUSES = ("ok", "error", "unreadable", "foreign", "torn", "superseded")
+#: Marks of returned ids, in legend order, with the legend's words.
+MARKS = (
+    ("needle", "needle session (holds a gold preference)"),
+    ("non_needle", "other session"),
+    ("reference", "reference product"),
+    ("alternative", "valid alternative"),
+    ("other", "other product"),
+    ("unknown", "not classified (the benchmark was not found)"),
+)
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+    "base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+
+_BOOLS = {"": False, "0": False, "false": False, "no": False, "off": False, "1": True, "true": True, "yes": True}
+_BOOLS["on"] = True
+
+# C0 controls (but tab, newline, carriage return) and DEL become their visible Unicode pictures.
+_CONTROLS = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)}
+_CONTROLS[0x7F] = 0x2421
+
+
+class BadParam(ValueError):
+    """A query parameter has a value the page cannot use; ``name`` is the parameter, ``allowed``
+    a human-readable list of what it accepts."""
+
+    def __init__(self, name: str, value: str, allowed: str) -> None:
+        super().__init__(f"query parameter {name!r}: {value!r} is not allowed; allowed: {allowed}")
+        self.name = name
+        self.value = value
+        self.allowed = allowed
+
+
+class NotFound(KeyError):
+    """The URL names a run, line or call that does not exist; ``what`` says which."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+# --------------------------------------------------------------------------- links
+
+
+def _q(run_id: str) -> str:
+    return quote(run_id, safe="/")
+
+
+class ServerLinks:
+    """The URLs of the server's pages (absolute paths on the same host)."""
+
+    bundle = False
+
+    def runs(self) -> str:
+        return "/"
+
+    def episodes(self, run_id: str, **params: Any) -> str:
+        query = {k: v for k, v in params.items() if v not in (None, "", False)}
+        return f"/runs/{_q(run_id)}/episodes" + (f"?{urlencode(query)}" if query else "")
+
+    def episode(self, run_id: str, line: int) -> str:
+        return f"/runs/{_q(run_id)}/episodes/{int(line)}"
+
+    def raw(self, run_id: str, line: int) -> str | None:
+        return f"/runs/{_q(run_id)}/episodes/{int(line)}/raw"
+
+    def content(self, run_id: str, line: int, stage: int, turn: int, call: int) -> str | None:
+        query = urlencode({"stage": stage, "turn": turn, "call": call})
+        return f"/runs/{_q(run_id)}/episodes/{int(line)}/content?{query}"
+
+    def compare(self, a: str | None = None, b: str | None = None) -> str | None:
+        query = {k: v for k, v in (("a", a), ("b", b)) if v}
+        return "/compare" + (f"?{urlencode(query)}" if query else "")
+
+    def compare_episode(self, a: str, la: int, b: str, lb: int) -> str | None:
+        return "/compare/episode?" + urlencode({"a": a, "la": la, "b": b, "lb": lb})
+
+    def static(self, name: str) -> str:
+        return f"/static/{name}"
+
+    def rows_api(self, run_id: str) -> str | None:
+        return f"/api/runs/{_q(run_id)}/rows"
+
+
+class BundleLinks:
+    """The links of a static export (relative file names; no server): ``prefix`` leads from the
+    page's folder to the bundle's root (``""`` for index.html, ``"../"`` for an episode page).
+    Links with no file in a bundle (raw lines, compare, the runs list) are ``None``; the pages
+    then show plain text instead."""
+
+    bundle = True
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+
+    def runs(self) -> str | None:
+        return None
+
+    def episodes(self, run_id: str, **params: Any) -> str:
+        return f"{self.prefix}index.html"
+
+    def episode(self, run_id: str, line: int) -> str:
+        return f"{self.prefix}episodes/{int(line)}.html"
+
+    def raw(self, run_id: str, line: int) -> str | None:
+        return None
+
+    def content(self, run_id: str, line: int, stage: int, turn: int, call: int) -> str | None:
+        return None
+
+    def compare(self, a: str | None = None, b: str | None = None) -> str | None:
+        return None
+
+    def compare_episode(self, a: str, la: int, b: str, lb: int) -> str | None:
+        return None
+
+    def static(self, name: str) -> str:
+        return f"{self.prefix}static/{name}"
+
+    def rows_api(self, run_id: str) -> str | None:
+        return None
+
+
+# --------------------------------------------------------------------------- text
+
+
+def visible(text: Any) -> str:
+    """``text`` as a string with C0 control characters (but tab and newlines) and DEL replaced by
+    their Unicode control pictures (U+2400...), so they show instead of corrupting the page."""
+    return str(text).translate(_CONTROLS)
+
+
+@dataclasses.dataclass
+class Clip:
+    """A text as a page shows it: ``text`` (at most the cap), ``total`` characters of the whole,
+    ``cut`` characters left out (0 when whole); ``pretty``: ``text`` is re-indented JSON."""
+
+    text: str
+    total: int
+    cut: int
+    pretty: bool = False
+
+    @property
+    def long(self) -> bool:
+        """More than 1,500 characters shown (the page folds it)."""
+        return len(self.text) > 1500
+
+    @property
+    def preview(self) -> str:
+        """The first 8 lines, at most 400 characters (shown under a folded text)."""
+        return "\n".join(self.text[:400].split("\n")[:8])
+
+
+class Clipper:
+    """Cuts the texts of one page: each at most ``cap`` characters while the page's ``budget``
+    lasts, then at most ``small`` (the page's total stays bounded whatever the trajectory holds)."""
+
+    def __init__(self, cap: int = RESULT_CAP, budget: int = PAGE_BUDGET, small: int = SMALL_CAP) -> None:
+        self.cap = cap
+        self.budget = budget
+        self.small = small
+
+    def clip(self, text: Any, *, as_json: bool = False) -> Clip:
+        """``text`` (a string, or any JSON-able value when ``as_json``) cut to the current cap.
+        ``as_json``: a value, or a string that parses as JSON (up to 1 MB), is shown indented."""
+        if text is None:
+            return Clip("", 0, 0)
+        pretty = False
+        if as_json:
+            value: Any = text
+            if isinstance(text, str):
+                value = None
+                if len(text) <= 1_000_000 and text[:1] in "{[":
+                    try:
+                        value = json.loads(text)
+                    except ValueError:
+                        value = None
+            if value is not None or not isinstance(text, str):
+                try:
+                    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+                    pretty = True
+                except (TypeError, ValueError):
+                    text = str(text)
+        s = str(text)
+        cap = self.cap if self.budget > 0 else self.small
+        shown = s[:cap]
+        self.budget -= len(shown)
+        return Clip(visible(shown), len(s), len(s) - len(shown), pretty)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_num(x: Any, digits: int = 3) -> str:
+    """A number for a table cell: ints as they are, floats with ``digits`` decimals, None/NaN "–"."""
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return "–"
+        return f"{x:.{digits}f}"
+    return visible(x)
+
+
+def fmt_pct(x: Any) -> str:
+    """A share in [0, 1] as a percentage with one decimal ("–" for None)."""
+    if x is None or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "–"
+    return f"{100 * x:.1f}%"
+
+
+def sort_value(x: Any) -> str:
+    """The ``data-v`` attribute of a sortable cell: numbers as text, booleans 1/0, None empty."""
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return "1" if x else "0"
+    if isinstance(x, float) and not math.isfinite(x):
+        return ""
+    return str(x)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` (dataclasses, pydantic models, containers, scalars) as plain JSON data; NaN and
+    infinities become None (JSON has no such numbers)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump"):
+        return jsonable(value.model_dump(mode="json"))
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+def row_json(row: Any, instruction_chars: int = 300) -> dict[str, Any]:
+    """An :class:`EpisodeRow` as the JSON the script renders (instruction cut to
+    ``instruction_chars`` characters, problem to 300)."""
+    d = jsonable(row)
+    for key, n in (("instruction", instruction_chars), ("problem", 300)):
+        if isinstance(d.get(key), str) and len(d[key]) > n:
+            d[key] = d[key][:n] + "…"
+    return d
+
+
+def _show(value: Any) -> str:
+    """Any value as readable text: strings as they are, the rest as compact JSON."""
+    if isinstance(value, str):
+        return visible(value)
+    try:
+        return visible(json.dumps(jsonable(value), ensure_ascii=False))
+    except (TypeError, ValueError):
+        return visible(repr(value))
+
+
+def make_env() -> Environment:
+    """The Jinja2 environment of every page: the package's templates, autoescape on for every
+    template whatever its name, undefined names are errors, the formatting filters."""
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES_DIR)),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(num=fmt_num, pct=fmt_pct, sv=sort_value, show=_show, visible=visible)
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
+    env.globals.update(MARKS=MARKS, SORT_KEYS=SORT_KEYS, STATUSES=STATUSES, jsonable=jsonable, row_json=row_json)
+    return env
+
+
+# --------------------------------------------------------------------------- query parameters
+
+
+def _param_bool(params: Mapping[str, str], name: str) -> bool:
+    raw = params.get(name, "")
+    value = raw.strip().lower()
+    if value not in _BOOLS:
+        raise BadParam(name, raw, "0, 1, true, false, yes, no, on, off or empty")
+    return _BOOLS[value]
+
+
+def _param_int(params: Mapping[str, str], name: str, default: int, lo: int, hi: int | None = None) -> int:
+    raw = params.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = None
+    if value is None or value < lo or (hi is not None and value > hi):
+        allowed = f"an integer {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
+        raise BadParam(name, raw, allowed)
+    return value
+
+
+def _param_choice(params: Mapping[str, str], name: str, choices: Iterable[str]) -> str | None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    allowed = list(choices)
+    if raw not in allowed:
+        raise BadParam(name, raw, ", ".join(allowed) if allowed else "(none in this run)")
+    return raw
+
+
+def episode_query(params: Mapping[str, str], facets: Mapping[str, list[str]]) -> dict[str, Any]:
+    """The episodes page's query parameters checked: ``{"failed_only", "task_type", "taxonomy",
+    "strategy", "status", "q", "sort", "desc", "page", "per_page"}``. Raises :class:`BadParam` naming the
+    parameter and its allowed values (``task_type`` / ``taxonomy`` / ``strategy``: the run's facet
+    values; ``status``: :data:`STATUSES`; ``sort``: :data:`SORT_KEYS`; ``page`` >= 1; ``per_page``
+    1..500)."""
+    sort = params.get("sort") or "line"
+    if sort not in SORT_KEYS:
+        raise BadParam("sort", sort, ", ".join(SORT_KEYS))
+    q = params.get("q") or None
+    if q is not None and len(q) > 500:
+        raise BadParam("q", q[:40] + "…", "a text of at most 500 characters")
+    return {
+        "failed_only": _param_bool(params, "failed"),
+        "task_type": _param_choice(params, "task_type", facets.get("task_type", [])),
+        "taxonomy": _param_choice(params, "taxonomy", facets.get("taxonomy", [])),
+        "strategy": _param_choice(params, "strategy", facets.get("strategy", [])),
+        "status": _param_choice(params, "status", STATUSES),
+        "q": q,
+        "sort": sort,
+        "desc": _param_bool(params, "desc"),
+        "page": _param_int(params, "page", 1, 1),
+        "per_page": _param_int(params, "per_page", 50, 1, PER_PAGE_MAX),
+    }
+
+
+def _page_links(page: int, n_pages: int) -> list[int | None]:
+    """Page numbers to link: the first, the last, and two either side of ``page``; ``None`` marks
+    a gap."""
+    keep = sorted({1, n_pages, *range(max(1, page - 2), min(n_pages, page + 2) + 1)})
+    out: list[int | None] = []
+    for i, p in enumerate(keep):
+        if i and p != keep[i - 1] + 1:
+            out.append(None)
+        out.append(p)
+    return out
+
+
+# --------------------------------------------------------------------------- pages
+
+
+class Pages:
+    """Renders every page to an HTML string; used by the server (:func:`create_app`) and by the
+    static export (:mod:`shopping_companion.viewer.export`) with their own links."""
+
+    def __init__(self, env: Environment | None = None) -> None:
+        self.env = env or make_env()
+
+    # a section of a page: rendered on its own, a failure shows an error box in its place
+    def _section(self, render: Callable[[], Any], what: str) -> Markup:
+        try:
+            return Markup(render())
+        except Exception as e:  # noqa: BLE001 - malformed data must not take the page down
+            log.warning("viewer: could not render %s: %s", what, e, exc_info=True)
+            return Markup(self.env.get_template("_error_box.html").render(what=what, error=f"{type(e).__name__}: {e}"))
+
+    def render(self, name: str, links: Any, **context: Any) -> str:
+        """Template ``name`` rendered with ``links`` as ``L`` and ``context``."""
+        return self.env.get_template(name).render(L=links, **context)
+
+    def error(self, links: Any, status: int, title: str, message: str, **extra: Any) -> str:
+        """The error page: ``status`` (400, 404, 405, 500), a title and an escaped message."""
+        return self.render("error.html", links, status=status, title=title, message=message, extra=extra)
+
+    def runs(self, links: Any, summaries: list[Any], **extra: Any) -> str:
+        """The runs page: one row per :class:`RunSummary`, sortable on the client."""
+        ks = sorted({k for s in summaries for k in (s.pass_hat_k or {})})
+        comps = sorted({c for s in summaries for c in (s.components or {})})
+        return self.render("runs.html", links, summaries=summaries, ks=ks, comps=comps, **extra)
+
+    def episodes(self, links: Any, index: RunIndex, query: dict[str, Any]) -> str:
+        """The episodes page of one run for a checked ``query`` (see :func:`episode_query`)."""
+        summary = index.summary
+        per_page = query["per_page"]
+        keys = ("failed_only", "task_type", "taxonomy", "strategy", "status", "q", "sort", "desc")
+        kwargs = {k: query[k] for k in keys}
+        page = index.query(**kwargs, offset=(query["page"] - 1) * per_page, limit=per_page)
+        n_pages = max(1, -(-page.total // per_page))
+        if query["page"] > n_pages and page.total:
+            raise BadParam("page", str(query["page"]), f"an integer 1..{n_pages} ({page.total} matching episodes)")
+        params = {
+            "failed": "1" if query["failed_only"] else None,
+            "task_type": query["task_type"],
+            "taxonomy": query["taxonomy"],
+            "strategy": query["strategy"],
+            "status": query["status"],
+            "q": query["q"],
+            "sort": None if query["sort"] == "line" else query["sort"],
+            "desc": "1" if query["desc"] else None,
+            "per_page": None if per_page == 50 else per_page,
+        }
+        filtered = any(query[k] for k in ("failed_only", "task_type", "taxonomy", "strategy", "status", "q"))
+        filtered = filtered or query["sort"] != "line"
+        last_line = max((r.line for r in page.rows), default=0)
+        live = {
+            "live": bool(summary.live),
+            "rows_url": links.rows_api(summary.run_id),
+            "after": max(last_line, summary.n_lines) if filtered or query["desc"] else last_line,
+            "append": not filtered and not query["desc"] and query["page"] == n_pages,
+            "episode_base": links.episode(summary.run_id, 0)[:-1],
+        }
+        return self.render(
+            "episodes.html",
+            links,
+            summary=summary,
+            page=page,
+            query=query,
+            params=params,
+            facets=index.facets(),
+            n_pages=n_pages,
+            page_links=_page_links(query["page"], n_pages),
+            live=live,
+        )
+
+    def episode_parts(self, links: Any, run_id: str, view: EpisodeView) -> list[Markup]:
+        """One episode's sections (summary strip, task, stages, simulator) rendered one by one."""
+        clipper = Clipper()
+        mod = self.env.get_template("_episode.html").make_module({"L": links, "clip": clipper.clip, "run_id": run_id})
+        parts = [self._section(lambda: mod.summary(view), "the summary strip")]
+        if view.raw is not None or view.result is None:
+            parts.append(self._section(lambda: mod.raw_line(view), "the raw line"))
+        parts.append(self._section(lambda: mod.task_section(view), "the instruction and gold preferences"))
+        for stage in view.stages:
+            parts.append(self._section(lambda s=stage: mod.stage_section(view, s), f"stage {stage.stage}"))
+        parts.append(self._section(lambda: mod.simulator_section(view), "the simulator"))
+        if view.record is not None:
+            parts.append(self._section(lambda: mod.record_section(view), "the line's other fields"))
+        return parts
+
+    def episode(self, links: Any, summary: Any, view: EpisodeView) -> str:
+        """The episode page of ``view`` (line ``view.row.line`` of run ``summary``)."""
+        parts = self.episode_parts(links, summary.run_id, view)
+        return self.render("episode.html", links, summary=summary, view=view, parts=parts)
+
+    def compare(self, links: Any, summaries: list[Any], a: str | None, b: str | None, result: Any, problem: str | None):
+        """The compare page: the run pickers, then (when both are given) the comparison."""
+        return self.render("compare.html", links, summaries=summaries, a=a, b=b, cmp=result, problem=problem)
+
+    def compare_episode(self, links: Any, sides: list[tuple[Any, EpisodeView]]) -> str:
+        """Two episodes side by side: ``sides`` = ``[(summary, view), (summary, view)]``."""
+        cols = [(s, v, self.episode_parts(links, s.run_id, v)) for s, v in sides]
+        return self.render("compare_episode.html", links, cols=cols)
+
+
+# --------------------------------------------------------------------------- the ASGI app
+
+
+class _Guard:
+    """ASGI middleware: answers 405 to any method but GET and HEAD, and adds the security headers
+    (CSP, nosniff, no referrer, no framing, no caching) to every response."""
+
+    def __init__(self, app: ASGIApp, pages: Pages) -> None:
+        self.app = app
+        self.pages = pages
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            html = self.pages.error(
+                ServerLinks(), 405, "Method not allowed", f"{scope['method']} is not allowed: this viewer is read-only."
+            )
+            response = HTMLResponse(html, status_code=405, headers={"allow": "GET, HEAD"})
+            await self._with_headers(response)(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.decode().lower() not in SECURITY_HEADERS]
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    @staticmethod
+    def _with_headers(response: Response) -> Response:
+        for k, v in SECURITY_HEADERS.items():
+            response.headers[k] = v
+        return response
+
+
+def _safe_run_id(run_id: str) -> str:
+    """``run_id`` when it may name a run; :class:`NotFound` for an absolute path, ``..``, a
+    backslash or an empty segment (the catalog would not know it either: this only answers early)."""
+    parts = run_id.split("/")
+    if not run_id or run_id.startswith("/") or "\\" in run_id or any(p in ("", ".", "..") for p in parts):
+        raise NotFound(f"run {run_id!r}")
+    return run_id
+
+
+def create_app(catalog: RunCatalog, *, export: bool = False) -> Starlette:
+    """The viewer's Starlette app over ``catalog`` (routes: see the module docstring).
+
+    ``export``: render the pages with the static bundle's links (:class:`BundleLinks`, relative
+    file names) instead of the server's, to see what ``shopcomp view --export`` writes; the routes
+    are the same. The store is used under one lock (requests are served by a thread pool; a
+    :class:`RunIndex` refreshes in place)."""
+    pages = Pages()
+    lock = threading.Lock()
+    links: Any = BundleLinks() if export else ServerLinks()
+
+    def get_index(run_id: str) -> RunIndex:
+        try:
+            return catalog.get(_safe_run_id(run_id))  # refreshed by the catalog
+        except KeyError:
+            raise NotFound(f"run {run_id!r}") from None
+
+    def get_view(index: RunIndex, line: int) -> EpisodeView:
+        try:
+            return index.episode(line)
+        except KeyError:
+            raise NotFound(f"line {line} of run {index.summary.run_id!r}") from None
+
+    def page(build: Callable[[Request], Response | str]) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:
+            try:
+                with lock:
+                    out = build(request)
+                return out if isinstance(out, Response) else HTMLResponse(out)
+            except NotFound as e:
+                return HTMLResponse(pages.error(links, 404, "Not found", f"There is no {e.what}."), status_code=404)
+            except BadParam as e:
+                html = pages.error(links, 400, "Bad request", str(e), param=e.name, allowed=e.allowed)
+                return HTMLResponse(html, status_code=400)
+            except Exception as e:  # noqa: BLE001 - a bug: say so on the page, traceback on stderr
+                log.exception("viewer: %s %s failed", request.method, request.url.path)
+                html = pages.error(links, 500, "Internal error", f"{type(e).__name__}: {e}")
+                return HTMLResponse(html, status_code=500)
+
+        return endpoint
+
+    def runs_page(request: Request) -> str:
+        return pages.runs(links, catalog.runs())
+
+    def episodes_page(request: Request) -> str:
+        index = get_index(request.path_params["run_id"])
+        return pages.episodes(links, index, episode_query(request.query_params, index.facets()))
+
+    def episode_page(request: Request) -> str:
+        index = get_index(request.path_params["run_id"])
+        return pages.episode(links, index.summary, get_view(index, request.path_params["line"]))
+
+    def raw_page(request: Request) -> Response:
+        index = get_index(request.path_params["run_id"])
+        line = request.path_params["line"]
+        try:
+            data = index.raw(line)
+        except KeyError:
+            raise NotFound(f"line {line} of run {index.summary.run_id!r}") from None
+        # the stored bytes as text; never rendered as HTML (text/plain, nosniff)
+        return PlainTextResponse(data.decode("utf-8", errors="replace"))
+
+    def content_page(request: Request) -> Response:
+        index = get_index(request.path_params["run_id"])
+        view = get_view(index, request.path_params["line"])
+        params = request.query_params
+        s = _param_int(params, "stage", 0, 1, 2)
+        t = _param_int(params, "turn", 0, 0)
+        c = _param_int(params, "call", 0, 0)
+        for stage in view.stages:
+            if stage.stage == s:
+                for turn in stage.turns:
+                    if turn.index == t and c < len(turn.calls):
+                        return PlainTextResponse(turn.calls[c].content)
+        raise NotFound(f"tool call stage={s} turn={t} call={c} in line {view.row.line}")
+
+    def compare_page(request: Request) -> str:
+        params = request.query_params
+        summaries = catalog.runs()
+        a, b = params.get("a") or None, params.get("b") or None
+        ids = [s.run_id for s in summaries]
+        for name, value in (("a", a), ("b", b)):
+            if value is not None and value not in ids:
+                raise BadParam(name, value, ", ".join(ids))
+        result, problem = None, None
+        if a and b:
+            ia, ib = get_index(a), get_index(b)
+            try:
+                result = compare(ia, ib)
+            except ValueError as e:
+                problem = str(e)
+        return pages.compare(links, summaries, a, b, result, problem)
+
+    def compare_episode_page(request: Request) -> str:
+        params = request.query_params
+        sides = []
+        for run_key, line_key in (("a", "la"), ("b", "lb")):
+            run_id = params.get(run_key)
+            if not run_id:
+                raise BadParam(run_key, "", "a run id from the runs page")
+            line = _param_int(params, line_key, 0, 1)
+            if not line:
+                raise BadParam(line_key, "", "a line number >= 1")
+            index = get_index(run_id)
+            sides.append((index.summary, get_view(index, line)))
+        return pages.compare_episode(links, sides)
+
+    def rows_api(request: Request) -> Response:
+        try:
+            with lock:
+                index = get_index(request.path_params["run_id"])
+                after = _param_int(request.query_params, "after", 0, 0)
+                rows = index.rows_after(after)
+                summary = index.summary
+        except NotFound as e:
+            return JSONResponse({"error": f"there is no {e.what}"}, status_code=404)
+        except BadParam as e:
+            return JSONResponse({"error": str(e), "param": e.name, "allowed": e.allowed}, status_code=400)
+        body = {
+            "run_id": summary.run_id,
+            "live": bool(summary.live),
+            "summary": jsonable(summary),
+            "rows": [row_json(r) for r in rows[:API_ROWS]],
+            "more": len(rows) > API_ROWS,
+        }
+        return JSONResponse(body)
+
+    def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    def not_found(request: Request, exc: Exception) -> Response:
+        return HTMLResponse(pages.error(links, 404, "Not found", f"There is no page {request.url.path!r}."), 404)
+
+    get = ["GET", "HEAD"]
+    routes = [
+        Route("/", page(runs_page), methods=get),
+        Route("/healthz", healthz, methods=get),
+        Route("/compare", page(compare_page), methods=get),
+        Route("/compare/episode", page(compare_episode_page), methods=get),
+        Route("/api/runs/{run_id:path}/rows", rows_api, methods=get),
+        Route("/runs/{run_id:path}/episodes/{line:int}/raw", page(raw_page), methods=get),
+        Route("/runs/{run_id:path}/episodes/{line:int}/content", page(content_page), methods=get),
+        Route("/runs/{run_id:path}/episodes/{line:int}", page(episode_page), methods=get),
+        Route("/runs/{run_id:path}/episodes", page(episodes_page), methods=get),
+        Mount("/static", app=StaticFiles(directory=str(STATIC_DIR), follow_symlink=False), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={404: not_found})
+    app.add_middleware(_Guard, pages=pages)
+    return app

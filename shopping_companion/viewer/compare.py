@@ -1,0 +1,197 @@
+"""Comparing two runs episode by episode: success transitions and paired bootstrap CIs.
+
+Episodes are paired by ``(task_id, trial, strategy)`` over the final, scored episodes of each run
+(:meth:`~shopping_companion.viewer.store.RunIndex.final_rows`). For every metric the mean of the
+per-pair difference ``b - a`` gets a 95% confidence interval from
+:func:`scipy.stats.bootstrap` (``paired=True``, BCa; the percentile method when BCa cannot be
+computed, e.g. almost constant differences; ``[delta, delta]`` when every difference is equal or
+there is a single pair), with a seeded generator so a page shows the same interval every time.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shopping_companion.viewer.store import EpisodeRow, RunIndex, RunSummary
+
+__all__ = ["COMPARED_METRICS", "Comparison", "MetricDelta", "TaskPair", "compare", "paired_bootstrap_ci"]
+
+#: ``(metric name, EpisodeRow attribute)`` in the order :attr:`Comparison.deltas` lists them.
+COMPARED_METRICS: tuple[tuple[str, str], ...] = (
+    ("Succ", "success"),
+    ("Acc", "acc"),
+    ("R1", "r1"),
+    ("R2", "r2"),
+    ("R_tool", "r_tool"),
+    ("R_fmt", "r_fmt"),
+    ("turns", "turns"),
+    ("tool_calls", "tool_calls"),
+)
+
+
+@dataclass
+class TaskPair:
+    """One paired episode: the same task, trial and strategy in both runs, and its line in each."""
+
+    task_id: str
+    trial: int
+    strategy: str
+    line_a: int
+    line_b: int
+
+
+@dataclass
+class MetricDelta:
+    """``metric``'s mean in run a and run b over the ``n`` pairs where both have a value, the mean
+    paired difference ``delta`` = mean(b - a) and its 95% bootstrap CI ``[ci_low, ci_high]``.
+    Succ is 0/1 per episode (its means are success rates); turns and tool_calls are counts."""
+
+    metric: str
+    a: float
+    b: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    n: int
+    method: str = "BCa"
+
+
+@dataclass
+class Comparison:
+    """Two runs compared. ``transitions``: ``won`` (b succeeds where a fails), ``lost`` (the
+    reverse), ``both``, ``neither``, each a list of :class:`TaskPair`; ``same_benchmark``: both runs
+    read the same tasks (same ``tasks.jsonl`` content, or the same declared benchmark when one is
+    not found); ``only_a`` / ``only_b``: final scored episodes without a partner."""
+
+    a: RunSummary
+    b: RunSummary
+    same_benchmark: bool
+    n_pairs: int
+    transitions: dict[str, list[TaskPair]]
+    deltas: list[MetricDelta]
+    only_a: int = 0
+    only_b: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def paired_bootstrap_ci(
+    a: list[float], b: list[float], *, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float, str]:
+    """``(low, high, method)``: the bootstrap CI of mean(b - a) over paired values (equal lengths
+    >= 1). ``method``: ``BCa``, ``percentile`` (BCa failed or gave NaN) or ``exact`` (all
+    differences equal, or one pair: the interval is the point). Raises ``ValueError`` for unequal
+    or empty inputs and ``n_boot`` < 1."""
+    import numpy as np
+    from scipy import stats
+
+    if len(a) != len(b) or not a:
+        raise ValueError(f"a, b: need two equally long non-empty lists, got {len(a)} and {len(b)}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = y - x
+    if len(d) < 2 or np.all(d == d[0]):
+        m = float(d.mean())
+        return m, m, "exact"
+
+    def stat(xa, yb, axis=-1):
+        return np.mean(yb - xa, axis=axis)
+
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                res = stats.bootstrap(
+                    (x, y),
+                    stat,
+                    paired=True,
+                    vectorized=True,
+                    n_resamples=n_boot,
+                    confidence_level=confidence,
+                    method=method,
+                    rng=np.random.default_rng(seed),
+                )
+            except (ValueError, FloatingPointError):
+                continue
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return lo, hi, method
+    m = float(d.mean())
+    return m, m, "exact"
+
+
+def _value(row: EpisodeRow, attr: str) -> float | None:
+    v = getattr(row, attr)
+    if v is None:
+        return None
+    return float(v)
+
+
+def compare(a: RunIndex, b: RunIndex, *, n_boot: int = 2000, seed: int = 0) -> Comparison:
+    """Compare run ``a`` with run ``b`` (module docstring). Raises ``ValueError`` when no final
+    scored episode of one run has a partner in the other (different benchmarks, strategies or
+    trials), or for ``n_boot`` < 1."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
+    rows_a = {(r.task_id, r.trial, r.strategy): r for r in a.final_rows() if r.task_id is not None}
+    rows_b = {(r.task_id, r.trial, r.strategy): r for r in b.final_rows() if r.task_id is not None}
+    keys = [k for k in rows_a if k in rows_b]
+    if not keys:
+        raise ValueError(
+            f"runs {a.run_id!r} and {b.run_id!r} share no scored episode (pairs are matched by task id, trial "
+            "and strategy); compare runs of the same benchmark"
+        )
+    transitions: dict[str, list[TaskPair]] = {"won": [], "lost": [], "both": [], "neither": []}
+    for k in keys:
+        ra, rb = rows_a[k], rows_b[k]
+        pair = TaskPair(task_id=k[0] or "", trial=k[1] or 0, strategy=k[2] or "", line_a=ra.line, line_b=rb.line)
+        sa, sb = bool(ra.success), bool(rb.success)
+        transitions["both" if sa and sb else "won" if sb else "lost" if sa else "neither"].append(pair)
+    deltas: list[MetricDelta] = []
+    for name, attr in COMPARED_METRICS:
+        va: list[float] = []
+        vb: list[float] = []
+        for k in keys:
+            x, y = _value(rows_a[k], attr), _value(rows_b[k], attr)
+            if x is not None and y is not None:
+                va.append(x)
+                vb.append(y)
+        if not va:
+            continue
+        lo, hi, method = paired_bootstrap_ci(va, vb, n_boot=n_boot, seed=seed)
+        ma, mb = sum(va) / len(va), sum(vb) / len(vb)
+        deltas.append(MetricDelta(name, ma, mb, mb - ma, lo, hi, len(va), method))
+    return Comparison(
+        a=a.summary,
+        b=b.summary,
+        same_benchmark=_same_benchmark(a, b),
+        n_pairs=len(keys),
+        transitions=transitions,
+        deltas=deltas,
+        only_a=len(rows_a) - len(keys),
+        only_b=len(rows_b) - len(keys),
+    )
+
+
+def _tasks_digest(idx: RunIndex) -> str | None:
+    import hashlib
+
+    d = idx.benchmark_dir
+    if d is None:
+        return None
+    try:
+        return hashlib.sha256((d / "tasks.jsonl").read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _same_benchmark(a: RunIndex, b: RunIndex) -> bool:
+    da, db = _tasks_digest(a), _tasks_digest(b)
+    if da is not None and db is not None:
+        return da == db
+    sa, sb = a.summary.benchmark, b.summary.benchmark
+    return sa is not None and sa == sb

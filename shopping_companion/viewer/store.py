@@ -1,0 +1,1764 @@
+"""The viewer's data layer: finds runs, indexes their JSONL files and builds annotated episodes.
+
+This is the only module of :mod:`shopping_companion.viewer` that reads run files; the web app
+(``viewer/app.py``) only calls :class:`RunCatalog`, :class:`RunIndex` and :func:`compare`.
+Everything here is read-only: no file under a run is ever written, locked or moved.
+
+Kinds of runs (:data:`RunKind`), found by file name (names holding ``.stale-`` are ignored):
+
+- ``eval``: a directory holding ``results.jsonl`` (one ``EpisodeResult`` per line);
+- ``sft_rollouts``: ``rollouts.jsonl`` of an SFT collection (``EpisodeResult`` lines too);
+- ``sft_kept``: ``kept.jsonl`` of an SFT collection (one :class:`~shopping_companion.sft.collect.KeptStage`
+  per line: one stage trajectory and its verdict, no reward);
+- ``grpo_val``: a verl validation dump ``<step>.jsonl`` (lines with ``input``, ``output``,
+  ``score`` and the reward's extra keys). Each step file is a run of its own (run id
+  ``<dir>/<step>.jsonl``), so two steps can be compared like two evaluations.
+
+Run ids: the relative POSIX path of the run directory under the target that was searched (an
+explicitly given run directory: its own name), each segment reduced to ``[A-Za-z0-9._-]``; a
+second run file in the same directory (``kept.jsonl`` next to ``rollouts.jsonl``, every GRPO step
+file) gets ``<dir id>/<file name>``; duplicates get ``-2``, ``-3``. Ids never hold an absolute path
+or ``..``.
+
+Indexing (:class:`RunIndex`): every line is parsed once with ``json.loads`` into a light
+:class:`EpisodeRow` plus its byte offset; later reads are incremental (only bytes appended after
+the last complete line are read; an unterminated last line is ``torn`` until it is completed; a
+file that shrank or was replaced, another inode, is indexed again). Pydantic parses only the one
+line an episode page opens (:meth:`RunIndex.episode`), seeking to its offset.
+
+Line status: ``ok`` (a record of the run's kind), ``error`` (an ``EpisodeResult`` with ``error``
+set: a backend, judge or episode error, never scored), ``unreadable`` (not JSON), ``foreign``
+(JSON but not a record of the kind: the structural check at indexing, or the full pydantic
+validation when the line is opened, names the problem), ``torn`` (the last line, no newline yet),
+``superseded`` (an attempt that a later line of the same ``benchmark.report.result_key`` replaced,
+chosen as :func:`~shopping_companion.benchmark.report.final_results` does; hidden unless asked).
+
+Metrics of a run (:class:`RunSummary`) are over the final, scored episodes
+(:func:`shopping_companion.benchmark.metrics.scored`), computed with
+:func:`~shopping_companion.benchmark.metrics.acc_succ` and
+:func:`~shopping_companion.benchmark.metrics.pass_k_table`. Taxonomy classes come from the run's
+``taxonomy.jsonl`` (written when a run finishes) and otherwise from
+:func:`~shopping_companion.benchmark.taxonomy.classify` with the task: a page classifies its own
+rows (within :data:`PAGE_CLASSIFY_BUDGET_S`), a background thread the other failures (tens of ms
+each on long trajectories); :attr:`Page.unclassified` says how many are still waiting.
+
+Annotations of an episode (:class:`EpisodeView`): returned session ids are ``needle`` /
+``non_needle`` (the task's ``needle_session_ids``); returned product ids are ``reference`` (a
+slot's ``reference_product_id``), ``alternative`` (the rule matcher
+:func:`~shopping_companion.rewards.tool_wise.rule_product_matcher` accepts the record the agent was
+shown) or ``other``; without the task (benchmark not found) every id is ``unknown``. Each call's
+r(u) is ``RewardBreakdown.per_tool_call`` aligned with
+:func:`~shopping_companion.rewards.tool_wise.trajectory_tool_results`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
+
+from pydantic import ValidationError
+
+from shopping_companion.benchmark import metrics as M
+from shopping_companion.benchmark.report import result_key
+from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
+from shopping_companion.errors import ConfigError
+from shopping_companion.types import (
+    EpisodeResult,
+    Message,
+    Preference,
+    Product,
+    RewardBreakdown,
+    Step,
+    Task,
+    ToolResult,
+    Trajectory,
+    Verdict,
+)
+
+__all__ = [
+    "RunKind",
+    "Mark",
+    "RowStatus",
+    "SORT_FIELDS",
+    "MAX_LIMIT",
+    "RAW_CAP",
+    "LIVE_WINDOW_S",
+    "RunCatalog",
+    "RunSummary",
+    "RunIndex",
+    "Page",
+    "EpisodeRow",
+    "EpisodeView",
+    "StageView",
+    "TurnView",
+    "CallView",
+    "ProductCard",
+    "compare",
+    "Comparison",
+    "TaskPair",
+    "MetricDelta",
+]
+
+RunKind = Literal["eval", "sft_rollouts", "sft_kept", "grpo_val"]
+#: ``unknown``: the task (benchmark) is not available, so the id cannot be classified.
+Mark = Literal["needle", "non_needle", "reference", "alternative", "other", "unknown"]
+RowStatus = Literal["ok", "error", "unreadable", "foreign", "torn", "superseded"]
+
+#: Fields :meth:`RunIndex.query` can sort by.
+SORT_FIELDS: tuple[str, ...] = (
+    "line",
+    "status",
+    "task_id",
+    "task_type",
+    "source",
+    "category",
+    "strategy",
+    "trial",
+    "success",
+    "acc",
+    "r1",
+    "r2",
+    "r_tool",
+    "r_fmt",
+    "turns",
+    "tool_calls",
+    "termination",
+    "taxonomy",
+)
+#: Largest page size of :meth:`RunIndex.query`.
+MAX_LIMIT = 500
+#: Characters of a raw line kept in :attr:`EpisodeView.raw`.
+RAW_CAP = 200_000
+#: A run whose file changed within this many seconds is ``live``.
+LIVE_WINDOW_S = 120.0
+#: Seconds a page request may spend classifying its own rows' failures (the rest: in the background).
+PAGE_CLASSIFY_BUDGET_S = 0.5
+#: Largest depth below a runs directory that discovery searches.
+MAX_DEPTH = 4
+
+_PRIMARY: dict[str, RunKind] = {"results.jsonl": "eval", "rollouts.jsonl": "sft_rollouts", "kept.jsonl": "sft_kept"}
+_STEP_FILE = re.compile(r"^\d+\.jsonl$")
+_SEGMENT_BAD = re.compile(r"[^A-Za-z0-9._-]")
+_CHUNK = 16 << 20
+_EPISODE_FIELDS = frozenset(EpisodeResult.model_fields)
+_EPISODE_REQUIRED = frozenset(k for k, f in EpisodeResult.model_fields.items() if f.is_required())
+_KEPT_REQUIRED = frozenset(
+    ("task_id", "trial", "mode", "hint", "stage", "policy", "reason", "acc", "succ", "trajectory", "verdict")
+)
+_GRPO_TEXT = frozenset(("input", "output", "score", "step", "gts", "data_source", "task_id", "task_type"))
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class RunSummary:
+    """One run on the runs page. ``acc`` / ``succ`` in [0, 1] (None: nothing scored);
+    ``pass_hat_k``: k -> pass^k of Succ (trials grouped by strategy and task); ``components``: mean
+    reward component over scored stages, keyed ``s<stage>.<name>`` (``s1.R_z``, ``s2.total``);
+    ``updated``: ISO-8601 UTC modification time of the run file; ``live``: it changed in the last
+    :data:`LIVE_WINDOW_S` seconds or a writer holds its ``flock``. ``n_episodes``: final episodes
+    (one per result key, errored included); ``n_unreadable``: unreadable and foreign lines."""
+
+    run_id: str
+    kind: RunKind
+    name: str
+    path: str
+    policy: str | None
+    benchmark: str | None
+    strategies: list[str]
+    trials: int
+    n_lines: int
+    n_episodes: int
+    n_scored: int
+    n_errors: int
+    n_unreadable: int
+    acc: float | None
+    succ: float | None
+    pass_hat_k: dict[int, float]
+    components: dict[str, float]
+    updated: str
+    live: bool
+    n_foreign: int = 0
+    n_superseded: int = 0
+    torn: bool = False
+    benchmark_found: bool = False
+
+
+@dataclass
+class EpisodeRow:
+    """One line of a run file, as the episodes table shows it.
+
+    ``line``: 1-based line number (the episode's id in URLs). ``success``: Succ (stage 2; for a
+    GRPO line the ``success`` key). ``acc``: m1/F in [0, 1] (None for oracle episodes, where Acc
+    does not apply). ``r1`` / ``r2``: stage-1 / stage-2 reward totals; ``r_tool`` / ``r_fmt``: the
+    mean of that component over the stages. ``turns``: assistant turns over all stages;
+    ``tool_calls``: tool results over all stages. ``termination``: the first stage that did not
+    end ``answered``, else the last stage's. ``taxonomy``: the primary error class of a scored
+    failure (None: a success, not scored, or not classified yet). ``scored``: counts toward the
+    metrics (:func:`~shopping_companion.benchmark.metrics.scored`). ``superseded_by``: the line
+    that replaced this attempt. ``components``: ``s<stage>.<name>`` -> value of every reward
+    component (scored lines only).
+    """
+
+    line: int
+    status: RowStatus
+    problem: str | None
+    task_id: str | None = None
+    task_type: str | None = None
+    source: str | None = None
+    category: str | None = None
+    strategy: str | None = None
+    trial: int | None = None
+    success: bool | None = None
+    acc: float | None = None
+    r1: float | None = None
+    r2: float | None = None
+    r_tool: float | None = None
+    r_fmt: float | None = None
+    turns: int | None = None
+    tool_calls: int | None = None
+    termination: str | None = None
+    taxonomy: str | None = None
+    instruction: str | None = None
+    mode: str | None = None
+    hint: str | None = None
+    stage: int | None = None
+    policy: str | None = None
+    scored: bool = False
+    superseded_by: int | None = None
+    components: dict[str, float] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Page:
+    """One page of :meth:`RunIndex.query`: ``rows`` from ``offset`` (``total`` rows matched).
+    ``unclassified``: scored failures of the run whose taxonomy class is not known yet (being
+    classified in the background), so a taxonomy filter or sort may still miss them."""
+
+    rows: list[EpisodeRow]
+    total: int
+    offset: int
+    limit: int
+    unclassified: int = 0
+
+
+@dataclass
+class CallView:
+    """One tool call: its ``arguments``, the observation ``content``, ``error`` (rejected call),
+    ``returned`` ids with their :data:`Mark`, and ``reward`` r(u) in [0, 1] (None when the stage's
+    ``per_tool_call`` does not line up with its calls or there is no reward)."""
+
+    name: str
+    arguments: dict
+    content: str
+    error: str | None
+    returned: list[tuple[str, Mark]]
+    reward: float | None
+    call_id: str = ""
+
+
+@dataclass
+class TurnView:
+    """One assistant turn: ``think`` (text of the thinking block, None if none), ``text`` (the rest
+    of the message), the separate ``reasoning`` channel, the parser's ``format_errors`` and the
+    turn's calls. ``index`` counts from 0 within the stage."""
+
+    index: int
+    think: str | None
+    text: str
+    reasoning: str | None
+    finish_reason: str | None
+    format_errors: list[str]
+    calls: list[CallView]
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float | None = None
+
+
+@dataclass
+class ProductCard:
+    """A recommended product: the record the agent saw (title, ``price`` as ``"<value> <currency>"``,
+    shop, ``attributes`` with extraction notes like `` (from title)`` removed, plus brand and
+    category) and the gold preference labels (``attribute=value``, `` (avoid)`` for avoided
+    values) the rule matcher finds it meets (``matched``) or misses (``missing``) in that record;
+    both empty when the agent never saw a record of it or there is no task. ``seen``: a record was
+    shown; ``viewed``: a full ``product_view`` record (else only a search hit, which has no
+    attributes, so its wanted values count as missing)."""
+
+    product_id: str
+    mark: Mark
+    title: str | None
+    price: str | None
+    shop: str | None
+    attributes: dict[str, str]
+    matched: list[str]
+    missing: list[str]
+    seen: bool = False
+    viewed: bool = False
+
+
+@dataclass
+class StageView:
+    """One stage: how it ended, the judge's verdict, the reward breakdown (None for SFT kept lines,
+    which have none), the turns, cards of the recommended products, the identified preferences
+    (stage 1) and the text of the answer block."""
+
+    stage: int
+    termination: str
+    verdict: Verdict | None
+    reward: RewardBreakdown | None
+    turns: list[TurnView]
+    recommended: list[ProductCard]
+    identified: list[Preference] | None
+    final_answer: str | None
+    messages: list[Message] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class EpisodeView:
+    """Everything the episode page shows, annotated. ``raw``: the line's text (capped at
+    :data:`RAW_CAP` characters) for unreadable, foreign and torn lines; ``result``: the parsed
+    ``EpisodeResult`` (None for other kinds and bad lines); ``task``: None when the benchmark
+    cannot be found; ``taxonomy``: ``{"primary", "evidence", "secondary", "labels"}`` of a scored
+    failure, when known; ``record``: the parsed line of an ``sft_kept`` or ``grpo_val`` run."""
+
+    row: EpisodeRow
+    raw: str | None
+    result: EpisodeResult | None
+    task: Task | None
+    gold: list[Preference]
+    stages: list[StageView]
+    simulator: dict | None
+    taxonomy: dict | None
+    record: dict | None = None
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _short(e: BaseException, n: int = 200) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"[:n]
+
+
+def _validation_problem(model: str, e: ValidationError) -> str:
+    """One short line naming the first field pydantic refused (and how many more)."""
+    errs = e.errors()
+    if not errs:
+        return f"not a {model}"
+    first = errs[0]
+    loc = ".".join(str(x) for x in first.get("loc", ())) or "(record)"
+    more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"not a {model}: {loc}: {first.get('msg', '')}{more}"[:300]
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) and v == v:
+        return float(v)
+    return None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _cap(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")[:RAW_CAP]
+
+
+def _segment(s: str) -> str:
+    s = _SEGMENT_BAD.sub("_", s) or "_"
+    return "_" if s in (".", "..") else s
+
+
+def _display(p: Path) -> str:
+    try:
+        return Path(os.path.relpath(p)).as_posix() if p.is_relative_to(Path.cwd()) else str(p)
+    except (OSError, ValueError):
+        return str(p)
+
+
+def _locked(st: os.stat_result) -> bool:
+    """A lock is held on the file (``/proc/locks``; read without taking a lock, so a starting
+    writer is never refused because of the viewer). False where ``/proc/locks`` is absent."""
+    try:
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(len(p) > 5 and p[5] == want for p in (ln.split() for ln in text.splitlines()))
+
+
+def _first_user_text(stages: Any) -> str | None:
+    try:
+        for m in stages[0]["trajectory"]["messages"]:
+            if m.get("role") == "user" and isinstance(m.get("content"), str):
+                return m["content"][:2000]
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return None
+
+
+def _termination(terms: list[str]) -> str | None:
+    return next((t for t in terms if t != "answered"), terms[-1] if terms else None)
+
+
+def _mean(xs: Iterable[float]) -> float | None:
+    xs = list(xs)
+    return statistics.fmean(xs) if xs else None
+
+
+def _task_category(task: Task) -> str:
+    names = [(s.category_path[-1] if s.category_path else s.product_type) for s in task.slots]
+    return " + ".join(dict.fromkeys(n for n in names if n)) or ""
+
+
+def _pref_label(p: Preference) -> str:
+    return f"{p.attribute}={p.value}" + (" (avoid)" if p.polarity == "avoid" else "")
+
+
+# --------------------------------------------------------------------------- rows from parsed lines
+
+
+def _structure_problem(d: Any, required: frozenset[str], allowed: frozenset[str] | None, what: str) -> str | None:
+    if not isinstance(d, dict):
+        return f"not a {what}: a JSON {type(d).__name__}, not an object"
+    missing = sorted(required - d.keys())
+    if missing:
+        return f"not a {what}: missing field(s) {', '.join(missing[:5])}"
+    if allowed is not None:
+        extra = sorted(d.keys() - allowed)
+        if extra:
+            return f"not a {what}: unknown field(s) {', '.join(extra[:5])}"
+    return None
+
+
+def _episode_row(line: int, d: Any) -> EpisodeRow:
+    """A row from a parsed ``EpisodeResult`` line (structural checks only; never raises)."""
+    problem = _structure_problem(d, _EPISODE_REQUIRED, _EPISODE_FIELDS, "EpisodeResult")
+    if problem is None:
+        try:
+            return _episode_row_unchecked(line, d)
+        except (TypeError, KeyError, AttributeError, ValueError, IndexError) as e:
+            problem = f"not an EpisodeResult: {_short(e, 160)}"
+    return EpisodeRow(line=line, status="foreign", problem=problem)
+
+
+def _episode_row_unchecked(line: int, d: dict) -> EpisodeRow:
+    stages = d["stages"]
+    if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
+        raise TypeError("stages must be a list of objects")
+    for k in ("task_id", "mode", "policy", "task_type"):
+        if not isinstance(d[k], str):
+            raise TypeError(f"{k} must be a string")
+    if not isinstance(d["succ"], bool) or _num(d["acc"]) is None:
+        raise TypeError("acc must be a number and succ a boolean")
+    error = d.get("error")
+    mode, hint = d["mode"], d.get("hint") or "none"
+    trial = d.get("trial", 0)
+    if not isinstance(trial, int) or isinstance(trial, bool):
+        raise TypeError("trial must be an integer")
+    judge_failed = any(bool(s["verdict"].get("failed")) for s in stages)
+    scored = error is None and not judge_failed
+    turns = tools = 0
+    terms: list[str] = []
+    comps: dict[str, float] = {}
+    totals: dict[int, float] = {}
+    tool_vals: list[float] = []
+    fmt_vals: list[float] = []
+    for s in stages:
+        traj = s["trajectory"]
+        steps = traj.get("steps") or []
+        turns += len(steps)
+        tools += sum(len(st.get("tool_results") or []) for st in steps)
+        terms.append(str(traj.get("termination", "running")))
+        stage_no = int(traj.get("stage", 0))
+        rew = s.get("reward") or {}
+        tot = _num(rew.get("total"))
+        if tot is not None:
+            totals[stage_no] = tot
+            comps[f"s{stage_no}.total"] = tot
+        for k, v in (rew.get("components") or {}).items():
+            x = _num(v)
+            if x is None or k == "stage":
+                continue
+            comps[f"s{stage_no}.{k}"] = x
+            if k == "R_tool":
+                tool_vals.append(x)
+            elif k == "R_fmt":
+                fmt_vals.append(x)
+    return EpisodeRow(
+        line=line,
+        status="ok" if error is None else "error",
+        problem=None if error is None else str(error)[:500],
+        task_id=d["task_id"],
+        task_type=d["task_type"],
+        strategy=M.strategy_name(mode, hint),
+        trial=trial,
+        success=bool(d["succ"]) if scored else None,
+        acc=float(d["acc"]) if scored and mode != "oracle" else None,
+        r1=totals.get(1) if scored else None,
+        r2=totals.get(2) if scored else None,
+        r_tool=_mean(tool_vals) if scored else None,
+        r_fmt=_mean(fmt_vals) if scored else None,
+        turns=turns,
+        tool_calls=tools,
+        termination=_termination(terms),
+        instruction=_first_user_text(stages),
+        mode=mode,
+        hint=hint,
+        policy=d["policy"],
+        scored=scored,
+        components=comps if scored else {},
+    )
+
+
+def _kept_row(line: int, d: Any) -> EpisodeRow:
+    """A row from a parsed ``KeptStage`` line (one stage trajectory and its verdict)."""
+    problem = _structure_problem(d, _KEPT_REQUIRED, _KEPT_REQUIRED, "KeptStage")
+    if problem is None:
+        try:
+            traj = d["trajectory"]
+            steps = traj.get("steps") or []
+            mode, hint = str(d["mode"]), str(d["hint"] or "none")
+            stage = int(d["stage"])
+            return EpisodeRow(
+                line=line,
+                status="ok",
+                problem=None,
+                task_id=str(d["task_id"]),
+                strategy=M.strategy_name(mode, hint),
+                trial=int(d["trial"]),
+                success=bool(d["succ"]),
+                acc=float(d["acc"]) if mode != "oracle" else None,
+                turns=len(steps),
+                tool_calls=sum(len(st.get("tool_results") or []) for st in steps),
+                termination=str(traj.get("termination", "running")),
+                instruction=_first_user_text([d]),
+                mode=mode,
+                hint=hint,
+                stage=stage,
+                policy=str(d["policy"]),
+                scored=True,
+            )
+        except (TypeError, KeyError, AttributeError, ValueError) as e:
+            problem = f"not a KeptStage: {_short(e, 160)}"
+    return EpisodeRow(line=line, status="foreign", problem=problem)
+
+
+def _grpo_row(line: int, d: Any) -> EpisodeRow:
+    """A row from one line of a verl validation dump (``input``, ``output``, ``score``, extras)."""
+    problem = _structure_problem(d, frozenset(("input", "output")), None, "GRPO validation record")
+    if problem is None and not (isinstance(d["input"], str) and isinstance(d["output"], str)):
+        problem = "not a GRPO validation record: input and output must be strings"
+    if problem is not None:
+        return EpisodeRow(line=line, status="foreign", problem=problem)
+    stage = _num(d.get("stage"))
+    stage_no = int(stage) if stage in (1.0, 2.0) else None
+    comps = {
+        (f"s{stage_no}.{k}" if stage_no else k): x
+        for k, v in d.items()
+        if k not in _GRPO_TEXT and k != "stage" and (x := _num(v)) is not None
+    }
+    score = _num(d.get("score"))
+    if score is not None:
+        comps[f"s{stage_no}.total" if stage_no else "total"] = score
+    succ = _num(d.get("success"))
+    turns = _num(d.get("num_turns"))
+    return EpisodeRow(
+        line=line,
+        status="ok",
+        problem=None,
+        task_id=d["task_id"] if isinstance(d.get("task_id"), str) else None,
+        task_type=d["task_type"] if isinstance(d.get("task_type"), str) else None,
+        success=None if succ is None else succ > 0.5,
+        r1=score if stage_no == 1 else None,
+        r2=score if stage_no == 2 else None,
+        r_tool=_num(d.get("R_tool")),
+        r_fmt=_num(d.get("R_fmt")),
+        turns=None if turns is None else int(turns),
+        tool_calls=None if _num(d.get("n_tool_calls")) is None else int(_num(d.get("n_tool_calls")) or 0),
+        stage=stage_no,
+        instruction=d["input"][-2000:],
+        scored=not (_num(d.get("judge_failed")) or _num(d.get("deadline_missed"))),
+        components=comps,
+    )
+
+
+_ROW_BUILDERS = {"eval": _episode_row, "sft_rollouts": _episode_row, "sft_kept": _kept_row, "grpo_val": _grpo_row}
+
+
+def _stand_in(row: EpisodeRow) -> EpisodeResult:
+    """A field-light ``EpisodeResult`` (no stages) carrying what the metric functions read."""
+    return EpisodeResult.model_construct(
+        task_id=row.task_id or "",
+        task_type=row.task_type or "single",
+        mode=row.mode or "two_stage",
+        hint=row.hint or "none",
+        policy=row.policy or "",
+        trial=row.trial or 0,
+        stages=[],
+        acc=row.acc if row.acc is not None else 1.0,
+        succ=bool(row.success),
+        wall_s=0.0,
+        error=None,
+    )
+
+
+# --------------------------------------------------------------------------- benchmark lookup
+
+
+def _declared_benchmarks(run_dir: Path) -> list[str]:
+    """Benchmark paths named by the run: ``config.yaml`` ``bench.path`` (also ``benchmark.path``),
+    then ``summary.json`` ``meta.benchmark``."""
+    from shopping_companion.config import load_yaml
+
+    out: list[str] = []
+    cfg = run_dir / "config.yaml"
+    if cfg.is_file():
+        try:
+            data = load_yaml(cfg)
+        except (ConfigError, OSError):
+            data = None
+        if isinstance(data, dict):
+            for key in ("bench", "benchmark"):
+                sec = data.get(key)
+                if isinstance(sec, dict) and isinstance(sec.get("path"), str):
+                    out.append(sec["path"])
+    summ = run_dir / "summary.json"
+    if summ.is_file():
+        try:
+            meta = json.loads(summ.read_bytes()).get("meta") or {}
+            if isinstance(meta.get("benchmark"), str):
+                out.append(meta["benchmark"])
+        except (OSError, ValueError, AttributeError):
+            pass
+    return list(dict.fromkeys(out))
+
+
+def find_benchmark(run_dir: Path) -> tuple[Path | None, str | None]:
+    """``(benchmark directory holding tasks.jsonl or None, the path the run names or None)``.
+
+    A relative declared path is tried against the current directory, then the run directory and
+    each of its parents (a run started elsewhere); last, ``<run dir>/bench`` (the quickstart's)."""
+    declared = _declared_benchmarks(run_dir)
+    cands: list[Path] = []
+    for s in declared:
+        p = Path(s).expanduser()
+        if p.is_absolute():
+            cands.append(p)
+        else:
+            cands += [Path.cwd() / p, run_dir / p, *(q / p for q in list(run_dir.resolve().parents)[:8])]
+    cands.append(run_dir / "bench")
+    for c in cands:
+        try:
+            if (c / "tasks.jsonl").is_file():
+                return c, declared[0] if declared else _display(c)
+        except OSError:
+            continue
+    return None, declared[0] if declared else None
+
+
+def load_tasks(bench_dir: Path) -> dict[str, Task]:
+    """``task_id -> Task`` from ``<bench_dir>/tasks.jsonl`` (lines that are not tasks are skipped)."""
+    out: dict[str, Task] = {}
+    try:
+        with open(bench_dir / "tasks.jsonl", "rb") as f:
+            for raw in f:
+                if raw.strip():
+                    try:
+                        t = Task.model_validate_json(raw)
+                    except ValueError:
+                        continue
+                    out[t.task_id] = t
+    except OSError:
+        return {}
+    return out
+
+
+# --------------------------------------------------------------------------- one run
+
+
+class RunIndex:
+    """The index of one run file (see the module docstring). Thread-safe.
+
+    Built by :class:`RunCatalog`; ``path`` is the run file, ``run_dir`` its directory. Public
+    counters for tests and diagnostics: ``end_offset`` (bytes up to the end of the last complete
+    line indexed) and ``last_read`` (``(start, stop)`` byte range read by the last
+    :meth:`refresh` that read anything).
+    """
+
+    def __init__(self, run_id: str, kind: RunKind, path: Path, name: str, *, background_taxonomy: bool = True) -> None:
+        self.run_id = run_id
+        self.background_taxonomy = background_taxonomy
+        self._gen = 0
+        self._bg: threading.Thread | None = None
+        self.kind: RunKind = kind
+        self.path = Path(path)
+        self.run_dir = self.path.parent
+        self.name = name
+        self._lock = threading.RLock()
+        self._tasks: dict[str, Task] | None = None
+        self._bench_dir: Path | None = None
+        self._bench_declared: str | None = None
+        self._summary: RunSummary | None = None
+        self._tax_mtime: int | None = None
+        self._tax_file: dict[tuple[str, int, str], dict[str, Any]] = {}
+        self._reset()
+        self.refresh()
+
+    # ------------------------------------------------------------------ indexing
+
+    def _reset(self) -> None:
+        self._gen = getattr(self, "_gen", 0) + 1
+        self._rows: list[EpisodeRow] = []
+        self._by_line: dict[int, EpisodeRow] = {}
+        self._loc: dict[int, tuple[int, int]] = {}
+        self._torn: EpisodeRow | None = None
+        self._torn_loc: tuple[int, int] | None = None
+        self._final: dict[tuple, int] = {}
+        self._tax_detail: dict[int, dict[str, Any] | None] = {}
+        self._tax_pending: set[int] = set()
+        self.end_offset = 0
+        self.last_read: tuple[int, int] | None = None
+        self._next_line = 1
+        self._ident: tuple[int, int] | None = None
+        self._seen: tuple[int, int] | None = None  # (size, mtime_ns) at the last read
+        self._mtime = 0.0
+        self._summary = None
+
+    def _ensure_tasks(self) -> dict[str, Task]:
+        if self._tasks is None:
+            self._bench_dir, self._bench_declared = find_benchmark(self.run_dir)
+            self._tasks = load_tasks(self._bench_dir) if self._bench_dir is not None else {}
+        return self._tasks
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """``task_id -> Task`` of the run's benchmark (empty when it cannot be found)."""
+        with self._lock:
+            return self._ensure_tasks()
+
+    @property
+    def benchmark_dir(self) -> Path | None:
+        """The benchmark directory found for the run (None: not found)."""
+        with self._lock:
+            self._ensure_tasks()
+            return self._bench_dir
+
+    def refresh(self) -> bool:
+        """Read what was appended since the last call (complete lines; an unterminated last line
+        becomes a ``torn`` row); index from scratch when the file shrank or is another file
+        (inode); reload ``taxonomy.jsonl`` when it changed. Returns True when anything changed.
+        A missing file is an empty run. Never raises for the file's contents."""
+        with self._lock:
+            changed = self._refresh_taxonomy_file()
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                if self._rows or self._torn is not None:
+                    self._reset()
+                    return True
+                return changed
+            ident = (st.st_dev, st.st_ino)
+            if self._ident is not None and (ident != self._ident or st.st_size < self.end_offset):
+                self._reset()
+                changed = True
+            if self._seen == (st.st_size, st.st_mtime_ns) and self._ident == ident:
+                return changed
+            self._read(ident)
+            self._seen = (st.st_size, st.st_mtime_ns)
+            self._mtime = st.st_mtime
+            self._summary = None
+            self._kick()
+            return True
+
+    def _read(self, ident: tuple[int, int]) -> None:
+        tasks = self._ensure_tasks()
+        build = _ROW_BUILDERS[self.kind]
+        start = self.end_offset
+        try:
+            f = open(self.path, "rb")
+        except OSError:
+            return
+        with f:
+            fst = os.fstat(f.fileno())
+            if (fst.st_dev, fst.st_ino) != ident and self._ident is not None:
+                self._reset()  # replaced between stat and open
+                start = 0
+            self._ident = (fst.st_dev, fst.st_ino)
+            f.seek(start)
+            pos = start  # file offset of the first byte of ``pending``
+            pending = b""
+            self._torn, self._torn_loc = None, None
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    pending = data
+                    continue
+                i = 0
+                while i <= cut:
+                    j = data.index(b"\n", i)
+                    raw = data[i:j]
+                    if raw.strip():
+                        self._add(self._next_line, raw, pos + i, build, tasks)
+                    self._next_line += 1
+                    i = j + 1
+                pos += cut + 1
+                pending = data[cut + 1 :]
+            self.end_offset = pos
+            if pending.strip():
+                self._torn = EpisodeRow(
+                    line=self._next_line,
+                    status="torn",
+                    problem=f"incomplete last line ({len(pending)} bytes, no newline yet): still being "
+                    "written, or a write cut short by a crash",
+                )
+                self._torn_loc = (pos, len(pending))
+            self.last_read = (start, pos + len(pending))
+
+    def _add(self, line: int, raw: bytes, offset: int, build: Any, tasks: dict[str, Task]) -> None:
+        try:
+            d = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            row = EpisodeRow(line=line, status="unreadable", problem=f"not JSON: {_short(e)}")
+        else:
+            row = build(line, d)
+            if row.status in ("ok", "error"):
+                self._annotate_task(row, tasks.get(row.task_id or ""))
+                if self.kind in ("eval", "sft_rollouts"):
+                    self._supersede(row)
+                    if row.scored and row.success is False:
+                        self._set_taxonomy_from_file(row)
+        self._rows.append(row)
+        self._by_line[line] = row
+        self._loc[line] = (offset, len(raw))
+
+    @staticmethod
+    def _annotate_task(row: EpisodeRow, task: Task | None) -> None:
+        if task is None:
+            return
+        from shopping_companion.benchmark.calibrate import task_source
+
+        row.instruction = task.instruction
+        row.task_type = row.task_type or task.task_type
+        row.source = task_source(task)
+        row.category = _task_category(task)
+
+    def _supersede(self, row: EpisodeRow) -> None:
+        """Apply :func:`~shopping_companion.benchmark.report.final_results`' choice incrementally:
+        per result key the last line without an error, else the last errored one."""
+        key = result_key(_stand_in(row))
+        prev_line = self._final.get(key)
+        if prev_line is None:
+            self._final[key] = row.line
+            return
+        prev = self._by_line[prev_line]
+        if row.status == "ok" or prev.status != "ok":
+            self._final[key] = row.line
+            self._mark_superseded(prev, row.line)
+        else:
+            self._mark_superseded(row, prev_line)
+
+    def _mark_superseded(self, row: EpisodeRow, by: int) -> None:
+        row.superseded_by = by
+        row.problem = f"superseded by line {by}" + (f" (this attempt: {row.problem})" if row.problem else "")
+        row.status = "superseded"
+        self._tax_pending.discard(row.line)
+
+    def _refresh_taxonomy_file(self) -> bool:
+        p = self.run_dir / "taxonomy.jsonl"
+        try:
+            mtime = p.stat().st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime == self._tax_mtime or self.kind not in ("eval",):
+            return False
+        self._tax_mtime = mtime
+        items: dict[tuple[str, int, str], dict[str, Any]] = {}
+        if mtime is not None:
+            try:
+                for raw in p.read_bytes().splitlines():
+                    try:
+                        d = json.loads(raw)
+                        items[(str(d["task_id"]), int(d["trial"]), str(d["strategy"]))] = d
+                    except (ValueError, KeyError, TypeError):
+                        continue
+            except OSError:
+                pass
+        self._tax_file = items
+        for row in self._rows:
+            if row.scored and row.success is False and row.status == "ok":
+                self._set_taxonomy_from_file(row)
+        self._summary = None
+        return True
+
+    def _set_taxonomy_from_file(self, row: EpisodeRow) -> None:
+        item = self._tax_file.get((row.task_id or "", row.trial or 0, row.strategy or ""))
+        if item is not None:
+            row.taxonomy = str(item.get("primary"))
+            self._tax_detail[row.line] = item
+            self._tax_pending.discard(row.line)
+        elif row.line not in self._tax_detail:
+            self._tax_pending.add(row.line)
+
+    def _classify_raw(self, raw: bytes, task_of: dict[str, Task]) -> tuple[dict[str, Any] | None, str | None]:
+        """``(classification dict or None, problem)``: the rules of
+        :func:`~shopping_companion.benchmark.taxonomy.classify` on one line; ``problem`` is set
+        when the line is not an ``EpisodeResult`` after all."""
+        from shopping_companion.benchmark.taxonomy import classify
+
+        try:
+            res = EpisodeResult.model_validate_json(raw)
+        except ValidationError as e:
+            return None, _validation_problem("EpisodeResult", e)
+        except ValueError as e:
+            return None, _short(e)
+        try:
+            c = classify(res, task_of.get(res.task_id))
+        except Exception:  # noqa: BLE001 - malformed data must never break a page
+            return None, None
+        return (c.to_dict() if c is not None else None), None
+
+    def _store_class(self, line: int, detail: dict[str, Any] | None, problem: str | None) -> None:
+        row = self._by_line.get(line)
+        if row is None:
+            return
+        if problem is not None:
+            row.status, row.problem, row.scored = "foreign", problem, False
+            self._summary = None
+        self._tax_detail[line] = detail
+        row.taxonomy = detail["primary"] if detail else None
+
+    def _resolve_taxonomy(self, lines: Iterable[int], budget_s: float | None = None) -> None:
+        """Classify the pending failures among ``lines`` now (lock held), until ``budget_s``
+        seconds have passed (None: all); the rest stay pending for the background worker."""
+        tasks = self._ensure_tasks()
+        t0 = time.monotonic()
+        for line in [x for x in lines if x in self._tax_pending]:
+            if budget_s is not None and time.monotonic() - t0 > budget_s:
+                break
+            self._tax_pending.discard(line)
+            try:
+                raw = self._raw(line)
+            except (OSError, KeyError):
+                continue
+            self._store_class(line, *self._classify_raw(raw, tasks))
+
+    def classify_pending(self) -> int:
+        """Classify every scored failure whose taxonomy class is not known yet, now (blocking);
+        returns how many were classified. (A background worker does the same when
+        ``background_taxonomy`` is on.)"""
+        with self._lock:
+            pending = sorted(self._tax_pending)
+            self._resolve_taxonomy(pending)
+            return len(pending)
+
+    def _kick(self) -> None:
+        """Start the background classifier when failures wait and it is not running (lock held)."""
+        if not self.background_taxonomy or not self._tax_pending:
+            return
+        if self._bg is not None and self._bg.is_alive():
+            return
+        self._bg = threading.Thread(target=self._bg_loop, name=f"viewer-taxonomy:{self.run_id}", daemon=True)
+        self._bg.start()
+
+    def _bg_loop(self) -> None:
+        """Classify pending failures one at a time; the lock is held only to pick a line and to
+        store its class, so pages are served meanwhile. A re-index (another generation) drops the
+        result of a line read before it."""
+        while True:
+            with self._lock:
+                if not self._tax_pending:
+                    return
+                line = min(self._tax_pending)
+                self._tax_pending.discard(line)
+                gen, loc, tasks = self._gen, self._loc.get(line), self._ensure_tasks()
+            if loc is None:
+                continue
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(loc[0])
+                    raw = f.read(loc[1])
+            except OSError:
+                continue
+            detail, problem = self._classify_raw(raw, tasks)
+            with self._lock:
+                if gen == self._gen:
+                    self._store_class(line, detail, problem)
+            time.sleep(0.001)  # let request threads take the GIL
+
+    # ------------------------------------------------------------------ reading one line
+
+    def raw(self, line: int) -> bytes:
+        """The stored bytes of result line ``line`` (1-based), exactly as in the file (no newline);
+        the torn last line too. Raises ``KeyError`` for a line that does not exist."""
+        with self._lock:
+            return self._raw(line)
+
+    def _raw(self, line: int) -> bytes:
+        if self._torn is not None and line == self._torn.line and self._torn_loc is not None:
+            off, n = self._torn_loc
+        elif line in self._loc:
+            off, n = self._loc[line]
+        else:
+            raise KeyError(line)
+        with open(self.path, "rb") as f:
+            f.seek(off)
+            return f.read(n)
+
+    def _load_result(self, line: int) -> EpisodeResult | None:
+        """The ``EpisodeResult`` of ``line`` (pydantic), or None: the row becomes ``foreign``."""
+        row = self._by_line[line]
+        try:
+            return EpisodeResult.model_validate_json(self._raw(line))
+        except ValidationError as e:
+            row.status, row.problem, row.scored = "foreign", _validation_problem("EpisodeResult", e), False
+        except (ValueError, OSError) as e:
+            row.status, row.problem, row.scored = "unreadable", _short(e), False
+        self._summary = None
+        return None
+
+    # ------------------------------------------------------------------ public queries
+
+    @property
+    def summary(self) -> RunSummary:
+        """The run's :class:`RunSummary` as of the last :meth:`refresh` (``live`` is current)."""
+        with self._lock:
+            if self._summary is None:
+                self._summary = self._summarize()
+            s = self._summary
+            s.live = self._is_live()
+            return s
+
+    def _is_live(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return time.time() - st.st_mtime < LIVE_WINDOW_S or _locked(st)
+
+    def _summarize(self) -> RunSummary:
+        self._ensure_tasks()
+        rows = self._rows
+        final = [r for r in rows if r.status in ("ok", "error")]
+        scored = [r for r in final if r.scored]
+        acc = succ = None
+        pass_hat: dict[int, float] = {}
+        if self.kind in ("eval", "sft_rollouts"):
+            standins = [_stand_in(r) for r in scored]
+            pooled = M.acc_succ(standins)["all"]
+            acc, succ = pooled["acc"], pooled["succ"]
+            per = Counter((r.strategy, r.task_id) for r in scored)
+            top = max(per.values(), default=0)
+            if top:
+                table = M.pass_k_table(standins, list(range(1, top + 1)))
+                pass_hat = {int(k): v["pass^k"] for k, v in table["k"].items() if v["pass^k"] is not None}
+        else:
+            acc = _mean(r.acc for r in scored if r.acc is not None)
+            succ = _mean(float(r.success) for r in scored if r.success is not None)
+        comp: dict[str, list[float]] = {}
+        for r in scored:
+            for k, v in r.components.items():
+                comp.setdefault(k, []).append(v)
+        policies = Counter(r.policy for r in final if r.policy)
+        bench = self._bench_declared or (_display(self._bench_dir) if self._bench_dir else None)
+        return RunSummary(
+            run_id=self.run_id,
+            kind=self.kind,
+            name=self.name,
+            path=_display(self.path),
+            policy=policies.most_common(1)[0][0] if policies else None,
+            benchmark=bench,
+            strategies=sorted({r.strategy for r in final if r.strategy}),
+            trials=max((r.trial for r in final if r.trial is not None), default=-1) + 1,
+            n_lines=len(rows) + (1 if self._torn is not None else 0),
+            n_episodes=len(final),
+            n_scored=len(scored),
+            n_errors=sum(1 for r in final if r.status == "error"),
+            n_unreadable=sum(1 for r in rows if r.status in ("unreadable", "foreign")),
+            acc=acc,
+            succ=succ,
+            pass_hat_k=pass_hat,
+            components={k: statistics.fmean(v) for k, v in sorted(comp.items())},
+            updated=_iso(self._mtime) if self._mtime else "",
+            live=False,
+            n_foreign=sum(1 for r in rows if r.status == "foreign"),
+            n_superseded=sum(1 for r in rows if r.status == "superseded"),
+            torn=self._torn is not None,
+            benchmark_found=self._bench_dir is not None,
+        )
+
+    def _all_rows(self) -> list[EpisodeRow]:
+        return self._rows + ([self._torn] if self._torn is not None else [])
+
+    def query(
+        self,
+        *,
+        failed_only: bool = False,
+        task_type: str | None = None,
+        taxonomy: str | None = None,
+        strategy: str | None = None,
+        q: str | None = None,
+        sort: str = "line",
+        desc: bool = False,
+        offset: int = 0,
+        limit: int = 50,
+        include_superseded: bool = False,
+        status: str | None = None,
+    ) -> Page:
+        """Filter, sort and page the rows (in memory; nothing is read from disk).
+
+        ``failed_only``: scored episodes that did not succeed. ``task_type`` / ``taxonomy`` /
+        ``strategy`` / ``status``: exact values (see :meth:`facets`); the taxonomy filter and sort
+        see the classes known so far (``Page.unclassified`` failures are still being classified). ``q``: case-insensitive
+        substring of the instruction or task id. ``sort``: one of :data:`SORT_FIELDS` (None values
+        last in either direction). ``offset`` >= 0, ``limit`` in 1..:data:`MAX_LIMIT`.
+        ``include_superseded``: also rows of replaced attempts (always shown when ``status`` is
+        ``superseded``). Raises ``ValueError`` naming the parameter and the allowed values.
+        """
+        if sort not in SORT_FIELDS:
+            raise ValueError(f"sort: must be one of {', '.join(SORT_FIELDS)}; got {sort!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"limit: must be an integer from 1 to {MAX_LIMIT}; got {limit!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset: must be an integer >= 0; got {offset!r}")
+        statuses = ("ok", "error", "unreadable", "foreign", "torn", "superseded")
+        if status is not None and status not in statuses:
+            raise ValueError(f"status: must be one of {', '.join(statuses)}; got {status!r}")
+        with self._lock:
+            needle = q.casefold() if q else None
+            out: list[EpisodeRow] = []
+            for r in self._all_rows():
+                if r.status == "superseded" and not include_superseded and status != "superseded":
+                    continue
+                if status is not None and r.status != status:
+                    continue
+                if failed_only and not (r.scored and r.success is False and r.status == "ok"):
+                    continue
+                if task_type is not None and r.task_type != task_type:
+                    continue
+                if strategy is not None and r.strategy != strategy:
+                    continue
+                if taxonomy is not None and r.taxonomy != taxonomy:
+                    continue
+                if needle is not None and not (
+                    needle in (r.task_id or "").casefold() or needle in (r.instruction or "").casefold()
+                ):
+                    continue
+                out.append(r)
+            if sort != "line":
+                have = [r for r in out if getattr(r, sort) is not None]
+                none = [r for r in out if getattr(r, sort) is None]
+                have.sort(key=lambda r: (getattr(r, sort), r.line), reverse=desc)
+                out = have + none
+            elif desc:
+                out.reverse()
+            page = out[offset : offset + limit]
+            self._resolve_taxonomy((r.line for r in page), budget_s=PAGE_CLASSIFY_BUDGET_S)
+            self._kick()
+            return Page(rows=page, total=len(out), offset=offset, limit=limit, unclassified=len(self._tax_pending))
+
+    def rows_after(self, line: int) -> list[EpisodeRow]:
+        """Rows of complete lines after ``line`` (any status), in file order: what a live page
+        appends. Call :meth:`refresh` first to see new lines."""
+        with self._lock:
+            rows = [r for r in self._rows if r.line > line]
+            self._resolve_taxonomy((r.line for r in rows), budget_s=PAGE_CLASSIFY_BUDGET_S)
+            return rows
+
+    def row(self, line: int) -> EpisodeRow:
+        """The row of ``line``; KeyError when no row has that line number."""
+        with self._lock:
+            if self._torn is not None and line == self._torn.line:
+                return self._torn
+            return self._by_line[line]
+
+    @property
+    def last_line(self) -> int:
+        """The line number of the last complete line indexed (0 when none)."""
+        with self._lock:
+            return self._rows[-1].line if self._rows else 0
+
+    def facets(self) -> dict[str, list[str]]:
+        """Values for the filter menus: ``task_type``, ``strategy``, ``status`` (those present),
+        ``taxonomy`` (every category of :data:`~shopping_companion.benchmark.taxonomy.CATEGORY_LABELS`
+        plus ``other``, and any other class found)."""
+        from shopping_companion.benchmark.taxonomy import CATEGORY_LABELS, OTHER
+
+        with self._lock:
+            rows = self._all_rows()
+            tax = list(CATEGORY_LABELS) + [OTHER]
+            tax += sorted({r.taxonomy for r in rows if r.taxonomy and r.taxonomy not in tax})
+            return {
+                "task_type": sorted({r.task_type for r in rows if r.task_type}),
+                "taxonomy": tax,
+                "strategy": sorted({r.strategy for r in rows if r.strategy}),
+                "status": sorted({r.status for r in rows}),
+            }
+
+    def episode(self, line: int) -> EpisodeView:
+        """The annotated episode of ``line`` (module docstring). KeyError for a line that has no
+        row (blank, or past the end). Bad lines give a view with ``raw`` and no stages."""
+        with self._lock:
+            row = self.row(line)
+            tasks = self._ensure_tasks()
+            if row.status in ("unreadable", "foreign", "torn"):
+                return self._bad_view(row)
+            if self.kind in ("eval", "sft_rollouts"):
+                res = self._load_result(line)
+                if res is None:
+                    return self._bad_view(row)
+                task = tasks.get(res.task_id)
+                if row.scored and row.success is False:
+                    self._resolve_taxonomy([line])
+                stages = _stage_views(
+                    [(s.trajectory, s.verdict, s.reward) for s in res.stages], task, _episode_records(res)
+                )
+                tax = self._tax_detail.get(line)
+                return EpisodeView(
+                    row=row,
+                    raw=None,
+                    result=res,
+                    task=task,
+                    gold=list(task.preferences) if task else [],
+                    stages=stages,
+                    simulator=res.simulator,
+                    taxonomy=_tax_view(tax),
+                )
+            raw = self._raw(line)
+            if self.kind == "sft_kept":
+                from shopping_companion.sft.collect import KeptStage
+
+                try:
+                    kept = KeptStage.model_validate_json(raw)
+                except ValidationError as e:
+                    row.status, row.problem = "foreign", _validation_problem("KeptStage", e)
+                    return self._bad_view(row)
+                task = tasks.get(kept.task_id)
+                records = _trajectory_records([kept.trajectory])
+                stages = _stage_views([(kept.trajectory, kept.verdict, None)], task, records)
+                return EpisodeView(
+                    row=row,
+                    raw=None,
+                    result=None,
+                    task=task,
+                    gold=list(task.preferences) if task else [],
+                    stages=stages,
+                    simulator=None,
+                    taxonomy=None,
+                    record=json.loads(raw),
+                )
+            d = json.loads(raw)
+            traj, reward = grpo_trajectory(d)
+            task = tasks.get(traj.task_id) if traj.task_id else None
+            stages = _stage_views([(traj, None, reward)], task, _trajectory_records([traj]))
+            return EpisodeView(
+                row=row,
+                raw=None,
+                result=None,
+                task=task,
+                gold=list(task.preferences) if task else [],
+                stages=stages,
+                simulator=None,
+                taxonomy=None,
+                record={k: v for k, v in d.items() if k not in ("input", "output")},
+            )
+
+    def _bad_view(self, row: EpisodeRow) -> EpisodeView:
+        try:
+            raw = _cap(self._raw(row.line))
+        except (OSError, KeyError):
+            raw = None
+        return EpisodeView(row=row, raw=raw, result=None, task=None, gold=[], stages=[], simulator=None, taxonomy=None)
+
+    def final_rows(self) -> list[EpisodeRow]:
+        """The final, scored episode rows (status ``ok``, counted by the metrics), in file order."""
+        with self._lock:
+            return [r for r in self._rows if r.status == "ok" and r.scored]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows) + (1 if self._torn is not None else 0)
+
+
+def _tax_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not item:
+        return None
+    return {
+        "primary": item.get("primary"),
+        "evidence": item.get("evidence") or {},
+        "secondary": item.get("secondary") or [],
+        "labels": item.get("labels") or [],
+        "llm": item.get("llm"),
+    }
+
+
+# --------------------------------------------------------------------------- GRPO lines
+
+
+def grpo_trajectory(d: dict[str, Any]) -> tuple[Trajectory, RewardBreakdown | None]:
+    """A validation-dump line as a one-stage :class:`Trajectory` (``messages``: user = ``input``,
+    assistant = ``output``; one step holding the whole output, its format flags from the env's
+    parser) and the reward breakdown from its numeric keys (``total`` = ``score``)."""
+    from shopping_companion.envs.parsing import format_flags, parse_action
+
+    output = str(d.get("output", ""))
+    stage = _num(d.get("stage"))
+    parsed = parse_action(output)
+    traj = Trajectory(
+        task_id=str(d.get("task_id") or ""),
+        stage=int(stage) if stage in (1.0, 2.0) else 2,
+        messages=[Message(role="user", content=str(d.get("input", ""))), Message(role="assistant", content=output)],
+        steps=[Step(assistant_text=output, format=format_flags(parsed))],
+        final_answer=parsed.answer,
+        termination="answered" if parsed.has_answer else "running",
+    )
+    score = _num(d.get("score"))
+    comps = {k: x for k, v in d.items() if k not in _GRPO_TEXT and (x := _num(v)) is not None}
+    reward = RewardBreakdown(total=score, components=comps) if score is not None else None
+    return traj, reward
+
+
+# --------------------------------------------------------------------------- annotation
+
+
+def _strip_origin(value: Any) -> str:
+    from shopping_companion.envs.tools import _ORIGIN_LABEL
+
+    s = str(value)
+    for label in (*_ORIGIN_LABEL.values(), "extracted"):
+        suffix = f" ({label})"
+        if s.endswith(suffix):
+            return s[: -len(suffix)]
+    return s
+
+
+def _trajectory_records(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
+    """``product id -> the merged record`` from every successful product tool call, in order (a
+    later ``product_view`` overrides a search hit's fields)."""
+    from shopping_companion.benchmark.taxonomy import _products_in
+
+    seen: dict[str, dict[str, Any]] = {}
+    for t in trajs:
+        for tr in t.tool_results:
+            if tr.name not in PRODUCT_TOOLS or tr.error is not None:
+                continue
+            for obj in _products_in(tr.content):
+                if set(obj) <= {"product_id", "error"}:
+                    continue  # a product_view "errors" entry, not a record
+                seen.setdefault(obj["product_id"], {}).update(obj)
+                if tr.name == "product_view":
+                    seen[obj["product_id"]][_VIEWED] = True
+    return seen
+
+
+#: Key marking a merged record that includes a ``product_view`` record (never a product field).
+_VIEWED = "\x00viewed"
+
+
+def _episode_records(res: EpisodeResult) -> dict[str, dict[str, Any]]:
+    return _trajectory_records([s.trajectory for s in res.stages])
+
+
+def record_product(rec: dict[str, Any]) -> Product | None:
+    """A :class:`Product` from a record the agent was shown (a ``product_view`` record or a search
+    hit): extraction notes stripped from attribute values, the source taken from the id, a search
+    hit's ``category`` as the category path; None when it does not validate."""
+    d: dict[str, Any] = {k: v for k, v in rec.items() if k in Product.model_fields and k != "attribute_sources"}
+    pid = str(rec.get("product_id", ""))
+    d.setdefault("source", pid.split(":", 1)[0] if ":" in pid else "unknown")
+    if isinstance(d.get("attributes"), dict):
+        d["attributes"] = {str(k): _strip_origin(v) for k, v in d["attributes"].items()}
+    if "category_path" not in d and isinstance(rec.get("category"), str) and rec["category"]:
+        d["category_path"] = [rec["category"]]
+    try:
+        return Product.model_validate(d)
+    except ValidationError:
+        return None
+
+
+def _product_marks(task: Task | None, ids: Iterable[str], records: dict[str, dict[str, Any]]) -> dict[str, Mark]:
+    from shopping_companion.rewards.tool_wise import rule_product_matcher
+
+    ids = list(dict.fromkeys(ids))
+    if task is None:
+        return {i: "unknown" for i in ids}
+    refs = set(task.reference_product_ids)
+    marks: dict[str, Mark] = {i: ("reference" if i in refs else "other") for i in ids}
+    cands = [(i, p) for i in ids if i not in refs and i in records and (p := record_product(records[i])) is not None]
+    if cands:
+        try:
+            decisions = rule_product_matcher(task, [p for _, p in cands])
+        except Exception:  # noqa: BLE001 - a record the matcher cannot read stays "other"
+            decisions = [False] * len(cands)
+        for (i, _), ok in zip(cands, decisions):
+            if ok:
+                marks[i] = "alternative"
+    return marks
+
+
+def _card(pid: str, mark: Mark, rec: dict[str, Any] | None, task: Task | None) -> ProductCard:
+    from shopping_companion.judges.rule import is_relevant, product_satisfies
+
+    if rec is None:
+        return ProductCard(pid, mark, None, None, None, {}, [], [], seen=False)
+    attrs = {str(k): _strip_origin(v) for k, v in (rec.get("attributes") or {}).items()}
+    for k in ("brand", "category"):
+        if rec.get(k):
+            attrs.setdefault(k, str(rec[k]))
+    if rec.get("category_path"):
+        attrs.setdefault("category", " > ".join(map(str, rec["category_path"])))
+    price = rec.get("price")
+    price_s = None if price is None else f"{price} {rec.get('currency') or ''}".strip()
+    matched: list[str] = []
+    missing: list[str] = []
+    p = record_product(rec)
+    if task is not None and p is not None:
+        n = task.n_products
+        try:
+            slots = [s for s, slot in enumerate(task.slots) if n == 1 or is_relevant(p, slot)] or list(range(n))
+            for g in task.preferences:
+                if n > 1 and g.slot not in slots:
+                    continue
+                (matched if product_satisfies(p, g) else missing).append(_pref_label(g))
+        except Exception:  # noqa: BLE001 - never fail a page on a record
+            matched, missing = [], []
+    return ProductCard(
+        product_id=pid,
+        mark=mark,
+        title=rec.get("title"),
+        price=price_s,
+        shop=rec.get("shop"),
+        attributes=attrs,
+        matched=matched,
+        missing=missing,
+        seen=True,
+        viewed=bool(rec.get(_VIEWED)),
+    )
+
+
+def _stage_views(
+    stages: Sequence[tuple[Trajectory, Verdict | None, RewardBreakdown | None]],
+    task: Task | None,
+    records: dict[str, dict[str, Any]],
+) -> list[StageView]:
+    from shopping_companion.envs.parsing import _split_thinking
+    from shopping_companion.rewards.tool_wise import trajectory_tool_results
+
+    prod_ids = [
+        i for t, _, _ in stages for tr in t.tool_results if tr.name in PRODUCT_TOOLS for i in tr.returned_ids
+    ] + [i for t, _, _ in stages for i in t.recommended_ids]
+    pmarks = _product_marks(task, prod_ids, records)
+    needles = set(task.needle_session_ids) if task else set()
+
+    def mark(name: str, i: str) -> Mark:
+        if task is None:
+            return "unknown"
+        if name in MEMORY_TOOLS:
+            return "needle" if i in needles else "non_needle"
+        if name in PRODUCT_TOOLS:
+            return pmarks.get(i, "other")
+        return "other"
+
+    out: list[StageView] = []
+    for traj, verdict, reward in stages:
+        per_step: list[list[ToolResult]] = [
+            trajectory_tool_results(Trajectory.model_construct(steps=[st])) for st in traj.steps
+        ]
+        n_calls = sum(len(x) for x in per_step)
+        scores = list(reward.per_tool_call) if reward is not None else []
+        aligned = len(scores) == n_calls
+        k = 0
+        turns: list[TurnView] = []
+        for i, (st, results) in enumerate(zip(traj.steps, per_step)):
+            calls: list[CallView] = []
+            for j, tr in enumerate(results):
+                args = st.tool_calls[j].arguments if j < len(st.tool_calls) else {}
+                calls.append(
+                    CallView(
+                        name=tr.name,
+                        arguments=dict(args),
+                        content=tr.content,
+                        error=tr.error,
+                        returned=[(rid, mark(tr.name, rid)) for rid in tr.returned_ids],
+                        reward=scores[k] if aligned else None,
+                        call_id=tr.call_id,
+                    )
+                )
+                k += 1
+            _ok, spans, outside, _errs = _split_thinking(st.assistant_text)
+            think = "\n\n".join(s.strip() for s in spans if s.strip()) or None
+            turns.append(
+                TurnView(
+                    index=i,
+                    think=think,
+                    text=outside,
+                    reasoning=st.reasoning,
+                    finish_reason=st.finish_reason,
+                    format_errors=list(st.format.errors),
+                    calls=calls,
+                    prompt_tokens=st.prompt_tokens,
+                    completion_tokens=st.completion_tokens,
+                    latency_s=st.latency_s,
+                )
+            )
+        cards = [
+            _card(pid, pmarks.get(pid, "unknown" if task is None else "other"), records.get(pid), task)
+            for pid in dict.fromkeys(traj.recommended_ids)
+        ]
+        out.append(
+            StageView(
+                stage=traj.stage,
+                termination=traj.termination,
+                verdict=verdict,
+                reward=reward,
+                turns=turns,
+                recommended=cards,
+                identified=traj.identified_preferences,
+                final_answer=traj.final_answer,
+                messages=list(traj.messages),
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+@dataclass
+class _Found:
+    path: Path
+    kind: RunKind
+    run_id: str
+    name: str
+
+
+def _looks_grpo(p: Path) -> bool:
+    """The first non-blank line of ``p`` is a JSON object with ``input``, ``output`` and ``score``."""
+    try:
+        with open(p, "rb") as f:
+            for raw in f:
+                if raw.strip():
+                    d = json.loads(raw)
+                    return isinstance(d, dict) and {"input", "output", "score"} <= d.keys()
+    except (OSError, ValueError, RecursionError):
+        return False
+    return False
+
+
+def _sniff_kind(p: Path) -> RunKind:
+    if p.name in _PRIMARY:
+        return _PRIMARY[p.name]
+    if _looks_grpo(p):
+        return "grpo_val"
+    try:
+        with open(p, "rb") as f:
+            for raw in f:
+                if raw.strip():
+                    d = json.loads(raw)
+                    if isinstance(d, dict) and {"trajectory", "verdict"} <= d.keys():
+                        return "sft_kept"
+                    break
+    except (OSError, ValueError, RecursionError):
+        pass
+    return "eval"
+
+
+def _run_files(d: Path, root: Path) -> list[tuple[Path, RunKind]]:
+    """Run files directly in directory ``d`` (no symlink resolving outside ``root``)."""
+    out: list[tuple[Path, RunKind]] = []
+    try:
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError:
+        return out
+    steps: list[Path] = []
+    for e in entries:
+        if ".stale-" in e.name or not e.name.endswith(".jsonl"):
+            continue
+        p = Path(e.path)
+        try:
+            if not p.is_file() or (e.is_symlink() and not p.resolve().is_relative_to(root)):
+                continue
+        except OSError:
+            continue
+        if e.name in _PRIMARY:
+            out.append((p, _PRIMARY[e.name]))
+        elif _STEP_FILE.match(e.name):
+            steps.append(p)
+    order = list(_PRIMARY.values())
+    out.sort(key=lambda x: order.index(x[1]))
+    out += [(p, "grpo_val") for p in sorted(steps, key=lambda p: int(p.stem)) if _looks_grpo(p)]
+    return out
+
+
+def _walk(target: Path, root: Path, base_id: str | None, depth: int, seen: set[Path]) -> list[_Found]:
+    """Runs in ``target`` and below (``depth`` levels left); ``base_id``: the id of ``target``
+    itself (None: the searched root, whose own runs take ``root_name``)."""
+    found: list[_Found] = []
+    try:
+        real = target.resolve()
+    except OSError:
+        return found
+    if real in seen:
+        return found
+    seen.add(real)
+    files = _run_files(target, root)
+    dir_id = base_id if base_id is not None else _segment(target.name)
+    for n, (p, kind) in enumerate(files):
+        primary = n == 0 and kind != "grpo_val"
+        rid = dir_id if primary else f"{dir_id}/{_segment(p.name)}"
+        name = target.name if primary else f"{target.name}/{p.name}"
+        found.append(_Found(p, kind, rid, name))
+    if depth <= 0:
+        return found
+    try:
+        subdirs = sorted((e for e in os.scandir(target) if e.is_dir()), key=lambda e: e.name)
+    except OSError:
+        return found
+    for e in subdirs:
+        if e.name.startswith(".") or e.name == "__pycache__":
+            continue
+        sub = Path(e.path)
+        try:
+            if e.is_symlink() and not sub.resolve().is_relative_to(root):
+                continue
+        except OSError:
+            continue
+        child_id = _segment(e.name) if base_id is None else f"{base_id}/{_segment(e.name)}"
+        found += _walk(sub, root, child_id, depth - 1, seen)
+    return found
+
+
+def _discover(target: Path) -> list[_Found]:
+    if not target.exists():
+        raise ConfigError(f"{target}: does not exist (give a runs directory, a run directory or a run file)")
+    if target.is_file():
+        kind = _sniff_kind(target)
+        parent = _segment(target.resolve().parent.name)
+        primary = target.name in ("results.jsonl", "rollouts.jsonl")
+        rid = parent if primary else f"{parent}/{_segment(target.name)}"
+        return [_Found(target, kind, rid, target.parent.name if primary else f"{target.parent.name}/{target.name}")]
+    root = target.resolve()
+    own = _run_files(target, root)
+    if own:  # a run directory given itself: its runs are named after it, runs below it after their path
+        found = _walk(target, root, _segment(target.resolve().name), MAX_DEPTH, set())
+    else:
+        found = []
+        seen: set[Path] = {root}
+        try:
+            subdirs = sorted((e for e in os.scandir(target) if e.is_dir()), key=lambda e: e.name)
+        except OSError as ex:
+            raise ConfigError(f"{target}: cannot be read ({ex.strerror})") from None
+        for e in subdirs:
+            if e.name.startswith(".") or e.name == "__pycache__":
+                continue
+            sub = Path(e.path)
+            if e.is_symlink() and not sub.resolve().is_relative_to(root):
+                continue
+            found += _walk(sub, root, _segment(e.name), MAX_DEPTH - 1, seen)
+    return found
+
+
+class RunCatalog:
+    """Every run under the given targets (module docstring: kinds, ids).
+
+    ``targets``: runs directories (searched recursively, depth <= :data:`MAX_DEPTH`, symlinks that
+    resolve outside the target skipped), run directories, or run files. Raises
+    :class:`~shopping_companion.errors.ConfigError` naming the path when a target does not exist
+    or holds no run. Thread-safe; indexes are built on first use and refreshed incrementally.
+    ``background_taxonomy``: classify failures of runs without ``taxonomy.jsonl`` in a background
+    thread per run (off: only the rows a page shows, or :meth:`RunIndex.classify_pending`).
+    """
+
+    def __init__(self, targets: Sequence[Path | str], *, background_taxonomy: bool = True) -> None:
+        if not targets:
+            raise ConfigError("no runs given: name a runs directory, a run directory or a run file")
+        self.targets = [Path(t) for t in targets]
+        self.background_taxonomy = background_taxonomy
+        self._lock = threading.RLock()
+        self._ids: dict[str, _Found] = {}
+        self._by_path: dict[Path, str] = {}
+        self._indexes: dict[str, RunIndex] = {}
+        for t in self.targets:
+            found = _discover(t)
+            if not found:
+                raise ConfigError(
+                    f"{t}: holds no run (no results.jsonl, rollouts.jsonl, kept.jsonl or GRPO validation "
+                    f"<step>.jsonl within {MAX_DEPTH} levels)"
+                )
+            self._register(found)
+
+    def _register(self, found: Iterable[_Found]) -> None:
+        for f in found:
+            try:
+                key = f.path.resolve()
+            except OSError:
+                continue
+            if key in self._by_path:
+                continue
+            rid, n = f.run_id, 2
+            while rid in self._ids:
+                rid = f"{f.run_id}-{n}"
+                n += 1
+            f.run_id = rid
+            self._ids[rid] = f
+            self._by_path[key] = rid
+
+    def _rediscover(self) -> None:
+        for t in self.targets:
+            try:
+                self._register(_discover(t))
+            except ConfigError:
+                continue
+
+    def run_ids(self) -> list[str]:
+        """Every known run id, in discovery order (no indexing)."""
+        with self._lock:
+            return list(self._ids)
+
+    def runs(self) -> list[RunSummary]:
+        """Summaries of every run (new runs are discovered; each index is refreshed; runs whose
+        file disappeared are left out)."""
+        with self._lock:
+            self._rediscover()
+            out = []
+            for rid, f in self._ids.items():
+                if not f.path.exists():
+                    continue
+                out.append(self.get(rid).summary)
+            return out
+
+    def get(self, run_id: str) -> RunIndex:
+        """The refreshed index of ``run_id``; KeyError for an id that names no discovered run."""
+        with self._lock:
+            if run_id not in self._ids:
+                self._rediscover()
+            f = self._ids[run_id]
+            idx = self._indexes.get(run_id)
+            if idx is None:
+                idx = self._indexes[run_id] = RunIndex(
+                    run_id, f.kind, f.path, f.name, background_taxonomy=self.background_taxonomy
+                )
+            else:
+                idx.refresh()
+            return idx
+
+
+# compare() lives in viewer/compare.py (it needs scipy); re-exported here as the contract names it.
+from shopping_companion.viewer.compare import Comparison, MetricDelta, TaskPair, compare  # noqa: E402
