@@ -38,7 +38,10 @@ def resolve_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
         return p.resolve()
     candidates += [Path.cwd() / ".." / "shared" / "data", _REPO_ROOT / ".." / "shared" / "data"]
     for c in candidates:
-        tried.append(str(c))
+        shown = str(c.resolve())
+        if shown in tried:  # run from the repository root, both candidates are one directory
+            continue
+        tried.append(shown)
         if c.is_dir():
             return c.resolve()
     raise DataDirError(

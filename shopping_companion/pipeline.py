@@ -20,7 +20,7 @@ from shopping_companion.types import Session, Task
 CATALOG_RELPATH = Path("catalog") / "products.jsonl.gz"
 SGD_RELPATH = Path("conversations") / "sgd_dialogues.jsonl.gz"
 
-_console = Console(stderr=True, soft_wrap=True)
+_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def catalog_file(data_dir: str | Path | None = None) -> Path:

@@ -58,7 +58,7 @@ def load_object(path: str) -> Any:
         raise ConfigError(f"{path!r}: a dotted path must have the form 'package.module:attr'")
     try:
         obj: Any = importlib.import_module(mod_name)
-    except ImportError as e:
+    except Exception as e:  # ImportError, or the module's own code failing (SyntaxError, RuntimeError, ...)
         raise ConfigError(f"{path!r}: cannot import module {mod_name!r} ({type(e).__name__}: {e})") from e
     for part in attr.split("."):
         try:

@@ -98,7 +98,7 @@ def run_agreement(
     from shopping_companion.judges.agreement import agreement_report, items_from_results, judge_all
     from shopping_companion.pipeline import make_rule_judge, open_product_search, resolve_sources, write_json
 
-    console = console or Console(stderr=True, soft_wrap=True)
+    console = console or Console(stderr=True, soft_wrap=True, emoji=False)
     stages = STAGES.get(stage)
     if stages is None:
         raise ConfigError(f"--stage must be 1, 2 or all (got {stage!r})")

@@ -64,7 +64,7 @@ REFERENCE_NOTE = (
     "Its numbers show the pipeline works; they are not a model result."
 )
 
-_stderr = Console(stderr=True, soft_wrap=True)
+_stderr = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 # --------------------------------------------------------------------------- builders
@@ -167,7 +167,7 @@ def check_judge(cfg: JudgeConfig) -> None:
         with OpenAIBackend(
             cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env, name=f"judge:{cfg.model}"
         ) as probe:
-            check_reachable(probe, "judge.base_url (--judge-base-url)")
+            check_reachable(probe, cfg.base_url_field)
 
 
 def build_judge(

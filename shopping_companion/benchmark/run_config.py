@@ -26,7 +26,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from shopping_companion.envs.env import EnvConfig
 
@@ -133,12 +142,29 @@ class JudgeConfig(_Endpoint):
     run directory)."""
 
     kind: Literal["rule", "llm"] = "rule"
+    #: the reward spec this judge came from (set by :class:`EpisodeConfig`), None: given directly
+    _from_spec: str | None = PrivateAttr(default=None)
+
+    @property
+    def base_url_field(self) -> str:
+        """Where ``base_url`` was set, for error messages: ``judge.base_url (--judge-base-url)``, or
+        the reward spec's ``judge.base_url`` when the judge came from a reward spec file."""
+        if self._from_spec:
+            return f"judge.base_url of the reward config {self._from_spec}"
+        return "judge.base_url (--judge-base-url)"
 
     @model_validator(mode="after")
     def _llm_needs_model(self) -> "JudgeConfig":
         if self.kind == "llm" and not self.model:
             raise ValueError("judge.model is required with judge.kind=llm (--judge-model)")
         return self
+
+
+def _judge_words(j: JudgeConfig) -> str:
+    """A judge in a few words: ``kind llm, model m, base_url http://...`` (the kind, then the
+    fields that differ from their defaults)."""
+    rest = {k: v for k, v in j.model_dump(mode="json", exclude_defaults=True).items() if k != "kind"}
+    return ", ".join([f"kind {j.kind}", *(f"{k} {v}" for k, v in rest.items())])
 
 
 class AttributionConfig(_Endpoint):
@@ -261,8 +287,12 @@ class EpisodeConfig(BaseModel):
     @model_validator(mode="after")
     def _judge_of_reward_spec(self) -> "EpisodeConfig":
         """A reward-spec file given as ``rubric`` (``--reward-config``) that names a judge sets
-        ``judge`` (one spec for evaluation, SFT collection and GRPO); a different ``judge`` given
-        as well is refused."""
+        ``judge`` (one spec for evaluation, SFT collection and GRPO). A ``judge`` given as well
+        (``--judge`` / ``--judge-*`` flags, ``--set judge.*`` or the config file's ``judge``
+        section) must be that same judge; any difference, ``--judge rule`` against the spec's LLM
+        judge included, is refused as a validation error on ``judge``."""
+        from pydantic_core import InitErrorDetails, PydanticCustomError
+
         from shopping_companion.rewards.spec import load_reward_spec
 
         spec = load_reward_spec(self.rubric)
@@ -270,12 +300,25 @@ class EpisodeConfig(BaseModel):
             return self
         sj = spec.judge
         want = JudgeConfig(kind=sj.kind, model=sj.model, base_url=sj.base_url, api_key_env=sj.api_key_env)
-        if "judge" in self.model_fields_set and self.judge != want and self.judge != JudgeConfig():
-            raise ValueError(
-                f"judge: the reward config {self.rubric} names judge {want.model_dump(exclude_defaults=True)}, "
-                f"but judge is also set to {self.judge.model_dump(exclude_defaults=True)}; set it in one place"
+        if "judge" in self.model_fields_set and self.judge != want:
+            text = (
+                f"the reward config {self.rubric} has a judge section ({_judge_words(want)}), but judge is also "
+                f"given as {_judge_words(self.judge)} (--judge / --judge-* flags, --set judge.* or the config "
+                "file's judge); give the judge in one place: leave out the judge flags and keys to use the spec's "
+                "judge, or use a reward config without a judge section"
+            )
+            raise ValidationError.from_exception_data(
+                type(self).__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("value_error", "{text}", {"text": text}),
+                        loc=("judge",),
+                        input=self.judge.model_dump(mode="json"),
+                    )
+                ],
             )
         self.judge = want
+        self.judge._from_spec = str(self.rubric)
         return self
 
     @field_validator("env")

@@ -312,7 +312,7 @@ def build_from_data(
 
     from shopping_companion.pipeline import load_catalog, load_pool, make_embedder, open_product_search, resolve_sources
 
-    console = console or Console(stderr=True, soft_wrap=True)
+    console = console or Console(stderr=True, soft_wrap=True, emoji=False)
     out = Path(out)
     if keep_other_finished:
         _refuse_other_finished(out, cfg)

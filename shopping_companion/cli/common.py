@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: Progress, notes and errors go to stderr; command results (tables, paths) may go to stdout.
-console = Console(stderr=True, soft_wrap=True)
+console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def echo_error(message: str, code: int | None = None) -> None:

@@ -60,7 +60,12 @@ EVAL_FLAGS = [
     Flag("--judge-model NAME", "judge.model", str, "Judge model name (--judge llm)."),
     Flag("--judge-base-url URL", "judge.base_url", str, "Judge endpoint (--judge llm)."),
     Flag("--judge-api-key-env VAR", "judge.api_key_env", str, "Variable holding the judge's API key."),
-    Flag("--reward-config, --rubric SPEC", "rubric", str, "paper (default) | outcome_only | YAML: {name|path, weight}"),
+    Flag(
+        "--reward-config, --rubric SPEC",
+        "rubric",
+        str,
+        "paper (default) | outcome_only | spec/rubric YAML | module:attr (docs/rewards.md).",
+    ),
     Flag("--attribution-model NAME", "attribution.model", str, "Also attribute failures with this LLM (App. F.2)."),
     Flag("--attribution-base-url URL", "attribution.base_url", str, "Endpoint of the attribution LLM."),
     Flag("--attribution-api-key-env VAR", "attribution.api_key_env", str, "Variable holding its API key."),

@@ -311,6 +311,8 @@ def submit(
                         f"modules {w.get('modules')}, grpo_judged registered: "
                         f"{(w.get('adv_estimator') or {}).get('registered')}"
                     )
+            for w in res.get("warnings") or []:
+                console.print(f"warning: smoke {w}", soft_wrap=True, markup=False)
             if res["problems"]:
                 console.print(f"smoke job {res['submission_id']}: {len(res['problems'])} problem(s):", markup=False)
                 for p in res["problems"]:

@@ -255,8 +255,9 @@ class RubricMember:
 
 class RubricEntry(BaseModel):
     """One config entry: exactly one of ``name`` (registered name or entry point) and ``path``
-    (``module:attr``); ``weight`` (default 1; 0 = logged only); ``key`` (component name, default
-    the reward's key); ``params`` (passed to the reward as ``ctx.params``)."""
+    (``module:attr``); ``weight`` (default 1; any finite number: 0 = logged only, negative = a
+    penalty term); ``key`` (component name, default the reward's key); ``params`` (passed to the
+    reward as ``ctx.params``)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
@@ -509,6 +510,8 @@ def _rubric_object(spec: str, resources: Mapping[str, Any] | None) -> Rubric:
                 f"rubric {spec!r}: a function given as a rubric must take no arguments and return a Rubric or a "
                 f"rubric config ({e})"
             ) from None
+        except Exception as e:  # the user's factory failed: name it, no traceback
+            raise ConfigError(f"rubric {spec!r}: calling it raised {type(e).__name__}: {e}") from e
     if isinstance(obj, Rubric):
         return obj.with_resources(**resources) if resources else obj
     if isinstance(obj, (Mapping, list)):

@@ -223,11 +223,13 @@ class RewardSpec(BaseModel):
         returns :meth:`RewardJudge.describe`. Raises :class:`BackendError` naming ``judge.base_url``.
         Nothing to check for the rule judge."""
         if self.judge.kind == "llm":
-            from shopping_companion.benchmark.run import check_judge
-            from shopping_companion.benchmark.run_config import JudgeConfig
+            from shopping_companion.benchmark.run import check_reachable
+            from shopping_companion.llm.openai_backend import OpenAIBackend
 
             j = self.judge
-            check_judge(JudgeConfig(kind="llm", model=j.model, base_url=j.base_url, api_key_env=j.api_key_env))
+            field = "judge.base_url" + (f" of the reward spec {self.source}" if self.source else " of the reward spec")
+            with OpenAIBackend(j.model, base_url=j.base_url, api_key_env=j.api_key_env, name=f"judge:{j.model}") as p:
+                check_reachable(p, field)
         return self.judge.describe()
 
 
@@ -314,7 +316,27 @@ def _from_mapping(data: Mapping[str, Any], source: str | None, base: Path | None
     try:
         return RewardSpec.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(validation_message(RewardSpec, e, source or "reward spec")) from None
+        raise ConfigError(validation_message(RewardSpec, e, source or "reward spec") + _key_hints(data)) from None
+
+
+def _key_hints(data: Mapping[str, Any]) -> str:
+    """``"; did you mean `rewards` (not `rewardz`)?"`` for each unknown key close to a known one:
+    a spec field, or ``rewards`` when the mapping has a rubric file's ``name`` (a rubric file whose
+    ``rewards`` key is misspelt reads as a spec). Empty when nothing is close."""
+    import difflib
+
+    known = [k for k in RewardSpec.model_fields if k != "source"]
+    targets = [*known, "rewards"] if "name" in data else known
+    hints = []
+    for k in data:
+        if k in RewardSpec.model_fields or k == "name":
+            continue
+        close = difflib.get_close_matches(str(k), targets, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"did you mean `{close[0]}` (not `{k}`)?")
+    if "name" in data and "rubric" not in data and not any("`rewards`" in h for h in hints):
+        hints.append("a rubric file has `name` and `rewards` (a list of {name|path, weight} entries)")
+    return "".join(f"; {h}" for h in hints)
 
 
 def load_reward_spec(value: Any = None) -> RewardSpec:

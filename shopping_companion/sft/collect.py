@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shopping_companion.benchmark.evaluate import EvalSettings, describe, run_evaluation
 from shopping_companion.benchmark.report import final_results, read_results
-from shopping_companion.errors import ConfigError
+from shopping_companion.errors import ConfigError, DataDirError, DataError
 from shopping_companion.runs import write_lines_atomic, write_text_atomic
 from shopping_companion.types import EpisodeResult, Task, Trajectory, Verdict
 
@@ -167,8 +167,20 @@ def read_kept(path: str | Path) -> list[KeptStage]:
     if p.is_dir():
         p = p / KEPT
     if not p.is_file():
-        raise FileNotFoundError(f"{p}: no kept trajectories file (run `shopcomp sft collect` first)")
-    return [KeptStage.model_validate_json(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        raise DataDirError(f"{p}: no kept trajectories file (run `shopcomp sft collect` first)")
+    out = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(KeptStage.model_validate_json(line))
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise DataError(
+                f"{p}:{n}: not a kept stage trajectory ({first['msg']}); re-select it from rollouts.jsonl "
+                "with `shopcomp sft export --keep succ` (or stage / pref_acc), or rerun `shopcomp sft collect`"
+            ) from None
+    return out
 
 
 @dataclass

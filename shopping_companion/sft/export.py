@@ -353,16 +353,36 @@ def render_chatml(record: Mapping[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
+#: Files of which a tokenizer directory holds at least one (fast and slow tokenizers).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
 def load_tokenizer(name_or_path: str) -> Any:
     """``transformers.AutoTokenizer`` of a local directory or a hub id already in the local cache
-    (never downloads: ``local_files_only``). Raises :class:`ConfigError` naming the path when it
-    cannot be loaded (transformers missing, no such directory, not cached)."""
+    (never downloads: ``local_files_only``). A name that is a path (starts with ``/``, ``./``,
+    ``../`` or ``~``, has more than one ``/``, or exists) must be a directory holding tokenizer
+    files. Raises :class:`ConfigError` naming the path when it cannot be loaded (transformers
+    missing, not a directory, no tokenizer files in it, not cached)."""
     try:
         from transformers import AutoTokenizer
     except ImportError as e:  # pragma: no cover - transformers is a core dependency
         raise ConfigError(f"tokenizer {name_or_path!r}: transformers is not installed ({e})") from None
+    name = str(name_or_path)
+    p = Path(name).expanduser()
+    looks_like_path = name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1 or p.exists()
+    if looks_like_path and not p.is_dir():
+        raise ConfigError(
+            f"tokenizer {name!r}: not a directory"
+            + (" (it is a file)" if p.exists() else " (no such path)")
+            + "; give a local directory with tokenizer files (--tokenizer PATH)"
+        )
+    if p.is_dir() and not any((p / f).is_file() for f in _TOKENIZER_FILES):
+        raise ConfigError(
+            f"tokenizer {name!r}: no tokenizer files (tokenizer.json, tokenizer_config.json) in {p}; give a local "
+            "directory with tokenizer files (--tokenizer PATH)"
+        )
     try:
-        return AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=True)
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
     except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, HF errors, ...
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise ConfigError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,25 @@ def _rubric_label(rubric: Any) -> str:
     return "inline rubric"
 
 
+def _ref_label(ref: Any) -> str:
+    """A short description of a reward-config reference for problem lines: a spec's JSON (how
+    the launch passes it) becomes ``reward spec <file>`` or ``rubric <label>``; a short string
+    is quoted as is; anything else is cut to 80 characters."""
+    if isinstance(ref, str) and ref.lstrip().startswith("{"):
+        try:
+            data = json.loads(ref)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            if data.get("source"):
+                return f"reward spec {data['source']}"
+            return f"rubric {_rubric_label(data.get('rubric', 'paper'))!r}"
+    if isinstance(ref, (dict, list)):
+        return _rubric_label(ref)
+    text = repr(ref)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _member_keys(ref: Any) -> list[str]:
     """Member keys of the rubric a reward-config reference names (imports its modules)."""
     from shopping_companion.rewards.spec import load_reward_spec
@@ -179,7 +199,7 @@ def check_reward(rf: Any, entries: list[dict[str, Any]], problems: list[str]) ->
         try:
             scoring = _member_keys(str(scoring_ref) if not isinstance(scoring_ref, (dict, list)) else scoring_ref)
         except (ShopCompError, ImportError, ValueError, TypeError, AttributeError) as e:
-            problems.append(f"{scoring_key}: {scoring_ref!r} does not load here ({type(e).__name__}: {e})")
+            problems.append(f"{scoring_key}: {_ref_label(scoring_ref)} does not load here ({type(e).__name__}: {e})")
     summary: dict[str, Any] | None = None
     for entry in entries:
         name = entry.get("name")
@@ -203,16 +223,17 @@ def check_reward(rf: Any, entries: list[dict[str, Any]], problems: list[str]) ->
             keys = spec.component_keys()
         except (ShopCompError, ImportError, ValueError, TypeError, AttributeError) as e:
             if agent_ref is not scoring_ref:  # the same failure is reported once
-                problems.append(f"{where}: {agent_ref!r} does not load here ({type(e).__name__}: {e})")
+                problems.append(f"{where}: {_ref_label(agent_ref)} does not load here ({type(e).__name__}: {e})")
             continue
         if scoring is not None:
             missing = [k for k in scoring if k not in keys]
             if missing:
+                theirs = f"its rubric, from {where}: {_rubric_label(spec.rubric)!r}, computes {keys}"
+                one = scoring_ref if isinstance(scoring_ref, str) and len(scoring_ref) < 80 else "X"
                 problems.append(
-                    f"{scoring_key}: the scoring rubric {scoring_ref!r} needs components {missing} that the agent "
-                    f"loop {name!r} does not compute (its rubric, from {where}: {_rubric_label(spec.rubric)!r}, "
-                    f"computes {keys}); compute_score would fail on every trajectory. Give both sides one spec: "
-                    f"--reward-config {scoring_ref if isinstance(scoring_ref, str) and len(scoring_ref) < 80 else 'X'}"
+                    f"{scoring_key}: the scoring rubric ({_ref_label(scoring_ref)}) needs components {missing} that "
+                    f"the agent loop {name!r} does not compute ({theirs}); compute_score would fail on every "
+                    f"trajectory. Give both sides one spec: --reward-config {one}"
                 )
         if summary is None:
             try:

@@ -56,7 +56,19 @@ from shopping_companion.trainers.launch import REWARD_CONFIG_KEY, reward_config_
 if TYPE_CHECKING:
     from shopping_companion.rewards.spec import RewardSpec
 
-__all__ = ["PLUGIN_MODULE", "JobPlan", "follow_commands", "job_entrypoint", "plan_job", "run_smoke", "submit_job"]
+__all__ = [
+    "PLUGIN_MODULE",
+    "JobPlan",
+    "follow_commands",
+    "host_lines",
+    "job_entrypoint",
+    "plan_job",
+    "probe",
+    "rubric_modules",
+    "run_smoke",
+    "smoke_args",
+    "submit_job",
+]
 
 #: the module that registers ``grpo_judged`` (imported by ``import verl`` through VERL_USE_EXTERNAL_MODULES)
 PLUGIN_MODULE = "shopping_companion.trainers.verl_plugin"
@@ -301,11 +313,13 @@ def smoke_args(
     adv_estimator: str = "grpo_judged",
     timeout_s: float = 240.0,
 ) -> dict[str, Any]:
-    """What the smoke job checks: module names shipped besides the package, the job spec's JSON,
+    """What the smoke job checks: module names shipped besides the package (``modules``; those the
+    rubric imports, :func:`rubric_modules`, as ``rubric_modules``), the job spec's JSON,
     the staged config, ``paths`` that must exist on every node, ``writable`` directories (e.g. the
     checkpoint directory) that must exist or be creatable there, the estimator to look up."""
     return {
         "modules": list(plan.modules),
+        "rubric_modules": rubric_modules(spec, plan.modules) if spec is not None else [],
         "spec": _job_spec(spec).to_json() if spec is not None else None,
         "config": f"{JOB_CONFIG_DIR}/{config_name}.yaml",
         "paths": [str(p) for p in paths],
@@ -315,13 +329,35 @@ def smoke_args(
     }
 
 
+def rubric_modules(spec: "RewardSpec", shipped: Sequence[str]) -> list[str] | None:
+    """The names among ``shipped`` (top-level modules from ``spec.python_path``) that ``spec``'s
+    rubric imports, found by building the rubric here and looking which of them are then in
+    ``sys.modules`` with a file under a ``python_path`` directory. None when the rubric does not
+    build here (the smoke job then treats every shipped module as needed)."""
+    try:
+        spec.build_rubric()
+    except Exception:  # noqa: BLE001 - the smoke job reports it with the node's view
+        return None
+    dirs = [Path(d).resolve() for d in spec.python_path]
+    used = []
+    for name in shipped:
+        mod = sys.modules.get(name)
+        f = getattr(mod, "__file__", None)
+        if f and any(Path(f).resolve().is_relative_to(d) for d in dirs):
+            used.append(name)
+    return used
+
+
 def _shipped(path: Optional[str]) -> bool:
     return bool(path) and ("runtime_resources" in str(path) or "_ray_pkg_" in str(path))
 
 
 def probe(args: dict[str, Any]) -> dict[str, Any]:
     """Run the packaging checks of ``args`` (:func:`smoke_args`) in this process; returns
-    ``{host, python, cwd, package, shipped, modules, components, adv_estimator, problems}``."""
+    ``{host, python, cwd, package, shipped, modules, components, adv_estimator, problems,
+    warnings}``. Every shipped module is imported; one that fails is a problem when the rubric
+    imports it (``args["rubric_modules"]``; all of them when that is None) and a warning
+    otherwise (an unrelated file in ``python_path``)."""
     import importlib
     import socket
 
@@ -333,16 +369,21 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     out["shipped"] = _shipped(shopping_companion.__file__)
     if not out["shipped"]:
         problems.append(f"shopping_companion was imported from {shopping_companion.__file__}, not the shipped copy")
+    warnings: list[str] = []
+    needed = args.get("rubric_modules")
     mods: dict[str, Optional[str]] = {}
     for m in args.get("modules") or []:
+        into = problems if needed is None or m in needed else warnings
         try:
             mods[m] = getattr(importlib.import_module(m), "__file__", None)
             if not _shipped(mods[m]):
-                problems.append(f"module {m} was imported from {mods[m]}, not the shipped copy")
+                into.append(f"module {m} was imported from {mods[m]}, not the shipped copy")
         except Exception as e:  # noqa: BLE001
             mods[m] = None
-            problems.append(f"module {m} does not import ({type(e).__name__}: {e})")
+            why = "" if into is problems else " (the rubric does not use it)"
+            into.append(f"module {m} does not import{why} ({type(e).__name__}: {e})")
     out["modules"] = mods
+    out["warnings"] = warnings
     if args.get("spec"):
         try:
             from shopping_companion.rewards.spec import load_reward_spec
@@ -401,8 +442,9 @@ def _cluster_report(args: dict[str, Any]) -> dict[str, Any]:
 def run_smoke(plan: JobPlan, args: dict[str, Any], *, timeout_s: float = 300.0, poll_s: float = 1.0) -> dict[str, Any]:
     """Submit the packaging check (:func:`probe` on the driver and every node) under ``plan``'s
     runtime_env as job ``<id>-smoke``, wait for it (at most ``timeout_s``) and return
-    ``{submission_id, status, report, problems, logs_tail}``; ``problems`` is empty when every
-    process imported the shipped code and found what the run needs. Raises :class:`BackendError`
+    ``{submission_id, status, report, problems, warnings, logs_tail}``; ``problems`` is empty when
+    every process imported the shipped code and found what the run needs; ``warnings``: shipped
+    modules the rubric does not use that fail to import (each line once per host). Raises :class:`BackendError`
     when no dashboard answers."""
     client = _client(plan.address)
     payload = base64.urlsafe_b64encode(json.dumps(args).encode()).decode()
@@ -426,12 +468,30 @@ def run_smoke(plan: JobPlan, args: dict[str, Any], *, timeout_s: float = 300.0, 
         problems.append(f"smoke job {sid} did not finish within {timeout_s:.0f} s (status {status}); stopped it")
     elif status != "SUCCEEDED":
         problems.append(f"smoke job {sid} ended {status}")
+    warnings: list[str] = []
     if report is not None:
-        for where in [report.get("driver") or {}, *(report.get("nodes") or [])]:
-            problems += [f"{where.get('host')}: {p}" for p in where.get("problems") or []]
+        problems += host_lines(report, "problems")
+        warnings = host_lines(report, "warnings")
     elif not problems:
         problems.append(f"smoke job {sid} printed no report")
-    return {"submission_id": sid, "status": status, "report": report, "problems": problems, "logs_tail": logs[-3000:]}
+    return {
+        "submission_id": sid,
+        "status": status,
+        "report": report,
+        "problems": problems,
+        "warnings": warnings,
+        "logs_tail": logs[-3000:],
+    }
+
+
+def host_lines(report: dict[str, Any], key: str) -> list[str]:
+    """The ``key`` entries (``problems`` or ``warnings``) of a smoke report's driver and nodes as
+    ``"<host>: <line>"``, each once per host (the driver and a node's task on the same host
+    report the same things), in the order first seen."""
+    lines = []
+    for where in [report.get("driver") or {}, *(report.get("nodes") or [])]:
+        lines += [f"{where.get('host')}: {p}" for p in where.get(key) or []]
+    return list(dict.fromkeys(lines))
 
 
 def _main(argv: Sequence[str]) -> int:

@@ -17,7 +17,9 @@ environment — the same tools, user simulator, judge and rubric as the verl pat
    ``R_tool``, ``R_fmt``, ``success`` are weight-0 rewards, so TRL logs ``rewards/<key>/mean``
    for each (to the console, ``trainer_state.json``, TensorBoard or wandb);
 4. checkpoints go to ``<output_dir>/checkpoint-<step>`` every ``save_steps`` steps and at the
-   end; ``resume`` picks one up; ``<output_dir>/config.yaml`` holds the resolved config and
+   end; ``resume`` picks one up, refusing a config that differs from the one in
+   ``<output_dir>/config.yaml`` except in :data:`RESUME_MAY_CHANGE` (:func:`check_resume_config`);
+   that file, written after the check, holds the resolved config and
    ``<output_dir>/summary.json`` the summary (steps, wall time, last logged components).
 
 Nothing here imports TRL, torch or transformers at module level: the config validates (and
@@ -42,6 +44,8 @@ __all__ = [
     "TrlLora",
     "TrlRows",
     "TrlTrainerSettings",
+    "RESUME_MAY_CHANGE",
+    "check_resume_config",
     "find_checkpoint",
     "require_trl",
     "run_trl",
@@ -255,7 +259,7 @@ class TrlGrpoConfig(BaseModel):
     @classmethod
     def _resume(cls, v: bool | str) -> bool | str:
         if isinstance(v, str) and not v.strip():
-            raise ValueError("must be 'auto', true, false or a checkpoint directory; got ''")
+            raise ValueError("allowed: auto | true | false | PATH (a checkpoint-N directory); got ''")
         return v
 
 
@@ -281,7 +285,10 @@ def find_checkpoint(output_dir: str | Path, resume: bool | str) -> Path | None:
     if isinstance(resume, str) and resume != "auto":
         p = Path(resume).expanduser()
         if not (p / "trainer_state.json").is_file():
-            raise ConfigError(f"resume: {p} is not a trainer checkpoint (no trainer_state.json in it)")
+            raise ConfigError(
+                f"resume: {resume!r} is not a trainer checkpoint ({p} has no trainer_state.json); allowed: auto | "
+                "true | false | PATH (a checkpoint-N directory)"
+            )
         return p
     found = []
     if out.is_dir():
@@ -297,6 +304,98 @@ def find_checkpoint(output_dir: str | Path, resume: bool | str) -> Path | None:
             f"resume: true but {out} holds no checkpoint-N directory; use resume: auto or false to start a new run"
         )
     return None
+
+
+#: What the first line of ``<output_dir>/config.yaml`` starts with; the reward spec's identity
+#: (JSON) and ``)`` follow it.
+_HEADER = "shopcomp grpo trl: the resolved config (reward spec: "
+
+#: Dotted fields a resume may change: how long to train, how often to log and save, where to
+#: report, which checkpoints to keep, and the resume setting itself. Anything else (model, data,
+#: rows, reward spec, optimisation, sampling, environment, LoRA) would continue the checkpoint
+#: as another run.
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "resume",
+        "trainer.max_steps",
+        "trainer.save_steps",
+        "trainer.save_total_limit",
+        "trainer.logging_steps",
+        "trainer.report_to",
+        "trainer.run_name",
+        "trainer.output_dir",
+    }
+)
+
+
+def _without(data: dict[str, Any], dotted: frozenset[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if k in dotted:
+            continue
+        inner = frozenset(d[len(k) + 1 :] for d in dotted if d.startswith(k + "."))
+        out[k] = _without(v, inner) if isinstance(v, dict) and inner else v
+    return out
+
+
+def _stored_spec_identity(path: Path) -> Any:
+    """The reward spec identity in the first line of a ``config.yaml`` this module wrote (None when
+    the line is not there or does not parse)."""
+    with path.open(encoding="utf-8") as f:
+        first = f.readline().rstrip("\n")
+    head = f"# {_HEADER}"
+    if not (first.startswith(head) and first.endswith(")")):
+        return None
+    try:
+        return json.loads(first[len(head) : -1])
+    except ValueError:
+        return None
+
+
+def check_resume_config(cfg: TrlGrpoConfig, spec_identity: dict[str, Any], ckpt: Path, console: Any = None) -> None:
+    """Refuse to resume ``ckpt`` with a config other than the one that trained it.
+
+    The stored config is ``config.yaml`` next to the checkpoint (``ckpt.parent``, the output
+    directory that wrote it), with the reward spec's identity in its header line. Every field may
+    differ except those of :data:`RESUME_MAY_CHANGE`; the reward spec's identity (rubric, judge
+    kind and model, deadline) must be the same too. No stored config (a checkpoint from elsewhere):
+    a warning on ``console``, no check. Raises :class:`ConfigError` naming each changed dotted
+    field (``old → new``) and how to start a new run instead (another ``trainer.output_dir``)."""
+    from shopping_companion.config import load_model
+    from shopping_companion.runs import identity_changes
+
+    stored = ckpt.parent / "config.yaml"
+    if not stored.is_file():
+        if console is not None:
+            console.print(
+                f"warning: {stored} is missing, so the config that trained {ckpt} is unknown; resuming without "
+                "checking it",
+                soft_wrap=True,
+                markup=False,
+            )
+        return
+    try:
+        old_cfg = load_model(TrlGrpoConfig, stored)
+    except ConfigError as e:
+        raise ConfigError(
+            f"resume: the config that trained {ckpt} ({stored}) no longer reads as a TRL GRPO config ({e}); "
+            "start a new run in another --output-dir (trainer.output_dir)"
+        ) from None
+    old = {"config": _without(old_cfg.model_dump(mode="json"), RESUME_MAY_CHANGE)}
+    new = {"config": _without(cfg.model_dump(mode="json"), RESUME_MAY_CHANGE)}
+    old_spec = _stored_spec_identity(stored)
+    if old_spec is not None:
+        old["reward_spec"], new["reward_spec"] = old_spec, json.loads(json.dumps(spec_identity))
+    changes = [c.removeprefix("config.") for c in identity_changes(old, new)]
+    if changes:
+        raise ConfigError(
+            f"resume: {ckpt} was trained with another config ({stored}); changed: "
+            + "; ".join(changes)
+            + ". A resume may change only "
+            + ", ".join(sorted(RESUME_MAY_CHANGE))
+            + f". To train with the new config, start a new run in another --output-dir (trainer.output_dir); "
+            f"to continue this one, run it with the config in {stored}"
+        )
 
 
 def _console() -> Any:
@@ -401,12 +500,10 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
         raise ConfigError(f"trainer.extra_args: {unknown} are not GRPOConfig fields of the installed TRL")
     use_cpu = _use_cpu(cfg.trainer.device)
 
+    if ckpt is not None:
+        check_resume_config(cfg, spec.identity(), ckpt, console)
     out.mkdir(parents=True, exist_ok=True)
-    dump_yaml(
-        cfg,
-        out / "config.yaml",
-        header=f"shopcomp grpo trl: the resolved config (reward spec: {json.dumps(spec.identity(), sort_keys=True)})",
-    )
+    dump_yaml(cfg, out / "config.yaml", header=f"{_HEADER}{json.dumps(spec.identity(), sort_keys=True)})")
 
     t0 = time.perf_counter()
     from datasets import Dataset

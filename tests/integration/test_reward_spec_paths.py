@@ -98,7 +98,7 @@ def test_spec_judge_sets_the_run_judge_and_a_second_judge_is_refused(bench_dir, 
     cfg = EvalConfig.model_validate(base)
     assert cfg.judge.kind == "llm" and cfg.judge.model == "judge-x"
     assert cfg.identity()["judge"] == {"kind": "llm", "model": "judge-x"}
-    with pytest.raises((ConfigError, ValueError), match="set it in one place"):
+    with pytest.raises((ConfigError, ValueError), match="give the judge in one place"):
         EvalConfig.model_validate({**base, "judge": {"kind": "llm", "model": "other"}})
     runner = CliRunner()
     out = runner.invoke(
@@ -119,4 +119,4 @@ def test_spec_judge_sets_the_run_judge_and_a_second_judge_is_refused(bench_dir, 
             str(f),
         ],
     )
-    assert out.exit_code == 2 and "set it in one place" in " ".join(out.output.split()), out.output
+    assert out.exit_code == 2 and "give the judge in one place" in " ".join(out.output.split()), out.output
