@@ -45,6 +45,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -60,6 +61,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from shopping_companion.viewer.compare import COUNT_METRICS
 from shopping_companion.viewer.store import MAX_LIMIT, SORT_FIELDS, EpisodeView, RunCatalog, RunIndex, compare
 
 __all__ = [
@@ -368,6 +370,201 @@ def _show(value: Any) -> str:
         return visible(repr(value))
 
 
+def fmt_signed(x: Any, digits: int = 3) -> str:
+    """A difference with its sign ("+0.625", "-0.125", "+0.000"); None/NaN "–"."""
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "–"
+    return f"{x:+.{digits}f}"
+
+
+def fmt_count(x: Any) -> str:
+    """A mean count (turns, tool calls): whole numbers without decimals ("3"), others with two
+    ("3.25"); None/NaN "–"."""
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "–"
+    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
+
+
+def wbr(text: Any) -> Markup:
+    """``text`` escaped, with a line-break opportunity (``<wbr>``) after every ``_``, ``/`` and
+    ``:`` so identifiers like ``preference_hallucination`` wrap in a narrow cell; None gives "–"."""
+    if text is None:
+        return Markup("–")
+    escaped = str(Markup.escape(visible(text)))
+    return Markup(re.sub(r"([_/:])", r"\1<wbr>", escaped))
+
+
+def bench_name(path: Any) -> str:
+    """The benchmark's short name shown in tables: the last directory of its path ("bench" for
+    ``/tmp/x/bench/``); "–" for None."""
+    if path is None:
+        return "–"
+    text = str(path).rstrip("/\\")
+    return visible(text.replace("\\", "/").rsplit("/", 1)[-1] or text)
+
+
+#: Reward components in display order: the outcome reward, then the tool and format rewards; the
+#: stage total follows them, then every other component (indicators, counts) by name.
+REWARD_HEAD = ("R_z", "R1", "R2", "R_tool", "R_fmt")
+#: Components a reward table leaves out (``stage`` is the stage number, not a reward).
+REWARD_HIDDEN = frozenset({"stage"})
+
+
+def reward_rows(components: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """``(head, rest)`` of a stage's reward components: ``head`` the ones of :data:`REWARD_HEAD`
+    present, in that order; ``rest`` every other one by name, without :data:`REWARD_HIDDEN` and
+    ``total``."""
+    head = [(k, components[k]) for k in REWARD_HEAD if k in components]
+    skip = set(REWARD_HEAD) | REWARD_HIDDEN | {"total"}
+    rest = sorted((str(k), v) for k, v in components.items() if k not in skip)
+    return head, rest
+
+
+def component_groups(components: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A run's mean reward components (``"s1.R_z"`` ... keys) grouped per stage for the runs page:
+    ``[{"stage": "s1", "head": [(name, value)...], "total": value | None, "rest": [...]}]`` in
+    stage order; keys without a ``stage.`` prefix form the group ``""``. R1 / R2 are left out of
+    ``head`` when they equal the stage's R_z (the same outcome reward under two names)."""
+    by_stage: dict[str, dict[str, Any]] = {}
+    for key, value in components.items():
+        stage, _, name = str(key).rpartition(".")
+        by_stage.setdefault(stage, {})[name] = value
+    out = []
+    for stage in sorted(by_stage):
+        comps = by_stage[stage]
+        head, rest = reward_rows(comps)
+        z = comps.get("R_z")
+        if isinstance(z, (int, float)):  # R1 / R2 are R_z of their stage: listed once
+            dup = [(k, v) for k, v in head if k in ("R1", "R2") and isinstance(v, (int, float)) and abs(v - z) < 1e-9]
+            head = [kv for kv in head if kv not in dup]
+        out.append({"stage": stage, "head": head, "total": comps.get("total"), "rest": rest})
+    return out
+
+
+#: What each judge field of a verdict means (the column tooltips of the verdict table; from
+#: :class:`shopping_companion.types.Verdict`).
+VERDICT_HELP = {
+    "F": "F: number of gold preference attributes of the task",
+    "N": "N: number of products the task asks for",
+    "q1": "q1: stage-1 query relevance, 0 or 1",
+    "m1": "m1: matched preference attributes, out of F",
+    "c1": "c1: matched product count, out of N (add-on tasks only)",
+    "h1": "h1: spurious identified preferences (hallucinated, contradictory, piled on one attribute, "
+    "misattributed to another product or not an attribute value); – = not assessed",
+    "p2": "p2: product validity, 0 or 1",
+    "q2": "q2: stage-2 relevance, 0 or 1",
+    "m2": "m2: matched preference attributes, out of F",
+    "n2": "n2: matched product count, out of N",
+    "u2": "u2: budget feasibility, 0 or 1 (add-on tasks only)",
+    "success": "stage 2: Succ (Eq. 5); stage 1: every gold preference found",
+}
+#: Verdict fields shown as "x / F" or "x / N".
+VERDICT_OF = {"m1": "F", "c1": "N", "m2": "F", "n2": "N"}
+
+#: The list holding one entry per returned item, by tool (the tool results the episode page shows
+#: as a table).
+RESULT_LISTS = {
+    "mem_search": "results",
+    "mem_view": "sessions",
+    "product_search": "results",
+    "product_view": "products",
+}
+#: Items of one tool result shown in its table; characters of an item's snippet.
+RESULT_ITEMS = 100
+SNIPPET_CHARS = 120
+_TOOL_CALL_RE = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.S)
+
+
+def _cut(text: Any, n: int) -> str:
+    s = visible(" ".join(str(text).split()))
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def result_items(call: Any) -> dict[str, Any] | None:
+    """The items of a ``mem_search`` / ``mem_view`` / ``product_search`` / ``product_view`` result
+    as table rows, or None (another tool, or a result that is not such JSON, or over 2 MB).
+    Returns ``{"rows": [{"id", "mark", "score", "title", "meta", "snippet"}...], "total": n}``:
+    at most :data:`RESULT_ITEMS` rows, ``mark`` from the call's returned ids (None when the id was
+    not classified), ``title`` the product title or the session date, ``snippet`` the first
+    :data:`SNIPPET_CHARS` characters of the memory snippet / the session's first turns / the
+    product's category and brand."""
+    key = RESULT_LISTS.get(getattr(call, "name", None) or "")
+    content = getattr(call, "content", None)
+    if key is None or not isinstance(content, str) or len(content) > 2_000_000 or content[:1] != "{":
+        return None
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    items = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return None
+    marks: dict[str, str] = {}
+    for rid, mark in getattr(call, "returned", None) or []:
+        marks.setdefault(str(rid), str(mark))
+    rows = []
+    for it in items[:RESULT_ITEMS]:
+        if not isinstance(it, dict):
+            rows.append({"id": None, "mark": None, "score": None, "title": "", "meta": "", "snippet": _cut(it, 200)})
+            continue
+        rid = it.get("product_id", it.get("session_id"))
+        score = it.get("score")
+        if "session_id" in it and "product_id" not in it:
+            title = _cut(it.get("date") or "", 40)
+            meta = ""
+            if it.get("role") is not None or it.get("turn_index") is not None:
+                meta = _cut(f"{it.get('role') or ''} turn {it.get('turn_index', '–')}".strip(), 40)
+            snippet = it.get("snippet")
+            if snippet is None and isinstance(it.get("turns"), list):
+                snippet = " | ".join(
+                    f"{t.get('role', '?')}: {t.get('content', '')}" for t in it["turns"][:4] if isinstance(t, dict)
+                )
+        else:
+            title = _cut(it.get("title") or "", 160)
+            price = it.get("price")
+            meta = " · ".join(
+                x
+                for x in (
+                    f"{fmt_num(price, 2)} {it.get('currency') or ''}".strip() if price is not None else "",
+                    _cut(it.get("shop") or "", 60),
+                )
+                if x
+            )
+            cat = it.get("category") or (it.get("category_path") or [None])[-1]
+            snippet = " · ".join(_cut(x, 80) for x in (cat, it.get("brand")) if x)
+        rows.append(
+            {
+                "id": None if rid is None else visible(rid),
+                "mark": marks.get(str(rid)) if rid is not None else None,
+                "score": score if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+                "title": title,
+                "meta": meta,
+                "snippet": _cut(snippet or "", SNIPPET_CHARS),
+            }
+        )
+    return {"rows": rows, "total": len(items)}
+
+
+def turn_prose(text: Any) -> str:
+    """A turn's text without its ``<tool_call>...</tool_call>`` blocks (their arguments are shown
+    with each call), stripped; "" when nothing else is left."""
+    return _TOOL_CALL_RE.sub("", str(text or "")).strip()
+
+
+def has_tool_call(text: Any) -> bool:
+    """The turn text holds a ``<tool_call>`` block."""
+    return "<tool_call>" in str(text or "")
+
+
+def turn_marks(stage: Any, every: int = 10) -> list[int]:
+    """Turn indexes a stage's mini navigation links to: every ``every``-th turn (0, 10, 20, ...),
+    when the stage has more than ``every`` turns; else none."""
+    turns = getattr(stage, "turns", None) or []
+    if len(turns) <= every:
+        return []
+    return [t.index for t in turns if t.index % every == 0]
+
+
 def make_env() -> Environment:
     """The Jinja2 environment of every page: the package's templates, autoescape on for every
     template whatever its name, undefined names are errors, the formatting filters."""
@@ -378,9 +575,23 @@ def make_env() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=fmt_num, pct=fmt_pct, sv=sort_value, show=_show, visible=visible)
+    env.filters.update(
+        num=fmt_num, pct=fmt_pct, sv=sort_value, show=_show, visible=visible, signed=fmt_signed, cnt=fmt_count
+    )
+    env.filters.update(bench_name=bench_name, wbr=wbr)
     env.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
     env.globals.update(MARKS=MARKS, SORT_KEYS=SORT_KEYS, STATUSES=STATUSES, jsonable=jsonable, row_json=row_json)
+    env.globals.update(
+        VERDICT_HELP=VERDICT_HELP,
+        VERDICT_OF=VERDICT_OF,
+        COUNT_METRICS=COUNT_METRICS,
+        reward_rows=reward_rows,
+        component_groups=component_groups,
+        result_items=result_items,
+        turn_prose=turn_prose,
+        has_tool_call=has_tool_call,
+        turn_marks=turn_marks,
+    )
     return env
 
 
@@ -533,19 +744,48 @@ class Pages:
             live=live,
         )
 
-    def episode_parts(self, links: Any, run_id: str, view: EpisodeView) -> list[Markup]:
-        """One episode's sections (summary strip, task, stages, simulator) rendered one by one."""
+    def _module(self, links: Any, run_id: str, idp: str = "") -> Any:
+        """The ``_episode.html`` macros bound to ``links``, a fresh :class:`Clipper` (one per
+        episode) and ``idp``, the prefix of every element id (two episodes on one page differ)."""
         clipper = Clipper()
-        mod = self.env.get_template("_episode.html").make_module({"L": links, "clip": clipper.clip, "run_id": run_id})
-        parts = [self._section(lambda: mod.summary(view), "the summary strip")]
+        ctx = {"L": links, "clip": clipper.clip, "run_id": run_id, "idp": idp}
+        return self.env.get_template("_episode.html").make_module(ctx)
+
+    def episode_sections(self, links: Any, run_id: str, view: EpisodeView, *, idp: str = "", toolbar: bool = True):
+        """One episode's sections rendered one by one: ``{"summary", "nav", "raw", "task",
+        "stages": {stage number: html}, "simulator", "record"}`` (``raw`` / ``record`` None when
+        the page has none; ``nav`` "" without ``toolbar``). ``idp``: the element id prefix;
+        ``toolbar``: the summary carries the gold toggle and fold buttons, and the mini
+        navigation is rendered (a side-by-side page has one toolbar of its own)."""
+        mod = self._module(links, run_id, idp)
+        out: dict[str, Any] = {
+            "summary": self._section(lambda: mod.summary(view, toolbar), "the summary strip"),
+            "nav": self._section(lambda: mod.episode_nav(view), "the navigation") if toolbar else Markup(""),
+            "raw": None,
+            "record": None,
+        }
         if view.raw is not None or view.result is None:
-            parts.append(self._section(lambda: mod.raw_line(view), "the raw line"))
-        parts.append(self._section(lambda: mod.task_section(view), "the instruction and gold preferences"))
-        for stage in view.stages:
-            parts.append(self._section(lambda s=stage: mod.stage_section(view, s), f"stage {stage.stage}"))
-        parts.append(self._section(lambda: mod.simulator_section(view), "the simulator"))
+            out["raw"] = self._section(lambda: mod.raw_line(view), "the raw line")
+        out["task"] = self._section(lambda: mod.task_section(view), "the instruction and gold preferences")
+        out["stages"] = {
+            stage.stage: self._section(lambda s=stage: mod.stage_section(view, s), f"stage {stage.stage}")
+            for stage in view.stages
+        }
+        out["simulator"] = self._section(lambda: mod.simulator_section(view), "the simulator")
         if view.record is not None:
-            parts.append(self._section(lambda: mod.record_section(view), "the line's other fields"))
+            out["record"] = self._section(lambda: mod.record_section(view), "the line's other fields")
+        return out
+
+    def episode_parts(self, links: Any, run_id: str, view: EpisodeView) -> list[Markup]:
+        """One episode's sections (summary strip, navigation, raw line, task, stages, simulator,
+        other fields) in page order (see :meth:`episode_sections`)."""
+        sec = self.episode_sections(links, run_id, view)
+        parts = [sec["summary"], sec["nav"]]
+        if sec["raw"] is not None:
+            parts.append(sec["raw"])
+        parts += [sec["task"], *sec["stages"].values(), sec["simulator"]]
+        if sec["record"] is not None:
+            parts.append(sec["record"])
         return parts
 
     def episode(self, links: Any, summary: Any, view: EpisodeView) -> str:
@@ -558,9 +798,16 @@ class Pages:
         return self.render("compare.html", links, summaries=summaries, a=a, b=b, cmp=result, problem=problem)
 
     def compare_episode(self, links: Any, sides: list[tuple[Any, EpisodeView]]) -> str:
-        """Two episodes side by side: ``sides`` = ``[(summary, view), (summary, view)]``."""
-        cols = [(s, v, self.episode_parts(links, s.run_id, v)) for s, v in sides]
-        return self.render("compare_episode.html", links, cols=cols)
+        """Two episodes side by side: ``sides`` = ``[(summary, view), (summary, view)]``. The task
+        is shown once (twice when the two episodes are of different tasks), then one grid row per
+        stage number with each side's stage (or a note that the side has no such stage)."""
+        cols = []
+        for (summary, view), idp in zip(sides, ("a-", "b-"), strict=True):
+            cols.append((summary, view, self.episode_sections(links, summary.run_id, view, idp=idp, toolbar=False)))
+        stage_numbers = sorted({n for _, _, sec in cols for n in sec["stages"]})
+        ids = [v.task.task_id if v.task is not None else v.row.task_id for _, v, _ in cols]
+        same_task = ids[0] is not None and ids[0] == ids[1]
+        return self.render("compare_episode.html", links, cols=cols, stage_numbers=stage_numbers, same_task=same_task)
 
 
 # --------------------------------------------------------------------------- the ASGI app

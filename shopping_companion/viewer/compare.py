@@ -2,10 +2,16 @@
 
 Episodes are paired by ``(task_id, trial, strategy)`` over the final, scored episodes of each run
 (:meth:`~shopping_companion.viewer.store.RunIndex.final_rows`). For every metric the mean of the
-per-pair difference ``b - a`` gets a 95% confidence interval from
-:func:`scipy.stats.bootstrap` (``paired=True``, BCa; the percentile method when BCa cannot be
-computed, e.g. almost constant differences; ``[delta, delta]`` when every difference is equal or
-there is a single pair), with a seeded generator so a page shows the same interval every time.
+per-pair difference ``b - a`` gets a 95% confidence interval from :func:`scipy.stats.bootstrap`
+(BCa; the percentile method when BCa cannot be computed, e.g. almost constant differences;
+``[delta, delta]`` when every difference is equal or there is a single pair), with a seeded
+generator so a page shows the same interval every time.
+
+With one pair per task the pairs are resampled (``paired=True``). When some task has several pairs
+(several trials or strategies), the pairs of one task are not independent, so the bootstrap
+resamples *tasks* and keeps each task's pairs together (a cluster bootstrap: the statistic is the
+pooled mean ``sum of differences / number of pairs`` over the drawn tasks, so ``delta`` is still
+the mean over all pairs); :attr:`MetricDelta.method` then starts with ``cluster``.
 """
 
 from __future__ import annotations
@@ -13,12 +19,22 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shopping_companion.viewer.store import EpisodeRow, RunIndex, RunSummary
 
-__all__ = ["COMPARED_METRICS", "Comparison", "MetricDelta", "TaskPair", "compare", "paired_bootstrap_ci"]
+__all__ = [
+    "COMPARED_METRICS",
+    "COUNT_METRICS",
+    "Comparison",
+    "MetricDelta",
+    "TaskPair",
+    "cluster_bootstrap_ci",
+    "compare",
+    "paired_bootstrap_ci",
+]
 
 #: ``(metric name, EpisodeRow attribute)`` in the order :attr:`Comparison.deltas` lists them.
 COMPARED_METRICS: tuple[tuple[str, str], ...] = (
@@ -31,6 +47,8 @@ COMPARED_METRICS: tuple[tuple[str, str], ...] = (
     ("turns", "turns"),
     ("tool_calls", "tool_calls"),
 )
+#: Metrics that are counts per episode (their means are shown with fewer decimals).
+COUNT_METRICS = frozenset({"turns", "tool_calls"})
 
 
 @dataclass
@@ -48,7 +66,9 @@ class TaskPair:
 class MetricDelta:
     """``metric``'s mean in run a and run b over the ``n`` pairs where both have a value, the mean
     paired difference ``delta`` = mean(b - a) and its 95% bootstrap CI ``[ci_low, ci_high]``.
-    Succ is 0/1 per episode (its means are success rates); turns and tool_calls are counts."""
+    Succ is 0/1 per episode (its means are success rates); turns and tool_calls are counts.
+    ``n_tasks``: distinct tasks among the ``n`` pairs; ``method``: ``BCa``, ``percentile`` or
+    ``exact``, prefixed ``cluster`` when tasks (not pairs) were resampled (module docstring)."""
 
     metric: str
     a: float
@@ -58,6 +78,12 @@ class MetricDelta:
     ci_high: float
     n: int
     method: str = "BCa"
+    n_tasks: int = 0
+
+    @property
+    def clustered(self) -> bool:
+        """The CI comes from resampling tasks with all their pairs (several pairs per task)."""
+        return self.method.startswith("cluster")
 
 
 @dataclass
@@ -76,6 +102,11 @@ class Comparison:
     only_a: int = 0
     only_b: int = 0
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def clustered(self) -> bool:
+        """Some metric's CI resampled tasks rather than pairs (a task has several pairs)."""
+        return any(d.clustered for d in self.deltas)
 
 
 def paired_bootstrap_ci(
@@ -124,6 +155,53 @@ def paired_bootstrap_ci(
     return m, m, "exact"
 
 
+def cluster_bootstrap_ci(
+    groups: Sequence[Sequence[float]], *, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float, str]:
+    """``(low, high, method)``: the cluster bootstrap CI of the pooled mean of paired differences
+    ``groups`` (one non-empty list of ``b - a`` per task; >= 1 task). Tasks are resampled with
+    replacement, each with all its differences; the statistic is ``sum / count`` over the drawn
+    tasks. ``method``: ``cluster BCa``, ``cluster percentile``, or ``exact`` (every difference
+    equal, or one task). Raises ``ValueError`` for no group, an empty group or ``n_boot`` < 1."""
+    import numpy as np
+    from scipy import stats
+
+    if not groups or any(len(g) == 0 for g in groups):
+        raise ValueError("groups: need at least one task, each with at least one difference")
+    if n_boot < 1:
+        raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
+    sums = np.asarray([float(sum(g)) for g in groups])
+    counts = np.asarray([float(len(g)) for g in groups])
+    flat = np.asarray([float(x) for g in groups for x in g])
+    m = float(flat.mean())
+    if len(groups) < 2 or np.all(flat == flat[0]):
+        return m, m, "exact"
+
+    def stat(s, c, axis=-1):
+        return np.sum(s, axis=axis) / np.sum(c, axis=axis)
+
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                res = stats.bootstrap(
+                    (sums, counts),
+                    stat,
+                    paired=True,
+                    vectorized=True,
+                    n_resamples=n_boot,
+                    confidence_level=confidence,
+                    method=method,
+                    rng=np.random.default_rng(seed),
+                )
+            except (ValueError, FloatingPointError):
+                continue
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return lo, hi, f"cluster {method}"
+    return m, m, "exact"
+
+
 def _value(row: EpisodeRow, attr: str) -> float | None:
     v = getattr(row, attr)
     if v is None:
@@ -155,16 +233,21 @@ def compare(a: RunIndex, b: RunIndex, *, n_boot: int = 2000, seed: int = 0) -> C
     for name, attr in COMPARED_METRICS:
         va: list[float] = []
         vb: list[float] = []
+        by_task: dict[str, list[float]] = {}
         for k in keys:
             x, y = _value(rows_a[k], attr), _value(rows_b[k], attr)
             if x is not None and y is not None:
                 va.append(x)
                 vb.append(y)
+                by_task.setdefault(k[0] or "", []).append(y - x)
         if not va:
             continue
-        lo, hi, method = paired_bootstrap_ci(va, vb, n_boot=n_boot, seed=seed)
+        if len(by_task) < len(va):  # some task has several pairs: resample tasks
+            lo, hi, method = cluster_bootstrap_ci(list(by_task.values()), n_boot=n_boot, seed=seed)
+        else:
+            lo, hi, method = paired_bootstrap_ci(va, vb, n_boot=n_boot, seed=seed)
         ma, mb = sum(va) / len(va), sum(vb) / len(vb)
-        deltas.append(MetricDelta(name, ma, mb, mb - ma, lo, hi, len(va), method))
+        deltas.append(MetricDelta(name, ma, mb, mb - ma, lo, hi, len(va), method, len(by_task)))
     return Comparison(
         a=a.summary,
         b=b.summary,

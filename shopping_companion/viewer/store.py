@@ -138,8 +138,11 @@ SORT_FIELDS: tuple[str, ...] = (
 MAX_LIMIT = 500
 #: Characters of a raw line kept in :attr:`EpisodeView.raw`.
 RAW_CAP = 200_000
-#: A run whose file changed within this many seconds is ``live``.
+#: A run whose file changed within this many seconds is ``live`` (unless its summary.json is newer).
 LIVE_WINDOW_S = 120.0
+#: Seconds :meth:`RunCatalog.runs` answers from its last discovery while no target directory and
+#: no run file changed (monotonic clock).
+RUNS_CACHE_S = 1.0
 #: Seconds a page request may spend classifying its own rows' failures (the rest: in the background).
 PAGE_CLASSIFY_BUDGET_S = 0.5
 #: Largest depth below a runs directory that discovery searches.
@@ -165,8 +168,9 @@ class RunSummary:
     """One run on the runs page. ``acc`` / ``succ`` in [0, 1] (None: nothing scored);
     ``pass_hat_k``: k -> pass^k of Succ (trials grouped by strategy and task); ``components``: mean
     reward component over scored stages, keyed ``s<stage>.<name>`` (``s1.R_z``, ``s2.total``);
-    ``updated``: ISO-8601 UTC modification time of the run file; ``live``: it changed in the last
-    :data:`LIVE_WINDOW_S` seconds or a writer holds its ``flock``. ``n_episodes``: final episodes
+    ``updated``: ISO-8601 UTC modification time of the run file; ``live``: a writer holds a lock on
+    it, or it changed in the last :data:`LIVE_WINDOW_S` seconds and no ``summary.json`` beside it is
+    as new or newer (a finished run writes one). ``n_episodes``: final episodes
     (one per result key, errored included); ``n_unreadable``: unreadable and foreign lines."""
 
     run_id: str
@@ -1047,11 +1051,21 @@ class RunIndex:
             return s
 
     def _is_live(self) -> bool:
+        """A writer holds a lock on the run file, or the file changed in the last
+        :data:`LIVE_WINDOW_S` seconds and no ``summary.json`` beside it is as new or newer (a run
+        writes its summary when it ends, so a finished run is not live)."""
         try:
             st = os.stat(self.path)
         except OSError:
             return False
-        return time.time() - st.st_mtime < LIVE_WINDOW_S or _locked(st)
+        if time.time() - st.st_mtime < LIVE_WINDOW_S:
+            try:
+                finished = os.stat(self.path.parent / "summary.json").st_mtime_ns >= st.st_mtime_ns
+            except OSError:
+                finished = False
+            if not finished:
+                return True
+        return _locked(st)
 
     def _summarize(self) -> RunSummary:
         self._ensure_tasks()
@@ -1695,6 +1709,7 @@ class RunCatalog:
         self._ids: dict[str, _Found] = {}
         self._by_path: dict[Path, str] = {}
         self._indexes: dict[str, RunIndex] = {}
+        self._runs_cache: tuple[float, tuple, list[RunSummary]] | None = None
         for t in self.targets:
             found = _discover(t)
             if not found:
@@ -1732,17 +1747,39 @@ class RunCatalog:
         with self._lock:
             return list(self._ids)
 
+    def _stamp(self) -> tuple:
+        """What a cached :meth:`runs` answer depends on: the modification time of every target and
+        the size, modification time and inode of every known run file (one ``stat`` each)."""
+        out: list[tuple] = []
+        for p in [*self.targets, *(f.path for f in self._ids.values())]:
+            try:
+                st = os.stat(p)
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
     def runs(self) -> list[RunSummary]:
         """Summaries of every run (new runs are discovered; each index is refreshed; runs whose
-        file disappeared are left out)."""
+        file disappeared are left out). Within :data:`RUNS_CACHE_S` seconds of the last call, and
+        while no target and no run file changed (:meth:`_stamp`), the last answer is returned
+        without walking the targets again (a new run nested below a target shows up after at most
+        that long; a changed run file, or a new run directly in a target, at once)."""
         with self._lock:
+            now = time.monotonic()
+            cached = self._runs_cache
+            stamp = self._stamp() if cached is not None and now - cached[0] < RUNS_CACHE_S else None
+            if cached is not None and stamp == cached[1]:
+                return list(cached[2])
             self._rediscover()
+            started, stamp = time.monotonic(), self._stamp()  # before reading: a change meanwhile shows next time
             out = []
             for rid, f in self._ids.items():
                 if not f.path.exists():
                     continue
                 out.append(self.get(rid).summary)
-            return out
+            self._runs_cache = (started, stamp, out)
+            return list(out)
 
     def get(self, run_id: str) -> RunIndex:
         """The refreshed index of ``run_id``; KeyError for an id that names no discovered run."""

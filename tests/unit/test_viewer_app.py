@@ -380,3 +380,102 @@ def test_cli_export_needs_one_run(runs_dir: Path, tmp_path: Path):
     r = CliRunner().invoke(cli_app, ["view", str(runs_dir / "a"), "--export", str(tmp_path / "x")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "x" / "index.html").is_file() and "file://" in r.output
+
+
+# --------------------------------------------------------------------------- review fixes (issue 18)
+
+
+def test_runs_page_is_compact(client: TestClient, runs_dir: Path):
+    r = client.get("/")
+    assert r.status_code == 200
+    # the benchmark shows its last directory, the full path as a tooltip
+    bench = str(runs_dir.parent / "bench-ab")
+    assert f'title="{bench}">bench-ab</td>' in r.text
+    # the reward components are one cell per run, not one column each
+    head = r.text[r.text.index("<thead>") : r.text.index("</thead>")]
+    assert "s1.R_z" not in head and ">reward</th>" in head
+    assert re.search(r"<strong>s1</strong> R_z <span", r.text)
+
+
+def test_episodes_table_puts_taxonomy_next_to_success(client: TestClient):
+    r = client.get("/runs/a/episodes")
+    heads = re.findall(r"<th[^>]*>([^<]+)</th>", r.text[r.text.index('id="episodes"') :])
+    assert heads.index("taxonomy") == heads.index("Succ") + 1
+    assert "turns (s1+s2)" in heads
+    row = re.search(r'<tr data-line="1">(.*?)</tr>', r.text, re.S).group(1)
+    cells = re.findall(r"<td([^>]*)>", row)
+    assert cells[4] == ' class="tax"'  # the fifth cell, as in the head
+
+
+def test_episode_page_tables_calls_and_navigation(client: TestClient):
+    html = client.get("/runs/hostile/episodes/2").text
+    # verdict: every field explained, counts of F and N
+    for field in ("q1", "m1", "c1", "h1", "p2", "q2", "m2", "n2", "u2", "F", "N"):
+        assert f'title="{field}: ' in html, field
+    assert re.search(r'<td class="num nowrap">1 <span class="muted">/ 2</span></td>', html)  # m1 1 / F=2
+    # reward: outcome, tool, format, then the total; no stage row
+    table = html[html.index('<table class="reward">') :]
+    table = table[: table.index("</table>")]
+    order = [table.index(k) for k in (">R_z<", ">R_tool<", ">R_fmt<", ">total<")]
+    assert order == sorted(order) and ">stage<" not in table
+    # tool results as item tables with marks; the raw turn text folded, the pretty arguments shown
+    assert '<table class="items">' in html and 'class="badge mark-reference" title="reference">p1</span>' in html
+    assert "full result JSON" in html
+    # the preview comes before the "show all" toggle
+    wrap = html[html.index('<div class="fold-wrap">') :]
+    assert wrap.index('class="preview') < wrap.index('<details class="fold')
+    # the mini navigation links to the task and the stages
+    nav = html[html.index('<nav class="mini-nav"') :]
+    nav = nav[: nav.index("</nav>")]
+    for href in ('href="#task"', 'href="#stage-1"', 'href="#stage-2"', 'href="#simulator"'):
+        assert href in nav and href.replace('href="#', 'id="') in html
+
+
+def test_tool_call_markup_is_folded_not_repeated(tmp_path: Path):
+    args = {"query": "navy shirt", "top_k": 5}
+    text = f"I will search.<tool_call>{json.dumps({'name': 'product_search', 'arguments': args})}</tool_call>"
+    result = json.dumps({"results": [{"product_id": "p1", "title": "Navy shirt " + "long " * 60, "score": 2.5}]})
+    ep = hostile_episode("t1", big=100)
+    ep.stages[1].trajectory.steps[0] = step(text, call("product_search", args, result, ["p1"], "c9"))
+    write_run(tmp_path / "r", [ep], [make_task("t1", "find a shirt")])
+    html = TestClient(create_app(RunCatalog([tmp_path / "r"]))).get("/runs/r/episodes/1").text
+    assert '<pre class="">I will search.</pre>' in html  # the prose, without the markup
+    raw = html[html.index('<details class="raw-turn">') :]
+    assert raw.index("&lt;tool_call&gt;") < raw.index("</details>")  # the markup only inside the fold
+    assert "2.500" in html and "Navy shirt long" in html and "…" in html  # score and cut title
+
+
+def test_side_by_side_shows_the_task_once_and_aligns_stages(client: TestClient):
+    r = client.get("/compare/episode?a=a&la=1&b=b&lb=1")
+    assert r.status_code == 200
+    assert r.text.count('data-action="toggle-gold"') == 1
+    assert r.text.count(">Task</h2>") == 1 and r.text.count("<h3>Gold preferences</h3>") == 1
+    assert r.text.count('<div class="pair pair-stage">') == 2  # one grid row per stage
+    for side in ("a-", "b-"):
+        assert f'id="{side}stage-1"' in r.text and f'id="{side}stage-2"' in r.text
+
+
+def test_compare_page_signs_deltas_and_bootstraps_by_task(tmp_path: Path):
+    bench = tmp_path / "bench"
+    write_synthetic_run(tmp_path / "runs" / "a", 12, seed=0, bench_dir=bench, turns=3, result_chars=200, trials=3)
+    write_synthetic_run(tmp_path / "runs" / "b", 12, seed=1, bench_dir=bench, turns=3, result_chars=200, trials=3)
+    r = TestClient(create_app(RunCatalog([tmp_path / "runs"]))).get("/compare?a=a&b=b")
+    assert r.status_code == 200
+    assert "cluster bootstrap by task" in r.text and "CI lies above 0" in r.text
+    deltas = re.findall(r"<td class=\"num\"><span class=\"[^\"]*\" title=\"CI [^\"]+\">([^<]+)</span>", r.text)
+    assert deltas and all(d[0] in "+-" for d in deltas), deltas
+    turns = re.search(r"<tr><td>turns</td>\s*<td class=\"num\">([^<]+)</td>", r.text).group(1)
+    assert not re.fullmatch(r"\d+\.\d{3}", turns), turns  # a mean count: at most two decimals
+
+
+def test_formatting_helpers():
+    from shopping_companion.viewer.app import bench_name, component_groups, fmt_count, fmt_signed, reward_rows
+
+    assert fmt_signed(0.625) == "+0.625" and fmt_signed(-0.125) == "-0.125" and fmt_signed(None) == "–"
+    assert fmt_count(3.0) == "3" and fmt_count(3.25) == "3.25" and fmt_count(float("nan")) == "–"
+    assert bench_name("/tmp/x/bench/") == "bench" and bench_name(None) == "–"
+    head, rest = reward_rows({"f_ans": 1.0, "R_fmt": 1.0, "stage": 2.0, "R_tool": 0.5, "R2": 0.3, "total": 9.0})
+    assert [k for k, _ in head] == ["R2", "R_tool", "R_fmt"] and [k for k, _ in rest] == ["f_ans"]
+    groups = component_groups({"s2.R2": 0.5, "s1.R_z": 0.1, "s1.total": 1.0, "s1.f_tc": 1.0})
+    assert [g["stage"] for g in groups] == ["s1", "s2"] and groups[0]["total"] == 1.0
+    assert groups[0]["head"] == [("R_z", 0.1)] and groups[0]["rest"] == [("f_tc", 1.0)]

@@ -592,3 +592,51 @@ def test_paired_bootstrap_ci_edge_cases():
     assert method in ("BCa", "percentile") and lo < 0.2 < hi
     with pytest.raises(ValueError, match="a, b"):
         paired_bootstrap_ci([], [])
+
+
+# --------------------------------------------------------------------------- live badge, runs() cache
+
+
+def test_a_finished_run_is_not_live_unless_a_writer_holds_its_lock(tmp_path):
+    import fcntl
+    import time
+
+    run = make_run(tmp_path, "done", [line(episode("t1"))], [make_task("t1")])
+    f = run / "results.jsonl"
+    idx = index_of(run)
+    assert idx.summary.live  # just written, no summary.json yet
+    (run / "summary.json").write_text("{}")
+    now = time.time()
+    os.utime(run / "summary.json", (now, now))
+    os.utime(f, (now - 5, now - 5))
+    assert not idx.summary.live  # changed recently, but the run wrote its summary after it
+    os.utime(f, (now + 1, now + 1))
+    assert idx.summary.live  # appended to after the summary (a resumed run)
+    os.utime(f, (now - 600, now - 600))
+    assert not idx.summary.live  # quiet for 10 minutes
+    with open(f, "a") as fh:  # a writer holding the lock makes it live whatever the times
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        os.utime(f, (now - 600, now - 600))
+        assert idx.summary.live
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    assert not idx.summary.live
+
+
+def test_runs_are_cached_for_a_second_but_changed_files_show_at_once(tmp_path, monkeypatch):
+    import shopping_companion.viewer.store as store_mod
+
+    root = tmp_path / "runs"
+    make_run(root / "group", "one", [line(episode("t1"))], [make_task("t1")])
+    cat = RunCatalog([root], background_taxonomy=False)
+    walks = []
+    real = store_mod._discover
+    monkeypatch.setattr(store_mod, "_discover", lambda t: walks.append(t) or real(t))
+    first = cat.runs()
+    assert [s.run_id for s in first] == ["group/one"] and len(walks) == 1
+    assert [s.run_id for s in cat.runs()] == ["group/one"] and len(walks) == 1  # cached: no walk
+    with open(root / "group" / "one" / "results.jsonl", "a") as fh:  # a run file changed: at once
+        fh.write(line(episode("t2")))
+    assert cat.runs()[0].n_lines == 2 and len(walks) == 2
+    make_run(root / "group", "two", [line(episode("t1"))])  # nested below the target: within the cache time
+    monkeypatch.setattr(store_mod, "RUNS_CACHE_S", 0.0)  # the cache time is over
+    assert {s.run_id for s in cat.runs()} == {"group/one", "group/two"} and len(walks) == 3

@@ -115,27 +115,30 @@
     if (row.problem) { var p = document.createElement("div"); p.className = "small muted row-problem"; p.title = clip(row.problem, 500); p.textContent = clip(row.problem, 90); st.appendChild(p); }
     tr.appendChild(st);
     var task = document.createElement("td");
+    task.className = "task";
     var ta = document.createElement("a");
     ta.href = hrefOf(row);
     ta.textContent = row.task_id === null ? "(unknown)" : String(row.task_id);
     task.appendChild(ta);
     tr.appendChild(task);
-    tr.appendChild(td(fmt(row.task_type)));
-    tr.appendChild(td([row.source, row.category].filter(function (x) { return x; }).join(" / ") || "\u2013"));
-    tr.appendChild(td(fmt(row.strategy)));
-    tr.appendChild(td(fmt(row.trial), "num", row.trial));
     var sc = document.createElement("td");
     if (row.success === true) sc.appendChild(badge("success", "success"));
     else if (row.success === false) sc.appendChild(badge("fail", "fail"));
     else sc.textContent = "\u2013";
     sc.setAttribute("data-v", row.success === null || row.success === undefined ? "" : (row.success ? "1" : "0"));
     tr.appendChild(sc);
+    tr.appendChild(td(fmt(row.taxonomy), "tax"));
+    tr.appendChild(td(fmt(row.task_type)));
+    tr.appendChild(td([row.source, row.category].filter(function (x) { return x; }).join(" / ") || "\u2013", "wrap"));
+    tr.appendChild(td(fmt(row.strategy), "wrap"));
+    tr.appendChild(td(fmt(row.trial), "num", row.trial));
     ["acc", "r1", "r2", "r_tool", "r_fmt", "turns", "tool_calls"].forEach(function (k) {
       tr.appendChild(td(fmt(row[k]), "num", row[k]));
     });
-    tr.appendChild(td(fmt(row.termination)));
-    tr.appendChild(td(fmt(row.taxonomy)));
-    tr.appendChild(td(clip(row.instruction, 160), "instr"));
+    tr.appendChild(td(fmt(row.termination), "wrap"));
+    var instr = td(clip(row.instruction, 160), "instr");
+    instr.title = clip(row.instruction, 500);
+    tr.appendChild(instr);
     return tr;
   }
 
