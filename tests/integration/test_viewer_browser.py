@@ -1,14 +1,15 @@
 """`shopcomp view` in a real browser: Playwright driving Debian's Chromium (/usr/bin/chromium)
 against the real server (the CLI in a subprocess on 127.0.0.1) over real runs.
 
-The runs are built once per module: a benchmark synthesised from the real catalog and SGD
-conversations (the conftest fixtures), evaluated by the real ``shopcomp eval`` CLI twice on the same
-benchmark and strategy (the reference policy, and the scripted LLM policy of
-tests/scripted_policy.py served over HTTP by tests/openai_server.py), so the compare page has pairs
-with real success transitions; plus a synthetic run (benchmarks/viewer_synth.py) whose data carry a
-``<script>`` element and an ``onerror`` handler. (``shopcomp quickstart --n-tasks 6`` instead would
-embed a ShareGPT haystack with a cold embedding cache: measured 5.5 minutes on two busy cores, too
-slow for the suite; docs/viewer.md.)
+The real runs are built once per test session (tests/integration/viewer_runs.py, shared with
+test_viewer_store_real.py): a benchmark synthesised from the real catalog and SGD conversations,
+evaluated by the real ``shopcomp eval`` command twice on the same benchmark and strategy (the
+reference policy, and the scripted LLM policy of tests/scripted_policy.py served over HTTP by
+tests/openai_server.py), so the compare page has pairs with real success transitions; this module
+adds a synthetic run (benchmarks/viewer_synth.py) whose data carry a ``<script>`` element and an
+``onerror`` handler. (``shopcomp quickstart --n-tasks 6`` instead would embed a ShareGPT haystack
+with a cold embedding cache: measured 5.5 minutes on two busy cores, too slow for the suite;
+docs/viewer.md.)
 
 In the browser: the runs page (sorting a column by clicking its head), a run's episodes (the
 "failed only" filter changes the rows), an episode (hiding the gold preferences, unfolding a think
@@ -36,9 +37,6 @@ import httpx
 import pytest
 
 from benchmarks.viewer_synth import write_synthetic_run
-from shopping_companion.benchmark.synth import write_benchmark
-from tests.openai_server import ScriptedOpenAIServer
-from tests.scripted_policy import policy_script
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -86,39 +84,14 @@ def _artifacts() -> Path:
     return d
 
 
-def _cli(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "shopping_companion.cli", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert r.returncode == 0, f"shopcomp {' '.join(args[:1])} exited {r.returncode}:\n{r.stderr[-3000:]}"
-
-
 @pytest.fixture(scope="module")
-def runs_dir(request, tmp_path_factory) -> Path:
-    """``runs/`` holding ``reference`` and ``scripted`` (real evals of one benchmark, 2 trials) and
-    ``hostile`` (synthetic, 3 episodes, the first carrying :data:`XSS`). The session fixtures (the
-    catalog index, about a minute) are asked for only once a browser is known to be there."""
+def runs_dir(request) -> Path:
+    """``runs/`` holding ``reference`` and ``scripted`` (real evals of one benchmark, 2 trials; the
+    session's :func:`~tests.integration.viewer_runs.viewer_runs`) and ``hostile`` (synthetic, 3
+    episodes, the first carrying :data:`XSS`). The session's real runs (with the catalog index,
+    about a minute) are asked for only once a browser is known to be there."""
     _need_browser()
-    synth_bench = request.getfixturevalue("synth_bench")
-    catalog_index_dir = request.getfixturevalue("catalog_index_dir")
-    root = tmp_path_factory.mktemp("viewer-browser")
-    bench = synth_bench(4, seed=67, sessions_per_user=30)
-    bench_dir = write_benchmark(bench, root / "bench")
-    runs = root / "runs"
-    common = ["eval", "--bench", str(bench_dir), "--runs-dir", str(runs), "--index-dir", str(catalog_index_dir)]
-    common += ["--trials", "2", "--max-turns", "6", "--concurrency", "2"]
-    _cli([*common, "--name", "reference", "--backend", "reference"], cwd=root)
-    with ScriptedOpenAIServer(policy_script(bench.tasks)) as srv:
-        _cli(
-            [*common, "--name", "scripted", "--backend", "openai", "--model", "scripted", "--base-url", srv.base_url],
-            cwd=root,
-            env={"OPENAI_API_KEY": "k"},
-        )
+    runs = request.getfixturevalue("viewer_runs").cli_runs
     write_synthetic_run(runs / "hostile", 3, seed=0, turns=3, result_chars=300, payload=XSS)
     return runs
 

@@ -10,14 +10,8 @@ import json
 import pytest
 
 from shopping_companion.benchmark import metrics as M
-from shopping_companion.benchmark.evaluate import EvalSettings, run_evaluation
 from shopping_companion.benchmark.report import final_results, read_results
-from shopping_companion.benchmark.synth import write_benchmark
 from shopping_companion.benchmark.taxonomy import classify_failures
-from shopping_companion.envs.env import EnvConfig
-from shopping_companion.judges.rule import RuleJudge
-from shopping_companion.llm.reference import ReferencePolicy, build_attribute_vocabulary
-from shopping_companion.pipeline import memory_factory
 from shopping_companion.rewards.tool_wise import trajectory_tool_results
 from shopping_companion.viewer.store import RunCatalog, compare
 
@@ -25,38 +19,18 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def real_runs(synth_bench, catalog_products, product_search, embedder, tmp_path_factory):
-    """``runs/`` holding two evaluations of the reference policy (``ref-a`` with 2 trials, ``ref-b``
-    with another turn limit) on one benchmark at ``bench/``, each with a ``config.yaml`` naming
-    the benchmark relative to the directory the runs were started from."""
-    bench = synth_bench(4, seed=31, sessions_per_user=40)
-    root = tmp_path_factory.mktemp("viewer-real")
-    write_benchmark(bench, root / "bench")
-    judge = RuleJudge(lambda ids: {p: product_search.get(p) for p in ids if product_search.get(p) is not None})
-    policy = ReferencePolicy(build_attribute_vocabulary(catalog_products))
-    make_memory = memory_factory(bench.sessions, embedder)
-    out = {}
-    for name, trials, max_turns in (("ref-a", 2, 12), ("ref-b", 2, 4)):
-        run = root / "runs" / name
-        run.mkdir(parents=True)
-        (run / "config.yaml").write_text("bench:\n  path: bench\n")  # relative to `root`, the run's cwd
-        out[name] = run_evaluation(
-            bench.tasks,
-            policy,
-            product_search,
-            make_memory,
-            judge,
-            run / "results.jsonl",
-            EvalSettings(trials=trials, env=EnvConfig(max_turns=max_turns)),
-            progress=False,
-            strategies="two_stage:none,one_stage",
-        )
-    return root, bench, out
+def real_runs(viewer_runs):
+    """``(root, bench, results)``: ``root/store-runs/`` holds two evaluations of the reference policy
+    on the benchmark at ``root/bench`` (``ref-a``: 2 trials, at most 12 turns; ``ref-b``: at most 4),
+    each with a ``config.yaml`` naming the benchmark relative to ``root``, the directory the runs were
+    started from; ``results`` maps each run name to its episode results in file order. Built once per
+    session with the browser tests' runs (tests/integration/viewer_runs.py)."""
+    return viewer_runs.root, viewer_runs.bench, viewer_runs.store_results
 
 
 def test_every_real_episode_opens_annotated(real_runs):
     root, bench, results = real_runs
-    cat = RunCatalog([root / "runs"])
+    cat = RunCatalog([root / "store-runs"])
     assert cat.run_ids() == ["ref-a", "ref-b"]
     idx = cat.get("ref-a")
     rs = read_results(idx.path)
@@ -92,7 +66,7 @@ def test_every_real_episode_opens_annotated(real_runs):
 
 def test_compare_two_real_runs(real_runs):
     root, _bench, results = real_runs
-    cat = RunCatalog([root / "runs"])
+    cat = RunCatalog([root / "store-runs"])
     a, b = cat.get("ref-a"), cat.get("ref-b")
     c = compare(a, b, n_boot=300)
     ra = {(r.task_id, r.trial, M.strategy_of(r)): r for r in M.scored(final_results(results["ref-a"]))}
