@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", type=Path, default=None, help="where the synthetic runs are kept")
     ap.add_argument("--startup-timeout-s", type=float, default=900.0)
+    ap.add_argument("--classify-timeout-s", type=float, default=900.0, help="longest wait for the background taxonomy")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target of docs/viewer.md is missed")
     ap.add_argument("--out", "--json", dest="out", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args(argv)
@@ -252,7 +253,22 @@ def main(argv: list[str] | None = None) -> int:
             browse_s = time.perf_counter() - server.t0
             print(f"first episodes page of the big run served {browse_s:.1f} s after the spawn", flush=True)
             timings = measure(client, server.base, pages, args.repeats)
-        rss_after, peak = rss_mb(server.proc.pid)
+            rss_after, peak = rss_mb(server.proc.pid)
+            # the background taxonomy classifier works through every failure of the big run
+            # (tens of ms each): wait for it, then read the memory of a viewer that has seen it all
+            t_cls = time.perf_counter()
+            api = server.base + "/api/runs/big/rows?after=1000000000"
+            while (left := client.get(api).json().get("unclassified", 0)) and (
+                time.perf_counter() - t_cls < args.classify_timeout_s
+            ):
+                time.sleep(2.0)
+            classify_s = time.perf_counter() - t_cls
+            rss_classified, peak = rss_mb(server.proc.pid)
+            print(
+                f"background taxonomy: {'done' if not left else f'{left} failures still pending'} "
+                f"{classify_s:.0f} s after the pages; RSS then {rss_classified:.0f} MB",
+                flush=True,
+            )
     finally:
         server.stop()
 
@@ -264,8 +280,18 @@ def main(argv: list[str] | None = None) -> int:
         "episodes full/ttfb": first["full_ms"] / first["ttfb_ms"],
         "large episode full/ttfb": timings["episode_large"]["full_ms"] / timings["episode_large"]["ttfb_ms"],
     }
-    memory = {"rss_indexed_mb": rss_indexed, "rss_after_mb": rss_after, "rss_peak_mb": peak}
-    print(f"server RSS: {rss_indexed:.0f} MB after indexing, {rss_after:.0f} MB after the pages, peak {peak:.0f} MB")
+    memory = {
+        "rss_indexed_mb": rss_indexed,
+        "rss_after_mb": rss_after,
+        "rss_classified_mb": rss_classified,
+        "rss_peak_mb": peak,
+        "classify_wait_s": classify_s,
+        "unclassified_left": left,
+    }
+    print(
+        f"server RSS: {rss_indexed:.0f} MB after indexing, {rss_after:.0f} MB after the pages, "
+        f"{rss_classified:.0f} MB after classifying the failures, peak {peak:.0f} MB"
+    )
     for k, v in ratios.items():
         print(f"  ratio {k:<26} {v:6.2f}")
     result = {
@@ -284,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in timings.items()
         if name.startswith("episodes_") and t["ttfb_ms"] > TARGET_TTFB_MS
     ]
-    worst = max(rss_after, peak)
+    worst = max(rss_after, rss_classified, peak)
     if worst > TARGET_RSS_MB:
         failures.append(f"server RSS {worst:.0f} MB > {TARGET_RSS_MB:.0f} MB")
     if args.check and failures:

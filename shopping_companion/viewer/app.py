@@ -972,6 +972,7 @@ def create_app(catalog: RunCatalog, *, export: bool = False) -> Starlette:
                 after = _param_int(request.query_params, "after", 0, 0)
                 rows = index.rows_after(after)
                 summary = index.summary
+                unclassified = index.unclassified
         except NotFound as e:
             return JSONResponse({"error": f"there is no {e.what}"}, status_code=404)
         except BadParam as e:
@@ -982,6 +983,7 @@ def create_app(catalog: RunCatalog, *, export: bool = False) -> Starlette:
             "summary": jsonable(summary),
             "rows": [row_json(r) for r in rows[:API_ROWS]],
             "more": len(rows) > API_ROWS,
+            "unclassified": unclassified,
         }
         return JSONResponse(body)
 

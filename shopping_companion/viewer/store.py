@@ -964,6 +964,13 @@ class RunIndex:
                 continue
             self._store_class(line, *self._classify_raw(raw, tasks))
 
+    @property
+    def unclassified(self) -> int:
+        """Scored failures whose taxonomy class is not known yet (the background classifier works
+        on them); 0 once every failure is classified."""
+        with self._lock:
+            return len(self._tax_pending)
+
     def classify_pending(self) -> int:
         """Classify every scored failure whose taxonomy class is not known yet, now (blocking);
         returns how many were classified. (A background worker does the same when
