@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             # the background taxonomy classifier works through every failure of the big run
             # (tens of ms each): wait for it, then read the memory of a viewer that has seen it all
             t_cls = time.perf_counter()
-            api = server.base + "/api/runs/big/rows?after=1000000000"
+            api = server.base + "api/runs/big/rows?after=1000000000"
             while (left := client.get(api).json().get("unclassified", 0)) and (
                 time.perf_counter() - t_cls < args.classify_timeout_s
             ):
