@@ -73,36 +73,62 @@ def view_cmd(
     ),
 ) -> None:
     """Serve a read-only web viewer of the runs (runs, episodes, one episode, compare; pages refresh
-    while a run is written), or with --export write one run as a static HTML bundle."""
+    while a run is written), or with --export write one run as a static HTML bundle. Ctrl-C stops
+    the server (exit 0, "stopped")."""
+    paths = list(targets or [Path("runs")])
+    if export is not None:
+        _export(paths, export)
+        return
+    try:
+        _serve(paths, host, port)
+    except KeyboardInterrupt:  # Ctrl-C (uvicorn shuts down, then re-raises it): the normal way to stop
+        pass
+    print("shopcomp view: stopped", flush=True)
+
+
+def _export(paths: list[Path], out: Path) -> None:
+    """``--export``: the one run found under ``paths`` written as a static bundle in ``out``.
+    Raises :class:`ConfigError` unless exactly one run is found (naming the ones that are)."""
+    from shopping_companion.viewer.export import export_run
     from shopping_companion.viewer.store import RunCatalog  # the web stack only when the command runs
 
-    paths = list(targets or [Path("runs")])
     catalog = RunCatalog(paths)
-    if export is not None:
-        from shopping_companion.viewer.export import export_run
+    runs = catalog.runs()
+    if len(runs) != 1:
+        ids = ", ".join(s.run_id for s in runs[:20]) + (" ..." if len(runs) > 20 else "")
+        raise ConfigError(
+            f"--export needs exactly one run; {', '.join(map(str, paths))} holds {len(runs)} ({ids}); "
+            "pass the run's directory or results file"
+        )
+    with console.status(f"exporting {runs[0].name}"):
+        report = export_run(catalog, runs[0].run_id, out)
+    note = f" ({report.n_failed} shown as errors)" if report.n_failed else ""
+    console.print(f"exported {report.n_episodes} episode page(s){note}", soft_wrap=True, markup=False)
+    print(report.index.resolve().as_uri(), flush=True)
 
-        runs = catalog.runs()
-        if len(runs) != 1:
-            ids = ", ".join(s.run_id for s in runs[:20]) + (" ..." if len(runs) > 20 else "")
-            raise ConfigError(
-                f"--export needs exactly one run; {', '.join(map(str, paths))} holds {len(runs)} ({ids}); "
-                "pass the run's directory or results file"
-            )
-        with console.status(f"exporting {runs[0].name}"):
-            report = export_run(catalog, runs[0].run_id, export)
-        note = f" ({report.n_failed} shown as errors)" if report.n_failed else ""
-        console.print(f"exported {report.n_episodes} episode page(s){note}", soft_wrap=True, markup=False)
-        print(report.index.resolve().as_uri(), flush=True)
-        return
 
+def _serve(paths: list[Path], host: str, port: int) -> None:
+    """Serve the runs under ``paths`` on ``host``:``port`` until stopped (SIGINT / SIGTERM).
+    A non-local ``host`` prints a warning first; the ``Host`` headers answered are
+    :func:`~shopping_companion.viewer.app.allowed_hosts_for` ``host``. Raises :class:`ConfigError`
+    when the address cannot be bound."""
     import uvicorn
 
-    from shopping_companion.viewer.app import create_app
+    from shopping_companion.viewer.app import allowed_hosts_for, create_app
+    from shopping_companion.viewer.store import RunCatalog
 
+    catalog = RunCatalog(paths)
+    hosts = allowed_hosts_for(host)
     if not is_local_host(host):
+        any_host = (
+            " It listens on every interface, so requests naming any host are answered (no protection against "
+            "DNS rebinding): pass this machine's address as --host to answer only that name."
+            if hosts == ["*"]
+            else ""
+        )
         console.print(
             f"warning: listening on {host}: the viewer is read-only but has no authentication; anyone who can "
-            "reach this address on the network can read every run it lists.",
+            f"reach this address on the network can read every run it lists.{any_host}",
             style="bold yellow",
             soft_wrap=True,
             markup=False,
@@ -111,7 +137,9 @@ def view_cmd(
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
     print(f"shopcomp view: serving {len(catalog.runs())} run(s) at http://{shown}:{bound}/ (Ctrl-C stops)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(catalog), log_level="warning", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(catalog, allowed_hosts=hosts), log_level="warning", access_log=False)
+    )
     try:
         server.run(sockets=[sock])
     finally:

@@ -24,13 +24,18 @@ Routes (GET and HEAD only; any other method answers 405):
     two episodes side by side.
 ``/api/runs/{run_id}/rows?after=LINE``
     JSON ``{"run_id", "live", "summary", "rows": [EpisodeRow...], "more"}`` of the rows after line
-    ``LINE`` (at most :data:`API_ROWS` of them), for live refresh.
+    ``LINE`` (at most :data:`API_ROWS` of them), for live refresh; ``{"error", "run_id"}`` with
+    status 503 while the run file cannot be read.
 ``/static/{file}``
     the package's stylesheet and script; ``/healthz``: ``{"ok": true}``.
 
 Run ids come only from the catalog (:meth:`RunCatalog.get`): a URL naming anything else, a
 traversal (``..``) or an absolute path is a 404, never a file read. Unknown runs and lines answer a
-404 page; a bad query value a 400 page naming the parameter and its allowed values. Every template
+404 page; a bad query value a 400 page naming the parameter and its allowed values. A run file
+that cannot be read now (:class:`RunUnreadableError`: replaced by a directory or a FIFO, a symlink
+out of its run, a failed open) gives a page with an error box naming the file and why (status
+200; the runs and episodes pages show the problem too), and a 503 from the rows API. Only requests
+whose ``Host`` header names the server are answered (:func:`allowed_hosts_for`). Every template
 autoescapes; data reaches the script only through ``<script type="application/json">`` blocks
 (Jinja's ``tojson``: ``<``, ``>``, ``&`` and quotes escaped). Every response carries a
 Content-Security-Policy without inline script, ``X-Content-Type-Options: nosniff`` and
@@ -47,7 +52,7 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -55,6 +60,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
@@ -62,20 +68,31 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shopping_companion.viewer.compare import COUNT_METRICS
-from shopping_companion.viewer.store import MAX_LIMIT, SORT_FIELDS, EpisodeView, RunCatalog, RunIndex, compare
+from shopping_companion.viewer.store import (
+    MAX_LIMIT,
+    SORT_FIELDS,
+    EpisodeView,
+    RunCatalog,
+    RunIndex,
+    RunUnreadableError,
+    compare,
+)
 
 __all__ = [
     "API_ROWS",
     "BundleLinks",
     "CSP",
     "Clipper",
+    "LOCAL_HOST_NAMES",
     "Pages",
     "RESULT_CAP",
     "STATIC_DIR",
     "SORT_KEYS",
     "ServerLinks",
     "TEMPLATES_DIR",
+    "allowed_hosts_for",
     "create_app",
+    "visible",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,9 +140,16 @@ SECURITY_HEADERS = {
 _BOOLS = {"": False, "0": False, "false": False, "no": False, "off": False, "1": True, "true": True, "yes": True}
 _BOOLS["on"] = True
 
-# C0 controls (but tab, newline, carriage return) and DEL become their visible Unicode pictures.
-_CONTROLS = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)}
+# C0 controls (but tab, newline, carriage return) and DEL become their visible Unicode pictures;
+# the bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069) become
+# their code point in angle brackets ("⟨U+202E⟩"), so a name cannot reorder the text around it.
+_CONTROLS: dict[int, int | str] = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)}
 _CONTROLS[0x7F] = 0x2421
+#: Bidirectional formatting characters :func:`visible` shows as ``⟨U+XXXX⟩``.
+BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_CONTROLS.update({c: f"\u27e8U+{c:04X}\u27e9" for c in BIDI_CONTROLS})
+#: Shown in place of a value nested too deeply to encode or decode (Python's recursion limit).
+TOO_DEEP = "(nested too deeply to show here; the raw line has it)"
 
 
 class BadParam(ValueError):
@@ -234,8 +258,14 @@ class BundleLinks:
 
 def visible(text: Any) -> str:
     """``text`` as a string with C0 control characters (but tab and newlines) and DEL replaced by
-    their Unicode control pictures (U+2400...), so they show instead of corrupting the page."""
-    return str(text).translate(_CONTROLS)
+    their Unicode control pictures (U+2400...), and the bidirectional controls of
+    :data:`BIDI_CONTROLS` by ``⟨U+XXXX⟩``, so they show instead of corrupting or reordering the
+    page. A value whose ``str`` recurses too deeply gives :data:`TOO_DEEP`."""
+    try:
+        s = str(text)
+    except RecursionError:
+        return TOO_DEEP
+    return s.translate(_CONTROLS)
 
 
 @dataclasses.dataclass
@@ -281,15 +311,15 @@ class Clipper:
                 if len(text) <= 1_000_000 and text[:1] in "{[":
                     try:
                         value = json.loads(text)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # not JSON, or nested too deeply: the text as is
                         value = None
             if value is not None or not isinstance(text, str):
                 try:
                     text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
                     pretty = True
-                except (TypeError, ValueError):
-                    text = str(text)
-        s = str(text)
+                except (TypeError, ValueError, RecursionError):
+                    text = visible(text)  # the string as is; a value too deep for str: TOO_DEEP
+        s = visible(text) if not isinstance(text, str) else text
         cap = self.cap if self.budget > 0 else self.small
         shown = s[:cap]
         self.budget -= len(shown)
@@ -361,13 +391,19 @@ def row_json(row: Any, instruction_chars: int = 300) -> dict[str, Any]:
 
 
 def _show(value: Any) -> str:
-    """Any value as readable text: strings as they are, the rest as compact JSON."""
+    """Any value as readable text: strings as they are, the rest as compact JSON (:data:`TOO_DEEP`
+    for a value nested too deeply to encode)."""
     if isinstance(value, str):
         return visible(value)
     try:
         return visible(json.dumps(jsonable(value), ensure_ascii=False))
+    except RecursionError:
+        return TOO_DEEP
     except (TypeError, ValueError):
-        return visible(repr(value))
+        try:
+            return visible(repr(value))
+        except RecursionError:
+            return TOO_DEEP
 
 
 def fmt_signed(x: Any, digits: int = 3) -> str:
@@ -476,7 +512,7 @@ _TOOL_CALL_RE = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.S)
 
 
 def _cut(text: Any, n: int) -> str:
-    s = visible(" ".join(str(text).split()))
+    s = " ".join(visible(text).split())
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
@@ -494,7 +530,7 @@ def result_items(call: Any) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply: shown as text instead
         return None
     items = data.get(key) if isinstance(data, dict) else None
     if not isinstance(items, list):
@@ -694,6 +730,11 @@ class Pages:
         """The error page: ``status`` (400, 404, 405, 500), a title and an escaped message."""
         return self.render("error.html", links, status=status, title=title, message=message, extra=extra)
 
+    def unreadable(self, links: Any, message: str) -> str:
+        """The page shown (status 200) in place of one that needs a run file that cannot be read
+        now: an error box with ``message`` (the :class:`RunUnreadableError`: path and reason)."""
+        return self.render("unreadable.html", links, message=message)
+
     def runs(self, links: Any, summaries: list[Any], **extra: Any) -> str:
         """The runs page: one row per :class:`RunSummary`, sortable on the client."""
         ks = sorted({k for s in summaries for k in (s.pass_hat_k or {})})
@@ -858,13 +899,37 @@ def _safe_run_id(run_id: str) -> str:
     return run_id
 
 
-def create_app(catalog: RunCatalog, *, export: bool = False) -> Starlette:
+#: The ``Host`` header names a local server answers to (a browser sends these for the default
+#: ``--host 127.0.0.1``, and for ``localhost`` / ``::1``), whatever the port.
+LOCAL_HOST_NAMES = ("127.0.0.1", "localhost", "[::1]")
+#: ``--host`` values that listen on every interface: the Host header cannot be checked then.
+_ANY_ADDRESS = ("", "0.0.0.0", "::", "[::]")
+
+
+def allowed_hosts_for(bind_host: str) -> list[str]:
+    """The ``Host`` header names the server accepts when it listens on ``bind_host``:
+    :data:`LOCAL_HOST_NAMES` plus ``bind_host`` itself (lower-cased; an IPv6 address in
+    brackets, as a Host header carries it), or ``["*"]`` (any) for a wildcard address
+    (``0.0.0.0``, ``::``), whose clients may use any name of the machine. A request with any other
+    Host answers 400: a web page whose DNS name was re-bound to 127.0.0.1 cannot read the runs."""
+    host = bind_host.strip().lower()
+    if host in _ANY_ADDRESS:
+        return ["*"]
+    bare = host.strip("[]")
+    named = f"[{bare}]" if ":" in bare else bare
+    return list(dict.fromkeys([*LOCAL_HOST_NAMES, named]))
+
+
+def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequence[str] | None = None) -> Starlette:
     """The viewer's Starlette app over ``catalog`` (routes: see the module docstring).
 
     ``export``: render the pages with the static bundle's links (:class:`BundleLinks`, relative
     file names) instead of the server's, to see what ``shopcomp view --export`` writes; the routes
-    are the same. The store is used under one lock (requests are served by a thread pool; a
-    :class:`RunIndex` refreshes in place)."""
+    are the same. ``allowed_hosts``: the ``Host`` header names answered (Starlette's
+    ``TrustedHostMiddleware``: exact names, ``*.example.com`` or ``"*"`` for any; an IPv6 address
+    in brackets); any other Host gets a plain-text 400 "Invalid host header" (against DNS
+    rebinding). Default :data:`LOCAL_HOST_NAMES`; see :func:`allowed_hosts_for`. The store is used
+    under one lock (requests are served by a thread pool; a :class:`RunIndex` refreshes in place)."""
     pages = Pages()
     lock = threading.Lock()
     links: Any = BundleLinks() if export else ServerLinks()
@@ -892,6 +957,8 @@ def create_app(catalog: RunCatalog, *, export: bool = False) -> Starlette:
             except BadParam as e:
                 html = pages.error(links, 400, "Bad request", str(e), param=e.name, allowed=e.allowed)
                 return HTMLResponse(html, status_code=400)
+            except RunUnreadableError as e:  # the file went away or was replaced: say so, in the page
+                return HTMLResponse(pages.unreadable(links, str(e)))
             except Exception as e:  # noqa: BLE001 - a bug: say so on the page, traceback on stderr
                 log.exception("viewer: %s %s failed", request.method, request.url.path)
                 html = pages.error(links, 500, "Internal error", f"{type(e).__name__}: {e}")
@@ -977,6 +1044,10 @@ def create_app(catalog: RunCatalog, *, export: bool = False) -> Starlette:
             return JSONResponse({"error": f"there is no {e.what}"}, status_code=404)
         except BadParam as e:
             return JSONResponse({"error": str(e), "param": e.name, "allowed": e.allowed}, status_code=400)
+        except RunUnreadableError as e:
+            return JSONResponse({"error": str(e), "run_id": request.path_params["run_id"]}, status_code=503)
+        if summary.problem:  # no rows can be trusted now; the script keeps polling
+            return JSONResponse({"error": summary.problem, "run_id": summary.run_id}, status_code=503)
         body = {
             "run_id": summary.run_id,
             "live": bool(summary.live),
@@ -1007,5 +1078,7 @@ def create_app(catalog: RunCatalog, *, export: bool = False) -> Starlette:
         Mount("/static", app=StaticFiles(directory=str(STATIC_DIR), follow_symlink=False), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})
-    app.add_middleware(_Guard, pages=pages)
+    hosts = list(LOCAL_HOST_NAMES if allowed_hosts is None else allowed_hosts)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
+    app.add_middleware(_Guard, pages=pages)  # added last: outermost, so the 400 carries the headers too
     return app

@@ -12,13 +12,15 @@ The bundle opens from ``file://`` with no server::
 Every link is relative. Texts are cut as on the server (:data:`~shopping_companion.viewer.app.RESULT_CAP`
 characters each); a bundle has no "full text" links (the page says the rest is in the run's file).
 A non-empty ``DIR`` is only written when it holds a previous export (the marker); then the files
-that export listed are replaced and nothing else is touched.
+that export listed are replaced and nothing else is touched. ``DIR`` may not lie inside the run's
+directory (the viewer never writes under a run), and no file or folder of the bundle may be a
+symlink (nothing is written through one to outside ``DIR``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -76,10 +78,51 @@ def _check_out_dir(out: Path) -> list[str]:
     return safe
 
 
+#: The entries of a bundle directory an export writes (checked for symlinks before anything is written).
+_BUNDLE_ENTRIES = ("index.html", MARKER, "episodes", "static")
+
+
+def _check_placement(out: Path, run_dir: Path) -> None:
+    """Raises :class:`ConfigError` naming ``out`` when it is ``run_dir`` or inside it (after
+    resolving symlinks), or when an entry of the bundle in it (``index.html``, the marker,
+    ``episodes/``, ``static/`` or a file in those two folders) is a symlink. Writes nothing."""
+    root, run_root = out.resolve(), run_dir.resolve()
+    if root == run_root or root.is_relative_to(run_root):
+        raise ConfigError(
+            f"--export {out}: is inside the run's directory {run_dir}; the viewer never writes under a run: "
+            "pass a directory outside it (nothing was written)"
+        )
+    for name in _BUNDLE_ENTRIES:
+        entry = out / name
+        links = [entry] if entry.is_symlink() else []
+        if name in ("episodes", "static") and not links and entry.is_dir():
+            links = [p for p in entry.iterdir() if p.is_symlink()]
+        if links:
+            raise ConfigError(
+                f"--export {out}: {links[0]} is a symlink; an export writes only plain files and folders inside "
+                "DIR: remove the link or pass a new directory (nothing was written)"
+            )
+
+
+def _write_bytes(path: Path, data: bytes, written: list[str], out: Path) -> None:
+    """``data`` into ``path`` (a file under ``out``), never through a symlink: the folders between
+    ``out`` and ``path`` must be real ones and ``path`` is opened with ``O_NOFOLLOW`` (a link made
+    after the check fails with ``OSError``, ELOOP). Appends ``path`` relative to ``out`` to ``written``."""
+    rel = path.relative_to(out)
+    folder = out
+    for part in rel.parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            raise ConfigError(f"--export {out}: {folder} is a symlink; an export does not write through links")
+        folder.mkdir(exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    written.append(rel.as_posix())
+
+
 def _write(path: Path, text: str, written: list[str], out: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    written.append(path.relative_to(out).as_posix())
+    _write_bytes(path, text.encode("utf-8"), written, out)
 
 
 def _all_rows(index: RunIndex) -> list[EpisodeRow]:
@@ -99,12 +142,14 @@ def export_run(
 
     ``progress(done, total)`` is called after each episode page. Raises :class:`ConfigError`
     when ``run_id`` is not in the catalog (naming the known ids) or ``out`` cannot be used
-    (naming it); ``OSError`` when writing fails."""
+    (naming it: a file, a non-empty directory that is not an export, a directory inside the run's
+    directory, or one whose bundle entries are symlinks); ``OSError`` when writing fails."""
     try:
         index = catalog.get(run_id)
     except KeyError:
         known = ", ".join(s.run_id for s in catalog.runs()) or "(none)"
         raise ConfigError(f"--export: no run {run_id!r}; runs found: {known}") from None
+    _check_placement(out, index.run_dir)
     previous = _check_out_dir(out)
     for f in previous:
         (out / f).unlink(missing_ok=True)
@@ -114,16 +159,14 @@ def export_run(
 
     def marker(files: list[str]) -> None:
         data = {"format": 1, "run_id": run_id, "exported": exported, "files": files}
-        (out / MARKER).write_text(json.dumps(data, indent=1), encoding="utf-8")
+        _write(out / MARKER, json.dumps(data, indent=1), [], out)
 
     marker(previous)  # a bundle cut short by a crash is still recognised as one next time
     index.refresh()
     summary = index.summary
     pages = Pages()
     for name in _STATIC_FILES:
-        (out / "static").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(STATIC_DIR / name, out / "static" / name)
-        written.append(f"static/{name}")
+        _write_bytes(out / "static" / name, (STATIC_DIR / name).read_bytes(), written, out)
     rows = _all_rows(index)
     episode_links = BundleLinks("../")
     n_failed = 0

@@ -23,7 +23,9 @@ or ``..``.
 Indexing (:class:`RunIndex`): every line is parsed once with ``json.loads`` into a light
 :class:`EpisodeRow` plus its byte offset; later reads are incremental (only bytes appended after
 the last complete line are read; an unterminated last line is ``torn`` until it is completed; a
-file that shrank or was replaced, another inode, is indexed again). Pydantic parses only the one
+file that shrank, was replaced (another inode) or was rewritten in place is indexed again; a run
+file that is not a regular file or resolves outside the directory its run was found in is never
+read: :attr:`RunSummary.problem` says why). Pydantic parses only the one
 line an episode page opens (:meth:`RunIndex.episode`), seeking to its offset.
 
 Line status: ``ok`` (a record of the run's kind), ``error`` (an ``EpisodeResult`` with ``error``
@@ -53,9 +55,12 @@ r(u) is ``RewardBreakdown.per_tool_call`` aligned with
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import re
+import stat
 import statistics
 import threading
 import time
@@ -92,8 +97,11 @@ __all__ = [
     "MAX_LIMIT",
     "RAW_CAP",
     "LIVE_WINDOW_S",
+    "SIDE_FILE_CAP",
+    "TASKS_FILE_CAP",
     "RunCatalog",
     "RunSummary",
+    "RunUnreadableError",
     "RunIndex",
     "Page",
     "EpisodeRow",
@@ -147,11 +155,19 @@ RUNS_CACHE_S = 1.0
 PAGE_CLASSIFY_BUDGET_S = 0.5
 #: Largest depth below a runs directory that discovery searches.
 MAX_DEPTH = 4
+#: Largest size in bytes of a side file of a run that is read whole (``taxonomy.jsonl``,
+#: ``config.yaml``, ``summary.json``); a larger one is ignored.
+SIDE_FILE_CAP = 64 << 20
+#: Largest size in bytes of a benchmark's ``tasks.jsonl``; a larger one counts as no benchmark.
+TASKS_FILE_CAP = 512 << 20
+#: Bytes of a file's first line read to tell its kind (a longer first line is not a JSON object).
+_SNIFF_CAP = 32 << 20
 
 _PRIMARY: dict[str, RunKind] = {"results.jsonl": "eval", "rollouts.jsonl": "sft_rollouts", "kept.jsonl": "sft_kept"}
 _STEP_FILE = re.compile(r"^\d+\.jsonl$")
 _SEGMENT_BAD = re.compile(r"[^A-Za-z0-9._-]")
 _CHUNK = 16 << 20
+_ANCHOR_BYTES = 64 << 10
 _EPISODE_FIELDS = frozenset(EpisodeResult.model_fields)
 _EPISODE_REQUIRED = frozenset(k for k, f in EpisodeResult.model_fields.items() if f.is_required())
 _KEPT_REQUIRED = frozenset(
@@ -171,7 +187,10 @@ class RunSummary:
     ``updated``: ISO-8601 UTC modification time of the run file; ``live``: a writer holds a lock on
     it, or it changed in the last :data:`LIVE_WINDOW_S` seconds and no ``summary.json`` beside it is
     as new or newer (a finished run writes one). ``n_episodes``: final episodes
-    (one per result key, errored included); ``n_unreadable``: unreadable and foreign lines."""
+    (one per result key, errored included); ``n_unreadable``: unreadable and foreign lines.
+    ``problem``: None when the run file can be read; else one line saying why it cannot (not a
+    regular file, resolves outside the directory the run was found in, open or read failed; the
+    run then shows no rows and :class:`RunUnreadableError` is raised when a line is opened)."""
 
     run_id: str
     kind: RunKind
@@ -196,6 +215,7 @@ class RunSummary:
     n_superseded: int = 0
     torn: bool = False
     benchmark_found: bool = False
+    problem: str | None = None
 
 
 @dataclass
@@ -347,7 +367,100 @@ class EpisodeView:
     record: dict | None = None
 
 
+# --------------------------------------------------------------------------- reading files safely
+
+
+class RunUnreadableError(ValueError):
+    """A run file, or a line of it, cannot be read now: it is not a regular file (a directory, a
+    FIFO, a device), it resolves outside the directory its run was found in (a symlink put in its
+    place), or opening or reading it failed. The message is one line naming the path and why.
+    :meth:`RunIndex.raw` and :meth:`RunIndex.episode` raise it; :attr:`RunSummary.problem` says
+    the same on the runs page."""
+
+
+def _file_type(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def _real_path(fd: int, path: Path) -> Path:
+    """Where the open descriptor ``fd`` really points (``/proc/self/fd``; else ``path`` resolved)."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return Path(os.path.realpath(path))
+
+
+def _open_regular(path: Path, root: Path | None, cap: int | None = None) -> Any:
+    """``path`` opened for binary reading, only if it is a regular file of at most ``cap`` bytes
+    (None: any size) whose real path lies inside the resolved directory ``root`` (None: anywhere).
+    Never blocks on a FIFO and never opens a device. Raises :class:`RunUnreadableError` naming the
+    path and the reason (a missing file too: ``FileNotFoundError`` is its ``__cause__``)."""
+    shown = _display(path)
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise RunUnreadableError(f"{shown}: {_file_type(st.st_mode)}, not a regular file; not read")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise RunUnreadableError(f"{shown}: cannot be read ({e.strerror or type(e).__name__})") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RunUnreadableError(f"{shown}: {_file_type(st.st_mode)}, not a regular file; not read")
+        if cap is not None and st.st_size > cap:
+            raise RunUnreadableError(f"{shown}: {st.st_size} bytes, more than the {cap} allowed; not read")
+        if root is not None:
+            real = _real_path(fd, path)
+            if not real.is_relative_to(root):
+                raise RunUnreadableError(f"{shown}: resolves to {real}, outside {root}; not read")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_side(path: Path, root: Path | None, cap: int = SIDE_FILE_CAP) -> bytes | None:
+    """The bytes of a side file read whole (:func:`_open_regular` rules), or None when it is
+    missing or refused."""
+    try:
+        with _open_regular(path, root, cap) as f:
+            return f.read(cap + 1)[:cap]
+    except (RunUnreadableError, OSError):
+        return None
+
+
+def _first_line(p: Path, root: Path | None) -> Any:
+    """The first non-blank line of ``p`` parsed as JSON (at most :data:`_SNIFF_CAP` bytes read);
+    None when there is none, it is not JSON, or the file cannot be read."""
+    try:
+        with _open_regular(p, root) as f:
+            budget = _SNIFF_CAP
+            while budget > 0:
+                raw = f.readline(budget)
+                if not raw:
+                    return None
+                budget -= len(raw)
+                if raw.strip():
+                    return json.loads(raw) if raw.endswith(b"\n") or budget > 0 else None
+    except (RunUnreadableError, OSError, ValueError, RecursionError):
+        return None
+    return None
+
+
 # --------------------------------------------------------------------------- small helpers
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "AEIOUaeiou" else "a"
 
 
 def _short(e: BaseException, n: int = 200) -> str:
@@ -358,23 +471,33 @@ def _validation_problem(model: str, e: ValidationError) -> str:
     """One short line naming the first field pydantic refused (and how many more)."""
     errs = e.errors()
     if not errs:
-        return f"not a {model}"
+        return f"not {_article(model)} {model}"
     first = errs[0]
     loc = ".".join(str(x) for x in first.get("loc", ())) or "(record)"
     more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-    return f"not a {model}: {loc}: {first.get('msg', '')}{more}"[:300]
+    return f"not {_article(model)} {model}: {loc}: {first.get('msg', '')}{more}"[:300]
 
 
 def _num(v: Any) -> float | None:
+    """``v`` as a finite float (a bool as 0.0 / 1.0); None for anything else: not a number, NaN,
+    infinite, or an integer too large for a float."""
     if isinstance(v, bool):
         return float(v)
-    if isinstance(v, (int, float)) and v == v:
-        return float(v)
+    if isinstance(v, (int, float)):
+        try:
+            x = float(v)
+        except OverflowError:
+            return None
+        return x if math.isfinite(x) else None
     return None
 
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _digest(b: bytes) -> bytes:
+    return hashlib.blake2b(b, digest_size=16).digest()
 
 
 def _cap(raw: bytes) -> str:
@@ -436,25 +559,27 @@ def _pref_label(p: Preference) -> str:
 
 
 def _structure_problem(d: Any, required: frozenset[str], allowed: frozenset[str] | None, what: str) -> str | None:
+    a = _article(what)
     if not isinstance(d, dict):
-        return f"not a {what}: a JSON {type(d).__name__}, not an object"
+        return f"not {a} {what}: a JSON {type(d).__name__}, not an object"
     missing = sorted(required - d.keys())
     if missing:
-        return f"not a {what}: missing field(s) {', '.join(missing[:5])}"
+        return f"not {a} {what}: missing field(s) {', '.join(missing[:5])}"
     if allowed is not None:
         extra = sorted(d.keys() - allowed)
         if extra:
-            return f"not a {what}: unknown field(s) {', '.join(extra[:5])}"
+            return f"not {a} {what}: unknown field(s) {', '.join(extra[:5])}"
     return None
 
 
 def _episode_row(line: int, d: Any) -> EpisodeRow:
-    """A row from a parsed ``EpisodeResult`` line (structural checks only; never raises)."""
+    """A row from a parsed ``EpisodeResult`` line (structural checks only; never raises: a number
+    out of range, such as an infinite stage or an integer too large for a float, makes it foreign)."""
     problem = _structure_problem(d, _EPISODE_REQUIRED, _EPISODE_FIELDS, "EpisodeResult")
     if problem is None:
         try:
             return _episode_row_unchecked(line, d)
-        except (TypeError, KeyError, AttributeError, ValueError, IndexError) as e:
+        except (TypeError, KeyError, AttributeError, ValueError, IndexError, OverflowError) as e:
             problem = f"not an EpisodeResult: {_short(e, 160)}"
     return EpisodeRow(line=line, status="foreign", problem=problem)
 
@@ -467,7 +592,7 @@ def _episode_row_unchecked(line: int, d: dict) -> EpisodeRow:
         if not isinstance(d[k], str):
             raise TypeError(f"{k} must be a string")
     if not isinstance(d["succ"], bool) or _num(d["acc"]) is None:
-        raise TypeError("acc must be a number and succ a boolean")
+        raise TypeError("acc must be a finite number and succ a boolean")
     error = d.get("error")
     mode, hint = d["mode"], d.get("hint") or "none"
     trial = d.get("trial", 0)
@@ -529,7 +654,8 @@ def _episode_row_unchecked(line: int, d: dict) -> EpisodeRow:
 
 
 def _kept_row(line: int, d: Any) -> EpisodeRow:
-    """A row from a parsed ``KeptStage`` line (one stage trajectory and its verdict)."""
+    """A row from a parsed ``KeptStage`` line (one stage trajectory and its verdict); never raises
+    (a number out of range makes it foreign)."""
     problem = _structure_problem(d, _KEPT_REQUIRED, _KEPT_REQUIRED, "KeptStage")
     if problem is None:
         try:
@@ -537,6 +663,9 @@ def _kept_row(line: int, d: Any) -> EpisodeRow:
             steps = traj.get("steps") or []
             mode, hint = str(d["mode"]), str(d["hint"] or "none")
             stage = int(d["stage"])
+            acc = _num(d["acc"])
+            if acc is None:
+                raise TypeError("acc must be a finite number")
             return EpisodeRow(
                 line=line,
                 status="ok",
@@ -545,7 +674,7 @@ def _kept_row(line: int, d: Any) -> EpisodeRow:
                 strategy=M.strategy_name(mode, hint),
                 trial=int(d["trial"]),
                 success=bool(d["succ"]),
-                acc=float(d["acc"]) if mode != "oracle" else None,
+                acc=acc if mode != "oracle" else None,
                 turns=len(steps),
                 tool_calls=sum(len(st.get("tool_results") or []) for st in steps),
                 termination=str(traj.get("termination", "running")),
@@ -556,18 +685,26 @@ def _kept_row(line: int, d: Any) -> EpisodeRow:
                 policy=str(d["policy"]),
                 scored=True,
             )
-        except (TypeError, KeyError, AttributeError, ValueError) as e:
+        except (TypeError, KeyError, AttributeError, ValueError, OverflowError) as e:
             problem = f"not a KeptStage: {_short(e, 160)}"
     return EpisodeRow(line=line, status="foreign", problem=problem)
 
 
 def _grpo_row(line: int, d: Any) -> EpisodeRow:
-    """A row from one line of a verl validation dump (``input``, ``output``, ``score``, extras)."""
+    """A row from one line of a verl validation dump (``input``, ``output``, ``score``, extras);
+    never raises (numbers that are not finite are left out)."""
     problem = _structure_problem(d, frozenset(("input", "output")), None, "GRPO validation record")
     if problem is None and not (isinstance(d["input"], str) and isinstance(d["output"], str)):
         problem = "not a GRPO validation record: input and output must be strings"
-    if problem is not None:
-        return EpisodeRow(line=line, status="foreign", problem=problem)
+    if problem is None:
+        try:
+            return _grpo_row_unchecked(line, d)
+        except (TypeError, ValueError, OverflowError) as e:
+            problem = f"not a GRPO validation record: {_short(e, 160)}"
+    return EpisodeRow(line=line, status="foreign", problem=problem)
+
+
+def _grpo_row_unchecked(line: int, d: dict) -> EpisodeRow:
     stage = _num(d.get("stage"))
     stage_no = int(stage) if stage in (1.0, 2.0) else None
     comps = {
@@ -623,40 +760,54 @@ def _stand_in(row: EpisodeRow) -> EpisodeResult:
 # --------------------------------------------------------------------------- benchmark lookup
 
 
-def _declared_benchmarks(run_dir: Path) -> list[str]:
+def _declared_benchmarks(run_dir: Path, root: Path | None = None) -> list[str]:
     """Benchmark paths named by the run: ``config.yaml`` ``bench.path`` (also ``benchmark.path``),
-    then ``summary.json`` ``meta.benchmark``."""
-    from shopping_companion.config import load_yaml
+    then ``summary.json`` ``meta.benchmark``. Both are read only when they are regular files of at
+    most :data:`SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere)."""
+    from shopping_companion.config import parse_yaml
 
     out: list[str] = []
     cfg = run_dir / "config.yaml"
-    if cfg.is_file():
+    raw = _read_side(cfg, root)
+    if raw is not None:
         try:
-            data = load_yaml(cfg)
-        except (ConfigError, OSError):
+            data = parse_yaml(raw.decode("utf-8"), f"config file {str(cfg)!r}")
+        except Exception:  # noqa: BLE001 - a config the viewer cannot parse names no benchmark
             data = None
         if isinstance(data, dict):
             for key in ("bench", "benchmark"):
                 sec = data.get(key)
                 if isinstance(sec, dict) and isinstance(sec.get("path"), str):
                     out.append(sec["path"])
-    summ = run_dir / "summary.json"
-    if summ.is_file():
+    raw = _read_side(run_dir / "summary.json", root)
+    if raw is not None:
         try:
-            meta = json.loads(summ.read_bytes()).get("meta") or {}
+            meta = json.loads(raw).get("meta") or {}
             if isinstance(meta.get("benchmark"), str):
                 out.append(meta["benchmark"])
-        except (OSError, ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             pass
     return list(dict.fromkeys(out))
 
 
-def find_benchmark(run_dir: Path) -> tuple[Path | None, str | None]:
+def _tasks_file_ok(p: Path) -> bool:
+    """``p`` is a regular file of at most :data:`TASKS_FILE_CAP` bytes (symlinks followed)."""
+    try:
+        st = os.stat(p)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size <= TASKS_FILE_CAP
+
+
+def find_benchmark(run_dir: Path, root: Path | None = None) -> tuple[Path | None, str | None]:
     """``(benchmark directory holding tasks.jsonl or None, the path the run names or None)``.
 
     A relative declared path is tried against the current directory, then the run directory and
-    each of its parents (a run started elsewhere); last, ``<run dir>/bench`` (the quickstart's)."""
-    declared = _declared_benchmarks(run_dir)
+    each of its parents (a run started elsewhere); last, ``<run dir>/bench`` (the quickstart's).
+    ``root``: the directory the run's side files must resolve inside (:func:`_declared_benchmarks`);
+    the benchmark itself may be anywhere, but its ``tasks.jsonl`` must be a regular file of at most
+    :data:`TASKS_FILE_CAP` bytes."""
+    declared = _declared_benchmarks(run_dir, root)
     cands: list[Path] = []
     for s in declared:
         p = Path(s).expanduser()
@@ -666,27 +817,25 @@ def find_benchmark(run_dir: Path) -> tuple[Path | None, str | None]:
             cands += [Path.cwd() / p, run_dir / p, *(q / p for q in list(run_dir.resolve().parents)[:8])]
     cands.append(run_dir / "bench")
     for c in cands:
-        try:
-            if (c / "tasks.jsonl").is_file():
-                return c, declared[0] if declared else _display(c)
-        except OSError:
-            continue
+        if _tasks_file_ok(c / "tasks.jsonl"):
+            return c, declared[0] if declared else _display(c)
     return None, declared[0] if declared else None
 
 
 def load_tasks(bench_dir: Path) -> dict[str, Task]:
-    """``task_id -> Task`` from ``<bench_dir>/tasks.jsonl`` (lines that are not tasks are skipped)."""
+    """``task_id -> Task`` from ``<bench_dir>/tasks.jsonl`` (lines that are not tasks are skipped;
+    empty when it is not a regular file of at most :data:`TASKS_FILE_CAP` bytes or cannot be read)."""
     out: dict[str, Task] = {}
     try:
-        with open(bench_dir / "tasks.jsonl", "rb") as f:
+        with _open_regular(bench_dir / "tasks.jsonl", None, TASKS_FILE_CAP) as f:
             for raw in f:
                 if raw.strip():
                     try:
                         t = Task.model_validate_json(raw)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         continue
                     out[t.task_id] = t
-    except OSError:
+    except (OSError, RunUnreadableError):
         return {}
     return out
 
@@ -697,13 +846,25 @@ def load_tasks(bench_dir: Path) -> dict[str, Task]:
 class RunIndex:
     """The index of one run file (see the module docstring). Thread-safe.
 
-    Built by :class:`RunCatalog`; ``path`` is the run file, ``run_dir`` its directory. Public
-    counters for tests and diagnostics: ``end_offset`` (bytes up to the end of the last complete
-    line indexed) and ``last_read`` (``(start, stop)`` byte range read by the last
-    :meth:`refresh` that read anything).
+    Built by :class:`RunCatalog`; ``path`` is the run file, ``run_dir`` its directory, ``root``
+    the resolved directory the run was found in (default: the resolved ``run_dir``): the run file
+    and its side files (``taxonomy.jsonl``, ``config.yaml``, ``summary.json``) are read only while
+    they are regular files whose real path lies inside it, so a symlink put in their place later
+    is never followed out of it. Public counters for tests and diagnostics: ``end_offset`` (bytes
+    up to the end of the last complete line indexed) and ``last_read`` (``(start, stop)`` byte
+    range read by the last :meth:`refresh` that read anything).
     """
 
-    def __init__(self, run_id: str, kind: RunKind, path: Path, name: str, *, background_taxonomy: bool = True) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        kind: RunKind,
+        path: Path,
+        name: str,
+        *,
+        background_taxonomy: bool = True,
+        root: Path | None = None,
+    ) -> None:
         self.run_id = run_id
         self.background_taxonomy = background_taxonomy
         self._gen = 0
@@ -711,6 +872,7 @@ class RunIndex:
         self.kind: RunKind = kind
         self.path = Path(path)
         self.run_dir = self.path.parent
+        self.root = Path(root) if root is not None else Path(os.path.realpath(self.run_dir))
         self.name = name
         self._lock = threading.RLock()
         self._tasks: dict[str, Task] | None = None
@@ -741,10 +903,13 @@ class RunIndex:
         self._seen: tuple[int, int] | None = None  # (size, mtime_ns) at the last read
         self._mtime = 0.0
         self._summary = None
+        self._problem: str | None = None  # why the run file cannot be read (None: it can)
+        # (offset, length, digest of the first _ANCHOR_BYTES) of the first and the last indexed line
+        self._anchors: list[tuple[int, int, bytes] | None] = [None, None]
 
     def _ensure_tasks(self) -> dict[str, Task]:
         if self._tasks is None:
-            self._bench_dir, self._bench_declared = find_benchmark(self.run_dir)
+            self._bench_dir, self._bench_declared = find_benchmark(self.run_dir, self.root)
             self._tasks = load_tasks(self._bench_dir) if self._bench_dir is not None else {}
         return self._tasks
 
@@ -764,14 +929,17 @@ class RunIndex:
     def refresh(self) -> bool:
         """Read what was appended since the last call (complete lines; an unterminated last line
         becomes a ``torn`` row); index from scratch when the file shrank or is another file
-        (inode); reload ``taxonomy.jsonl`` when it changed. Returns True when anything changed.
-        A missing file is an empty run. Never raises for the file's contents."""
+        (inode), or when the first or last indexed line no longer holds the bytes it was indexed
+        from (rewritten in place, even if longer); reload ``taxonomy.jsonl`` when it changed.
+        Returns True when anything changed. A missing file is an empty run; a file that cannot be
+        read (not a regular file, outside :attr:`root`, open failed) is an empty run whose
+        :attr:`RunSummary.problem` says why. Never raises for the file's contents."""
         with self._lock:
             changed = self._refresh_taxonomy_file()
             try:
                 st = os.stat(self.path)
             except OSError:
-                if self._rows or self._torn is not None:
+                if self._rows or self._torn is not None or self._problem is not None:
                     self._reset()
                     return True
                 return changed
@@ -781,6 +949,8 @@ class RunIndex:
                 changed = True
             if self._seen == (st.st_size, st.st_mtime_ns) and self._ident == ident:
                 return changed
+            if self._ident is not None and not self._anchors_hold():
+                self._reset()
             self._read(ident)
             self._seen = (st.st_size, st.st_mtime_ns)
             self._mtime = st.st_mtime
@@ -788,14 +958,46 @@ class RunIndex:
             self._kick()
             return True
 
+    def _anchors_hold(self) -> bool:
+        """The first and the last indexed line still start with the bytes they were indexed from
+        and still end in a newline where they ended (a rewrite in place moved them otherwise).
+        True when there is nothing to check or the file cannot be opened (:meth:`_read` says so)."""
+        checks = [a for a in self._anchors if a is not None]
+        if not checks:
+            return True
+        try:
+            with _open_regular(self.path, self.root) as f:
+                for off, n, digest in checks:
+                    f.seek(off)
+                    head = f.read(min(n, _ANCHOR_BYTES))
+                    f.seek(off + n)
+                    if _digest(head) != digest or f.read(1) != b"\n":
+                        return False
+        except (RunUnreadableError, OSError):
+            return True
+        return True
+
+    def _set_anchor(self, which: int, offset: int, raw: bytes) -> None:
+        self._anchors[which] = (offset, len(raw), _digest(raw[:_ANCHOR_BYTES]))
+
+    def _unreadable(self, problem: str, ident: tuple[int, int]) -> None:
+        """Forget every row: the run file cannot be read (``problem`` says why)."""
+        self._reset()
+        self._problem = problem[:500]
+        self._ident = ident
+
     def _read(self, ident: tuple[int, int]) -> None:
         tasks = self._ensure_tasks()
         build = _ROW_BUILDERS[self.kind]
         start = self.end_offset
         try:
-            f = open(self.path, "rb")
-        except OSError:
+            f = _open_regular(self.path, self.root)
+        except RunUnreadableError as e:
+            if isinstance(e.__cause__, FileNotFoundError):
+                return  # removed between stat and open: the next refresh sees it missing
+            self._unreadable(str(e), ident)
             return
+        self._problem = None
         with f:
             fst = os.fstat(f.fileno())
             if (fst.st_dev, fst.st_ino) != ident and self._ident is not None:
@@ -807,7 +1009,11 @@ class RunIndex:
             pending = b""
             self._torn, self._torn_loc = None, None
             while True:
-                chunk = f.read(_CHUNK)
+                try:
+                    chunk = f.read(_CHUNK)
+                except OSError as e:
+                    self._problem = f"{_display(self.path)}: read failed at byte {pos} ({e.strerror or e})"[:500]
+                    break
                 if not chunk:
                     break
                 data = pending + chunk if pending else chunk
@@ -816,13 +1022,22 @@ class RunIndex:
                     pending = data
                     continue
                 i = 0
-                while i <= cut:
-                    j = data.index(b"\n", i)
-                    raw = data[i:j]
-                    if raw.strip():
-                        self._add(self._next_line, raw, pos + i, build, tasks)
-                    self._next_line += 1
-                    i = j + 1
+                last: tuple[int, bytes] | None = None
+                try:
+                    while i <= cut:
+                        j = data.index(b"\n", i)
+                        raw = data[i:j]
+                        if raw.strip():
+                            self._add(self._next_line, raw, pos + i, build, tasks)
+                            last = (pos + i, raw)
+                            if self._anchors[0] is None:
+                                self._set_anchor(0, pos + i, raw)
+                        self._next_line += 1
+                        self.end_offset = pos + j + 1  # per line: an error later never adds a line twice
+                        i = j + 1
+                finally:
+                    if last is not None:
+                        self._set_anchor(1, *last)
                 pos += cut + 1
                 pending = data[cut + 1 :]
             self.end_offset = pos
@@ -842,7 +1057,10 @@ class RunIndex:
         except (ValueError, RecursionError) as e:
             row = EpisodeRow(line=line, status="unreadable", problem=f"not JSON: {_short(e)}")
         else:
-            row = build(line, d)
+            try:
+                row = build(line, d)
+            except Exception as e:  # noqa: BLE001 - a line the builder cannot read is foreign, never a crash
+                row = EpisodeRow(line=line, status="foreign", problem=f"not a record of this run: {_short(e, 160)}")
             if row.status in ("ok", "error"):
                 self._annotate_task(row, tasks.get(row.task_id or ""))
                 if self.kind in ("eval", "sft_rollouts"):
@@ -895,16 +1113,13 @@ class RunIndex:
             return False
         self._tax_mtime = mtime
         items: dict[tuple[str, int, str], dict[str, Any]] = {}
-        if mtime is not None:
+        data = _read_side(p, self.root) if mtime is not None else None
+        for raw in (data or b"").splitlines():
             try:
-                for raw in p.read_bytes().splitlines():
-                    try:
-                        d = json.loads(raw)
-                        items[(str(d["task_id"]), int(d["trial"]), str(d["strategy"]))] = d
-                    except (ValueError, KeyError, TypeError):
-                        continue
-            except OSError:
-                pass
+                d = json.loads(raw)
+                items[(str(d["task_id"]), int(d["trial"]), str(d["strategy"]))] = d
+            except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+                continue
         self._tax_file = items
         for row in self._rows:
             if row.scored and row.success is False and row.status == "ok":
@@ -960,7 +1175,7 @@ class RunIndex:
             self._tax_pending.discard(line)
             try:
                 raw = self._raw(line)
-            except (OSError, KeyError):
+            except (OSError, KeyError, RunUnreadableError):
                 continue
             self._store_class(line, *self._classify_raw(raw, tasks))
 
@@ -1003,10 +1218,10 @@ class RunIndex:
             if loc is None:
                 continue
             try:
-                with open(self.path, "rb") as f:
+                with _open_regular(self.path, self.root) as f:
                     f.seek(loc[0])
                     raw = f.read(loc[1])
-            except OSError:
+            except (OSError, RunUnreadableError):
                 continue
             detail, problem = self._classify_raw(raw, tasks)
             with self._lock:
@@ -1018,26 +1233,38 @@ class RunIndex:
 
     def raw(self, line: int) -> bytes:
         """The stored bytes of result line ``line`` (1-based), exactly as in the file (no newline);
-        the torn last line too. Raises ``KeyError`` for a line that does not exist."""
+        the torn last line too. Raises ``KeyError`` for a line that does not exist and
+        :class:`RunUnreadableError` (one line: path and reason) when the run file cannot be read
+        now or is no longer the file that was indexed; never ``OSError``."""
         with self._lock:
             return self._raw(line)
 
     def _raw(self, line: int) -> bytes:
+        if self._problem is not None:
+            raise RunUnreadableError(self._problem)
         if self._torn is not None and line == self._torn.line and self._torn_loc is not None:
             off, n = self._torn_loc
         elif line in self._loc:
             off, n = self._loc[line]
         else:
             raise KeyError(line)
-        with open(self.path, "rb") as f:
-            f.seek(off)
-            return f.read(n)
+        try:
+            with _open_regular(self.path, self.root) as f:
+                fst = os.fstat(f.fileno())
+                if self._ident is not None and (fst.st_dev, fst.st_ino) != self._ident:
+                    raise RunUnreadableError(f"{_display(self.path)}: replaced since it was indexed; reload the page")
+                f.seek(off)
+                return f.read(n)
+        except OSError as e:
+            raise RunUnreadableError(f"{_display(self.path)}: cannot be read ({e.strerror or e})") from None
 
     def _load_result(self, line: int) -> EpisodeResult | None:
         """The ``EpisodeResult`` of ``line`` (pydantic), or None: the row becomes ``foreign``."""
         row = self._by_line[line]
         try:
             return EpisodeResult.model_validate_json(self._raw(line))
+        except RunUnreadableError:
+            raise
         except ValidationError as e:
             row.status, row.problem, row.scored = "foreign", _validation_problem("EpisodeResult", e), False
         except (ValueError, OSError) as e:
@@ -1123,6 +1350,7 @@ class RunIndex:
             n_superseded=sum(1 for r in rows if r.status == "superseded"),
             torn=self._torn is not None,
             benchmark_found=self._bench_dir is not None,
+            problem=self._problem,
         )
 
     def _all_rows(self) -> list[EpisodeRow]:
@@ -1235,8 +1463,11 @@ class RunIndex:
 
     def episode(self, line: int) -> EpisodeView:
         """The annotated episode of ``line`` (module docstring). KeyError for a line that has no
-        row (blank, or past the end). Bad lines give a view with ``raw`` and no stages."""
+        row (blank, or past the end); :class:`RunUnreadableError` when the run file cannot be read
+        now (never ``OSError``). Bad lines give a view with ``raw`` and no stages."""
         with self._lock:
+            if self._problem is not None:
+                raise RunUnreadableError(self._problem)
             row = self.row(line)
             tasks = self._ensure_tasks()
             if row.status in ("unreadable", "foreign", "torn"):
@@ -1564,41 +1795,44 @@ def _stage_views(
 
 @dataclass
 class _Found:
+    """A discovered run file; ``root``: the resolved directory it was found in (its file, and the
+    side files read beside it, must resolve inside it)."""
+
     path: Path
     kind: RunKind
     run_id: str
     name: str
+    root: Path | None = None
 
 
 def _looks_grpo(p: Path) -> bool:
     """The first non-blank line of ``p`` is a JSON object with ``input``, ``output`` and ``score``."""
-    try:
-        with open(p, "rb") as f:
-            for raw in f:
-                if raw.strip():
-                    d = json.loads(raw)
-                    return isinstance(d, dict) and {"input", "output", "score"} <= d.keys()
-    except (OSError, ValueError, RecursionError):
-        return False
-    return False
+    d = _first_line(p, None)
+    return isinstance(d, dict) and {"input", "output", "score"} <= d.keys()
 
 
 def _sniff_kind(p: Path) -> RunKind:
     if p.name in _PRIMARY:
         return _PRIMARY[p.name]
-    if _looks_grpo(p):
+    d = _first_line(p, None)
+    if isinstance(d, dict) and {"input", "output", "score"} <= d.keys():
         return "grpo_val"
-    try:
-        with open(p, "rb") as f:
-            for raw in f:
-                if raw.strip():
-                    d = json.loads(raw)
-                    if isinstance(d, dict) and {"trajectory", "verdict"} <= d.keys():
-                        return "sft_kept"
-                    break
-    except (OSError, ValueError, RecursionError):
-        pass
+    if isinstance(d, dict) and {"trajectory", "verdict"} <= d.keys():
+        return "sft_kept"
     return "eval"
+
+
+def _check_run_file(target: Path) -> None:
+    """Refuse an explicitly given file that is not a run file: it must be a regular ``.jsonl``
+    file named ``results.jsonl``, ``rollouts.jsonl``, ``kept.jsonl`` or ``<step>.jsonl``, or one
+    whose first non-blank line is a JSON object. Raises ``ConfigError`` naming the path."""
+    kinds = "results.jsonl, rollouts.jsonl, kept.jsonl, <step>.jsonl, or a .jsonl file of JSON objects"
+    if not target.name.endswith(".jsonl"):
+        raise ConfigError(f"{target}: not a run file (a run file is {kinds}; or give a run or runs directory)")
+    if target.name in _PRIMARY or _STEP_FILE.match(target.name):
+        return
+    if not isinstance(_first_line(target, None), dict):
+        raise ConfigError(f"{target}: not a run file: its first line is not a JSON object (a run file is {kinds})")
 
 
 def _run_files(d: Path, root: Path) -> list[tuple[Path, RunKind]]:
@@ -1645,7 +1879,7 @@ def _walk(target: Path, root: Path, base_id: str | None, depth: int, seen: set[P
         primary = n == 0 and kind != "grpo_val"
         rid = dir_id if primary else f"{dir_id}/{_segment(p.name)}"
         name = target.name if primary else f"{target.name}/{p.name}"
-        found.append(_Found(p, kind, rid, name))
+        found.append(_Found(p, kind, rid, name, root))
     if depth <= 0:
         return found
     try:
@@ -1669,12 +1903,18 @@ def _walk(target: Path, root: Path, base_id: str | None, depth: int, seen: set[P
 def _discover(target: Path) -> list[_Found]:
     if not target.exists():
         raise ConfigError(f"{target}: does not exist (give a runs directory, a run directory or a run file)")
+    if not target.is_file() and not target.is_dir():
+        raise ConfigError(
+            f"{target}: neither a regular file nor a directory (give a runs directory, a run directory or a run file)"
+        )
     if target.is_file():
+        _check_run_file(target)
         kind = _sniff_kind(target)
         parent = _segment(target.resolve().parent.name)
         primary = target.name in ("results.jsonl", "rollouts.jsonl")
         rid = parent if primary else f"{parent}/{_segment(target.name)}"
-        return [_Found(target, kind, rid, target.parent.name if primary else f"{target.parent.name}/{target.name}")]
+        name = target.parent.name if primary else f"{target.parent.name}/{target.name}"
+        return [_Found(target, kind, rid, name, target.resolve().parent)]
     root = target.resolve()
     own = _run_files(target, root)
     if own:  # a run directory given itself: its runs are named after it, runs below it after their path
@@ -1797,7 +2037,7 @@ class RunCatalog:
             idx = self._indexes.get(run_id)
             if idx is None:
                 idx = self._indexes[run_id] = RunIndex(
-                    run_id, f.kind, f.path, f.name, background_taxonomy=self.background_taxonomy
+                    run_id, f.kind, f.path, f.name, background_taxonomy=self.background_taxonomy, root=f.root
                 )
             else:
                 idx.refresh()

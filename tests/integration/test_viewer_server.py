@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -98,11 +99,12 @@ def server(runs: Path, tmp_path: Path) -> Iterator[Server]:
     s.stop()
 
 
-def raw_get(base: str, path: str) -> tuple[int, str]:
-    """GET ``path`` exactly as written (no client-side dot-segment normalisation)."""
+def raw_get(base: str, path: str, host_header: str | None = None) -> tuple[int, str]:
+    """GET ``path`` exactly as written (no client-side dot-segment normalisation), with
+    ``host_header`` as the Host (default: the server's address)."""
     host, port = URL.search(base).groups()
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host_header or host}\r\nConnection: close\r\n\r\n".encode())
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
@@ -155,8 +157,36 @@ def test_non_local_host_warns(runs: Path, tmp_path: Path):
     try:
         assert "warning: listening on 0.0.0.0" in s.stderr or _wait_for(lambda: "warning" in s.stderr)
         assert "no authentication" in s.stderr
+        assert _wait_for(lambda: "DNS rebinding" in s.stderr)  # every interface: any Host is answered, it says so
+        port = URL.search(s.base).group(2)
+        assert raw_get(s.base, "/", host_header=f"some-name.example:{port}")[0] == 200
     finally:
         s.stop()
+
+
+def test_foreign_host_header_is_refused(server: Server):
+    """DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
+    ``Host: evil.example``; the local server answers 400 and lists nothing."""
+    port = URL.search(server.base).group(2)
+    for host in ("evil.example", f"evil.example:{port}"):
+        for path in ("/", "/runs/live/episodes/1/raw", "/api/runs/live/rows"):
+            status, body = raw_get(server.base, path, host_header=host)
+            assert status == 400 and body == "Invalid host header", (host, path)
+    assert raw_get(server.base, "/", host_header=f"localhost:{port}")[0] == 200
+
+
+def test_ctrl_c_stops_cleanly(runs: Path, tmp_path: Path):
+    s = Server([str(runs), "--port", "0"], cwd=tmp_path)
+    s.proc.send_signal(signal.SIGINT)
+    try:
+        rc = s.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        s.stop()
+        raise
+    rest = s.proc.stdout.read()
+    assert rc == 0, s.stderr
+    assert "shopcomp view: stopped" in rest
+    assert "interrupted" not in s.stderr and "Traceback" not in s.stderr
 
 
 def _wait_for(cond, timeout: float = 5.0) -> bool:

@@ -159,9 +159,18 @@ def runs_dir(tmp_path: Path) -> Path:
     return root
 
 
+#: The origin TestClient requests name (``Host: 127.0.0.1:8765``): a local one the app answers.
+LOCAL = "http://127.0.0.1:8765"
+
+
+def local_client(app, **kw) -> TestClient:
+    """A TestClient whose requests carry a local ``Host`` (the app refuses others)."""
+    return TestClient(app, base_url=LOCAL, **kw)
+
+
 @pytest.fixture
 def client(runs_dir: Path) -> TestClient:
-    return TestClient(create_app(RunCatalog([runs_dir])), raise_server_exceptions=True)
+    return local_client(create_app(RunCatalog([runs_dir])), raise_server_exceptions=True)
 
 
 def assert_safe(html: str) -> None:
@@ -217,7 +226,7 @@ def test_hostile_episode_page_is_escaped_capped_and_complete(client: TestClient)
     assert "characters cut here" in r.text
     assert 'href="/runs/hostile/episodes/1/content?stage=2&amp;turn=0&amp;call=0"' in r.text
     assert "\u241b[31m" in r.text and "\x1b" not in r.text  # ESC shown as its control picture
-    assert "\u202eevil" in r.text  # RTL kept as text, isolated by CSS
+    assert "\u27e8U+202E\u27e9evil" in r.text and "\u202e" not in r.text  # RTL override shown, not applied
     for part in ('id="summary"', "preference", "Gold preferences", "Stage 2", "r(u) = 1.000", "fmt-error"):
         assert part in r.text, part
     assert "mark-needle" in r.text and "mark-reference" in r.text
@@ -438,7 +447,7 @@ def test_tool_call_markup_is_folded_not_repeated(tmp_path: Path):
     ep = hostile_episode("t1", big=100)
     ep.stages[1].trajectory.steps[0] = step(text, call("product_search", args, result, ["p1"], "c9"))
     write_run(tmp_path / "r", [ep], [make_task("t1", "find a shirt")])
-    html = TestClient(create_app(RunCatalog([tmp_path / "r"]))).get("/runs/r/episodes/1").text
+    html = local_client(create_app(RunCatalog([tmp_path / "r"]))).get("/runs/r/episodes/1").text
     assert '<pre class="">I will search.</pre>' in html  # the prose, without the markup
     raw = html[html.index('<details class="raw-turn">') :]
     assert raw.index("&lt;tool_call&gt;") < raw.index("</details>")  # the markup only inside the fold
@@ -459,7 +468,7 @@ def test_compare_page_signs_deltas_and_bootstraps_by_task(tmp_path: Path):
     bench = tmp_path / "bench"
     write_synthetic_run(tmp_path / "runs" / "a", 12, seed=0, bench_dir=bench, turns=3, result_chars=200, trials=3)
     write_synthetic_run(tmp_path / "runs" / "b", 12, seed=1, bench_dir=bench, turns=3, result_chars=200, trials=3)
-    r = TestClient(create_app(RunCatalog([tmp_path / "runs"]))).get("/compare?a=a&b=b")
+    r = local_client(create_app(RunCatalog([tmp_path / "runs"]))).get("/compare?a=a&b=b")
     assert r.status_code == 200
     assert "cluster bootstrap by task" in r.text and "CI lies above 0" in r.text
     deltas = re.findall(r"<td class=\"num\"><span class=\"[^\"]*\" title=\"CI [^\"]+\">([^<]+)</span>", r.text)

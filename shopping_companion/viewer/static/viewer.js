@@ -70,11 +70,22 @@
   }
 
   // ---------------------------------------------------------------- episode rows (live + export)
+  // As the server's visible(): C0 controls (but tab, newlines) and DEL as their control pictures,
+  // bidirectional embeddings / overrides / isolates as "\u27e8U+202E\u27e9" (they cannot reorder the row).
+  function vis(s) {
+    return String(s).replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f\u202a-\u202e\u2066-\u2069]/g, function (c) {
+      var n = c.charCodeAt(0);
+      if (n === 0x7f) return "\u2421";
+      if (n < 0x20) return String.fromCharCode(0x2400 + n);
+      return "\u27e8U+" + n.toString(16).toUpperCase() + "\u27e9";
+    });
+  }
+
   function fmt(x) {
     if (x === null || x === undefined) return "\u2013";
     if (typeof x === "boolean") return x ? "yes" : "no";
     if (typeof x === "number") return Number.isInteger(x) ? String(x) : x.toFixed(3);
-    return String(x);
+    return vis(x);
   }
 
   function td(text, cls, value) {
@@ -94,7 +105,7 @@
 
   function clip(s, n) {
     if (s === null || s === undefined) return "";
-    s = String(s);
+    s = vis(s);
     return s.length > n ? s.slice(0, n) + "\u2026" : s;
   }
 
@@ -111,14 +122,14 @@
     line.appendChild(a);
     tr.appendChild(line);
     var st = document.createElement("td");
-    st.appendChild(badge(row.status, row.status));
+    st.appendChild(badge(vis(row.status), row.status));
     if (row.problem) { var p = document.createElement("div"); p.className = "small muted row-problem"; p.title = clip(row.problem, 500); p.textContent = clip(row.problem, 90); st.appendChild(p); }
     tr.appendChild(st);
     var task = document.createElement("td");
     task.className = "task";
     var ta = document.createElement("a");
     ta.href = hrefOf(row);
-    ta.textContent = row.task_id === null ? "(unknown)" : String(row.task_id);
+    ta.textContent = row.task_id === null ? "(unknown)" : vis(row.task_id);
     task.appendChild(ta);
     tr.appendChild(task);
     var sc = document.createElement("td");
@@ -129,7 +140,7 @@
     tr.appendChild(sc);
     tr.appendChild(td(fmt(row.taxonomy), "tax"));
     tr.appendChild(td(fmt(row.task_type)));
-    tr.appendChild(td([row.source, row.category].filter(function (x) { return x; }).join(" / ") || "\u2013", "wrap"));
+    tr.appendChild(td(vis([row.source, row.category].filter(function (x) { return x; }).join(" / ") || "\u2013"), "wrap"));
     tr.appendChild(td(fmt(row.strategy), "wrap"));
     tr.appendChild(td(fmt(row.trial), "num", row.trial));
     ["acc", "r1", "r2", "r_tool", "r_fmt", "turns", "tool_calls"].forEach(function (k) {
@@ -151,7 +162,18 @@
     var timer = window.setInterval(poll, 2500);
     function poll() {
       window.fetch(cfg.rows_url + "?after=" + encodeURIComponent(after), { headers: { "Accept": "application/json" } })
-        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (r) {
+          if (r.status === 503) { // the run file cannot be read now: say so, keep polling
+            return r.json().then(function (d) {
+              if (notice && d && d.error) {
+                notice.classList.remove("hidden");
+                notice.textContent = "The run file cannot be read now: " + vis(d.error) + " (still trying).";
+              }
+              return null;
+            });
+          }
+          return r.ok ? r.json() : null;
+        })
         .then(function (data) {
           if (!data) return;
           var rows = data.rows || [];
