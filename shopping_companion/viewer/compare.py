@@ -20,7 +20,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from shopping_companion.viewer.store import EpisodeRow, RunIndex, RunSummary
@@ -117,7 +117,6 @@ def paired_bootstrap_ci(
     differences equal, or one pair: the interval is the point). Raises ``ValueError`` for unequal
     or empty inputs and ``n_boot`` < 1."""
     import numpy as np
-    from scipy import stats
 
     if len(a) != len(b) or not a:
         raise ValueError(f"a, b: need two equally long non-empty lists, got {len(a)} and {len(b)}")
@@ -132,12 +131,28 @@ def paired_bootstrap_ci(
     def stat(xa, yb, axis=-1):
         return np.mean(yb - xa, axis=axis)
 
+    found = _scipy_bootstrap((x, y), stat, n_boot=n_boot, seed=seed, confidence=confidence)
+    if found is not None:
+        return found
+    m = float(d.mean())
+    return m, m, "exact"
+
+
+def _scipy_bootstrap(
+    data: tuple[Any, Any], stat: Callable[..., Any], *, n_boot: int, seed: int, confidence: float, label: str = ""
+) -> tuple[float, float, str] | None:
+    """``scipy.stats.bootstrap`` over the paired samples ``data`` with ``stat``: BCa, else the
+    percentile method when BCa fails or gives a non-finite bound; ``None`` when both fail. The
+    method name is prefixed with ``label``."""
+    import numpy as np
+    from scipy import stats
+
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 res = stats.bootstrap(
-                    (x, y),
+                    data,
                     stat,
                     paired=True,
                     vectorized=True,
@@ -150,9 +165,8 @@ def paired_bootstrap_ci(
                 continue
         lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
         if math.isfinite(lo) and math.isfinite(hi):
-            return lo, hi, method
-    m = float(d.mean())
-    return m, m, "exact"
+            return lo, hi, label + method
+    return None
 
 
 def cluster_bootstrap_ci(
@@ -164,7 +178,6 @@ def cluster_bootstrap_ci(
     tasks. ``method``: ``cluster BCa``, ``cluster percentile``, or ``exact`` (every difference
     equal, or one task). Raises ``ValueError`` for no group, an empty group or ``n_boot`` < 1."""
     import numpy as np
-    from scipy import stats
 
     if not groups or any(len(g) == 0 for g in groups):
         raise ValueError("groups: need at least one task, each with at least one difference")
@@ -180,26 +193,8 @@ def cluster_bootstrap_ci(
     def stat(s, c, axis=-1):
         return np.sum(s, axis=axis) / np.sum(c, axis=axis)
 
-    for method in ("BCa", "percentile"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                res = stats.bootstrap(
-                    (sums, counts),
-                    stat,
-                    paired=True,
-                    vectorized=True,
-                    n_resamples=n_boot,
-                    confidence_level=confidence,
-                    method=method,
-                    rng=np.random.default_rng(seed),
-                )
-            except (ValueError, FloatingPointError):
-                continue
-        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-        if math.isfinite(lo) and math.isfinite(hi):
-            return lo, hi, f"cluster {method}"
-    return m, m, "exact"
+    found = _scipy_bootstrap((sums, counts), stat, n_boot=n_boot, seed=seed, confidence=confidence, label="cluster ")
+    return found if found is not None else (m, m, "exact")
 
 
 def _value(row: EpisodeRow, attr: str) -> float | None:
