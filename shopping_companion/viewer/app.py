@@ -145,8 +145,11 @@ _BOOLS["on"] = True
 # their code point in angle brackets ("⟨U+202E⟩"), so a name cannot reorder the text around it.
 _CONTROLS: dict[int, int | str] = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)}
 _CONTROLS[0x7F] = 0x2421
-#: Bidirectional formatting characters :func:`visible` shows as ``⟨U+XXXX⟩``.
-BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+#: Bidirectional formatting characters :func:`visible` shows as ``⟨U+XXXX⟩``: embeddings, overrides
+#: and isolates, the implicit marks (LRM, RLM, ALM), and the invisible characters that make two ids
+#: look alike or break a line unseen (zero-width space, line / paragraph separator, BOM). The
+#: zero-width joiner is left alone: emoji sequences in model text need it.
+BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200B, 0x200E, 0x200F, 0x061C, 0x2028, 0x2029, 0xFEFF)
 _CONTROLS.update({c: f"\u27e8U+{c:04X}\u27e9" for c in BIDI_CONTROLS})
 #: Shown in place of a value nested too deeply to encode or decode (Python's recursion limit).
 TOO_DEEP = "(nested too deeply to show here; the raw line has it)"

@@ -210,3 +210,32 @@ def test_unreadable_run_file_is_an_in_page_error_never_a_500(runs: Path):
         assert "Internal error" not in r.text
     api = client.get("/api/runs/deep/rows?after=0")
     assert api.status_code == 503 and "a directory" in api.json()["error"]
+
+
+# --------------------------------------------------------------------------- a new user's re-check
+
+
+def test_invisible_marks_that_reorder_or_clone_ids_render_visibly():
+    """RLM, ALM, zero-width space, line separator and BOM make two ids look alike or reorder them:
+    they are shown as code points; the zero-width joiner (emoji sequences) is kept."""
+    for c in ("\u200f", "\u061c", "\u200b", "\u2028", "\ufeff"):
+        shown = visible(f"sc-0{c}-00003")
+        assert c not in shown and f"U+{ord(c):04X}" in shown
+    assert visible("\U0001f469\u200d\U0001f4bb") == "\U0001f469\u200d\U0001f4bb"
+
+
+def test_one_pair_is_never_marked_significant_and_the_picker_tells_runs_apart(tmp_path: Path):
+    """Two runs with one paired episode: the deltas show no interval and no highlight; two runs
+    of the same name are told apart by their ids in the picker and the heading."""
+    task = make_task("t-one", "find a shirt")
+    a = hostile_episode("t-one", big=10)
+    b = a.model_copy(deep=True)
+    b.stages[1].reward.total += 1.0
+    write_run(tmp_path / "x" / "quickstart", [a], [task])
+    write_run(tmp_path / "y" / "quickstart", [b], [task])
+    client = local_client(create_app(RunCatalog([tmp_path / "x" / "quickstart", tmp_path / "y" / "quickstart"])))
+    ids = [s.run_id for s in RunCatalog([tmp_path / "x" / "quickstart", tmp_path / "y" / "quickstart"]).runs()]
+    assert ids == ["quickstart", "quickstart-2"]
+    html = client.get("/compare", params={"a": ids[0], "b": ids[1]}).text
+    assert "– (one pair)" in html and "CI excludes 0" not in html
+    assert ">quickstart-2 · " in html and "B = <a" in html and ">quickstart-2</a>" in html
