@@ -628,6 +628,7 @@ def test_runs_are_cached_for_a_second_but_changed_files_show_at_once(tmp_path, m
     root = tmp_path / "runs"
     make_run(root / "group", "one", [line(episode("t1"))], [make_task("t1")])
     cat = RunCatalog([root], background_taxonomy=False)
+    monkeypatch.setattr(store_mod, "RUNS_CACHE_S", 3600.0)  # a loaded machine must not outlast the cache time
     walks = []
     real = store_mod._discover
     monkeypatch.setattr(store_mod, "_discover", lambda t: walks.append(t) or real(t))
