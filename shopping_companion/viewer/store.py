@@ -216,6 +216,9 @@ class RunSummary:
     torn: bool = False
     benchmark_found: bool = False
     problem: str | None = None
+    #: the benchmark directory the tasks were actually read from (``benchmark`` is the path as the
+    #: run's config wrote it; a relative one may resolve elsewhere); None when not found
+    benchmark_used: str | None = None
 
 
 @dataclass
@@ -1350,6 +1353,7 @@ class RunIndex:
             n_superseded=sum(1 for r in rows if r.status == "superseded"),
             torn=self._torn is not None,
             benchmark_found=self._bench_dir is not None,
+            benchmark_used=str(Path(self._bench_dir).resolve()) if self._bench_dir is not None else None,
             problem=self._problem,
         )
 

@@ -239,3 +239,15 @@ def test_one_pair_is_never_marked_significant_and_the_picker_tells_runs_apart(tm
     html = client.get("/compare", params={"a": ids[0], "b": ids[1]}).text
     assert "– (one pair)" in html and "CI excludes 0" not in html
     assert ">quickstart-2 · " in html and "B = <a" in html and ">quickstart-2</a>" in html
+
+
+def test_the_benchmark_tooltip_names_the_directory_actually_read(tmp_path: Path):
+    """A run's config may name its benchmark relatively; the runs page shows where the tasks were
+    really read from (absolute), or that none was found."""
+    write_run(tmp_path / "runs" / "one", [hostile_episode("t1", big=10)], [make_task("t1", "find a shirt")])
+    (tmp_path / "runs" / "lost").mkdir()
+    (tmp_path / "runs" / "lost" / "results.jsonl").write_text(hostile_episode("t9", big=10).model_dump_json() + "\n")
+    html = local_client(create_app(RunCatalog([tmp_path / "runs"]))).get("/").text
+    used = (tmp_path / "runs" / "one" / "bench").resolve()
+    assert f'title="read from {used}"' in html
+    assert 'title="not found: ' in html
