@@ -368,6 +368,8 @@ class EpisodeView:
     simulator: dict | None
     taxonomy: dict | None
     record: dict | None = None
+    #: the stored length of a bad line in bytes (``raw`` holds at most :data:`RAW_CAP` characters of it)
+    raw_bytes: int | None = None
 
 
 # --------------------------------------------------------------------------- reading files safely
@@ -1538,10 +1540,20 @@ class RunIndex:
 
     def _bad_view(self, row: EpisodeRow) -> EpisodeView:
         try:
-            raw = _cap(self._raw(row.line))
+            data = self._raw(row.line)
         except (OSError, KeyError):
-            raw = None
-        return EpisodeView(row=row, raw=raw, result=None, task=None, gold=[], stages=[], simulator=None, taxonomy=None)
+            data = None
+        return EpisodeView(
+            row=row,
+            raw=_cap(data) if data is not None else None,
+            result=None,
+            task=None,
+            gold=[],
+            stages=[],
+            simulator=None,
+            taxonomy=None,
+            raw_bytes=len(data) if data is not None else None,
+        )
 
     def final_rows(self) -> list[EpisodeRow]:
         """The final, scored episode rows (status ``ok``, counted by the metrics), in file order."""

@@ -251,3 +251,15 @@ def test_the_benchmark_tooltip_names_the_directory_actually_read(tmp_path: Path)
     used = (tmp_path / "runs" / "one" / "bench").resolve()
     assert f'title="read from {used}"' in html
     assert 'title="not found: ' in html
+
+
+def test_a_huge_bad_line_says_how_long_it_really_is(tmp_path: Path):
+    """A foreign line far over the store's read cap: the page states its stored size, not only the
+    capped text's length, and the raw route serves all of it."""
+    bad = '{"task_id": "t-big", "stages": "' + "x" * 1_000_000 + '"}'
+    write_run(tmp_path / "runs" / "big", [], [make_task("t-big", "find a shirt")], extra_lines=[bad + "\n"])
+    client = local_client(create_app(RunCatalog([tmp_path / "runs"])))
+    page = client.get("/runs/big/episodes/1")
+    assert page.status_code == 200
+    assert f"The stored line is {len(bad):,} bytes" in page.text
+    assert len(client.get("/runs/big/episodes/1/raw").content) == len(bad)
