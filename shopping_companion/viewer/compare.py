@@ -255,28 +255,8 @@ def compare(a: RunIndex, b: RunIndex, *, n_boot: int = 2000, seed: int = 0) -> C
     )
 
 
-def _tasks_digest(idx: RunIndex) -> str | None:
-    """SHA-256 of the run's benchmark ``tasks.jsonl``; None when there is no benchmark or it is not
-    a regular file of at most :data:`~shopping_companion.viewer.store.TASKS_FILE_CAP` bytes."""
-    import hashlib
-
-    from shopping_companion.viewer.store import TASKS_FILE_CAP, RunUnreadableError, _open_regular
-
-    d = idx.benchmark_dir
-    if d is None:
-        return None
-    h = hashlib.sha256()
-    try:
-        with _open_regular(d / "tasks.jsonl", None, TASKS_FILE_CAP) as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-    except (OSError, RunUnreadableError):
-        return None
-    return h.hexdigest()
-
-
 def _same_benchmark(a: RunIndex, b: RunIndex) -> bool:
-    da, db = _tasks_digest(a), _tasks_digest(b)
+    da, db = a.tasks_digest, b.tasks_digest
     if da is not None and db is not None:
         return da == db
     sa, sb = a.summary.benchmark, b.summary.benchmark

@@ -827,13 +827,19 @@ def find_benchmark(run_dir: Path, root: Path | None = None) -> tuple[Path | None
     return None, declared[0] if declared else None
 
 
-def load_tasks(bench_dir: Path) -> dict[str, Task]:
-    """``task_id -> Task`` from ``<bench_dir>/tasks.jsonl`` (lines that are not tasks are skipped;
-    empty when it is not a regular file of at most :data:`TASKS_FILE_CAP` bytes or cannot be read)."""
+def load_tasks(bench_dir: Path) -> tuple[dict[str, Task], str | None]:
+    """``(task_id -> Task, SHA-256 hex digest of the file)`` from ``<bench_dir>/tasks.jsonl``, read
+    once (lines that are not tasks are skipped); ``({}, None)`` when it is not a regular file of at
+    most :data:`TASKS_FILE_CAP` bytes or cannot be read. The digest tells whether two runs share a
+    benchmark (:func:`~shopping_companion.viewer.compare.compare`)."""
+    import hashlib
+
     out: dict[str, Task] = {}
+    h = hashlib.sha256()
     try:
         with _open_regular(bench_dir / "tasks.jsonl", None, TASKS_FILE_CAP) as f:
             for raw in f:
+                h.update(raw)
                 if raw.strip():
                     try:
                         t = Task.model_validate_json(raw)
@@ -841,8 +847,8 @@ def load_tasks(bench_dir: Path) -> dict[str, Task]:
                         continue
                     out[t.task_id] = t
     except (OSError, RunUnreadableError):
-        return {}
-    return out
+        return {}, None
+    return out, h.hexdigest()
 
 
 # --------------------------------------------------------------------------- one run
@@ -881,6 +887,7 @@ class RunIndex:
         self.name = name
         self._lock = threading.RLock()
         self._tasks: dict[str, Task] | None = None
+        self._tasks_sha256: str | None = None
         self._bench_dir: Path | None = None
         self._bench_declared: str | None = None
         self._summary: RunSummary | None = None
@@ -915,8 +922,18 @@ class RunIndex:
     def _ensure_tasks(self) -> dict[str, Task]:
         if self._tasks is None:
             self._bench_dir, self._bench_declared = find_benchmark(self.run_dir, self.root)
-            self._tasks = load_tasks(self._bench_dir) if self._bench_dir is not None else {}
+            if self._bench_dir is not None:
+                self._tasks, self._tasks_sha256 = load_tasks(self._bench_dir)
+            else:
+                self._tasks, self._tasks_sha256 = {}, None
         return self._tasks
+
+    @property
+    def tasks_digest(self) -> str | None:
+        """SHA-256 of the benchmark's ``tasks.jsonl`` as it was loaded (None: no benchmark read)."""
+        with self._lock:
+            self._ensure_tasks()
+            return self._tasks_sha256
 
     @property
     def tasks(self) -> dict[str, Task]:
