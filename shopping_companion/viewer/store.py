@@ -908,6 +908,7 @@ class RunIndex:
         self._final: dict[tuple, int] = {}
         self._tax_detail: dict[int, dict[str, Any] | None] = {}
         self._tax_pending: set[int] = set()
+        self._bg_line: int | None = None  # the line the background classifier is working on
         self.end_offset = 0
         self.last_read: tuple[int, int] | None = None
         self._next_line = 1
@@ -1189,9 +1190,14 @@ class RunIndex:
     def _resolve_taxonomy(self, lines: Iterable[int], budget_s: float | None = None) -> None:
         """Classify the pending failures among ``lines`` now (lock held), until ``budget_s``
         seconds have passed (None: all); the rest stay pending for the background worker."""
-        tasks = self._ensure_tasks()
+        from shopping_companion.benchmark.taxonomy import classify  # noqa: F401 - imported before the clock starts
+
+        tasks = self._ensure_tasks()  # loading the tasks is not part of the budget either
         t0 = time.monotonic()
-        for line in [x for x in lines if x in self._tax_pending]:
+        # a line the background worker has taken but not stored yet is classified here too, so a
+        # page never shows one of its own failures unclassified (the worker's result is the same)
+        todo = [x for x in lines if x in self._tax_pending or (x == self._bg_line and x not in self._tax_detail)]
+        for line in todo:
             if budget_s is not None and time.monotonic() - t0 > budget_s:
                 break
             self._tax_pending.discard(line)
@@ -1236,6 +1242,7 @@ class RunIndex:
                     return
                 line = min(self._tax_pending)
                 self._tax_pending.discard(line)
+                self._bg_line = line
                 gen, loc, tasks = self._gen, self._loc.get(line), self._ensure_tasks()
             if loc is None:
                 continue
@@ -1247,7 +1254,8 @@ class RunIndex:
                 continue
             detail, problem = self._classify_raw(raw, tasks)
             with self._lock:
-                if gen == self._gen:
+                self._bg_line = None
+                if gen == self._gen and line not in self._tax_detail:
                     self._store_class(line, detail, problem)
             time.sleep(0.001)  # let request threads take the GIL
 
