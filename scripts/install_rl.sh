@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv-rl with verl 0.9.1 (cluster GRPO path) and TRL 1.16.0 (one-node GRPO path) next to
+# Create .venv-rl with verl 0.9.1 (cluster GRPO path), TRL 1.16.0 (one-node GRPO path) and Ray Serve
+# (`shopcomp serve`, `shopcomp eval --ray`: docs/cluster.md) next to
 # Shopping Companion, for CPU use (CI, laptops): the agent loop, reward function, dataset and TRL
 # tests run here. GPU training itself needs vLLM and CUDA torch: on a cluster, install
 # `pip install -e ".[verl]" vllm` into the cluster's own environment instead (docs/grpo.md).
@@ -19,5 +20,5 @@ $PIP install -q torch==2.13.0
 # 2. Pyserini without its dependency tree (see scripts/install.sh).
 $PIP install -q --no-deps "pyserini==1.6.0"
 # 3. The package with both RL stacks; constraints.txt keeps the CPU torch.
-$PIP install -q -c constraints.txt -e ".[test,lora,verl,trl]"
+$PIP install -q -c constraints.txt -e ".[test,lora,verl,trl,serve]"
 echo "installed into $VENV"

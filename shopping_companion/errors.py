@@ -198,6 +198,13 @@ class BackendError(ServiceError):
     """The backend could not produce a message after its retries (recorded, never scored)."""
 
 
+class ToolServiceError(BackendError):
+    """The tools / judge / reward service (``shopcomp serve``) could not answer after the client's
+    retries and deadline (connection refused, timeouts, 5xx). Inside an episode it ends the
+    episode as a backend error (recorded, never scored, run again on resume), never as an
+    observation the agent is blamed for."""
+
+
 class ContextLengthError(BackendError):
     """The server refused the request because the prompt exceeds the model's context window
     (e.g. HTTP 400 "maximum context length"). Not retried. For a policy this is a model failure:

@@ -17,6 +17,8 @@ Groups (every field is documented on its class):
 - ``env`` (:class:`~shopping_companion.envs.env.EnvConfig`: turn and size limits)
 - ``concurrency``, ``resume`` (:class:`ResumeConfig`), ``attribution`` (:class:`AttributionConfig`)
 - ``data`` (:class:`DataConfig`), ``output`` (:class:`OutputConfig`)
+- ``tools`` (``local`` or ``serve:URL``) and ``service`` (:class:`ServiceConfig`): where the tools,
+  judge and rewards run (docs/cluster.md); ``ray`` (:class:`RayConfig`): episodes on a Ray cluster
 
 Secrets never enter a config: API keys are read from the environment variable a field names.
 """
@@ -49,8 +51,11 @@ __all__ = [
     "JudgeConfig",
     "OutputConfig",
     "QuickstartConfig",
+    "RayConfig",
     "ResumeConfig",
     "SamplingConfig",
+    "ServiceConfig",
+    "check_tools",
 ]
 
 #: every config model: unknown keys refused, and no inf / nan where a number is meant
@@ -237,6 +242,59 @@ class OutputConfig(BaseModel):
         return Path(self.runs_dir) / self.name
 
 
+def check_tools(v: Any, field: str = "tools") -> str:
+    """``v`` as a tools selection: ``"local"`` (this process loads the index, the memory stores,
+    the judge and the rubric) or ``"serve:URL"`` (a ``shopcomp serve`` service at ``URL``, an
+    ``http://`` or ``https://`` address with a host, serves them; docs/cluster.md). Returns the
+    value with the URL's trailing ``/`` removed; raises ``ValueError`` naming ``field`` and the
+    allowed forms otherwise."""
+    from urllib.parse import urlsplit
+
+    allowed = "local, or serve:URL with an http:// or https:// URL (e.g. serve:http://127.0.0.1:8000)"
+    if not isinstance(v, str):
+        raise ValueError(f"{field}: must be {allowed}; got {v!r}")
+    text = v.strip()
+    if text == "local":
+        return text
+    if not text.startswith("serve:"):
+        raise ValueError(f"{field}: must be {allowed}; got {v!r}")
+    url = text[len("serve:") :].rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{field}: must be {allowed}; got {v!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{field}: the service URL takes no query or fragment; got {v!r}")
+    return "serve:" + url
+
+
+class ServiceConfig(BaseModel):
+    """How a client talks to a ``shopcomp serve`` service (used when ``tools`` is ``serve:URL``):
+    ``token_env``: the environment variable holding the bearer token (unset or empty: no token is
+    sent); ``timeout_s`` (> 0): seconds one HTTP request may take; ``retries`` (>= 0): further
+    attempts after a connection failure, a timeout or a 5xx answer (exponential backoff from
+    ``backoff_s``); ``deadline_s`` (> 0): seconds one call may take over all its attempts."""
+
+    model_config = _STRICT
+    token_env: str = "SHOPCOMP_SERVE_TOKEN"
+    timeout_s: float = Field(default=60.0, gt=0)
+    retries: int = Field(default=4, ge=0, le=20)
+    backoff_s: float = Field(default=0.5, ge=0)
+    deadline_s: float = Field(default=180.0, gt=0)
+
+
+class RayConfig(BaseModel):
+    """Evaluation on a Ray cluster (``shopcomp eval --ray ADDRESS``): ``address`` (``auto``, a
+    ``ray://host:port`` client address, ``host:port`` of a running cluster, or ``local`` to start
+    a private one on this machine); ``workers``: episode workers (Ray actors, each builds its own
+    policy backend and tools once; None: one per ``num_cpus`` of the cluster's CPUs);
+    ``num_cpus``: CPUs each worker reserves (> 0)."""
+
+    model_config = _STRICT
+    address: str = Field(min_length=1)
+    workers: int | None = Field(default=None, ge=1)
+    num_cpus: float = Field(default=1.0, gt=0)
+
+
 class EpisodeConfig(BaseModel):
     """What every run of episodes shares (an evaluation, an SFT collection): ``strategies``:
     environment modes / hint modes (paper Table 3): ``oracle``, ``one_stage``,
@@ -246,7 +304,10 @@ class EpisodeConfig(BaseModel):
     spec — ``paper`` (Eq. 12), ``outcome_only``, a rubric YAML of ``{name|path, weight}`` entries,
     ``package.module:attr``, or a reward-spec YAML (rubric, python_path, judge; its judge, when
     it names one, becomes ``judge``; docs/rewards.md); ``concurrency``: episodes
-    in flight (>= 1); ``backend`` (with its ``sampling``), ``judge``, ``env`` (limits) and ``data``."""
+    in flight (>= 1); ``backend`` (with its ``sampling``), ``judge``, ``env`` (limits) and ``data``;
+    ``tools``: ``local`` or ``serve:URL`` (the tools, judge and rubric of a ``shopcomp serve``
+    service, whose reward spec must equal ``rubric``'s; docs/cluster.md) with ``service`` (its
+    client settings). Where the tools run does not change results, so neither is in the identity."""
 
     model_config = _STRICT
     strategies: list[str] = Field(default_factory=lambda: ["two_stage:none"], min_length=1)
@@ -259,6 +320,13 @@ class EpisodeConfig(BaseModel):
     env: EnvConfig = EnvConfig()
     concurrency: int = Field(default=8, ge=1)
     data: DataConfig = DataConfig()
+    tools: str = "local"
+    service: ServiceConfig = ServiceConfig()
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_form(cls, v: Any) -> str:
+        return check_tools(v, "tools")
 
     @field_validator("strategies", mode="before")
     @classmethod
@@ -364,13 +432,15 @@ class EpisodeConfig(BaseModel):
 class EvalConfig(EpisodeConfig):
     """Everything one evaluation run needs (module docstring): the :class:`EpisodeConfig` groups
     plus ``bench`` (which tasks), ``output`` (where), ``pass_k`` (the k of pass@k / pass^k; default
-    1..trials), ``resume`` and ``attribution``."""
+    1..trials), ``resume``, ``attribution`` and ``ray`` (run the episodes on a Ray cluster; None:
+    in this process)."""
 
     bench: BenchmarkSelection
     output: OutputConfig
     pass_k: list[int] | None = None
     resume: ResumeConfig = ResumeConfig()
     attribution: AttributionConfig = AttributionConfig()
+    ray: RayConfig | None = None
 
     @field_validator("pass_k", mode="before")
     @classmethod

@@ -301,11 +301,39 @@ class MemoryStore:
         Raises :class:`~shopping_companion.errors.ToolInputError` with ``field`` ``"queries"`` or
         ``"top_k"`` for invalid arguments.
         """
-        qs = self._check_queries(queries)
-        k = self._check_top_k(top_k)
+        qs, k = self.check_search(queries, top_k)
         if self.n_turns == 0:
             return []
-        qvec = self._encode_queries(qs)  # [q, 384], unit rows
+        return self._rank(qs, self._encode_queries(qs), k)  # [q, 384], unit rows
+
+    @classmethod
+    def check_search(cls, queries: Any, top_k: Any) -> tuple[list[str], int]:
+        """The arguments of :meth:`search` as it uses them: ``(queries, top_k)`` with the queries
+        stripped, repeats merged (first occurrence kept, order kept) and ``top_k`` an ``int``.
+        What :meth:`search_vectors` needs query vectors for, one row per returned query, in order.
+        Raises :class:`~shopping_companion.errors.ToolInputError` (``field`` ``"queries"`` or
+        ``"top_k"``) exactly as :meth:`search` does."""
+        return cls._check_queries(queries), cls._check_top_k(top_k)
+
+    def search_vectors(self, queries: list[str] | str, qvec: np.ndarray, top_k: int = 10) -> list[dict[str, Any]]:
+        """:meth:`search` with the query vectors encoded elsewhere (e.g. batched across requests
+        by a service): ``qvec`` is float32 ``[len(q), 384]``, row i the unit vector
+        ``embedder.encode_queries`` gives for ``q[i]``, where ``q`` is ``check_search(queries,
+        top_k)[0]``. With those vectors the result equals ``search(queries, top_k)`` exactly.
+        (Snippets of long turns still encode their sentences with this store's embedder.)
+
+        Raises :class:`~shopping_companion.errors.ToolInputError` as :meth:`search` does, and
+        ``ValueError`` when ``qvec`` is not ``[len(q), 384]``."""
+        qs, k = self.check_search(queries, top_k)
+        qv = np.asarray(qvec, dtype=np.float32)
+        if qv.shape != (len(qs), DIM):
+            raise ValueError(f"qvec has shape {qv.shape}; ({len(qs)}, {DIM}) is required (one row per query)")
+        if self.n_turns == 0:
+            return []
+        return self._rank(qs, qv, k)
+
+    def _rank(self, qs: list[str], qvec: np.ndarray, k: int) -> list[dict[str, Any]]:
+        """The search results of the checked queries ``qs`` with vectors ``qvec`` ``[q, 384]``."""
         # One matrix-vector product per query: numpy's BLAS runs a [q>=3, 384] x [384, n] product
         # on its thread pool, which costs ~8 ms on a busy 2-core machine instead of ~0.02 ms.
         sims = np.stack([self._matrix @ v for v in qvec])  # [q, n_windows]

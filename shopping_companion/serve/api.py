@@ -1,0 +1,221 @@
+"""The versioned HTTP/JSON API of ``shopcomp serve`` (docs/cluster.md): request and response
+models shared by the service (:mod:`shopping_companion.serve.app`) and its client
+(:mod:`shopping_companion.serve.client`).
+
+Every route lives under :data:`API_PREFIX` (``/v1``). Bodies are JSON; products, sessions, tasks,
+trajectories, verdicts and reward breakdowns use the package's own pydantic models
+(:mod:`shopping_companion.types`), so a remote call returns exactly what the in-process call
+returns.
+
+Routes (all ``POST`` take and return JSON; ``GET`` routes take no body):
+
+==========================  =========================================================================
+``GET  /v1/health``         liveness: 200 ``{"status": "ok"}`` as soon as the ingress runs (no token)
+``GET  /v1/ready``          readiness: 200 when every deployment has loaded its data, else 503
+``GET  /v1/info``           :class:`InfoResponse`: loaded benchmarks, catalog, reward spec
+``GET  /v1/openapi.json``   the OpenAPI schema of these routes
+``POST /v1/product_search`` :class:`ProductSearchRequest` -> :class:`ProductSearchResponse`
+``POST /v1/product_view``   :class:`ProductViewRequest` -> :class:`ProductViewResponse`
+``POST /v1/mem_search``     :class:`MemSearchRequest` -> :class:`MemSearchResponse`
+``POST /v1/mem_view``       :class:`MemViewRequest` -> :class:`MemViewResponse`
+``POST /v1/judge``          :class:`JudgeRequest` -> :class:`JudgeResponse`
+``POST /v1/reward``         :class:`RewardRequest` -> :class:`RewardResponse`
+==========================  =========================================================================
+
+Errors are ``{"error": ErrorBody}`` with the status of :data:`ERROR_STATUS`: a tool input the
+backend refuses (400, ``field`` set: the client raises
+:class:`~shopping_companion.errors.ToolInputError` with the same text, so the agent's observation
+is identical to the local one), a benchmark or task the service has not loaded (404), a missing
+or wrong bearer token (401), a failed verdict given to ``/v1/reward`` (409), data not loaded yet
+(503) and a server fault (500). 503 and 500 are retried by the client; 4xx never are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shopping_companion.types import Product, RewardBreakdown, Session, Task, Trajectory, Verdict
+
+#: Version of the wire format; every route is under :data:`API_PREFIX`.
+API_VERSION = "v1"
+API_PREFIX = f"/{API_VERSION}"
+
+#: Environment variable holding the bearer token (service and clients), unless configured otherwise.
+DEFAULT_TOKEN_ENV = "SHOPCOMP_SERVE_TOKEN"
+
+ErrorType = Literal["tool_input", "not_loaded", "unauthorized", "judge_failed", "bad_request", "not_ready", "internal"]
+
+#: HTTP status of each error type.
+ERROR_STATUS: dict[str, int] = {
+    "tool_input": 400,
+    "bad_request": 422,
+    "unauthorized": 401,
+    "not_loaded": 404,
+    "judge_failed": 409,
+    "not_ready": 503,
+    "internal": 500,
+}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(_Body):
+    """``type``: one of :data:`ErrorType`; ``message``: one line for a person; ``field``: the
+    request field at fault (``tool_input``: the tool argument, e.g. ``"queries"``; its message is
+    ``str(ToolInputError)``, i.e. ``"<field>: <what is wrong>"``)."""
+
+    type: ErrorType
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(_Body):
+    error: ErrorBody
+
+
+class HealthResponse(_Body):
+    status: Literal["ok"] = "ok"
+
+
+class ReadyResponse(_Body):
+    """``ready``: every deployment loaded; ``deployments``: name -> ``"ready"`` or what it waits for."""
+
+    ready: bool
+    deployments: dict[str, str] = Field(default_factory=dict)
+
+
+class BenchmarkInfo(_Body):
+    """A benchmark the service loaded: its ``name`` (what requests name), the directory ``path``,
+    ``n_tasks``, ``n_sessions`` and ``tasks_sha256`` (hex SHA-256 of its tasks as
+    :func:`~shopping_companion.benchmark.run.benchmark_tasks_sha256` computes it: a client checks
+    it equals its own copy's)."""
+
+    name: str
+    path: str
+    n_tasks: int
+    n_sessions: int
+    tasks_sha256: str
+
+
+class CatalogInfo(_Body):
+    """The product index: ``n_products`` documents, its ``index_dir`` on the service's hosts."""
+
+    n_products: int
+    index_dir: str
+
+
+class RewardInfo(_Body):
+    """How the service scores: ``spec`` (the reward spec's canonical JSON,
+    :meth:`~shopping_companion.rewards.spec.RewardSpec.to_json`), ``judge`` (the judge's ``name``
+    that verdicts carry) and ``rubric`` (the rubric's ``describe()``: members and weights)."""
+
+    spec: str
+    judge: str
+    rubric: Any
+
+
+class InfoResponse(_Body):
+    """``api_version``: :data:`API_VERSION`; ``package_version``: shopping_companion's version;
+    ``benchmarks``, ``catalog``, ``reward``; ``deployments``: name -> number of replicas;
+    ``memory_cache``: memory stores kept per replica (LRU)."""
+
+    api_version: str = API_VERSION
+    package_version: str
+    benchmarks: list[BenchmarkInfo]
+    catalog: CatalogInfo
+    reward: RewardInfo
+    deployments: dict[str, int] = Field(default_factory=dict)
+    memory_cache: int
+
+
+class ProductSearchRequest(_Body):
+    """``product_search`` (the tool's own arguments: BM25 ``query``, optional ``shop_id`` and
+    inclusive price bounds in the catalog's currency, ``top_k`` 1–50)."""
+
+    query: str
+    shop_id: str | None = None
+    min_price: float | None = None
+    max_price: float | None = None
+    top_k: int = 10
+
+
+class ProductSearchResponse(_Body):
+    """The hits exactly as :meth:`ProductSearch.search` returns them, best first."""
+
+    results: list[dict[str, Any]]
+
+
+class ProductViewRequest(_Body):
+    product_ids: list[str]
+
+
+class ProductViewResponse(_Body):
+    """``products``: the known products in request order; ``unknown``: ids not in the catalog."""
+
+    products: list[Product]
+    unknown: list[str]
+
+
+class MemoryRequest(_Body):
+    """A memory call is about one task's user history: ``benchmark`` (a loaded benchmark's name)
+    and ``task_id`` (a task of it; its ``history`` selects the sessions the store holds)."""
+
+    benchmark: str
+    task_id: str
+
+
+class MemSearchRequest(MemoryRequest):
+    queries: list[str] | str
+    top_k: int = 10
+
+
+class MemSearchResponse(_Body):
+    """The hits exactly as :meth:`MemoryStore.search` returns them, best first."""
+
+    results: list[dict[str, Any]]
+
+
+class MemViewRequest(MemoryRequest):
+    session_ids: list[str]
+
+
+class MemViewResponse(_Body):
+    """``sessions``: the known sessions in request order; ``unknown``: ids not in this history."""
+
+    sessions: list[Session]
+    unknown: list[str]
+
+
+class JudgeRequest(_Body):
+    """Judge one stage trajectory of ``task`` (the full task, as the client holds it; its
+    ``task_id`` must be a task of ``benchmark``, whose catalog and sessions the judge reads)."""
+
+    benchmark: str
+    task: Task
+    trajectory: Trajectory
+
+
+class JudgeResponse(_Body):
+    verdict: Verdict
+
+
+class RewardRequest(JudgeRequest):
+    """Reward one judged stage trajectory with the service's rubric (a failed ``verdict`` is
+    refused with ``judge_failed``, as the local rubric raises ``JudgeFailedError``)."""
+
+    verdict: Verdict
+
+
+class RewardResponse(_Body):
+    reward: RewardBreakdown
+
+
+def tool_input_message(field: str, text: str) -> str:
+    """The part of ``str(ToolInputError(field, message))`` after ``"<field>: "`` (``text``
+    unchanged when it does not start so): what the client passes back to ``ToolInputError``."""
+    prefix = f"{field}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
