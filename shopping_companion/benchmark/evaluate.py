@@ -49,6 +49,15 @@ Failures inside one episode
     so the file never holds a line that cannot be read back. A :class:`CircuitOpenError` stops the
     run: no new episode starts, the episodes in flight are cancelled, results that finished are
     written, and the error is raised to the caller (the CLI exits 4, EXIT_SERVICE).
+
+Where episodes run
+    By default in this process. An ``executor`` (:class:`EpisodeExecutor`, e.g.
+    :class:`~shopping_companion.benchmark.distributed.RayEpisodeExecutor`) runs them elsewhere
+    instead: the runner keeps the todo list, the single writer, the lock, the identity, resume,
+    the progress bar and the circuit-open handling; the executor only turns ``(strategy, task,
+    trial)`` into an :class:`EpisodeResult`. An episode that failed remotely comes back as a
+    :class:`RemoteEpisodeError` and is recorded exactly like a local failure (its remote traceback
+    goes to the errors log).
 """
 
 from __future__ import annotations
@@ -63,7 +72,7 @@ import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, ParamSpec, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, ParamSpec, Protocol, Sequence, TypeVar
 
 from shopping_companion.benchmark.metrics import STRATEGY_LABELS, strategy_name
 from shopping_companion.benchmark.report import (
@@ -77,6 +86,7 @@ from shopping_companion.benchmark.report import (
 from shopping_companion.envs.env import EnvConfig, Judge, ShoppingCompanionEnv
 from shopping_companion.envs.tools import MemoryBackend, ProductBackend, ToolBox
 from shopping_companion.errors import ConfigError, RunFileReplacedError, RunIdentityError, RunLockedError
+from shopping_companion.errors import ToolServiceError
 from shopping_companion.llm.base import BackendError, ChatBackend, CircuitOpenError, ContextLengthError, Sampling
 from shopping_companion.runs import (
     append_error_log,
@@ -92,6 +102,8 @@ from shopping_companion.types import EpisodeResult, Task
 
 __all__ = [
     "EvalSettings",
+    "EpisodeExecutor",
+    "RemoteEpisodeError",
     "Strategy",
     "supported_strategies",
     "parse_strategies",
@@ -131,6 +143,41 @@ class EvalSettings:
     env: EnvConfig | None = None
     seed: int = 0
     reward_fn: Any = None
+
+
+class EpisodeExecutor(Protocol):
+    """Runs episodes somewhere other than this process (module docstring, "Where episodes run").
+
+    ``await run(strategy, task, trial)`` returns the episode's :class:`EpisodeResult` for the
+    same seeds as a local run (:func:`derive_seed`); it raises :class:`CircuitOpenError` when the
+    run must stop, :class:`RemoteEpisodeError` for an episode that raised remotely, and any other
+    exception for an episode that could not be run (both recorded as that episode's error)."""
+
+    async def run(self, strategy: Strategy, task: Task, trial: int) -> EpisodeResult: ...
+
+
+class RemoteEpisodeError(Exception):
+    """An episode raised ``type_name: message`` in another process; ``remote_traceback`` is its
+    traceback text there. The runner records it as a local failure of that type would be
+    (``error`` = ``"episode error: <type_name>: <message>"``), with the remote traceback in the
+    errors log."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.message = message
+        self.remote_traceback = remote_traceback
+        if remote_traceback:  # printed above this error in the errors log, like concurrent.futures does
+            self.__cause__ = _RemoteTraceback(remote_traceback)
+
+
+class _RemoteTraceback(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text.rstrip()}\n"""'
 
 
 # --------------------------------------------------------------------------- strategies
@@ -339,7 +386,11 @@ async def _play(
         except BackendError as e:
             env.abort("backend_error", str(e))
             break
-        await step(msg)
+        try:
+            await step(msg)
+        except ToolServiceError as e:  # the tool service is down: not the agent's fault, retried on resume
+            env.abort("backend_error", f"tool service: {e}")
+            break
 
 
 def _inline(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -397,10 +448,31 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+#: Names of the tool-service failures (:class:`ToolServiceError` and its subclasses), as an
+#: episode worker in another process reports them.
+_SERVICE_ERRORS = ("ToolServiceError", "ServiceRefusedError")
+
+
+def _is_service_error(e: BaseException) -> bool:
+    """``e`` is a failure of the tool service (here, or reported by an episode worker)."""
+    if isinstance(e, RemoteEpisodeError):
+        return e.type_name in _SERVICE_ERRORS
+    return isinstance(e, ToolServiceError)
+
+
 def _error_record(
-    task: Task, trial: int, strategy: Strategy, policy: str, seed: int, wall_s: float, message: str
+    task: Task,
+    trial: int,
+    strategy: Strategy,
+    policy: str,
+    seed: int,
+    wall_s: float,
+    message: str,
+    prefix: str = EPISODE_ERROR_PREFIX,
 ) -> EpisodeResult:
-    """The result line of an episode that raised: no stages, ``error`` set, never scored."""
+    """The result line of an episode that raised: no stages, ``error`` set (``prefix`` +
+    ``message``; the default prefix makes it an episode error, ``""`` a backend error), never
+    scored."""
     return EpisodeResult(
         task_id=task.task_id,
         task_type=task.task_type,
@@ -413,7 +485,7 @@ def _error_record(
         acc=0.0,
         succ=False,
         wall_s=round(wall_s, 4),
-        error=_one_line(EPISODE_ERROR_PREFIX + message),
+        error=_one_line(prefix + message),
     )
 
 
@@ -460,6 +532,7 @@ async def arun_evaluation(
     force: bool = False,
     on_event: EventFn | None = None,
     simulator: Any = None,
+    executor: EpisodeExecutor | None = None,
 ) -> list[EpisodeResult]:
     """Evaluate ``backend`` on ``tasks`` × ``strategies`` × ``settings.trials``, appending to
     ``results_path``; :func:`run_evaluation` is the same call, blocking (a new event loop; in a
@@ -485,6 +558,9 @@ async def arun_evaluation(
             (for measuring episodes in flight).
         simulator: a user-simulator object shared by all episodes (it must be thread-safe);
             default: each environment builds one from ``EnvConfig.simulator``.
+        executor: runs the episodes instead of this process (:class:`EpisodeExecutor`; module
+            docstring); ``backend`` then only names the policy of error records, and
+            ``products``, ``make_memory``, ``judge`` and ``simulator`` are not used.
 
     Raises :class:`RunLockedError` when another process holds the file, :class:`RunIdentityError`
     (a :class:`ConfigError`) for a foreign or unverifiable results file, :class:`ConfigError` for a
@@ -548,6 +624,7 @@ async def arun_evaluation(
                 concurrency,
                 on_event,
                 simulator,
+                executor,
             )
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)  # do not wait for a hung backend call
@@ -593,6 +670,7 @@ async def _run_todo(
     concurrency: int,
     on_event: EventFn | None,
     simulator: Any = None,
+    executor: EpisodeExecutor | None = None,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -607,16 +685,28 @@ async def _run_todo(
                 on_event("start", key, time.monotonic())
             t0 = time.perf_counter()
             try:
-                memory = await asyncio.to_thread(make_memory, task)
-                res = await arun_episode(task, backend, products, memory, judge, settings, trial, strategy, simulator)
+                if executor is not None:
+                    res = await executor.run(strategy, task, trial)
+                else:
+                    memory = await asyncio.to_thread(make_memory, task)
+                    res = await arun_episode(
+                        task, backend, products, memory, judge, settings, trial, strategy, simulator
+                    )
             except CircuitOpenError:
                 raise  # the endpoint is down: the run stops
             except (Exception, SystemExit) as e:  # anything else ends this episode only (also a
                 # plug-in's sys.exit(): it must not end the run with status 0 and nothing written)
                 seed = derive_seed(settings.seed, task.task_id, trial)
-                msg = f"{type(e).__name__}: {e}"
-                _log_error(log_path, key, seed, "episode error", e)
-                res = _error_record(task, trial, strategy, policy, seed, time.perf_counter() - t0, msg)
+                msg = f"{e.type_name}: {e.message}" if isinstance(e, RemoteEpisodeError) else f"{type(e).__name__}: {e}"
+                if _is_service_error(e):  # the tool service failed before the episode could start
+                    # (memory of the task, the first observation): a backend error, retried on resume
+                    _log_error(log_path, key, seed, "tool service error", e)
+                    res = _error_record(
+                        task, trial, strategy, policy, seed, time.perf_counter() - t0, f"tool service: {msg}", ""
+                    )
+                else:
+                    _log_error(log_path, key, seed, "episode error", e)
+                    res = _error_record(task, trial, strategy, policy, seed, time.perf_counter() - t0, msg)
             if on_event:
                 on_event("end", key, time.monotonic())
             return res

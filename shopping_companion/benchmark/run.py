@@ -238,7 +238,10 @@ def benchmark_tasks_sha256(tasks: list[Any]) -> str:
 class Resources:
     """What episodes share: data ``sources``, the product ``search`` index and its ``lookup``, the
     loaded ``benchmark``, the selected ``tasks``, the MiniLM ``embedder``; ``skipped`` maps task ids
-    left out by ``skip_missing_gold`` to their missing gold product ids."""
+    left out by ``skip_missing_gold`` to their missing gold product ids. With ``tools: serve:URL``
+    (``remote``: the :class:`~shopping_companion.serve.remote.RemoteService`), ``search`` is its
+    :class:`~shopping_companion.serve.remote.RemoteProducts`, ``lookup`` reads products through it,
+    and ``sources`` / ``embedder`` are None (nothing of the catalog is loaded here)."""
 
     sources: Any
     search: Any
@@ -247,6 +250,7 @@ class Resources:
     tasks: list[Any]
     embedder: Any
     skipped: dict[str, list[str]] = field(default_factory=dict)
+    remote: Any = None
 
 
 def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed: bool = True) -> Resources:
@@ -254,8 +258,14 @@ def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed
     :class:`EpisodeConfig` with a ``bench`` selection), select its tasks (split, limit), resolve the data, open the BM25 index,
     check that every gold product is in the catalog, and (``embed``) warm the MiniLM memory cache.
 
+    With ``cfg.tools`` ``serve:URL`` no index, embedder or memory is loaded here: the service is
+    checked (:func:`~shopping_companion.serve.remote.connect`: ready, has this benchmark, scores
+    with ``cfg.rubric`` and ``cfg.judge``) and the gold products are looked up through it.
+
     Raises :class:`DataError` when no task is selected or gold products are missing (unless
-    ``bench.skip_missing_gold``), or what loading the data raises (all :class:`ShopCompError`)."""
+    ``bench.skip_missing_gold``), or what loading the data raises (all :class:`ShopCompError`);
+    with a service, what :func:`~shopping_companion.serve.remote.connect` raises
+    (:class:`ConfigError`, :class:`~shopping_companion.errors.ToolServiceError`)."""
     from shopping_companion.benchmark.synth import load_benchmark, missing_gold_products
     from shopping_companion.pipeline import make_embedder, open_product_search, prewarm_memory, resolve_sources
 
@@ -265,9 +275,27 @@ def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed
     tasks = [t for t in bench.tasks if sel.split is None or t.split == sel.split][: sel.limit]
     if not tasks:
         raise DataError(f"bench: no tasks selected from {sel.path} (split={sel.split}, limit={sel.limit})")
-    sources = resolve_sources(cfg.data.data_dir, console=console)
-    search = open_product_search(index_dir=cfg.data.index_dir, console=console, sources=sources)
-    lookup = product_lookup(search)
+    remote = sources = None
+    if cfg.tools != "local":
+        from shopping_companion.serve.remote import connect
+
+        with console.status(f"connecting to the tool service ({cfg.tools})"):
+            remote = connect(
+                cfg.tools,
+                cfg.service,
+                benchmark_dir=sel.path,
+                reward_spec=cfg.rubric,
+                tasks_sha256=benchmark_tasks_sha256(bench.tasks),
+                judge=cfg.judge,
+            )
+        search = remote.products
+        lookup = search.lookup
+        catalog = f"of the service at {remote.url}"
+    else:
+        sources = resolve_sources(cfg.data.data_dir, console=console)
+        search = open_product_search(index_dir=cfg.data.index_dir, console=console, sources=sources)
+        lookup = product_lookup(search)
+        catalog = str(sources.catalog_path)
     missing = missing_gold_products(tasks, lookup)
     if missing:
         detail = "; ".join(f"{tid}: {', '.join(ids)}" for tid, ids in list(missing.items())[:10])
@@ -275,7 +303,7 @@ def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed
         if not sel.skip_missing_gold:
             raise DataError(
                 f"{len(missing)} task(s) of {sel.path} have gold products that are not in the catalog "
-                f"{sources.catalog_path} ({detail}{more}), so they cannot be scored correctly; use the catalog the "
+                f"{catalog} ({detail}{more}), so they cannot be scored correctly; use the catalog the "
                 "benchmark was built from, or set bench.skip_missing_gold (--skip-missing-gold) to leave them out"
             )
         console.print(
@@ -285,6 +313,8 @@ def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed
         tasks = [t for t in tasks if t.task_id not in missing]
         if not tasks:
             raise DataError("bench: no task left after skip_missing_gold")
+    if remote is not None:
+        return Resources(None, search, lookup, bench, tasks, None, missing, remote)
     embedder = make_embedder()
     if embed:
         prewarm_memory(tasks, bench.sessions, embedder, console)
@@ -333,9 +363,12 @@ class EpisodeKit:
     identity: dict[str, Any]
 
     def memory(self) -> Callable[[Any], Any]:
-        """``task -> MemoryStore`` over the task's user history."""
+        """``task -> MemoryStore`` over the task's user history (with a tool service: ``task ->
+        RemoteMemory``, the service's store of that task)."""
         from shopping_companion.pipeline import memory_factory
 
+        if self.resources.remote is not None:
+            return self.resources.remote.memory_factory()
         return memory_factory(self.resources.benchmark.sessions, self.resources.embedder)
 
 
@@ -343,18 +376,33 @@ def build_kit(cfg: EpisodeConfig, run_dir: Path, console: Console | None = None)
     """Build what ``cfg``'s episodes need, in the order that fails fastest: ping an LLM judge, load
     the resources (:func:`build_resources`), build the policy, make ``run_dir`` (the LLM judge's
     cache lives there), the judge, the rubric, the runner settings and the run identity. Used by
-    :func:`run_benchmark` and ``shopcomp sft collect``. Raises what the builders raise."""
+    :func:`run_benchmark` and ``shopcomp sft collect``. Raises what the builders raise.
+
+    With ``cfg.tools`` ``serve:URL`` the judge and the rubric are the service's
+    (:class:`~shopping_companion.serve.remote.RemoteJudge`, :class:`~shopping_companion.serve.remote.RemoteRubric`),
+    checked to be ``cfg.judge`` and ``cfg.rubric``; the run identity is the one a local run has."""
     from shopping_companion.benchmark.evaluate import EvalSettings
 
     console = console or _stderr
     build_rubric(cfg.rubric)  # a bad rubric file or plug-in is refused before anything slow loads
     check_simulator(cfg)
-    check_judge(cfg.judge)
+    if cfg.tools == "local":
+        check_judge(cfg.judge)  # a service pings its own judge
     res = build_resources(cfg, console)
-    policy = build_backend(cfg.backend, res.sources.catalog_path if cfg.backend.kind == "reference" else None, console)
+    catalog_path = None
+    if cfg.backend.kind == "reference":  # the reference policy reads the catalog's vocabulary here
+        if res.sources is None:
+            from shopping_companion.pipeline import resolve_sources
+
+            res.sources = resolve_sources(cfg.data.data_dir, console=console)
+        catalog_path = res.sources.catalog_path
+    policy = build_backend(cfg.backend, catalog_path, console)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    judge, judge_desc = build_judge(cfg.judge, res.lookup, res.benchmark.sessions, res.embedder, Path(run_dir))
-    rubric = build_rubric(cfg.rubric, res.lookup)
+    if res.remote is not None:
+        judge, judge_desc, rubric = res.remote.judge, res.remote.describe(), res.remote.rubric
+    else:
+        judge, judge_desc = build_judge(cfg.judge, res.lookup, res.benchmark.sessions, res.embedder, Path(run_dir))
+        rubric = build_rubric(cfg.rubric, res.lookup)
     settings = EvalSettings(
         trials=cfg.trials, sampling=build_sampling(cfg), env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric
     )
@@ -515,8 +563,16 @@ def _meta(
     }
 
 
-def run_benchmark(cfg: EvalConfig, console: Console | None = None, progress: bool = True) -> RunOutcome:
+def run_benchmark(
+    cfg: EvalConfig, console: Console | None = None, progress: bool = True, *, _episodes: Any = None
+) -> RunOutcome:
     """Run the evaluation ``cfg`` describes, resumably, and write its report (module docstring).
+
+    With ``cfg.ray`` set the episodes run on Ray episode workers
+    (:mod:`~shopping_companion.benchmark.distributed`): this process connects first (a bad
+    address or a missing Ray is a :class:`ConfigError` before anything loads), launches the
+    workers, builds its own kit too (the tasks, identity and reports need it), waits for the
+    workers and stays the one writer of the results file; the workers are stopped at the end.
 
     Raises :class:`ConfigError` / :class:`DataError` before anything is run when the config or the
     data is wrong, :class:`~shopping_companion.errors.ServiceError` when an endpoint is unreachable
@@ -531,6 +587,9 @@ def run_benchmark(cfg: EvalConfig, console: Console | None = None, progress: boo
     from shopping_companion.runs import archive_stale, check_identity
 
     console = console or _stderr
+    if cfg.ray is not None and _episodes is None:  # connect, launch the workers, run here, stop them
+        with _ray_episodes(cfg, console) as episodes:
+            return run_benchmark(cfg, console, progress, _episodes=episodes)
     strats = parse_strategies(",".join(cfg.strategies))
     run_dir = cfg.output.run_dir
     kit = build_kit(cfg, run_dir, console)
@@ -558,6 +617,7 @@ def run_benchmark(cfg: EvalConfig, console: Console | None = None, progress: boo
             f"Rerun or resume it with: shopcomp eval --config {run_dir / 'config.yaml'}"
         ),
     )
+    executor = _episodes.ready(identity) if _episodes is not None else None
     t0 = time.perf_counter()
     try:
         results = run_evaluation(
@@ -575,6 +635,7 @@ def run_benchmark(cfg: EvalConfig, console: Console | None = None, progress: boo
             retry_failed=cfg.resume.retry_failed,
             identity=identity,
             force=cfg.resume.force,
+            executor=executor,
         )
     except CircuitOpenError as e:
         n_written = len(scan_results(results_path).results)
@@ -624,3 +685,50 @@ def run_benchmark(cfg: EvalConfig, console: Console | None = None, progress: boo
             f.write(json.dumps(it.to_dict()) + "\n")
     write_json(run_dir / "summary.json", {"summary": summary, "meta": meta, "eval_wall_s": round(wall, 2)})
     return RunOutcome(summary, run_dir, results_path, wall)
+
+
+# --------------------------------------------------------------------------- episodes on Ray (run_benchmark)
+
+
+class _ray_episodes:
+    """``with _ray_episodes(cfg, console) as episodes``: connect to ``cfg.ray.address`` and launch
+    the episode workers (they build their kits while this process builds its own); on exit stop
+    them and disconnect. ``episodes.ready(identity)`` waits for them and returns the executor."""
+
+    def __init__(self, cfg: EvalConfig, console: Console) -> None:
+        self.cfg, self.console = cfg, console
+        self.conn: Any = None
+        self.executor: Any = None
+
+    def __enter__(self) -> "_ray_episodes":
+        from shopping_companion.benchmark.distributed import RayEpisodeExecutor, connect, worker_runtime_env
+
+        ray_cfg = self.cfg.ray
+        env = None if ray_cfg.address == "local" else worker_runtime_env(self.cfg)  # ships this checkout
+        self.conn = connect(ray_cfg.address, runtime_env=env)
+        try:
+            self.executor = RayEpisodeExecutor(self.cfg, workers=ray_cfg.workers, num_cpus=ray_cfg.num_cpus)
+            self.executor.launch()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def ready(self, identity: dict[str, Any]) -> Any:
+        with self.console.status("waiting for the Ray episode workers to build their kits"):
+            self.executor.wait_ready(identity)
+        self.console.print(f"episodes run on {self.executor.describe()}, Ray cluster {escape(self.cfg.ray.address)}")
+        return self.executor
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self.executor is not None:
+                self.executor.shutdown()
+                if self.executor.deaths:
+                    self.console.print(
+                        f"[yellow]note:[/] {self.executor.deaths} episode attempt(s) were lost with their Ray "
+                        "worker (killed, out of memory or node lost) and resubmitted to another worker"
+                    )
+        finally:
+            if self.conn is not None:
+                self.conn.close()

@@ -13,7 +13,7 @@ from rich.markup import escape
 from shopping_companion.cli.common import Flag, app, console, flag_command, flag_names
 from shopping_companion.errors import EXIT_EPISODE_ERRORS
 
-__all__ = ["EVAL_FLAGS", "LIMITS_HELP", "load_eval_config", "print_summary", "exit_for"]
+__all__ = ["EVAL_FLAGS", "LIMITS_HELP", "load_eval_config", "print_summary", "exit_for", "where_episodes_run"]
 
 #: What the endpoint-limit flags bound and their defaults: a paragraph of the help of each command
 #: with the backend flags (``eval``, ``sft collect``); their one-line helps point to it.
@@ -48,7 +48,15 @@ EVAL_FLAGS = [
     Flag("--strategies LIST", "strategies", str, "Comma list: oracle, one_stage, two_stage:none|low|high, or all."),
     Flag("--trials K", "trials", int, "Trials per task and strategy, for pass@k / pass^k (default 1)."),
     Flag("--pass-k LIST", "pass_k", str, "k values of pass@k / pass^k, e.g. 1,2,4 (default 1..trials)."),
-    Flag("--concurrency N", "concurrency", int, "Episodes in flight at once (default 8)."),
+    Flag("--concurrency N", "concurrency", int, "Episodes in flight at once, all workers together (default 8)."),
+    Flag(
+        "--ray ADDRESS",
+        "ray.address",
+        str,
+        "Run episodes on Ray workers: local (a private cluster here) | auto | HOST:PORT | ray://HOST:PORT.",
+    ),
+    Flag("--ray-workers N", "ray.workers", int, "Ray episode workers (default: one per CPU of the cluster; --ray)."),
+    Flag("--tools WHERE", "tools", str, "local (default) | serve:URL (a `shopcomp serve` service: tools, judge)."),
     Flag("--seed N", "seed", int, "Base seed: episode seeds derive from (seed, task id, trial) (default 0)."),
     Flag("--split SPLIT", "bench.split", str, "train | test (default: all tasks)."),
     Flag("--limit N", "bench.limit", int, "Evaluate only the first N tasks."),
@@ -134,10 +142,25 @@ def _list_strategies(value: bool) -> None:
         raise typer.Exit()
 
 
+def where_episodes_run(cfg: Any) -> str:
+    """The run header's line: where the episodes run and where their tools come from."""
+    from shopping_companion.benchmark.report import scrub_url
+
+    tools = (
+        "local tools" if cfg.tools == "local" else f"tools of the service at {scrub_url(cfg.tools[len('serve:') :])}"
+    )
+    if cfg.ray is None:
+        return f"in this process ({cfg.concurrency} in flight, {tools})"
+    workers = f"{cfg.ray.workers} worker(s)" if cfg.ray.workers else "one worker per CPU"
+    return f"on Ray at {cfg.ray.address} ({workers}, {cfg.concurrency} in flight in all, {tools})"
+
+
 def _eval(config: Optional[Path], sets: list[str], overrides: dict[str, Any], list_strategies: bool = False) -> None:
     from shopping_companion.benchmark.run import run_benchmark
 
-    outcome = run_benchmark(load_eval_config(config, sets, overrides), console)
+    cfg = load_eval_config(config, sets, overrides)
+    console.print(f"[bold]eval[/] {escape(cfg.output.name)}: episodes run {escape(where_episodes_run(cfg))}")
+    outcome = run_benchmark(cfg, console)
     print_summary(outcome)
     exit_for(outcome)
 
@@ -154,6 +177,12 @@ flag_command(
     identity, so resuming with other result-changing settings is refused.
 
     {LIMITS_HELP}
+
+    Distributed: --ray ADDRESS runs the episodes on Ray episode workers (each builds its policy and
+    tools once); this process stays the one writer of the results file, so resume, the lock and the
+    identity work as for a local run, and the results for the same seeds equal a local run's. Needs
+    Ray (pip install -e ".[serve]"). --tools serve:URL takes the tools and judge from a running
+    `shopcomp serve` service (docs/cluster.md).
 
     Exit status: 0 every requested episode has a result without error; 3 some episodes ended with an
     error (all written; rerun to retry); 2 a configuration or data error; 4 an endpoint is down or

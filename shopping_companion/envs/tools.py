@@ -26,7 +26,7 @@ from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from shopping_companion.errors import ToolInputError
+from shopping_companion.errors import ToolInputError, ToolServiceError
 from shopping_companion.types import Product, Session, ToolCall, ToolResult
 
 _log = logging.getLogger(__name__)
@@ -299,7 +299,9 @@ class ToolBox:
         return ToolResult(call_id=call.call_id, name=call.name, content=content, error=message)
 
     def execute(self, call: ToolCall, allowed: tuple[str, ...] | list[str], max_chars: int | None = None) -> ToolResult:
-        """Run one tool call; never raises for bad model output.
+        """Run one tool call; never raises for bad model output. A
+        :class:`~shopping_companion.errors.ToolServiceError` of a backend (a remote tool service
+        that cannot be reached after its retries) propagates: it is no observation.
 
         ``allowed``: the tool names of the current stage (others get an error result naming the
         allowed ones). ``max_chars``: a per-call observation limit (the smaller of it and
@@ -334,6 +336,8 @@ class ToolBox:
                 payload, ids = self._handlers[call.name](args)
         except ToolInputError as e:
             return self._error(call, f"{call.name}: {e}", max_chars)
+        except ToolServiceError:  # the tool service is down: the episode ends, the agent is not blamed
+            raise
         except Exception as e:  # a backend bug must not end the episode; it is logged and shown
             _log.exception("tool %s failed on arguments %r", call.name, call.arguments)
             return self._error(

@@ -45,6 +45,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
+from shopping_companion.errors import ToolServiceError
 from shopping_companion.rewards.total import score_stage, unscored_breakdown
 from shopping_companion.types import RewardBreakdown, StageResult, Trajectory
 
@@ -387,7 +388,9 @@ class EpisodeOutput:
     messages of the stage after the system prompt. ``termination``: ``answered`` |
     ``max_turns`` | ``token_budget`` | ``invalid_output`` | ``length``
     (``EnvConfig.max_invalid_turns`` consecutive invalid turns; all are judged and rewarded as
-    they stand). ``env_s`` / ``generate_s``: wall seconds spent in the
+    they stand) | ``tool_service_error`` (the ``shopcomp serve`` service failed after the
+    client's retries: not scored, ``judge_failed`` says so, ``reward`` has ``judge_failed`` and
+    ``tool_service_failed`` 1.0, and the sample must get no gradient). ``env_s`` / ``generate_s``: wall seconds spent in the
     environment (tools, parsing, judge, reward, simulator, tokenisation of observations) and in
     generation. ``stage1``: a summary of the stage played before a stage-2 row (source, turns,
     termination, generated tokens). ``prefix_mismatches``: observations whose ids did not
@@ -593,44 +596,69 @@ async def run_row_episode(
     t = time.perf_counter()
     env.reset(seed=seed)
     stage1_info = None
-    if stage == 2:
-        stage1_info = await _play_stage1(env, stage1, chat, generate, sampling, response_length)
-    messages0 = env.messages
-    ids0, text0 = chat.encode_decoded(chat.render(messages0, env.tool_schemas, True))
-    ep = TokenEpisode(list(ids0), text=text0)
-    env_s += time.perf_counter() - t
-
+    ep: TokenEpisode | None = None
     mismatches = 0
     n_gen = 0
     termination = "running"
     done_result = None
-    while True:
-        budget = response_length - len(ep.response_ids)
-        if budget <= 0:
-            termination = "token_budget"
-            break
-        t = time.perf_counter()
-        gen = await generate(ep.context, {**sampling, "max_tokens": budget})
-        gen_s += time.perf_counter() - t
-        n_gen += 1
-        ids = list(gen.token_ids)[:budget]
-        lps = list(gen.log_probs)[:budget] if gen.log_probs is not None else None
-        t = time.perf_counter()
-        ep.add(ids, 1, lps)
-        before = env.messages
-        res = await env.astep(_assistant(chat, ids, budget))
-        if res.info.get("stage_done"):
-            termination = str(res.info.get("termination"))
-            done_result = res
-            env_s += time.perf_counter() - t
-            break
-        if not _append_observation(ep, chat, before, env, ids):
-            mismatches += 1
+    try:
+        if stage == 2:
+            stage1_info = await _play_stage1(env, stage1, chat, generate, sampling, response_length)
+        messages0 = env.messages
+        ids0, text0 = chat.encode_decoded(chat.render(messages0, env.tool_schemas, True))
+        ep = TokenEpisode(list(ids0), text=text0)
         env_s += time.perf_counter() - t
-        if len(ep.response_ids) >= response_length:
-            ep.truncate(response_length)
-            termination = "token_budget"
-            break
+
+        while True:
+            budget = response_length - len(ep.response_ids)
+            if budget <= 0:
+                termination = "token_budget"
+                break
+            t = time.perf_counter()
+            gen = await generate(ep.context, {**sampling, "max_tokens": budget})
+            gen_s += time.perf_counter() - t
+            n_gen += 1
+            ids = list(gen.token_ids)[:budget]
+            lps = list(gen.log_probs)[:budget] if gen.log_probs is not None else None
+            t = time.perf_counter()
+            ep.add(ids, 1, lps)
+            before = env.messages
+            res = await env.astep(_assistant(chat, ids, budget))
+            if res.info.get("stage_done"):
+                termination = str(res.info.get("termination"))
+                done_result = res
+                env_s += time.perf_counter() - t
+                break
+            if not _append_observation(ep, chat, before, env, ids):
+                mismatches += 1
+            env_s += time.perf_counter() - t
+            if len(ep.response_ids) >= response_length:
+                ep.truncate(response_length)
+                termination = "token_budget"
+                break
+    except ToolServiceError as e:  # the tool service failed after its retries: not the policy's doing
+        env_s += time.perf_counter() - t
+        if ep is None:  # before the trained stage started: its prompt, nothing generated
+            ids0, text0 = chat.encode_decoded(chat.render(env.messages, env.tool_schemas, True))
+            ep = TokenEpisode(list(ids0), text=text0)
+        msgs = env.messages
+        return EpisodeOutput(
+            tokens=ep,
+            stage=stage,
+            task_id=env.task.task_id,
+            result=None,
+            reward=unscored_breakdown(stage, tool_service_failed=1.0),
+            judge_failed=f"tool service: {type(e).__name__}: {e}"[:500] + "; not scored",
+            messages=msgs,
+            num_turns=len(msgs) - 1,
+            termination="tool_service_error",
+            env_s=env_s,
+            generate_s=gen_s,
+            n_generations=n_gen,
+            prefix_mismatches=mismatches,
+            stage1=stage1_info,
+        )
+    assert ep is not None
 
     t = time.perf_counter()
     if termination == "token_budget":

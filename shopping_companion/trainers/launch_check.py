@@ -6,8 +6,9 @@ batch-size and parallelism checks ``verl.trainer.main_ppo`` runs first), and che
 only discover minutes later inside Ray actors: the data files and their rows, the model directory,
 the agent-loop registry and class, the agent-loop manager class, the reward function, the reward
 spec (its rubric imports here with its ``python_path``; every component the scoring side needs is
-computed by the agent loop; an LLM judge's endpoint answers), the advantage estimator, wandb's mode
-and key, and the checkpoint directory. Needs the ``verl`` extra (``scripts/install_rl.sh``).
+computed by the agent loop; an LLM judge's endpoint answers), the tool service when the agent loop's ``tool_service`` is
+``serve:URL`` (ready, holds the rows' benchmarks, scores with the run's reward spec), the
+advantage estimator, wandb's mode and key, and the checkpoint directory. Needs the ``verl`` extra (``scripts/install_rl.sh``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from shopping_companion.errors import ConfigError
 from shopping_companion.trainers.launch import REWARD_CONFIG_KEY
 
-__all__ = ["check_checkpoint_dir", "check_launch", "check_reward", "check_wandb"]
+__all__ = ["check_checkpoint_dir", "check_launch", "check_reward", "check_tool_service", "check_wandb"]
 
 _REPO = Path(__file__).resolve().parents[2]
 #: node-local places: a checkpoint directory there is not shared between nodes
@@ -252,6 +253,68 @@ def check_reward(rf: Any, entries: list[dict[str, Any]], problems: list[str]) ->
                 "scoring_deadline_s": spec.scoring_deadline_s,
                 "python_path": list(spec.python_path),
             }
+    return summary
+
+
+def check_tool_service(
+    entries: list[dict[str, Any]], benchmarks: set[str], reward_config: str | None, problems: list[str]
+) -> dict[str, Any] | None:
+    """Check the tool service of each agent-loop entry whose ``tool_service`` is ``serve:URL``
+    (:func:`~shopping_companion.serve.remote.connect`): it answers and is ready, holds every
+    benchmark the rows (``benchmarks``, or the entry's own ``benchmark``) refer to, and scores
+    with the agent loop's reward spec (``reward_config``, else the entry's ``rubric``, else
+    ``paper``). Appends one problem per failure, naming the entry, the URL and what is wrong (also
+    for a ``tool_service`` or ``service`` value that is not valid). Returns ``{"tool_service",
+    "benchmarks": {dir: service name}, "judge", "rubric"}`` of the last checked service, or None
+    when every entry is local."""
+    from pydantic import ValidationError
+
+    from shopping_companion.benchmark.run_config import ServiceConfig, check_tools
+    from shopping_companion.errors import ShopCompError
+    from shopping_companion.serve.remote import connect
+
+    summary: dict[str, Any] | None = None
+    for entry in entries:
+        if entry.get("resources"):
+            continue  # registered services (tests)
+        where = f"agent loop {entry.get('name')!r} tool_service"
+        try:
+            tools = check_tools(entry.get("tool_service") or "local", where)
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        if tools == "local":
+            continue
+        try:
+            service = ServiceConfig(**dict(entry.get("service") or {}))
+        except (ValidationError, TypeError) as e:
+            problems.append(f"agent loop {entry.get('name')!r} service: {' '.join(str(e).split())[:300]}")
+            continue
+        ref = reward_config if reward_config is not None else (entry.get("rubric") or _AGENT_DEFAULT_RUBRIC)
+        dirs = [str(entry["benchmark"])] if entry.get("benchmark") else sorted(benchmarks)
+        dirs = [d for d in dirs if Path(d).is_dir()] or [None]  # missing ones are reported with the rows
+        names: dict[str, Any] = {}
+        svc = None
+        for d in dirs:
+            try:
+                svc = connect(tools, service, benchmark_dir=d, reward_spec=ref)
+            except ShopCompError as e:
+                problems.append(f"{where}: {e}")
+                if d is None or "has not loaded the benchmark" not in str(e):
+                    break  # down, not ready, token or reward spec: once is enough
+                continue
+            if d is not None:
+                names[d] = svc.benchmark
+        if svc is not None:
+            summary = {
+                "tool_service": tools,
+                "benchmarks": names,
+                "judge": svc.info.reward.judge,
+                "rubric": (svc.info.reward.rubric or {}).get("name")
+                if isinstance(svc.info.reward.rubric, dict)
+                else None,
+            }
+            svc.close()
     return summary
 
 
@@ -487,6 +550,10 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     seen: dict[str, set[str]] = {}
     n_train = _rows(cfg.data.train_files, "data.train_files", problems, registry, seen)
     n_val = _rows(cfg.data.val_files, "data.val_files", problems, registry, seen)
+    rc = dict((OmegaConf.to_container(rf) if OmegaConf.is_config(rf) else rf or {}).get("reward_kwargs") or {}).get(
+        "reward_config"
+    )
+    tool_service = check_tool_service(ours, seen.get("benchmarks", set()), None if rc is None else str(rc), problems)
     bs = _int(cfg, "data.train_batch_size", problems, minimum=1)
     n = _int(cfg, "actor_rollout_ref.rollout.n", problems, minimum=1)
     mini = _int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size", problems, minimum=1)
@@ -542,6 +609,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         "adv_estimator": est,
         "rubric": reward["rubric"] if reward else None,
         "reward": reward,
+        "tool_service": tool_service,
         "checkpoint_dir": ckpt,
         "nnodes": nodes,
         "wandb": wandb,

@@ -137,6 +137,14 @@ class ResourceSpec:
 
     Raises ``ValueError`` for a ``memory_cache`` below 1 and :class:`ConfigError` for a reward
     spec that does not load.
+
+    ``tools``: ``local`` (the above is loaded in this process) or ``serve:URL``: the product
+    index, the memory stores, the judge and the rubric of a ``shopcomp serve`` service
+    (docs/cluster.md; the tasks are still read from ``benchmark`` here, and the service must hold
+    the same benchmark and score with ``reward_config``). ``token_env``, ``timeout_s``,
+    ``retries``, ``backoff_s``, ``deadline_s``: the client's settings
+    (:class:`~shopping_companion.benchmark.run_config.ServiceConfig`). A bad ``tools`` value or
+    client setting raises :class:`ConfigError` naming the field.
     """
 
     benchmark: str
@@ -144,13 +152,46 @@ class ResourceSpec:
     index_dir: str | None = None
     reward_config: str = "paper"
     memory_cache: int = 256
+    tools: str = "local"
+    token_env: str = "SHOPCOMP_SERVE_TOKEN"
+    timeout_s: float = 60.0
+    retries: int = 4
+    backoff_s: float = 0.5
+    deadline_s: float = 180.0
 
     def __post_init__(self) -> None:
+        from shopping_companion.benchmark.run_config import check_tools
+        from shopping_companion.errors import ConfigError
         from shopping_companion.rewards.spec import load_reward_spec
 
         if self.memory_cache < 1:
             raise ValueError(f"memory_cache: must be >= 1, got {self.memory_cache}")
+        try:
+            object.__setattr__(self, "tools", check_tools(self.tools))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.service()  # bad client settings fail here
         load_reward_spec(self.reward_config)  # a bad spec fails here, before anything loads
+
+    def service(self) -> Any:
+        """The client settings as a :class:`~shopping_companion.benchmark.run_config.ServiceConfig`
+        (:class:`ConfigError` naming the field when one is out of range)."""
+        from pydantic import ValidationError
+
+        from shopping_companion.benchmark.run_config import ServiceConfig
+        from shopping_companion.errors import ConfigError
+
+        try:
+            return ServiceConfig(
+                token_env=self.token_env,
+                timeout_s=self.timeout_s,
+                retries=self.retries,
+                backoff_s=self.backoff_s,
+                deadline_s=self.deadline_s,
+            )
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ConfigError(f"service.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
 @dataclass
@@ -162,7 +203,10 @@ class EnvResources:
     the memory stores. ``judge``: an object with ``judge(task, trajectory) -> Verdict``.
     ``reward_fn``: a rubric, ``(task, trajectory, verdict) -> RewardBreakdown``.
     Memory stores are built on first use per user history and kept in an LRU of
-    ``memory_cache`` entries (thread-safe).
+    ``memory_cache`` entries (thread-safe). ``memory_factory``: ``task -> MemoryBackend`` used
+    instead of building stores here (a tool service's
+    :class:`~shopping_companion.serve.remote.RemoteMemory`); ``remote``: the
+    :class:`~shopping_companion.serve.remote.RemoteService` the services come from, or None.
     """
 
     tasks: Mapping[str, Task]
@@ -172,6 +216,8 @@ class EnvResources:
     judge: Any
     reward_fn: Callable[..., Any]
     memory_cache: int = 256
+    memory_factory: Callable[[Task], Any] | None = None
+    remote: Any = None
     _mem: "OrderedDict[str, Any]" = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _rewarded: "dict[str, EnvResources]" = field(default_factory=dict, repr=False)
@@ -181,11 +227,25 @@ class EnvResources:
         :func:`~shopping_companion.rewards.spec.load_reward_spec` form): the same tasks, index,
         embedder and memory-store cache, with the spec's judge and rubric. Built once per spec in
         this process (an LLM judge's reply cache and in-flight bound are shared by every
-        trajectory). Raises :class:`ConfigError` for a spec that does not load."""
+        trajectory). Raises :class:`ConfigError` for a spec that does not load.
+
+        Services of a tool service (``remote``) score with the service's spec: the same spec
+        returns these resources, another one raises :class:`ConfigError` naming both."""
         from shopping_companion.rewards.spec import load_reward_spec
 
         spec = load_reward_spec(reward_config)
         key = spec.to_json()
+        if self.remote is not None:
+            from shopping_companion.errors import ConfigError
+            from shopping_companion.serve.remote import same_reward_spec
+
+            theirs = self.remote.info.reward.spec
+            if not same_reward_spec(key, theirs):
+                raise ConfigError(
+                    f"reward_config: the tool service at {self.remote.url} scores with the reward spec {theirs}, "
+                    f"not {key}; start the service with this spec, or train with the service's"
+                )
+            return self
         with self._lock:
             if key in self._rewarded:
                 return self._rewarded[key]
@@ -218,8 +278,12 @@ class EnvResources:
             ) from None
 
     def memory(self, task: Task) -> Any:
-        """The user's :class:`~shopping_companion.memory.store.MemoryStore` (cached per task history)."""
+        """The user's :class:`~shopping_companion.memory.store.MemoryStore` (cached per task history),
+        or ``memory_factory(task)`` when set."""
         from shopping_companion.memory.store import MemoryStore
+
+        if self.memory_factory is not None:
+            return self.memory_factory(task)
 
         key = task.user_id + "\x00" + ",".join(r.session_id for r in task.history)
         with self._lock:
@@ -269,7 +333,11 @@ class EnvResources:
 
 def build_resources(spec: ResourceSpec) -> EnvResources:
     """Load everything ``spec`` names (the index is built on first use, ~1 min; embeddings cached);
-    the judge and rubric come from ``spec.reward_config``."""
+    the judge and rubric come from ``spec.reward_config``. With ``spec.tools`` ``serve:URL`` only
+    the benchmark's tasks are read here; products, memory, judge and rubric are the service's
+    (:func:`~shopping_companion.serve.remote.connect` checks it is ready, holds this benchmark and
+    scores with ``reward_config``: :class:`ConfigError` /
+    :class:`~shopping_companion.errors.ToolServiceError` otherwise)."""
     from shopping_companion.benchmark.synth import load_benchmark
     from shopping_companion.pipeline import make_embedder, open_product_search, product_lookup, resolve_sources
     from shopping_companion.rewards.spec import load_reward_spec
@@ -277,6 +345,28 @@ def build_resources(spec: ResourceSpec) -> EnvResources:
     reward = load_reward_spec(spec.reward_config)
     reward.build_rubric()  # a rubric that does not import fails here, before the index loads
     bench = load_benchmark(Path(spec.benchmark))
+    if spec.tools != "local":
+        from shopping_companion.benchmark.run import benchmark_tasks_sha256
+        from shopping_companion.serve.remote import connect
+
+        remote = connect(
+            spec.tools,
+            spec.service(),
+            benchmark_dir=spec.benchmark,
+            reward_spec=spec.reward_config,
+            tasks_sha256=benchmark_tasks_sha256(bench.tasks),
+        )
+        return EnvResources(
+            tasks={t.task_id: t for t in bench.tasks},
+            sessions=bench.sessions,
+            products=remote.products,
+            embedder=None,
+            judge=remote.judge,
+            reward_fn=remote.rubric,
+            memory_cache=spec.memory_cache,
+            memory_factory=remote.memory,
+            remote=remote,
+        )
     sources = resolve_sources(spec.data_dir)
     search = open_product_search(index_dir=spec.index_dir, sources=sources)
     lookup = product_lookup(search)

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shopping_companion.benchmark.run_config import ServiceConfig, check_tools
 from shopping_companion.errors import ConfigError, DataError
 
 __all__ = [
@@ -234,6 +235,10 @@ class TrlGrpoConfig(BaseModel):
     fine-tuning) or :class:`TrlLora`. ``resume``: ``auto`` (continue from the latest
     ``checkpoint-N`` in ``trainer.output_dir`` when there is one, else start), ``true`` (the latest
     checkpoint, which must exist), ``false`` (start from the model), or a checkpoint directory.
+    ``tools``: ``local`` (this process loads the index, memory, judge and rubric) or
+    ``serve:URL`` (a ``shopcomp serve`` service holding the same benchmark and reward spec;
+    docs/cluster.md), with ``service`` its client settings
+    (:class:`~shopping_companion.benchmark.run_config.ServiceConfig`).
     Relative paths are relative to the working directory."""
 
     model_config = _STRICT
@@ -242,11 +247,18 @@ class TrlGrpoConfig(BaseModel):
     data_dir: str | None = None
     index_dir: str | None = None
     reward_config: str | dict[str, Any] = "paper"
+    tools: str = "local"
+    service: ServiceConfig = ServiceConfig()
     rows: TrlRows = TrlRows()
     trainer: TrlTrainerSettings = TrlTrainerSettings()
     env: TrlEnvSettings = TrlEnvSettings()
     lora: TrlLora | None = None
     resume: bool | str = "auto"
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_form(cls, v: Any) -> str:
+        return check_tools(v, "tools")
 
     @field_validator("model", "bench")
     @classmethod
@@ -516,7 +528,14 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
     bench = str(Path(cfg.bench).expanduser().resolve())
     console.print(f"loading the benchmark, index and embedder ({bench})", soft_wrap=True, markup=False)
     resources = build_resources(
-        ResourceSpec(benchmark=bench, data_dir=cfg.data_dir, index_dir=cfg.index_dir, reward_config=spec.to_json())
+        ResourceSpec(
+            benchmark=bench,
+            data_dir=cfg.data_dir,
+            index_dir=cfg.index_dir,
+            reward_config=spec.to_json(),
+            tools=cfg.tools,
+            **cfg.service.model_dump(),
+        )
     )
     tasks = [t for t in resources.tasks.values() if t.split == cfg.rows.split][: cfg.rows.limit]
     if not tasks:

@@ -44,6 +44,12 @@ debugging, it makes the batch much larger), ``scoring_deadline_s`` (wall-clock s
 and reward calls of one trajectory may take together, a number > 0, or ``null``: no deadline;
 unset: the reward spec's, default 60) and the older ``rubric`` (a reward-spec reference used
 when ``reward_config`` is not set; both set is an error).
+
+Where the tools, judge and rubric run: ``tool_service`` (``local``, the default: loaded in each
+rollout worker; or ``serve:URL``: a ``shopcomp serve`` service, docs/cluster.md, that must hold
+the rows' benchmark and score with the run's reward spec) and ``service`` (its client settings:
+``token_env``, ``timeout_s``, ``retries``, ``backoff_s``, ``deadline_s``). The key is not called
+``tools``: verl passes its own tool list to every agent loop under that name.
 """
 
 from __future__ import annotations
@@ -99,9 +105,13 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         resources: Optional[str] = None,
         record_messages: bool = False,
         scoring_deadline_s: Any = _FROM_SPEC,
+        tool_service: str = "local",
+        service: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.tool_service = str(tool_service or "local")
+        self.service = _service_settings(service)
         self.reward_config = _reward_config(self.config, rubric)
         if scoring_deadline_s is _FROM_SPEC:
             from shopping_companion.rewards.spec import load_reward_spec
@@ -138,6 +148,8 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             index_dir=self.index_dir,
             reward_config=self.reward_config or "paper",
             memory_cache=self.memory_cache,
+            tools=self.tool_service,
+            **self.service,
         )
         return await asyncio.to_thread(get_resources, spec)
 
@@ -188,6 +200,30 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             metrics=AgentLoopMetrics(generate_sequences=ep.generate_s, tool_calls=ep.env_s),
             extra_fields={**ep.extra_fields(), **({"shopcomp_messages": ep.messages} if self.record_messages else {})},
         )
+
+
+#: the client settings an agent loop's ``service`` mapping may set (ResourceSpec fields)
+SERVICE_KEYS = ("token_env", "timeout_s", "retries", "backoff_s", "deadline_s")
+
+
+def _service_settings(value: Any) -> dict[str, Any]:
+    """The agent loop's ``service`` mapping (None: the defaults) as ResourceSpec keyword
+    arguments; ``ValueError`` naming an unknown key and the allowed ones."""
+    if value is None:
+        return {}
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - verl brings omegaconf
+        pass
+    if not isinstance(value, dict):
+        raise ValueError(f"service: must be a mapping of {', '.join(SERVICE_KEYS)}, got {value!r}")
+    unknown = sorted(set(value) - set(SERVICE_KEYS))
+    if unknown:
+        raise ValueError(f"service: unknown key(s) {unknown}; allowed: {', '.join(SERVICE_KEYS)}")
+    return dict(value)
 
 
 def _reward_config(trainer_config: Any, rubric: Optional[str]) -> Optional[str]:

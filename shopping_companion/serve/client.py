@@ -1,0 +1,364 @@
+"""The one HTTP client of a ``shopcomp serve`` service (docs/cluster.md): what the remote tool
+box, judge and rubric (:mod:`shopping_companion.serve.remote`) send every request through.
+
+:class:`ServiceClient` wraps one :class:`httpx.Client` (HTTP/1.1, connection pooling and
+keep-alive; thread-safe, so every episode thread of a process shares it). Every call:
+
+* sends JSON with the bearer token (``Authorization: Bearer <token>``) when one is configured;
+* is retried — with exponential backoff (``backoff_s * 2**k``, capped at ``max_backoff_s``, times
+  ``1 + U(0, 0.1)`` jitter; a ``Retry-After`` header of a 503 is honoured up to the cap) — after a
+  connection failure, a timeout, or an HTTP 500 / 502 / 503 / 504 answer (also Ray Serve's own
+  503 while a replica restarts, whose body is not ours), at most ``retries`` times;
+* never takes longer than ``deadline_s`` over all its attempts and backoffs (each attempt's
+  timeouts are cut to the time left; a backoff that would pass the deadline is not slept);
+* raises :class:`~shopping_companion.errors.ToolServiceError` naming the URL, the route, the
+  attempts and the last error once the retries or the deadline are used up.
+
+Answers that are not retried: a 400 ``tool_input`` becomes the
+:class:`~shopping_companion.errors.ToolInputError` the in-process backend raises (same ``field``,
+same ``str()``, so the agent's observation is identical); a 409 ``judge_failed`` becomes
+:class:`~shopping_companion.errors.JudgeFailedError`; a 401, a 404 (``not_loaded``, or a route
+this server does not have), a 422 and any other 4xx become :class:`ServiceRefusedError`, a
+:class:`~shopping_companion.errors.ConfigError` (exit code 2: fix the token, the URL or the
+benchmark) that is also a ``ToolServiceError``, so inside an episode it ends the episode as a
+backend error instead of becoming an observation the agent is blamed for.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from shopping_companion.errors import EXIT_USAGE, ConfigError, JudgeFailedError, ToolInputError, ToolServiceError
+from shopping_companion.serve import api
+
+__all__ = ["RETRY_STATUSES", "ServiceClient", "ServiceRefusedError", "scrub_url"]
+
+#: HTTP statuses that are retried (server faults, Ray Serve's 503 while a replica restarts).
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+
+M = TypeVar("M", bound=BaseModel)
+
+_MAX_DETAIL = 300
+
+
+class ServiceRefusedError(ConfigError, ToolServiceError):
+    """The service answered, but refused the request for a reason a retry cannot fix: no or a wrong
+    bearer token (401), a benchmark / task / route it does not have (404), a request it cannot
+    read (422, e.g. a client and service of different versions) or another 4xx. ``status`` is the
+    HTTP status, ``type`` the service's error type (``unauthorized``, ``not_loaded``,
+    ``bad_request``; None when the body is not the service's). A :class:`ConfigError` (exit code
+    2) that is also a :class:`ToolServiceError`, so an episode that meets it ends as a backend
+    error, never as a tool observation."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, status: int, type: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+
+
+def scrub_url(url: str) -> str:
+    """``url`` without user name and password (what messages may show)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def _one_line(text: str, limit: int = _MAX_DETAIL) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Retry(Exception):
+    """One attempt failed in a way worth retrying; ``detail`` says how."""
+
+    def __init__(self, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+class ServiceClient:
+    """HTTP client of one ``shopcomp serve`` service (module docstring); thread-safe.
+
+    Args:
+        base_url: the service's address, ``http(s)://host[:port][/prefix]`` (the routes of
+            :mod:`~shopping_companion.serve.api` are appended: ``<base_url>/v1/...``).
+        token: the bearer token to send (None or empty: none is sent).
+        timeout_s: seconds one HTTP attempt may take (connect, write, read each), > 0.
+        retries: further attempts after a retryable failure, >= 0.
+        backoff_s: the first retry's delay in seconds (doubles on each further retry), >= 0.
+        deadline_s: seconds one call may take over all its attempts and backoffs, > 0.
+        max_backoff_s: cap on one retry delay (also on an honoured ``Retry-After``), >= 0.
+        token_env: the environment variable the token came from (named by the 401 message).
+        max_connections: pooled connections kept open to the service (>= 1).
+        transport: an ``httpx`` transport (tests); default: the network.
+
+    Raises :class:`ConfigError` naming the argument for a base URL that is not http(s) with a
+    host, or a number out of range.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout_s: float = 60.0,
+        retries: int = 4,
+        backoff_s: float = 0.5,
+        deadline_s: float = 180.0,
+        max_backoff_s: float = 10.0,
+        token_env: str = api.DEFAULT_TOKEN_ENV,
+        max_connections: int = 64,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        from shopping_companion.llm.breaker import positive_int, positive_seconds
+
+        parts = urlsplit(str(base_url).strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"base_url: must be an http:// or https:// URL with a host, got {base_url!r}")
+        self.base_url = str(base_url).strip().rstrip("/")
+        self.url = scrub_url(self.base_url)
+        self.timeout_s = positive_seconds("timeout_s", timeout_s)
+        self.deadline_s = positive_seconds("deadline_s", deadline_s)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"retries: must be an integer >= 0, got {retries!r}")
+        for name, v in (("backoff_s", backoff_s), ("max_backoff_s", max_backoff_s)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < float("inf")):
+                raise ConfigError(f"{name}: must be a finite number of seconds >= 0, got {v!r}")
+        self.retries = retries
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.token_env = token_env
+        self.has_token = bool(token)
+        headers = {"Accept": "application/json", "User-Agent": "shopcomp-serve-client"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        n = positive_int("max_connections", max_connections)
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=self.timeout_s,
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=30.0),
+            http1=True,
+            http2=False,
+            transport=transport,
+            follow_redirects=False,
+        )
+        self._rng = random.Random()
+        self._rng_lock = threading.Lock()
+        self.requests = 0  # HTTP attempts made (for tests and stats; approximate under threads)
+
+    @classmethod
+    def from_settings(cls, url: str, service: Any, **kwargs: Any) -> "ServiceClient":
+        """A client of ``url`` with the settings of ``service`` (a
+        :class:`~shopping_companion.benchmark.run_config.ServiceConfig` or anything with its
+        fields: ``token_env``, ``timeout_s``, ``retries``, ``backoff_s``, ``deadline_s``); the
+        token is read from ``$<token_env>`` (unset or empty: none)."""
+        token_env = str(getattr(service, "token_env", api.DEFAULT_TOKEN_ENV) or api.DEFAULT_TOKEN_ENV)
+        return cls(
+            url,
+            os.environ.get(token_env, "").strip() or None,
+            timeout_s=float(getattr(service, "timeout_s", 60.0)),
+            retries=int(getattr(service, "retries", 4)),
+            backoff_s=float(getattr(service, "backoff_s", 0.5)),
+            deadline_s=float(getattr(service, "deadline_s", 180.0)),
+            token_env=token_env,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close the pooled connections (later calls open new ones)."""
+        self._http.close()
+
+    def __enter__(self) -> "ServiceClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __copy__(self) -> "ServiceClient":
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "ServiceClient":
+        return self  # one pool per process: copies (gymnasium.make deep-copies kwargs) share it
+
+    def __repr__(self) -> str:
+        return f"ServiceClient({self.url!r}, retries={self.retries}, deadline_s={self.deadline_s:g})"
+
+    # ------------------------------------------------------------------ routes
+
+    def health(self) -> api.HealthResponse:
+        """``GET /v1/health`` (liveness). Raises :class:`ToolServiceError` when it does not answer."""
+        return self.get("health", api.HealthResponse)
+
+    def ready(self) -> api.ReadyResponse:
+        """``GET /v1/ready``: ``ready`` True when every deployment has loaded its data. A 503
+        answer is not retried here: it is returned as ``ready=False`` with what the service
+        waits for (``deployments``). Raises :class:`ToolServiceError` when nothing answers after
+        the retries."""
+        try:
+            return self.get("ready", api.ReadyResponse, retry_statuses=RETRY_STATUSES - {503})
+        except _NotReady as e:
+            return e.ready
+
+    def info(self) -> api.InfoResponse:
+        """``GET /v1/info``: loaded benchmarks, catalog, reward spec, deployments."""
+        return self.get("info", api.InfoResponse)
+
+    # ------------------------------------------------------------------ calls
+
+    def get(self, route: str, model: type[M], *, retry_statuses: frozenset[int] = RETRY_STATUSES) -> M:
+        """``GET /v1/<route>``, the answer validated as ``model``."""
+        return self._parse(route, model, self.call("GET", route, None, retry_statuses=retry_statuses))
+
+    def post(self, route: str, body: BaseModel, model: type[M]) -> M:
+        """``POST /v1/<route>`` with ``body`` (a request model of :mod:`~shopping_companion.serve.api`),
+        the answer validated as ``model``."""
+        return self._parse(route, model, self.call("POST", route, body.model_dump(mode="json")))
+
+    def _parse(self, route: str, model: type[M], data: Any) -> M:
+        try:
+            return model.model_validate(data)
+        except ValidationError as e:
+            raise ServiceRefusedError(
+                f"{self.url}{api.API_PREFIX}/{route}: the answer is not a {model.__name__} of API "
+                f"{api.API_VERSION} (is the service another shopcomp version?): {_one_line(str(e))}",
+                200,
+            ) from None
+
+    def call(
+        self, method: str, route: str, json_body: Any = None, *, retry_statuses: frozenset[int] = RETRY_STATUSES
+    ) -> Any:
+        """One call of ``method`` ``/v1/<route>`` with retries and the deadline (module
+        docstring); returns the decoded JSON answer of a 2xx.
+
+        Raises :class:`ToolInputError` (400 ``tool_input``), :class:`JudgeFailedError` (409),
+        :class:`ServiceRefusedError` (other 4xx), :class:`ToolServiceError` (retries or
+        deadline used up)."""
+        path = f"{api.API_PREFIX}/{route.lstrip('/')}"
+        where = f"{self.url}{path}"
+        t0 = time.monotonic()
+        end = t0 + self.deadline_s
+        attempts = 0
+        last = "no attempt made"
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                last += "; the deadline was reached"
+                break
+            attempts += 1
+            try:
+                return self._attempt(method, path, where, json_body, min(self.timeout_s, left), retry_statuses)
+            except _Retry as r:
+                last = r.detail
+                if attempts > self.retries:
+                    break
+                delay = self._backoff(attempts - 1, r.retry_after)
+                if time.monotonic() + delay >= end:
+                    last += f"; no time left for a retry in {delay:.2f}s"
+                    break
+                time.sleep(delay)
+        raise ToolServiceError(
+            f"{where}: no answer after {attempts} attempt(s) in {time.monotonic() - t0:.1f}s "
+            f"(retries={self.retries}, deadline_s={self.deadline_s:g}); last error: {last}. "
+            "Is `shopcomp serve` running there and ready (GET /v1/ready)?"
+        )
+
+    def _attempt(
+        self, method: str, path: str, where: str, json_body: Any, timeout: float, retry_statuses: frozenset[int]
+    ) -> Any:
+        self.requests += 1
+        try:
+            resp = self._http.request(method, path, json=json_body, timeout=timeout)
+        except httpx.TimeoutException as e:
+            raise _Retry(f"timeout after {timeout:.1f}s ({type(e).__name__})") from None
+        except httpx.TransportError as e:  # refused, reset, DNS, protocol error: the server may come back
+            raise _Retry(f"{type(e).__name__}: {_one_line(str(e)) or 'connection failed'}") from None
+        status = resp.status_code
+        if 200 <= status < 300:
+            try:
+                return resp.json()
+            except ValueError:
+                raise _Retry(f"HTTP {status} with a body that is not JSON: {_one_line(resp.text, 120)!r}") from None
+        err = _error_body(resp)
+        detail = f"HTTP {status}" + (f" {err.type}: {_one_line(err.message)}" if err else f": {_one_line(resp.text)}")
+        if status in retry_statuses:
+            raise _Retry(detail, _retry_after(resp))
+        if status == 503 and path.endswith("/ready"):
+            raise _NotReady(_ready_body(resp, detail))
+        if status == 400 and err is not None and err.type == "tool_input":
+            field = err.field or "arguments"
+            raise ToolInputError(field, api.tool_input_message(field, err.message))
+        if status == 409 or (err is not None and err.type == "judge_failed"):
+            raise JudgeFailedError(f"{where}: {err.message if err else detail}")
+        if status == 401:
+            if self.has_token:
+                msg = f"{where}: the service refused the bearer token in ${self.token_env} (HTTP 401); set the service's token"
+            else:
+                msg = f"{where}: the service requires a bearer token: set ${self.token_env} (HTTP 401)"
+            raise ServiceRefusedError(msg, status, "unauthorized")
+        if status == 404 and err is not None:
+            raise ServiceRefusedError(f"{where}: {err.message} (HTTP 404 {err.type})", status, err.type)
+        if status == 404:
+            raise ServiceRefusedError(
+                f"{where}: no such route (HTTP 404); is {self.url} a shopcomp serve service of API {api.API_VERSION}?",
+                status,
+            )
+        raise ServiceRefusedError(
+            f"{where}: the service refused the request ({detail})", status, err.type if err else None
+        )
+
+    def _backoff(self, retry_index: int, retry_after: float | None) -> float:
+        delay = min(self.max_backoff_s, self.backoff_s * (2**retry_index))
+        with self._rng_lock:
+            delay = min(self.max_backoff_s, delay * (1 + self._rng.uniform(0, 0.1)))
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_backoff_s))
+        return delay
+
+
+class _NotReady(Exception):
+    def __init__(self, ready: api.ReadyResponse) -> None:
+        super().__init__("not ready")
+        self.ready = ready
+
+
+def _error_body(resp: httpx.Response) -> api.ErrorBody | None:
+    """The service's :class:`~shopping_companion.serve.api.ErrorBody`, or None for another body
+    (e.g. Ray Serve's own plain-text 503, a proxy's HTML page)."""
+    try:
+        return api.ErrorResponse.model_validate(resp.json()).error
+    except (ValueError, ValidationError):
+        return None
+
+
+def _ready_body(resp: httpx.Response, detail: str) -> api.ReadyResponse:
+    try:
+        return api.ReadyResponse.model_validate(resp.json())
+    except (ValueError, ValidationError):
+        return api.ReadyResponse(ready=False, deployments={"service": detail})
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    raw = resp.headers.get("retry-after")
+    try:
+        v = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return v if v is not None and 0 <= v < float("inf") else None
