@@ -2,7 +2,7 @@
 
 One module per command group registers its commands: ``synth`` (build-index, synth), ``import_tasks``
 (import-tasks), ``eval``,
-``agreement`` (judge-agreement), ``quickstart``, ``view`` (the web viewer of runs), ``sft``, ``grpo``,
+``agreement`` (judge-agreement), ``quickstart``, ``serve`` (tools and rewards as a Ray Serve service), ``view`` (the web viewer of runs), ``sft``, ``grpo``,
 ``personalize``. Errors are
 caught once, by :class:`~shopping_companion.cli.common.ShopCompGroup`."""
 
@@ -17,6 +17,7 @@ import shopping_companion.cli.agreement  # noqa: F401 - each module registers it
 import shopping_companion.cli.eval  # noqa: F401
 import shopping_companion.cli.import_tasks  # noqa: F401
 import shopping_companion.cli.quickstart  # noqa: F401
+import shopping_companion.cli.serve  # noqa: F401
 import shopping_companion.cli.synth  # noqa: F401
 import shopping_companion.cli.view  # noqa: F401
 from shopping_companion.cli.common import app

@@ -1,0 +1,195 @@
+"""``ServeConfig``: the configuration of ``shopcomp serve`` (docs/cluster.md).
+
+``shopcomp serve --config configs/serve/local.yaml`` reads it; ``--host`` / ``--port`` and
+``--set dotted.key=value`` override it (:func:`load_serve_config`, which uses the one loader
+:func:`shopping_companion.config.load_model`). Every model is strict: unknown keys are refused,
+naming the known ones.
+
+Groups:
+
+- ``benchmarks``: name -> benchmark directory (at least one); requests name a benchmark by its key;
+- ``data``: the catalog and the BM25 index (:class:`~shopping_companion.benchmark.run_config.DataConfig`,
+  as ``shopcomp eval``'s ``data``);
+- ``reward_config``: the reward spec (judge + rubric) the service scores with, in any
+  :func:`~shopping_companion.rewards.spec.load_reward_spec` form (``paper``, ``outcome_only``, a
+  YAML file, ``module:attr``), as ``shopcomp eval``'s ``rubric``;
+- ``host`` / ``port``: where Ray Serve's HTTP proxy listens; ``token_env``: the variable holding
+  the bearer token (unset: no token is asked for; a non-loopback ``host`` then is refused);
+- ``memory_cache``: memory stores kept per ``MemoryTools`` replica (LRU);
+- ``batch``: how MiniLM query encodings of concurrent ``mem_search`` requests are batched;
+- ``deployments``: replicas, CPUs and concurrency of each deployment.
+
+Secrets never enter the config: the token is read from the environment variable ``token_env`` names.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shopping_companion.benchmark.run_config import DataConfig
+from shopping_companion.serve.api import DEFAULT_TOKEN_ENV
+
+__all__ = [
+    "BatchConfig",
+    "DeploymentConfig",
+    "DeploymentsConfig",
+    "LOOPBACK_HOSTS",
+    "ServeConfig",
+    "is_loopback",
+    "load_serve_config",
+]
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+#: Host names that only this machine can reach.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+_BENCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is a loopback name or address (127.0.0.0/8, ``::1``, ``localhost``)."""
+    import ipaddress
+
+    h = host.strip("[]").lower()
+    if h in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+class BatchConfig(BaseModel):
+    """Batching of MiniLM query encodings across concurrent ``mem_search`` requests of one
+    ``MemoryTools`` replica (Ray Serve's ``@serve.batch``): up to ``max_batch_size`` requests
+    (>= 1) are encoded together, waiting at most ``batch_wait_timeout_s`` seconds (>= 0) for the
+    batch to fill. ``enabled: false`` (or ``max_batch_size: 1``) encodes each request alone."""
+
+    model_config = _STRICT
+    enabled: bool = True
+    max_batch_size: int = Field(default=64, ge=1, le=4096)
+    batch_wait_timeout_s: float = Field(default=0.002, ge=0.0, le=10.0)
+
+
+class DeploymentConfig(BaseModel):
+    """One Ray Serve deployment: ``num_replicas`` (>= 1) processes, ``num_cpus`` (>= 0, may be a
+    fraction) reserved by each, and ``max_ongoing_requests`` (>= 1) a replica serves at once."""
+
+    model_config = _STRICT
+    num_replicas: int = Field(default=1, ge=1, le=1024)
+    num_cpus: float = Field(default=1.0, ge=0.0, le=1024.0)
+    max_ongoing_requests: int = Field(default=32, ge=1, le=100_000)
+
+
+class DeploymentsConfig(BaseModel):
+    """The four deployments: ``products`` (BM25 product index), ``memory`` (memory stores and
+    MiniLM), ``scoring`` (judge and rubric) and ``ingress`` (the HTTP API)."""
+
+    model_config = _STRICT
+    products: DeploymentConfig = DeploymentConfig()
+    memory: DeploymentConfig = DeploymentConfig()
+    scoring: DeploymentConfig = DeploymentConfig()
+    ingress: DeploymentConfig = DeploymentConfig(num_cpus=0.1, max_ongoing_requests=256)
+
+
+class ServeConfig(BaseModel):
+    """The configuration of ``shopcomp serve`` (module docstring).
+
+    ``benchmarks``: name (1–128 of ``A-Z a-z 0-9 . _ -``, starting alphanumeric) -> benchmark
+    directory written by ``shopcomp synth`` (at least one; checked when the service loads it).
+    ``data``: catalog data directory and BM25 index directory (defaults as ``shopcomp eval``).
+    ``reward_config``: the reward spec (must load). ``host``: the address the HTTP proxy binds
+    (default ``127.0.0.1``); ``port``: 1–65535 (default 8000). ``token_env``: the environment
+    variable holding the bearer token (default ``SHOPCOMP_SERVE_TOKEN``). ``memory_cache``: memory
+    stores kept per ``MemoryTools`` replica (>= 1). ``batch``: :class:`BatchConfig`;
+    ``deployments``: :class:`DeploymentsConfig`.
+
+    Raises (through :func:`load_serve_config`) :class:`~shopping_companion.errors.ConfigError`
+    naming the field for any bad value, and naming ``host`` and ``token_env`` when a non-loopback
+    ``host`` is configured while ``token_env`` is unset or empty in this process's environment.
+    """
+
+    model_config = _STRICT
+    benchmarks: dict[str, Path] = Field(min_length=1)
+    data: DataConfig = DataConfig()
+    reward_config: str = "paper"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    token_env: str = DEFAULT_TOKEN_ENV
+    memory_cache: int = Field(default=256, ge=1, le=1_000_000)
+    batch: BatchConfig = BatchConfig()
+    deployments: DeploymentsConfig = DeploymentsConfig()
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _bench_names(cls, v: dict[str, Path]) -> dict[str, Path]:
+        for name in v:
+            if not _BENCH_NAME.fullmatch(name):
+                raise ValueError(
+                    f"benchmark name {name!r} must be 1-128 characters of A-Z a-z 0-9 . _ - starting with a "
+                    "letter or digit"
+                )
+        return v
+
+    @field_validator("reward_config")
+    @classmethod
+    def _reward_spec_loads(cls, v: str) -> str:
+        """The reward spec must load (a missing file or a bad spec is refused naming the field)."""
+        from shopping_companion.rewards.spec import load_reward_spec
+
+        load_reward_spec(v)
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not v.strip() or any(c.isspace() for c in v):
+            raise ValueError(f"must be a host name or address such as 127.0.0.1 or 0.0.0.0, got {v!r}")
+        return v
+
+    @field_validator("token_env")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if not _ENV_NAME.fullmatch(v):
+            raise ValueError(f"must be an environment variable name (letters, digits, _), got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _token_when_exposed(self) -> "ServeConfig":
+        if not is_loopback(self.host) and not self.token():
+            raise ValueError(
+                f"host {self.host!r} is reachable from other machines, but token_env {self.token_env} is not set "
+                f"in the environment: export {self.token_env}=<a long random secret> (clients send it as a bearer "
+                "token), or bind host 127.0.0.1"
+            )
+        return self
+
+    def token(self) -> str | None:
+        """The bearer token (the value of ``token_env`` in this process's environment), or None
+        when it is unset or empty (then no route asks for one)."""
+        return os.environ.get(self.token_env) or None
+
+
+def load_serve_config(
+    config: str | os.PathLike[str] | Mapping[str, Any] | None,
+    sets: Iterable[str] = (),
+    *,
+    host: str | None = None,
+    port: int | None = None,
+) -> ServeConfig:
+    """The resolved :class:`ServeConfig`: ``config`` (a YAML file or a mapping) < ``host`` /
+    ``port`` (flags; None: not given) < ``sets`` (``dotted.key=value``). Raises
+    :class:`~shopping_companion.errors.ConfigError` naming the file and each bad field."""
+    from shopping_companion.config import load_model
+
+    return load_model(
+        ServeConfig, config, sets, {"host": host, "port": port}, names={"host": "--host", "port": "--port"}
+    )
