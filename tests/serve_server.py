@@ -276,3 +276,17 @@ def bench_from_dir(path: str | Path) -> Bench:
 
     b = load_benchmark(Path(path))
     return Bench(list(b.tasks), dict(b.sessions), str(path))
+
+
+def result_lines(path) -> list[dict]:
+    """The result lines of ``path`` without what differs between two runs of the same episodes
+    (``wall_s``, each step's ``latency_s``), sorted by (task, trial, mode, hint)."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        d = json.loads(line)
+        d.pop("wall_s", None)
+        for st in d.get("stages", []):
+            for step in st["trajectory"].get("steps", []):
+                step.pop("latency_s", None)
+        out.append(d)
+    return sorted(out, key=lambda d: (d["task_id"], d["trial"], d["mode"], d["hint"]))

@@ -16,7 +16,7 @@ from shopping_companion.benchmark.synth import write_benchmark
 from shopping_companion.cli import app
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scripted_policy import policy_script
-from tests.serve_server import Bench, ServeServer, bench_from_dir
+from tests.serve_server import Bench, ServeServer, bench_from_dir, result_lines
 
 pytestmark = pytest.mark.slow
 
@@ -29,18 +29,6 @@ def bench(synth_bench):
 @pytest.fixture(scope="module")
 def bench_dir(bench, tmp_path_factory):
     return write_benchmark(bench, tmp_path_factory.mktemp("servebench") / "bench")
-
-
-def _lines(path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines():
-        d = json.loads(line)
-        d.pop("wall_s", None)
-        for st in d.get("stages", []):
-            for step in st["trajectory"].get("steps", []):
-                step.pop("latency_s", None)
-        out.append(d)
-    return sorted(out, key=lambda d: (d["task_id"], d["trial"], d["mode"], d["hint"]))
 
 
 def test_eval_through_the_service_equals_the_local_run(
@@ -82,8 +70,8 @@ def test_eval_through_the_service_equals_the_local_run(
             assert out.exit_code == 2, out.output
             assert "has not loaded the benchmark" in " ".join(out.output.split()) and "/srv/other" in out.output
     local, remote = runs / "local", runs / "remote"
-    assert _lines(remote / "results.jsonl") == _lines(local / "results.jsonl")
-    assert len(_lines(local / "results.jsonl")) == 4
+    assert result_lines(remote / "results.jsonl") == result_lines(local / "results.jsonl")
+    assert len(result_lines(local / "results.jsonl")) == 4
     li = json.loads((local / "results.identity.json").read_text())
     ri = json.loads((remote / "results.identity.json").read_text())
     assert li == ri

@@ -372,18 +372,6 @@ def test_a_killed_product_replica_is_restarted_and_requests_succeed_again(servic
 # --------------------------------------------------------------------------- episodes through the service
 
 
-def _result_lines(path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines():
-        d = json.loads(line)
-        d.pop("wall_s", None)
-        for st in d.get("stages", []):
-            for step in st["trajectory"].get("steps", []):
-                step.pop("latency_s", None)
-        out.append(d)
-    return sorted(out, key=lambda d: (d["task_id"], d["trial"], d["mode"], d["hint"]))
-
-
 def test_eval_through_the_service_equals_local_while_replicas_are_killed(
     service, bench, bench_dir, catalog_index_dir, data_dir, tmp_path
 ):
@@ -401,6 +389,7 @@ def test_eval_through_the_service_equals_local_while_replicas_are_killed(
     from shopping_companion.cli import app
     from tests.openai_server import ScriptedOpenAIServer
     from tests.scripted_policy import policy_script
+    from tests.serve_server import result_lines
 
     deployed, _ = service
     runs = tmp_path / "runs"
@@ -437,7 +426,7 @@ def test_eval_through_the_service_equals_local_while_replicas_are_killed(
         t.join(timeout=120)
         assert out.exit_code == 0, out.output
         assert killed == ["ProductTools", "Scoring"]
-    local, remote = _result_lines(runs / "local" / "results.jsonl"), _result_lines(runs / "remote" / "results.jsonl")
+    local, remote = result_lines(runs / "local" / "results.jsonl"), result_lines(runs / "remote" / "results.jsonl")
     assert len(local) == len(bench.tasks) * 3 * 2
     assert all(d["error"] is None for d in remote), [d["error"] for d in remote if d["error"]]
     assert remote == local
