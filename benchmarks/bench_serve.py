@@ -1,0 +1,272 @@
+"""Benchmark ``shopcomp serve`` (docs/cluster.md): tool-call latency through the service versus in
+process, ``mem_search`` throughput under concurrency with and without batching, and the RSS of a
+rollout worker with local versus remote resources.
+
+Setup: a private local Ray cluster (``--cpus``, default 2) runs the service (one replica per
+deployment) over the benchmark ``--bench`` (default ``runs/quickstart/bench``, written by
+``shopcomp quickstart``) and the catalog index (``--data-dir`` / ``--index-dir``; default: as
+``shopcomp eval`` finds them). The client is the product's own
+(:class:`~shopping_companion.serve.client.ServiceClient` behind
+:class:`~shopping_companion.serve.remote.RemoteProducts` / ``RemoteMemory``) over loopback.
+
+1. Latency: ``--calls`` sequential calls per tool (product_search, product_view, mem_search,
+   mem_view) with varied arguments, after ``--warmup`` calls, once in process
+   (``ProductSearch``, ``MemoryStore.from_pool``) and once through the service; printed: p50 and
+   p99 in ms and the p50 overhead (service - in process; target <= 2 ms).
+2. Throughput: ``--concurrency`` (64) concurrent single-query ``mem_search`` requests
+   (``httpx.AsyncClient``), ``--rounds`` rounds, with batching on (the default settings) and off
+   (``batch.enabled: false``, redeployed); printed: requests/s (median over rounds), the ratio,
+   and the replica's batch counters.
+3. RSS (``--rss``): a fresh subprocess builds what a GRPO rollout worker builds
+   (:func:`~shopping_companion.trainers.resources.get_resources`) with ``tools=local`` and with
+   ``tools=serve:URL``, then runs one product_search and one mem_search for each of ``--users``
+   tasks; printed: its peak RSS (MiB; the JVM runs inside the process, so it is counted).
+
+    .venv-rl/bin/python benchmarks/bench_serve.py [--bench DIR] [--index-dir DIR --data-dir DIR]
+        [--calls 200] [--concurrency 64] [--rounds 5] [--rss] [--users 50] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+def _timed(fn, args_list, warmup: int) -> list[float]:
+    for a in args_list[:warmup]:
+        fn(*a)
+    out = []
+    for a in args_list:
+        t0 = time.perf_counter()
+        fn(*a)
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def _serve_cfg(args, port: int, batching: bool):
+    from shopping_companion.serve.config import load_serve_config
+
+    one = {"num_replicas": 1, "num_cpus": 0.1, "max_ongoing_requests": 128}
+    return load_serve_config(
+        {
+            "benchmarks": {"bench": str(args.bench)},
+            "data": {"data_dir": args.data_dir, "index_dir": args.index_dir},
+            "port": port,
+            "batch": {"enabled": batching},
+            "deployments": {k: one for k in ("products", "memory", "scoring", "ingress")},
+        }
+    )
+
+
+def _calls(bench, search, n: int):
+    """Varied arguments per tool: queries from the tasks' preferences and product types."""
+    tasks = bench.tasks
+    words = [p.value for t in tasks for p in t.preferences] + [s.product_type for t in tasks for s in t.slots]
+    words = [w for w in words if isinstance(w, str) and w.strip()] or ["shoes"]
+    ps = [(words[i % len(words)],) for i in range(n)]
+    ids = [h["product_id"] for w in words[:20] for h in search.search(w, top_k=5)] or ["x"]
+    pv = [([ids[i % len(ids)], ids[(i * 7 + 3) % len(ids)]],) for i in range(n)]
+    ms = [(tasks[i % len(tasks)], [words[(i * 3) % len(words)]]) for i in range(n)]
+    return ps, pv, ms
+
+
+def latency(args, url: str, bench, search, embedder) -> dict:
+    from shopping_companion.benchmark.run_config import ServiceConfig
+    from shopping_companion.memory.store import MemoryStore
+    from shopping_companion.serve.remote import connect
+
+    svc = connect(f"serve:{url}", ServiceConfig(), benchmark_dir=args.bench, reward_spec="paper")
+    n = args.calls
+    ps, pv, ms = _calls(bench, search, n)
+    tasks = sorted({t.task_id: t for t, _ in ms}.values(), key=lambda t: t.task_id)
+    local_mem = {t.task_id: MemoryStore.from_pool(bench.sessions, t.history, embedder) for t in tasks}
+    remote_mem = {t.task_id: svc.memory(t) for t in tasks}
+    for t in tasks:  # the service builds each store on first use: not timed
+        remote_mem[t.task_id].search(["warm up"], top_k=3)
+    mv = [(t, local_mem[t.task_id].session_ids[:2]) for t, _ in ms]
+    out = {}
+    cases = {
+        "product_search": (lambda q: search.search(q, top_k=10), lambda q: svc.products.search(q, top_k=10), ps),
+        "product_view": (search.view, svc.products.view, pv),
+        "mem_search": (
+            lambda t, q: local_mem[t.task_id].search(q, top_k=10),
+            lambda t, q: remote_mem[t.task_id].search(q, top_k=10),
+            ms,
+        ),
+        "mem_view": (lambda t, s: local_mem[t.task_id].view(s), lambda t, s: remote_mem[t.task_id].view(s), mv),
+    }
+    for name, (local_fn, remote_fn, arglist) in cases.items():
+        lo = _timed(local_fn, arglist, args.warmup)
+        re_ = _timed(remote_fn, arglist, args.warmup)
+        out[name] = {
+            "local_p50_ms": statistics.median(lo),
+            "local_p99_ms": _pct(lo, 0.99),
+            "service_p50_ms": statistics.median(re_),
+            "service_p99_ms": _pct(re_, 0.99),
+            "overhead_p50_ms": statistics.median(re_) - statistics.median(lo),
+        }
+    svc.close()
+    return out
+
+
+def throughput(args, url: str, bench) -> dict:
+    import httpx
+
+    task = bench.tasks[0]
+    words = [p.value for t in bench.tasks for p in t.preferences if isinstance(p.value, str)] or ["shoes"]
+    bodies = [
+        {"benchmark": "bench", "task_id": task.task_id, "queries": [f"{words[i % len(words)]} {i}"], "top_k": 10}
+        for i in range(args.concurrency)
+    ]
+
+    async def one_round(c) -> float:
+        t0 = time.perf_counter()
+        rs = await asyncio.gather(*(c.post("/mem_search", json=b) for b in bodies))
+        dt = time.perf_counter() - t0
+        assert all(r.status_code == 200 for r in rs), [r.text for r in rs if r.status_code != 200][:1]
+        return len(bodies) / dt
+
+    async def run() -> list[float]:
+        limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+        async with httpx.AsyncClient(base_url=url + "/v1", timeout=120, limits=limits) as c:
+            await c.post("/mem_search", json=bodies[0])  # the store is built
+            await one_round(c)  # warm-up round
+            return [await one_round(c) for _ in range(args.rounds)]
+
+    return {"rps": asyncio.run(run())}
+
+
+def _rss_child(spec_json: str, users: int) -> None:
+    """Build a rollout worker's resources, touch ``users`` tasks, print peak RSS (MiB)."""
+    from shopping_companion.trainers.resources import ResourceSpec, get_resources
+
+    spec = ResourceSpec(**json.loads(spec_json))
+    res = get_resources(spec)
+    tasks = list(res.tasks.values())[:users]
+    for t in tasks:
+        res.products.search(t.slots[0].product_type or "shoes", top_k=10)
+        res.memory(t).search([p.value for p in t.preferences][:1] or ["price"], top_k=10)
+    status = dict(
+        line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line
+    )  # VmHWM: this process image's peak (ru_maxrss would include the forking parent's)
+    mib = {k: int(status[k].split()[0]) / 1024 for k in ("VmHWM", "VmRSS")}
+    print(json.dumps({"peak_rss_mib": mib["VmHWM"], "rss_mib": mib["VmRSS"], "tasks": len(tasks)}))
+
+
+def rss(args, url: str) -> dict:
+    out = {}
+    for tools in ("local", f"serve:{url}"):
+        spec = {"benchmark": str(args.bench), "data_dir": args.data_dir, "index_dir": args.index_dir, "tools": tools}
+        r = subprocess.run(
+            [sys.executable, __file__, "--_rss-child", json.dumps(spec), "--users", str(args.users)],
+            capture_output=True,
+            text=True,
+            env={**os.environ},
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"rss child ({tools}) failed: {r.stderr[-2000:]}")
+        out["local" if tools == "local" else "remote"] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bench", type=Path, default=ROOT / "runs" / "quickstart" / "bench")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--index-dir", default=None)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--rss", action="store_true", help="also measure a rollout worker's RSS, local vs remote")
+    ap.add_argument("--users", type=int, default=50, help="tasks a rollout worker touches (--rss)")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--_rss-child", dest="rss_child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rss_child:
+        _rss_child(args.rss_child, args.users)
+        return 0
+    args.bench = args.bench.resolve()
+
+    from shopping_companion.benchmark.distributed import connect
+    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.pipeline import make_embedder, open_product_search, resolve_sources
+    from shopping_companion.serve.app import deploy, shutdown
+
+    bench = load_benchmark(args.bench)
+    conn = connect("local", num_cpus=args.cpus)  # before the JVM starts in this process
+    search = open_product_search(index_dir=args.index_dir, sources=resolve_sources(args.data_dir))
+    embedder = make_embedder()
+    figures: dict = {"load_avg_start": os.getloadavg()[0]}
+    try:
+        port = _free_port()
+        d = deploy(_serve_cfg(args, port, batching=True))
+        figures["latency"] = latency(args, d.url, bench, search, embedder)
+        figures["batched"] = throughput(args, d.url, bench)
+        from ray import serve
+
+        figures["batched"]["stats"] = (
+            serve.get_deployment_handle("MemoryTools", app_name="shopcomp").stats.remote().result()
+        )
+        if args.rss:
+            figures["rss"] = rss(args, d.url)
+        shutdown(serve_too=False)
+        d = deploy(_serve_cfg(args, port, batching=False))
+        figures["unbatched"] = throughput(args, d.url, bench)
+        shutdown()
+    finally:
+        conn.close()
+    figures["load_avg_end"] = os.getloadavg()[0]
+
+    print(f"\ntool-call latency, {args.calls} sequential calls per tool (ms)")
+    print(f"{'tool':16} {'local p50':>10} {'local p99':>10} {'serve p50':>10} {'serve p99':>10} {'overhead p50':>13}")
+    for name, f in figures["latency"].items():
+        print(
+            f"{name:16} {f['local_p50_ms']:10.2f} {f['local_p99_ms']:10.2f} {f['service_p50_ms']:10.2f} "
+            f"{f['service_p99_ms']:10.2f} {f['overhead_p50_ms']:13.2f}"
+        )
+    b, u = statistics.median(figures["batched"]["rps"]), statistics.median(figures["unbatched"]["rps"])
+    st = figures["batched"]["stats"]
+    print(
+        f"\nmem_search, {args.concurrency} concurrent requests: batched {b:.1f} req/s, unbatched {u:.1f} req/s, ratio {b / u:.2f}"
+    )
+    print(
+        f"  batching counters: {st['requests']} requests in {st['batches']} encoder calls (largest batch {st['max_batch']})"
+    )
+    if "rss" in figures:
+        r = figures["rss"]
+        print(
+            f"\nrollout worker peak RSS ({r['local']['tasks']} tasks touched): local {r['local']['peak_rss_mib']:.0f} MiB, "
+            f"remote {r['remote']['peak_rss_mib']:.0f} MiB"
+        )
+    print(f"load average {figures['load_avg_start']:.1f} -> {figures['load_avg_end']:.1f}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
