@@ -728,17 +728,17 @@ def build_app(cfg: ServeConfig) -> Any:
 def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = None, name: str = APP_NAME) -> Deployed:
     """Run the application of ``cfg`` on Ray Serve and return where it answers.
 
-    Connects to Ray first when this process is not connected (``address``: a cluster address
+    Connects to Ray first when this process is not connected
+    (:func:`~shopping_companion.benchmark.distributed.connect`; ``address``: a cluster address
     such as ``ray://head:10001`` or ``auto``; None: a new local cluster), starts Serve's HTTP proxy
     on ``cfg.host``:``cfg.port`` (when Serve already runs, its proxy is kept) and waits until
     every replica has loaded its data. ``blocking``: then wait until Ctrl-C (and remove the
     application). Raises ``ConfigError`` for a bad reward spec; a replica whose constructor fails
     (a missing benchmark, an index that cannot be built) fails the deployment with Ray's
     ``RuntimeError`` naming it."""
-    import ray
+    from shopping_companion.benchmark.distributed import connect
 
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    connect(address or "local")  # no-op when connected; never with Ray's signal handler (the JVM)
     target = build_app(cfg)
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     t0 = time.perf_counter()
