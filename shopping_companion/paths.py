@@ -25,7 +25,7 @@ def resolve_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit is not None:
         p = Path(explicit).expanduser()
         if not p.is_dir():
-            raise DataDirError(f"data directory {str(p)!r} (from --data-dir) does not exist")
+            raise DataDirError(f"data directory {str(p)!r} (from --data-dir or data.data_dir) does not exist")
         return p.resolve()
     env = os.environ.get("SHOPCOMP_DATA_DIR", "").strip()
     if env:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -96,11 +97,19 @@ def serve_cmd(
             raise ConfigError(
                 f"benchmarks.{name}: {path} is not a benchmark directory (no tasks.jsonl; `shopcomp synth` writes one)"
             )
+    from shopping_companion.pipeline import resolve_sources
+
+    resolve_sources(cfg.data.data_dir)  # a missing data directory: exit 2 now, not from a replica
     token = cfg.token()
     console.print(
         f"[bold]serve[/] {len(cfg.benchmarks)} benchmark(s) ({escape(', '.join(cfg.benchmarks))}), reward spec "
         f"{escape(cfg.reward_config)}, on {escape(cfg.host)}:{cfg.port}; bearer token "
         + (f"required (${cfg.token_env})" if token else f"off (${cfg.token_env} is not set)"),
+        soft_wrap=True,
+    )
+    need = cfg.deployments.reserved_cpus()
+    console.print(
+        f"replicas reserve {sum(need.values()):g} CPUs (" + ", ".join(f"{n} {v:g}" for n, v in need.items()) + ")",
         soft_wrap=True,
     )
     if check:
@@ -114,18 +123,27 @@ def serve_cmd(
     conn = connect(ray_address, num_cpus=num_cpus)
     t0 = time.perf_counter()
     try:
+        from shopping_companion.serve.config import fits_cluster
+
+        short = fits_cluster(cfg.deployments, conn.cpus)
+        if short and conn.local:  # a private cluster never grows: Serve would wait forever
+            raise ConfigError(short)
+        if short:
+            console.print(
+                f"[yellow]warning[/]: {escape(short)}; replicas wait until the cluster has room", soft_wrap=True
+            )
         console.print("deploying (each replica loads its data; the first start may build the BM25 index) ...")
         try:
             deployed = deploy(cfg)
         except RuntimeError as e:  # a replica's constructor failed (missing data, an index that cannot be built)
-            first = " ".join(str(e).split())[:1500]
-            raise ConfigError(f"the service did not start: {first}") from None
+            raise ConfigError(f"the service did not start: {replica_cause(str(e))}") from None
         console.print(
             f"[green]ready[/] in {time.perf_counter() - t0:.1f} s: {escape(deployed.url)}/v1 "
             f"(docs {escape(deployed.docs_url)}); clients: tools: serve:{escape(deployed.url)}",
             soft_wrap=True,
         )
-        console.print("Ctrl-C stops the service.")
+        console.print("Ctrl-C (or SIGTERM) stops the service.")
+        signal.signal(signal.SIGTERM, _interrupt)  # systemd, Docker and Kubernetes stop with SIGTERM
         try:
             while True:
                 time.sleep(3600)
@@ -135,6 +153,30 @@ def serve_cmd(
         console.print("stopped")
     finally:
         conn.close()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+#: Exception lines of a Ray error's embedded tracebacks: ``[module.]Name(Error|Exception): message``.
+_EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.+)$")
+#: Ray's own wrappers around the replica's error (never the cause).
+_RAY_WRAPPERS = {"RuntimeError", "RayTaskError", "RayActorError", "DeploymentUnavailableError", "RayServeException"}
+
+
+def replica_cause(text: str, limit: int = 600) -> str:
+    """The cause of a failed deployment from Ray's error ``text``: the last ``Name: message`` line
+    of the replicas' tracebacks that is not one of Ray's wrappers (e.g. ``DataDirError: data
+    directory ... does not exist``), else the text's first ``limit`` characters (whitespace
+    collapsed)."""
+    cause = None
+    for line in text.splitlines():
+        m = _EXC_LINE.match(line)
+        if m and m.group(1) not in _RAY_WRAPPERS and not m.group(1).startswith("Ray"):
+            cause = f"{m.group(1)}: {m.group(2).strip()}"
+    flat = " ".join(text.split())
+    return cause[:limit] if cause else flat[:limit]
 
 
 def _yaml_str(text: str) -> str:

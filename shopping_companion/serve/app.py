@@ -733,12 +733,19 @@ def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = No
     such as ``ray://head:10001`` or ``auto``; None: a new local cluster), starts Serve's HTTP proxy
     on ``cfg.host``:``cfg.port`` (when Serve already runs, its proxy is kept) and waits until
     every replica has loaded its data. ``blocking``: then wait until Ctrl-C (and remove the
-    application). Raises ``ConfigError`` for a bad reward spec; a replica whose constructor fails
+    application). Raises ``ConfigError`` for a bad reward spec and, on a private local cluster,
+    when the replicas reserve more CPUs than it has (:func:`~shopping_companion.serve.config.fits_cluster`); a replica whose constructor fails
     (a missing benchmark, an index that cannot be built) fails the deployment with Ray's
     ``RuntimeError`` naming it."""
     from shopping_companion.benchmark.distributed import connect
 
-    connect(address or "local")  # no-op when connected; never with Ray's signal handler (the JVM)
+    from shopping_companion.errors import ConfigError
+    from shopping_companion.serve.config import fits_cluster
+
+    conn = connect(address or "local")  # no-op when connected; never with Ray's signal handler (the JVM)
+    short = fits_cluster(cfg.deployments, conn.cpus)
+    if short and conn.local:  # a private cluster never grows: Serve would wait for the replicas forever
+        raise ConfigError(short)
     target = build_app(cfg)
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     t0 = time.perf_counter()

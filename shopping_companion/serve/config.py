@@ -36,6 +36,8 @@ from shopping_companion.benchmark.run_config import DataConfig
 from shopping_companion.serve.api import DEFAULT_TOKEN_ENV
 
 __all__ = [
+    "DEPLOYMENT_NAMES",
+    "fits_cluster",
     "BatchConfig",
     "DeploymentConfig",
     "DeploymentsConfig",
@@ -94,10 +96,47 @@ class DeploymentsConfig(BaseModel):
     MiniLM), ``scoring`` (judge and rubric) and ``ingress`` (the HTTP API)."""
 
     model_config = _STRICT
-    products: DeploymentConfig = DeploymentConfig()
-    memory: DeploymentConfig = DeploymentConfig()
-    scoring: DeploymentConfig = DeploymentConfig()
+    products: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=32)
+    memory: DeploymentConfig = DeploymentConfig(num_cpus=1.0, max_ongoing_requests=64)
+    scoring: DeploymentConfig = DeploymentConfig(num_cpus=0.25, max_ongoing_requests=32)
     ingress: DeploymentConfig = DeploymentConfig(num_cpus=0.1, max_ongoing_requests=256)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_defaults(cls, data: Any) -> Any:
+        """A partial group (``products: {num_replicas: 3}``) keeps that deployment's other defaults."""
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        for name, given in data.items():
+            field = cls.model_fields.get(name)
+            if field is not None and isinstance(given, Mapping) and isinstance(field.default, DeploymentConfig):
+                out[name] = {**field.default.model_dump(), **given}
+        return out
+
+    def reserved_cpus(self) -> dict[str, float]:
+        """CPUs each deployment reserves in all (``num_replicas * num_cpus``), by name."""
+        return {n: getattr(self, n).num_replicas * getattr(self, n).num_cpus for n in DEPLOYMENT_NAMES}
+
+
+#: The deployments' names in :class:`DeploymentsConfig` (the keys of ``deployments:``).
+DEPLOYMENT_NAMES = ("products", "memory", "scoring", "ingress")
+
+
+def fits_cluster(deployments: DeploymentsConfig, cluster_cpus: float) -> str | None:
+    """None when the replicas' CPU reservations fit a cluster of ``cluster_cpus`` CPUs, else a
+    message naming each deployment's reservation and the fields to change. Ray Serve would
+    otherwise wait forever for replicas it cannot place (a fixed-size cluster never grows)."""
+    need = deployments.reserved_cpus()
+    total = sum(need.values())
+    if total <= cluster_cpus + 1e-9:
+        return None
+    parts = ", ".join(f"{n} {v:g}" for n, v in need.items())
+    return (
+        f"deployments: the replicas reserve {total:g} CPUs ({parts}) but the Ray cluster has {cluster_cpus:g}; "
+        "lower deployments.<name>.num_cpus or num_replicas (fractions are allowed), or start Ray with more CPUs "
+        "(--num-cpus, more nodes)"
+    )
 
 
 class ServeConfig(BaseModel):

@@ -458,6 +458,19 @@ def test_shopcomp_serve_command_serves_until_interrupted(bench_dir, catalog_inde
     assert r.returncode == 2 and "not a benchmark directory" in r.stderr, r.stderr
     r = subprocess.run(exe + ["serve", "--bench", f"q={bench_dir}", "--check"], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and "benchmarks:" in r.stdout and "q:" in r.stdout, (r.stdout, r.stderr)
+    assert "replicas reserve 1.85 CPUs" in " ".join(r.stderr.split() + r.stdout.split())
+    # a private cluster too small for the replicas: refused at once (Serve would wait forever)
+    r = subprocess.run(
+        exe
+        + ["serve", "--bench", f"q={bench_dir}", "--num-cpus", "2", "--port", str(_free_port())]
+        + ["--set", "deployments.products.num_replicas=3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "reserve 2.85 CPUs" in err and "has 2" in err, r.stderr
 
     port = _free_port()
     log = tmp_path / "serve.log"
@@ -491,7 +504,7 @@ def test_shopcomp_serve_command_serves_until_interrupted(bench_dir, catalog_inde
         assert httpx.get(f"{url}/health").json() == {"status": "ok"}
         r = httpx.post(f"{url}/product_search", json={"query": "coffee", "top_k": 2}, timeout=60)
         assert r.status_code == 200 and len(r.json()["results"]) == 2
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # as systemd / Docker / Kubernetes stop it; Ctrl-C takes the same path
         assert proc.wait(timeout=120) == 0, log.read_text()
         assert "stopped" in log.read_text()
     finally:

@@ -1,0 +1,48 @@
+"""The serve config's CPU reservations against the cluster, and the cause of a failed deployment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shopping_companion.cli.serve import replica_cause
+from shopping_companion.serve.config import DeploymentsConfig, fits_cluster, load_serve_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_and_shipped_config_fit_two_cpus():
+    assert sum(DeploymentsConfig().reserved_cpus().values()) == pytest.approx(1.85)
+    assert fits_cluster(DeploymentsConfig(), 2.0) is None
+    cfg = load_serve_config(ROOT / "configs" / "serve" / "local.yaml", [])
+    assert fits_cluster(cfg.deployments, 2.0) is None
+
+
+def test_too_many_cpus_named_per_deployment():
+    part = DeploymentsConfig.model_validate({"products": {"num_replicas": 3}})  # keeps products' defaults
+    assert (part.products.num_cpus, part.products.max_ongoing_requests) == (0.5, 32)
+    assert part.ingress.max_ongoing_requests == 256
+    d = DeploymentsConfig.model_validate({"products": {"num_replicas": 3, "num_cpus": 1.0}})
+    assert d.reserved_cpus()["products"] == 3.0
+    msg = fits_cluster(d, 2.0)
+    assert msg is not None
+    assert "reserve 4.35 CPUs" in msg and "products 3" in msg and "has 2" in msg
+    assert "deployments.<name>.num_cpus" in msg
+    assert fits_cluster(d, 4.35) is None  # exactly enough fits
+    assert fits_cluster(d, 4.3) is not None
+
+
+def test_replica_cause_finds_the_error_under_rays_wrappers():
+    text = (
+        "Deploying application shopcomp failed: Failed to update the deployments ['ProductTools'].\n"
+        "ray::ServeReplica:shopcomp:ProductTools.initialize_and_get_metadata() (pid=1, ip=10.0.0.1)\n"
+        '  File "/x/app.py", line 180, in _open_search\n'
+        "ray.exceptions.RayTaskError(DataDirError): ray::ServeReplica (pid=1)\n"
+        "RuntimeError: replica failed\n"
+        "shopping_companion.errors.DataDirError: data directory '/nope' does not exist\n"
+    )
+    assert replica_cause(text) == "DataDirError: data directory '/nope' does not exist"
+    plain = "Deploying application shopcomp failed:   nothing\nparsable here"
+    assert replica_cause(plain) == "Deploying application shopcomp failed: nothing parsable here"
+    assert len(replica_cause("x" * 5000)) == 600
