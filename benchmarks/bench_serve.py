@@ -26,6 +26,11 @@ deployment) over the benchmark ``--bench`` (default ``runs/quickstart/bench``, w
         [--perturbed-index DIR] [--calls 200] [--concurrency 64] [--rounds 5] [--rss] [--users 50]
         [--json OUT]
 
+Measured (2 CPUs, load average 0.2 at the start; full table in docs/cluster.md "Figures"):
+p50 overhead 39.5-53.3 ms (product_search 4.6 -> 55.9 ms, mem_view 0.13 -> 39.6 ms), far over
+the 2 ms target; 64 concurrent mem_search batched 27.2 vs unbatched 40.5 req/s (0.67); peak RSS
+after 996 users local 2,519 MiB vs remote 165 MiB.
+
 At the issue's scale: the 1.3M-product index of ``benchmarks/bench_product_search.py
 --build-only 1.3m --work-dir W --threads 1`` (``--perturbed-index W/perturbed-1300000-s0``) and a
 1,000-user memory bank (``shopcomp synth --config configs/benchmark/shopping_companion.yaml --out
