@@ -79,7 +79,7 @@ def serve_cmd(
 
     Security: the service binds 127.0.0.1 unless --host says otherwise; any other address needs a
     bearer token in $SHOPCOMP_SERVE_TOKEN (or the variable token_env names), which every route
-    but /v1/health then requires.
+    but /v1/health and the static /v1/docs page then requires.
 
     Runs until Ctrl-C (exit 0, "stopped"); exit 2 for a configuration or data error, 1 a bug.
     Needs Ray Serve (pip install -e ".[serve]")."""
