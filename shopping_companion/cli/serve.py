@@ -81,7 +81,7 @@ def serve_cmd(
     bearer token in $SHOPCOMP_SERVE_TOKEN (or the variable token_env names), which every route
     but /v1/health and the static /v1/docs page then requires.
 
-    Runs until Ctrl-C (exit 0, "stopped"); exit 2 for a configuration or data error, 1 a bug.
+    Runs until Ctrl-C or SIGTERM (exit 0, "stopped"); exit 2 for a configuration or data error, 1 a bug.
     Needs Ray Serve (pip install -e ".[serve]")."""
     from shopping_companion.serve.config import load_serve_config
 
