@@ -83,7 +83,7 @@ def serve_cmd(
 
     Runs until Ctrl-C or SIGTERM (exit 0, "stopped"); exit 2 for a configuration or data error, 1 a bug.
     Needs Ray Serve (pip install -e ".[serve]")."""
-    from shopping_companion.serve.config import load_serve_config
+    from shopping_companion.serve.config import describe_reserved, fits_cluster, load_serve_config
 
     sets = sets_of(set_)
     extra = bench_overrides(list(bench or []))
@@ -107,11 +107,7 @@ def serve_cmd(
         + (f"required (${cfg.token_env})" if token else f"off (${cfg.token_env} is not set)"),
         soft_wrap=True,
     )
-    need = cfg.deployments.reserved_cpus()
-    console.print(
-        f"replicas reserve {sum(need.values()):g} CPUs (" + ", ".join(f"{n} {v:g}" for n, v in need.items()) + ")",
-        soft_wrap=True,
-    )
+    console.print(describe_reserved(cfg.deployments), soft_wrap=True)
     if check:
         print(_dump(cfg))
         return
@@ -123,18 +119,14 @@ def serve_cmd(
     conn = connect(ray_address, num_cpus=num_cpus)
     t0 = time.perf_counter()
     try:
-        from shopping_companion.serve.config import fits_cluster
-
         short = fits_cluster(cfg.deployments, conn.cpus)
-        if short and conn.local:  # a private cluster never grows: Serve would wait forever
-            raise ConfigError(short)
-        if short:
+        if short and not conn.local:  # deploy refuses it on a private cluster; this one may grow
             console.print(
                 f"[yellow]warning[/]: {escape(short)}; replicas wait until the cluster has room", soft_wrap=True
             )
         console.print("deploying (each replica loads its data; the first start may build the BM25 index) ...")
         try:
-            deployed = deploy(cfg)
+            deployed = deploy(cfg, address=ray_address)
         except RuntimeError as e:  # a replica's constructor failed (missing data, an index that cannot be built)
             raise ConfigError(f"the service did not start: {replica_cause(str(e))}") from None
         console.print(

@@ -738,7 +738,6 @@ def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = No
     (a missing benchmark, an index that cannot be built) fails the deployment with Ray's
     ``RuntimeError`` naming it."""
     from shopping_companion.benchmark.distributed import connect
-
     from shopping_companion.errors import ConfigError
     from shopping_companion.serve.config import fits_cluster
 

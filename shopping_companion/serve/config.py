@@ -37,6 +37,7 @@ from shopping_companion.serve.api import DEFAULT_TOKEN_ENV
 
 __all__ = [
     "DEPLOYMENT_NAMES",
+    "describe_reserved",
     "fits_cluster",
     "BatchConfig",
     "DeploymentConfig",
@@ -123,17 +124,21 @@ class DeploymentsConfig(BaseModel):
 DEPLOYMENT_NAMES = ("products", "memory", "scoring", "ingress")
 
 
+def describe_reserved(deployments: DeploymentsConfig) -> str:
+    """``"the replicas reserve 1.85 CPUs (products 0.5, memory 1, scoring 0.25, ingress 0.1)"``."""
+    need = deployments.reserved_cpus()
+    parts = ", ".join(f"{n} {v:g}" for n, v in need.items())
+    return f"the replicas reserve {sum(need.values()):g} CPUs ({parts})"
+
+
 def fits_cluster(deployments: DeploymentsConfig, cluster_cpus: float) -> str | None:
     """None when the replicas' CPU reservations fit a cluster of ``cluster_cpus`` CPUs, else a
     message naming each deployment's reservation and the fields to change. Ray Serve would
     otherwise wait forever for replicas it cannot place (a fixed-size cluster never grows)."""
-    need = deployments.reserved_cpus()
-    total = sum(need.values())
-    if total <= cluster_cpus + 1e-9:
+    if sum(deployments.reserved_cpus().values()) <= cluster_cpus + 1e-9:
         return None
-    parts = ", ".join(f"{n} {v:g}" for n, v in need.items())
     return (
-        f"deployments: the replicas reserve {total:g} CPUs ({parts}) but the Ray cluster has {cluster_cpus:g}; "
+        f"deployments: {describe_reserved(deployments)} but the Ray cluster has {cluster_cpus:g}; "
         "lower deployments.<name>.num_cpus or num_replicas (fractions are allowed), or start Ray with more CPUs "
         "(--num-cpus, more nodes)"
     )
