@@ -22,6 +22,9 @@ Routes (GET and HEAD only; any other method answers 405):
     two runs: per-task success transitions and metric deltas with 95 % bootstrap CIs.
 ``/compare/episode?a=RUN&la=LINE&b=RUN&lb=LINE``
     two episodes side by side.
+``/api/runs``
+    JSON ``{"live", "runs": [RunSummary...]}`` (``live``: some run is being written), polled by a
+    runs page while a run is live, which updates its counts and metrics in place.
 ``/api/runs/{run_id}/rows?after=LINE``
     JSON ``{"run_id", "live", "summary", "rows": [EpisodeRow...], "more"}`` of the rows after line
     ``LINE`` (at most :data:`API_ROWS` of them), for live refresh; ``{"error", "run_id"}`` with
@@ -216,6 +219,9 @@ class ServerLinks:
     def rows_api(self, run_id: str) -> str | None:
         return f"/api/runs/{_q(run_id)}/rows"
 
+    def runs_api(self) -> str | None:
+        return "/api/runs"
+
 
 class BundleLinks:
     """The links of a static export (relative file names; no server): ``prefix`` leads from the
@@ -253,6 +259,9 @@ class BundleLinks:
         return f"{self.prefix}static/{name}"
 
     def rows_api(self, run_id: str) -> str | None:
+        return None
+
+    def runs_api(self) -> str | None:
         return None
 
 
@@ -742,7 +751,9 @@ class Pages:
         """The runs page: one row per :class:`RunSummary`, sortable on the client."""
         ks = sorted({k for s in summaries for k in (s.pass_hat_k or {})})
         comps = sorted({c for s in summaries for c in (s.components or {})})
-        return self.render("runs.html", links, summaries=summaries, ks=ks, comps=comps, **extra)
+        runs_api = getattr(links, "runs_api", lambda: None)()
+        live = {"live": any(s.live for s in summaries), "runs_url": runs_api}
+        return self.render("runs.html", links, summaries=summaries, ks=ks, comps=comps, live=live, **extra)
 
     def episodes(self, links: Any, index: RunIndex, query: dict[str, Any]) -> str:
         """The episodes page of one run for a checked ``query`` (see :func:`episode_query`)."""
@@ -808,7 +819,7 @@ class Pages:
             "raw": None,
             "record": None,
         }
-        if view.raw is not None or view.result is None:
+        if view.raw is not None or (view.result is None and view.record is None):  # a line that is no episode
             out["raw"] = self._section(lambda: mod.raw_line(view), "the raw line")
         out["task"] = self._section(lambda: mod.task_section(view), "the instruction and gold preferences")
         out["stages"] = {
@@ -1061,6 +1072,11 @@ def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequ
         }
         return JSONResponse(body)
 
+    def runs_api(request: Request) -> Response:
+        with lock:
+            summaries = catalog.runs()
+        return JSONResponse({"live": any(s.live for s in summaries), "runs": [jsonable(s) for s in summaries]})
+
     def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
@@ -1073,6 +1089,7 @@ def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequ
         Route("/healthz", healthz, methods=get),
         Route("/compare", page(compare_page), methods=get),
         Route("/compare/episode", page(compare_episode_page), methods=get),
+        Route("/api/runs", runs_api, methods=get),
         Route("/api/runs/{run_id:path}/rows", rows_api, methods=get),
         Route("/runs/{run_id:path}/episodes/{line:int}/raw", page(raw_page), methods=get),
         Route("/runs/{run_id:path}/episodes/{line:int}/content", page(content_page), methods=get),

@@ -327,3 +327,124 @@ def test_hostile_trajectory_renders_as_text(tab: Tab):
     assert page.locator("#episodes tbody tr").count() == 1
     assert "<script>" in (page.locator("#episodes td.instr").first.get_attribute("title") or "")
     assert page.evaluate("() => window.__pwned === undefined") and tab.dialogs == []
+
+
+# ----------------------------------------------------------------------------- added runs
+# The tests below add runs to the served directory (the server lists them as they appear), so they
+# come after the tests that count the runs.
+
+
+def _copy_run(runs: Path, src: str, name: str, n_lines: int) -> tuple[Path, list[str]]:
+    """``runs/name``: the first ``n_lines`` lines of run ``src``'s results and its config.yaml (its
+    benchmark path is absolute); no summary.json, so the run is live while it is being written."""
+    lines = (runs / src / "results.jsonl").read_text().splitlines(keepends=True)
+    run = runs / name
+    run.mkdir()
+    (run / "config.yaml").write_text((runs / src / "config.yaml").read_text())
+    (run / "results.jsonl").write_text("".join(lines[:n_lines]))
+    return run, lines
+
+
+def _wait_text(page, selector: str, expected: str, timeout_ms: int = 20_000) -> None:
+    page.wait_for_function(
+        "([sel, want]) => { const el = document.querySelector(sel); return !!el && el.textContent.trim() === want; }",
+        arg=[selector, expected],
+        timeout=timeout_ms,
+    )
+
+
+def test_live_pages_update_as_episodes_are_appended(tab: Tab, runs_dir: Path):
+    """A live run's episodes page strip and the runs page's cells follow appended episodes (the
+    pages poll the JSON API every 2.5 s); the numbers on screen become those of the whole file."""
+    from shopping_companion.viewer.app import fmt_pct
+    from shopping_companion.viewer.store import RunCatalog
+
+    page = tab.page
+    run, lines = _copy_run(runs_dir, "reference", "grow-a", 2)
+    assert len(lines) == 8
+    tab.goto("/runs/grow-a/episodes")
+    assert page.locator("#live-count").inner_text().strip() == "2"
+    assert page.locator("#episodes tbody tr").count() == 2
+    with open(run / "results.jsonl", "a") as f:
+        f.write("".join(lines[2:]))
+    want = RunCatalog([runs_dir]).get("grow-a").summary
+    _wait_text(page, "#live-count", "8")
+    _wait_text(page, ".strip [data-live-field=n_episodes]", "8")
+    assert page.locator(".strip [data-live-field=acc]").inner_text().strip() == fmt_pct(want.acc)
+    assert page.locator(".strip [data-live-field=succ]").inner_text().strip() == fmt_pct(want.succ)
+    for k, v in want.pass_hat_k.items():
+        cell = page.locator(f".strip [data-live-field='pass_hat_k.{k}']")
+        if cell.count():
+            assert cell.inner_text().strip() == fmt_pct(v)
+    page.wait_for_function("() => document.querySelectorAll('#episodes tbody tr').length === 8", timeout=10_000)
+    tab.shot("episodes_live")
+
+    run_b, lines_b = _copy_run(runs_dir, "scripted", "grow-b", 3)
+    tab.goto("/")
+    row = "#runs tbody tr[data-run='grow-b']"
+    assert page.locator(f"{row} [data-live-field=n_episodes]").inner_text().strip() == "3"
+    with open(run_b / "results.jsonl", "a") as f:
+        f.write("".join(lines_b[3:]))
+    want_b = RunCatalog([runs_dir]).get("grow-b").summary
+    _wait_text(page, f"{row} [data-live-field=n_episodes]", str(len(lines_b)))
+    assert page.locator(f"{row} [data-live-field=acc]").inner_text().strip() == fmt_pct(want_b.acc)
+    assert page.locator(f"{row} [data-live-field=succ]").inner_text().strip() == fmt_pct(want_b.succ)
+    assert page.locator(f"{row} [data-live-field=n_scored]").inner_text().strip() == str(want_b.n_scored)
+    tab.shot("runs_live")
+
+
+def test_sft_kept_and_grpo_dump_pages(tab: Tab, runs_dir: Path, tmp_path: Path):
+    """An SFT ``kept.jsonl`` (the real selection, :func:`~shopping_companion.sft.collect.select_kept`,
+    over the real reference run) and a GRPO validation dump made from the same episodes the way verl
+    writes one (tests/fixtures/viewer/grpo_dump.py) open with their tasks, tool calls and marks."""
+    import yaml
+
+    from shopping_companion.benchmark.report import read_results
+    from shopping_companion.sft.collect import select_kept
+    from shopping_companion.types import Task
+    from tests.fixtures.viewer.grpo_dump import dump_entry, tiny_tokenizer, write_dump
+
+    page = tab.page
+    results = read_results(runs_dir / "reference" / "results.jsonl")
+    kept = select_kept(results)
+    assert kept, "the reference policy succeeds on some stages"
+    sft = runs_dir / "sft-collect"
+    sft.mkdir()
+    config = (runs_dir / "reference" / "config.yaml").read_text()
+    (sft / "config.yaml").write_text(config)
+    (sft / "kept.jsonl").write_text("".join(k.model_dump_json() + "\n" for k in kept))
+    bench = Path(yaml.safe_load(config)["bench"]["path"])
+    tasks = {
+        t.task_id: t
+        for t in (Task.model_validate_json(x) for x in (bench / "tasks.jsonl").read_text().splitlines() if x)
+    }
+
+    text = tab.goto("/runs/sft-collect/episodes")
+    assert "sft_kept" in text and f"{len(kept)} matching line(s)" in text
+    assert kept[0].task_id in text
+    page.locator("#episodes tbody tr").first.locator("a").first.click()
+    page.wait_for_load_state()
+    text = tab.text()
+    assert tasks[kept[0].task_id].instruction in text and "Hide gold preferences" in text
+    assert kept[0].reason in text
+    assert "could not be read as an episode" not in text  # a kept stage is an episode: no raw-line box
+    tab.shot("sft_kept_episode")
+
+    tok = tiny_tokenizer(tmp_path / "tok")
+    entries = [dump_entry(s, tasks[r.task_id], tok, step=5) for r in results if r.stages for s in r.stages]
+    val = runs_dir / "grpo" / "val"
+    write_dump(val / "5.jsonl", entries)
+    (val / "config.yaml").write_text(f"bench:\n  path: {bench}\n")
+    text = tab.goto("/runs/grpo/val/5.jsonl/episodes")
+    assert "grpo_val" in text and f"{len(entries)} matching line(s)" in text
+    assert results[0].task_id in text and "unknown" not in _column(page, "episodes", "task")
+    tab.shot("grpo_episodes")
+    text = tab.goto("/runs/grpo/val/5.jsonl/episodes/2")  # stage 2 of the first episode
+    stage2 = results[0].stages[1].trajectory
+    assert tasks[results[0].task_id].instruction in text and "Hide gold preferences" in text
+    assert "product_search" in text and "reference" in text
+    assert "could not be read as an episode" not in text
+    assert f"Timeline ({len(stage2.steps)} turn(s))" in text
+    n_calls = sum(len(s.tool_calls) for s in stage2.steps)
+    assert page.locator(".call").count() >= n_calls > 0
+    tab.shot("grpo_episode")

@@ -121,7 +121,8 @@ def test_out_of_range_numbers_in_sft_kept_and_grpo_lines(tmp_path):
     g = cat.get("grpo/val/10.jsonl")
     rows = [g.row(n) for n in range(1, 6)]
     assert [r.status for r in rows] == ["ok"] * 5  # non-finite extras are simply left out
-    assert rows[1].turns is None and rows[2].tool_calls is None and rows[3].r2 is None and rows[4].r_tool is None
+    # turns are counted in the output (one assistant turn), never read from num_turns
+    assert rows[1].turns == 1 and rows[2].tool_calls is None and rows[3].r2 is None and rows[4].r_tool is None
     assert all(math.isfinite(v) for r in rows for v in r.components.values())
     assert all(math.isfinite(v) for v in g.summary.components.values())
     for n in range(1, 6):

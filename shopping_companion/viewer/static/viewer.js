@@ -154,6 +154,74 @@
   }
 
   // ---------------------------------------------------------------- live refresh (server only)
+  // Elements with data-live-field="NAME" (a RunSummary field; "pass_hat_k.3" for pass^3) show that
+  // field; data-live-kind: "pct" (a share as a percentage), "time" (ISO time to the minute),
+  // "badge CLS" (a count, in a badge when > 0), else the value as text. Sortable cells (data-v)
+  // get the new sort value too.
+  function summaryField(summary, path) {
+    var v = summary, parts = path.split(".");
+    for (var i = 0; i < parts.length; i++) {
+      if (v === null || v === undefined || typeof v !== "object") return null;
+      v = v[parts[i]];
+    }
+    return v === undefined ? null : v;
+  }
+  function pct(x) {
+    return (typeof x !== "number" || !isFinite(x)) ? "\u2013" : (100 * x).toFixed(1) + "%";
+  }
+  function applySummary(root, summary) {
+    var els = root.querySelectorAll("[data-live-field]");
+    for (var i = 0; i < els.length; i++) {
+      var el = els[i], v = summaryField(summary, el.getAttribute("data-live-field"));
+      var kind = el.getAttribute("data-live-kind") || "";
+      if (kind === "pct") {
+        el.textContent = pct(v);
+      } else if (kind === "time") {
+        el.textContent = vis(String(v || "").slice(0, 16).replace("T", " "));
+        el.setAttribute("title", vis(String(v || "")));
+      } else if (kind.indexOf("badge") === 0) {
+        el.textContent = "";
+        if (typeof v === "number" && v > 0) el.appendChild(badge(String(v), kind.slice(6)));
+        else el.textContent = v === null ? "\u2013" : vis(String(v));
+      } else {
+        el.textContent = v === null ? "\u2013" : vis(String(v));
+      }
+      if (el.hasAttribute("data-v")) el.setAttribute("data-v", v === null || typeof v === "object" ? "" : String(v));
+    }
+  }
+
+  function startRunsLive(cfg) {
+    if (!cfg || !cfg.live || !cfg.runs_url || !window.fetch) return;
+    var notice = document.getElementById("live-notice");
+    var timer = window.setInterval(poll, 2500);
+    function poll() {
+      window.fetch(cfg.runs_url, { headers: { "Accept": "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (data) {
+          if (!data || !data.runs) return;
+          var rows = {}, trs = document.querySelectorAll("#runs tbody tr[data-run]");
+          for (var i = 0; i < trs.length; i++) rows[trs[i].getAttribute("data-run")] = trs[i];
+          var added = 0;
+          for (var j = 0; j < data.runs.length; j++) {
+            var s = data.runs[j], tr = rows[vis(s.run_id)];
+            if (!tr) { added += 1; continue; }
+            applySummary(tr, s);
+            if (!s.live) {
+              var b = tr.querySelector(".badge.live");
+              if (b) b.parentNode.removeChild(b);
+            }
+          }
+          if (notice && (added || !data.live)) {
+            notice.classList.remove("hidden");
+            notice.textContent = (added ? added + " new run(s) since this page was loaded; reload to list them. " : "") +
+              (data.live ? "" : "No run is being written any more.");
+          }
+          if (!data.live) window.clearInterval(timer);
+        })
+        .catch(function () { /* server gone: keep the page as it is */ });
+    }
+  }
+
   function startLive(cfg) {
     if (!cfg || !cfg.live || !cfg.rows_url || !window.fetch) return;
     var after = cfg.after || 0, pending = 0;
@@ -190,8 +258,7 @@
             notice.textContent = (pending ? pending + " new episode line(s) since this page was loaded. " : "") +
               (data.live ? "" : "The run is no longer being written. ") + "Reload to update the filters, paging and totals.";
           }
-          var count = document.getElementById("live-count");
-          if (count && data.summary) count.textContent = String(data.summary.n_lines);
+          if (data.summary) applySummary(document, data.summary);
           if (!data.live) window.clearInterval(timer);
         })
         .catch(function () { /* server gone: keep the page as it is */ });
@@ -249,6 +316,7 @@
       }
     });
     startLive(readJSON("live-config"));
+    startRunsLive(readJSON("runs-live-config"));
     var exported = readJSON("export-rows");
     if (exported) startExportIndex(exported);
   });
