@@ -26,10 +26,11 @@ deployment) over the benchmark ``--bench`` (default ``runs/quickstart/bench``, w
         [--perturbed-index DIR] [--calls 200] [--concurrency 64] [--rounds 5] [--rss] [--users 50]
         [--json OUT]
 
-Measured (2 CPUs, load average 0.2 at the start; full table in docs/cluster.md "Figures"):
-p50 overhead 39.5-53.3 ms (product_search 4.6 -> 55.9 ms, mem_view 0.13 -> 39.6 ms), far over
-the 2 ms target; 64 concurrent mem_search batched 27.2 vs unbatched 40.5 req/s (0.67); peak RSS
-after 996 users local 2,519 MiB vs remote 165 MiB.
+Measured (2 CPUs, shared with test jobs; load average 0.2 -> 6.2; full table in docs/cluster.md
+"Figures"): p50 overhead through the direct endpoints 2.7-10.7 ms, through Serve's proxy and
+ingress 25-88 ms (2 ms target not met); 64 concurrent mem_search via the direct endpoint batched
+150.1 vs unbatched 77.6 req/s (1.94), via Serve 30.0 vs 28.1 (1.07); peak RSS (earlier run) after
+996 users local 2,519 MiB vs remote 165 MiB.
 
 At the issue's scale: the 1.3M-product index of ``benchmarks/bench_product_search.py
 --build-only 1.3m --work-dir W --threads 1`` (``--perturbed-index W/perturbed-1300000-s0``) and a
@@ -105,45 +106,69 @@ def _calls(bench, search, n: int):
 
 
 def latency(args, url: str, bench, search, embedder) -> dict:
+    """p50 / p99 of each tool in process, through the replicas' direct endpoints (the client's
+    default) and through Ray Serve's proxy and ingress (``direct: false``)."""
     from shopping_companion.benchmark.run_config import ServiceConfig
     from shopping_companion.memory.store import MemoryStore
     from shopping_companion.serve.remote import connect
 
-    svc = connect(f"serve:{url}", ServiceConfig(), benchmark_dir=args.bench, reward_spec="paper")
+    paths = {
+        p: connect(f"serve:{url}", ServiceConfig(direct=p == "direct"), benchmark_dir=args.bench, reward_spec="paper")
+        for p in ("direct", "serve")
+    }
     n = args.calls
     ps, pv, ms = _calls(bench, search, n)
     tasks = sorted({t.task_id: t for t, _ in ms}.values(), key=lambda t: t.task_id)
     local_mem = {t.task_id: MemoryStore.from_pool(bench.sessions, t.history, embedder) for t in tasks}
-    remote_mem = {t.task_id: svc.memory(t) for t in tasks}
+    remote_mem = {p: {t.task_id: svc.memory(t) for t in tasks} for p, svc in paths.items()}
     for t in tasks:  # the service builds each store on first use: not timed
-        remote_mem[t.task_id].search(["warm up"], top_k=3)
+        remote_mem["serve"][t.task_id].search(["warm up"], top_k=3)
     mv = [(t, local_mem[t.task_id].session_ids[:2]) for t, _ in ms]
-    out = {}
-    cases = {
-        "product_search": (lambda q: search.search(q, top_k=10), lambda q: svc.products.search(q, top_k=10), ps),
-        "product_view": (search.view, svc.products.view, pv),
-        "mem_search": (
-            lambda t, q: local_mem[t.task_id].search(q, top_k=10),
-            lambda t, q: remote_mem[t.task_id].search(q, top_k=10),
-            ms,
-        ),
-        "mem_view": (lambda t, s: local_mem[t.task_id].view(s), lambda t, s: remote_mem[t.task_id].view(s), mv),
-    }
-    for name, (local_fn, remote_fn, arglist) in cases.items():
-        lo = _timed(local_fn, arglist, args.warmup)
-        re_ = _timed(remote_fn, arglist, args.warmup)
-        out[name] = {
-            "local_p50_ms": statistics.median(lo),
-            "local_p99_ms": _pct(lo, 0.99),
-            "service_p50_ms": statistics.median(re_),
-            "service_p99_ms": _pct(re_, 0.99),
-            "overhead_p50_ms": statistics.median(re_) - statistics.median(lo),
+
+    def fns(p: str) -> dict:
+        svc, mem = paths[p], remote_mem[p]
+        return {
+            "product_search": lambda q: svc.products.search(q, top_k=10),
+            "product_view": svc.products.view,
+            "mem_search": lambda t, q: mem[t.task_id].search(q, top_k=10),
+            "mem_view": lambda t, s: mem[t.task_id].view(s),
         }
-    svc.close()
+
+    local = {
+        "product_search": (lambda q: search.search(q, top_k=10), ps),
+        "product_view": (search.view, pv),
+        "mem_search": (lambda t, q: local_mem[t.task_id].search(q, top_k=10), ms),
+        "mem_view": (lambda t, s: local_mem[t.task_id].view(s), mv),
+    }
+    remote = {p: fns(p) for p in paths}
+    out = {}
+    for name, (local_fn, arglist) in local.items():
+        lo = _timed(local_fn, arglist, args.warmup)
+        f = {"local_p50_ms": statistics.median(lo), "local_p99_ms": _pct(lo, 0.99)}
+        for p in paths:
+            xs = _timed(remote[p][name], arglist, args.warmup)
+            f[f"{p}_p50_ms"] = statistics.median(xs)
+            f[f"{p}_p99_ms"] = _pct(xs, 0.99)
+            f[f"{p}_overhead_p50_ms"] = statistics.median(xs) - f["local_p50_ms"]
+        out[name] = f
+    direct_calls = paths["direct"].client.direct_requests
+    for svc in paths.values():
+        svc.close()
+    out["_direct_requests"] = direct_calls
     return out
 
 
+def direct_url(url: str, deployment: str) -> str:
+    """The first direct endpoint of ``deployment`` the service at ``url`` lists."""
+    import httpx
+
+    eps = httpx.get(f"{url}/v1/endpoints", timeout=30).json()["endpoints"]
+    return next(e["url"] for e in eps if e["deployment"] == deployment)
+
+
 def throughput(args, url: str, bench) -> dict:
+    """``mem_search`` requests/s with ``--concurrency`` requests in flight, sent to ``url``
+    (the service, or a MemoryTools replica's direct endpoint)."""
     import httpx
 
     task = bench.tasks[0]
@@ -255,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--rss", action="store_true", help="also measure a rollout worker's RSS, local vs remote")
+    ap.add_argument("--no-throughput", action="store_true", help="skip the concurrent mem_search phase")
     ap.add_argument("--users", type=int, default=50, help="tasks a rollout worker touches (--rss)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--_rss-child", dest="rss_child", default=None, help=argparse.SUPPRESS)
@@ -278,39 +304,59 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict = {"load_avg_start": os.getloadavg()[0]}
     try:
         port = _free_port()
-        d = deploy(_serve_cfg(args, port, batching=True))
-        figures["latency"] = latency(args, d.url, bench, search, embedder)
-        figures["batched"] = throughput(args, d.url, bench)
         from ray import serve
 
-        figures["batched"]["stats"] = (
-            serve.get_deployment_handle("MemoryTools", app_name="shopcomp").stats.remote().result()
-        )
+        def stats() -> dict:
+            return serve.get_deployment_handle("MemoryTools", app_name="shopcomp").stats.remote().result()
+
+        def delta(a: dict, b: dict) -> dict:
+            return {"requests": b["requests"] - a["requests"], "batches": b["batches"] - a["batches"]}
+
+        d = deploy(_serve_cfg(args, port, batching=True))
+        figures["latency"] = latency(args, d.url, bench, search, embedder)
+        if not args.no_throughput:
+            for path, target in (("serve", d.url), ("direct", direct_url(d.url, "MemoryTools"))):
+                s0 = stats()
+                figures[f"batched_{path}"] = throughput(args, target, bench)
+                figures[f"batched_{path}"]["stats"] = {**delta(s0, stats()), "max_batch": stats()["max_batch"]}
         if args.rss:
             figures["rss"] = rss(args, d.url)
         shutdown(serve_too=False)
-        d = deploy(_serve_cfg(args, port, batching=False))
-        figures["unbatched"] = throughput(args, d.url, bench)
+        if not args.no_throughput:
+            d = deploy(_serve_cfg(args, port, batching=False))
+            for path, target in (("serve", d.url), ("direct", direct_url(d.url, "MemoryTools"))):
+                figures[f"unbatched_{path}"] = throughput(args, target, bench)
         shutdown()
     finally:
         conn.close()
     figures["load_avg_end"] = os.getloadavg()[0]
 
-    print(f"\ntool-call latency, {args.calls} sequential calls per tool (ms)")
-    print(f"{'tool':16} {'local p50':>10} {'local p99':>10} {'serve p50':>10} {'serve p99':>10} {'overhead p50':>13}")
+    print(f"\ntool-call latency, {args.calls} sequential calls per tool (ms; overhead = p50 - in-process p50)")
+    print(
+        f"{'tool':15} {'local p50/p99':>14} {'direct p50/p99':>15} {'overhead':>9} {'serve p50/p99':>15} {'overhead':>9}"
+    )
     for name, f in figures["latency"].items():
+        if name.startswith("_"):
+            continue
         print(
-            f"{name:16} {f['local_p50_ms']:10.2f} {f['local_p99_ms']:10.2f} {f['service_p50_ms']:10.2f} "
-            f"{f['service_p99_ms']:10.2f} {f['overhead_p50_ms']:13.2f}"
+            f"{name:15} {f['local_p50_ms']:6.2f}/{f['local_p99_ms']:7.2f} "
+            f"{f['direct_p50_ms']:6.2f}/{f['direct_p99_ms']:8.2f} {f['direct_overhead_p50_ms']:9.2f} "
+            f"{f['serve_p50_ms']:6.2f}/{f['serve_p99_ms']:8.2f} {f['serve_overhead_p50_ms']:9.2f}"
         )
-    b, u = statistics.median(figures["batched"]["rps"]), statistics.median(figures["unbatched"]["rps"])
-    st = figures["batched"]["stats"]
-    print(
-        f"\nmem_search, {args.concurrency} concurrent requests: batched {b:.1f} req/s, unbatched {u:.1f} req/s, ratio {b / u:.2f}"
-    )
-    print(
-        f"  batching counters: {st['requests']} requests in {st['batches']} encoder calls (largest batch {st['max_batch']})"
-    )
+    print(f"  (calls sent to a direct endpoint: {figures['latency']['_direct_requests']})")
+    if not args.no_throughput:
+        for path in ("serve", "direct"):
+            b = statistics.median(figures[f"batched_{path}"]["rps"])
+            u = statistics.median(figures[f"unbatched_{path}"]["rps"])
+            st = figures[f"batched_{path}"]["stats"]
+            print(
+                f"\nmem_search via {path}, {args.concurrency} concurrent requests: batched {b:.1f} req/s, "
+                f"unbatched {u:.1f} req/s, ratio {b / u:.2f}"
+            )
+            print(
+                f"  batching counters: {st['requests']} requests in {st['batches']} encoder calls "
+                f"(largest batch so far {st['max_batch']})"
+            )
     if "rss" in figures:
         r = figures["rss"]
         print(

@@ -11,14 +11,24 @@ contract, so the client is tested against the wire format, plus fault injection:
   is read (``reset``), or get our JSON 503 / 500, or Ray Serve's own plain-text 503;
 * ``down_routes``: routes answering Ray's plain 503 for as long as they are in the set (tests add
   and remove names while the server runs);
-* ``token``: every route but ``/v1/health`` needs ``Authorization: Bearer <token>``.
+* ``token``: every route but ``/v1/health`` needs ``Authorization: Bearer <token>``;
+* ``direct=N``: N more servers on 127.0.0.1 play the replicas' direct endpoints
+  (:mod:`shopping_companion.serve.direct`): each serves the POST routes and ``GET /v1/direct``
+  (its nonce), and ``GET /v1/endpoints`` lists each under the three deployments; ``bad_nonce``
+  adds a listed endpoint whose nonce check fails (the client must never use it). Without
+  ``direct``, ``/v1/endpoints`` answers ``enabled: false``. :meth:`ServeServer.stop_direct`
+  stops one (a replica that died); ``legacy`` drops ``/v1/endpoints`` (a service of an older
+  version: 404).
 
-Every request is recorded in :attr:`ServeServer.requests` as ``(method, route, authorization)``.
+Every request is recorded in :attr:`ServeServer.requests` as ``(method, route, authorization)``;
+those of the direct servers in :attr:`ServeServer.direct_requests` as ``(port, route)``. Fault
+injection never applies to ``/v1/health``, ``/v1/endpoints`` or the direct servers.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import struct
 import threading
@@ -68,6 +78,9 @@ class ServeServer:
         fail_mode: str = "503",
         fail_routes: set[str] | None = None,
         spec_json: str | None = None,
+        direct: int = 0,
+        bad_nonce: bool = False,
+        legacy: bool = False,
     ) -> None:
         from shopping_companion.pipeline import product_lookup
         from shopping_companion.rewards.spec import load_reward_spec
@@ -90,6 +103,11 @@ class ServeServer:
         self._mem: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self.n_direct = direct
+        self.legacy = legacy
+        self.bad_nonce = bad_nonce
+        self.direct_requests: list[tuple[int, str]] = []
+        self._direct: list[tuple[ThreadingHTTPServer, str]] = []  # (server, nonce)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -98,6 +116,13 @@ class ServeServer:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def __enter__(self) -> "ServeServer":
+        self._httpd = self._start(self._handler(None))
+        for _ in range(self.n_direct):
+            nonce = secrets.token_hex(8)
+            self._direct.append((self._start(self._handler(nonce)), nonce))
+        return self
+
+    def _handler(self, nonce: str | None) -> type:
         srv = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -107,10 +132,14 @@ class ServeServer:
                 pass
 
             def do_GET(self) -> None:
-                srv._handle(self, "GET")
+                srv._handle(self, "GET", nonce)
 
             def do_POST(self) -> None:
-                srv._handle(self, "POST")
+                srv._handle(self, "POST", nonce)
+
+        return Handler
+
+    def _start(self, handler: type) -> ThreadingHTTPServer:
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -123,17 +152,33 @@ class ServeServer:
 
                     detach_thread()  # the thread read the Lucene index
 
-        self._httpd = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._httpd.serve_forever, daemon=True, name="serve-test-server").start()
-        return self
+        httpd = Server(("127.0.0.1", 0), handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True, name="serve-test-server").start()
+        return httpd
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
     def stop(self) -> None:
+        for i in range(len(self._direct)):
+            self.stop_direct(i)
         if self._httpd is not None:
+            self._httpd._stopped = True  # type: ignore[attr-defined]  # kept-alive connections die too
             self._httpd.shutdown()
             self._httpd.server_close()
+
+    def direct_urls(self) -> list[str]:
+        """``http://127.0.0.1:port`` of each direct server (stopped ones included)."""
+        return [f"http://127.0.0.1:{d.server_address[1]}" for d, _ in self._direct]
+
+    def stop_direct(self, i: int) -> None:
+        """Stop direct server ``i`` (its port then refuses connections); it stays listed."""
+        d, _ = self._direct[i]
+        if getattr(d, "_stopped", False):
+            return
+        d._stopped = True  # type: ignore[attr-defined]
+        d.shutdown()
+        d.server_close()
 
     def routes(self, name: str) -> int:
         """Requests of route ``name`` received so far."""
@@ -152,13 +197,23 @@ class ServeServer:
         body = api.ErrorResponse(error=api.ErrorBody(type=type_, message=message, field=field_))  # type: ignore[arg-type]
         self._send(h, api.ERROR_STATUS[type_], body.model_dump(mode="json"))
 
-    def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+    def _handle(self, h: BaseHTTPRequestHandler, method: str, nonce: str | None = None) -> None:
+        if getattr(h.server, "_stopped", False):  # a dead replica: kept-alive connections die too
+            h.close_connection = True
+            h.connection.close()
+            return
         route = h.path.split("?")[0].removeprefix(api.API_PREFIX + "/")
         auth = h.headers.get("Authorization")
         with self._lock:
-            self.requests.append((method, route, auth))
+            if nonce is not None:
+                self.direct_requests.append((h.server.server_address[1], route))
+            else:
+                self.requests.append((method, route, auth))
             inject = (
-                self.fail_left > 0 and route != "health" and (self.fail_routes is None or route in self.fail_routes)
+                nonce is None
+                and self.fail_left > 0
+                and route not in ("health", "endpoints")
+                and (self.fail_routes is None or route in self.fail_routes)
             )
             if inject:
                 self.fail_left -= 1
@@ -179,6 +234,10 @@ class ServeServer:
             return self._error(h, "unauthorized", "missing or wrong bearer token")
         try:
             body = json.loads(raw) if raw else {}
+            if nonce is not None and method == "GET" and route == "direct":
+                return self._send(h, 200, {"nonce": nonce})
+            if nonce is not None and method == "GET":
+                raise _NotLoaded(f"no route {method} {route} on a direct endpoint")
             out = self._route(method, route, body)
         except ToolInputError as e:
             return self._error(h, "tool_input", str(e), e.field)
@@ -217,6 +276,18 @@ class ServeServer:
 
         if method == "GET" and route == "health":
             return api.HealthResponse()
+        if method == "GET" and route == "endpoints" and not self.legacy:
+            entries = [
+                api.DirectEndpoint(deployment=dep, url=url, replica=f"replica-{i}", node_ip="127.0.0.1", nonce=n)
+                for i, (url, (_, n)) in enumerate(zip(self.direct_urls(), self._direct))
+                for dep in ("ProductTools", "MemoryTools", "Scoring")
+            ]
+            if self.bad_nonce:  # listed, but its nonce check fails: the main server has no /v1/direct
+                entries += [
+                    api.DirectEndpoint(deployment=dep, url=self.base_url, replica="impostor", node_ip="x", nonce="x")
+                    for dep in ("ProductTools", "MemoryTools", "Scoring")
+                ]
+            return api.EndpointsResponse(enabled=bool(self._direct or self.bad_nonce), endpoints=entries)
         if method == "GET" and route == "ready":
             return api.ReadyResponse(ready=True, deployments={"tools": "ready", "judge": "ready"})
         if method == "GET" and route == "info":

@@ -272,7 +272,12 @@ class ServiceConfig(BaseModel):
     ``token_env``: the environment variable holding the bearer token (unset or empty: no token is
     sent); ``timeout_s`` (> 0): seconds one HTTP request may take; ``retries`` (>= 0): further
     attempts after a connection failure, a timeout or a 5xx answer (exponential backoff from
-    ``backoff_s``); ``deadline_s`` (> 0): seconds one call may take over all its attempts."""
+    ``backoff_s``); ``deadline_s`` (> 0): seconds one call may take over all its attempts;
+    ``direct``: send tool calls to the replicas' direct endpoints when the service lists them,
+    falling back to its URL (docs/cluster.md, "Request path"; false: always its URL);
+    ``breaker_threshold`` (>= 1, default 5; null: none): consecutive connection failures or
+    timeouts of the service that stop the run (exit 4; rerun to resume) instead of every
+    episode paying its own retries."""
 
     model_config = _STRICT
     token_env: str = "SHOPCOMP_SERVE_TOKEN"
@@ -280,6 +285,8 @@ class ServiceConfig(BaseModel):
     retries: int = Field(default=4, ge=0, le=20)
     backoff_s: float = Field(default=0.5, ge=0)
     deadline_s: float = Field(default=180.0, gt=0)
+    direct: bool = True
+    breaker_threshold: int | None = Field(default=5, ge=1, le=1000)
 
 
 class RayConfig(BaseModel):

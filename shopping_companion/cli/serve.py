@@ -111,6 +111,8 @@ def serve_cmd(
     if check:
         print(_dump(cfg))
         return
+    if ray_address.strip().lower() == "local":  # a private cluster: nothing of ours holds the port yet
+        port_free(cfg.host, cfg.port)
     try:
         from shopping_companion.benchmark.distributed import connect
         from shopping_companion.serve.app import deploy, shutdown
@@ -145,6 +147,29 @@ def serve_cmd(
         console.print("stopped")
     finally:
         conn.close()
+
+
+def port_free(host: str, port: int) -> None:
+    """Raise :class:`ConfigError` naming ``--port`` when ``host``:``port`` cannot be bound (another
+    process listens there), before Ray starts: Serve's proxy would fail later with a long
+    traceback."""
+    import socket
+
+    h = host.strip("[]")
+    family = socket.AF_INET6 if ":" in h else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((h, port))
+        except socket.gaierror as e:
+            raise ConfigError(f"--host {host!r}: not an address of this machine ({e.strerror or e})") from None
+        except OSError as e:
+            if e.errno == 99:  # EADDRNOTAVAIL: not one of this machine's addresses
+                raise ConfigError(f"--host {host!r}: not an address of this machine ({e.strerror})") from None
+            raise ConfigError(
+                f"--port {port}: cannot listen on {host}:{port} ({e.strerror or e}); another process holds it: "
+                "stop it or choose another --port"
+            ) from None
 
 
 def _interrupt(signum: int, frame: Any) -> None:

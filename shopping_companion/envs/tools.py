@@ -26,7 +26,7 @@ from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from shopping_companion.errors import ToolInputError, ToolServiceError
+from shopping_companion.errors import CircuitOpenError, ToolInputError, ToolServiceError
 from shopping_companion.types import Product, Session, ToolCall, ToolResult
 
 _log = logging.getLogger(__name__)
@@ -336,7 +336,7 @@ class ToolBox:
                 payload, ids = self._handlers[call.name](args)
         except ToolInputError as e:
             return self._error(call, f"{call.name}: {e}", max_chars)
-        except ToolServiceError:  # the tool service is down: the episode ends, the agent is not blamed
+        except (ToolServiceError, CircuitOpenError):  # the tool service is down: not the agent's fault
             raise
         except Exception as e:  # a backend bug must not end the episode; it is logged and shown
             _log.exception("tool %s failed on arguments %r", call.name, call.arguments)

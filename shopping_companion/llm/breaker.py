@@ -69,10 +69,12 @@ class CircuitBreaker:
     Args:
         endpoint: what the messages name (a URL without credentials).
         threshold: consecutive connection failures / timeouts that open it (>= 1).
+        advice: how to change the threshold, for the open message (default: the LLM backends' way).
     """
 
-    def __init__(self, endpoint: str, threshold: int = DEFAULT_BREAKER_THRESHOLD) -> None:
+    def __init__(self, endpoint: str, threshold: int = DEFAULT_BREAKER_THRESHOLD, advice: str | None = None) -> None:
         self.endpoint = endpoint
+        self.advice = advice or f"set {ENV_BREAKER_THRESHOLD} or pass breaker_threshold= to the backend"
         self.threshold = positive_int("breaker_threshold", threshold)
         self._lock = threading.Lock()
         self._failures = 0
@@ -95,8 +97,7 @@ class CircuitBreaker:
         return CircuitOpenError(
             f"circuit open for {self.endpoint}: {count} consecutive connection failures or timeouts "
             f"(threshold {self.threshold}; last: {last}); the endpoint is considered down and the run "
-            f"stops. Check the server, then rerun to resume; to change the threshold set "
-            f"{ENV_BREAKER_THRESHOLD} or pass breaker_threshold= to the backend."
+            f"stops. Check the server, then rerun to resume; to change the threshold {self.advice}."
         )
 
     def check(self) -> None:
@@ -146,13 +147,14 @@ _REGISTRY: dict[tuple[str, int], CircuitBreaker] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def breaker_for(endpoint: str, threshold: int = DEFAULT_BREAKER_THRESHOLD) -> CircuitBreaker:
-    """The process-wide breaker of ``endpoint`` with that ``threshold`` (made on first use)."""
+def breaker_for(endpoint: str, threshold: int = DEFAULT_BREAKER_THRESHOLD, advice: str | None = None) -> CircuitBreaker:
+    """The process-wide breaker of ``endpoint`` with that ``threshold`` (made on first use, with
+    ``advice`` for its open message)."""
     threshold = positive_int("breaker_threshold", threshold)
     with _REGISTRY_LOCK:
         b = _REGISTRY.get((endpoint, threshold))
         if b is None:
-            b = _REGISTRY[(endpoint, threshold)] = CircuitBreaker(endpoint, threshold)
+            b = _REGISTRY[(endpoint, threshold)] = CircuitBreaker(endpoint, threshold, advice)
         return b
 
 

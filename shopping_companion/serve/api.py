@@ -14,6 +14,7 @@ Routes (all ``POST`` take and return JSON; ``GET`` routes take no body):
 ``GET  /v1/ready``          readiness: 200 when every deployment has loaded its data, else 503
 ``GET  /v1/info``           :class:`InfoResponse`: loaded benchmarks, catalog, reward spec
 ``GET  /v1/openapi.json``   the OpenAPI schema of these routes
+``GET  /v1/endpoints``      :class:`EndpointsResponse`: the replicas' direct endpoints
 ``POST /v1/product_search`` :class:`ProductSearchRequest` -> :class:`ProductSearchResponse`
 ``POST /v1/product_view``   :class:`ProductViewRequest` -> :class:`ProductViewResponse`
 ``POST /v1/mem_search``     :class:`MemSearchRequest` -> :class:`MemSearchResponse`
@@ -34,13 +35,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from shopping_companion.types import Product, RewardBreakdown, Session, Task, Trajectory, Verdict
 
 #: Version of the wire format; every route is under :data:`API_PREFIX`.
 API_VERSION = "v1"
 API_PREFIX = f"/{API_VERSION}"
+
+#: Largest request body the service and the direct endpoints read (bytes; larger: 413).
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 #: Environment variable holding the bearer token (service and clients), unless configured otherwise.
 DEFAULT_TOKEN_ENV = "SHOPCOMP_SERVE_TOKEN"
@@ -86,6 +90,28 @@ class ReadyResponse(_Body):
 
     ready: bool
     deployments: dict[str, str] = Field(default_factory=dict)
+
+
+class DirectEndpoint(_Body):
+    """One replica's direct endpoint (:mod:`~shopping_companion.serve.direct`): the
+    ``deployment`` whose routes it serves (``ProductTools``: ``product_*``; ``MemoryTools``:
+    ``mem_*``; ``Scoring``: ``judge``, ``reward``), its ``url`` (``http://host:port``; the same
+    ``/v1/<route>`` paths, token and error bodies as the service), the Serve ``replica`` id, the
+    ``node_ip`` of its node and the ``nonce`` that ``GET <url>/v1/direct`` answers."""
+
+    deployment: Literal["ProductTools", "MemoryTools", "Scoring"]
+    url: str
+    replica: str
+    node_ip: str
+    nonce: str
+
+
+class EndpointsResponse(_Body):
+    """``enabled``: the service runs direct endpoints (``direct.enabled``); ``endpoints``: those of
+    the replicas alive now (empty when disabled or none started)."""
+
+    enabled: bool
+    endpoints: list[DirectEndpoint] = Field(default_factory=list)
 
 
 class BenchmarkInfo(_Body):
@@ -138,9 +164,9 @@ class ProductSearchRequest(_Body):
 
     query: str
     shop_id: str | None = None
-    min_price: float | None = None
-    max_price: float | None = None
-    top_k: int = 10
+    min_price: StrictFloat | None = None
+    max_price: StrictFloat | None = None
+    top_k: StrictInt = 10
 
 
 class ProductSearchResponse(_Body):
@@ -170,7 +196,7 @@ class MemoryRequest(_Body):
 
 class MemSearchRequest(MemoryRequest):
     queries: list[str] | str
-    top_k: int = 10
+    top_k: StrictInt = 10
 
 
 class MemSearchResponse(_Body):

@@ -24,9 +24,11 @@ Deployments (each a pool of replica processes, sized by
     the FastAPI app (``/v1/...``): bearer-token check, request validation, error bodies
     (:class:`~shopping_companion.serve.api.ErrorResponse`) and the fan-out to the three above.
 
-Blocking work (Lucene, numpy, the judge) runs in worker threads, never on a replica's event loop:
-:class:`~shopping_companion.catalog.search.SearchThreadPool` where Java may be called (its
-threads detach from the JVM when it shuts down), ``asyncio.to_thread`` for the memory stores.
+Blocking work (Lucene, MiniLM, store builds, the judge) runs in worker threads, never on a
+replica's event loop: :class:`~shopping_companion.catalog.search.SearchThreadPool` where Java may
+be called (its threads detach from the JVM when it shuts down), ``asyncio.to_thread`` for query
+encoding and ranking (long turns' snippets are encoded), a thread pool for store builds. Viewing
+a built store's sessions (lookups, well under a millisecond) runs on the loop.
 
 Expected failures cross deployment boundaries as :class:`~shopping_companion.serve.api.ErrorBody`
 values (never as exceptions), so the ingress maps them to statuses without unwrapping Ray's
@@ -127,6 +129,52 @@ def _whoami() -> dict[str, Any]:
     return {"pid": os.getpid(), "replica": ctx.replica_id.to_full_id_str()}
 
 
+#: Ray namespace of the endpoint registries (:mod:`shopping_companion.serve.direct`).
+REGISTRY_NAMESPACE = "shopcomp"
+
+
+def _start_direct(instance: Any, deployment: str, direct: dict[str, Any] | None) -> Any:
+    """Start this replica's direct server (:mod:`shopping_companion.serve.direct`) and register it
+    with the application's endpoint registry. ``direct``: ``{host, app, token_env}`` or None (off).
+    Returns ``(server, registry, replica)`` or None; a server that cannot start is logged and
+    left out (clients then use the Serve path only)."""
+    if not direct:
+        return None
+    import ray
+
+    from shopping_companion.serve import app as this_module
+    from shopping_companion.serve.direct import DirectServer, EndpointRegistry, registry_name, route_table
+
+    this_module._TOKEN["token"] = os.environ.get(direct["token_env"]) or None
+    try:
+        server = DirectServer(route_table(instance, deployment), direct["host"])
+        registry = (
+            ray.remote(num_cpus=0)(EndpointRegistry)
+            .options(
+                name=registry_name(direct["app"]), namespace=REGISTRY_NAMESPACE, get_if_exists=True, lifetime="detached"
+            )
+            .remote()
+        )
+        replica = _whoami()["replica"]
+        ray.get(registry.register.remote(server.entry(deployment, replica)), timeout=60)
+    except Exception:  # noqa: BLE001 - the Serve path still serves this replica
+        logger.exception("shopcomp serve: %s: no direct endpoint for this replica", deployment)
+        return None
+    logger.info("shopcomp serve: %s direct endpoint %s", deployment, server.url)
+    return server, registry, replica
+
+
+def _stop_direct(direct: Any) -> None:
+    if direct is None:
+        return
+    server, registry, replica = direct
+    server.stop()
+    try:
+        registry.unregister.remote(replica)
+    except Exception:  # noqa: BLE001 - Ray may be shutting down; dead replicas are dropped anyway
+        pass
+
+
 @dataclass
 class _Bench:
     name: str
@@ -154,11 +202,23 @@ def _load_benches(benchmarks: dict[str, str]) -> dict[str, _Bench]:
     return out
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters (error messages never echo unbounded input)."""
+    return text if len(text) <= limit else text[: max(1, limit - 16)] + f"... ({len(text)} chars)"
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters."""
+    return _cut(repr(value), limit)
+
+
 def _bench_of(benches: dict[str, _Bench], name: str) -> _Bench:
     try:
         return benches[name]
     except KeyError:
-        raise _NotLoaded(f"benchmark {name!r} is not loaded by this service (loaded: {sorted(benches)})") from None
+        raise _NotLoaded(
+            f"benchmark {_short(name)} is not loaded by this service (loaded: {sorted(benches)})"
+        ) from None
 
 
 def _task_of(benches: dict[str, _Bench], name: str, task_id: str) -> Any:
@@ -168,7 +228,7 @@ def _task_of(benches: dict[str, _Bench], name: str, task_id: str) -> Any:
     except KeyError:
         some = sorted(b.tasks)[:5]
         raise _NotLoaded(
-            f"task {task_id!r} is not in benchmark {name!r} ({len(b.tasks)} tasks, e.g. {some}; loaded "
+            f"task {_short(task_id)} is not in benchmark {name!r} ({len(b.tasks)} tasks, e.g. {some}; loaded "
             f"benchmarks: {sorted(benches)})"
         ) from None
 
@@ -187,14 +247,17 @@ def _open_search(data_dir: str | None, index_dir: str | None) -> Any:
 class ProductTools:
     """The BM25 product index (``product_search``, ``product_view``). ``data_dir`` /
     ``index_dir``: as ``shopcomp eval``'s ``data`` (None: the defaults); ``threads``: worker
-    threads running Lucene (>= 1)."""
+    threads running Lucene (>= 1); ``direct``: the direct endpoint's settings (None: none)."""
 
-    def __init__(self, data_dir: str | None, index_dir: str | None, threads: int) -> None:
+    def __init__(
+        self, data_dir: str | None, index_dir: str | None, threads: int, direct: dict[str, Any] | None = None
+    ) -> None:
         from shopping_companion.catalog.search import SearchThreadPool
 
         self.search_ = _open_search(data_dir, index_dir)
         self.pool = SearchThreadPool(max_workers=threads, thread_name_prefix="serve-products")
         self._info = api.CatalogInfo(n_products=len(self.search_), index_dir=str(self.search_.index_dir))
+        self._direct = _start_direct(self, "ProductTools", direct)
 
     async def product_search(self, req: api.ProductSearchRequest) -> Any:
         async def work() -> api.ProductSearchResponse:
@@ -225,6 +288,7 @@ class ProductTools:
         return _whoami()
 
     def __del__(self) -> None:
+        _stop_direct(getattr(self, "_direct", None))
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.shutdown(wait=False)
@@ -234,9 +298,19 @@ class ProductTools:
 class MemoryTools:
     """The benchmarks' memory (``mem_search``, ``mem_view``). ``benchmarks``: name -> directory;
     ``memory_cache``: stores kept (LRU, >= 1); ``batch``: ``{enabled, max_batch_size,
-    batch_wait_timeout_s}`` of the query-encoding batcher."""
+    batch_wait_timeout_s}`` of the query-encoding batcher; ``direct``: the direct endpoint's
+    settings (None: none).
 
-    def __init__(self, benchmarks: dict[str, str], memory_cache: int, batch: dict[str, Any]) -> None:
+    Requests arrive on two event loops (Serve's and the direct server's thread), so the LRU, the
+    builds in progress and the counters are guarded by one lock, stores are built on a thread
+    pool shared by both, and each loop has its own batcher (``@serve.batch`` binds to a loop)."""
+
+    def __init__(
+        self, benchmarks: dict[str, str], memory_cache: int, batch: dict[str, Any], direct: dict[str, Any] | None = None
+    ) -> None:
+        import concurrent.futures
+        import threading
+
         from shopping_companion.pipeline import make_embedder
 
         self.benches = _load_benches(benchmarks)
@@ -244,68 +318,93 @@ class MemoryTools:
         self.embedder.warm_up(queries=True)  # the first request pays no model load
         self.memory_cache = memory_cache
         self.batching = bool(batch.get("enabled", True)) and int(batch.get("max_batch_size", 1)) > 1
-        self._encode_batched.set_max_batch_size(int(batch.get("max_batch_size", 64)))
-        self._encode_batched.set_batch_wait_timeout_s(float(batch.get("batch_wait_timeout_s", 0.002)))
+        for batched in (self._encode_batched, self._encode_batched_direct):
+            batched.set_max_batch_size(int(batch.get("max_batch_size", 64)))
+            batched.set_batch_wait_timeout_s(float(batch.get("batch_wait_timeout_s", 0.002)))
+        self._lock = threading.RLock()
+        self._builder = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="serve-memory")
         self._stores: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._building: dict[tuple[Any, ...], asyncio.Future] = {}
-        # counters, touched only on the replica's event loop
+        self._building: dict[tuple[Any, ...], concurrent.futures.Future] = {}
         self._stats = {"batches": 0, "requests": 0, "max_batch": 0, "stores_built": 0}
+        self._direct = _start_direct(self, "MemoryTools", direct)
 
     # ------------------------------------------------------------------ stores
-    async def _store(self, bench: str, task_id: str) -> Any:
-        """The store of ``task_id``'s history (built once per LRU lifetime; concurrent callers of
-        one key share one build)."""
+    def _store_future(self, bench: str, task_id: str) -> Any:
+        """A ``concurrent.futures.Future`` of ``task_id``'s store (done at once when cached;
+        callers of one key share one build)."""
+        import concurrent.futures
+
         from shopping_companion.memory.store import MemoryStore
 
         b = _bench_of(self.benches, bench)
         task = _task_of(self.benches, bench, task_id)
         key = (bench, task.user_id, tuple((r.session_id, r.date) for r in task.history))
-        store = self._stores.get(key)
-        if store is not None:
-            self._stores.move_to_end(key)
-            return store
-        fut = self._building.get(key)
-        if fut is None:
-            fut = asyncio.ensure_future(
-                asyncio.to_thread(MemoryStore.from_pool, b.sessions, task.history, self.embedder)
-            )
-            self._building[key] = fut
-            try:
-                store = await asyncio.shield(fut)  # a cancelled caller does not cancel the build
-            finally:
-                self._building.pop(key, None)
+        with self._lock:
+            store = self._stores.get(key)
+            if store is not None:
+                self._stores.move_to_end(key)
+                done: concurrent.futures.Future = concurrent.futures.Future()
+                done.set_result(store)
+                return done
+            fut = self._building.get(key)
+            if fut is None:
+                fut = self._builder.submit(MemoryStore.from_pool, b.sessions, task.history, self.embedder)
+                self._building[key] = fut
+                fut.add_done_callback(lambda f, key=key: self._built(key, f))
+            return fut
+
+    def _built(self, key: tuple[Any, ...], fut: Any) -> None:
+        with self._lock:
+            self._building.pop(key, None)
+            if fut.cancelled() or fut.exception() is not None:
+                return  # the callers see the error; the next call builds again
             self._stats["stores_built"] += 1
-            self._stores[key] = store
+            self._stores[key] = fut.result()
             while len(self._stores) > self.memory_cache:
                 self._stores.popitem(last=False)
-            return store
-        return await asyncio.shield(fut)
+
+    async def _store(self, bench: str, task_id: str) -> Any:
+        """The store of ``task_id``'s history (built once per LRU lifetime; a cancelled caller
+        does not cancel the build)."""
+        fut = self._store_future(bench, task_id)
+        if fut.done():  # cached: no trip through the loop's thread-safe callbacks
+            return fut.result()
+        return await asyncio.shield(asyncio.wrap_future(fut))
 
     # ------------------------------------------------------------------ query encoding
-    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.002)
-    async def _encode_batched(self, batch: list[list[str]]) -> list[np.ndarray]:
+    async def _encode_batch(self, batch: list[list[str]]) -> list[np.ndarray]:
         """One ``encode_queries`` call for the queries of a batch of requests; row-for-row the
         vectors of encoding each request alone (the query encoder runs one unpadded forward per
         query, so a vector does not depend on its batch)."""
         flat = [q for qs in batch for q in qs]
         vecs = await asyncio.to_thread(self.embedder.encode_queries, flat)
-        self._stats["batches"] += 1
-        self._stats["requests"] += len(batch)
-        self._stats["max_batch"] = max(self._stats["max_batch"], len(batch))
+        with self._lock:
+            self._stats["batches"] += 1
+            self._stats["requests"] += len(batch)
+            self._stats["max_batch"] = max(self._stats["max_batch"], len(batch))
         out, i = [], 0
         for qs in batch:
             out.append(vecs[i : i + len(qs)])
             i += len(qs)
         return out
 
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.002)
+    async def _encode_batched(self, batch: list[list[str]]) -> list[np.ndarray]:
+        """The batcher of requests that came through Ray Serve."""
+        return await self._encode_batch(batch)
+
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.002)
+    async def _encode_batched_direct(self, batch: list[list[str]]) -> list[np.ndarray]:
+        """The batcher of requests that came to the direct server (its own event loop)."""
+        return await self._encode_batch(batch)
+
     async def _encode(self, qs: list[str]) -> np.ndarray:
         if self.batching:
+            direct_loop = self._direct[0].loop if self._direct is not None else None
+            if direct_loop is not None and asyncio.get_running_loop() is direct_loop:
+                return await self._encode_batched_direct(qs)
             return await self._encode_batched(qs)
-        vecs = await asyncio.to_thread(self.embedder.encode_queries, qs)
-        self._stats["batches"] += 1
-        self._stats["requests"] += 1
-        self._stats["max_batch"] = max(self._stats["max_batch"], 1)
-        return vecs
+        return (await self._encode_batch([qs]))[0]
 
     # ------------------------------------------------------------------ routes
     async def mem_search(self, req: api.MemSearchRequest) -> Any:
@@ -317,7 +416,7 @@ class MemoryTools:
             if store.n_turns == 0:
                 return api.MemSearchResponse(results=[])
             qvec = await self._encode(qs)
-            results = await asyncio.to_thread(store.search_vectors, qs, qvec, k)
+            results = await asyncio.to_thread(store.search_vectors, qs, qvec, k)  # may encode snippets
             return api.MemSearchResponse(results=results)
 
         return await _guarded(work)
@@ -325,7 +424,7 @@ class MemoryTools:
     async def mem_view(self, req: api.MemViewRequest) -> Any:
         async def work() -> api.MemViewResponse:
             store = await self._store(req.benchmark, req.task_id)
-            sessions, unknown = await asyncio.to_thread(store.view, req.session_ids)
+            sessions, unknown = store.view(req.session_ids)  # lookups: no thread hop
             return api.MemViewResponse(sessions=sessions, unknown=unknown)
 
         return await _guarded(work)
@@ -339,10 +438,17 @@ class MemoryTools:
     def stats(self) -> dict[str, Any]:
         """Counters of this replica: ``batches`` encoded, ``requests`` in them, ``max_batch``
         (most requests in one batch), ``stores_built``, ``stores`` (in the LRU now)."""
-        return {**self._stats, "stores": len(self._stores), "batching": self.batching}
+        with self._lock:
+            return {**self._stats, "stores": len(self._stores), "batching": self.batching}
 
     def whoami(self) -> dict[str, Any]:
         return _whoami()
+
+    def __del__(self) -> None:
+        _stop_direct(getattr(self, "_direct", None))
+        builder = getattr(self, "_builder", None)
+        if builder is not None:
+            builder.shutdown(wait=False)
 
 
 @serve.deployment
@@ -350,10 +456,17 @@ class Scoring:
     """The judge and the rubric of the reward spec ``reward_config`` (``judge``, ``reward``):
     one judge per benchmark (over its sessions, with the product records of the index at
     ``data_dir`` / ``index_dir`` and the MiniLM embedder), one rubric. ``threads``: worker
-    threads for judge and rubric calls (>= 1)."""
+    threads for judge and rubric calls (>= 1); ``direct``: the direct endpoint's settings (None:
+    none)."""
 
     def __init__(
-        self, benchmarks: dict[str, str], data_dir: str | None, index_dir: str | None, reward_config: str, threads: int
+        self,
+        benchmarks: dict[str, str],
+        data_dir: str | None,
+        index_dir: str | None,
+        reward_config: str,
+        threads: int,
+        direct: dict[str, Any] | None = None,
     ) -> None:
         from shopping_companion.catalog.search import SearchThreadPool
         from shopping_companion.pipeline import make_embedder, product_lookup
@@ -369,6 +482,7 @@ class Scoring:
         judge_name = str(getattr(next(iter(self.judges.values())), "name", "judge"))
         self._info = api.RewardInfo(spec=spec.to_json(), judge=judge_name, rubric=self.rubric.describe())
         self.pool = SearchThreadPool(max_workers=threads, thread_name_prefix="serve-scoring")
+        self._direct = _start_direct(self, "Scoring", direct)
 
     def _check(self, req: api.JudgeRequest) -> None:
         _task_of(self.benches, req.benchmark, req.task.task_id)
@@ -399,6 +513,7 @@ class Scoring:
         return _whoami()
 
     def __del__(self) -> None:
+        _stop_direct(getattr(self, "_direct", None))
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.shutdown(wait=False)
@@ -432,14 +547,15 @@ def _error_response(body: api.ErrorBody, status: int | None = None) -> JSONRespo
     )
 
 
-@fastapi_app.exception_handler(_ApiError)
 async def _api_error(_: Request, e: _ApiError) -> JSONResponse:
     return _error_response(e.body, e.status)
 
 
-@fastapi_app.exception_handler(RequestValidationError)
 async def _bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
     errs = e.errors()
+    if errs and errs[0].get("type") == "json_invalid":
+        body = api.ErrorBody(type="bad_request", message="invalid request: the body is not valid JSON")
+        return _error_response(body)
     parts = []
     for err in errs[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
@@ -453,16 +569,91 @@ async def _bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
     return _error_response(body)
 
 
-@fastapi_app.exception_handler(StarletteHTTPException)
 async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
     if e.status_code == 404:
         body = api.ErrorBody(
             type="not_loaded",
-            message=f"no route {request.method} {request.url.path}; see {api.API_PREFIX}/openapi.json",
+            message=f"no route {request.method} {_cut(request.url.path, 200)}; see {api.API_PREFIX}/openapi.json",
         )
+    elif request.scope.get(_TOO_BIG):  # FastAPI reports a body read that BodyLimit cut as a 400
+        return _error_response(_too_big_body(request.scope[_TOO_BIG]), 413)
     else:
-        body = api.ErrorBody(type="bad_request", message=f"{request.method} {request.url.path}: {e.detail}")
+        body = api.ErrorBody(
+            type="bad_request", message=f"{request.method} {_cut(request.url.path, 200)}: {_cut(str(e.detail), 300)}"
+        )
     return _error_response(body, e.status_code)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` gets 413 ``bad_request`` before it is
+    parsed (by its ``Content-Length`` at once, else as soon as the bytes received pass it)."""
+
+    def __init__(self, app: Any, max_bytes: int = api.MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        too_big = _error_response(_too_big_body(self.max_bytes), 413)
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length" and v.isdigit() and int(v) > self.max_bytes:
+                return await too_big(scope, receive, send)
+        seen = 0
+        started = False
+
+        async def counted() -> dict[str, Any]:
+            nonlocal seen
+            msg = await receive()
+            if msg.get("type") == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_bytes:
+                    scope[_TOO_BIG] = self.max_bytes
+                    raise _BodyTooLarge
+            return msg
+
+        async def tracked_send(msg: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or msg.get("type") == "http.response.start"
+            await send(msg)
+
+        try:
+            await self.app(scope, counted, tracked_send)
+        except _BodyTooLarge:
+            if not started:
+                await too_big(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+_TOO_BIG = "shopcomp.body_too_large"
+
+
+def _too_big_body(max_bytes: int = api.MAX_BODY_BYTES) -> api.ErrorBody:
+    return api.ErrorBody(type="bad_request", message=f"the request body is over {max_bytes} bytes (the limit)")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Give ``app`` the service's error bodies: an API error, a request that does not validate
+    (422 ``bad_request`` naming the first bad field; a body that is not JSON says so) and
+    Starlette's own 404 / 405; and the request-body limit (:class:`BodyLimit`, 413)."""
+    app.add_exception_handler(_ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _bad_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(BodyLimit)
+
+
+install_error_handlers(fastapi_app)
+
+
+def to_response(out: Any) -> JSONResponse:
+    """The HTTP answer of a deployment method's result: an :class:`api.ErrorBody` raises the
+    error it names (its status), anything else is a pydantic model sent as JSON (200)."""
+    if isinstance(out, api.ErrorBody):
+        raise _ApiError(out)
+    return JSONResponse(out.model_dump(mode="json"))
 
 
 async def _auth(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
@@ -500,10 +691,18 @@ class Ingress:
     """The HTTP API (:mod:`shopping_companion.serve.api`) over handles to the three deployments.
     ``token_env``: the variable holding the bearer token in this replica's environment (unset or
     empty: no token asked for); ``replicas``: deployment name -> replicas, and
-    ``memory_cache``, for ``/v1/info``."""
+    ``memory_cache``, for ``/v1/info``; ``direct_app``: the application whose endpoint registry
+    ``/v1/endpoints`` lists (None: direct endpoints are off)."""
 
     def __init__(
-        self, products: Any, memory: Any, scoring: Any, token_env: str, replicas: dict[str, int], memory_cache: int
+        self,
+        products: Any,
+        memory: Any,
+        scoring: Any,
+        token_env: str,
+        replicas: dict[str, int],
+        memory_cache: int,
+        direct_app: str | None = None,
     ) -> None:
         self.products, self.memory, self.scoring = products, memory, scoring
         # Serve pickles this class by value (the module's name ``Ingress`` is the Deployment), so
@@ -513,6 +712,7 @@ class Ingress:
         this_module._TOKEN["token"] = os.environ.get(token_env) or None
         self.replicas = replicas
         self.memory_cache = memory_cache
+        self.direct_app = direct_app
         self._info: api.InfoResponse | None = None
 
     async def _call(self, method: Any, req: Any) -> JSONResponse:
@@ -526,9 +726,7 @@ class Ingress:
             logger.exception("shopcomp serve: %s failed", getattr(method, "_method_name", method))
             msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
             raise _ApiError(api.ErrorBody(type="internal", message=msg)) from None
-        if isinstance(out, api.ErrorBody):
-            raise _ApiError(out)
-        return JSONResponse(out.model_dump(mode="json"))
+        return to_response(out)
 
     # ------------------------------------------------------------------ GET
     @fastapi_app.get(f"{api.API_PREFIX}/health", response_model=api.HealthResponse)
@@ -590,6 +788,25 @@ class Ingress:
                 memory_cache=self.memory_cache,
             )
         return JSONResponse(self._info.model_dump(mode="json"))
+
+    @fastapi_app.get(
+        f"{api.API_PREFIX}/endpoints", response_model=api.EndpointsResponse, dependencies=_PROTECTED, responses=_ERRORS
+    )
+    async def endpoints(self) -> JSONResponse:
+        """The direct endpoints of the replicas alive now (docs/cluster.md, "Request path")."""
+        if self.direct_app is None:
+            return JSONResponse(api.EndpointsResponse(enabled=False).model_dump(mode="json"))
+        import ray
+
+        from shopping_companion.serve.direct import registry_name
+
+        try:
+            registry = ray.get_actor(registry_name(self.direct_app), namespace=REGISTRY_NAMESPACE)
+            entries = await asyncio.wait_for(registry.list.remote(), READY_TIMEOUT_S)
+        except (ValueError, asyncio.TimeoutError):  # no replica registered yet, or the registry is busy
+            entries = []
+        body = api.EndpointsResponse(enabled=True, endpoints=[api.DirectEndpoint(**e) for e in entries])
+        return JSONResponse(body.model_dump(mode="json"))
 
     @fastapi_app.get(f"{api.API_PREFIX}/openapi.json", dependencies=_PROTECTED, include_in_schema=False)
     async def openapi(self) -> JSONResponse:
@@ -678,12 +895,13 @@ def _abs(p: Path | None) -> str | None:
     return None if p is None else str(Path(p).expanduser().resolve())
 
 
-def build_app(cfg: ServeConfig) -> Any:
-    """The bound Serve application of ``cfg`` (not running yet). Paths become absolute (replicas
-    may run in another directory); the reward spec travels as its JSON; the driver's
-    ``SHOPCOMP_*`` / ``HF_*`` / ... variables, and the token under ``cfg.token_env``, are passed to
-    the replicas (``runtime_env.env_vars``). Raises ``ConfigError`` for a reward spec that does
-    not load."""
+def build_app(cfg: ServeConfig, name: str = APP_NAME) -> Any:
+    """The bound Serve application of ``cfg`` (not running yet) under the application name
+    ``name``. Paths become absolute (replicas may run in another directory); the reward spec
+    travels as its JSON; the driver's ``SHOPCOMP_*`` / ``HF_*`` / ... variables are passed to the
+    replicas (``runtime_env.env_vars``), and the token under ``cfg.token_env`` to the ingress and,
+    with direct endpoints on (``cfg.direct.enabled``), to every replica. Raises ``ConfigError`` for
+    a reward spec that does not load."""
     from shopping_companion.errors import DataDirError
     from shopping_companion.paths import resolve_data_dir
     from shopping_companion.rewards.spec import load_reward_spec
@@ -710,10 +928,18 @@ def build_app(cfg: ServeConfig) -> Any:
         }
 
     threads = lambda dc: max(1, min(16, dc.max_ongoing_requests))  # noqa: E731
-    products = ProductTools.options(**opts(d.products, env)).bind(data_dir, index_dir, threads(d.products))
-    memory = MemoryTools.options(**opts(d.memory, env)).bind(benchmarks, cfg.memory_cache, cfg.batch.model_dump())
-    scoring = Scoring.options(**opts(d.scoring, env)).bind(benchmarks, data_dir, index_dir, spec, threads(d.scoring))
     ingress_env = {**env, **({cfg.token_env: token} if token else {})}
+    direct = {"host": cfg.host, "app": name, "token_env": cfg.token_env} if cfg.direct.enabled else None
+    tools_env = ingress_env if direct else env  # a direct server checks the token itself
+    products = ProductTools.options(**opts(d.products, tools_env)).bind(
+        data_dir, index_dir, threads(d.products), direct
+    )
+    memory = MemoryTools.options(**opts(d.memory, tools_env)).bind(
+        benchmarks, cfg.memory_cache, cfg.batch.model_dump(), direct
+    )
+    scoring = Scoring.options(**opts(d.scoring, tools_env)).bind(
+        benchmarks, data_dir, index_dir, spec, threads(d.scoring), direct
+    )
     replicas = {
         "ProductTools": d.products.num_replicas,
         "MemoryTools": d.memory.num_replicas,
@@ -721,7 +947,7 @@ def build_app(cfg: ServeConfig) -> Any:
         "Ingress": d.ingress.num_replicas,
     }
     return Ingress.options(**opts(d.ingress, ingress_env)).bind(
-        products, memory, scoring, cfg.token_env, replicas, cfg.memory_cache
+        products, memory, scoring, cfg.token_env, replicas, cfg.memory_cache, name if direct else None
     )
 
 
@@ -745,7 +971,7 @@ def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = No
     short = fits_cluster(cfg.deployments, conn.cpus)
     if short and conn.local:  # a private cluster never grows: Serve would wait for the replicas forever
         raise ConfigError(short)
-    target = build_app(cfg)
+    target = build_app(cfg, name)
     serve.start(http_options={"host": cfg.host, "port": cfg.port})
     t0 = time.perf_counter()
     handle = serve.run(target, name=name, route_prefix="/", blocking=False)
@@ -774,5 +1000,18 @@ def shutdown(name: str = APP_NAME, *, serve_too: bool = True) -> None:
     try:
         serve.delete(name, _blocking=True)
     finally:
+        _kill_registry(name)
         if serve_too:
             serve.shutdown()
+
+
+def _kill_registry(name: str) -> None:
+    """Remove the application's endpoint registry (a detached actor) when there is one."""
+    import ray
+
+    from shopping_companion.serve.direct import registry_name
+
+    try:
+        ray.kill(ray.get_actor(registry_name(name), namespace=REGISTRY_NAMESPACE), no_restart=True)
+    except (ValueError, Exception):  # noqa: BLE001 - none, or Ray is going away
+        pass

@@ -12,7 +12,23 @@ keep-alive; thread-safe, so every episode thread of a process shares it). Every 
 * never takes longer than ``deadline_s`` over all its attempts and backoffs (each attempt's
   timeouts are cut to the time left; a backoff that would pass the deadline is not slept);
 * raises :class:`~shopping_companion.errors.ToolServiceError` naming the URL, the route, the
-  attempts and the last error once the retries or the deadline are used up.
+  attempts and the last error once the retries or the deadline are used up;
+* with ``breaker_threshold`` set, counts connection failures and timeouts of the service URL in
+  the process-wide circuit breaker of that URL (:mod:`shopping_companion.llm.breaker`; any HTTP
+  answer resets the count): once that many came in a row, this and every later call raise
+  :class:`~shopping_companion.errors.CircuitOpenError` at once (an evaluation then stops, exit 4,
+  and resumes when rerun) instead of each episode paying its own retries against a dead service.
+
+Direct endpoints (``direct=True``, the default; docs/cluster.md, "Request path"): when the service
+lists its replicas' own endpoints (``GET /v1/endpoints``, re-read every
+:data:`ENDPOINTS_TTL_S` seconds), a tool, judge or reward call goes straight to one of the
+replicas of its deployment (round robin), skipping Ray Serve's proxy and ingress. An endpoint is
+used only after ``GET <url>/v1/direct`` returned the nonce the service listed for it (so an
+address that reaches another process is never used). A direct attempt that cannot connect or
+times out puts that endpoint aside for :data:`ENDPOINT_DOWN_S` seconds and the call continues on
+the service URL, with its retries and deadline as above; a 5xx answer of a replica is retried on
+the service URL too. Answers of a direct endpoint are otherwise final, as the service's are. A
+service without the route (an older version) is called through its URL only.
 
 Answers that are not retried: a 400 ``tool_input`` becomes the
 :class:`~shopping_companion.errors.ToolInputError` the in-process backend raises (same ``field``,
@@ -39,10 +55,16 @@ from pydantic import BaseModel, ValidationError
 from shopping_companion.errors import EXIT_USAGE, ConfigError, JudgeFailedError, ToolInputError, ToolServiceError
 from shopping_companion.serve import api
 
-__all__ = ["RETRY_STATUSES", "ServiceClient", "ServiceRefusedError", "scrub_url"]
+__all__ = ["ENDPOINTS_TTL_S", "ENDPOINT_DOWN_S", "RETRY_STATUSES", "ServiceClient", "ServiceRefusedError", "scrub_url"]
 
 #: HTTP statuses that are retried (server faults, Ray Serve's 503 while a replica restarts).
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
+#: Seconds a client keeps the list of direct endpoints before reading it again.
+ENDPOINTS_TTL_S = 30.0
+#: Seconds a direct endpoint that did not answer is put aside.
+ENDPOINT_DOWN_S = 30.0
+#: Seconds the nonce check of a direct endpoint may take.
+_VERIFY_TIMEOUT_S = 2.0
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -85,10 +107,21 @@ def _one_line(text: str, limit: int = _MAX_DETAIL) -> str:
 class _Retry(Exception):
     """One attempt failed in a way worth retrying; ``detail`` says how."""
 
-    def __init__(self, detail: str, retry_after: float | None = None) -> None:
+    def __init__(self, detail: str, retry_after: float | None = None, unreachable: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.retry_after = retry_after
+        self.unreachable = unreachable  # no answer at all (connection failed, timeout)
+
+
+class _Endpoint:
+    """One verified direct endpoint (``url``) and until when it is put aside."""
+
+    __slots__ = ("url", "down_until")
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.down_until = 0.0
 
 
 class ServiceClient:
@@ -106,6 +139,10 @@ class ServiceClient:
         token_env: the environment variable the token came from (named by the 401 message).
         max_connections: pooled connections kept open to the service (>= 1).
         transport: an ``httpx`` transport (tests); default: the network.
+        direct: send tool, judge and reward calls to the replicas' direct endpoints when the
+            service lists them (module docstring); False: always through ``base_url``.
+        breaker_threshold: consecutive connection failures / timeouts of ``base_url`` that open
+            the circuit breaker (>= 1); None: no breaker (every call has its own retries only).
 
     Raises :class:`ConfigError` naming the argument for a base URL that is not http(s) with a
     host, or a number out of range.
@@ -124,6 +161,8 @@ class ServiceClient:
         token_env: str = api.DEFAULT_TOKEN_ENV,
         max_connections: int = 64,
         transport: httpx.BaseTransport | None = None,
+        direct: bool = True,
+        breaker_threshold: int | None = None,
     ) -> None:
         from shopping_companion.llm.breaker import positive_int, positive_seconds
 
@@ -161,13 +200,30 @@ class ServiceClient:
         self._rng = random.Random()
         self._rng_lock = threading.Lock()
         self.requests = 0  # HTTP attempts made (for tests and stats; approximate under threads)
+        from shopping_companion.llm.breaker import breaker_for
+
+        self.breaker = (
+            None
+            if breaker_threshold is None
+            else breaker_for(
+                f"tool service {self.url}", breaker_threshold, advice="set service.breaker_threshold (null: no breaker)"
+            )
+        )
+        self.direct = bool(direct)
+        self.direct_requests = 0  # of which to a direct endpoint
+        self._ep_lock = threading.Lock()
+        self._endpoints: dict[str, list[_Endpoint]] = {}  # deployment -> verified endpoints
+        self._endpoints_at = float("-inf")
+        self._verified: dict[tuple[str, str], bool] = {}  # (url, nonce) -> nonce check passed
+        self._rr = 0
 
     @classmethod
     def from_settings(cls, url: str, service: Any, **kwargs: Any) -> "ServiceClient":
         """A client of ``url`` with the settings of ``service`` (a
         :class:`~shopping_companion.benchmark.run_config.ServiceConfig` or anything with its
-        fields: ``token_env``, ``timeout_s``, ``retries``, ``backoff_s``, ``deadline_s``); the
-        token is read from ``$<token_env>`` (unset or empty: none)."""
+        fields: ``token_env``, ``timeout_s``, ``retries``, ``backoff_s``, ``deadline_s``,
+        ``direct``, ``breaker_threshold``); the token is read from ``$<token_env>`` (unset or
+        empty: none)."""
         token_env = str(getattr(service, "token_env", api.DEFAULT_TOKEN_ENV) or api.DEFAULT_TOKEN_ENV)
         return cls(
             url,
@@ -177,7 +233,13 @@ class ServiceClient:
             backoff_s=float(getattr(service, "backoff_s", 0.5)),
             deadline_s=float(getattr(service, "deadline_s", 180.0)),
             token_env=token_env,
-            **kwargs,
+            **(
+                {
+                    "direct": bool(getattr(service, "direct", True)),
+                    "breaker_threshold": getattr(service, "breaker_threshold", None),
+                }
+                | kwargs
+            ),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -250,13 +312,31 @@ class ServiceClient:
 
         Raises :class:`ToolInputError` (400 ``tool_input``), :class:`JudgeFailedError` (409),
         :class:`ServiceRefusedError` (other 4xx), :class:`ToolServiceError` (retries or
-        deadline used up)."""
+        deadline used up), :class:`CircuitOpenError` (the breaker is or just became open)."""
+        if self.breaker is not None:
+            self.breaker.check()
         path = f"{api.API_PREFIX}/{route.lstrip('/')}"
         where = f"{self.url}{path}"
         t0 = time.monotonic()
         end = t0 + self.deadline_s
         attempts = 0
         last = "no attempt made"
+        ep = self._direct_endpoint(route) if method == "POST" else None
+        if ep is not None:
+            try:
+                self.direct_requests += 1
+                return self._attempt(
+                    method,
+                    ep.url + path,
+                    ep.url + path,
+                    json_body,
+                    min(self.timeout_s, self.deadline_s),
+                    retry_statuses,
+                )
+            except _Retry as r:  # on to the service URL, within the same deadline
+                if r.unreachable:
+                    ep.down_until = time.monotonic() + ENDPOINT_DOWN_S
+                last = f"direct endpoint {ep.url}: {r.detail}"
         while True:
             left = end - time.monotonic()
             if left <= 0:
@@ -264,16 +344,32 @@ class ServiceClient:
                 break
             attempts += 1
             try:
-                return self._attempt(method, path, where, json_body, min(self.timeout_s, left), retry_statuses)
+                out = self._attempt(method, path, where, json_body, min(self.timeout_s, left), retry_statuses)
             except _Retry as r:
                 last = r.detail
+                if self.breaker is not None:
+                    if r.unreachable:
+                        self.breaker.record_failure(f"{where}: {r.detail}")  # raises when it opens
+                    else:
+                        self.breaker.record_success()  # the service answered (a 5xx)
                 if attempts > self.retries:
                     break
                 delay = self._backoff(attempts - 1, r.retry_after)
                 if time.monotonic() + delay >= end:
                     last += f"; no time left for a retry in {delay:.2f}s"
                     break
-                time.sleep(delay)
+                if self.breaker is not None:
+                    self.breaker.sleep(delay)  # wakes up to raise as soon as the breaker opens
+                else:
+                    time.sleep(delay)
+            except Exception:
+                if self.breaker is not None:
+                    self.breaker.record_success()  # an answer the caller gets as an error (4xx)
+                raise
+            else:
+                if self.breaker is not None:
+                    self.breaker.record_success()
+                return out
         raise ToolServiceError(
             f"{where}: no answer after {attempts} attempt(s) in {time.monotonic() - t0:.1f}s "
             f"(retries={self.retries}, deadline_s={self.deadline_s:g}); last error: {last}. "
@@ -287,9 +383,9 @@ class ServiceClient:
         try:
             resp = self._http.request(method, path, json=json_body, timeout=timeout)
         except httpx.TimeoutException as e:
-            raise _Retry(f"timeout after {timeout:.1f}s ({type(e).__name__})") from None
+            raise _Retry(f"timeout after {timeout:.1f}s ({type(e).__name__})", unreachable=True) from None
         except httpx.TransportError as e:  # refused, reset, DNS, protocol error: the server may come back
-            raise _Retry(f"{type(e).__name__}: {_one_line(str(e)) or 'connection failed'}") from None
+            raise _Retry(f"{type(e).__name__}: {_one_line(str(e)) or 'connection failed'}", unreachable=True) from None
         status = resp.status_code
         if 200 <= status < 300:
             try:
@@ -323,6 +419,59 @@ class ServiceClient:
         raise ServiceRefusedError(
             f"{where}: the service refused the request ({detail})", status, err.type if err else None
         )
+
+    # ------------------------------------------------------------------ direct endpoints
+
+    def _direct_endpoint(self, route: str) -> _Endpoint | None:
+        """A direct endpoint for ``route`` (round robin over those up), or None: direct calls are
+        off, the route has none, or the service lists none."""
+        from shopping_companion.serve.direct import deployment_of
+
+        deployment = deployment_of(route)
+        if not self.direct or deployment is None:
+            return None
+        with self._ep_lock:
+            if time.monotonic() - self._endpoints_at >= ENDPOINTS_TTL_S:
+                self._refresh_endpoints()
+            now = time.monotonic()
+            up = [e for e in self._endpoints.get(deployment, ()) if e.down_until <= now]
+            if not up:
+                return None
+            self._rr += 1
+            return up[self._rr % len(up)]
+
+    def _refresh_endpoints(self) -> None:
+        """Read ``GET /v1/endpoints`` and keep the endpoints whose nonce check passes (called
+        with ``_ep_lock`` held). A service without the route turns direct calls off."""
+        self._endpoints_at = time.monotonic()
+        try:
+            listed = self._parse(
+                "endpoints",
+                api.EndpointsResponse,
+                self._attempt("GET", f"{api.API_PREFIX}/endpoints", "", None, min(self.timeout_s, 10.0), frozenset()),
+            )
+        except ServiceRefusedError as e:
+            if e.status == 404:
+                self.direct = False  # a service of an older version: its URL only
+            return
+        except (_Retry, ToolServiceError, JudgeFailedError, ToolInputError):
+            return  # keep what we have; the call itself meets the service's trouble
+        old = {e.url: e for eps in self._endpoints.values() for e in eps}
+        fresh: dict[str, list[_Endpoint]] = {}
+        for item in listed.endpoints:
+            key = (item.url, item.nonce)
+            if key not in self._verified:
+                self._verified[key] = self._nonce_ok(item.url, item.nonce)
+            if self._verified[key]:
+                fresh.setdefault(item.deployment, []).append(old.get(item.url) or _Endpoint(item.url))
+        self._endpoints = fresh
+
+    def _nonce_ok(self, url: str, nonce: str) -> bool:
+        try:
+            resp = self._http.get(f"{url}{api.API_PREFIX}/direct", timeout=_VERIFY_TIMEOUT_S)
+            return resp.status_code == 200 and resp.json().get("nonce") == nonce
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
 
     def _backoff(self, retry_index: int, retry_after: float | None) -> float:
         delay = min(self.max_backoff_s, self.backoff_s * (2**retry_index))

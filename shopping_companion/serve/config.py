@@ -17,6 +17,8 @@ Groups:
   the bearer token (unset: no token is asked for; a non-loopback ``host`` then is refused);
 - ``memory_cache``: memory stores kept per ``MemoryTools`` replica (LRU);
 - ``batch``: how MiniLM query encodings of concurrent ``mem_search`` requests are batched;
+- ``direct``: whether replicas also serve their routes on direct endpoints (docs/cluster.md,
+  "Request path");
 - ``deployments``: replicas, CPUs and concurrency of each deployment.
 
 Secrets never enter the config: the token is read from the environment variable ``token_env`` names.
@@ -40,6 +42,7 @@ __all__ = [
     "describe_reserved",
     "fits_cluster",
     "BatchConfig",
+    "DirectConfig",
     "DeploymentConfig",
     "DeploymentsConfig",
     "LOOPBACK_HOSTS",
@@ -80,6 +83,17 @@ class BatchConfig(BaseModel):
     enabled: bool = True
     max_batch_size: int = Field(default=64, ge=1, le=4096)
     batch_wait_timeout_s: float = Field(default=0.002, ge=0.0, le=10.0)
+
+
+class DirectConfig(BaseModel):
+    """Direct endpoints (:mod:`~shopping_companion.serve.direct`): with ``enabled`` (default) every
+    ``ProductTools`` / ``MemoryTools`` / ``Scoring`` replica also serves its routes over plain HTTP
+    on an ephemeral port of its node, listed by ``GET /v1/endpoints``; clients send tool calls
+    there (about 1 ms instead of tens of ms through Ray Serve's proxy and ingress) and fall back
+    to the service URL. ``enabled: false``: only Ray Serve's request path (one port to open)."""
+
+    model_config = _STRICT
+    enabled: bool = True
 
 
 class DeploymentConfig(BaseModel):
@@ -154,7 +168,7 @@ class ServeConfig(BaseModel):
     (default ``127.0.0.1``); ``port``: 1–65535 (default 8000). ``token_env``: the environment
     variable holding the bearer token (default ``SHOPCOMP_SERVE_TOKEN``). ``memory_cache``: memory
     stores kept per ``MemoryTools`` replica (>= 1). ``batch``: :class:`BatchConfig`;
-    ``deployments``: :class:`DeploymentsConfig`.
+    ``direct``: :class:`DirectConfig`; ``deployments``: :class:`DeploymentsConfig`.
 
     Raises (through :func:`load_serve_config`) :class:`~shopping_companion.errors.ConfigError`
     naming the field for any bad value, and naming ``host`` and ``token_env`` when a non-loopback
@@ -170,6 +184,7 @@ class ServeConfig(BaseModel):
     token_env: str = DEFAULT_TOKEN_ENV
     memory_cache: int = Field(default=256, ge=1, le=1_000_000)
     batch: BatchConfig = BatchConfig()
+    direct: DirectConfig = DirectConfig()
     deployments: DeploymentsConfig = DeploymentsConfig()
 
     @field_validator("benchmarks")

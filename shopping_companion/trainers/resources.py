@@ -142,7 +142,7 @@ class ResourceSpec:
     index, the memory stores, the judge and the rubric of a ``shopcomp serve`` service
     (docs/cluster.md; the tasks are still read from ``benchmark`` here, and the service must hold
     the same benchmark and score with ``reward_config``). ``token_env``, ``timeout_s``,
-    ``retries``, ``backoff_s``, ``deadline_s``: the client's settings
+    ``retries``, ``backoff_s``, ``deadline_s``, ``direct``: the client's settings
     (:class:`~shopping_companion.benchmark.run_config.ServiceConfig`). A bad ``tools`` value or
     client setting raises :class:`ConfigError` naming the field.
     """
@@ -158,6 +158,7 @@ class ResourceSpec:
     retries: int = 4
     backoff_s: float = 0.5
     deadline_s: float = 180.0
+    direct: bool = True
 
     def __post_init__(self) -> None:
         from shopping_companion.benchmark.run_config import check_tools
@@ -188,6 +189,8 @@ class ResourceSpec:
                 retries=self.retries,
                 backoff_s=self.backoff_s,
                 deadline_s=self.deadline_s,
+                direct=self.direct,
+                breaker_threshold=None,  # training goes on: a sample the service fails is not scored
             )
         except ValidationError as e:
             err = e.errors()[0]

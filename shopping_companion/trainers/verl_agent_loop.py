@@ -203,7 +203,7 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
 
 
 #: the client settings an agent loop's ``service`` mapping may set (ResourceSpec fields)
-SERVICE_KEYS = ("token_env", "timeout_s", "retries", "backoff_s", "deadline_s")
+SERVICE_KEYS = ("token_env", "timeout_s", "retries", "backoff_s", "deadline_s", "direct")
 
 
 def _service_settings(value: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from shopping_companion.envs.env import EnvConfig
 from shopping_companion.envs.scripted import GoldPolicy
 from shopping_companion.envs.tools import ToolBox
 from shopping_companion.errors import ConfigError, JudgeFailedError, ToolInputError, ToolServiceError
+from shopping_companion.serve import api
 from shopping_companion.serve.client import ServiceClient, ServiceRefusedError
 from shopping_companion.serve.remote import RemoteJudge, RemoteMemory, RemoteProducts, RemoteRubric, connect
 from shopping_companion.types import ToolCall
@@ -313,3 +314,102 @@ def test_rl_resources_through_the_service(world, kit, server, tmp_path):
     got = run(env, GoldPolicy(task), seed=3)
     assert got.error is None and got.succ == want.succ is True
     assert [s.reward.total for s in got.stages] == [s.reward.total for s in want.stages]
+
+
+# --------------------------------------------------------------------------- direct endpoints
+
+
+def _observations(remote: Remote, kit, tasks) -> list[dict]:
+    out = []
+    for task in tasks:
+        box = ToolBox(remote.products, remote.memory(task))
+        other = [t.reference_product_ids[0] for t in tasks if t is not task]
+        out += [box.execute(call, ALLOWED, max_chars=m).model_dump() for call, m in _calls(task, other)]
+    return out
+
+
+def test_direct_endpoints_carry_the_calls_with_identical_observations(world, kit, product_search, embedder):
+    tasks, pool = world
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder, direct=2, token="t0k") as srv:
+        client = fast_client(srv.base_url, token="t0k")
+        got = _observations(Remote(client), kit, tasks)
+        via_url = _observations(Remote(fast_client(srv.base_url, token="t0k", direct=False)), kit, tasks)
+        assert got == via_url
+        # every tool call went to a direct server, spread over both (round robin); the service URL
+        # saw only the listing of endpoints and the info call
+        direct_ports = {p for p, r in srv.direct_requests if r != "direct"}
+        assert len(direct_ports) == 2
+        assert client.direct_requests == sum(1 for _, r in srv.direct_requests if r != "direct") > 30
+        n_via_url_tools = len(_calls(tasks[0], [])) * len(tasks) - 2 * len(tasks)  # less the local refusals
+        assert srv.routes("product_search") + srv.routes("mem_view") <= n_via_url_tools
+        assert {r for _, r, _ in srv.requests[:2]} <= {"info", "endpoints"}
+        # the verification of each endpoint's nonce happened once per endpoint
+        assert sum(1 for _, r in srv.direct_requests if r == "direct") == 2
+
+
+def test_an_endpoint_whose_nonce_check_fails_is_never_used(world, product_search, embedder):
+    tasks, pool = world
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder, bad_nonce=True) as srv:
+        client = fast_client(srv.base_url)
+        assert RemoteProducts(client).search("shirt", top_k=2)
+        assert client.direct_requests == 0
+        assert srv.routes("direct") >= 1  # it was checked (and failed: the service has no /v1/direct)
+
+
+def test_a_dead_direct_endpoint_falls_back_to_the_service_url_and_is_put_aside(world, kit, product_search, embedder):
+    tasks, pool = world
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder, direct=1) as srv:
+        client = fast_client(srv.base_url)
+        products = RemoteProducts(client)
+        want = kit.products.search("shirt", top_k=3)
+        assert products.search("shirt", top_k=3) == want and client.direct_requests == 1
+        srv.stop_direct(0)  # the replica died; it is still listed for a while
+        before = srv.routes("product_search")
+        for _ in range(5):
+            assert products.search("shirt", top_k=3) == want
+        assert srv.routes("product_search") == before + 5  # all answered through the service URL
+        assert client.direct_requests == 2  # one failed direct attempt, then the endpoint is put aside
+
+
+def test_direct_off_and_a_service_without_endpoints_use_the_url_only(world, product_search, embedder):
+    tasks, pool = world
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder, direct=1) as srv:
+        client = fast_client(srv.base_url, direct=False)
+        assert RemoteProducts(client).search("shirt", top_k=2)
+        assert srv.routes("endpoints") == 0 and srv.direct_requests == []
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder, legacy=True) as srv:
+        client = fast_client(srv.base_url)
+        for _ in range(3):
+            assert RemoteProducts(client).search("shirt", top_k=2)
+        assert srv.routes("endpoints") == 1 and client.direct is False  # asked once, then never again
+
+
+def test_a_dead_service_opens_the_circuit_breaker_and_the_run_stops(world, product_search, embedder):
+    from shopping_companion.errors import CircuitOpenError
+
+    tasks, pool = world
+    task = tasks[0]
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder) as srv:
+        client = fast_client(srv.base_url, retries=10, backoff_s=0.01, breaker_threshold=3)
+        remote = Remote(client)
+        assert remote.products.search("shirt", top_k=2)
+        srv.down_routes.add("product_search")  # 503s are answers: they never open the breaker
+        with pytest.raises(ToolServiceError):
+            fast_client(srv.base_url, retries=4, backoff_s=0.01, breaker_threshold=3).post(
+                "product_search", api.ProductSearchRequest(query="shirt"), api.ProductSearchResponse
+            )
+        srv.down_routes.clear()
+    # the server is gone: 3 connection failures in a row open the breaker inside one call ...
+    with pytest.raises(CircuitOpenError, match=r"3 consecutive connection failures.*service.breaker_threshold"):
+        remote.products.search("shirt")
+    # ... and every later call (any tool, the judge) fails at once, as does an episode: not an observation
+    t0 = time.monotonic()
+    with pytest.raises(CircuitOpenError):
+        ToolBox(remote.products, remote.memory(task)).execute(
+            ToolCall(name="mem_view", arguments={"session_ids": ["s"]}, call_id="c"), ALLOWED
+        )
+    with pytest.raises(CircuitOpenError):
+        _episode(task, GoldPolicy(task), remote.products, remote.memory(task), remote.judge, remote.rubric)
+    assert time.monotonic() - t0 < 1.0
+    # the breaker is per service URL: connect() with the run's settings uses it (default threshold 5)
+    assert ServiceConfig().breaker_threshold == 5 and ServiceClient.from_settings(srv.base_url, ServiceConfig()).breaker

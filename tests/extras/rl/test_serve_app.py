@@ -279,6 +279,65 @@ def test_judge_and_reward_equal_the_spec_on_a_gold_trajectory(http, bench, produ
     assert "cannot be scored" in _error(r, "judge_failed").message
 
 
+# --------------------------------------------------------------------------- direct endpoints
+
+
+def _endpoints(http) -> list[api.DirectEndpoint]:
+    r = http.get("/endpoints")
+    assert r.status_code == 200, r.text
+    body = api.EndpointsResponse.model_validate(r.json())
+    assert body.enabled is True
+    return body.endpoints
+
+
+def test_direct_endpoints_answer_like_the_service_and_need_the_token(service, http, bench, embedder):
+    from ray import serve
+
+    from shopping_companion.serve.client import ServiceClient
+
+    eps = _endpoints(http)
+    assert sorted(e.deployment for e in eps) == ["MemoryTools", "ProductTools", "Scoring"]
+    by = {e.deployment: e for e in eps}
+    for e in eps:
+        assert e.url.startswith("http://127.0.0.1:")  # a loopback service binds its replicas to loopback
+        assert httpx.get(f"{e.url}{api.API_PREFIX}/direct").json() == {"nonce": e.nonce}
+    prod = by["ProductTools"].url + api.API_PREFIX
+    body = {"query": "running shoes", "top_k": 5}
+    assert _error(httpx.post(f"{prod}/product_search", json=body), "unauthorized").message.startswith("missing")
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    direct = httpx.post(f"{prod}/product_search", json=body, headers=right)
+    assert direct.status_code == 200 and direct.json() == http.post("/product_search", json=body).json()
+    # the same error bodies as the service: 400 tool_input with field, 422 bad_request, 404 not_loaded
+    assert _error(httpx.post(f"{prod}/product_search", json={"query": "  "}, headers=right), "tool_input").field
+    assert _error(httpx.post(f"{prod}/product_search", json={"top_k": 3}, headers=right), "bad_request").field
+    mem = by["MemoryTools"].url + api.API_PREFIX
+    task = bench.tasks[0]
+    r = httpx.post(f"{mem}/mem_view", json={"benchmark": "nope", "task_id": "x", "session_ids": ["s"]}, headers=right)
+    assert "nope" in _error(r, "not_loaded").message
+    # the client sends tool calls there, and concurrent mem_searches on the direct loop are batched
+    client = ServiceClient(service[0].url, TOKEN)
+    words = [p.value for p in task.preferences] + [s.product_type for s in task.slots]
+    queries = [f"{words[i % len(words)]} {w}" for i, w in enumerate(["price", "size", "color", "brand"] * 4)]
+    store = _store(bench, task, embedder)
+    want = [_jsonable(store.search(q, top_k=5)) for q in queries]
+    req = lambda q: api.MemSearchRequest(benchmark=BENCH, task_id=task.task_id, queries=[q], top_k=5)  # noqa: E731
+    assert [
+        client.post("mem_search", req(q), api.MemSearchResponse).model_dump(mode="json")["results"] for q in queries
+    ] == want
+    assert client.direct_requests == len(queries)
+    handle = serve.get_deployment_handle("MemoryTools", app_name="shopcomp")
+    before = handle.stats.remote().result()
+
+    async def concurrent():
+        async with httpx.AsyncClient(base_url=mem, headers=right, timeout=60) as c:
+            rs = await asyncio.gather(*(c.post("/mem_search", json=req(q).model_dump()) for q in queries))
+        return [r.json()["results"] for r in rs]
+
+    assert asyncio.run(concurrent()) == want
+    after = handle.stats.remote().result()
+    assert after["requests"] - before["requests"] == 16 and after["batches"] - before["batches"] < 16
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -321,7 +380,18 @@ def test_bad_bodies_are_422_and_tool_input_errors_are_400_with_field(http, bench
     r = http.post("/product_search", json={"query": "tea", "colour": "red"})
     assert _error(r, "bad_request").field == "colour"
     r = http.post("/product_search", content=b"{not json", headers={"Content-Type": "application/json"})
-    _error(r, "bad_request")
+    e = _error(r, "bad_request")
+    assert e.field is None and "not valid JSON" in e.message
+    for bad in (True, 3.0):  # no silent coercion of a bool or a float to top_k
+        assert _error(http.post("/product_search", json={"query": "tea", "top_k": bad}), "bad_request").field == "top_k"
+    # an unknown id is not echoed whole, a body over the limit is refused before it is parsed
+    r = http.post("/mem_view", json={"benchmark": BENCH, "task_id": "t" * 1_000_000, "session_ids": ["s"]})
+    assert r.status_code == 404 and len(r.content) < 2_000
+    targets = [http.base_url] + [httpx.URL(e.url + api.API_PREFIX) for e in _endpoints(http)]
+    huge = b'{"query": "' + b"x" * (api.MAX_BODY_BYTES + 10) + b'"}'
+    for base in targets:
+        r = http.post(f"{base}/product_search", content=huge, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and "over" in r.json()["error"]["message"], (base, r.text[:300])
     # values the tools refuse: the service checks them itself, whatever the client did
     mem = {"benchmark": BENCH, "task_id": task.task_id}
     e = _error(http.post("/mem_search", json={**mem, "queries": ["tea"], "top_k": 0}), "tool_input")
@@ -364,6 +434,9 @@ def test_a_killed_product_replica_is_restarted_and_requests_succeed_again(servic
     assert r.json()["results"] == want
     second = h.whoami.remote().result()
     assert second["pid"] != first["pid"] and second["replica"] != first["replica"]
+    # the dead replica's direct endpoint is no longer listed; the new one is
+    listed = {e.replica for e in _endpoints(http) if e.deployment == "ProductTools"}
+    assert listed == {second["replica"]}
     for _ in range(3):
         assert http.post("/product_search", json=body).json()["results"] == want
     print(f"\nProductTools restarted in {time.monotonic() - t0:.1f} s; statuses while down: {statuses}")
