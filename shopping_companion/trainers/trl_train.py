@@ -534,7 +534,7 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
             index_dir=cfg.index_dir,
             reward_config=spec.to_json(),
             tools=cfg.tools,
-            **cfg.service.model_dump(),
+            **cfg.service.model_dump(exclude={"breaker_threshold"}),  # training goes on: a failed sample is unscored
         )
     )
     tasks = [t for t in resources.tasks.values() if t.split == cfg.rows.split][: cfg.rows.limit]

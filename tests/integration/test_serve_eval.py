@@ -60,7 +60,7 @@ def test_eval_through_the_service_equals_the_local_run(
             n = len(srv.requests)
             out = CliRunner().invoke(app, args)
             assert out.exit_code == 0, out.output
-            assert all(r in ("ready", "info", "product_view") for _, r, _ in srv.requests[n:])
+            assert all(r in ("ready", "info", "endpoints", "product_view") for _, r, _ in srv.requests[n:])
         # a service that has not loaded this benchmark: refused (exit 2), naming what it has
         other = Bench(bench.tasks[:1], dict(bench.sessions), "/srv/other")
         with ServeServer(product_search, {"other": other}, embedder) as srv2:
