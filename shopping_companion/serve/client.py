@@ -114,6 +114,22 @@ class _Retry(Exception):
         self.unreachable = unreachable  # no answer at all (connection failed, timeout)
 
 
+class _NoBreaker:
+    """The breaker of a client without one (``breaker_threshold=None``): never opens."""
+
+    def check(self) -> None:
+        pass
+
+    def record_failure(self, what: str) -> None:
+        pass
+
+    def record_success(self) -> None:
+        pass
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
 class _Endpoint:
     """One verified direct endpoint (``url``) and until when it is put aside."""
 
@@ -164,7 +180,7 @@ class ServiceClient:
         direct: bool = True,
         breaker_threshold: int | None = None,
     ) -> None:
-        from shopping_companion.llm.breaker import positive_int, positive_seconds
+        from shopping_companion.llm.breaker import breaker_for, positive_int, positive_seconds
 
         parts = urlsplit(str(base_url).strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -200,10 +216,8 @@ class ServiceClient:
         self._rng = random.Random()
         self._rng_lock = threading.Lock()
         self.requests = 0  # HTTP attempts made (for tests and stats; approximate under threads)
-        from shopping_companion.llm.breaker import breaker_for
-
         self.breaker = (
-            None
+            _NoBreaker()
             if breaker_threshold is None
             else breaker_for(
                 f"tool service {self.url}", breaker_threshold, advice="set service.breaker_threshold (null: no breaker)"
@@ -313,8 +327,7 @@ class ServiceClient:
         Raises :class:`ToolInputError` (400 ``tool_input``), :class:`JudgeFailedError` (409),
         :class:`ServiceRefusedError` (other 4xx), :class:`ToolServiceError` (retries or
         deadline used up), :class:`CircuitOpenError` (the breaker is or just became open)."""
-        if self.breaker is not None:
-            self.breaker.check()
+        self.breaker.check()
         path = f"{api.API_PREFIX}/{route.lstrip('/')}"
         where = f"{self.url}{path}"
         t0 = time.monotonic()
@@ -347,28 +360,22 @@ class ServiceClient:
                 out = self._attempt(method, path, where, json_body, min(self.timeout_s, left), retry_statuses)
             except _Retry as r:
                 last = r.detail
-                if self.breaker is not None:
-                    if r.unreachable:
-                        self.breaker.record_failure(f"{where}: {r.detail}")  # raises when it opens
-                    else:
-                        self.breaker.record_success()  # the service answered (a 5xx)
+                if r.unreachable:
+                    self.breaker.record_failure(f"{where}: {r.detail}")  # raises when it opens
+                else:
+                    self.breaker.record_success()  # the service answered (a 5xx)
                 if attempts > self.retries:
                     break
                 delay = self._backoff(attempts - 1, r.retry_after)
                 if time.monotonic() + delay >= end:
                     last += f"; no time left for a retry in {delay:.2f}s"
                     break
-                if self.breaker is not None:
-                    self.breaker.sleep(delay)  # wakes up to raise as soon as the breaker opens
-                else:
-                    time.sleep(delay)
+                self.breaker.sleep(delay)  # wakes up to raise as soon as the breaker opens
             except Exception:
-                if self.breaker is not None:
-                    self.breaker.record_success()  # an answer the caller gets as an error (4xx)
+                self.breaker.record_success()  # an answer the caller gets as an error (4xx)
                 raise
             else:
-                if self.breaker is not None:
-                    self.breaker.record_success()
+                self.breaker.record_success()
                 return out
         raise ToolServiceError(
             f"{where}: no answer after {attempts} attempt(s) in {time.monotonic() - t0:.1f}s "
@@ -444,12 +451,10 @@ class ServiceClient:
         """Read ``GET /v1/endpoints`` and keep the endpoints whose nonce check passes (called
         with ``_ep_lock`` held). A service without the route turns direct calls off."""
         self._endpoints_at = time.monotonic()
+        path = f"{api.API_PREFIX}/endpoints"
         try:
-            listed = self._parse(
-                "endpoints",
-                api.EndpointsResponse,
-                self._attempt("GET", f"{api.API_PREFIX}/endpoints", "", None, min(self.timeout_s, 10.0), frozenset()),
-            )
+            answer = self._attempt("GET", path, self.url + path, None, min(self.timeout_s, 10.0), frozenset())
+            listed = self._parse("endpoints", api.EndpointsResponse, answer)
         except ServiceRefusedError as e:
             if e.status == 404:
                 self.direct = False  # a service of an older version: its URL only

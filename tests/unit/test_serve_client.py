@@ -412,4 +412,8 @@ def test_a_dead_service_opens_the_circuit_breaker_and_the_run_stops(world, produ
         _episode(task, GoldPolicy(task), remote.products, remote.memory(task), remote.judge, remote.rubric)
     assert time.monotonic() - t0 < 1.0
     # the breaker is per service URL: connect() with the run's settings uses it (default threshold 5)
-    assert ServiceConfig().breaker_threshold == 5 and ServiceClient.from_settings(srv.base_url, ServiceConfig()).breaker
+    from shopping_companion.llm.breaker import CircuitBreaker
+
+    assert ServiceConfig().breaker_threshold == 5
+    assert isinstance(ServiceClient.from_settings(srv.base_url, ServiceConfig()).breaker, CircuitBreaker)
+    assert not isinstance(fast_client(srv.base_url).breaker, CircuitBreaker)  # no threshold: no breaker
