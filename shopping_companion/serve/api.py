@@ -116,7 +116,7 @@ class EndpointsResponse(_Body):
 
 class BenchmarkInfo(_Body):
     """A benchmark the service loaded: its ``name`` (what requests name), the directory ``path``,
-    ``n_tasks``, ``n_sessions`` and ``tasks_sha256`` (hex SHA-256 of its tasks as
+    ``n_tasks``, ``n_sessions`` and ``tasks_sha256`` (the first 16 hex characters of the SHA-256 of its tasks, as
     :func:`~shopping_companion.benchmark.run.benchmark_tasks_sha256` computes it: a client checks
     it equals its own copy's)."""
 

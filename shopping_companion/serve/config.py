@@ -61,7 +61,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def is_loopback(host: str) -> bool:
-    """``host`` is a loopback name or address (127.0.0.0/8, ``::1``, ``localhost``)."""
+    """``host`` is a loopback name or address (127.0.0.0/8 in any form ``inet_aton`` reads, such as
+    ``127.1``; ``::1``; ``localhost``)."""
     import ipaddress
 
     h = host.strip("[]").lower()
@@ -70,6 +71,12 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(h).is_loopback
     except ValueError:
+        pass
+    import socket
+
+    try:  # the short IPv4 forms the resolver accepts too: 127.1, 2130706433
+        return ipaddress.ip_address(socket.inet_aton(h)).is_loopback
+    except (OSError, ValueError):
         return False
 
 

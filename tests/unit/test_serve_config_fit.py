@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from shopping_companion.cli.serve import replica_cause
-from shopping_companion.serve.config import DeploymentsConfig, fits_cluster, load_serve_config
+from shopping_companion.errors import ConfigError
+from shopping_companion.serve.config import DeploymentsConfig, fits_cluster, is_loopback, load_serve_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,3 +47,21 @@ def test_replica_cause_finds_the_error_under_rays_wrappers():
     plain = "Deploying application shopcomp failed:   nothing\nparsable here"
     assert replica_cause(plain) == "Deploying application shopcomp failed: nothing parsable here"
     assert len(replica_cause("x" * 5000)) == 600
+
+
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True), ("127.1", True), ("127.9.8.7", True), ("2130706433", True), ("localhost", True),
+        ("::1", True), ("[::1]", True), ("0.0.0.0", False), ("10.1", False), ("192.168.0.2", False),
+        ("example.com", False), ("127.0.0.1.5", False), ("::", False),
+    ],
+)
+def test_loopback_hosts_in_every_form_the_resolver_reads(host, loopback, monkeypatch, tmp_path):
+    assert is_loopback(host) is loopback
+    monkeypatch.delenv("SHOPCOMP_SERVE_TOKEN", raising=False)
+    if loopback:  # no token asked for
+        assert load_serve_config({"benchmarks": {"b": str(tmp_path)}}, [], host=host).host == host
+    else:
+        with pytest.raises(ConfigError, match="SHOPCOMP_SERVE_TOKEN"):
+            load_serve_config({"benchmarks": {"b": str(tmp_path)}}, [], host=host)
