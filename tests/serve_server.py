@@ -18,7 +18,9 @@ contract, so the client is tested against the wire format, plus fault injection:
   adds a listed endpoint whose nonce check fails (the client must never use it). Without
   ``direct``, ``/v1/endpoints`` answers ``enabled: false``. :meth:`ServeServer.stop_direct`
   stops one (a replica that died); ``legacy`` drops ``/v1/endpoints`` (a service of an older
-  version: 404).
+  version: 404); ``drop_idle``: the direct servers close every connection after answering,
+  without saying so (``Connection: close``), as a replica does with a kept-alive connection that
+  sat idle past its timeout (the client must reopen it, not count the endpoint as dead).
 
 Every request is recorded in :attr:`ServeServer.requests` as ``(method, route, authorization)``;
 those of the direct servers in :attr:`ServeServer.direct_requests` as ``(port, route)``. Fault
@@ -81,6 +83,7 @@ class ServeServer:
         direct: int = 0,
         bad_nonce: bool = False,
         legacy: bool = False,
+        drop_idle: bool = False,
     ) -> None:
         from shopping_companion.pipeline import product_lookup
         from shopping_companion.rewards.spec import load_reward_spec
@@ -106,6 +109,7 @@ class ServeServer:
         self.n_direct = direct
         self.legacy = legacy
         self.bad_nonce = bad_nonce
+        self.drop_idle = drop_idle
         self.direct_requests: list[tuple[int, str]] = []
         self._direct: list[tuple[ThreadingHTTPServer, str]] = []  # (server, nonce)
 
@@ -119,7 +123,9 @@ class ServeServer:
         self._httpd = self._start(self._handler(None))
         for _ in range(self.n_direct):
             nonce = secrets.token_hex(8)
-            self._direct.append((self._start(self._handler(nonce)), nonce))
+            d = self._start(self._handler(nonce))
+            d._drop_idle = self.drop_idle  # type: ignore[attr-defined]
+            self._direct.append((d, nonce))
         return self
 
     def _handler(self, nonce: str | None) -> type:
@@ -192,6 +198,8 @@ class ServeServer:
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
         h.wfile.write(data)
+        if getattr(h.server, "_drop_idle", False):
+            h.close_connection = True  # closed after this answer, the client not told
 
     def _error(self, h: BaseHTTPRequestHandler, type_: str, message: str, field_: str | None = None) -> None:
         body = api.ErrorResponse(error=api.ErrorBody(type=type_, message=message, field=field_))  # type: ignore[arg-type]

@@ -57,7 +57,7 @@ import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -595,10 +595,9 @@ class BodyLimit:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
             return await self.app(scope, receive, send)
-        too_big = _error_response(_too_big_body(self.max_bytes), 413)
         for k, v in scope.get("headers", ()):
             if k == b"content-length" and v.isdigit() and int(v) > self.max_bytes:
-                return await too_big(scope, receive, send)
+                return await _error_response(_too_big_body(self.max_bytes), 413)(scope, receive, send)
         seen = 0
         started = False
 
@@ -621,7 +620,7 @@ class BodyLimit:
             await self.app(scope, counted, tracked_send)
         except _BodyTooLarge:
             if not started:
-                await too_big(scope, receive, send)
+                await _error_response(_too_big_body(self.max_bytes), 413)(scope, receive, send)
 
 
 class _BodyTooLarge(Exception):
@@ -648,12 +647,14 @@ def install_error_handlers(app: FastAPI) -> None:
 install_error_handlers(fastapi_app)
 
 
-def to_response(out: Any) -> JSONResponse:
+def to_response(out: Any) -> Response:
     """The HTTP answer of a deployment method's result: an :class:`api.ErrorBody` raises the
-    error it names (its status), anything else is a pydantic model sent as JSON (200)."""
+    error it names (its status), anything else is a pydantic model sent as JSON (200), encoded
+    by pydantic itself (``model_dump_json``: the same JSON as ``json.dumps`` of its dump, floats
+    round-trip exactly, in a fraction of the time)."""
     if isinstance(out, api.ErrorBody):
         raise _ApiError(out)
-    return JSONResponse(out.model_dump(mode="json"))
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 async def _auth(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
@@ -715,7 +716,7 @@ class Ingress:
         self.direct_app = direct_app
         self._info: api.InfoResponse | None = None
 
-    async def _call(self, method: Any, req: Any) -> JSONResponse:
+    async def _call(self, method: Any, req: Any) -> Response:
         try:
             out = await method.remote(req)
         except Exception as e:  # noqa: BLE001 - turned into an error body
@@ -826,7 +827,7 @@ class Ingress:
         dependencies=_PROTECTED,
         responses=_ERRORS,
     )
-    async def product_search(self, req: api.ProductSearchRequest) -> JSONResponse:
+    async def product_search(self, req: api.ProductSearchRequest) -> Response:
         """BM25 product search (the ``product_search`` tool)."""
         return await self._call(self.products.product_search, req)
 
@@ -836,35 +837,35 @@ class Ingress:
         dependencies=_PROTECTED,
         responses=_ERRORS,
     )
-    async def product_view(self, req: api.ProductViewRequest) -> JSONResponse:
+    async def product_view(self, req: api.ProductViewRequest) -> Response:
         """Full product records (the ``product_view`` tool)."""
         return await self._call(self.products.product_view, req)
 
     @fastapi_app.post(
         f"{api.API_PREFIX}/mem_search", response_model=api.MemSearchResponse, dependencies=_PROTECTED, responses=_ERRORS
     )
-    async def mem_search(self, req: api.MemSearchRequest) -> JSONResponse:
+    async def mem_search(self, req: api.MemSearchRequest) -> Response:
         """Dense search over one task's user history (the ``mem_search`` tool)."""
         return await self._call(self.memory.mem_search, req)
 
     @fastapi_app.post(
         f"{api.API_PREFIX}/mem_view", response_model=api.MemViewResponse, dependencies=_PROTECTED, responses=_ERRORS
     )
-    async def mem_view(self, req: api.MemViewRequest) -> JSONResponse:
+    async def mem_view(self, req: api.MemViewRequest) -> Response:
         """Full sessions of one task's user history (the ``mem_view`` tool)."""
         return await self._call(self.memory.mem_view, req)
 
     @fastapi_app.post(
         f"{api.API_PREFIX}/judge", response_model=api.JudgeResponse, dependencies=_PROTECTED, responses=_ERRORS
     )
-    async def judge(self, req: api.JudgeRequest) -> JSONResponse:
+    async def judge(self, req: api.JudgeRequest) -> Response:
         """The verdict of one stage trajectory."""
         return await self._call(self.scoring.judge, req)
 
     @fastapi_app.post(
         f"{api.API_PREFIX}/reward", response_model=api.RewardResponse, dependencies=_PROTECTED, responses=_ERRORS
     )
-    async def reward(self, req: api.RewardRequest) -> JSONResponse:
+    async def reward(self, req: api.RewardRequest) -> Response:
         """The reward breakdown of one judged stage trajectory."""
         return await self._call(self.scoring.reward, req)
 

@@ -123,7 +123,7 @@ def _make_app(routes: dict[str, tuple[type, Callable[..., Any]]], nonce: str) ->
     """The FastAPI app of one replica's direct server: ``GET /v1/direct`` (the nonce, no token)
     and a ``POST /v1/<route>`` per route, with the ingress's token check and error bodies."""
     from fastapi import FastAPI
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import Response
 
     from shopping_companion.serve.app import _PROTECTED, install_error_handlers, to_response
 
@@ -135,10 +135,10 @@ def _make_app(routes: dict[str, tuple[type, Callable[..., Any]]], nonce: str) ->
         return {"nonce": nonce}
 
     def add(route: str, model: type, method: Callable[..., Any]) -> None:
-        async def handler(req: Any) -> JSONResponse:
+        async def handler(req: Any) -> Response:
             return to_response(await method(req))
 
-        handler.__annotations__ = {"req": model, "return": JSONResponse}
+        handler.__annotations__ = {"req": model, "return": Response}
         handler.__name__ = f"direct_{route}"
         app.post(f"{api.API_PREFIX}/{route}", dependencies=_PROTECTED)(handler)
 

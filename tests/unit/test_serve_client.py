@@ -52,7 +52,8 @@ def server(world, product_search, embedder):
 
 
 def fast_client(url: str, **kw: Any) -> ServiceClient:
-    opts = dict(timeout_s=10.0, retries=4, backoff_s=0.01, deadline_s=20.0)
+    # a first mem_search builds a MiniLM store: 16 s measured with a cold model on a loaded 2-core machine
+    opts = dict(timeout_s=60.0, retries=4, backoff_s=0.01, deadline_s=120.0)
     opts.update(kw)
     return ServiceClient(url, **opts)
 
@@ -369,6 +370,19 @@ def test_a_dead_direct_endpoint_falls_back_to_the_service_url_and_is_put_aside(w
             assert products.search("shirt", top_k=3) == want
         assert srv.routes("product_search") == before + 5  # all answered through the service URL
         assert client.direct_requests == 2  # one failed direct attempt, then the endpoint is put aside
+
+
+def test_a_kept_alive_connection_the_replica_closed_is_reopened_not_counted_dead(world, kit, product_search, embedder):
+    tasks, pool = world
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder, direct=1, drop_idle=True) as srv:
+        client = fast_client(srv.base_url)
+        products = RemoteProducts(client)
+        want = kit.products.search("shirt", top_k=3)
+        for _ in range(6):  # from the second call on, each finds its pooled connection closed
+            assert products.search("shirt", top_k=3) == want
+        assert client.direct_requests == 6
+        assert srv.routes("product_search") == 0  # none fell back to the service URL
+        assert sum(1 for _, r in srv.direct_requests if r == "product_search") == 6
 
 
 def test_direct_off_and_a_service_without_endpoints_use_the_url_only(world, product_search, embedder):

@@ -52,9 +52,19 @@ def test_replica_cause_finds_the_error_under_rays_wrappers():
 @pytest.mark.parametrize(
     "host, loopback",
     [
-        ("127.0.0.1", True), ("127.1", True), ("127.9.8.7", True), ("2130706433", True), ("localhost", True),
-        ("::1", True), ("[::1]", True), ("0.0.0.0", False), ("10.1", False), ("192.168.0.2", False),
-        ("example.com", False), ("127.0.0.1.5", False), ("::", False),
+        ("127.0.0.1", True),
+        ("127.1", True),
+        ("127.9.8.7", True),
+        ("2130706433", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("10.1", False),
+        ("192.168.0.2", False),
+        ("example.com", False),
+        ("127.0.0.1.5", False),
+        ("::", False),
     ],
 )
 def test_loopback_hosts_in_every_form_the_resolver_reads(host, loopback, monkeypatch, tmp_path):
