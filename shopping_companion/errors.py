@@ -66,6 +66,7 @@ __all__ = [
     "RunFileReplacedError",
     # inside an episode
     "ToolInputError",
+    "check_tool_text",
     "EXIT_OK",
     "EXIT_CRASH",
     "EXIT_USAGE",
@@ -277,3 +278,19 @@ class ToolInputError(ShopCompError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+def check_tool_text(field: str, value: str, item: int | None = None) -> str:
+    """``value`` when it is valid Unicode text; raises :class:`ToolInputError` naming ``field``
+    (and list ``item``) when it holds a lone surrogate (``\\ud800``...; JSON escapes can carry
+    one, but no search index, encoder or UTF-8 writer takes it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        where = f"item {item} " if item is not None else ""
+        raise ToolInputError(
+            field,
+            f"{where}holds an unpaired surrogate code point (U+{ord(value[e.start]):04X} at character "
+            f"{e.start}), which is not text; send valid Unicode",
+        ) from None
+    return value

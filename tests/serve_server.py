@@ -10,7 +10,8 @@ contract, so the client is tested against the wire format, plus fault injection:
   routes in ``fail_routes``, default all but health) have their connection reset before anything
   is read (``reset``), or get our JSON 503 / 500, or Ray Serve's own plain-text 503;
 * ``down_routes``: routes answering Ray's plain 503 for as long as they are in the set (tests add
-  and remove names while the server runs);
+  and remove names while the server runs); ``gone_routes``: likewise with a plain-text 404, as
+  Ray Serve's proxy answers while the application is deleted on shutdown;
 * ``token``: every route but ``/v1/health`` needs ``Authorization: Bearer <token>``;
 * ``direct=N``: N more servers on 127.0.0.1 play the replicas' direct endpoints
   (:mod:`shopping_companion.serve.direct`): each serves the POST routes and ``GET /v1/direct``
@@ -101,6 +102,7 @@ class ServeServer:
         self.fail_mode = fail_mode
         self.fail_routes = fail_routes
         self.down_routes: set[str] = set()
+        self.gone_routes: set[str] = set()
         self.failed = 0
         self.requests: list[tuple[str, str, str | None]] = []
         self._mem: dict[tuple[str, str], Any] = {}
@@ -233,6 +235,8 @@ class ServeServer:
             return
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length else b""
+        if nonce is None and route in self.gone_routes:
+            return self._send(h, 404, b"Path '/v1/%s' not found." % route.encode(), "text/plain")
         if inject or route in self.down_routes:
             mode = "ray503" if route in self.down_routes else self.fail_mode
             if mode == "ray503":

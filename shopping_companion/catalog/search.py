@@ -55,7 +55,7 @@ from shopping_companion.catalog.index import (
     verify_index,
 )
 from shopping_companion.catalog.jvm import JNI_LOCK, check_not_forked, ensure_jvm, forked_from_jvm, private_class
-from shopping_companion.errors import ProductIndexError, ToolInputError
+from shopping_companion.errors import ProductIndexError, ToolInputError, check_tool_text
 from shopping_companion.resources import Closeable
 from shopping_companion.types import Product
 
@@ -85,7 +85,7 @@ def _check_query(query: Any) -> str:
         raise ToolInputError("query", "must not be empty or only whitespace; describe the product to find")
     if len(query) > MAX_QUERY_CHARS:
         raise ToolInputError("query", f"is {len(query)} characters long; at most {MAX_QUERY_CHARS} are allowed")
-    return query
+    return check_tool_text("query", query)
 
 
 def _check_top_k(top_k: Any) -> int:
@@ -120,7 +120,7 @@ def _check_shop(shop_id: Any) -> str | None:
             "shop_id",
             f"must be a shop id string (e.g. 'myntra-india/brand-nike') or null, got {type(shop_id).__name__}",
         )
-    s = shop_id.strip()
+    s = check_tool_text("shop_id", shop_id.strip())
     return s or None
 
 
@@ -134,7 +134,7 @@ def _check_ids(product_ids: Any) -> list[str]:
     bad = [x for x in product_ids if not isinstance(x, str) or not x.strip()]
     if bad:
         raise ToolInputError("product_ids", f"every id must be a non-empty string, got {bad[0]!r}")
-    return list(dict.fromkeys(x.strip() for x in product_ids))
+    return list(dict.fromkeys(check_tool_text("product_ids", x.strip(), i) for i, x in enumerate(product_ids)))
 
 
 def _cents_floor(v: float) -> int:
@@ -352,6 +352,7 @@ class ProductSearch(Closeable):
         """The product with this id, or None. Raises :class:`ToolInputError` for a non-string id."""
         if not isinstance(product_id, str):
             raise ToolInputError("product_id", f"must be a string, got {type(product_id).__name__}")
+        check_tool_text("product_id", product_id)
         self._check_open()
         raw = self._raw_by_id.doc_raw(product_id)
         return None if raw is None else Product.model_validate_json(raw)

@@ -14,9 +14,11 @@ from rich.markup import escape
 from shopping_companion.cli.common import app, config_option, console, option, set_option, sets_of
 from shopping_companion.errors import ConfigError
 
-__all__ = ["bench_overrides", "serve_cmd"]
+__all__ = ["MIN_TOKEN_CHARS", "bench_overrides", "serve_cmd"]
 
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
+#: Shorter bearer tokens get a warning at start.
+MIN_TOKEN_CHARS = 16
 
 
 def bench_overrides(values: list[str]) -> dict[str, str]:
@@ -108,7 +110,21 @@ def serve_cmd(
         soft_wrap=True,
     )
     console.print(describe_reserved(cfg.deployments), soft_wrap=True)
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        console.print(
+            f"[yellow]warning[/]: ${cfg.token_env} is {len(token)} characters long; a bearer token anyone can guess "
+            f"protects nothing: use at least {MIN_TOKEN_CHARS} random characters (e.g. `openssl rand -hex 32`)",
+            soft_wrap=True,
+        )
     if check:
+        if ray_address.strip().lower() == "local":
+            import os
+
+            short = fits_cluster(cfg.deployments, float(num_cpus or os.cpu_count() or 1))
+            if short:
+                console.print(
+                    f"[yellow]warning[/]: on a private cluster of this machine: {escape(short)}", soft_wrap=True
+                )
         print(_dump(cfg))
         return
     if ray_address.strip().lower() == "local":  # a private cluster: nothing of ours holds the port yet

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from shopping_companion.errors import ToolInputError
+from shopping_companion.errors import ToolInputError, check_tool_text
 from shopping_companion.memory.embedder import DIM, Embedder, finish_f16
 from shopping_companion.types import Session, SessionRef
 
@@ -248,7 +248,7 @@ class MemoryStore:
                 raise ToolInputError(
                     "queries", f"item {i} has {len(q)} characters; at most {MAX_QUERY_CHARS} are allowed"
                 )
-            out.append(q.strip())
+            out.append(check_tool_text("queries", q.strip(), i))
         return list(dict.fromkeys(out))  # drop repeated queries, keep order
 
     @staticmethod
@@ -273,6 +273,7 @@ class MemoryStore:
         for i, s in enumerate(session_ids):
             if not isinstance(s, str):
                 raise ToolInputError("session_ids", f"item {i} must be a string, got {type(s).__name__}")
+            check_tool_text("session_ids", s, i)
         return list(dict.fromkeys(session_ids))
 
     # ------------------------------------------------------------------ tools

@@ -571,17 +571,43 @@ async def _bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
 
 async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
     if e.status_code == 404:
+        routes = getattr(request.app.state, "direct_routes", None)
+        where = (
+            f"this direct endpoint serves POST {', '.join(routes)} (the service lists every route at "
+            f"{api.API_PREFIX}/openapi.json)"
+            if routes
+            else f"see {api.API_PREFIX}/openapi.json"
+        )
         body = api.ErrorBody(
-            type="not_loaded",
-            message=f"no route {request.method} {_cut(request.url.path, 200)}; see {api.API_PREFIX}/openapi.json",
+            type="not_loaded", message=f"no route {request.method} {_cut(request.url.path, 200)}; {where}"
         )
     elif request.scope.get(_TOO_BIG):  # FastAPI reports a body read that BodyLimit cut as a 400
         return _error_response(_too_big_body(request.scope[_TOO_BIG]), 413)
-    else:
+    else:  # a body FastAPI could not parse (400 there) is a bad request like any other: 422
         body = api.ErrorBody(
             type="bad_request", message=f"{request.method} {_cut(request.url.path, 200)}: {_cut(str(e.detail), 300)}"
         )
+        return _error_response(body, api.ERROR_STATUS["bad_request"] if e.status_code == 400 else e.status_code)
     return _error_response(body, e.status_code)
+
+
+def internal_message(e: BaseException) -> str:
+    """One line for a 500 ``internal`` answer: the type and first line of the error, or of the
+    error a Ray task raised (``RayTaskError.cause``), without terminal colour codes, at most 300
+    characters (never a traceback or an actor's repr)."""
+    import re
+
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        e = cause
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return _cut(f"{type(e).__name__}: {first}" if first else type(e).__name__, 300)
+
+
+async def _internal_error(request: Request, e: Exception) -> JSONResponse:
+    logger.error("shopcomp serve: %s %s failed: %s", request.method, request.url.path, internal_message(e))
+    return _error_response(api.ErrorBody(type="internal", message=internal_message(e)))
 
 
 class BodyLimit:
@@ -641,6 +667,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(_ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)  # our JSON body, never a plain-text 500
     app.add_middleware(BodyLimit)
 
 
@@ -650,11 +677,13 @@ install_error_handlers(fastapi_app)
 def to_response(out: Any) -> Response:
     """The HTTP answer of a deployment method's result: an :class:`api.ErrorBody` raises the
     error it names (its status), anything else is a pydantic model sent as JSON (200), encoded
-    by pydantic itself (``model_dump_json``: the same JSON as ``json.dumps`` of its dump, floats
-    round-trip exactly, in a fraction of the time)."""
+    by pydantic itself (:func:`~shopping_companion.serve.client.encode_json`: the same values as
+    ``json.dumps`` of its dump, floats round-trip exactly, in a fraction of the time)."""
     if isinstance(out, api.ErrorBody):
         raise _ApiError(out)
-    return Response(out.model_dump_json(), media_type="application/json")
+    from shopping_companion.serve.client import encode_json
+
+    return Response(encode_json(out), media_type="application/json")
 
 
 async def _auth(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
@@ -725,8 +754,7 @@ class Ingress:
                     api.ErrorBody(type="not_ready", message=f"a replica is unavailable, retry: {e}")
                 ) from None
             logger.exception("shopcomp serve: %s failed", getattr(method, "_method_name", method))
-            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
-            raise _ApiError(api.ErrorBody(type="internal", message=msg)) from None
+            raise _ApiError(api.ErrorBody(type="internal", message=internal_message(e))) from None
         return to_response(out)
 
     # ------------------------------------------------------------------ GET
@@ -977,7 +1005,12 @@ def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = No
     t0 = time.perf_counter()
     handle = serve.run(target, name=name, route_prefix="/", blocking=False)
     cold = time.perf_counter() - t0
-    shown = f"[{cfg.host.strip('[]')}]" if ":" in cfg.host.strip("[]") else cfg.host
+    host = cfg.host.strip("[]")
+    if host in ("0.0.0.0", "::", ""):  # every interface: clients elsewhere reach this node's address
+        import ray
+
+        host = ray.util.get_node_ip_address()
+    shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{cfg.port}"
     out = Deployed(url=url, docs_url=f"{url}{api.API_PREFIX}/docs", handle=handle, name=name, cold_start_s=cold)
     if blocking:

@@ -8,7 +8,10 @@ keep-alive; thread-safe, so every episode thread of a process shares it). Every 
 * is retried — with exponential backoff (``backoff_s * 2**k``, capped at ``max_backoff_s``, times
   ``1 + U(0, 0.1)`` jitter; a ``Retry-After`` header of a 503 is honoured up to the cap) — after a
   connection failure, a timeout, or an HTTP 500 / 502 / 503 / 504 answer (also Ray Serve's own
-  503 while a replica restarts, whose body is not ours), at most ``retries`` times;
+  503 while a replica restarts, whose body is not ours), at most ``retries`` times; so is a 404
+  to a ``POST`` route whose body is not the service's error body (Ray Serve's proxy answers that
+  while the application is deleted on shutdown or not deployed yet), which the breaker counts as
+  a connection failure;
 * never takes longer than ``deadline_s`` over all its attempts and backoffs (each attempt's
   timeouts are cut to the time left; a backoff that would pass the deadline is not slept);
 * raises :class:`~shopping_companion.errors.ToolServiceError` naming the URL, the route, the
@@ -61,11 +64,20 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from shopping_companion.errors import EXIT_USAGE, ConfigError, JudgeFailedError, ToolInputError, ToolServiceError
 from shopping_companion.serve import api
 
-__all__ = ["ENDPOINTS_TTL_S", "ENDPOINT_DOWN_S", "RETRY_STATUSES", "ServiceClient", "ServiceRefusedError", "scrub_url"]
+__all__ = [
+    "ENDPOINTS_TTL_S",
+    "ENDPOINT_DOWN_S",
+    "RETRY_STATUSES",
+    "ServiceClient",
+    "ServiceRefusedError",
+    "encode_json",
+    "scrub_url",
+]
 
 #: HTTP statuses that are retried (server faults, Ray Serve's 503 while a replica restarts).
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -408,7 +420,7 @@ class ServiceClient:
     def post(self, route: str, body: BaseModel, model: type[M]) -> M:
         """``POST /v1/<route>`` with ``body`` (a request model of :mod:`~shopping_companion.serve.api`),
         the answer validated as ``model``."""
-        return self._parse(route, model, self.call("POST", route, body.model_dump_json().encode()))
+        return self._parse(route, model, self.call("POST", route, encode_json(body)))
 
     def _parse(self, route: str, model: type[M], data: Any) -> M:
         try:
@@ -531,6 +543,12 @@ class ServiceClient:
                 raise _Retry(f"HTTP {status} with a body that is not JSON: {_one_line(resp.text, 120)!r}") from None
         err = _error_body(resp)
         detail = f"HTTP {status}" + (f" {err.type}: {_one_line(err.message)}" if err else f": {_one_line(resp.text)}")
+        if status == 404 and err is None and method == "POST":
+            # Not our 404 (ours names what is not loaded): Ray Serve's proxy answers a plain 404
+            # while the application is being deleted or not deployed yet. A tool route of a
+            # service that once answered does not vanish, so this is the service going away:
+            # retried, and counted by the breaker like a refused connection.
+            raise _Retry(f"{detail} (not the service's answer: it is stopping or not deployed)", unreachable=True)
         if status in retry_statuses:
             raise _Retry(detail, _retry_after(resp))
         if status == 503 and path.endswith("/ready"):
@@ -621,6 +639,17 @@ class _NotReady(Exception):
     def __init__(self, ready: api.ReadyResponse) -> None:
         super().__init__("not ready")
         self.ready = ready
+
+
+def encode_json(model: BaseModel) -> bytes:
+    """``model`` as JSON bytes: pydantic's own encoder, or ``json.dumps`` of its dump (``\\uXXXX``
+    escapes) when a string holds what UTF-8 cannot encode (a lone surrogate, which a model's
+    tool-call JSON can carry): the receiver then decodes the same string and refuses it as the
+    in-process code does, instead of the sender failing."""
+    try:
+        return model.model_dump_json().encode()
+    except (PydanticSerializationError, UnicodeEncodeError):
+        return json.dumps(model.model_dump(mode="json")).encode()
 
 
 def _error_body(resp: "httpx.Response | _Answer") -> api.ErrorBody | None:

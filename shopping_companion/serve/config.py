@@ -80,6 +80,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _no_bool(v: Any) -> Any:
+    """A number field's before-validator: YAML's ``true`` / ``false`` would otherwise pass as 1 / 0."""
+    if isinstance(v, bool):
+        raise ValueError(f"must be a number, got {v!r}")
+    return v
+
+
 class BatchConfig(BaseModel):
     """Batching of MiniLM query encodings across concurrent ``mem_search`` requests of one
     ``MemoryTools`` replica (Ray Serve's ``@serve.batch``): up to ``max_batch_size`` requests
@@ -90,6 +97,8 @@ class BatchConfig(BaseModel):
     enabled: bool = True
     max_batch_size: int = Field(default=64, ge=1, le=4096)
     batch_wait_timeout_s: float = Field(default=0.002, ge=0.0, le=10.0)
+
+    _numbers = field_validator("max_batch_size", "batch_wait_timeout_s", mode="before")(_no_bool)
 
 
 class DirectConfig(BaseModel):
@@ -111,6 +120,8 @@ class DeploymentConfig(BaseModel):
     num_replicas: int = Field(default=1, ge=1, le=1024)
     num_cpus: float = Field(default=1.0, ge=0.0, le=1024.0)
     max_ongoing_requests: int = Field(default=32, ge=1, le=100_000)
+
+    _numbers = field_validator("num_replicas", "num_cpus", "max_ongoing_requests", mode="before")(_no_bool)
 
 
 class DeploymentsConfig(BaseModel):
@@ -213,6 +224,8 @@ class ServeConfig(BaseModel):
 
         load_reward_spec(v)
         return v
+
+    _numbers = field_validator("port", "memory_cache", mode="before")(_no_bool)
 
     @field_validator("host")
     @classmethod

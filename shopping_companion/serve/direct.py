@@ -21,8 +21,9 @@ address advertised by a replica on another node (or any port reused by another p
 used.
 
 Binding: a service bound to a loopback host binds its direct servers to ``127.0.0.1``; any other
-host binds them to ``0.0.0.0`` (all interfaces of the replica's node; a token is then required,
-as for the service) and advertises the node's IP address. Ports are ephemeral (chosen by the OS).
+host binds them to ``0.0.0.0`` (``::``, dual-stack, for an IPv6 host: all interfaces of the
+replica's node; a token is then required, as for the service) and advertises the node's IP
+address. Ports are ephemeral (chosen by the OS).
 """
 
 import asyncio
@@ -106,9 +107,13 @@ class EndpointRegistry:
 
 
 def _bind_host(service_host: str) -> str:
+    """``127.0.0.1`` for a loopback service; ``::`` (IPv6 and, dual-stack, IPv4) for a service on
+    an IPv6 address; else ``0.0.0.0``."""
     from shopping_companion.serve.config import is_loopback
 
-    return "127.0.0.1" if is_loopback(service_host) else "0.0.0.0"
+    if is_loopback(service_host):
+        return "127.0.0.1"
+    return "::" if ":" in service_host.strip("[]") else "0.0.0.0"
 
 
 def _advertised_host(bind_host: str) -> str:
@@ -128,6 +133,7 @@ def _make_app(routes: dict[str, tuple[type, Callable[..., Any]]], nonce: str) ->
     from shopping_companion.serve.app import _PROTECTED, install_error_handlers, to_response
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.direct_routes = [f"{api.API_PREFIX}/{r}" for r in routes]  # named by its 404 answer
     install_error_handlers(app)
 
     @app.get(f"{api.API_PREFIX}/direct")
@@ -174,12 +180,15 @@ class DirectServer:
         import uvicorn
 
         bind = _bind_host(service_host)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if ":" in bind:
+            self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # IPv4 clients too
         self.sock.bind((bind, 0))
         self.sock.listen(1024)
         port = self.sock.getsockname()[1]
-        self.url = f"http://{_advertised_host(bind)}:{port}"
+        host = _advertised_host(bind)
+        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         self.nonce = secrets.token_hex(16)
         config = uvicorn.Config(
             _make_app(routes, self.nonce),

@@ -482,6 +482,8 @@ BAD_SEARCH_ARGS = [
     ({"query": "shoes", "min_price": 50, "max_price": 10}, "min_price"),
     ({"query": "shoes", "shop_id": 123}, "shop_id"),
     ({"query": "shoes", "shop_id": ["myntra-india/brand-nike"]}, "shop_id"),
+    ({"query": "red \ud800 shoes"}, "query"),  # a lone surrogate (JSON escapes carry one) is no text
+    ({"query": "shoes", "shop_id": "nike\udc00"}, "shop_id"),
 ]
 
 
@@ -516,11 +518,25 @@ def test_view_returns_full_records(searcher, by_id):
     assert searcher.view(["nope:2"]) == ([], ["nope:2"])
 
 
-@pytest.mark.parametrize("ids", [[], "myntra_styles:10000", ["x"] * 21, [1], None, [""], ("ok", None), {"a": 1}])
+@pytest.mark.parametrize(
+    "ids", [[], "myntra_styles:10000", ["x"] * 21, [1], None, [""], ("ok", None), {"a": 1}, ["ok", "x\ud83d"]]
+)
 def test_bad_view_arguments(searcher, ids):
     with pytest.raises(ToolInputError) as e:
         searcher.view(ids)
     assert e.value.field == "product_ids"
+
+
+def test_a_lone_surrogate_is_refused_naming_where_and_a_pair_is_text(searcher):
+    with pytest.raises(
+        ToolInputError, match=r"query: holds an unpaired surrogate code point \(U\+D800 at character 4\)"
+    ):
+        searcher.search("red \ud800 shoes")
+    with pytest.raises(ToolInputError, match=r"product_ids: item 1 holds an unpaired surrogate"):
+        searcher.view(["ok", "x\ud83d"])
+    with pytest.raises(ToolInputError, match="product_id: holds an unpaired surrogate"):
+        searcher.get("x\udfff")
+    assert isinstance(searcher.search("red shoes \U0001f45f"), list)  # a real emoji (a valid pair) is fine
 
 
 def test_concurrent_searches_match_sequential(searcher):

@@ -9,6 +9,8 @@ connect() refuses a service that cannot serve this run, naming what is wrong."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from typing import Any
 
@@ -383,6 +385,50 @@ def test_a_kept_alive_connection_the_replica_closed_is_reopened_not_counted_dead
         assert client.direct_requests == 6
         assert srv.routes("product_search") == 0  # none fell back to the service URL
         assert sum(1 for _, r in srv.direct_requests if r == "product_search") == 6
+
+
+def test_a_plain_404_of_a_stopping_service_is_retried_and_opens_the_breaker(world, kit, product_search, embedder):
+    from shopping_companion.errors import CircuitOpenError
+
+    tasks, pool = world
+    with ServeServer(product_search, {BENCH: Bench(tasks, pool)}, embedder) as srv:
+        products = RemoteProducts(fast_client(srv.base_url, retries=20, backoff_s=0.05))
+        want = kit.products.search("shirt", top_k=3)
+        srv.gone_routes.add("product_search")  # Serve deletes the application; its proxy answers 404
+        threading.Timer(0.3, srv.gone_routes.discard, ("product_search",)).start()
+        assert products.search("shirt", top_k=3) == want  # retried until the route was back
+        assert srv.routes("product_search") >= 2
+        srv.gone_routes.add("product_search")  # for good: the breaker opens, the run would stop (exit 4)
+        client = fast_client(srv.base_url, retries=10, backoff_s=0.01, breaker_threshold=3)
+        with pytest.raises(CircuitOpenError):
+            RemoteProducts(client).search("shirt", top_k=3)
+        # a GET (the connect-time checks) keeps a 404 final: a URL that is not a service fails at once
+        srv.gone_routes.add("info")
+        t0 = time.monotonic()
+        with pytest.raises(ServiceRefusedError, match="no such route"):
+            fast_client(srv.base_url).info()
+        assert time.monotonic() - t0 < 2.0
+
+
+@pytest.mark.parametrize("bad", ["\ud800 shirt", "shirt \udfff"])
+def test_a_lone_surrogate_is_the_same_tool_input_error_locally_and_through_the_service(world, kit, server, bad):
+    remote = Remote(fast_client(server.base_url))
+    task = world[0][0]
+    local_box = ToolBox(kit.products, kit.memory(task))
+    remote_box = ToolBox(remote.products, remote.memory(task))
+    calls = [
+        ToolCall(name="product_search", arguments={"query": bad}, call_id="s0"),
+        ToolCall(name="product_search", arguments={"query": "shirt", "shop_id": bad}, call_id="s1"),
+        ToolCall(name="product_view", arguments={"product_ids": ["x", bad]}, call_id="s2"),
+        ToolCall(name="mem_search", arguments={"queries": ["size", bad]}, call_id="s3"),
+        ToolCall(name="mem_view", arguments={"session_ids": [bad]}, call_id="s4"),
+    ]
+    for call in calls:
+        here = local_box.execute(call, ALLOWED).model_dump()
+        there = remote_box.execute(call, ALLOWED).model_dump()
+        assert strip_times(here) == strip_times(there)
+        assert "unpaired surrogate" in json.dumps(here), (call, here)
+    assert server.routes("product_search") >= 2  # the service was asked (and refused), not the client
 
 
 def test_direct_off_and_a_service_without_endpoints_use_the_url_only(world, product_search, embedder):

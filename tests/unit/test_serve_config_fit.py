@@ -75,3 +75,22 @@ def test_loopback_hosts_in_every_form_the_resolver_reads(host, loopback, monkeyp
     else:
         with pytest.raises(ConfigError, match="SHOPCOMP_SERVE_TOKEN"):
             load_serve_config({"benchmarks": {"b": str(tmp_path)}}, [], host=host)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "port=true",
+        "memory_cache=false",
+        "deployments.memory.num_replicas=true",
+        "deployments.products.num_cpus=true",
+        "deployments.scoring.max_ongoing_requests=false",
+        "batch.max_batch_size=true",
+        "batch.batch_wait_timeout_s=true",
+    ],
+)
+def test_yaml_booleans_are_not_numbers(setting, tmp_path):
+    field = setting.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{field}.*must be a number, got (True|False)"):
+        load_serve_config({"benchmarks": {"b": str(tmp_path)}}, [setting])
+    assert load_serve_config({"benchmarks": {"b": str(tmp_path)}}, ["port=8001"]).port == 8001

@@ -403,6 +403,27 @@ def test_bad_bodies_are_422_and_tool_input_errors_are_400_with_field(http, bench
     e = _error(http.post("/mem_view", json={**mem, "session_ids": []}), "tool_input")
     assert e.field == "session_ids"
     _error(http.get("/no_such_route"), "not_loaded")
+    # a lone surrogate (a JSON escape can carry one) is the tools' 400, on the service and directly;
+    # a body nested past the parser's limit is a 422 like any unreadable body
+    by = {e.deployment: httpx.URL(e.url + api.API_PREFIX) for e in _endpoints(http)}
+    raw = {"Content-Type": "application/json"}
+    service = str(http.base_url).rstrip("/")
+    for base, route, body, field in [
+        (service, "product_search", b'{"query": "\\ud800 tea"}', "query"),
+        (by["ProductTools"], "product_search", b'{"query": "tea", "shop_id": "a\\udfff"}', "shop_id"),
+        (by["ProductTools"], "product_view", b'{"product_ids": ["\\ud83d"]}', "product_ids"),
+        (service, "mem_search", json.dumps({**mem, "queries": ["\ud800"]}).encode(), "queries"),
+        (by["MemoryTools"], "mem_search", json.dumps({**mem, "queries": ["tea \udc00"]}).encode(), "queries"),
+        (by["MemoryTools"], "mem_view", json.dumps({**mem, "session_ids": ["\ud800"]}).encode(), "session_ids"),
+    ]:
+        r = http.post(f"{base}/{route}", content=body, headers=raw)
+        e = _error(r, "tool_input")
+        assert e.field == field and "unpaired surrogate" in e.message, (base, route, r.text[:300])
+    deep = b'{"query": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    for base in (service, by["ProductTools"]):
+        assert _error(http.post(f"{base}/product_search", content=deep, headers=raw), "bad_request")
+    e = _error(http.get(f"{by['ProductTools']}/no_such_route"), "not_loaded")
+    assert "this direct endpoint serves POST /v1/product_search, /v1/product_view" in e.message
 
 
 # --------------------------------------------------------------------------- a replica dies
