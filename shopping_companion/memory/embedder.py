@@ -512,6 +512,28 @@ class Embedder(Closeable):
                 out[i] = found[t]
         return out
 
+    def cached_queries(self, texts: Sequence[str] | str) -> np.ndarray | None:
+        """The vectors :meth:`encode_queries` would return for ``texts`` (float32 ``[len(texts),
+        384]``), when every text is in the query LRU and no encoding holds the cache right now;
+        else None (then call :meth:`encode_queries`). Never blocks and never runs the model, so
+        an event loop may call it. Raises ``TypeError`` if an item is not a ``str``."""
+        texts = self._check_texts(texts)
+        if not texts or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            vecs = []
+            for t in texts:
+                v = self._qlru.get(t)
+                if v is None:
+                    return None
+                vecs.append(v)
+            for t in texts:
+                self._qlru.move_to_end(t)
+            self.stats.query_hits += len(texts)
+            return np.stack(vecs).astype(np.float32)  # a copy: callers never see the cached arrays
+        finally:
+            self._lock.release()
+
     def encode_uncached(self, texts: Sequence[str] | str, precision: Precision | None = None) -> np.ndarray:
         """The model's own vectors, bypassing every cache and the float16 rounding: float32
         ``[len(texts), 384]``, unit rows, encoded in ``precision`` (default: this embedder's).

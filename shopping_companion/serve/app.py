@@ -325,7 +325,7 @@ class MemoryTools:
         self._builder = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="serve-memory")
         self._stores: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._building: dict[tuple[Any, ...], concurrent.futures.Future] = {}
-        self._stats = {"batches": 0, "requests": 0, "max_batch": 0, "stores_built": 0}
+        self._stats = {"batches": 0, "requests": 0, "max_batch": 0, "stores_built": 0, "cached": 0}
         self._direct = _start_direct(self, "MemoryTools", direct)
 
     # ------------------------------------------------------------------ stores
@@ -399,6 +399,11 @@ class MemoryTools:
         return await self._encode_batch(batch)
 
     async def _encode(self, qs: list[str]) -> np.ndarray:
+        cached = self.embedder.cached_queries(qs)  # repeated queries: no thread hop, no batch window
+        if cached is not None:
+            with self._lock:
+                self._stats["cached"] += 1
+            return cached
         if self.batching:
             direct_loop = self._direct[0].loop if self._direct is not None else None
             if direct_loop is not None and asyncio.get_running_loop() is direct_loop:
@@ -437,7 +442,9 @@ class MemoryTools:
 
     def stats(self) -> dict[str, Any]:
         """Counters of this replica: ``batches`` encoded, ``requests`` in them, ``max_batch``
-        (most requests in one batch), ``stores_built``, ``stores`` (in the LRU now)."""
+        (most requests in one batch), ``cached`` (requests whose queries were all in the query
+        cache: answered without the encoder or a batch), ``stores_built``, ``stores`` (in the LRU
+        now)."""
         with self._lock:
             return {**self._stats, "stores": len(self._stores), "batching": self.batching}
 

@@ -82,6 +82,37 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.slow
+def test_cached_queries_answer_from_the_cache_only_and_never_block(emb: Embedder) -> None:
+    import threading
+
+    qs = ["a cached query about boots", "another one about lamps"]
+    want = emb.encode_queries(qs)
+    got = emb.cached_queries(list(reversed(qs)))
+    assert got is not None and got.dtype == np.float32 and np.array_equal(got, want[::-1])
+    got[0, 0] = 99.0  # a copy: the cache is untouched
+    assert np.array_equal(emb.encode_queries(qs), want)
+    assert emb.cached_queries([qs[0], "never encoded before, not cached"]) is None
+    assert emb.cached_queries([]) is None
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # an encoding in progress holds the lock
+        with emb._lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    try:
+        assert emb.cached_queries(qs) is None  # returns at once instead of waiting
+    finally:
+        release.set()
+        t.join()
+    assert emb.cached_queries(qs) is not None
+    with pytest.raises(TypeError):
+        emb.cached_queries([1])  # type: ignore[list-item]
+
+
 def test_query_path_matches_document_path(emb: Embedder, user: list[Session]) -> None:
     import torch
 
