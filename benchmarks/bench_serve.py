@@ -26,11 +26,13 @@ deployment) over the benchmark ``--bench`` (default ``runs/quickstart/bench``, w
         [--perturbed-index DIR] [--calls 200] [--concurrency 64] [--rounds 5] [--rss] [--users 50]
         [--json OUT]
 
-Measured (2 CPUs, shared with test jobs; load average 0.2 -> 6.2; full table in docs/cluster.md
-"Figures"): p50 overhead through the direct endpoints 2.7-10.7 ms, through Serve's proxy and
-ingress 25-88 ms (2 ms target not met); 64 concurrent mem_search via the direct endpoint batched
-150.1 vs unbatched 77.6 req/s (1.94), via Serve 30.0 vs 28.1 (1.07); peak RSS (earlier run) after
-996 users local 2,519 MiB vs remote 165 MiB.
+Measured (2 CPUs; full tables in docs/cluster.md "Figures"): ``--calls 200 --no-throughput`` on
+the quickstart benchmark with no other job: p50 overhead through the direct endpoints 0.84-1.37 ms
+(product_search 1.18, product_view 0.84, mem_search 1.37, mem_view 1.03; target <= 2 ms), through
+Serve's proxy and ingress 14-20 ms. At the issue's scale, earlier, with the httpx client and test
+jobs sharing the machine (load 0.2 -> 6.2): direct 2.7-10.7 ms, via Serve 25-88 ms; 64 concurrent
+mem_search via the direct endpoint batched 150.1 vs unbatched 77.6 req/s (1.94), via Serve 30.0 vs
+28.1 (1.07); peak RSS after 996 users local 2,519 MiB vs remote 165 MiB.
 
 At the issue's scale: the 1.3M-product index of ``benchmarks/bench_product_search.py
 --build-only 1.3m --work-dir W --threads 1`` (``--perturbed-index W/perturbed-1300000-s0``) and a
