@@ -138,10 +138,17 @@ def _check_ids(product_ids: Any) -> list[str]:
 
 
 def _cents_floor(v: float) -> int:
+    """``v`` (a finite price >= 0) in whole cents, rounded down; prices past what a Java long
+    holds in cents (about 9.2e16) are the largest long: no product costs that much."""
+    if v >= _LONG_MAX / 100:  # v * 100 could even overflow to infinity (v > ~1.8e306)
+        return _LONG_MAX
     return min(_LONG_MAX, math.floor(round(v * 100, 6)))
 
 
 def _cents_ceil(v: float) -> int:
+    """``v`` in whole cents, rounded up; capped as :func:`_cents_floor`."""
+    if v >= _LONG_MAX / 100:
+        return _LONG_MAX
     return min(_LONG_MAX, math.ceil(round(v * 100, 6)))
 
 

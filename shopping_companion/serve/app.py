@@ -96,12 +96,22 @@ class _NotLoaded(Exception):
     """A benchmark or task this service has not loaded (-> 404 ``not_loaded``)."""
 
 
+class _BadRequest(Exception):
+    """A request whose parts do not fit together, naming the ``field`` at fault (-> 422 ``bad_request``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"invalid request: {field}: {message}")
+        self.field = field
+
+
 def _error_of(e: BaseException) -> api.ErrorBody | None:
     """The error body of an expected failure, or None for a fault."""
     if isinstance(e, ToolInputError):
         return api.ErrorBody(type="tool_input", message=str(e), field=e.field)
     if isinstance(e, _NotLoaded):
         return api.ErrorBody(type="not_loaded", message=str(e))
+    if isinstance(e, _BadRequest):
+        return api.ErrorBody(type="bad_request", message=str(e), field=e.field)
     if isinstance(e, JudgeFailedError):
         return api.ErrorBody(type="judge_failed", message=str(e))
     return None
@@ -505,7 +515,12 @@ class Scoring:
     async def reward(self, req: api.RewardRequest) -> Any:
         async def work() -> api.RewardResponse:
             self._check(req)
-            reward = await _in_pool(self.pool, self.rubric, req.task, req.trajectory, req.verdict)
+            v, tr, task = req.verdict, req.trajectory, req.task
+            if v.stage != tr.stage:  # what the rubric would raise as a ValueError: the request's fault
+                raise _BadRequest("verdict.stage", f"is {v.stage} but the trajectory is stage {tr.stage}")
+            if v.b != (1 if task.task_type == "addon" else 0):
+                raise _BadRequest("verdict.b", f"is {v.b} but task {_short(task.task_id)} is {task.task_type!r}")
+            reward = await _in_pool(self.pool, self.rubric, task, tr, v)
             return api.RewardResponse(reward=reward)
 
         return await _guarded(work)

@@ -227,6 +227,16 @@ class ServeConfig(BaseModel):
 
     _numbers = field_validator("port", "memory_cache", mode="before")(_no_bool)
 
+    @field_validator("host", mode="before")
+    @classmethod
+    def _host_text(cls, v: Any) -> Any:
+        if not isinstance(v, str):  # YAML reads an unquoted `::` as a mapping
+            raise ValueError(
+                f"must be a host name or address string, got {v!r} (with --set, quote an IPv6 address: "
+                "--set 'host=\"::\"', or use --host ::)"
+            )
+        return v
+
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:

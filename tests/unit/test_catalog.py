@@ -504,6 +504,9 @@ def test_valid_edge_arguments(searcher):
     assert len(searcher.search("shoes", top_k=50.0)) == 50
     assert len(searcher.search("shoes", min_price=0, max_price=0, top_k=50)) <= 50
     assert searcher.search("shoes", min_price=1e30) == []
+    # bounds whose cents overflow a float (v * 100 = inf) are still bounds, not a crash
+    assert searcher.search("shoes", min_price=1e307) == [] and searcher.search("shoes", min_price=1.7e308) == []
+    assert searcher.search("shoes", max_price=1.7e308, top_k=5) == searcher.search("shoes", top_k=5)
 
 
 def test_view_returns_full_records(searcher, by_id):

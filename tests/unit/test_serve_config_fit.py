@@ -94,3 +94,10 @@ def test_yaml_booleans_are_not_numbers(setting, tmp_path):
     with pytest.raises(ConfigError, match=rf"{field}.*must be a number, got (True|False)"):
         load_serve_config({"benchmarks": {"b": str(tmp_path)}}, [setting])
     assert load_serve_config({"benchmarks": {"b": str(tmp_path)}}, ["port=8001"]).port == 8001
+
+
+def test_an_unquoted_ipv6_host_in_a_set_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHOPCOMP_SERVE_TOKEN", "a-long-enough-random-token-0123")
+    with pytest.raises(ConfigError, match=r"host \(--host\): must be a host name or address string.*quote an IPv6"):
+        load_serve_config({"benchmarks": {"b": str(tmp_path)}}, ["host=::"])  # YAML: {':': None}
+    assert load_serve_config({"benchmarks": {"b": str(tmp_path)}}, ['host="::"']).host == "::"

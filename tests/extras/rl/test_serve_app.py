@@ -281,6 +281,11 @@ def test_judge_and_reward_equal_the_spec_on_a_gold_trajectory(http, bench, produ
     failed = env.results[1].verdict.model_copy(update={"failed": True})
     r = http.post("/reward", json={**req, "verdict": failed.model_dump(mode="json")})
     assert "cannot be scored" in _error(r, "judge_failed").message
+    # a verdict that does not fit the task or the stage is the request's fault: 422 naming the field
+    good = env.results[1].verdict
+    for field, bad in (("verdict.b", {"b": 1 - good.b}), ("verdict.stage", {"stage": 1})):
+        r = http.post("/reward", json={**req, "verdict": good.model_copy(update=bad).model_dump(mode="json")})
+        assert _error(r, "bad_request").field == field, r.text
 
 
 # --------------------------------------------------------------------------- direct endpoints
