@@ -34,8 +34,8 @@ the service URL too. Answers of a direct endpoint are otherwise final, as the se
 service without the route (an older version) is called through its URL only. Direct calls go
 over the standard library's :mod:`http.client` (:class:`_DirectHTTP`: one keep-alive connection
 per thread and endpoint; a pooled connection the replica closed while idle is reopened once, as
-every direct route is idempotent): on loopback it costs about 0.6 ms per call where ``httpx``
-costs about 1.5 ms (``benchmarks/bench_http_clients.py``), and the direct path exists for its
+every direct route is idempotent): on loopback it costs about 0.5 ms per call where ``httpx``
+costs about 1.0 ms (``benchmarks/bench_http_clients.py``), and the direct path exists for its
 latency (``benchmarks/bench_serve.py``).
 Direct endpoints are plain ``http://`` addresses inside the cluster, so no proxy variables
 (``HTTP_PROXY``...) apply to them; the service URL honours them as ``httpx`` does.
