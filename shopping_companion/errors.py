@@ -67,6 +67,7 @@ __all__ = [
     # inside an episode
     "ToolInputError",
     "check_tool_text",
+    "VerdictMismatchError",
     "EXIT_OK",
     "EXIT_CRASH",
     "EXIT_USAGE",
@@ -278,6 +279,16 @@ class ToolInputError(ShopCompError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+class VerdictMismatchError(ShopCompError, ValueError):
+    """A verdict given to a rubric does not belong to the trajectory or task it is scored with
+    (another ``stage``, or a ``b`` flag of the other task type); ``field`` names it
+    (``verdict.stage`` / ``verdict.b``). A caller's mistake, never the agent's."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 def check_tool_text(field: str, value: str, item: int | None = None) -> str:

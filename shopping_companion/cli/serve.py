@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -118,8 +119,6 @@ def serve_cmd(
         )
     if check:
         if ray_address.strip().lower() == "local":
-            import os
-
             short = fits_cluster(cfg.deployments, float(num_cpus or os.cpu_count() or 1))
             if short:
                 console.print(

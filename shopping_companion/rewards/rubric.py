@@ -51,7 +51,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from shopping_companion.errors import ConfigError
+from shopping_companion.errors import ConfigError, VerdictMismatchError
 from shopping_companion.judges.base import JudgeFailedError
 from shopping_companion.registry import REWARDS, Registry
 from shopping_companion.types import RewardBreakdown, Task, Trajectory, Verdict
@@ -394,14 +394,19 @@ class Rubric:
         returned (a member's key wins over a metric of the same name; the first metric of a name
         wins over later ones), then ``success`` (1.0/0.0 from the verdict; absent for a failed
         verdict) and ``stage``. ``per_tool_call`` / ``per_turn`` come from the first member
-        providing them. Raises ``ValueError`` when the verdict is for another stage or task type,
+        providing them. Raises :class:`~shopping_companion.errors.VerdictMismatchError` (a ``ValueError``) when the
+        verdict is for another stage or task type,
         :class:`JudgeFailedError` for a failed verdict when a member needs the verdict.
         """
         if verdict.stage != trajectory.stage:
-            raise ValueError(f"verdict is for stage {verdict.stage} but the trajectory is stage {trajectory.stage}")
+            raise VerdictMismatchError(
+                "verdict.stage", f"verdict is for stage {verdict.stage} but the trajectory is stage {trajectory.stage}"
+            )
         expected_b = 1 if task.task_type == "addon" else 0
         if verdict.b != expected_b:
-            raise ValueError(f"verdict has b={verdict.b} but task {task.task_id!r} is {task.task_type!r}")
+            raise VerdictMismatchError(
+                "verdict.b", f"verdict has b={verdict.b} but task {task.task_id!r:.80} is {task.task_type!r}"
+            )
         if verdict.failed and self._needs_verdict:
             reason = "; ".join(verdict.reasons) or "no reason given"
             raise JudgeFailedError(f"judge {verdict.judge!r} failed ({reason}); a failed verdict cannot be scored")

@@ -33,9 +33,11 @@ or wrong bearer token (401), a failed verdict given to ``/v1/reward`` (409), dat
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic_core import PydanticSerializationError
 
 from shopping_companion.types import Product, RewardBreakdown, Session, Task, Trajectory, Verdict
 
@@ -61,6 +63,18 @@ ERROR_STATUS: dict[str, int] = {
     "not_ready": 503,
     "internal": 500,
 }
+
+
+def encode_json(model: BaseModel) -> bytes:
+    """``model`` as JSON bytes, what the service answers and the client sends: pydantic's own
+    encoder, or ``json.dumps`` of its dump (``\\uXXXX`` escapes) when a string holds what UTF-8
+    cannot encode (a lone surrogate, which a model's tool-call JSON can carry): the receiver then
+    decodes the same string and refuses it as the in-process code does, instead of the sender
+    failing."""
+    try:
+        return model.model_dump_json().encode()
+    except (PydanticSerializationError, UnicodeEncodeError):
+        return json.dumps(model.model_dump(mode="json")).encode()
 
 
 class _Body(BaseModel):

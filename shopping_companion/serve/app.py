@@ -62,7 +62,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shopping_companion.errors import JudgeFailedError, ToolInputError
+from shopping_companion.errors import JudgeFailedError, ToolInputError, VerdictMismatchError
 from shopping_companion.serve import api
 from shopping_companion.serve.config import ServeConfig
 
@@ -96,22 +96,14 @@ class _NotLoaded(Exception):
     """A benchmark or task this service has not loaded (-> 404 ``not_loaded``)."""
 
 
-class _BadRequest(Exception):
-    """A request whose parts do not fit together, naming the ``field`` at fault (-> 422 ``bad_request``)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"invalid request: {field}: {message}")
-        self.field = field
-
-
 def _error_of(e: BaseException) -> api.ErrorBody | None:
     """The error body of an expected failure, or None for a fault."""
     if isinstance(e, ToolInputError):
         return api.ErrorBody(type="tool_input", message=str(e), field=e.field)
     if isinstance(e, _NotLoaded):
         return api.ErrorBody(type="not_loaded", message=str(e))
-    if isinstance(e, _BadRequest):
-        return api.ErrorBody(type="bad_request", message=str(e), field=e.field)
+    if isinstance(e, VerdictMismatchError):  # the request's verdict does not fit its task / trajectory
+        return api.ErrorBody(type="bad_request", message=f"invalid request: {e.field}: {e}", field=e.field)
     if isinstance(e, JudgeFailedError):
         return api.ErrorBody(type="judge_failed", message=str(e))
     return None
@@ -515,12 +507,7 @@ class Scoring:
     async def reward(self, req: api.RewardRequest) -> Any:
         async def work() -> api.RewardResponse:
             self._check(req)
-            v, tr, task = req.verdict, req.trajectory, req.task
-            if v.stage != tr.stage:  # what the rubric would raise as a ValueError: the request's fault
-                raise _BadRequest("verdict.stage", f"is {v.stage} but the trajectory is stage {tr.stage}")
-            if v.b != (1 if task.task_type == "addon" else 0):
-                raise _BadRequest("verdict.b", f"is {v.b} but task {_short(task.task_id)} is {task.task_type!r}")
-            reward = await _in_pool(self.pool, self.rubric, task, tr, v)
+            reward = await _in_pool(self.pool, self.rubric, req.task, req.trajectory, req.verdict)
             return api.RewardResponse(reward=reward)
 
         return await _guarded(work)
@@ -699,13 +686,11 @@ install_error_handlers(fastapi_app)
 def to_response(out: Any) -> Response:
     """The HTTP answer of a deployment method's result: an :class:`api.ErrorBody` raises the
     error it names (its status), anything else is a pydantic model sent as JSON (200), encoded
-    by pydantic itself (:func:`~shopping_companion.serve.client.encode_json`: the same values as
+    by pydantic itself (:func:`~shopping_companion.serve.api.encode_json`: the same values as
     ``json.dumps`` of its dump, floats round-trip exactly, in a fraction of the time)."""
     if isinstance(out, api.ErrorBody):
         raise _ApiError(out)
-    from shopping_companion.serve.client import encode_json
-
-    return Response(encode_json(out), media_type="application/json")
+    return Response(api.encode_json(out), media_type="application/json")
 
 
 async def _auth(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
@@ -1028,7 +1013,7 @@ def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = No
     handle = serve.run(target, name=name, route_prefix="/", blocking=False)
     cold = time.perf_counter() - t0
     host = cfg.host.strip("[]")
-    if host in ("0.0.0.0", "::", ""):  # every interface: clients elsewhere reach this node's address
+    if host in ("0.0.0.0", "::"):  # every interface: clients elsewhere reach this node's address
         import ray
 
         host = ray.util.get_node_ip_address()

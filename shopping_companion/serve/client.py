@@ -65,20 +65,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError
 
 from shopping_companion.errors import EXIT_USAGE, ConfigError, JudgeFailedError, ToolInputError, ToolServiceError
 from shopping_companion.serve import api
 
-__all__ = [
-    "ENDPOINTS_TTL_S",
-    "ENDPOINT_DOWN_S",
-    "RETRY_STATUSES",
-    "ServiceClient",
-    "ServiceRefusedError",
-    "encode_json",
-    "scrub_url",
-]
+__all__ = ["ENDPOINTS_TTL_S", "ENDPOINT_DOWN_S", "RETRY_STATUSES", "ServiceClient", "ServiceRefusedError", "scrub_url"]
 
 #: HTTP statuses that are retried (server faults, Ray Serve's 503 while a replica restarts).
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -421,7 +412,7 @@ class ServiceClient:
     def post(self, route: str, body: BaseModel, model: type[M]) -> M:
         """``POST /v1/<route>`` with ``body`` (a request model of :mod:`~shopping_companion.serve.api`),
         the answer validated as ``model``."""
-        return self._parse(route, model, self.call("POST", route, encode_json(body)))
+        return self._parse(route, model, self.call("POST", route, api.encode_json(body)))
 
     def _parse(self, route: str, model: type[M], data: Any) -> M:
         try:
@@ -434,11 +425,16 @@ class ServiceClient:
             ) from None
 
     def call(
-        self, method: str, route: str, json_body: Any = None, *, retry_statuses: frozenset[int] = RETRY_STATUSES
+        self,
+        method: str,
+        route: str,
+        json_body: bytes | None = None,
+        *,
+        retry_statuses: frozenset[int] = RETRY_STATUSES,
     ) -> Any:
         """One call of ``method`` ``/v1/<route>`` with retries and the deadline (module
-        docstring); ``json_body``: what is sent, a JSON-encodable value or ``bytes`` already
-        JSON (None: no body); returns the decoded JSON answer of a 2xx.
+        docstring); ``json_body``: the JSON bytes sent (None: no body); returns the decoded JSON
+        answer of a 2xx.
 
         Raises :class:`ToolInputError` (400 ``tool_input``), :class:`JudgeFailedError` (409),
         :class:`ServiceRefusedError` (other 4xx), :class:`ToolServiceError` (retries or
@@ -505,17 +501,16 @@ class ServiceClient:
         method: str,
         path: str,
         where: str,
-        json_body: Any,
+        json_body: bytes | None,
         timeout: float,
         retry_statuses: frozenset[int],
         direct_url: str | None = None,
     ) -> Any:
         self.requests += 1
         resp: httpx.Response | _Answer
-        if direct_url is not None:  # the hot path: http.client (module docstring)
-            payload = json_body if isinstance(json_body, bytes) else json.dumps(json_body).encode()
+        if direct_url is not None:  # the hot path: http.client (module docstring); POSTs only
             try:
-                resp = self._direct_http.post(direct_url, path, payload, timeout)
+                resp = self._direct_http.post(direct_url, path, json_body or b"{}", timeout)
             except TimeoutError as e:
                 raise _Retry(f"timeout after {timeout:.1f}s ({type(e).__name__})", unreachable=True) from None
             except (OSError, http.client.HTTPException) as e:  # refused, reset, a broken answer
@@ -524,12 +519,8 @@ class ServiceClient:
                 ) from None
         else:
             try:
-                if isinstance(json_body, bytes):
-                    resp = self._http.request(
-                        method, path, content=json_body, headers={"Content-Type": "application/json"}, timeout=timeout
-                    )
-                else:
-                    resp = self._http.request(method, path, json=json_body, timeout=timeout)
+                headers = {"Content-Type": "application/json"} if json_body is not None else None
+                resp = self._http.request(method, path, content=json_body, headers=headers, timeout=timeout)
             except httpx.TimeoutException as e:
                 raise _Retry(f"timeout after {timeout:.1f}s ({type(e).__name__})", unreachable=True) from None
             except httpx.TransportError as e:  # refused, reset, DNS, protocol error: the server may come back
@@ -640,17 +631,6 @@ class _NotReady(Exception):
     def __init__(self, ready: api.ReadyResponse) -> None:
         super().__init__("not ready")
         self.ready = ready
-
-
-def encode_json(model: BaseModel) -> bytes:
-    """``model`` as JSON bytes: pydantic's own encoder, or ``json.dumps`` of its dump (``\\uXXXX``
-    escapes) when a string holds what UTF-8 cannot encode (a lone surrogate, which a model's
-    tool-call JSON can carry): the receiver then decodes the same string and refuses it as the
-    in-process code does, instead of the sender failing."""
-    try:
-        return model.model_dump_json().encode()
-    except (PydanticSerializationError, UnicodeEncodeError):
-        return json.dumps(model.model_dump(mode="json")).encode()
 
 
 def _error_body(resp: "httpx.Response | _Answer") -> api.ErrorBody | None:
