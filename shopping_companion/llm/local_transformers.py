@@ -32,6 +32,8 @@ on it). For throughput, serve the checkpoint with vLLM (``scripts/serve_vllm.sh`
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -40,9 +42,65 @@ from typing import Any
 from shopping_companion.errors import ConfigError
 from shopping_companion.llm.base import AssistantMessage, BackendError, Messages, Sampling, ToolSchemas
 
-__all__ = ["LocalTransformersBackend"]
+__all__ = ["LocalTransformersBackend", "checkpoint_label", "checkpoint_step", "default_policy_name"]
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
+_TRAINER_STEP = re.compile(r"^checkpoint-(\d+)$")  # TRL / Hugging Face Trainer: <output_dir>/checkpoint-<N>
+_VERL_STEP = re.compile(r"^global_step_(\d+)$")  # verl: <experiment>/global_step_<N>/actor[/huggingface]
+
+
+def _step_dir(p: Path) -> Path | None:
+    """The directory of ``p`` that names the training step (``checkpoint-<N>`` or
+    ``global_step_<N>``): ``p`` itself, or for verl's layout its ``global_step_<N>`` above
+    ``actor`` or ``actor/huggingface``; None for any other directory."""
+    if _TRAINER_STEP.match(p.name) or _VERL_STEP.match(p.name):
+        return p
+    if p.name == "actor" and _VERL_STEP.match(p.parent.name):
+        return p.parent
+    if p.name == "huggingface" and p.parent.name == "actor" and _VERL_STEP.match(p.parent.parent.name):
+        return p.parent.parent
+    return None
+
+
+def _absolute(path: str | Path) -> Path:
+    """``path`` with ``~`` expanded, made absolute against the working directory and normalised
+    (``..`` and a trailing ``/`` dropped), without resolving symlinks."""
+    return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def checkpoint_label(path: str | Path) -> str:
+    """A checkpoint directory named so that it tells the run and the step apart: for a TRL / Hugging
+    Face Trainer ``<run>/checkpoint-<N>`` the label is ``<run>/checkpoint-<N>``; for verl's
+    ``<experiment>/global_step_<N>/actor`` (or ``.../actor/huggingface``, or the step directory
+    itself) it is ``<experiment>/global_step_<N>``; any other directory is its own name. A
+    relative path is taken against the working directory; symlinks are not resolved (a link keeps
+    the name it was given by)."""
+    p = _absolute(path)
+    step = _step_dir(p)
+    if step is None:
+        return p.name or str(p)
+    parent = step.parent.name
+    return f"{parent}/{step.name}" if parent else step.name
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The training step a checkpoint directory names (:func:`checkpoint_label`'s layouts), else None."""
+    step = _step_dir(_absolute(path))
+    if step is None:
+        return None
+    m = _TRAINER_STEP.match(step.name) or _VERL_STEP.match(step.name)
+    return int(m.group(1)) if m else None
+
+
+def default_policy_name(model_path: str | Path, adapter_path: str | Path | None = None) -> str:
+    """The policy name a :class:`LocalTransformersBackend` reports when none is given:
+    ``local:<checkpoint_label(model_path)>``, plus ``+lora:<checkpoint_label(adapter_path)>`` with
+    an adapter. So two GRPO checkpoints of the same step in different runs
+    (``runs/grpo/outcome_only/checkpoint-60``, ``runs/grpo/outcome_tool/checkpoint-60``) are
+    ``local:outcome_only/checkpoint-60`` and ``local:outcome_tool/checkpoint-60``, and a plain
+    directory (``/ckpt/sft-merged``) is ``local:sft-merged`` as before."""
+    name = f"local:{checkpoint_label(model_path)}"
+    return name + (f"+lora:{checkpoint_label(adapter_path)}" if adapter_path else "")
 
 
 class LocalTransformersBackend:
@@ -56,7 +114,9 @@ class LocalTransformersBackend:
         adapter_path: a LoRA adapter directory (``peft``); ``merge_adapter`` merges it into the
             weights after loading (faster generation, same outputs up to rounding).
         chat_template_kwargs: extra variables for the chat template.
-        name: policy name for reports (default ``local:<dir name>[+lora:<adapter dir name>]``).
+        name: policy name for reports (default :func:`default_policy_name`:
+            ``local:<dir name>[+lora:<adapter dir name>]``, a training checkpoint named with its run
+            and step, e.g. ``local:outcome_only/checkpoint-60``).
         trust_remote_code: passed to ``from_pretrained``.
 
     Raises :class:`ConfigError` for a missing path, an unknown device or dtype, CUDA requested
@@ -126,8 +186,7 @@ class LocalTransformersBackend:
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (stop[0] if stop else 0)
         )
-        base = f"local:{p.name}"
-        self.name = name or (base + (f"+lora:{Path(self.adapter_path).name}" if self.adapter_path else ""))
+        self.name = name or default_policy_name(p, self.adapter_path)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -71,6 +71,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shopping_companion.viewer.compare import COUNT_METRICS
+from shopping_companion.viewer.labels import (
+    HELP,
+    MEAN_HELP,
+    component_help,
+    outcome_label,
+    stage_total_help,
+    stage_total_label,
+)
 from shopping_companion.viewer.store import (
     MAX_LIMIT,
     SORT_FIELDS,
@@ -451,28 +459,71 @@ def bench_name(path: Any) -> str:
     return visible(text.replace("\\", "/").rsplit("/", 1)[-1] or text)
 
 
-#: Reward components in display order: the outcome reward, then the tool and format rewards; the
-#: stage total follows them, then every other component (indicators, counts) by name.
-REWARD_HEAD = ("R_z", "R1", "R2", "R_tool", "R_fmt")
+#: Reward components in display order after the outcome reward: the tool and format rewards; the
+#: stage total follows them, then every other component (indicators, counts, custom members) by name.
+REWARD_HEAD = ("R_tool", "R_fmt")
 #: Components a reward table leaves out (``stage`` is the stage number, not a reward).
 REWARD_HIDDEN = frozenset({"stage"})
 
 
-def reward_rows(components: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
-    """``(head, rest)`` of a stage's reward components: ``head`` the ones of :data:`REWARD_HEAD`
-    present, in that order; ``rest`` every other one by name, without :data:`REWARD_HIDDEN` and
-    ``total``."""
-    head = [(k, components[k]) for k in REWARD_HEAD if k in components]
-    skip = set(REWARD_HEAD) | REWARD_HIDDEN | {"total"}
-    rest = sorted((str(k), v) for k, v in components.items() if k not in skip)
+def _stage_no(stage: Any) -> int | None:
+    """1 or 2 from a stage number or a ``"s1"`` / ``"s2"`` group name; else None."""
+    if isinstance(stage, str):
+        stage = stage[1:] if stage[:1] == "s" and stage[1:].isdigit() else None
+    try:
+        n = int(stage) if stage is not None and not isinstance(stage, bool) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if n in (1, 2) else None
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def reward_rows(
+    components: Mapping[str, Any], stage: Any = None
+) -> tuple[list[tuple[str, Any, str]], list[tuple[str, Any]]]:
+    """``(head, rest)`` of a stage's reward components, every number under one name
+    (:mod:`~shopping_companion.viewer.labels`). ``head``: ``(label, value, tooltip)`` of the
+    outcome reward, named R1 (stage 1) or R2 (stage 2): the component ``R1`` / ``R2`` the outcome
+    reward logs, which is the stage's ``R_z``, so R_z is not listed again (both are listed when
+    they differ; ``R_z`` when the stage is unknown); then R1 of a one-stage answer (logged on its
+    stage 2), then :data:`REWARD_HEAD`. ``rest``: ``(name, value)`` of every other component by
+    name, without :data:`REWARD_HIDDEN` and ``total`` (shown as the stage total,
+    :func:`~shopping_companion.viewer.labels.stage_total_label`). ``stage``: 1, 2 or ``"s1"`` /
+    ``"s2"``; None reads the component ``stage``."""
+    n = _stage_no(stage if stage is not None else components.get("stage"))
+    head: list[tuple[str, Any, str]] = []
+    used = {"total", *REWARD_HIDDEN, *REWARD_HEAD}
+    z = components.get("R_z")
+    if n is not None:
+        own_name = outcome_label(n)
+        own = components.get(own_name)
+        if own is not None and z is not None and not (_is_num(own) and _is_num(z) and abs(own - z) < 1e-9):
+            head.append(("R_z", z, HELP["R_z"]))  # a rubric whose R_z is not the paper's outcome reward
+            head.append((own_name, own, HELP[own_name]))
+        elif own is not None or z is not None:
+            head.append((own_name, own if own is not None else z, HELP[own_name]))
+        used |= {"R_z", own_name}
+        other = outcome_label(3 - n)
+        if other in components:  # a one-stage episode: R1 of its answer, on stage 2
+            head.append((other, components[other], HELP[other]))
+            used.add(other)
+    elif z is not None:
+        head.append(("R_z", z, HELP["R_z"]))
+        used.add("R_z")
+    head += [(k, components[k], component_help(k)) for k in REWARD_HEAD if k in components]
+    rest = sorted((str(k), v) for k, v in components.items() if k not in used)
     return head, rest
 
 
 def component_groups(components: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A run's mean reward components (``"s1.R_z"`` ... keys) grouped per stage for the runs page:
-    ``[{"stage": "s1", "head": [(name, value)...], "total": value | None, "rest": [...]}]`` in
-    stage order; keys without a ``stage.`` prefix form the group ``""``. R1 / R2 are left out of
-    ``head`` when they equal the stage's R_z (the same outcome reward under two names)."""
+    """A run's mean reward components (``"s1.R_z"`` ... keys) grouped per stage for the runs page
+    and the export: ``[{"stage": "s1", "head": [(label, value, tooltip)...], "total": value | None,
+    "total_label": "S1 total", "total_help": ..., "rest": [(name, value)...]}]`` in stage order
+    (:func:`reward_rows`: the outcome reward named R1 / R2 once); keys without a ``stage.`` prefix
+    form the group ``""`` (its total is "total")."""
     by_stage: dict[str, dict[str, Any]] = {}
     for key, value in components.items():
         stage, _, name = str(key).rpartition(".")
@@ -480,12 +531,18 @@ def component_groups(components: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for stage in sorted(by_stage):
         comps = by_stage[stage]
-        head, rest = reward_rows(comps)
-        z = comps.get("R_z")
-        if isinstance(z, (int, float)):  # R1 / R2 are R_z of their stage: listed once
-            dup = [(k, v) for k, v in head if k in ("R1", "R2") and isinstance(v, (int, float)) and abs(v - z) < 1e-9]
-            head = [kv for kv in head if kv not in dup]
-        out.append({"stage": stage, "head": head, "total": comps.get("total"), "rest": rest})
+        n = _stage_no(stage)
+        head, rest = reward_rows(comps, n or 0)
+        out.append(
+            {
+                "stage": stage,
+                "head": head,
+                "total": comps.get("total"),
+                "total_label": stage_total_label(n),
+                "total_help": stage_total_help(n),
+                "rest": rest,
+            }
+        )
     return out
 
 
@@ -633,6 +690,10 @@ def make_env() -> Environment:
         VERDICT_HELP=VERDICT_HELP,
         VERDICT_OF=VERDICT_OF,
         COUNT_METRICS=COUNT_METRICS,
+        HELP=HELP,
+        MEAN_HELP=MEAN_HELP,
+        stage_total_label=stage_total_label,
+        stage_total_help=stage_total_help,
         reward_rows=reward_rows,
         component_groups=component_groups,
         result_items=result_items,

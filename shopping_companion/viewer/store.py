@@ -137,6 +137,8 @@ SORT_FIELDS: tuple[str, ...] = (
     "acc",
     "r1",
     "r2",
+    "stage1_total",
+    "stage2_total",
     "r_tool",
     "r_fmt",
     "turns",
@@ -224,6 +226,14 @@ class RunSummary:
     #: the benchmark directory the tasks were actually read from (``benchmark`` is the path as the
     #: run's config wrote it; a relative one may resolve elsewhere); None when not found
     benchmark_used: str | None = None
+    #: the training step of the policy where it is known: the ``checkpoint-<N>`` / ``global_step_<N>``
+    #: of the policy name or of the run's ``config.yaml`` ``backend.model_path`` / ``adapter``, the
+    #: step of a GRPO validation dump (its ``<step>.jsonl``); None otherwise
+    step: int | None = None
+    #: ``<run>/checkpoint-<N>`` (or ``<experiment>/global_step_<N>``) of the run's local checkpoint
+    #: (``config.yaml`` ``backend.model_path``, ``+lora:`` its adapter) when the policy name does
+    #: not already say it (runs evaluated before policy names carried the run); else None
+    checkpoint: str | None = None
 
 
 @dataclass
@@ -232,8 +242,12 @@ class EpisodeRow:
 
     ``line``: 1-based line number (the episode's id in URLs). ``success``: Succ (stage 2; for a
     GRPO line the ``success`` key). ``acc``: m1/F in [0, 1] (None for oracle episodes, where Acc
-    does not apply). ``r1`` / ``r2``: stage-1 / stage-2 reward totals; ``r_tool`` / ``r_fmt``: the
-    mean of that component over the stages. ``turns``: assistant turns over all stages;
+    does not apply). ``r1`` / ``r2``: the paper's outcome rewards R1 / R2 (R_z of stage 1, Eq. 6 /
+    of stage 2, Eq. 7; the components ``R1`` / ``R2``, else the stage's ``R_z``; in a one-stage
+    episode R1 is the ``R1`` component of its single stage); ``stage1_total`` / ``stage2_total``:
+    the stage's reward total under the run's rubric (shown as "S1 total" / "S2 total", see
+    :mod:`~shopping_companion.viewer.labels`); ``r_tool`` / ``r_fmt``: the mean of that component
+    over the stages. ``turns``: assistant turns over all stages;
     ``tool_calls``: tool results over all stages. ``termination``: the first stage that did not
     end ``answered``, else the last stage's. ``taxonomy``: the primary error class of a scored
     failure (None: a success, not scored, or not classified yet). ``scored``: counts toward the
@@ -255,6 +269,8 @@ class EpisodeRow:
     acc: float | None = None
     r1: float | None = None
     r2: float | None = None
+    stage1_total: float | None = None
+    stage2_total: float | None = None
     r_tool: float | None = None
     r_fmt: float | None = None
     turns: int | None = None
@@ -582,6 +598,18 @@ def _structure_problem(d: Any, required: frozenset[str], allowed: frozenset[str]
     return None
 
 
+def _outcome(comps: dict[str, float], stage: int) -> float | None:
+    """The paper's outcome reward R1 (``stage`` 1) or R2 (2) from a row's ``s<stage>.<name>``
+    components: the component ``R1`` / ``R2`` the outcome reward logs (``R1`` of stage 1, or of the
+    single stage 2 of a one-stage episode, where it scores the answer's preferences), else that
+    stage's ``R_z``; None when the run's rubric logs neither."""
+    name = f"R{stage}"
+    for key in (f"s{stage}.{name}", *(f"s{n}.{name}" for n in (1, 2) if n != stage), f"s{stage}.R_z"):
+        if key in comps:
+            return comps[key]
+    return None
+
+
 def _episode_row(line: int, d: Any) -> EpisodeRow:
     """A row from a parsed ``EpisodeResult`` line (structural checks only; never raises: a number
     out of range, such as an infinite stage or an integer too large for a float, makes it foreign)."""
@@ -647,8 +675,10 @@ def _episode_row_unchecked(line: int, d: dict) -> EpisodeRow:
         trial=trial,
         success=bool(d["succ"]) if scored else None,
         acc=float(d["acc"]) if scored and mode != "oracle" else None,
-        r1=totals.get(1) if scored else None,
-        r2=totals.get(2) if scored else None,
+        r1=_outcome(comps, 1) if scored else None,
+        r2=_outcome(comps, 2) if scored else None,
+        stage1_total=totals.get(1) if scored else None,
+        stage2_total=totals.get(2) if scored else None,
         r_tool=_mean(tool_vals) if scored else None,
         r_fmt=_mean(fmt_vals) if scored else None,
         turns=turns,
@@ -746,8 +776,10 @@ def _grpo_row_unchecked(line: int, d: dict) -> EpisodeRow:
         task_id=grpo_task_id(d),
         task_type=d["task_type"] if isinstance(d.get("task_type"), str) else None,
         success=None if succ is None else succ > 0.5,
-        r1=score if stage_no == 1 else None,
-        r2=score if stage_no == 2 else None,
+        r1=_outcome(comps, 1),
+        r2=_outcome(comps, 2),
+        stage1_total=score if stage_no == 1 else None,
+        stage2_total=score if stage_no == 2 else None,
         r_tool=_num(d.get("R_tool")),
         r_fmt=_num(d.get("R_fmt")),
         turns=turns,
@@ -782,25 +814,67 @@ def _stand_in(row: EpisodeRow) -> EpisodeResult:
 # --------------------------------------------------------------------------- benchmark lookup
 
 
-def _declared_benchmarks(run_dir: Path, root: Path | None = None) -> list[str]:
-    """Benchmark paths named by the run: ``config.yaml`` ``bench.path`` (also ``benchmark.path``),
-    then ``summary.json`` ``meta.benchmark``. Both are read only when they are regular files of at
-    most :data:`SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere)."""
+def _run_config(run_dir: Path, root: Path | None = None) -> dict | None:
+    """The run's ``config.yaml`` as a mapping, read only when it is a regular file of at most
+    :data:`SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere); None when it is absent,
+    cannot be read or parsed, or is not a mapping."""
     from shopping_companion.config import parse_yaml
 
-    out: list[str] = []
     cfg = run_dir / "config.yaml"
     raw = _read_side(cfg, root)
-    if raw is not None:
-        try:
-            data = parse_yaml(raw.decode("utf-8"), f"config file {str(cfg)!r}")
-        except Exception:  # noqa: BLE001 - a config the viewer cannot parse names no benchmark
-            data = None
-        if isinstance(data, dict):
-            for key in ("bench", "benchmark"):
-                sec = data.get(key)
-                if isinstance(sec, dict) and isinstance(sec.get("path"), str):
-                    out.append(sec["path"])
+    if raw is None:
+        return None
+    try:
+        data = parse_yaml(raw.decode("utf-8"), f"config file {str(cfg)!r}")
+    except Exception:  # noqa: BLE001 - a config the viewer cannot parse names nothing
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_STEP_IN_NAME = re.compile(r"(?:^|[/:+])(?:checkpoint-|global_step_)(\d+)(?=$|[/+])")
+
+
+def policy_step(policy: str | None) -> int | None:
+    """The training step a policy name carries (``local:outcome_only/checkpoint-60`` -> 60,
+    ``local:exp/global_step_40`` -> 40; with a ``+lora:`` adapter of its own step, the adapter's);
+    None when it names none."""
+    found = _STEP_IN_NAME.findall(policy or "")
+    return int(found[-1]) if found else None
+
+
+def declared_checkpoint(config: dict | None) -> tuple[str | None, int | None]:
+    """``(label, step)`` of the local checkpoint a run's config evaluates (``backend.kind: local``,
+    ``backend.model_path`` and ``backend.adapter``) as
+    :func:`~shopping_companion.llm.local_transformers.default_policy_name` names it, without the
+    ``local:`` prefix; ``(None, None)`` for another backend or no config."""
+    from shopping_companion.llm.local_transformers import checkpoint_label, checkpoint_step
+
+    backend = (config or {}).get("backend")
+    if not isinstance(backend, dict) or backend.get("kind") != "local":
+        return None, None
+    model, adapter = backend.get("model_path"), backend.get("adapter")
+    if not isinstance(model, str) or not model:
+        return None, None
+    label = checkpoint_label(model)
+    step = checkpoint_step(model)
+    if isinstance(adapter, str) and adapter:
+        label += f"+lora:{checkpoint_label(adapter)}"
+        step = checkpoint_step(adapter) if checkpoint_step(adapter) is not None else step
+    return label, step
+
+
+def _declared_benchmarks(run_dir: Path, root: Path | None = None, config: dict | None = None) -> list[str]:
+    """Benchmark paths named by the run: ``config.yaml`` ``bench.path`` (also ``benchmark.path``;
+    ``config``: that file as :func:`_run_config` read it, read here when None), then
+    ``summary.json`` ``meta.benchmark``. Both are read only when they are regular files of at most
+    :data:`SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere)."""
+    out: list[str] = []
+    data = config if config is not None else _run_config(run_dir, root)
+    if isinstance(data, dict):
+        for key in ("bench", "benchmark"):
+            sec = data.get(key)
+            if isinstance(sec, dict) and isinstance(sec.get("path"), str):
+                out.append(sec["path"])
     raw = _read_side(run_dir / "summary.json", root)
     if raw is not None:
         try:
@@ -821,7 +895,9 @@ def _tasks_file_ok(p: Path) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size <= TASKS_FILE_CAP
 
 
-def find_benchmark(run_dir: Path, root: Path | None = None) -> tuple[Path | None, str | None]:
+def find_benchmark(
+    run_dir: Path, root: Path | None = None, config: dict | None = None
+) -> tuple[Path | None, str | None]:
     """``(benchmark directory holding tasks.jsonl or None, the path the run names or None)``.
 
     A relative declared path is tried against the current directory, then the run directory and
@@ -829,7 +905,7 @@ def find_benchmark(run_dir: Path, root: Path | None = None) -> tuple[Path | None
     ``root``: the directory the run's side files must resolve inside (:func:`_declared_benchmarks`);
     the benchmark itself may be anywhere, but its ``tasks.jsonl`` must be a regular file of at most
     :data:`TASKS_FILE_CAP` bytes."""
-    declared = _declared_benchmarks(run_dir, root)
+    declared = _declared_benchmarks(run_dir, root, config)
     cands: list[Path] = []
     for s in declared:
         p = Path(s).expanduser()
@@ -907,6 +983,7 @@ class RunIndex:
         self._tasks_sha256: str | None = None
         self._bench_dir: Path | None = None
         self._bench_declared: str | None = None
+        self._checkpoint: tuple[str | None, int | None] = (None, None)
         self._summary: RunSummary | None = None
         self._tax_mtime: int | None = None
         self._tax_file: dict[tuple[str, int, str], dict[str, Any]] = {}
@@ -939,7 +1016,9 @@ class RunIndex:
 
     def _ensure_tasks(self) -> dict[str, Task]:
         if self._tasks is None:
-            self._bench_dir, self._bench_declared = find_benchmark(self.run_dir, self.root)
+            config = _run_config(self.run_dir, self.root)
+            self._checkpoint = declared_checkpoint(config)
+            self._bench_dir, self._bench_declared = find_benchmark(self.run_dir, self.root, config)
             if self._bench_dir is not None:
                 self._tasks, self._tasks_sha256 = load_tasks(self._bench_dir)
             else:
@@ -1372,13 +1451,20 @@ class RunIndex:
             for k, v in r.components.items():
                 comp.setdefault(k, []).append(v)
         policies = Counter(r.policy for r in final if r.policy)
+        policy = policies.most_common(1)[0][0] if policies else None
         bench = self._bench_declared or (_display(self._bench_dir) if self._bench_dir else None)
+        ckpt, ckpt_step = self._checkpoint
+        if ckpt is not None and policy is not None and ckpt in policy:
+            ckpt = None  # the policy name says it already
+        step = policy_step(policy)
+        if step is None:
+            step = int(self.path.stem) if self.kind == "grpo_val" and self.path.stem.isdigit() else ckpt_step
         return RunSummary(
             run_id=self.run_id,
             kind=self.kind,
             name=self.name,
             path=_display(self.path),
-            policy=policies.most_common(1)[0][0] if policies else None,
+            policy=policy,
             benchmark=bench,
             strategies=sorted({r.strategy for r in final if r.strategy}),
             trials=max((r.trial for r in final if r.trial is not None), default=-1) + 1,
@@ -1399,6 +1485,8 @@ class RunIndex:
             benchmark_found=self._bench_dir is not None,
             benchmark_used=str(Path(self._bench_dir).resolve()) if self._bench_dir is not None else None,
             problem=self._problem,
+            step=step,
+            checkpoint=ckpt,
         )
 
     def _all_rows(self) -> list[EpisodeRow]:

@@ -6,6 +6,7 @@ observations and end each stage at max_turns, with token counts recorded."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -177,3 +178,72 @@ def test_lora_adapter_is_applied(tiny, tmp_path):
     a, b, c = (x.chat(msgs, None, greedy) for x in (plain, adapted, unmerged))
     assert a.content != b.content  # the adapter changes the model
     assert b.content == c.content  # merged and unmerged adapters agree
+
+
+def _eval_local(bench_dir, model_path, name: str, runs_dir, index_dir):
+    return CliRunner().invoke(
+        app,
+        ["eval", "--bench", str(bench_dir), "--name", name, "--backend", "local", "--model-path", str(model_path)]
+        + ["--index-dir", str(index_dir), "--runs-dir", str(runs_dir), "--max-turns", "2", "--max-tokens", "8"],
+    )
+
+
+def test_checkpoints_of_two_runs_are_named_apart_and_viewed_apart(bench, tiny, catalog_index_dir, tmp_path):
+    """Two TRL checkpoints of step 60 of different GRPO runs, evaluated by the real ``shopcomp
+    eval --backend local``, get two policy names (run and step), and the real ``shopcomp view``
+    server shows them apart on the runs and compare pages. A run started before the names carried
+    the run (its identity holds ``local:checkpoint-60``) is refused on resume, naming the change."""
+    import httpx
+
+    from shopping_companion.config import config_hash
+    from tests.integration.test_viewer_server import Server
+
+    bench_dir = write_benchmark(bench, tmp_path / "bench")
+    runs_dir = tmp_path / "runs"
+    for run in ("outcome_only", "outcome_tool"):
+        ckpt = tmp_path / "grpo" / run / "checkpoint-60"  # TRL's layout; the weights are the tiny model's
+        ckpt.parent.mkdir(parents=True)
+        ckpt.symlink_to(tiny, target_is_directory=True)
+        out = _eval_local(bench_dir, ckpt, f"eval-{run}", runs_dir, catalog_index_dir)
+        assert out.exit_code == 0, out.output
+        (res,) = read_results(runs_dir / f"eval-{run}" / "results.jsonl")
+        assert res.policy == f"local:{run}/checkpoint-60" and res.error is None
+        ident = json.loads((runs_dir / f"eval-{run}" / "results.identity.json").read_text())
+        assert ident["policy"] == res.policy and ident["config"]["backend"]["model_path"] == str(ckpt)
+
+    server = Server([str(runs_dir), "--port", "0"], cwd=tmp_path)
+    try:
+        runs = httpx.get(server.base + "api/runs", timeout=30).json()["runs"]
+        assert sorted((s["policy"], s["step"]) for s in runs) == [
+            ("local:outcome_only/checkpoint-60", 60),
+            ("local:outcome_tool/checkpoint-60", 60),
+        ]
+        home = httpx.get(server.base, timeout=30).text.replace("<wbr>", "")
+        cells = re.findall(r'<td class="policy">(.*?)</td>', home, re.S)
+        assert len(cells) == 2 and "local:outcome_only/checkpoint-60" in cells[0] + cells[1]
+        assert "local:outcome_tool/checkpoint-60" in cells[0] + cells[1] and all("step 60" in c for c in cells)
+        page = httpx.get(server.base + "compare?a=eval-outcome_only&b=eval-outcome_tool", timeout=60)
+        text = page.text.replace("<wbr>", "")
+        assert page.status_code == 200 and "Metric deltas" in text
+        assert (
+            "(local:outcome_only/checkpoint-60 · step 60)" in text
+            and "(local:outcome_tool/checkpoint-60 · step 60)" in text
+        )
+    finally:
+        server.stop()
+
+    # a run of the old release: the same results, its identity made with the old name
+    old = runs_dir / "eval-outcome_only"
+    ident = json.loads((old / "results.identity.json").read_text())
+    body = {k: v for k, v in ident.items() if k != "config_sha256"} | {"policy": "local:checkpoint-60"}
+    (old / "results.identity.json").write_text(json.dumps({"config_sha256": config_hash(body), **body}))
+    out = _eval_local(
+        bench_dir,
+        tmp_path / "grpo" / "outcome_only" / "checkpoint-60",
+        "eval-outcome_only",
+        runs_dir,
+        catalog_index_dir,
+    )
+    assert out.exit_code == 2, out.output
+    flat = " ".join(out.output.split())
+    assert "local:checkpoint-60" in flat and "local:outcome_only/checkpoint-60" in flat and "--name" in flat

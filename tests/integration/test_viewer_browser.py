@@ -239,6 +239,9 @@ def test_episodes_filter_and_episode_page(tab: Tab):
     assert "8 matching line(s)" in text  # 4 tasks × 2 trials
     all_rows = page.locator("#episodes tbody tr").count()
     assert all_rows == 8
+    heads = [h.strip() for h in page.locator("#episodes thead th").all_inner_texts()]
+    acc = heads.index("Acc")  # the outcome rewards, then the stage totals (issue 31: one name per number)
+    assert heads[acc + 1 : acc + 7] == ["R1", "R2", "S1 total", "S2 total", "R_tool", "R_fmt"]
     tab.shot("episodes")
 
     successes = _column(page, "episodes", "Succ")
@@ -259,6 +262,11 @@ def test_episodes_filter_and_episode_page(tab: Tab):
     text = tab.text()
     assert "Hide gold preferences" in text
     assert "Stage 1" in text and "Stage 2" in text
+    strip = page.locator("#summary").inner_text()  # the strip's keys are shown in capitals
+    assert "OUTCOME R1 · R2" in strip and re.search(r"\nR1 [\d.]+ · R2 [\d.]+\n", strip), strip
+    assert re.search(r"\nS1 total [\d.]+ · S2 total [\d.]+\n", strip), strip
+    rewards = page.locator("table.reward").first.inner_text()
+    assert "R1" in rewards and "S1 total" in rewards and "R_z" not in rewards
     for tool in ("mem_search", "product_search"):
         assert tool in text
     gold = page.locator(".gold").first
@@ -299,6 +307,14 @@ def test_compare_and_side_by_side(tab: Tab):
     for key in ("won", "lost", "both", "neither"):
         assert key in text
     assert re.search(r"\[-?\d", text), "a bootstrap CI is shown"
+    metrics = [m.strip() for m in page.locator("table.deltas:not(.components) tbody td:first-child").all_inner_texts()]
+    assert metrics == ["Succ", "Acc", "R1", "R2", "S1 total", "S2 total", "R_tool", "R_fmt", "turns", "tool_calls"]
+    tip = page.locator("table.deltas:not(.components) tbody td:first-child", has_text=re.compile(r"^R1$"))
+    assert "outcome reward of stage 1" in tip.get_attribute("title")
+    comps = [m.strip() for m in page.locator("table.deltas.components tbody td:first-child").all_inner_texts()]
+    for name in ("s1 R_tool", "s1 f_ans", "s2 R_fmt", "s2 f_rec", "s2 n_tool_calls"):
+        assert name in comps, comps
+    assert not {"s1 R_z", "s2 R2", "s1 total"} & set(comps) and "only in" not in text  # one rubric: nothing one-sided
     tab.shot("compare")
     page.get_by_role("link", name="A | B").first.click()
     page.wait_for_load_state()
@@ -377,6 +393,14 @@ def test_live_pages_update_as_episodes_are_appended(tab: Tab, runs_dir: Path):
         if cell.count():
             assert cell.inner_text().strip() == fmt_pct(v)
     page.wait_for_function("() => document.querySelectorAll('#episodes tbody tr').length === 8", timeout=10_000)
+    # the rows the script appended put each number under its head, as the server's rows do
+    rows = {r.line: r for r in RunCatalog([runs_dir]).get("grow-a").query(limit=50).rows}
+    for head, attr in (("R1", "r1"), ("R2", "r2"), ("S1 total", "stage1_total"), ("S2 total", "stage2_total")):
+        shown = _column(page, "episodes", head)
+        assert len(shown) == 8
+        for line_no, cell in zip(range(1, 9), shown):
+            want_v = getattr(rows[line_no], attr)
+            assert (cell == "–") if want_v is None else abs(float(cell) - want_v) < 1e-3, (head, line_no, cell, want_v)
     tab.shot("episodes_live")
 
     run_b, lines_b = _copy_run(runs_dir, "scripted", "grow-b", 3)

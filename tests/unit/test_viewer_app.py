@@ -403,7 +403,11 @@ def test_runs_page_is_compact(client: TestClient, runs_dir: Path):
     # the reward components are one cell per run, not one column each
     head = r.text[r.text.index("<thead>") : r.text.index("</thead>")]
     assert "s1.R_z" not in head and ">reward</th>" in head
-    assert re.search(r"<strong>s1</strong> R_z <span", r.text)
+    # the outcome reward of stage 1 is named R1 once (not R_z beside it), the stage total "S1 total"
+    assert re.search(r'<strong>s1</strong> <span title="R1: outcome reward of stage 1[^"]*">R1</span> <span', r.text)
+    assert re.search(r'<span title="stage-2 total: R_z \+ R_tool \+ R_fmt[^"]*">S2 total</span> <span', r.text)
+    cell = r.text[r.text.index('<td class="comps') :]
+    assert ">R_z<" not in cell[: cell.index("</td>")] and "> total <" not in cell[: cell.index("</td>")]
 
 
 def test_episodes_table_puts_taxonomy_next_to_success(client: TestClient):
@@ -422,11 +426,12 @@ def test_episode_page_tables_calls_and_navigation(client: TestClient):
     for field in ("q1", "m1", "c1", "h1", "p2", "q2", "m2", "n2", "u2", "F", "N"):
         assert f'title="{field}: ' in html, field
     assert re.search(r'<td class="num nowrap">1 <span class="muted">/ 2</span></td>', html)  # m1 1 / F=2
-    # reward: outcome, tool, format, then the total; no stage row
+    # reward: the outcome reward named R1 (stage 1; not also as R_z), tool, format, then the stage
+    # total as "S1 total"; no stage row
     table = html[html.index('<table class="reward">') :]
     table = table[: table.index("</table>")]
-    order = [table.index(k) for k in (">R_z<", ">R_tool<", ">R_fmt<", ">total<")]
-    assert order == sorted(order) and ">stage<" not in table
+    order = [table.index(k) for k in (">R1<", ">R_tool<", ">R_fmt<", ">S1 total<")]
+    assert order == sorted(order) and ">stage<" not in table and ">R_z<" not in table
     # tool results as item tables with marks; the raw turn text folded, the pretty arguments shown
     assert '<table class="items">' in html and 'class="badge mark-reference" title="reference">p1</span>' in html
     assert "full result JSON" in html
@@ -473,7 +478,8 @@ def test_compare_page_signs_deltas_and_bootstraps_by_task(tmp_path: Path):
     assert "cluster bootstrap by task" in r.text and "CI lies above 0" in r.text
     deltas = re.findall(r"<td class=\"num\"><span class=\"[^\"]*\" title=\"CI [^\"]+\">([^<]+)</span>", r.text)
     assert deltas and all(d[0] in "+-" for d in deltas), deltas
-    turns = re.search(r"<tr><td>turns</td>\s*<td class=\"num\">([^<]+)</td>", r.text).group(1)
+    row = r'<tr data-metric="turns"><td[^>]*>turns</td>\s*<td class="num">([^<]+)</td>'
+    turns = re.search(row, r.text).group(1)
     assert not re.fullmatch(r"\d+\.\d{3}", turns), turns  # a mean count: at most two decimals
 
 
@@ -484,7 +490,8 @@ def test_formatting_helpers():
     assert fmt_count(3.0) == "3" and fmt_count(3.25) == "3.25" and fmt_count(float("nan")) == "–"
     assert bench_name("/tmp/x/bench/") == "bench" and bench_name(None) == "–"
     head, rest = reward_rows({"f_ans": 1.0, "R_fmt": 1.0, "stage": 2.0, "R_tool": 0.5, "R2": 0.3, "total": 9.0})
-    assert [k for k, _ in head] == ["R2", "R_tool", "R_fmt"] and [k for k, _ in rest] == ["f_ans"]
+    assert [k for k, _, _ in head] == ["R2", "R_tool", "R_fmt"] and [k for k, _ in rest] == ["f_ans"]
     groups = component_groups({"s2.R2": 0.5, "s1.R_z": 0.1, "s1.total": 1.0, "s1.f_tc": 1.0})
     assert [g["stage"] for g in groups] == ["s1", "s2"] and groups[0]["total"] == 1.0
-    assert groups[0]["head"] == [("R_z", 0.1)] and groups[0]["rest"] == [("f_tc", 1.0)]
+    assert [(k, v) for k, v, _ in groups[0]["head"]] == [("R1", 0.1)] and groups[0]["rest"] == [("f_tc", 1.0)]
+    assert (groups[0]["total_label"], groups[1]["total_label"]) == ("S1 total", "S2 total")

@@ -420,7 +420,9 @@ def test_episode_marks_rewards_think_text_and_cards(tmp_path):
     idx = index_of(run)
     row = idx.row(1)
     assert (row.source, row.category, row.instruction) == ("myntra", "Tshirts", make_task("t1").instruction)
-    assert (row.turns, row.tool_calls, row.r1, row.r2, row.r_tool) == (6, 4, 1.5, 2.0, pytest.approx((5 / 6 + 0.5) / 2))
+    assert (row.turns, row.tool_calls, row.r_tool) == (6, 4, pytest.approx((5 / 6 + 0.5) / 2))
+    # R1 / R2 are the outcome rewards (R_z of each stage), the stage totals are stage1_total / stage2_total
+    assert (row.r1, row.r2, row.stage1_total, row.stage2_total) == (1.0, 1.0, 1.5, 2.0)
     v = idx.episode(1)
     assert v.task is not None and [g.attribute for g in v.gold] == ["colour", "fabric"]
     s1, s2 = v.stages
@@ -536,7 +538,10 @@ def test_discovery_ids_kinds_and_confinement(tmp_path):
     assert kv.stages[0].recommended[0].product_id == REF
     g = cat.get("grpo/val/10.jsonl")
     gv = g.episode(1)
-    assert g.row(1).success is True and g.row(1).r2 == 11.5 and g.row(1).stage == 2
+    assert g.row(1).success is True and g.row(1).stage == 2
+    assert (g.row(1).r1, g.row(1).r2, g.row(1).stage1_total, g.row(1).stage2_total) == (None, 1.0, None, 11.5)
+    steps = {s.run_id: s.step for s in cat.runs()}
+    assert steps["grpo/val/10.jsonl"] == 10 and steps["grpo/val/2.jsonl"] == 2 and steps["eval-a"] is None
     assert gv.stages[0].turns[0].think == "hm" and gv.stages[0].final_answer == "@REC myntra:1"
     assert gv.stages[0].reward.total == 11.5 and gv.stages[0].reward.components["R_tool"] == 0.25
 

@@ -143,7 +143,8 @@
     tr.appendChild(td(vis([row.source, row.category].filter(function (x) { return x; }).join(" / ") || "\u2013"), "wrap"));
     tr.appendChild(td(fmt(row.strategy), "wrap"));
     tr.appendChild(td(fmt(row.trial), "num", row.trial));
-    ["acc", "r1", "r2", "r_tool", "r_fmt", "turns", "tool_calls"].forEach(function (k) {
+    // r1 / r2: the outcome rewards R1 / R2; stage1_total / stage2_total: "S1 total" / "S2 total"
+    ["acc", "r1", "r2", "stage1_total", "stage2_total", "r_tool", "r_fmt", "turns", "tool_calls"].forEach(function (k) {
       tr.appendChild(td(fmt(row[k]), "num", row[k]));
     });
     tr.appendChild(td(fmt(row.termination), "wrap"));
