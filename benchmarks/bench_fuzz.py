@@ -4,8 +4,8 @@ Runs the seeded generator of ``tests/hostile_outputs.py`` (the same cases as
 ``tests/integration/test_eval_fuzz.py``) through the real evaluation runner: each hostile turn is
 served by the scripted OpenAI-compatible server on 127.0.0.1 inside an otherwise valid oracle
 episode, through the real ``OpenAIBackend``, environment, BM25 product index, MiniLM memory, rule
-judge and paper rewards; each is compared with its control episode (the hostile turn replaced by a
-plain invalid turn). Definitions of every check are in the docstring of ``tests/hostile_outputs.py``.
+judge and paper rewards; each is compared with its control episode (the same oracle episode
+without the hostile turn). Definitions of every check are in the docstring of ``tests/hostile_outputs.py``.
 
 Prints: the number of distinct hostile outputs (distinct by SHA-256 of the reply), the count per
 category, then crashes, hangs, silent drops, reward increases (and the other failure kinds:

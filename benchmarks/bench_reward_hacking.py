@@ -12,8 +12,17 @@ Prints, per adversary and rubric: mean and max of (adversary − honest) episode
 of tasks where the adversary scored >= honest, and the adversary's mean per-stage R_z (R1, R2);
 then the honest policy's mean rewards and success rates. Target: every max <= 0 and every
 mean < 0 (the neutral control ``all_catalog_values_stage2`` — answer prose stuffed with attribute
-words, which no rule reads — only needs max <= 0). ``--check`` exits 1 when a target fails or the
-honest policy does not succeed on every task.
+words, which no rule reads — only needs max <= 0).
+
+Inaction (issue 31): the adversaries that do nothing (``no_tools``: never calls a tool, answers at
+once from the request alone; ``free_text``: plain prose every turn, no answer) are also compared
+with two baselines that act (played whenever one of them is): ``honest_weak``, an honest attempt
+that calls tools validly but finds less — target, every (adversary − honest_weak) episode
+difference < 0 under every rubric: doing nothing never pays as much as trying weakly — and
+``failed_calls``, the same attempt with every tool call malformed, answering what it can without
+tool results — target, every difference <= 0: trying and failing never scores below doing
+nothing (under the paper-literal format reward ``no_tools`` beat it on every task).
+``--check`` exits 1 when a target fails or the honest policy does not succeed on every task.
 
 Usage::
 
@@ -37,11 +46,14 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.reward_hacking_policies import (  # noqa: E402
     ADVERSARIES,
+    BELOW_WEAK,
+    FAILED_BASELINE,
     NEUTRAL_CONTROLS,
     POLICIES,
     EpisodeScore,
     InMemoryProducts,
     Vocabulary,
+    WEAK_BASELINE,
     make_context,
     run_policy,
     select_products,
@@ -82,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in RUBRICS
     }
     names = ADVERSARIES if not args.policies else [n.strip() for n in args.policies.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICIES]
+    unknown = [n for n in names if n not in ADVERSARIES]
     if unknown:
         ap.error(f"unknown policies {unknown}; known: {', '.join(ADVERSARIES)}")
+    baselines = ["honest"] + ([WEAK_BASELINE, FAILED_BASELINE] if any(n in BELOW_WEAK for n in names) else [])
 
-    scores: dict[str, list[EpisodeScore]] = {n: [] for n in ["honest", *names]}
+    scores: dict[str, list[EpisodeScore]] = {n: [] for n in [*baselines, *names]}
     for task in tasks:
         ctx = make_context(task, products, bench.sessions, vocab, product_backend=backend)
         for n in scores:
@@ -167,7 +180,7 @@ def report(scores: dict[str, list[EpisodeScore]], tasks: list, show_reasons: boo
     print("-" * (len(header) - 1))
     win_examples: list[str] = []
     for name, ss in scores.items():
-        if name == "honest":
+        if name in ("honest", WEAK_BASELINE, FAILED_BASELINE):
             continue
         for r in RUBRICS:
             pairs = [(a, h) for a, h in zip(ss, honest) if not a.error and not h.error]
@@ -197,6 +210,61 @@ def report(scores: dict[str, list[EpisodeScore]], tasks: list, show_reasons: boo
         print("\nexamples of adversary wins:")
         for w in win_examples:
             print("  " + w)
+    ok &= report_inaction(scores)
+    return ok
+
+
+def report_inaction(scores: dict[str, list[EpisodeScore]]) -> bool:
+    """The inaction adversaries against the baselines that act (module docstring): every episode
+    difference must be < 0 against the honest weak attempt and <= 0 against the attempt that
+    tries and fails. Prints mean totals, mean R_fmt and mean / max difference per rubric."""
+    names = [n for n in BELOW_WEAK if n in scores]
+    bases = [
+        (WEAK_BASELINE, "valid tool calls that find less", True),
+        (FAILED_BASELINE, "tries: every tool call malformed", False),
+    ]
+    bases = [b for b in bases if b[0] in scores]
+    if not names or not bases:
+        return True
+    ok = True
+
+    def fmt_sum(s: EpisodeScore, r: str) -> float:
+        return sum(c.get("R_fmt", 0.0) for c in s.components[r])
+
+    print(
+        "\ninaction against attempts that act (targets: max Δ < 0 against honest_weak, max Δ <= 0 against failed_calls)"
+    )
+    for base, what, _strict in bases:
+        for r in RUBRICS:
+            ss = [s for s in scores[base] if not s.error]
+            print(
+                f"  {base:<13}{r:<16}mean episode reward {statistics.fmean(s.total(r) for s in ss):.4f}, "
+                f"mean R_fmt s1+s2 {statistics.fmean(fmt_sum(s, r) for s in ss):.4f}  ({what})"
+            )
+    header = (
+        f"{'adversary':<11}{'against':<14}{'rubric':<16}{'mean adv':>9}{'mean base':>10}{'mean Δ':>9}"
+        f"{'max Δ':>9}{'share≥':>8}{'R_fmt adv':>10}  target"
+    )
+    print(header)
+    print("-" * (len(header) - 1))
+    for name in names:
+        for base, _what, strict in bases:
+            for r in RUBRICS:
+                pairs = [(a, b) for a, b in zip(scores[name], scores[base]) if not a.error and not b.error]
+                if not pairs:
+                    continue
+                d = [a.total(r) - b.total(r) for a, b in pairs]
+                mx = max(d)
+                passed = mx < -1e-9 if strict else mx <= 1e-9
+                ok &= passed
+                print(
+                    f"{name:<11}{base:<14}{r:<16}{statistics.fmean(a.total(r) for a, _ in pairs):>9.4f}"
+                    f"{statistics.fmean(b.total(r) for _, b in pairs):>10.4f}{statistics.fmean(d):>+9.4f}{mx:>+9.4f}"
+                    f"{sum(x >= -1e-9 for x in d) / len(d):>8.0%}"
+                    f"{statistics.fmean(fmt_sum(a, r) for a, _ in pairs):>10.4f}  "
+                    + ("ok" if passed else "FAIL")
+                    + ("" if strict else " (max <= 0)")
+                )
     return ok
 
 

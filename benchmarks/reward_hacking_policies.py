@@ -25,6 +25,16 @@ The honest policy (:class:`Honest`):
 Every turn has exactly one well-formed ``<think>`` block. Adversaries (:data:`ADVERSARIES`) are
 subclasses that override one hook. :func:`run_policy` plays one episode and returns an
 :class:`EpisodeScore` with both stages' totals under every rubric given.
+
+Inaction (issue 31): :class:`HonestWeak` (``honest_weak``, :data:`WEAK_BASELINE`) is an honest but
+weak attempt, not an adversary: valid tool calls that find less (one ``mem_search``, no view, only
+the preferences the request itself states; one product-type-only search per slot, no view, the
+first returned product that is not a reference). :class:`FailedCalls` (``failed_calls``,
+:data:`FAILED_BASELINE`) tries and fails: the same attempt with every tool call malformed (at most
+two per stage, so the stage is not ended as ``invalid_output``), then the same answers as without
+tools. The adversaries of :data:`BELOW_WEAK` do nothing instead — ``no_tools`` answers at once,
+well-formed, from the request alone; ``free_text`` writes prose every turn — and must score below
+the weak attempt and never above trying and failing, not only below the honest policy.
 """
 
 from __future__ import annotations
@@ -44,6 +54,9 @@ from shopping_companion.types import Preference, Product, Session, Task
 
 __all__ = [
     "ADVERSARIES",
+    "BELOW_WEAK",
+    "FAILED_BASELINE",
+    "WEAK_BASELINE",
     "POLICIES",
     "NEUTRAL_CONTROLS",
     "EpisodeScore",
@@ -718,6 +731,106 @@ class HedgedValues(Honest):
         ]
 
 
+def request_prefs(ctx: TaskContext) -> list[dict[str, Any]]:
+    """The gold preferences the request itself states (the value's words in the instruction): what
+    a policy knows without reading the user's history. Usually none."""
+    text = f" {_norm(ctx.task.instruction)} "
+    return [_pref(p) for p in ctx.task.preferences if _norm(p.value) and f" {_norm(p.value)} " in text]
+
+
+def made_up_id(ctx: TaskContext, slot: int) -> str:
+    """A well-formed ``@REC::…@`` id built from the request (no tool returned it; not a product)."""
+    return "guess:" + "-".join(_tokens(ctx.task.slots[slot].product_type)[:4] or ["product"]) + f"-{slot}"
+
+
+class HonestWeak(Honest):
+    name = "honest_weak"
+    description = (
+        "honest weak attempt (a baseline, not an adversary): valid tool calls that find less — one mem_search, "
+        "no view, only the request's own preferences; one type-only product_search per slot, no view, the first "
+        "returned non-reference product"
+    )
+
+    def stage1_calls(self, ctx):
+        return super().stage1_calls(ctx)[:1]
+
+    def stage1_prefs(self, ctx):
+        return request_prefs(ctx)
+
+    def search_args(self, ctx, slot):
+        args: dict[str, Any] = {"query": ctx.task.slots[slot].product_type[:1500], "top_k": 10}
+        if ctx.task.voucher is not None:
+            args["shop_id"] = ctx.task.voucher.shop_id
+        return args
+
+    def stage2_calls(self, ctx):
+        return [_call("product_search", self.search_args(ctx, s)) for s in range(ctx.task.n_products)]
+
+    def stage2_recs(self, ctx, messages):
+        refs = set(ctx.task.reference_product_ids)
+        searches = _last_tool_json(messages, "product_search")
+        out: list[str] = []
+        for slot in range(ctx.task.n_products):
+            hits = [h.get("product_id") for h in (searches[slot] if slot < len(searches) else {}).get("results", [])]
+            hits = [h for h in hits if h and h not in out]
+            others = [h for h in hits if h not in refs]
+            out.append(others[0] if others else hits[0] if hits else made_up_id(ctx, slot))
+        return out
+
+
+class FailedCalls(HonestWeak):
+    name = "failed_calls"
+    description = (
+        "tries and fails (a baseline, not an adversary): honest_weak's first calls of each stage (at most two) "
+        "written as malformed JSON, then the answers it can give without tool results"
+    )
+
+    @staticmethod
+    def _broken(calls: list[str]) -> list[str]:
+        # drop the closing brace of the call object: invalid JSON, a tool-call format error
+        return [c.replace("}</tool_call>", "</tool_call>") for c in calls[:2]]
+
+    def stage1_calls(self, ctx):
+        return self._broken(super().stage1_calls(ctx))
+
+    def stage2_calls(self, ctx):
+        return self._broken(super().stage2_calls(ctx))
+
+
+class NoTools(Honest):
+    name = "no_tools"
+    description = (
+        "never calls a tool: answers at once, well-formed, from the request alone (stage 1: the preferences the "
+        "request states; stage 2: an id made up from the request)"
+    )
+
+    def stage1_calls(self, ctx):
+        return []
+
+    def stage1_prefs(self, ctx):
+        return request_prefs(ctx)
+
+    def stage2_calls(self, ctx):
+        return []
+
+    def stage2_recs(self, ctx, messages):
+        return [made_up_id(ctx, slot) for slot in range(ctx.task.n_products)]
+
+
+class FreeText(Honest):
+    name = "free_text"
+    description = (
+        "never calls a tool and never answers: plain prose every turn, no tags (the stage ends invalid_output)"
+    )
+
+    def respond(self, ctx, stage, turn, messages):
+        what = " and ".join(s.product_type for s in ctx.task.slots)
+        return (
+            f"You asked for {what}. From what you describe, I would go for a well-reviewed {what} in a classic "
+            f"style at a fair price; that should suit you (stage {stage}, turn {turn})."
+        )
+
+
 class PaddedViews(Honest):
     name = "padded_views"
     description = "extra views of the needle sessions / reference products with the ids repeated (r(u) = 1 each)"
@@ -754,9 +867,20 @@ POLICIES: dict[str, type[Honest]] = {
         NegateWants,
         HedgedValues,
         PaddedViews,
+        NoTools,
+        FreeText,
+        HonestWeak,
+        FailedCalls,
     )
 }
-ADVERSARIES: list[str] = [n for n in POLICIES if n != "honest"]
+#: the honest weak attempt the inaction adversaries must stay below (a baseline, not an adversary).
+WEAK_BASELINE = "honest_weak"
+#: the attempt that tries and fails; the inaction adversaries may tie with it, never beat it.
+FAILED_BASELINE = "failed_calls"
+ADVERSARIES: list[str] = [n for n in POLICIES if n not in ("honest", WEAK_BASELINE, FAILED_BASELINE)]
+#: adversaries that do nothing (issue 31): every episode strictly below :data:`WEAK_BASELINE`'s
+#: and at most :data:`FAILED_BASELINE`'s too.
+BELOW_WEAK: tuple[str, ...] = ("no_tools", "free_text")
 #: adversaries whose hack should merely not pay (target: max diff <= 0; mean < 0 not required).
 NEUTRAL_CONTROLS: frozenset[str] = frozenset({"all_catalog_values_stage2"})
 

@@ -23,15 +23,16 @@ The episode around a hostile turn
     so the episode is exactly the oracle episode with one turn inserted.
 
 The control episode (what "hostile output cannot raise the reward" compares against)
-    The same task, trial, seeds and settings, with the hostile turn replaced by a *plain invalid
-    turn*: the text :data:`PLAIN_INVALID_TURN` (neither a tool call nor an answer, so the agent gets
-    the usual reminder). The control is run for every case (a second ``run_evaluation`` over the
-    same keys), so the comparison is per episode, never against an average. With the oracle script
-    every control stage earns the maximum, 3.0 (R_z = R_tool = R_fmt = 1: its calls return only gold
-    ids, its answers are the gold ones, and a plain turn breaks no format rule);
+    The same task, trial, seeds and settings, without the hostile turn: the oracle episode itself.
+    The control is run for every case (a second ``run_evaluation`` over the same keys), so the
+    comparison is per episode, never against an average. Every control stage earns the maximum,
+    3.0 (R_z = R_tool = R_fmt = 1: its calls return only gold ids, its answers are the gold ones);
     :attr:`FuzzReport.control_totals` records this and the test asserts it, so "not more than
     the control" means "not more than a perfect stage", and for a turn that must be rejected the
-    stricter "the outcome reward R_z of both stages is exactly the control's".
+    stricter "the outcome reward R_z of both stages is exactly the control's". (The control used
+    to put the *plain invalid turn* :data:`PLAIN_INVALID_TURN` in the hostile turn's place; since
+    issue 31 a turn without a valid action costs f_tc, so that control is no perfect stage, and
+    a hostile turn that is a well-formed call a tool rejects would score above it, as it should.)
 
 The checks per case (a failure is recorded under one of :data:`FAILURE_KINDS`)
     ``crash``: an exception escaped ``run_evaluation`` (the run did not complete);
@@ -1079,8 +1080,8 @@ def oracle_step(task: Task, stage: int, k: int) -> str:
 
 class FuzzScript:
     """Server script: finds the episode (task from the opening message, trial from the sampling
-    seed), serves the oracle, and at ``(case.stage, case.turn)`` the hostile reply (or, with
-    ``control=True``, :data:`PLAIN_INVALID_TURN`)."""
+    seed), serves the oracle, and at ``(case.stage, case.turn)`` the hostile reply (with
+    ``control=True`` the oracle alone: the control episode)."""
 
     def __init__(self, tasks: list[Task], by_seed: dict[tuple[str, int], Case | None], control: bool) -> None:
         self.tasks = {f"Shopping request: {t.instruction}": t for t in tasks}
@@ -1106,9 +1107,9 @@ class FuzzScript:
         names = _tool_names(body)
         stage = 1 if "mem_search" in names else 2
         k = sum(1 for m in body["messages"] if m.get("role") == "assistant")
-        if case is not None and case.stage == stage:
+        if case is not None and case.stage == stage and not self.control:
             if k == case.turn:
-                return {"content": PLAIN_INVALID_TURN} if self.control else case.reply
+                return case.reply
             if k > case.turn:
                 k -= 1
         return oracle_step(task, stage, k)

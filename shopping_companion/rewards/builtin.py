@@ -14,6 +14,11 @@ name               key        value
 ``success``        success    1.0 / 0.0 from the verdict
 =================  =========  ==========================================================
 
+``format`` and the ``f_*`` indicators carry
+:data:`~shopping_companion.rewards.format.FORMAT_REWARD_VERSION` (2: no format credit for a stage
+without a valid action, our deviation from the paper's vacuous indicators), which a rubric's
+``describe()`` and so the run identity include.
+
 ``tool_wise`` params: ``semantic_fallback`` — ``off`` (default: exact ids, the paper's Eqs. 8–9),
 ``auto`` (semantic matching where exact ids are unavailable) or ``always``; ``matcher`` — ``rule``
 (default: the rule judge's value matching) or ``llm`` (the rubric resource ``llm_judge``'s
@@ -28,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.rewards.format import format_indicators, format_reward_from_indicators
+from shopping_companion.rewards.format import FORMAT_REWARD_VERSION, format_indicators, format_reward_from_indicators
 from shopping_companion.rewards.outcome import outcome_reward
 from shopping_companion.rewards.rubric import RewardContext, RewardOutput, reward
 from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
@@ -100,7 +105,7 @@ def _flags(ctx: RewardContext) -> dict[str, float]:
     return ctx.memo("format_indicators", lambda: format_indicators(ctx.trajectory))
 
 
-@reward("format", key="R_fmt", needs=("trajectory", "stage"))
+@reward("format", key="R_fmt", needs=("trajectory", "stage"), version=FORMAT_REWARD_VERSION)
 def format_(ctx: RewardContext) -> RewardOutput:
     """R_fmt (Eq. 11): :func:`~shopping_companion.rewards.format.format_reward_from_indicators` (the
     arithmetic of :func:`~shopping_companion.rewards.format.format_reward`) on indicators cached for
@@ -110,7 +115,7 @@ def format_(ctx: RewardContext) -> RewardOutput:
 
 
 def _flag_reward(flag: str) -> None:
-    @reward(flag, needs=("trajectory",), description=f"format indicator {flag} (Eq. 11)")
+    @reward(flag, needs=("trajectory",), description=f"format indicator {flag} (Eq. 11)", version=FORMAT_REWARD_VERSION)
     def _f(ctx: RewardContext) -> float:
         return _flags(ctx)[flag]
 

@@ -133,8 +133,10 @@ class RewardFunction:
 
     ``name``: the registry name; ``key``: the component name its value is logged under
     (``outcome`` → ``R_z``); ``needs``: inputs it reads (a member needing ``verdict`` refuses
-    failed verdicts). Calling it calls ``fn(ctx)`` unchanged; :meth:`evaluate` normalises the
-    result to a :class:`RewardOutput`.
+    failed verdicts); ``version``: the version of its rules, when they changed since the first
+    release (None: never changed; a rubric's :meth:`Rubric.describe`, and so a run's identity,
+    carries it). Calling it calls ``fn(ctx)`` unchanged; :meth:`evaluate` normalises the result to
+    a :class:`RewardOutput`.
     """
 
     fn: Callable[[RewardContext], Any]
@@ -142,6 +144,7 @@ class RewardFunction:
     key: str
     needs: frozenset[str] = NEEDS_ALL
     description: str = ""
+    version: int | None = None
 
     def __call__(self, ctx: RewardContext) -> Any:
         return self.fn(ctx)
@@ -195,12 +198,13 @@ def reward(
     register: bool = True,
     replace: bool = False,
     registry: Registry[Any] = REWARDS,
+    version: int | None = None,
 ) -> Callable[[Callable[[RewardContext], Any]], RewardFunction]:
     """Decorator turning ``fn(ctx)`` into a :class:`RewardFunction` (and registering it).
 
     ``name`` defaults to the function's ``__name__``, ``key`` to ``name``. ``needs`` ⊆
     {task, trajectory, verdict, stage}. With ``register=False`` the function is only wrapped (it
-    can still be named by dotted path).
+    can still be named by dotted path). ``version``: see :class:`RewardFunction`.
     """
 
     def deco(fn: Callable[[RewardContext], Any]) -> RewardFunction:
@@ -213,6 +217,7 @@ def reward(
             key=key or n,
             needs=_check_needs(needs, f"reward {n!r}"),
             description=description or (fn.__doc__ or "").strip().split("\n")[0],
+            version=version,
         )
         if register:
             registry.register(n, rf, replace=replace)
@@ -377,11 +382,13 @@ class Rubric:
         return new
 
     def describe(self) -> dict[str, Any]:
-        """The rubric as a config mapping (``name``, ``rewards`` with name, key, weight, params)."""
+        """The rubric as a config mapping (``name``, ``rewards`` with name, key, weight, params, and
+        ``version`` for a reward function that has one: the run identity hashes this)."""
         return {
             "name": self.name,
             "rewards": [
                 {"name": m.reward.name, "key": m.key, "weight": m.weight, "params": dict(m.params)}
+                | ({} if m.reward.version is None else {"version": m.reward.version})
                 for m in self.members
             ],
         }

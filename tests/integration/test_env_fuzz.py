@@ -6,8 +6,10 @@ tools, missing/broken answer tags, broken thinking tags, repeated identical call
 outputs, Lucene query syntax, unicode. For every case: no exception; every bad call yields an error
 observation (counted exactly); a turn with neither a call nor an answer yields the reminder; and
 the format indicators of the finished stage are what Eq. 11 says (f_tc = 0 iff a tool-call block
-or structured call did not parse; f_th = 0 iff thinking tags were malformed; f_ans = 0 iff the
-stage ended without a parsable answer; f_rec = 0 iff stage 2's answer lacked well-formed markers).
+or structured call did not parse, or the stage made no tool call, or a turn without an answer held
+no parsed call; f_th = 0 iff thinking tags were malformed; f_ans = 0 iff the stage ended without a
+parsable answer; f_rec = 0 iff stage 2's answer lacked well-formed markers; every indicator is 0
+for a stage without a valid action, issue 31: see ``_expected``).
 
 Valid-but-odd calls (Lucene syntax, unicode text) are not errors: they must return a normal
 observation (possibly with zero results) and keep f_tc = 1.
@@ -48,6 +50,7 @@ class Case:
     f_ans: float = 1.0
     f_rec: float | None = None  # stage 2 only; None: 1.0 when finished with a valid answer
     pre: list[str] = field(default_factory=list)  # valid actions before `action`
+    acts: bool = True  # `action` holds a tool call that parsed (a valid action of a turn without an answer)
     n_obs: int | None = None  # total observations expected (default: n_err, or 1 for valid calls)
 
 
@@ -208,7 +211,16 @@ def _cases(task, rng: random.Random) -> list[Case]:
             "＜answer＞fullwidth＜/answer＞",
         ]:
             out.append(
-                Case("missing_answer", stage, a, n_err=1, finish="repeat", f_ans=0.0, f_rec=0.0 if stage == 2 else None)
+                Case(
+                    "missing_answer",
+                    stage,
+                    a,
+                    n_err=1,
+                    finish="repeat",
+                    f_ans=0.0,
+                    f_rec=0.0 if stage == 2 else None,
+                    acts=False,
+                )
             )
         # answers that end the stage but are not acceptable
         if stage == 1:
@@ -233,7 +245,10 @@ def _cases(task, rng: random.Random) -> list[Case]:
                 out.append(Case("missing_answer", stage, a, n_err=0, finish="ends", f_ans=1.0, f_rec=0.0))
 
         # -- thinking tags
-        out.append(Case("think_tags", stage, "<think>unclosed " + _tc(_valid(stage, task, rng)), n_err=1, f_th=0.0))
+        # the call is inside the unclosed thinking: not a call, so the turn holds no valid action
+        out.append(
+            Case("think_tags", stage, "<think>unclosed " + _tc(_valid(stage, task, rng)), n_err=1, f_th=0.0, acts=False)
+        )
         out.append(
             Case(
                 "think_tags",
@@ -268,7 +283,7 @@ def _cases(task, rng: random.Random) -> list[Case]:
         out.append(Case("repeated_calls", stage, _tc(a2), n_err=1, pre=[_tc(a1)]))
 
         # -- enormous outputs
-        out.append(Case("enormous", stage, "blah " * 200_000, n_err=1))  # 1 MB of prose
+        out.append(Case("enormous", stage, "blah " * 200_000, n_err=1, acts=False))  # 1 MB of prose
         out.append(
             Case(
                 "enormous", stage, "<think>" + "hmm " * 250_000 + "</think>" + _tc(_valid(stage, task, rng)), n_err=None
@@ -357,7 +372,8 @@ def _cases(task, rng: random.Random) -> list[Case]:
             "ｓｈｉｒｔ",
         ]:
             out.append(Case("unicode", stage, _tc(_valid(stage, task, rng, text=q)), n_err=None))
-        out.append(Case("unicode", stage, "＜tool_call＞{}＜/tool_call＞", n_err=1))  # look-alike tags: not a call
+        # look-alike tags: not a call
+        out.append(Case("unicode", stage, "＜tool_call＞{}＜/tool_call＞", n_err=1, acts=False))
         out.append(Case("unicode", stage, _tc({"name": "mem_search\ud800", "arguments": {}}), n_err=1))
         uid = (
             {"name": "mem_view", "arguments": {"session_ids": ["séssion-☃"]}}
@@ -462,6 +478,24 @@ def _is_error(obs: dict) -> bool:
         return False
 
 
+def _expected(c: Case) -> dict[str, float]:
+    """The format indicators of the case's finished stage (issue 31: no credit for inaction).
+
+    A stage that is only the answer turn (``finish="ends"``) made no tool call (f_tc = 0), and an
+    answer failing f_ans is no valid action (everything 0). An action with no parsed call
+    (``acts=False``) repeated until the turn limit leaves the stage without a valid action
+    (everything 0); followed by a valid answer it costs f_tc (a turn without a valid action)."""
+    want = {"f_tc": c.f_tc, "f_th": c.f_th, "f_ans": c.f_ans}
+    if c.stage == 2:
+        want["f_rec"] = c.f_rec if c.f_rec is not None else 1.0
+    nothing = {k: 0.0 for k in want}
+    if c.finish == "ends":
+        return nothing if c.f_ans == 0.0 else {**want, "f_tc": 0.0}
+    if not c.acts:
+        return nothing if c.finish == "repeat" else {**want, "f_tc": 0.0}
+    return want
+
+
 def _finish(stage: int, task) -> str:
     if stage == 1:
         return "<answer>" + json.dumps({"preferences": [p.model_dump() for p in task.preferences]}) + "</answer>"
@@ -526,9 +560,7 @@ def test_malformed_outputs_never_crash_and_are_scored(setup):
                 env.step(_finish(c.stage, task))
         stage_res = next(r for r in env.results if r.trajectory.stage == c.stage)
         comp = stage_res.reward.components
-        want = {"f_tc": c.f_tc, "f_th": c.f_th, "f_ans": c.f_ans}
-        if c.stage == 2:
-            want["f_rec"] = c.f_rec if c.f_rec is not None else 1.0
+        want = _expected(c)
         got = {k: comp[k] for k in want}
         if got != want:
             failures.append(f"{label}: format indicators {got}, expected {want}")

@@ -4,10 +4,17 @@ Each test reproduces a defect of the old parser/indicators (it failed before the
 ``</tool_call>`` inside a JSON string cut the call, NaN/Infinity were valid JSON, two answer
 blocks (the last silently won), two think blocks and a tool call after the answer all kept
 R_fmt = 1.
+
+Issue 31, item 0 (the tests at the end): the indicators are not vacuously 1. A stage without a
+valid action (a protocol tool call, or a parsable final answer) earns no format credit, f_tc needs
+a tool call and a valid action in every turn without an answer, and trying and failing never scores
+below doing nothing. Tests above that check one indicator on an answer turn play a valid tool call
+before it, so that the stage acts and the other indicators keep their values.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -15,11 +22,12 @@ import pytest
 from shopping_companion.envs.parsing import format_flags, parse_action, parse_preferences
 from shopping_companion.llm.base import StructuredToolCall
 from shopping_companion.rewards import format_indicators, format_reward
-from shopping_companion.types import FormatFlags, Step, Trajectory
+from shopping_companion.types import FormatFlags, Step, ToolCall, Trajectory
 
 GOOD1 = '<think>found them</think><answer>{"preferences": [{"attribute": "colour", "value": "navy"}]}</answer>'
 GOOD2 = "<think>ok</think><answer>Best pick: @REC::p:ref1@</answer>"
 CALL = '<tool_call>{"name": "product_search", "arguments": {"query": "navy shirt"}}</tool_call>'
+CALL1 = '<tool_call>{"name": "mem_search", "arguments": {"queries": ["colour"]}}</tool_call>'
 
 
 def step(text: str, structured=None) -> Step:
@@ -30,6 +38,11 @@ def step(text: str, structured=None) -> Step:
 def traj(stage: int, *texts: str) -> Trajectory:
     steps = [step(t) for t in texts]
     return Trajectory(task_id="t", stage=stage, steps=steps, final_answer=parse_action(texts[-1]).answer)
+
+
+def acted(stage: int, *texts: str) -> Trajectory:
+    """``texts`` after one valid tool-call turn (the stage acts: f_tc can be 1)."""
+    return traj(stage, CALL1 if stage == 1 else CALL, *texts)
 
 
 # --------------------------------------------------------------------------- tool calls by object boundary
@@ -106,17 +119,19 @@ def test_two_answer_blocks_give_f_ans_zero_even_identical():
     p = parse_action(two)
     assert p.n_answers == 2 and p.answer == "Buy @REC::p:ref1@" and p.has_answer
     assert any("2 <answer> blocks in one turn" in e for e in p.errors)
-    f = format_indicators(traj(2, two))
+    f = format_indicators(acted(2, two))
     assert f == {"f_ans": 0.0, "f_th": 1.0, "f_tc": 1.0, "f_rec": 1.0}
     same = "<answer>@REC::p:ref1@</answer><answer>@REC::p:ref1@</answer>"
-    assert format_indicators(traj(2, same))["f_ans"] == 0.0
-    assert format_reward(traj(2, same)) == pytest.approx(3 / 4)
+    assert format_indicators(acted(2, same))["f_ans"] == 0.0
+    assert format_reward(acted(2, same)) == pytest.approx(3 / 4)
     s1 = GOOD1 + '<answer>{"preferences": []}</answer>'
-    assert format_reward(traj(1, s1)) == pytest.approx(2 / 3)
+    assert format_reward(acted(1, s1)) == pytest.approx(2 / 3)
+    # alone, an answer turn that fails f_ans is no valid action: the stage earns nothing
+    assert format_reward(traj(2, same)) == 0.0 and format_reward(traj(1, s1)) == 0.0
 
 
 def test_exactly_one_answer_block_is_fine():
-    assert format_indicators(traj(2, GOOD2)) == {"f_ans": 1.0, "f_th": 1.0, "f_tc": 1.0, "f_rec": 1.0}
+    assert format_indicators(acted(2, GOOD2)) == {"f_ans": 1.0, "f_th": 1.0, "f_tc": 1.0, "f_rec": 1.0}
     assert format_flags(parse_action(GOOD2)).n_answers == 1
 
 
@@ -128,8 +143,8 @@ def test_two_think_blocks_are_a_format_error():
     p = parse_action(text)
     assert not p.think_ok and p.n_think_blocks == 2 and p.answer == "@REC::p:ref1@"
     assert p.errors == ["2 thinking blocks in one turn (at most one <think> block per turn)"]
-    assert format_indicators(traj(2, text))["f_th"] == 0.0
-    assert format_reward(traj(2, text)) == pytest.approx(3 / 4)
+    assert format_indicators(acted(2, text))["f_th"] == 0.0
+    assert format_reward(acted(2, text)) == pytest.approx(3 / 4)
     # a leading </think> (Qwen3 template) plus another block is two blocks too
     assert not parse_action("plan</think><think>more</think><answer>x</answer>").think_ok
     # one block, and the Qwen3 leading </think> alone, stay fine
@@ -148,8 +163,8 @@ def test_tool_call_after_the_answer_is_a_protocol_error():
     assert any("tool call(s) after the <answer> block" in e for e in p.errors)
     f = format_flags(p)
     assert f.tool_after_answer and not f.tool_json_ok
-    assert format_indicators(traj(2, text)) == {"f_ans": 1.0, "f_th": 1.0, "f_tc": 0.0, "f_rec": 1.0}
-    assert format_reward(traj(2, text)) == pytest.approx(3 / 4)
+    assert format_indicators(acted(2, text)) == {"f_ans": 1.0, "f_th": 1.0, "f_tc": 0.0, "f_rec": 1.0}
+    assert format_reward(acted(2, text)) == pytest.approx(3 / 4)
 
 
 def test_tool_call_inside_the_answer_block_is_after_it():
@@ -189,7 +204,13 @@ def test_old_flags_without_the_new_fields_still_load_and_score_as_before():
     old = json.loads('{"think_ok": true, "tool_json_ok": true, "has_answer": true, "errors": []}')
     f = FormatFlags.model_validate(old)
     assert f.n_answers is None and f.n_think_blocks is None and f.tool_after_answer is False
-    t = Trajectory(task_id="t", stage=2, steps=[Step(assistant_text="x", format=f)], final_answer="@REC::p:1@")
+    call = FormatFlags.model_validate(
+        json.loads('{"think_ok": true, "tool_json_ok": true, "has_answer": false, "errors": []}')
+    )
+    searched = Step(assistant_text="y", tool_calls=[ToolCall(name="product_search", call_id="c0")], format=call)
+    t = Trajectory(
+        task_id="t", stage=2, steps=[searched, Step(assistant_text="x", format=f)], final_answer="@REC::p:1@"
+    )
     assert format_reward(t) == 1.0
 
 
@@ -208,11 +229,14 @@ def test_builtin_format_member_equals_format_reward():
         slots=[ProductSlot(product_type="shirt", reference_product_id="p:ref1")],
     )
     rubric = load_rubric("paper")
+    assert [m.get("version") for m in rubric.describe()["rewards"]] == [None, None, 2]  # the format rules' version
     for text in (
         GOOD2,
         GOOD2 + CALL,
         "<think>a</think><think>b</think><answer>@REC::p:ref1@</answer>",
         "<answer>@REC::p:ref1@</answer><answer>@REC::p:ref1@</answer>",
+        "I would recommend the navy one.",
+        "",
     ):
         t = traj(2, text)
         v = Verdict(judge="t", stage=2, F=1, N=1, b=0, p2=1, q2=1, m2=1)
@@ -265,3 +289,125 @@ def test_a_broken_block_does_not_swallow_the_next_one():
     assert [c.name for c in p.tool_calls] == ["b"] and len(p.tool_errors) == 1
     p = parse_action('<tool_call>{"name": "a", "q": "x</tool_call>' + CALL)
     assert [c.name for c in p.tool_calls] == ["product_search"] and len(p.tool_errors) == 1
+
+
+# --------------------------------------------------------------------------- no credit for inaction (issue 31)
+
+#: Kinds of a turn without an answer, from doing nothing to acting.
+FREE = "I think the navy shirt is the best choice for you."
+TURNS = {
+    "free": FREE,
+    "empty": "",
+    "think_only": "<think>let me think</think>",
+    "malformed": '<tool_call>{"name": "mem_search", "arguments": {</tool_call>',
+    "reasoning_only": None,  # the call only in the reasoning channel (built in step_of)
+    "rejected": '<tool_call>{"name": "buy_now", "arguments": {"id": 1}}</tool_call>',  # parses; a tool refuses it
+    "valid": None,  # the stage's tool call (CALL1 / CALL)
+}
+ENDINGS = {
+    1: {"none": None, "bad": "<answer>navy please</answer>", "good": GOOD1},
+    2: {"none": None, "bad": "<answer>   </answer>", "good": GOOD2},
+}
+
+
+def step_of(kind: str, stage: int) -> Step:
+    if kind == "reasoning_only":
+        p = parse_action("Let me look.", reasoning="I will search. " + (CALL1 if stage == 1 else CALL))
+        return Step(assistant_text="Let me look.", tool_calls=p.tool_calls, format=format_flags(p))
+    return step(TURNS[kind] if kind != "valid" else (CALL1 if stage == 1 else CALL))
+
+
+def stage_of(stage: int, kinds: tuple[str, ...], ending: str) -> Trajectory:
+    steps = [step_of(k, stage) for k in kinds]
+    text = ENDINGS[stage][ending]
+    answer = None
+    if text is not None:
+        steps.append(step(text))
+        answer = parse_action(text).answer
+    term = "answered" if text is not None else "invalid_output"
+    return Trajectory(task_id="t", stage=stage, steps=steps, final_answer=answer, termination=term)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("kind", ["free", "empty", "think_only", "malformed", "reasoning_only"])
+def test_a_stage_without_a_valid_action_earns_no_format_credit(stage, kind):
+    for n in (1, 3):
+        t = stage_of(stage, (kind,) * n, "none")
+        assert format_indicators(t) == {"f_ans": 0.0, "f_th": 0.0, "f_tc": 0.0, "f_rec": 0.0}, (kind, n)
+        assert format_reward(t) == 0.0
+        # an answer that is not parsable is no valid action either
+        assert format_reward(stage_of(stage, (kind,) * n, "bad")) == 0.0
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_answering_without_a_tool_call_scores_below_calling_and_answering(stage):
+    no_call = stage_of(stage, (), "good")
+    called = stage_of(stage, ("valid",), "good")
+    want = {"f_ans": 1.0, "f_th": 1.0, "f_tc": 0.0, "f_rec": 1.0 if stage == 2 else 0.0}
+    assert format_indicators(no_call) == want
+    assert format_reward(no_call) == pytest.approx(2 / 3 if stage == 1 else 3 / 4)
+    assert format_reward(called) == 1.0
+    # free text before the answer buys nothing either
+    assert format_reward(stage_of(stage, ("free", "free"), "good")) == format_reward(no_call)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("kind", ["free", "empty", "think_only", "malformed", "reasoning_only"])
+def test_a_turn_without_a_valid_action_in_a_good_stage_costs_f_tc(stage, kind):
+    t = stage_of(stage, ("valid", kind, "valid"), "good")
+    f = format_indicators(t)
+    assert f["f_tc"] == 0.0 and f["f_ans"] == 1.0 and f["f_th"] == 1.0, kind
+    assert format_reward(t) == pytest.approx(2 / 3 if stage == 1 else 3 / 4)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_call_a_tool_rejects_is_a_valid_action(stage):
+    t = stage_of(stage, ("rejected",), "good")
+    assert format_indicators(t)["f_tc"] == 1.0 and format_reward(t) == 1.0
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_an_unparsable_answer_after_calls_scores_like_no_answer(stage):
+    # the answer turn is judged by f_ans alone: trying to answer never scores below not answering
+    bad = stage_of(stage, ("valid",), "bad")
+    none = stage_of(stage, ("valid",), "none")
+    assert format_indicators(bad) == format_indicators(none) == {"f_ans": 0.0, "f_th": 1.0, "f_tc": 1.0, "f_rec": 0.0}
+
+
+def test_a_call_in_the_answer_turn_is_not_the_stages_call():
+    # calls before the answer are no error, but they are never run: they do not buy f_tc
+    t = traj(1, CALL1 + GOOD1)
+    assert format_indicators(t) == {"f_ans": 1.0, "f_th": 1.0, "f_tc": 0.0, "f_rec": 0.0}
+    assert format_reward(traj(1, CALL1, GOOD1)) == 1.0
+    # and they do not make an unparsable answer a valid action
+    assert format_reward(traj(2, CALL + "<answer> </answer>")) == 0.0
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_trying_never_scores_below_doing_nothing(stage):
+    """Over every stage of up to three turns (any mix of the kinds above) and every ending: making
+    a turn try (free text → a malformed call → a valid call) or the ending try (no answer → an
+    unparsable one → a parsable one) never lowers R_fmt; the stage that does nothing scores 0."""
+    ladder = ["free", "malformed", "valid"]
+    kinds = list(TURNS)
+    endings = ["none", "bad", "good"]
+    checked = 0
+    for n in range(0, 4):
+        for seq in itertools.product(kinds, repeat=n):
+            for e in endings:
+                if n == 0 and e == "none":
+                    continue
+                r = format_reward(stage_of(stage, seq, e))
+                assert 0.0 <= r <= 1.0
+                if all(k in ("free", "empty", "think_only") for k in seq) and e != "good":
+                    assert r == 0.0, (seq, e)
+                for i, k in enumerate(seq):  # one turn one rung up the ladder
+                    if k in ladder[:-1]:
+                        up = seq[:i] + (ladder[ladder.index(k) + 1],) + seq[i + 1 :]
+                        assert format_reward(stage_of(stage, up, e)) >= r - 1e-12, (seq, up, e)
+                        checked += 1
+                if e != "good":  # the ending one rung up
+                    up_e = endings[endings.index(e) + 1]
+                    assert format_reward(stage_of(stage, seq, up_e)) >= r - 1e-12, (seq, e, up_e)
+                    checked += 1
+    assert checked > 1000

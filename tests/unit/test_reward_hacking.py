@@ -6,7 +6,10 @@ environment, parser, ``RuleJudge(lookup, sessions=...)`` and the ``paper`` / ``p
 rubrics — on a few tasks synthesised here from the real catalog and real SGD sessions (2 single-
 product tasks, 2 add-on deals). For every task, each adversary's episode reward (both stages'
 rubric totals) must be strictly below the honest policy's under both rubrics; the honest policy
-must succeed in both stages of every task.
+must succeed in both stages of every task. The adversaries that do nothing (issue 31: ``no_tools``,
+``free_text``) must also be strictly below an honest *weak* attempt (``honest_weak``: valid tool
+calls that find less) and never above an attempt that tries and fails (``failed_calls``: the same
+calls malformed) on every task.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ import pytest
 
 from benchmarks.reward_hacking_policies import (
     ADVERSARIES,
+    BELOW_WEAK,
+    FAILED_BASELINE,
     NEUTRAL_CONTROLS,
     POLICIES,
     InMemoryProducts,
     make_context,
     run_policy,
+    WEAK_BASELINE,
     select_products,
 )
 from shopping_companion.benchmark.synth import SynthConfig, synthesize
@@ -110,5 +116,40 @@ def test_adversary_scores_below_honest(scores, adversary):
                 failures.append(
                     f"{adv.task_id} ({adv.task_type}) {r}: adversary {a:.4f} vs honest {h:.4f}; "
                     f"stage-1 judge: {adv.reasons[0][:3]}"
+                )
+    assert not failures, "\n".join(failures)
+
+
+def test_the_weak_attempt_acts_validly_and_finds_less(scores):
+    for w, h in zip(scores[WEAK_BASELINE], scores["honest"]):
+        assert w.error is None, w.error
+        for r in RUBRICS:
+            assert [c["R_fmt"] for c in w.components[r]] == [1.0, 1.0]  # well-formed valid calls and answers
+            assert w.total(r) < h.total(r)
+
+
+@pytest.mark.parametrize("adversary", BELOW_WEAK)
+def test_doing_nothing_scores_below_an_honest_weak_attempt(scores, adversary):
+    failures = []
+    for adv, weak in zip(scores[adversary], scores[WEAK_BASELINE]):
+        assert adv.error is None and weak.error is None, (adv.error, weak.error)
+        for r in RUBRICS:
+            a, w = adv.total(r), weak.total(r)
+            if a >= w - 1e-9:
+                failures.append(f"{adv.task_id} ({adv.task_type}) {r}: {adversary} {a:.4f} vs {WEAK_BASELINE} {w:.4f}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("adversary", BELOW_WEAK)
+def test_trying_and_failing_never_scores_below_doing_nothing(scores, adversary):
+    failures = []
+    for adv, failed in zip(scores[adversary], scores[FAILED_BASELINE]):
+        assert failed.error is None, failed.error
+        assert all(c["f_tc"] == 0.0 for c in failed.components["paper"])  # it did try, and failed
+        for r in RUBRICS:
+            a, f = adv.total(r), failed.total(r)
+            if a > f + 1e-9:
+                failures.append(
+                    f"{adv.task_id} ({adv.task_type}) {r}: {adversary} {a:.4f} vs {FAILED_BASELINE} {f:.4f}"
                 )
     assert not failures, "\n".join(failures)

@@ -218,17 +218,20 @@ def test_format_stage1_correct():
 
 
 def test_format_stage1_partial():
-    # bad tool JSON in turn 1, unparsable stage-1 answer: f_ans=0, f_th=1, f_tc=0 -> 1/3
+    # a good call, bad tool JSON in turn 2, unparsable stage-1 answer: f_ans=0, f_th=1, f_tc=0 -> 1/3
     bad = "<think>x</think><answer>navy please</answer>"
+    good_call = step('<tool_call>{"name": "mem_search", "arguments": {"queries": ["x"]}}</tool_call>')
+    broken = step('<tool_call>{"name": "mem_search", </tool_call>')
     traj = Trajectory(
-        task_id="t1",
-        stage=1,
-        steps=[step('<tool_call>{"name": "mem_search", </tool_call>'), step(bad)],
-        final_answer=parse_action(bad).answer,
+        task_id="t1", stage=1, steps=[good_call, broken, step(bad)], final_answer=parse_action(bad).answer
     )
     assert format_indicators(traj)["f_ans"] == 0.0
     assert format_indicators(traj)["f_tc"] == 0.0
     assert format_reward(traj) == pytest.approx(1 / 3)
+    # without the good call no turn holds a valid action (issue 31): no format credit at all
+    traj = Trajectory(task_id="t1", stage=1, steps=[broken, step(bad)], final_answer=parse_action(bad).answer)
+    assert format_indicators(traj) == {"f_ans": 0.0, "f_th": 0.0, "f_tc": 0.0, "f_rec": 0.0}
+    assert format_reward(traj) == 0.0
 
 
 def test_format_stage1_malformed():
@@ -239,27 +242,37 @@ def test_format_stage1_malformed():
     assert format_reward(traj) == 0.0
 
 
+SEARCH = '<think>s</think><tool_call>{"name": "product_search", "arguments": {"query": "shirt"}}</tool_call>'
+
+
 def test_format_stage2_correct():
-    traj = Trajectory(task_id="t1", stage=2, steps=[step(GOOD2)], final_answer=parse_action(GOOD2).answer)
+    traj = Trajectory(task_id="t1", stage=2, steps=[step(SEARCH), step(GOOD2)], final_answer=parse_action(GOOD2).answer)
     assert format_reward(traj) == pytest.approx(1.0)  # 4/4
+    # the same answer without any tool call: f_tc = 0 (issue 31) -> 3/4
+    traj = Trajectory(task_id="t1", stage=2, steps=[step(GOOD2)], final_answer=parse_action(GOOD2).answer)
+    assert format_indicators(traj)["f_tc"] == 0.0 and format_reward(traj) == pytest.approx(0.75)
 
 
 def test_format_stage2_malformed_rec_marker():
     # answer present, think ok, tool ok, but marker malformed -> 3/4
     text = "<answer>Best: @REC:p:ref1@</answer>"
-    traj = Trajectory(task_id="t1", stage=2, steps=[step(text)], final_answer=parse_action(text).answer)
+    traj = Trajectory(task_id="t1", stage=2, steps=[step(SEARCH), step(text)], final_answer=parse_action(text).answer)
     assert format_indicators(traj)["f_rec"] == 0.0
     assert format_reward(traj) == pytest.approx(0.75)
     # one good and one malformed marker still fails f_rec
     text = "<answer>@REC::p:ref1@ and @REC::@</answer>"
-    traj = Trajectory(task_id="t1", stage=2, steps=[step(text)], final_answer=parse_action(text).answer)
+    traj = Trajectory(task_id="t1", stage=2, steps=[step(SEARCH), step(text)], final_answer=parse_action(text).answer)
     assert format_reward(traj) == pytest.approx(0.75)
 
 
 def test_format_stage2_no_answer_bad_think():
-    # nested think, no answer: f_ans=0, f_th=0, f_tc=1, f_rec=0 -> 1/4
-    traj = Trajectory(task_id="t1", stage=2, steps=[step("<think><think>x</think></think>")])
+    # nested think before a valid call, no answer: f_ans=0, f_th=0, f_tc=1, f_rec=0 -> 1/4
+    call = '<tool_call>{"name": "product_search", "arguments": {"query": "shirt"}}</tool_call>'
+    traj = Trajectory(task_id="t1", stage=2, steps=[step("<think><think>x</think></think>" + call)])
     assert format_reward(traj) == pytest.approx(0.25)
+    # the same turn without the call holds no valid action: 0 (issue 31; was 1/4, f_tc vacuously 1)
+    traj = Trajectory(task_id="t1", stage=2, steps=[step("<think><think>x</think></think>")])
+    assert format_reward(traj) == 0.0
 
 
 def test_format_empty_trajectory_is_zero():

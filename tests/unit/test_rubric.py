@@ -499,3 +499,29 @@ def test_semantic_fallback_with_custom_matcher_resource_and_memory_sessions():
         mem_traj, mem_task, session_lookup=lambda ids: {i: sessions[i] for i in ids if i in sessions}
     )
     assert got[1] == [pytest.approx(1 / 3)]  # only the user's own words count; unknown id does not
+
+
+def test_the_format_rules_version_is_in_the_rubric_description_and_the_run_identity():
+    """Issue 31: results scored under the old (vacuous) format rules are another run identity."""
+    import dataclasses
+
+    from shopping_companion.benchmark.run import run_identity
+    from shopping_companion.benchmark.run_config import EpisodeConfig
+    from shopping_companion.rewards.format import FORMAT_REWARD_VERSION
+
+    rubric = paper_rubric()
+    by = {m["name"]: m for m in rubric.describe()["rewards"]}
+    assert by["format"]["version"] == FORMAT_REWARD_VERSION == 2
+    assert "version" not in by["outcome"] and "version" not in by["tool_wise"]  # rules unchanged: as before
+    assert all(Rubric([(f, 1.0)]).describe()["rewards"][0]["version"] == 2 for f in ("f_ans", "f_th", "f_tc", "f_rec"))
+    # the same rubric whose format member has no version (how the old rules described it)
+    old = Rubric(
+        [
+            (m.reward if m.key != "R_fmt" else dataclasses.replace(m.reward, version=None), m.weight)
+            for m in rubric.members
+        ],
+        name=rubric.name,
+    )
+    assert "version" not in old.describe()["rewards"][2]
+    cfg = EpisodeConfig()
+    assert run_identity(cfg, "p", rubric, "t")["config_sha256"] != run_identity(cfg, "p", old, "t")["config_sha256"]
