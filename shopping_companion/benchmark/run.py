@@ -140,7 +140,9 @@ def build_backend(cfg: BackendConfig, catalog_path: Path | None = None, console:
     from shopping_companion.llm.local_transformers import LocalTransformersBackend
 
     with console.status(f"loading {cfg.model_path} on {cfg.device}"):
-        return LocalTransformersBackend(cfg.model_path, device=cfg.device, dtype=cfg.dtype, adapter_path=cfg.adapter)
+        return LocalTransformersBackend(
+            cfg.model_path, device=cfg.device, dtype=cfg.dtype, adapter_path=cfg.adapter, batch_size=cfg.batch_size
+        )
 
 
 def build_sampling(cfg: EpisodeConfig) -> Any:
@@ -536,6 +538,8 @@ def _meta(
         "endpoint": scrub_url(b.base_url) if b.kind == "openai" else None,
         "model_path": str(b.model_path) if b.kind == "local" and b.model_path else None,
         "adapter": str(b.adapter) if b.kind == "local" and b.adapter else None,
+        # the content hash of the weights a local policy generated with (the checkpoint it names)
+        "weights_sha256": getattr(policy, "weights_sha256", None) if b.kind == "local" else None,
         "benchmark": str(cfg.bench.path),
         "judge": judge_desc,
         "simulator": f"{cfg.simulator} (seed {seed})",

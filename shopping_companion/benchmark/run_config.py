@@ -114,7 +114,9 @@ class BackendConfig(_Endpoint):
     (default ``min(600, (retries+1) x timeout)`` or ``$SHOPCOMP_DEADLINE_S``);
     ``breaker_threshold``: consecutive connection failures or timeouts that stop the run (default 5
     or ``$SHOPCOMP_BREAKER_THRESHOLD``). ``model_path`` / ``adapter`` (a LoRA adapter, needs peft)
-    / ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``) / ``dtype`` for ``local``.
+    / ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``) / ``dtype`` / ``batch_size`` (>= 1: most
+    concurrent episodes' turns generated as one batch; set ``concurrency`` at least as high) for
+    ``local``.
     """
 
     kind: Literal["reference", "openai", "local"] = "reference"
@@ -126,6 +128,7 @@ class BackendConfig(_Endpoint):
     adapter: Path | None = None
     device: str = "cpu"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    batch_size: int = Field(default=16, ge=1)
     sampling: SamplingConfig = SamplingConfig()
 
     @model_validator(mode="after")

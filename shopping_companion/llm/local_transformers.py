@@ -14,9 +14,9 @@ GPU), optionally with a LoRA adapter through ``peft``, and produces one assistan
    the model's context (``max_position_embeddings``); a prompt that leaves no room raises
    :class:`~shopping_companion.llm.base.BackendError` (recorded by the runner, never scored),
    like a server's "context too long" 400. Generation stops at the tokenizer's EOS token or
-   ``<|im_end|>`` when the vocabulary has it. With ``Sampling.seed`` set, the torch RNG is seeded
-   with ``seed + len(messages)`` right before generating, so the same request gives the same
-   answer whatever ran before.
+   ``<|im_end|>`` when the vocabulary has it. With ``Sampling.seed`` set, the request samples from
+   its own random stream seeded with ``seed + len(messages)``, so the same request gives the same
+   answer whatever ran before or beside it.
 3. **Output.** ``content`` is the completion decoded with ``skip_special_tokens=True`` (the
    protocol tags ``<think>``/``<tool_call>`` must be *non-special* added tokens so they survive);
    when the rendered prompt ends with an opened ``<think>`` (Qwen3 thinking templates) and the
@@ -25,8 +25,12 @@ GPU), optionally with a LoRA adapter through ``peft``, and produces one assistan
    (completion up to and including the stop token), ``finish_reason`` is ``"stop"`` or
    ``"length"``, ``latency_s`` the wall time of generation.
 
-Generation holds a lock: one model instance runs one request at a time (concurrent episodes queue
-on it). For throughput, serve the checkpoint with vLLM (``scripts/serve_vllm.sh``) instead.
+Concurrent ``chat`` calls (an evaluation with ``concurrency`` > 1) are generated together as one
+padded batch of up to ``batch_size`` requests (:mod:`shopping_companion.llm.batch_generate`): a
+small model on a CPU generates a batch of 16 turns in little more time than one. For a large
+model's throughput, serve the checkpoint with vLLM (``scripts/serve_vllm.sh``) instead.
+:attr:`~LocalTransformersBackend.weights_sha256` is the content hash of the loaded weights
+(:func:`~shopping_companion.llm.weights.weights_sha256`), which evaluations record.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.llm.batch_generate import GenRequest, ThreadBatcher, generate_batch
 from shopping_companion.llm.base import AssistantMessage, BackendError, Messages, Sampling, ToolSchemas
 
 __all__ = ["LocalTransformersBackend", "checkpoint_label", "checkpoint_step", "default_policy_name"]
@@ -118,9 +123,11 @@ class LocalTransformersBackend:
             ``local:<dir name>[+lora:<adapter dir name>]``, a training checkpoint named with its run
             and step, e.g. ``local:outcome_only/checkpoint-60``).
         trust_remote_code: passed to ``from_pretrained``.
+        batch_size: most concurrent requests generated as one batch (>= 1; 1: one at a time).
+        batch_wait_s: seconds a request waits for others to join its batch (>= 0).
 
     Raises :class:`ConfigError` for a missing path, an unknown device or dtype, CUDA requested
-    without CUDA, or an adapter without ``peft`` installed.
+    without CUDA, an adapter without ``peft`` installed, or a bad ``batch_size`` / ``batch_wait_s``.
     """
 
     def __init__(
@@ -134,6 +141,8 @@ class LocalTransformersBackend:
         chat_template_kwargs: dict[str, Any] | None = None,
         name: str | None = None,
         trust_remote_code: bool = False,
+        batch_size: int = 16,
+        batch_wait_s: float = 0.02,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -187,7 +196,27 @@ class LocalTransformersBackend:
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (stop[0] if stop else 0)
         )
         self.name = name or default_policy_name(p, self.adapter_path)
+        if batch_size < 1:
+            raise ConfigError(f"batch_size: must be >= 1, got {batch_size}")
+        if batch_wait_s < 0:
+            raise ConfigError(f"batch_wait_s: must be >= 0, got {batch_wait_s}")
         self._lock = threading.Lock()
+        self._batcher = ThreadBatcher(self._run_batch, max_batch=batch_size, max_wait_s=batch_wait_s)
+        self._weights_sha256: str | None = None
+
+    @property
+    def weights_sha256(self) -> str:
+        """Content hash of the weights this backend generates with (computed once)."""
+        if self._weights_sha256 is None:
+            from shopping_companion.llm.weights import weights_sha256
+
+            with self._lock:
+                self._weights_sha256 = weights_sha256(self.model)
+        return self._weights_sha256
+
+    def _run_batch(self, requests: list[GenRequest]) -> list[list[int]]:
+        with self._lock:
+            return generate_batch(self.model, requests, stop_ids=self.stop_token_ids, pad_id=self.pad_token_id)
 
     def __repr__(self) -> str:
         return (
@@ -211,7 +240,6 @@ class LocalTransformersBackend:
     ) -> AssistantMessage:
         """One assistant turn (module docstring). Raises :class:`BackendError` when the prompt
         does not fit the model's context or generation fails."""
-        import torch
 
         sampling = sampling or Sampling()
         try:
@@ -228,36 +256,21 @@ class LocalTransformersBackend:
                     f"{self.name}: prompt has {n_prompt} tokens but the model's context is {self.max_context}"
                 )
             max_new = min(max_new, room)
-        gen_kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new,
-            "pad_token_id": self.pad_token_id,
-            "eos_token_id": self.stop_token_ids or None,
-        }
-        if sampling.temperature > 0:
-            gen_kwargs.update(do_sample=True, temperature=float(sampling.temperature), top_p=float(sampling.top_p))
-            if sampling.top_k is not None:
-                gen_kwargs["top_k"] = int(sampling.top_k)
-        else:
-            gen_kwargs.update(do_sample=False)
-        with self._lock:
-            start = time.perf_counter()
-            try:
-                if sampling.seed is not None:
-                    torch.manual_seed(int(sampling.seed) + len(messages))
-                with torch.inference_mode():
-                    out = self.model.generate(
-                        input_ids=ids.to(self.device), attention_mask=torch.ones_like(ids).to(self.device), **gen_kwargs
-                    )
-            except Exception as e:
-                raise BackendError(f"{self.name}: generation failed: {type(e).__name__}: {e}") from None
-            latency = time.perf_counter() - start
-        new = out[0, n_prompt:].tolist()
-        finish = "length"
-        for i, t in enumerate(new):
-            if t in self.stop_token_ids:
-                new = new[: i + 1]
-                finish = "stop"
-                break
+        request = GenRequest(
+            ids[0].tolist(),
+            max_new,
+            temperature=float(sampling.temperature),
+            top_p=float(sampling.top_p),
+            top_k=int(sampling.top_k) if sampling.top_k is not None else None,
+            seed=int(sampling.seed) + len(messages) if sampling.seed is not None else None,
+        )
+        start = time.perf_counter()
+        try:
+            new = self._batcher.generate(request)
+        except Exception as e:
+            raise BackendError(f"{self.name}: generation failed: {type(e).__name__}: {e}") from None
+        latency = time.perf_counter() - start
+        finish = "stop" if new and new[-1] in self.stop_token_ids else "length"
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         if prompt.rstrip().endswith("<think>") and "</think>" in text and "<think>" not in text.split("</think>")[0]:
             text = "<think>\n" + text
