@@ -313,4 +313,8 @@ def export(
         f"{lg['over_cutoff']} of {lg['n']} ({lg['over_cutoff_share']:.1%}) exceed cutoff_len {lg['cutoff_len']}"
         + (f" [{escape(lg['note'])}]" if lg["note"] else "")
     )
+    for note in summary.tied_embeddings.get("notes") or []:
+        console.print(f"note: {escape(note)}", soft_wrap=True)
+    for w in summary.warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     console.print(f"→ {escape(str(summary.train_yaml))} ({time.perf_counter() - t0:.1f}s)")

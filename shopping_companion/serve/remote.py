@@ -232,16 +232,30 @@ class RemoteRubric:
 
 
 def _comparable(spec_json: str) -> dict[str, Any]:
-    """A reward spec's JSON without ``source`` (where the spec was read from, not what it does)."""
+    """A reward spec's JSON without ``source`` (where the spec was read from, not what it does) and
+    ``python_path`` (where its modules were found: a job of ``shopcomp grpo submit`` ships them and
+    has none, as :meth:`RewardSpec.identity` leaves it out), and with a rubric YAML path that is
+    readable here replaced by the mapping the file holds (such a job carries that mapping inline
+    instead of the path)."""
     data = json.loads(spec_json)
     if isinstance(data, dict):
         data.pop("source", None)
+        data.pop("python_path", None)
+        rubric = data.get("rubric")
+        if isinstance(rubric, str) and rubric.endswith((".yaml", ".yml")) and Path(rubric).is_file():
+            from shopping_companion.config import load_config
+
+            try:
+                data["rubric"] = load_config(rubric)
+            except ConfigError:
+                pass  # compared by its path
     return data
 
 
 def same_reward_spec(a: str, b: str) -> bool:
     """Whether two reward specs' JSON (:meth:`RewardSpec.to_json`) score alike: equal but for
-    ``source`` (the file each was read from)."""
+    ``source`` (the file each was read from) and ``python_path``; a rubric YAML file and its
+    content inline are the same rubric (:func:`_comparable`)."""
     return _comparable(a) == _comparable(b)
 
 

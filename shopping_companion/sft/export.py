@@ -78,6 +78,9 @@ __all__ = [
     "LLAMAFACTORY_DEFAULT_CUTOFF",
     "CHARS_PER_TOKEN",
     "DEFAULT_MAX_TRUNCATED_SHARE",
+    "EMBEDDING_MODULES",
+    "model_config",
+    "tied_embeddings_report",
 ]
 
 #: LLaMA-Factory templates whose tool format is Qwen/Hermes ``<tool_call>`` blocks, i.e. what our
@@ -391,6 +394,197 @@ def load_tokenizer(name_or_path: str) -> Any:
         ) from None
 
 
+# --------------------------------------------------------------------------- tied embeddings
+
+#: module names of a causal LM's input embeddings and output head (Llama/Qwen/Mistral
+#: ``embed_tokens`` / ``lm_head``; GPT-2 ``wte``; GPT-NeoX ``embed_in`` / ``embed_out``; BLOOM
+#: ``word_embeddings``; InternLM ``tok_embeddings``): what a tie couples
+EMBEDDING_MODULES = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_in", "embed_out", "tok_embeddings")
+_HEAD_MODULES = ("lm_head", "embed_out")
+
+
+def model_config(name_or_path: str) -> tuple[dict[str, Any] | None, str]:
+    """The ``config.json`` of a local model directory, or of a hub id in the local Hugging Face
+    cache (never downloads), and where it was read; ``(None, why)`` when there is none here."""
+    name = str(name_or_path)
+    p = Path(name).expanduser()
+    f: Path | None = None
+    if p.is_dir():
+        f = p / "config.json"
+        if not f.is_file():
+            return None, f"{p} has no config.json"
+    elif name.count("/") == 1 and not name.startswith(("/", "./", "../", "~")):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(name, "config.json")
+        except Exception:  # noqa: BLE001 - an odd id or cache: not readable, never a crash
+            hit = None
+        if not isinstance(hit, str):
+            return None, f"{name} is not a local directory and its config.json is not in the Hugging Face cache"
+        f = Path(hit)
+    else:
+        return None, f"{name} does not exist here"
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return None, f"{f} is not readable JSON ({e})"
+    return (data, str(f)) if isinstance(data, dict) else (None, f"{f} is not a JSON object")
+
+
+def _names(value: Any) -> list[str]:
+    """A LLaMA-Factory module list (a comma-separated string, as it splits it, or a list)."""
+    if value is None or value is False:
+        return []
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
+def _embedding_names(names: list[str]) -> list[str]:
+    """The names among ``names`` that denote an embedding or output-head module (PEFT matches a
+    module name by its last component)."""
+    return [n for n in names if n.split(".")[-1] in EMBEDDING_MODULES]
+
+
+def tied_embeddings_report(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What the LLaMA-Factory training config ``cfg`` does to the embeddings of its model when the
+    model ties them (``tie_word_embeddings: true`` in the ``config.json`` of ``model_name_or_path``,
+    a local directory or the local Hugging Face cache; its ``text_config`` for a composite model).
+
+    As LLaMA-Factory 0.9.5 (with PEFT 0.18 and transformers 5.6) behaves, measured on a tied tiny
+    Qwen3 (``tests/extras/sft``):
+
+    - ``finetuning_type: lora`` / ``oft`` with ``additional_target`` naming ``embed_tokens`` or
+      ``lm_head`` (or ``resize_vocab: true`` without ``additional_target``: LLaMA-Factory then adds
+      both itself): they become PEFT ``modules_to_save`` without ``ensure_weight_tying``, so each
+      named module gets its own trained copy and the other keeps the original matrix. The merged
+      model stores ``embed_tokens`` and ``lm_head`` as two different matrices while its config still
+      says ``tie_word_embeddings: true``: transformers loads them untied with a warning that the
+      ties were broken; a runtime that follows the config (vLLM ties ``lm_head`` to
+      ``embed_tokens``) runs another model than the one trained. A warning.
+    - ``lora_target`` naming ``embed_tokens`` or ``lm_head``: the merge adds the adapter's delta
+      into the one matrix both share, so the merged model's input embeddings (or output head)
+      change too and the merged model is not base + adapter. A warning.
+    - ``finetuning_type: freeze`` with ``freeze_extra_modules`` naming ``lm_head``: LLaMA-Factory
+      refuses to start (the tied head is the same parameter as ``embed_tokens``, so it is not
+      among the modules it offers). A warning.
+    - ``finetuning_type: full``, or ``freeze`` with ``freeze_extra_modules`` naming
+      ``embed_tokens``: the one shared matrix is trained for both roles and stays tied (the
+      checkpoint stores it once). A note.
+
+    Returns ``{model, config, tie_word_embeddings, warnings, notes, findings}``:
+    ``tie_word_embeddings`` is True/False, or None when the config could not be read or does not
+    say (then a config that trains embeddings gets a note saying the tie could not be checked);
+    each finding is ``{severity, keys, message}`` with the training-config keys it is about."""
+    model = str(cfg.get("model_name_or_path", DEFAULT_BASE_MODEL))
+    data, where = model_config(model)
+    tied: bool | None = None
+    if data is not None:
+        for d in (data, data.get("text_config")):
+            if isinstance(d, dict) and isinstance(d.get("tie_word_embeddings"), bool):
+                tied = d["tie_word_embeddings"]
+                break
+    ft = str(cfg.get("finetuning_type") or "lora")  # LLaMA-Factory's default
+    trains: list[tuple[str, dict[str, Any], list[str]]] = []  # (kind, keys, embedding modules)
+    if ft in ("lora", "oft"):
+        extra = _embedding_names(_names(cfg.get("additional_target")))
+        if extra:
+            trains.append(
+                ("modules_to_save", {"finetuning_type": ft, "additional_target": cfg["additional_target"]}, extra)
+            )
+        elif cfg.get("resize_vocab") is True and not _names(cfg.get("additional_target")):
+            trains.append(
+                ("modules_to_save", {"finetuning_type": ft, "resize_vocab": True}, ["embed_tokens", "lm_head"])
+            )
+        target = _embedding_names(_names(cfg.get("lora_target" if ft == "lora" else "oft_target")))
+        if target:
+            key = "lora_target" if ft == "lora" else "oft_target"
+            trains.append(("adapter", {"finetuning_type": ft, key: cfg[key]}, target))
+    elif ft == "full":
+        trains.append(("shared", {"finetuning_type": "full"}, ["embed_tokens", "lm_head"]))
+    elif ft == "freeze":
+        extra = _embedding_names(_names(cfg.get("freeze_extra_modules")))
+        if extra:
+            kind = "refused" if any(n.split(".")[-1] in _HEAD_MODULES for n in extra) else "shared"
+            trains.append(
+                (kind, {"finetuning_type": "freeze", "freeze_extra_modules": cfg["freeze_extra_modules"]}, extra)
+            )
+    out: dict[str, Any] = {
+        "model": model,
+        "config": where if data is not None else None,
+        "tie_word_embeddings": tied,
+        "findings": [],
+        "warnings": [],
+        "notes": [],
+    }
+    if not trains or tied is False:
+        return out
+    src = f"tie_word_embeddings: true in {where}"
+    for kind, keys, mods in trains:
+        named = ", ".join(f"{k}: {v}" for k, v in keys.items())
+        if tied is None and kind == "shared":
+            continue  # trained as one matrix if tied, plainly if not: nothing to say
+        if tied is None:
+            why = (
+                where if data is None else f"{where} does not set tie_word_embeddings (the model class default applies)"
+            )
+            severity, msg = (
+                "note",
+                (
+                    f"{named} trains {', '.join(mods)}; whether {model} ties its embeddings could not be checked ({why}). "
+                    "If it does, read docs/sft.md ('Tied embeddings') before merging"
+                ),
+            )
+        elif kind == "modules_to_save":
+            how = (
+                "LLaMA-Factory adds the embedding and output modules to additional_target itself, so it "
+                if "resize_vocab" in keys
+                else "LLaMA-Factory 0.9.5 "
+            )
+            severity, msg = (
+                "warning",
+                (
+                    f"{named} trains {', '.join(mods)} of {model}, whose embeddings are tied ({src}). {how}passes them "
+                    "to PEFT as modules_to_save without ensure_weight_tying: each gets its own trained copy (the other of "
+                    "the pair keeps the original matrix), so the adapter and the merged model (merge_lora.yaml) hold "
+                    "embed_tokens and lm_head as two different matrices while config.json still says "
+                    "tie_word_embeddings: true. transformers loads the merged model untied with a warning that the ties "
+                    "were broken; runtimes that follow the config (vLLM ties lm_head to embed_tokens) run another model "
+                    "than the one trained. Drop them from the training config, or set tie_word_embeddings: false in the "
+                    "merged model's config.json"
+                ),
+            )
+        elif kind == "adapter":
+            severity, msg = (
+                "warning",
+                (
+                    f"{named} puts LoRA on {', '.join(mods)} of {model}, whose embeddings are tied ({src}): embed_tokens "
+                    "and lm_head are one matrix, so the merge (merge_lora.yaml) adds the adapter's delta to both roles "
+                    "and the merged model is not base + adapter. Leave them out of the target modules"
+                ),
+            )
+        elif kind == "refused":
+            severity, msg = (
+                "warning",
+                (
+                    f"{named} names the output head of {model}, whose embeddings are tied ({src}): LLaMA-Factory 0.9.5 "
+                    "refuses to start (Module lm_head is not found, please choose from embed_tokens, ...) because the "
+                    "tied head is the same parameter as embed_tokens. Name embed_tokens, which trains both"
+                ),
+            )
+        else:
+            severity, msg = (
+                "note",
+                (
+                    f"{named} trains the matrix embed_tokens and lm_head of {model} share ({src}): both roles change "
+                    "together and the tie is kept (the checkpoint stores the matrix once)"
+                ),
+            )
+        out["findings"].append({"severity": severity, "keys": keys, "modules": mods, "message": msg})
+        out["warnings" if severity == "warning" else "notes"].append(msg)
+    return out
+
+
 def _percentile(xs: list[int], q: float) -> int:
     """Nearest-rank percentile of sorted ``xs`` (q in [0, 100])."""
     k = max(0, min(len(xs) - 1, int(-(-q * len(xs) // 100)) - 1))
@@ -452,7 +646,8 @@ class ExportSummary:
     left out, by reason; ``stats``: :func:`~shopping_companion.sft.examples.example_stats` of the
     written examples; ``decontamination``: the check's report; ``wall_s``: export time (s);
     ``lengths``: :func:`length_report` of the written examples; ``dropped``: the trajectories left
-    out by ``drop_flagged`` (:func:`drop_flagged_trajectories`)."""
+    out by ``drop_flagged`` (:func:`drop_flagged_trajectories`); ``tied_embeddings``:
+    :func:`tied_embeddings_report` of ``train_lora.yaml``; ``warnings``: its warnings."""
 
     out_dir: Path
     data_file: Path
@@ -467,6 +662,10 @@ class ExportSummary:
     lengths: dict[str, Any] = field(default_factory=dict)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: :func:`tied_embeddings_report` of the written training config
+    tied_embeddings: dict[str, Any] = field(default_factory=dict)
+    #: warnings about the written configs (printed by the CLI; also in ``tied_embeddings``)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -591,6 +790,12 @@ def export_dataset(
 
     Raises :class:`ConfigError` for an unsupported template, an empty dataset name, a bad
     ``cutoff_len`` or ``max_truncated_share``, or no example left to write.
+
+    Tied embeddings: when ``train_lora.yaml`` trains the embeddings or the output head of a model
+    whose ``config.json`` (local, or in the local Hugging Face cache) has
+    ``tie_word_embeddings: true``, :func:`tied_embeddings_report` says what LLaMA-Factory does with
+    them; its warnings are in ``summary.warnings`` and ``export.json`` (``tied_embeddings``,
+    ``warnings``). Never an error.
     """
     t0 = time.perf_counter()
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", dataset or ""):
@@ -695,6 +900,7 @@ def export_dataset(
         f"# Merge the trained adapter into the base weights: llamafactory-cli export {out / 'merge_lora.yaml'}\n",
     )
     stats = example_stats(kept)
+    tied = tied_embeddings_report(cfg)
     summary = ExportSummary(
         out_dir=out,
         data_file=data_file,
@@ -708,6 +914,8 @@ def export_dataset(
         wall_s=0.0,
         lengths=lengths,
         dropped=dropped,
+        tied_embeddings=tied,
+        warnings=list(tied["warnings"]),
     )
     summary.wall_s = round(time.perf_counter() - t0, 3)
     manifest = {

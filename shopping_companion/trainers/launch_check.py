@@ -8,7 +8,8 @@ the agent-loop registry and class, the agent-loop manager class, the reward func
 spec (its rubric imports here with its ``python_path``; every component the scoring side needs is
 computed by the agent loop; an LLM judge's endpoint answers), the tool service when the agent loop's ``tool_service`` is
 ``serve:URL`` (ready, holds the rows' benchmarks, scores with the run's reward spec), the
-advantage estimator, wandb's mode and key, and the checkpoint directory. Needs the ``verl`` extra (``scripts/install_rl.sh``).
+advantage estimator, wandb's mode and key, the checkpoint directory, and that prompt + response
+lengths fit the model's context (:func:`check_context`). Needs the ``verl`` extra (``scripts/install_rl.sh``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from typing import Any
 from shopping_companion.errors import ConfigError
 from shopping_companion.trainers.launch import REWARD_CONFIG_KEY
 
-__all__ = ["check_checkpoint_dir", "check_launch", "check_reward", "check_tool_service", "check_wandb"]
+__all__ = [
+    "check_checkpoint_dir",
+    "check_context",
+    "check_launch",
+    "check_reward",
+    "check_tool_service",
+    "check_wandb",
+    "model_context",
+]
 
 _REPO = Path(__file__).resolve().parents[2]
 #: node-local places: a checkpoint directory there is not shared between nodes
@@ -396,6 +405,133 @@ def check_checkpoint_dir(path: Any, nnodes: int | None, notes: list[str]) -> str
     return d
 
 
+def _config_json(model: str) -> tuple[Path | None, str]:
+    """The ``config.json`` of ``model`` on this machine: a local directory's, else (a hub id) the
+    one in the local Hugging Face cache; ``(None, why)`` when there is none. Nothing is downloaded."""
+    mp = Path(model).expanduser()
+    if mp.is_dir():
+        f = mp / "config.json"
+        return (f, "") if f.is_file() else (None, f"{mp} has no config.json")
+    if model.count("/") == 1 and not model.startswith(("/", "./", "../", "~")):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(model, "config.json")
+        except Exception:  # noqa: BLE001 - an odd id or cache: not checkable, never a crash
+            hit = None
+        if isinstance(hit, str) and Path(hit).is_file():
+            return Path(hit), ""
+        return None, f"{model} is not a local directory and its config.json is not in the Hugging Face cache here"
+    return None, f"{model} does not exist here"
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        i = int(value)
+    except (TypeError, ValueError):
+        return None
+    return i if i > 0 and i == value else None
+
+
+def model_context(model: str, override_config: Any = None) -> tuple[int | None, str]:
+    """The context length verl 0.9.1 gives the rollout of ``model``: the ``max_position_embeddings``
+    its vLLM server reads (``verl.workers.rollout.utils.get_max_position_embeddings`` on the
+    model's Hugging Face config after ``actor_rollout_ref.model.override_config``; a composite
+    model's ``text_config``). Rope scaling fields (``rope_scaling`` / ``rope_parameters``) are not
+    counted: verl caps ``rollout.max_model_len`` at ``max_position_embeddings`` whatever the
+    scaling. Returns ``(tokens, where it came from)``, or ``(None, why it could not be read)``
+    (a hub id not in the local cache, no such field)."""
+    oc = dict(override_config or {})
+    oc = dict(oc.get("model_config") or {}) if "model_config" in oc else oc
+    if oc.get("max_position_embeddings") is not None:
+        n = _positive_int(oc["max_position_embeddings"])
+        key = "actor_rollout_ref.model.override_config.max_position_embeddings"
+        return (n, key) if n else (None, f"{key}: not a positive integer ({oc['max_position_embeddings']!r})")
+    f, why = _config_json(model)
+    if f is None:
+        return None, why
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return None, f"{f} is not readable JSON ({e})"
+    if not isinstance(data, dict):
+        return None, f"{f} is not a JSON object"
+    for where, d in (("", data), ("text_config.", data.get("text_config"))):
+        if isinstance(d, dict) and d.get("max_position_embeddings") is not None:
+            n = _positive_int(d["max_position_embeddings"])
+            if n:
+                return n, f"{where}max_position_embeddings in {f}"
+    return None, f"{f} has no max_position_embeddings"
+
+
+def check_context(cfg: Any, model: str, problems: list[str], notes: list[str]) -> dict[str, Any] | str:
+    """Check that a trajectory fits the model's context: ``data.max_prompt_length +
+    data.max_response_length`` (and ``actor_rollout_ref.rollout.prompt_length + response_length``
+    when they differ: verl's agent loop and vLLM server budget with those) must not exceed the
+    rollout's context, which is ``actor_rollout_ref.rollout.max_model_len`` when set, else the
+    model's :func:`model_context`; a ``max_model_len`` above the model's context is a problem too
+    (verl's vLLM server refuses to start). Returns the summary's ``context`` entry: the numbers,
+    or ``"not checked: why"`` (with a note) when the model's config is not on this machine."""
+    from omegaconf import OmegaConf
+
+    r = cfg.actor_rollout_ref.rollout
+    oc = cfg.actor_rollout_ref.model.get("override_config")
+    oc = OmegaConf.to_container(oc, resolve=True) if OmegaConf.is_config(oc) else oc
+    ctx, source = model_context(model, oc if isinstance(oc, dict) else None)
+    mml_raw = r.get("max_model_len")
+    mml = _positive_int(mml_raw)
+    if mml_raw is not None and mml is None:
+        problems.append(
+            f"actor_rollout_ref.rollout.max_model_len: expected a positive integer or null, got {mml_raw!r}"
+        )
+    pairs = [("data.max_prompt_length", "data.max_response_length")]
+    pairs.append(("actor_rollout_ref.rollout.prompt_length", "actor_rollout_ref.rollout.response_length"))
+    lengths: list[tuple[str, str, int, int]] = []
+    for pk, rk in pairs:
+        p, q = _positive_int(OmegaConf.select(cfg, pk)), _positive_int(OmegaConf.select(cfg, rk))
+        if p and q and all((p, q) != (a, b) for _, _, a, b in lengths):
+            lengths.append((pk, rk, p, q))
+    if ctx is not None and mml is not None and mml > ctx:
+        problems.append(
+            f"actor_rollout_ref.rollout.max_model_len: {mml} tokens is more than the context of "
+            f"actor_rollout_ref.model.path {model} ({ctx} tokens, {source}); verl's vLLM server refuses to start "
+            f"(max_model_len should be less than or equal to max_position_embeddings). Set it to at most {ctx} or "
+            "leave it null (verl then uses the model's)"
+        )
+    limit = mml if mml is not None else ctx
+    if limit is None:
+        notes.append(
+            f"context not checked: {source}; data.max_prompt_length + data.max_response_length "
+            f"({' / '.join(str(p + q) for *_, p, q in lengths) or '?'} tokens) must fit the model's "
+            "max_position_embeddings (check its config.json, or give a local model directory)"
+        )
+        return f"not checked: {source}"
+    where = (
+        "actor_rollout_ref.rollout.max_model_len"
+        if mml is not None
+        else f"{source}; verl sets actor_rollout_ref.rollout.max_model_len to it"
+    )
+    for pk, rk, p, q in lengths:
+        if p + q > limit:
+            fix = f"lower {rk} to {limit - p}" if limit > p else f"lower {pk} below {limit}"
+            if mml is not None and ctx is not None and ctx > mml:
+                fix += f", or raise actor_rollout_ref.rollout.max_model_len (the model allows {ctx})"
+            problems.append(
+                f"{pk} + {rk} = {p} + {q} = {p + q} tokens is more than the {limit}-token context of the rollout "
+                f"for actor_rollout_ref.model.path {model} ({where}): a trajectory grows to prompt + response "
+                f"tokens, and vLLM cuts generations short and then refuses the request (failing the training "
+                f"step) once it no longer fits. Fix: {fix} (or {pk}), or train a model with a longer context"
+            )
+    return {
+        "tokens": limit,
+        "source": "actor_rollout_ref.rollout.max_model_len" if mml is not None else source,
+        "model_max_position_embeddings": ctx,
+        "prompt_plus_response": max((p + q for *_, p, q in lengths), default=None),
+    }
+
+
 def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
     """Check the verl command built by :func:`~shopping_companion.trainers.launch.launch_command`.
 
@@ -492,6 +628,13 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             target = str(entry.get("_target_", ""))
             if target.endswith(".ShoppingCompanionAgentLoop"):
                 ours.append(entry)
+                if "zero_std_warn_share" in entry:
+                    from shopping_companion.trainers.verl_agent_loop import zero_std_warn_threshold
+
+                    try:
+                        zero_std_warn_threshold(entry["zero_std_warn_share"])
+                    except ValueError as e:
+                        problems.append(f"{loop_path}: agent loop {entry.get('name')!r}: {e}")
             mod, _, cls = target.rpartition(".")
             try:
                 getattr(importlib.import_module(mod), cls)
@@ -591,6 +734,10 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             "Hugging Face hub (or its cache) on every node"
         )
 
+    context: dict[str, Any] | str | None = None
+    if not any(p.startswith("actor_rollout_ref.model.path:") for p in problems):
+        context = check_context(cfg, model, problems, notes)
+
     r = cfg.actor_rollout_ref.rollout
     summary = {
         "config": name,
@@ -605,6 +752,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         "total_epochs": cfg.trainer.get("total_epochs"),
         "max_prompt_length": cfg.data.get("max_prompt_length"),
         "response_length": r.get("response_length"),
+        "context": context,
         "max_assistant_turns": turns,
         "adv_estimator": est,
         "rubric": reward["rubric"] if reward else None,

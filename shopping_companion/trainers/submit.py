@@ -7,13 +7,16 @@ agent-loop workers, on every node) runs in:
 
 - ``working_dir``: a staged copy of ``configs/grpo`` (small; the entrypoint and every worker run in
   Ray's unpacked copy of it, so the Hydra config directory and ``agent_loop.yaml`` are given as
-  paths relative to it);
+  paths relative to it), plus the spec's single-file modules and the YAML files next to them;
 - ``py_modules``: this package's directory and the reward spec's own packages
   (:meth:`~shopping_companion.rewards.spec.RewardSpec.py_modules`; its single-file modules are
   copied into the ``working_dir``, since Ray's ``py_modules`` takes directories only); Ray puts both
   on ``PYTHONPATH`` ahead of anything installed, so the nodes run the code of the submitting checkout. The spec sent
   to the job has an empty ``python_path`` (its modules are shipped; the directories need not exist
-  on the nodes). The nodes still need the package's dependencies (verl, vLLM, ...) installed;
+  on the nodes), and a rubric YAML it names (``rubric: my_rubric.yaml``, a plain rubric file,
+  ``configs/rewards/paper_semantic.yaml``) is inlined: the job's spec carries the file's mapping
+  instead of its path (:func:`_job_spec`), inside the verl config that reaches every process, so no
+  path of the submitting machine is left in the job. The nodes still need the package's dependencies (verl, vLLM, ...) installed;
 - ``env_vars``: ``HYDRA_FULL_ERROR=1``, ``VLLM_USE_V1=1``,
   ``VERL_USE_EXTERNAL_MODULES=shopping_companion.trainers.verl_plugin`` (see below), the harmless
   settings of this environment (``WANDB_MODE``/``WANDB_PROJECT``/..., ``SHOPCOMP_*`` without secret
@@ -67,6 +70,8 @@ __all__ = [
     "rubric_modules",
     "run_smoke",
     "smoke_args",
+    "spec_files",
+    "spec_of_override",
     "submit_job",
 ]
 
@@ -114,16 +119,83 @@ def follow_commands(address: str, submission_id: str) -> dict[str, str]:
     }
 
 
+#: suffixes of a rubric file a spec can name (``rubric: my_rubric.yaml``)
+_YAML = (".yaml", ".yml")
+
+
+def spec_files(spec: "RewardSpec") -> dict[str, str]:
+    """The files of this machine ``spec`` names, by the spec field that names them: ``rubric``
+    when it is a rubric YAML (a spec file's ``rubric: other.yaml``, a plain rubric file given as
+    the spec, a ``paper_semantic``-style file; absolute after loading). The ``python_path``
+    directories are shipped as modules (:meth:`RewardSpec.py_modules`), not listed here."""
+    r = spec.rubric
+    if isinstance(r, str) and (r.endswith(_YAML) or Path(r).expanduser().is_file()):
+        return {"rubric": str(Path(r).expanduser())}
+    return {}
+
+
 def _job_spec(spec: "RewardSpec") -> "RewardSpec":
-    """``spec`` as the job gets it: its modules are shipped (py_modules), so no python_path."""
-    return spec.model_copy(update={"python_path": []})
+    """``spec`` as the job gets it, free of this machine's paths: its modules are shipped
+    (py_modules / working_dir), so no ``python_path``; a rubric YAML (:func:`spec_files`) is
+    inlined as the mapping it holds (``{name, rewards: [...]}``), so the rubric travels inside the
+    spec's JSON in the verl config to every process, and no node needs the file. Raises
+    :class:`ConfigError` naming a rubric file that cannot be read."""
+    update: dict[str, Any] = {"python_path": []}
+    rubric = spec_files(spec).get("rubric")
+    if rubric is not None:
+        from shopping_companion.config import load_config
+
+        try:
+            update["rubric"] = load_config(rubric)
+        except ConfigError as e:
+            where = f" (reward spec {spec.source})" if spec.source else ""
+            raise ConfigError(
+                f"rubric{where}: {e}; the job ships the rubric file's content, so it must be readable here"
+            ) from None
+    return spec.model_copy(update=update)
+
+
+def _override_value(arg: str) -> str:
+    """The value of a Hydra override ``key=value`` as Hydra reads it (quotes removed)."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        return str(OverridesParser.create().parse_override(arg).value())
+    except ImportError:  # without hydra (a dry run from the main environment): one level of quotes
+        raw = arg.split("=", 1)[1]
+        if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+            raw = raw[1:-1].replace("\\" + raw[0], raw[0])
+        return raw
+    except Exception as e:  # noqa: BLE001 - Hydra's grammar errors
+        raise ConfigError(
+            f"{arg.split('=', 1)[0]}: not a valid Hydra override value ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _is_reward_override(arg: str) -> bool:
+    return arg.lstrip("+").startswith(REWARD_CONFIG_KEY + "=")
+
+
+def spec_of_override(cmd: Sequence[str]) -> Optional["RewardSpec"]:
+    """The reward spec a Hydra override of :data:`REWARD_CONFIG_KEY` in ``cmd`` gives (the last
+    one, as Hydra takes it) when it names files of this machine (a rubric YAML, ``python_path``);
+    None otherwise (no override, or a built-in / ``module:attr`` that needs nothing shipped).
+    Raises :class:`ConfigError` when the value does not load."""
+    from shopping_companion.rewards.spec import load_reward_spec
+
+    args = [a for a in cmd if _is_reward_override(a)]
+    if not args:
+        return None
+    spec = load_reward_spec(_override_value(args[-1]))
+    return spec if spec_files(spec) or spec.python_path else None
 
 
 def job_entrypoint(cmd: Sequence[str], python: str, spec: Optional["RewardSpec"] = None) -> str:
     """The shell command (Ray runs entrypoints with ``sh -c``) for launch command ``cmd`` inside the
     job: ``python`` for the interpreter, the config directory and the agent-loop registry relative
     to the job's working directory (its staged ``configs/grpo``), and with ``spec`` the reward
-    config override replaced by the job's spec (no ``python_path``). Other arguments are quoted
+    config override replaced by the job's spec (:func:`_job_spec`: no ``python_path``, a rubric
+    YAML inlined). Other arguments are quoted
     unchanged (absolute data and model paths must exist on the cluster). Raises
     :class:`ConfigError` when ``cmd`` is not a launch command."""
     cmd = list(cmd)
@@ -137,8 +209,8 @@ def job_entrypoint(cmd: Sequence[str], python: str, spec: Optional["RewardSpec"]
             continue
         if a == f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_default}":
             a = f"actor_rollout_ref.rollout.agent.agent_loop_config_path={JOB_CONFIG_DIR}/agent_loop.yaml"
-        elif spec is not None and a.startswith(REWARD_CONFIG_KEY + "="):
-            a = reward_config_override(_job_spec(spec))
+        elif spec is not None and _is_reward_override(a):
+            a = a[: len(a) - len(a.lstrip("+"))] + reward_config_override(_job_spec(spec))
         parts.append(shlex.quote(a))
     return " ".join(parts)
 
@@ -158,6 +230,12 @@ class JobPlan:
     #: the reward spec's module names the job ships, and which of them are single files (in working_dir)
     modules: list[str] = field(default_factory=list)
     module_files: list[str] = field(default_factory=list)
+    #: other files of the spec's python_path directories copied into working_dir (YAML next to modules)
+    data_files: list[str] = field(default_factory=list)
+    #: the files whose content the job's spec carries instead of their path ({spec field: path})
+    inlined: dict[str, str] = field(default_factory=dict)
+    #: the reward spec the job ships (the one given, or the one a Hydra override names)
+    spec: Optional["RewardSpec"] = None
 
     def printable(self) -> dict[str, Any]:
         """The plan as JSON-able data with the secrets' values replaced by ``***``."""
@@ -171,6 +249,8 @@ class JobPlan:
             "entrypoint": self.entrypoint,
             "runtime_env": env,
             "working_dir_modules": list(self.module_files),
+            "working_dir_files": list(self.data_files),
+            "inlined": dict(self.inlined),
         }
 
     def cleanup(self) -> None:
@@ -237,6 +317,9 @@ def plan_job(
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", sid):
         raise ConfigError(f"--submission-id: {sid!r}: use letters, digits, '_', '.' and '-'")
     env, names = _env_vars(secrets)
+    if spec is None:
+        spec = spec_of_override(cmd)  # a Hydra override naming a spec file: ship what it names too
+    job_spec = _job_spec(spec) if spec is not None else None  # reads (and checks) a rubric file now
     modules, files = [str(_PACKAGE_DIR)], []
     for m in spec.py_modules() if spec is not None else []:
         if Path(m).name in ("shopping_companion", "shopping_companion.py"):
@@ -244,8 +327,24 @@ def plan_job(
         # Ray's py_modules takes packages (directories); a single-file module travels in the
         # working_dir instead, which Ray also puts on every worker's PYTHONPATH
         (files if m.endswith(".py") else modules).append(m)
+    # YAML files next to the modules (a module may read one with Path(__file__).with_name(...))
+    data = [
+        str(p)
+        for d in (spec.python_path if spec is not None else [])
+        if Path(d).is_dir()
+        for p in sorted(Path(d).iterdir())
+        if p.is_file() and p.suffix in _YAML and not p.name.startswith(".")
+    ]
+    seen: dict[str, str] = {Path(JOB_CONFIG_DIR).parts[0]: "the staged configs"}
+    for f in [*files, *data]:
+        if Path(f).name in seen:
+            raise ConfigError(
+                f"python_path: {f} and {seen[Path(f).name]} would both be {Path(f).name} in the job's working "
+                "directory; rename one"
+            )
+        seen[Path(f).name] = f
     staging = _stage_configs(cfg_dir)
-    for f in files:
+    for f in [*files, *data]:
         shutil.copy2(f, staging / Path(f).name)
     runtime_env = {"working_dir": str(staging), "py_modules": modules, "excludes": list(_EXCLUDES), "env_vars": env}
     return JobPlan(
@@ -257,6 +356,9 @@ def plan_job(
         staging=staging,
         modules=[Path(m).stem if m.endswith(".py") else Path(m).name for m in [*modules[1:], *files]],
         module_files=files,
+        data_files=data,
+        inlined=spec_files(spec) if spec is not None and job_spec is not None else {},
+        spec=spec,
     )
 
 
@@ -316,7 +418,9 @@ def smoke_args(
     """What the smoke job checks: module names shipped besides the package (``modules``; those the
     rubric imports, :func:`rubric_modules`, as ``rubric_modules``), the job spec's JSON,
     the staged config, ``paths`` that must exist on every node, ``writable`` directories (e.g. the
-    checkpoint directory) that must exist or be creatable there, the estimator to look up."""
+    checkpoint directory) that must exist or be creatable there, the estimator to look up.
+    ``spec`` None: the plan's (a spec named by a Hydra override)."""
+    spec = spec if spec is not None else plan.spec
     return {
         "modules": list(plan.modules),
         "rubric_modules": rubric_modules(spec, plan.modules) if spec is not None else [],

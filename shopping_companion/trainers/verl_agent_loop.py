@@ -42,8 +42,10 @@ Agent-loop config keys (``configs/grpo/agent_loop.yaml``; each is a constructor 
 ``record_messages`` (also return the stage's chat in ``extra_fields["shopcomp_messages"]``; for
 debugging, it makes the batch much larger), ``scoring_deadline_s`` (wall-clock seconds all judge
 and reward calls of one trajectory may take together, a number > 0, or ``null``: no deadline;
-unset: the reward spec's, default 60) and the older ``rubric`` (a reward-spec reference used
-when ``reward_config`` is not set; both set is an error).
+unset: the reward spec's, default 60), ``zero_std_warn_share`` (read by
+:class:`ShoppingCompanionAgentLoopManager`: warn in the trainer's log when more than this share of
+a step's GRPO groups have zero reward variance; default 0.5, ``null``: never) and the older
+``rubric`` (a reward-spec reference used when ``reward_config`` is not set; both set is an error).
 
 Where the tools, judge and rubric run: ``tool_service`` (``local``, the default: loaded in each
 rollout worker; or ``serve:URL``: a ``shopcomp serve`` service, docs/cluster.md, that must hold
@@ -75,10 +77,39 @@ from shopping_companion.trainers.resources import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShoppingCompanionAgentLoop", "ShoppingCompanionAgentLoopManager", "rollout_reward_metrics"]
+__all__ = [
+    "DEFAULT_ZERO_STD_WARN_SHARE",
+    "ShoppingCompanionAgentLoop",
+    "ShoppingCompanionAgentLoopManager",
+    "rollout_reward_metrics",
+    "zero_std_warn_threshold",
+]
 
 
 _FROM_SPEC: Any = object()  # scoring_deadline_s not set in the agent-loop config: the reward spec's
+
+_UNREAD: Any = object()  # the manager has not read zero_std_warn_share yet
+
+#: ``zero_std_warn_share`` default: warn when more than half of a step's GRPO groups have zero variance
+DEFAULT_ZERO_STD_WARN_SHARE = 0.5
+#: two scored totals of a group closer than this count as equal (verl's GRPO epsilon)
+ZERO_STD_TOL = 1e-6
+
+
+def zero_std_warn_threshold(value: Any) -> float | None:
+    """The agent-loop setting ``zero_std_warn_share``: a share in [0, 1] (the manager warns when a
+    step's ``shopcomp/zero_std_groups/share`` is above it) or None (``null``: never warn).
+    ``ValueError`` naming the key otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"zero_std_warn_share: must be a number in [0, 1] or null (never warn), got {value!r}")
+    return float(value)
+
+
+def _group_id(x: Any) -> Optional[str]:
+    x = _plain(x)
+    return None if x is None else str(x)
 
 
 def _plain(x: Any) -> Any:
@@ -107,9 +138,12 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         scoring_deadline_s: Any = _FROM_SPEC,
         tool_service: str = "local",
         service: Any = None,
+        zero_std_warn_share: Any = DEFAULT_ZERO_STD_WARN_SHARE,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        # read by ShoppingCompanionAgentLoopManager from the same config entry; checked here too
+        self.zero_std_warn_share = zero_std_warn_threshold(zero_std_warn_share)
         self.tool_service = str(tool_service or "local")
         self.service = _service_settings(service)
         self.reward_config = _reward_config(self.config, rubric)
@@ -198,7 +232,13 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
             else None,
             num_turns=ep.num_turns,
             metrics=AgentLoopMetrics(generate_sequences=ep.generate_s, tool_calls=ep.env_s),
-            extra_fields={**ep.extra_fields(), **({"shopcomp_messages": ep.messages} if self.record_messages else {})},
+            extra_fields={
+                **ep.extra_fields(),
+                # verl's GRPO group id: the rollout batch verl's reward loop returns does not carry the
+                # input's uid column, so the manager's per-step group metrics read it from here
+                "shopcomp_uid": _group_id(kwargs.get("uid")),
+                **({"shopcomp_messages": ep.messages} if self.record_messages else {}),
+            },
         )
 
 
@@ -297,7 +337,13 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     misses included), ``shopcomp/deadline_missed/count`` (trajectories whose judging and rewarding
     missed the per-sample scoring deadline),
     ``shopcomp/termination/<reason>/share``, ``shopcomp/prefix_mismatches/sum`` and
-    ``shopcomp/env_s/mean`` (environment seconds per trajectory). Values that are missing or not
+    ``shopcomp/env_s/mean`` (environment seconds per trajectory). GRPO groups (verl's ``uid``
+    column, else the agent loop's copy of it, ``shopcomp_uid``): ``shopcomp/zero_std_groups/share``
+    is the share of the groups with at least two scored trajectories whose scored totals are all
+    equal (within :data:`ZERO_STD_TOL`: zero reward variance, so GRPO gives the group no gradient),
+    with ``…/count`` (such groups) and ``…/groups`` (groups counted); trajectories whose judge
+    failed or that missed the scoring deadline are left out, as ``grpo_judged`` leaves them out of
+    their group; absent when no group has two scored trajectories. Values that are missing or not
     finite are left out of their mean (never turned into 0 or NaN); a stage other than 1 or 2 gets
     no per-stage keys. Empty when the batch has no Shopping Companion trajectories. Never raises
     on malformed entries.
@@ -328,6 +374,8 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     )
     mism_col, env_col = column("shopcomp_prefix_mismatches"), column("shopcomp_env_s")
     missed_col = column("shopcomp_deadline_missed")
+    uid_col, own_uid_col = column("uid"), column("shopcomp_uid")
+    groups: dict[str, list[float]] = {}
     both = [k for k in LOGGED_KEYS if k not in ("stage", "judge_failed")]
     kept: dict[str, list[float]] = {}
     failed = played = missed = 0
@@ -358,6 +406,9 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
             st = _finite(comps.get("stage"))
         stage = int(st) if st is not None and st in (1.0, 2.0) else None
         values = {"env_total": _finite(rb.get("total")), **{k: _finite(comps.get(k)) for k in both}}
+        gid = _group_id(uid_col[i] if uid_col[i] is not None else own_uid_col[i])
+        if gid is not None and values["env_total"] is not None:
+            groups.setdefault(gid, []).append(values["env_total"])
         for k in comps:  # the rubric's own components (custom rewards and their metrics)
             if isinstance(k, str) and k not in values and k not in _NOT_MEANS:
                 values[k] = _finite(comps.get(k))
@@ -381,6 +432,12 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
         out["shopcomp/prefix_mismatches/sum"] = mismatches
     for term, c in terms.items():
         out[f"shopcomp/termination/{term}/share"] = c / played
+    counted = [v for v in groups.values() if len(v) >= 2]
+    if counted:
+        zero = sum(1 for v in counted if max(v) - min(v) <= ZERO_STD_TOL)
+        out["shopcomp/zero_std_groups/share"] = zero / len(counted)
+        out["shopcomp/zero_std_groups/count"] = float(zero)
+        out["shopcomp/zero_std_groups/groups"] = float(len(counted))
     if env_s:
         with np.errstate(over="ignore", invalid="ignore"):
             mean_env = float(np.mean(env_s))
@@ -397,8 +454,10 @@ class ShoppingCompanionAgentLoopManager(AgentLoopManager):
     no public hook for custom training metrics. The rollout's timing dictionary is the one dict a
     manager returns that the trainer logs whole, so this manager adds
     :func:`rollout_reward_metrics` to it: each training step logs ``timing_s/shopcomp/R_tool/mean``,
-    ``timing_s/shopcomp/stage2/R_z/mean``, ``timing_s/shopcomp/success/mean`` and the rest (the
-    ``timing_s/`` prefix is verl's, not a unit). Selected with
+    ``timing_s/shopcomp/stage2/R_z/mean``, ``timing_s/shopcomp/success/mean``,
+    ``timing_s/shopcomp/zero_std_groups/share`` and the rest (the ``timing_s/`` prefix is verl's, not
+    a unit), and logs a warning when that share is above the agent-loop config's
+    ``zero_std_warn_share`` (:meth:`zero_std_warn_share`). Selected with
     ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (``configs/grpo/grpo_common.yaml``);
     everything else is verl's manager unchanged.
 
@@ -420,7 +479,60 @@ class ShoppingCompanionAgentLoopManager(AgentLoopManager):
     def _performance_metrics(self, metrics: list[list[dict[str, str]]], output: Any) -> dict[str, float]:
         timing = super()._performance_metrics(metrics, output)
         try:
-            timing.update(rollout_reward_metrics(dict(output.non_tensor_batch)))
+            ours = rollout_reward_metrics(dict(output.non_tensor_batch))
+            timing.update(ours)
+            self._warn_zero_std(ours)
         except Exception as e:  # noqa: BLE001 - metrics must never stop a training step
             logger.warning("shopcomp reward metrics skipped for this step: %s: %s", type(e).__name__, e)
         return timing
+
+    def zero_std_warn_share(self) -> float | None:
+        """The ``zero_std_warn_share`` of our entry in the agent-loop config
+        (``actor_rollout_ref.rollout.agent.agent_loop_config_path``, resolved as verl resolves it),
+        :data:`DEFAULT_ZERO_STD_WARN_SHARE` when no entry sets it or the file cannot be read (with a
+        warning), None when it is ``null``. Read once."""
+        cached = self.__dict__.get("_zero_std_warn_share", _UNREAD)
+        if cached is not _UNREAD:
+            return cached
+        value: float | None = DEFAULT_ZERO_STD_WARN_SHARE
+        try:
+            from omegaconf import OmegaConf
+
+            path = OmegaConf.select(
+                getattr(self, "config", None) or {}, "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+            )
+            if path:
+                from verl.experimental.agent_loop.agent_loop import resolve_config_path
+
+                for entry in OmegaConf.to_container(OmegaConf.load(resolve_config_path(str(path)))) or []:
+                    target = str(entry.get("_target_", "")) if isinstance(entry, dict) else ""
+                    if target.endswith(".ShoppingCompanionAgentLoop") and "zero_std_warn_share" in entry:
+                        value = zero_std_warn_threshold(entry["zero_std_warn_share"])
+                        break
+        except Exception as e:  # noqa: BLE001 - a setting for a warning never stops training
+            logger.warning(
+                "zero_std_warn_share: could not read it from the agent-loop config (%s: %s); using %s",
+                type(e).__name__,
+                e,
+                DEFAULT_ZERO_STD_WARN_SHARE,
+            )
+            value = DEFAULT_ZERO_STD_WARN_SHARE
+        self._zero_std_warn_share = value
+        return value
+
+    def _warn_zero_std(self, m: dict[str, float]) -> None:
+        share = m.get("shopcomp/zero_std_groups/share")
+        limit = self.zero_std_warn_share()
+        if share is None or limit is None or share <= limit:
+            return
+        logger.warning(
+            "shopcomp: %d of %d GRPO groups (%.0f%%) had zero reward variance this step (every scored rollout of "
+            "the prompt got the same rubric total), above zero_std_warn_share=%.2f (agent-loop config): those "
+            "groups give no gradient. Persistently high: tasks too easy or too hard for the policy, too few "
+            "rollouts (actor_rollout_ref.rollout.n), or a reward that rarely varies (docs/grpo.md, Training-step "
+            "metrics)",
+            int(m.get("shopcomp/zero_std_groups/count", 0)),
+            int(m.get("shopcomp/zero_std_groups/groups", 0)),
+            100.0 * share,
+            limit,
+        )

@@ -374,6 +374,17 @@ def test_cli_read_only_stats_and_export_input_errors(thinking_collect, bench_dir
     assert r.exit_code == 0, r.output
     merge = yaml.safe_load((tmp_path / "p" / "merge_lora.yaml").read_text())
     assert merge["model_name_or_path"] == "/m/x" and merge["template"] == "qwen3"
+    # training the embeddings of a model that ties them: a warning naming the keys (not an error)
+    from tests.tiny_model import build_tiny_model
+
+    tied = build_tiny_model(tmp_path / "tied", vocab_size=600)
+    args = base + ["--out", str(tmp_path / "t"), "--base-model", str(tied), "--set", "additional_target=embed_tokens"]
+    r = runner.invoke(app, args + ["--allow-truncation"])
+    assert r.exit_code == 0, r.output
+    text = _flat(r.output)
+    assert "warning: finetuning_type: lora, additional_target: embed_tokens trains embed_tokens" in text, r.output
+    assert "tie_word_embeddings: true" in text
+    assert json.loads((tmp_path / "t" / "export.json").read_text())["warnings"][0].startswith("finetuning_type: lora")
 
     r = runner.invoke(
         app,

@@ -368,6 +368,89 @@ def test_submit_dry_run_ships_the_package_and_the_spec_modules(tmp_path, monkeyp
     assert unset.exit_code == 2 and "NOT_SET_ANYWHERE_X" in unset.output
 
 
+def _job_reward_config(stdout: str) -> tuple[dict, str]:
+    """The printed job of a dry run, and the reward_config JSON its entrypoint carries."""
+    import shlex
+
+    job = json.loads(next(x for x in stdout.splitlines() if x.startswith("job: "))[5:])
+    key = "reward.custom_reward_function.reward_kwargs.reward_config="
+    (rc,) = [p.lstrip("+") for p in shlex.split(job["entrypoint"]) if p.lstrip("+").startswith(key)]
+    return job, rc.split("=", 1)[1][1:-1].replace("\\'", "'")
+
+
+def _without_source(spec_json: str) -> str:
+    return json.dumps({k: v for k, v in json.loads(spec_json).items() if k != "source"})
+
+
+def test_submit_dry_run_inlines_every_rubric_yaml_the_spec_names(tmp_path, monkeypatch):
+    """The issue's case: a spec YAML whose rubric is another YAML file, a rubric YAML given as the
+    spec (paper_semantic), and a spec named by a Hydra override instead of --reward-config. The job
+    must not name a path of this machine: the rubric's content travels inline in the spec JSON."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from shopping_companion.cli.grpo import app
+    from shopping_companion.rewards.rubric import load_rubric
+    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.serve.remote import same_reward_spec
+
+    monkeypatch.setenv("SHOPCOMP_CKPT_DIR", "/shared/ck")
+    root = tmp_path / "my specs"  # a space: quoted on the command line
+    _plugin_spec(root, "launch_plugin_yml")
+    (root / "plugins" / "weights.yaml").write_text("brevity: 0.5\n")  # next to the module: shipped with it
+    (root / "rubrics").mkdir()
+    rubric = {
+        "name": "yaml_brev",
+        "rewards": [
+            {"name": "outcome", "weight": 1.0},
+            {"path": "launch_plugin_yml:brevity", "weight": 0.25},
+            {"name": "tool_wise", "weight": 1.0, "params": {"semantic_fallback": "auto", "matcher": "rule"}},
+        ],
+    }
+    (root / "rubrics" / "brev.yaml").write_text(yaml.safe_dump(rubric))
+    spec_file = root / "reward.yaml"
+    spec_file.write_text("rubric: rubrics/brev.yaml\npython_path: [plugins]\nscoring_deadline_s: 30\n")
+    base = ["submit", "--no-check", "--dry-run", "--rows-dir", str(tmp_path / "rows"), "--model", "/m"]
+    r = CliRunner().invoke(app, [*base, "--reward-config", str(spec_file)])
+    assert r.exit_code == 0, r.output
+    job, rc = _job_reward_config(r.stdout)
+    # no path of this machine in the spec the job runs with (``source`` only labels messages)
+    assert json.loads(rc)["source"] == str(spec_file) and str(tmp_path) not in _without_source(rc)
+    shipped = load_reward_spec(rc)
+    assert shipped.rubric == rubric and shipped.python_path == [] and shipped.scoring_deadline_s == 30
+    assert job["inlined"] == {"rubric": str(root / "rubrics" / "brev.yaml")}
+    assert job["working_dir_modules"] == [str(root / "plugins" / "launch_plugin_yml.py")]
+    assert job["working_dir_files"] == [str(root / "plugins" / "weights.yaml")]
+    # the inlined rubric builds the same members as the file
+    monkeypatch.syspath_prepend(str(root / "plugins"))
+    members = [(m.key, m.weight, dict(m.params)) for m in load_rubric(shipped.rubric).members]
+    assert members == [
+        (m.key, m.weight, dict(m.params)) for m in load_rubric(str(root / "rubrics" / "brev.yaml")).members
+    ]
+    # a tool service started with the file scores with the same spec as the job's inline copy
+    assert same_reward_spec(load_reward_spec(str(spec_file)).to_json(), rc)
+    assert not same_reward_spec(load_reward_spec("paper").to_json(), rc)
+    # a plain rubric YAML as the spec (configs/rewards/paper_semantic.yaml)
+    semantic = REPO / "configs" / "rewards" / "paper_semantic.yaml"
+    r = CliRunner().invoke(app, [*base, "--reward-config", str(semantic)])
+    assert r.exit_code == 0, r.output
+    job, rc = _job_reward_config(r.stdout)
+    assert str(REPO) not in _without_source(rc) and load_reward_spec(rc).rubric == yaml.safe_load(semantic.read_text())
+    assert job["inlined"] == {"rubric": str(semantic)}
+    # the spec given as a Hydra override of reward_config (no --reward-config): shipped all the same
+    key = "reward.custom_reward_function.reward_kwargs.reward_config"
+    r = CliRunner().invoke(app, [*base, f"+{key}='{spec_file}'"])
+    assert r.exit_code == 0, r.output
+    job, rc = _job_reward_config(r.stdout)
+    assert str(tmp_path) not in _without_source(rc) and load_reward_spec(rc).rubric == rubric
+    assert job["working_dir_modules"] == [str(root / "plugins" / "launch_plugin_yml.py")]
+    assert f"+{key}=" in job["entrypoint"]  # the override keeps its "+"
+    # a rubric file that is gone cannot be shipped: exit 2 naming it
+    (root / "rubrics" / "brev.yaml").unlink()
+    r = CliRunner().invoke(app, [*base, "--reward-config", str(spec_file)])
+    assert r.exit_code == 2 and "brev.yaml" in r.output and "does not exist" in r.output, r.output
+
+
 def test_run_grpo_submit_passes_its_options_to_grpo_submit(tmp_path):
     env = _fake_env(tmp_path)
     r = _run(["submit", "--variant", "outcome_only", "--address", "http://h:8265", "--smoke", "a.b=1"], env, tmp_path)

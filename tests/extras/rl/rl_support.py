@@ -117,14 +117,22 @@ class ScriptedServer:
 
 
 class LocalReward:
-    """A verl reward-loop worker handle that runs in this process (``handle.compute_score.remote(data)``)."""
+    """A verl reward-loop worker handle that runs in this process (``handle.compute_score.remote(data)``).
+
+    Like a Ray actor call, the worker gets its own copy of ``data`` (a pickle round trip): verl's
+    reward manager updates the row's ``extra_info`` dict in place, and the rollouts of one prompt
+    share that dict object in the agent-loop worker (``DataProto.repeat``), so calling the worker
+    on the caller's objects would let concurrent rollouts of a group overwrite each other's reward
+    breakdown, which cannot happen across Ray's process boundary."""
 
     def __init__(self, worker: Any) -> None:
         self.compute_score = self
         self.worker = worker
 
     def remote(self, data: Any):
-        return self.worker.compute_score(data)
+        import pickle
+
+        return self.worker.compute_score(pickle.loads(pickle.dumps(data)))
 
 
 def verl_config(

@@ -56,6 +56,20 @@ def _bench(root: Path) -> Path:
     return bench
 
 
+def _long_context_model(root: Path, tool_model_dir: Path, positions: int = 262144) -> Path:
+    """A copy of the tiny model whose config.json says ``max_position_embeddings: positions``
+    (Qwen3-4B-Thinking-2507's 262,144 by default): the paper configs' 8,192 + 32,768 tokens fit."""
+    import shutil
+
+    model = root / f"model-{positions}"
+    if not model.exists():
+        shutil.copytree(tool_model_dir, model)
+        cfg = json.loads((model / "config.json").read_text())
+        cfg["max_position_embeddings"] = positions
+        (model / "config.json").write_text(json.dumps(cfg))
+    return model
+
+
 def test_gpu_smoke_script_prepares_rows_and_its_config_passes_the_check(tmp_path, tool_model_dir):
     bench = _bench(tmp_path)
     env = {
@@ -121,12 +135,14 @@ def test_paper_configs_pass_and_a_batch_larger_than_the_data_is_refused(tmp_path
     from shopping_companion.trainers.rows import prepare_datasets
 
     prepare_datasets(bench, tmp_path / "data")  # 6 train tasks -> 12 rows, 2 test tasks -> 4 rows
+    model = _long_context_model(tmp_path, tool_model_dir)
     for variant in ("outcome_tool", "outcome_only"):
         problems, summary = check_launch(
-            launch_command(variant, str(tool_model_dir), tmp_path / "data", ["data.train_batch_size=8"])
+            launch_command(variant, str(model), tmp_path / "data", ["data.train_batch_size=8"])
         )
         assert problems == [] and summary["trajectories_per_step"] == 64 and summary["lora_rank"] == 64
-    problems, _ = check_launch(launch_command("outcome_tool", str(tool_model_dir), tmp_path / "data", []))
+        assert summary["context"]["tokens"] == 262144 and summary["context"]["prompt_plus_response"] == 40960
+    problems, _ = check_launch(launch_command("outcome_tool", str(model), tmp_path / "data", []))
     assert len(problems) == 1 and "data.train_batch_size: 16 prompts per step" in problems[0]
 
 
@@ -284,7 +300,12 @@ def test_check_compares_the_scoring_rubric_with_the_agent_loops_and_reports_spec
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
     ]
     problems, _ = check_launch(
-        launch_command("outcome_tool", str(tool_model_dir), tmp_path / "data", [*older, "data.train_batch_size=8"])
+        launch_command(
+            "outcome_tool",
+            str(_long_context_model(tmp_path, tool_model_dir)),
+            tmp_path / "data",
+            [*older, "data.train_batch_size=8"],
+        )
     )
     assert len(problems) == 1, problems
     assert "['brev_check']" in problems[0] and "does not compute" in problems[0] and "'paper'" in problems[0]
@@ -293,7 +314,7 @@ def test_check_compares_the_scoring_rubric_with_the_agent_loops_and_reports_spec
 
     cmd = launch_command(
         "outcome_tool",
-        str(tool_model_dir),
+        str(_long_context_model(tmp_path, tool_model_dir)),
         tmp_path / "data",
         ["data.train_batch_size=8", "trainer.nnodes=2"],
         reward_spec=load_reward_spec(str(spec)),
@@ -317,3 +338,89 @@ def test_check_compares_the_scoring_rubric_with_the_agent_loops_and_reports_spec
     assert len(problems) == 1 and problems[0].startswith("trainer.logger: has wandb"), problems
     assert summary["checkpoint_dir"] == "/shared/ckpt/shopping_companion_grpo/outcome_tool"
     assert not any("checkpoint" in n for n in summary["notes"])
+
+
+def test_prompt_plus_response_over_the_models_context_is_refused(tmp_path, tool_model_dir, monkeypatch):
+    """The researcher's case: the paper config on 2 x 8 GPUs (8,192 + 32,768 = 40,960 tokens) with a
+    model whose max_position_embeddings is 32,768 passed --check; verl's vLLM rollout caps the
+    context at that, so long trajectories fail inside the step."""
+    from shopping_companion.trainers.rows import prepare_datasets
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("SHOPCOMP_CKPT_DIR", "/shared/ckpt")
+    prepare_datasets(_bench(tmp_path), tmp_path / "data")
+    data = tmp_path / "data"
+    assert json.loads((tool_model_dir / "config.json").read_text())["max_position_embeddings"] == 32768
+    base = ["data.train_batch_size=8", "trainer.nnodes=2"]
+    problems, summary = check_launch(launch_command("outcome_tool", str(tool_model_dir), data, base))
+    assert len(problems) == 1, problems
+    p = problems[0]
+    for needle in (
+        "data.max_prompt_length + data.max_response_length = 8192 + 32768 = 40960 tokens",
+        "32768-token context",
+        f"actor_rollout_ref.model.path {tool_model_dir}",
+        f"max_position_embeddings in {tool_model_dir / 'config.json'}",
+        "lower data.max_response_length to 24576",
+    ):
+        assert needle in p, (needle, p)
+    assert summary["context"]["tokens"] == 32768 and summary["context"]["prompt_plus_response"] == 40960
+    # the fix it names passes
+    problems, summary = check_launch(
+        launch_command("outcome_tool", str(tool_model_dir), data, [*base, "data.max_response_length=24576"])
+    )
+    assert problems == [] and summary["context"]["prompt_plus_response"] == 32768
+    # verl reads max_position_embeddings after actor_rollout_ref.model.override_config
+    problems, summary = check_launch(
+        launch_command(
+            "outcome_tool",
+            str(tool_model_dir),
+            data,
+            [*base, "+actor_rollout_ref.model.override_config.max_position_embeddings=65536"],
+        )
+    )
+    assert problems == [] and summary["context"]["tokens"] == 65536
+    # the rollout's own limit: above the model's context verl's vLLM server refuses to start ...
+    problems, _ = check_launch(
+        launch_command("gpu_smoke", str(tool_model_dir), data, ["actor_rollout_ref.rollout.max_model_len=65536"])
+    )
+    assert len(problems) == 1 and problems[0].startswith("actor_rollout_ref.rollout.max_model_len: 65536 tokens")
+    # ... and below prompt + response (6,144 + 4,096 here) the trajectories do not fit it
+    problems, summary = check_launch(
+        launch_command("gpu_smoke", str(tool_model_dir), data, ["actor_rollout_ref.rollout.max_model_len=8192"])
+    )
+    assert len(problems) == 1 and "6144 + 4096 = 10240 tokens is more than the 8192-token context" in problems[0]
+    assert "(actor_rollout_ref.rollout.max_model_len)" in problems[0] and "model allows 32768" in problems[0]
+    # a rollout length set apart from data.* is checked too
+    problems, _ = check_launch(
+        launch_command("gpu_smoke", str(tool_model_dir), data, ["actor_rollout_ref.rollout.response_length=30000"])
+    )
+    assert any(
+        "actor_rollout_ref.rollout.prompt_length + actor_rollout_ref.rollout.response_length = 6144 + 30000" in x
+        for x in problems
+    ), problems
+
+
+def test_a_hub_model_is_checked_from_the_local_cache_or_said_to_be_unchecked(tmp_path, tool_model_dir, monkeypatch):
+    from shopping_companion.trainers.rows import prepare_datasets
+
+    prepare_datasets(_bench(tmp_path), tmp_path / "data")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    cmd = launch_command("gpu_smoke", "Org/not-cached", tmp_path / "data", ["data.max_response_length=40000"])
+    problems, summary = check_launch(cmd)
+    assert problems == [] and summary["context"].startswith("not checked: Org/not-cached is not a local directory")
+    assert any("context not checked" in n and "46144 tokens" in n for n in summary["notes"]), summary["notes"]
+    # the same id with its config.json in the Hugging Face cache (the layout huggingface_hub writes)
+    repo = tmp_path / "hub" / "models--Org--cached"
+    snap = repo / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    (snap / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 40960}}))
+    problems, summary = check_launch(
+        launch_command("gpu_smoke", "Org/cached", tmp_path / "data", ["data.max_response_length=40000"])
+    )
+    assert len(problems) == 1 and "46144 tokens is more than the 40960-token context" in problems[0], problems
+    assert "text_config.max_position_embeddings in" in problems[0]

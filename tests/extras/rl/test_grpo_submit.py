@@ -110,8 +110,19 @@ def test_submit_smoke_and_the_real_entrypoint_run_on_the_cluster(tmp_path, tool_
     (tmp_path / "plugins" / "submit_plugin_mod.py").write_text(PLUGIN)
     (tmp_path / "plugins" / "submit_plugin_pkg").mkdir()
     (tmp_path / "plugins" / "submit_plugin_pkg" / "__init__.py").write_text("WEIGHT = 0.5\n")
+    # the rubric is a YAML file of its own (relative to the spec file), with a member from the plugin
+    (tmp_path / "rubrics").mkdir()
+    rubric = {
+        "name": "brev_submit_yaml",
+        "rewards": [
+            {"name": "outcome", "weight": 1.0},
+            {"name": "format", "weight": 1.0},
+            {"path": "submit_plugin_mod:brevity", "weight": 0.5},
+        ],
+    }
+    (tmp_path / "rubrics" / "submit_rubric.yaml").write_text(json.dumps(rubric))  # JSON is YAML
     spec_file = tmp_path / "reward.yaml"
-    spec_file.write_text("rubric: submit_plugin_mod:RUBRIC\npython_path: [plugins]\nscoring_deadline_s: 45\n")
+    spec_file.write_text("rubric: rubrics/submit_rubric.yaml\npython_path: [plugins]\nscoring_deadline_s: 45\n")
     env = {
         **os.environ,
         "SHOPCOMP_CKPT_DIR": str(tmp_path / "ckpt"),
@@ -188,11 +199,31 @@ def test_submit_smoke_and_the_real_entrypoint_run_on_the_cluster(tmp_path, tool_
     start = next((i for i, x in enumerate(lines) if re.match(r"^[a-z_]+:( |$)", x)), None)
     assert start is not None, logs[-3000:]  # Hydra printed the composed config
     cfg = yaml.safe_load("\n".join(lines[start:]))
-    spec = load_reward_spec(cfg["reward"]["custom_reward_function"]["reward_kwargs"]["reward_config"])
-    assert spec.rubric == "submit_plugin_mod:RUBRIC" and spec.scoring_deadline_s == 45 and spec.python_path == []
+    rc = cfg["reward"]["custom_reward_function"]["reward_kwargs"]["reward_config"]
+    spec = load_reward_spec(rc)
+    assert spec.rubric == rubric and spec.scoring_deadline_s == 45 and spec.python_path == []  # inlined
+    assert str(tmp_path) not in json.dumps({k: v for k, v in json.loads(rc).items() if k != "source"})
     assert cfg["trainer"]["default_local_dir"] == f"{tmp_path / 'ckpt'}/shopping_companion_grpo/gpu_smoke"
     assert cfg["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_config_path"] == "configs/grpo/agent_loop.yaml"
     print(f"smoke + submit {smoke_s:.1f} s, whole job done {time.monotonic() - t0:.1f} s")
+
+    # the job does not need the rubric file of this machine: with it gone, the node still builds
+    # the rubric (from the spec the job carries) and imports the plugin from the shipped copy
+    from shopping_companion.trainers.launch import launch_command
+    from shopping_companion.trainers.submit import plan_job, run_smoke, smoke_args
+
+    cmd = launch_command("gpu_smoke", str(tool_model_dir), tmp_path / "rows", [], load_reward_spec(str(spec_file)))
+    plan = plan_job(cmd, load_reward_spec(str(spec_file)), address=ray_dashboard, submission_id=f"{sid}-nofile")
+    try:
+        args = smoke_args(plan, None, config_name="gpu_smoke", paths=[])
+        (tmp_path / "rubrics" / "submit_rubric.yaml").rename(tmp_path / "rubrics" / "moved.yaml")
+        res = run_smoke(plan, args, timeout_s=240)
+    finally:
+        plan.cleanup()
+    assert res["problems"] == [], (res["problems"], res["logs_tail"])
+    for where in [res["report"]["driver"], *res["report"]["nodes"]]:
+        assert where["components"] == ["R_z", "R_fmt", "brev_submit", "success", "stage"]
+        assert "runtime_resources" in where["modules"]["submit_plugin_mod"]
 
 
 def test_a_relative_checkpoint_dir_is_refused_before_submission(tmp_path, tool_model_dir):

@@ -6,6 +6,7 @@ reads, and verl's GRPO advantage on those rewards."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -280,6 +281,95 @@ def test_training_step_metrics_carry_every_reward_component(setup, tool_model_di
         out,
     )
     assert not any(k.startswith("shopcomp/") for k in plain)
+
+
+def test_zero_variance_groups_are_logged_per_step_and_warned_about(setup, tool_model_dir, tmp_path, caplog):
+    """GRPO groups (verl's uid) whose scored rollouts all got the same total give no gradient: the
+    manager logs their share every step (timing_s/shopcomp/zero_std_groups/share) and warns above
+    the agent-loop config's zero_std_warn_share. Stage-1 groups of the gold-knowing policy are all
+    equal; with ``mix`` every stage-2 group has one gold and one wrong recommendation."""
+    import logging
+
+    from verl.trainer.ppo.metric_utils import compute_timing_metrics
+    from verl.trainer.ppo.reward import extract_reward
+
+    from shopping_companion.trainers.verl_agent_loop import ShoppingCompanionAgentLoopManager
+
+    def loops(share: str) -> str:
+        f = tmp_path / f"loops-{share}.yaml"
+        f.write_text(Path(setup["loop_yaml"]).read_text() + f"  zero_std_warn_share: {share}\n")
+        return str(f)
+
+    def step(share: str):
+        cfg = verl_config(tool_model_dir, loops(share))
+        ds, tok = _dataset(setup, tool_model_dir, cfg)
+        other = setup["tasks"][2].reference_product_ids[-1]
+        server = ScriptedServer(tok, setup["tasks"], wrong_id=other, mix=True)
+        manager = ShoppingCompanionAgentLoopManager.__new__(ShoppingCompanionAgentLoopManager)
+        manager.config = cfg
+        manager.agent_loop_workers = [
+            _LocalWorkerHandle(_worker(cfg, server)),
+            _LocalWorkerHandle(_worker(cfg, server)),
+        ]
+        batch = _batch(ds, n_repeat=2, only=[0, 1, 2, 3])
+
+        async def go():
+            return await manager.generate_sequences(batch)
+
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="shopping_companion.trainers.verl_agent_loop"):
+            out = _run(go())
+        return batch, out, [r.getMessage() for r in caplog.records if "zero reward variance" in r.getMessage()]
+
+    batch, out, warned = step("0.4")
+    timing = out.meta_info["timing"]
+    # the trained scores grouped by the uid GRPO groups by (verl keeps the batch order)
+    reward_tensor, _ = extract_reward(out)
+    scores = reward_tensor.sum(-1).numpy()
+    uids = np.asarray(batch.non_tensor_batch["uid"])
+    flat = [np.ptp(scores[uids == u]) <= 1e-6 for u in np.unique(uids)]
+    assert len(flat) == 4 and sum(flat) == 2  # the two stage-1 groups
+    assert timing["shopcomp/zero_std_groups/share"] == pytest.approx(sum(flat) / len(flat)) == 0.5
+    assert timing["shopcomp/zero_std_groups/count"] == 2 and timing["shopcomp/zero_std_groups/groups"] == 4
+    # verl's reward loop drops the input's uid from the rollout batch: the agent loop carries it
+    assert "uid" not in out.non_tensor_batch
+    assert list(out.non_tensor_batch["shopcomp_uid"]) == [str(u) for u in uids]
+    logged = compute_timing_metrics(batch=out, timing_raw={"gen": 1.0, **timing})
+    assert logged["timing_s/shopcomp/zero_std_groups/share"] == 0.5
+    assert len(warned) == 1 and "2 of 4 GRPO groups (50%)" in warned[0] and "zero_std_warn_share=0.40" in warned[0]
+    # at the threshold (not above it) and with null: no warning; the metric is logged all the same
+    for share in ("0.5", "null"):
+        _, out, warned = step(share)
+        assert warned == [] and out.meta_info["timing"]["shopcomp/zero_std_groups/share"] == 0.5
+
+
+def test_zero_std_groups_leave_out_unscored_trajectories_and_single_rollouts():
+    from shopping_companion.trainers.verl_agent_loop import rollout_reward_metrics, zero_std_warn_threshold
+
+    def rb(total, failed=False):
+        return {"total": total, "components": {"R_z": total, **({"judge_failed": 1.0} if failed else {})}}
+
+    m = rollout_reward_metrics(
+        {
+            "shopcomp_reward": np.array(
+                [rb(1.0), rb(1.0), rb(0.0, failed=True), rb(2.0), rb(0.5), rb(3.0), rb(float("nan")), rb(1.0)],
+                dtype=object,
+            ),
+            # a: equal totals once the failed judgement is left out; b: varies; c: one scored rollout
+            # (NaN is not a score); d: a lone row of verl's uid column, its own copy saying otherwise
+            "uid": np.array(["a", "a", "a", "b", "b", "c", "c", None], dtype=object),
+            "shopcomp_uid": np.array(["x", "x", "x", "x", "x", "x", "x", "d"], dtype=object),
+        }
+    )
+    assert m["shopcomp/zero_std_groups/share"] == 0.5
+    assert m["shopcomp/zero_std_groups/count"] == 1 and m["shopcomp/zero_std_groups/groups"] == 2
+    # no group with two scored rollouts: no share (never a made-up 0)
+    one = rollout_reward_metrics({"shopcomp_reward": np.array([rb(1.0)], dtype=object), "uid": np.array(["a"])})
+    assert "shopcomp/zero_std_groups/share" not in one and one["shopcomp/trajectories"] == 1
+    assert zero_std_warn_threshold(None) is None and zero_std_warn_threshold(0) == 0.0
+    for bad in (1.5, -0.1, "0.5", True):
+        with pytest.raises(ValueError, match="zero_std_warn_share"):
+            zero_std_warn_threshold(bad)
 
 
 def test_reward_metrics_leave_out_judge_failures_and_foreign_rows():
