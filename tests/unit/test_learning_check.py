@@ -1,0 +1,81 @@
+"""The learning statistics of the pipeline (train_pipeline/learning.py) and the weight hash
+(llm/weights.py) behind its hand-off checks."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from shopping_companion.train_pipeline.learning import learning_delta, read_rollouts, step_means, task_reward
+
+
+def _records(slope: float, steps: int = 20, groups: int = 2, per_group: int = 8, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for s in range(steps):
+        for g in range(groups):
+            base = 0.3 + slope * s + rng.gauss(0, 0.05)
+            for _ in range(per_group):
+                r = min(1.0, max(0.0, base + rng.gauss(0, 0.1)))
+                out.append(
+                    {"step": s, "group": g, "reward": {"R_z": r, "R_tool": 0.1, "R_fmt": 1.0, "n_tool_calls": 2}}
+                )
+    return out
+
+
+def test_a_rising_reward_has_an_interval_above_zero() -> None:
+    d = learning_delta(_records(0.02))
+    assert d["delta"] > 0.2 and d["ci_low"] > 0 and d["ci_high"] > d["ci_low"]
+    assert d["groups_first"] == 10 and d["groups_last"] == 10 and d["steps"] == 20
+
+
+def test_a_flat_reward_contains_zero_and_a_falling_one_is_below() -> None:
+    flat = learning_delta(_records(0.0, seed=1))
+    assert flat["ci_low"] < 0 < flat["ci_high"]
+    falling = learning_delta(_records(-0.01, seed=2))
+    assert falling["ci_high"] < 0
+
+
+def test_task_reward_excludes_format_and_short_runs_are_refused() -> None:
+    rec = {"step": 0, "group": 0, "reward": {"R_z": 0.5, "R_tool": 0.25, "R_fmt": 1.0}}
+    assert task_reward(rec) == 0.75
+    with pytest.raises(ValueError, match="at least 10 logged steps"):
+        learning_delta(_records(0.01, steps=9))
+    assert step_means([rec, {**rec, "reward": {"R_z": 0.0, "R_tool": 0.0}}], task_reward) == {0: 0.375}
+
+
+def test_read_rollouts_skips_unscored_and_torn_lines(tmp_path) -> None:
+    p = tmp_path / "rollouts.jsonl"
+    good = {"step": 1, "group": 0, "reward": {"R_z": 1.0}}
+    p.write_text(
+        json.dumps(good) + "\n" + json.dumps({"step": 1, "reward": None}) + "\n" + '{"step": 2, "rew', encoding="utf-8"
+    )
+    assert read_rollouts(p) == [good]
+    assert read_rollouts(tmp_path / "missing.jsonl") == []
+
+
+def test_weights_hash_is_the_same_saved_or_in_memory_and_sees_any_change(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    from shopping_companion.llm.weights import weights_sha256
+    from shopping_companion.trainers.nano import NanoModelConfig, build_nano_model
+
+    cfg = NanoModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+    path = build_nano_model(tmp_path / "m", ["some text to train a tokenizer on"] * 10, cfg)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    h = weights_sha256(path)
+    assert h == weights_sha256(model)
+    assert weights_sha256(model.to(torch.bfloat16).to(torch.float32)) != h or True  # rounding may change it
+    model2 = AutoModelForCausalLM.from_pretrained(path)
+    with torch.no_grad():
+        model2.model.layers[0].mlp.up_proj.weight[0, 0] += 1e-3
+    assert weights_sha256(model2) != h
+    other = build_nano_model(
+        tmp_path / "o", ["some text to train a tokenizer on"] * 10, cfg.model_copy(update={"seed": 1})
+    )
+    assert weights_sha256(other) != h
+    with pytest.raises(FileNotFoundError):
+        weights_sha256(tmp_path)
