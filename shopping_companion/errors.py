@@ -60,6 +60,10 @@ __all__ = [
     "CallTimeout",
     "JVMError",
     "JVMForkError",
+    # training
+    "TrainingError",
+    "TrainingSignalError",
+    "HandoffError",
     # runs
     "RunError",
     "RunLockedError",
@@ -246,6 +250,25 @@ class JVMError(ServiceError):
 
 class JVMForkError(JVMError):
     """Java was used in a process forked from one whose JVM was running (it would hang forever)."""
+
+
+# --------------------------------------------------------------------------- training
+
+
+class TrainingError(ShopCompError, RuntimeError):
+    """A training run finished but must not be trusted (exit status 3, like a run whose episodes
+    errored: everything is written, something in it is wrong)."""
+
+    exit_code = EXIT_EPISODE_ERRORS
+
+
+class TrainingSignalError(TrainingError):
+    """GRPO had no learning signal: most groups got the same reward for every completion."""
+
+
+class HandoffError(TrainingError):
+    """A phase did not start from the weights the one before it wrote (e.g. GRPO sampling from the
+    base model instead of the SFT model, an evaluation of another checkpoint than it names)."""
 
 
 # --------------------------------------------------------------------------- runs

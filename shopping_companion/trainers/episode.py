@@ -57,6 +57,7 @@ __all__ = [
     "EpisodeOutput",
     "run_row_episode",
     "clear_encode_caches",
+    "stop_token_ids",
     "STAGE1_SOURCES",
 ]
 
@@ -173,6 +174,21 @@ def _backend_agrees(tok: Any, backend: Any) -> bool:
         return False
 
 
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """The ids that end an assistant turn: the tokenizer's EOS id(s), then ``<|im_end|>`` when the
+    vocabulary has it (ChatML templates end every turn with it, also where EOS is another token)."""
+    eos = tokenizer.eos_token_id
+    out = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
+    try:
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    except Exception:  # noqa: BLE001 - a tokenizer-like object without the method
+        im_end = None
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if isinstance(im_end, int) and im_end != unk and im_end not in out:
+        out.append(im_end)
+    return out
+
+
 def clear_encode_caches() -> None:
     """Empty every tokenizer's shared encode cache in this process (e.g. between benchmark steps,
     so that a step gets no cache hits from the same prompts in an earlier step)."""
@@ -206,8 +222,7 @@ class ChatTokens:
         self.tok = tokenizer
         self.kwargs = dict(chat_template_kwargs or {})
         self._cache = _encode_cache(tokenizer, encode_cache_size) if encode_cache_size else None
-        eos = tokenizer.eos_token_id
-        self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+        self.eos_ids: set[int] = set(stop_token_ids(tokenizer))
         self.eos_text: str = tokenizer.eos_token or ""
         self._tail: str | None = None
 

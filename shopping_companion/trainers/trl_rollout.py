@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any, Callable
 
-from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
+from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode, stop_token_ids
 from shopping_companion.trainers.resources import DEFAULT_SCORING_DEADLINE_S, EnvResources, check_scoring_deadline
 from shopping_companion.trainers.reward import score_breakdown
 
@@ -85,6 +86,9 @@ def make_rollout_func(
     sampling: dict[str, Any] | None = None,
     rubric: Any = None,
     scoring_deadline_s: float | None = DEFAULT_SCORING_DEADLINE_S,
+    max_batch: int = 64,
+    state: dict[str, Any] | None = None,
+    rollouts_path: str | Path | None = None,
 ) -> Callable[[list, Any], dict[str, list]]:
     """TRL ``rollout_func(prompts, trainer)`` over our environment (module docstring).
 
@@ -101,11 +105,25 @@ def make_rollout_func(
             breakdown's total and the fixed :data:`COMPONENTS` only).
         scoring_deadline_s: wall-clock seconds all judge and reward calls of one trajectory may
             take together (> 0; None: no deadline). A trajectory that misses it is not scored.
+        max_batch: most turns generated together (>= 1). The trajectories of a call are played
+            concurrently and their turns generated as padded batches
+            (:class:`~shopping_companion.llm.batch_generate.AsyncBatcher`).
+        state: a dict the rollout fills for the caller: ``first_rollout_weights_sha256`` (the
+            :func:`~shopping_companion.llm.weights.weights_sha256` of the weights the first
+            rollouts sampled from, the SFT → RL hand-off proof) and ``batches`` (batch sizes per call).
+        rollouts_path: a JSONL file to append one line per trajectory to (``step`` — the trainer's
+            global step when it was sampled —, ``index`` in the call, ``group`` (the prompt's index
+            among the call's distinct prompts), ``task_id``, ``stage``, ``termination``,
+            ``num_turns``, ``judge_failed``, ``reward`` (the scored components, ``score`` the
+            trained total)); None: nothing is written.
 
     Raises ``KeyError`` at rollout time for a prompt that is not one of ``rows``; ``ValueError``
     at once for a ``scoring_deadline_s`` that is not a finite number > 0 or None.
     """
     deadline = check_scoring_deadline(scoring_deadline_s)
+    if max_batch < 1:
+        raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
+    state = state if state is not None else {}
     if rubric is None:
         from shopping_companion.rewards.rubric import Rubric
 
@@ -114,7 +132,7 @@ def make_rollout_func(
     by_prompt = {_key(r["prompt"]): r for r in rows}
 
     def rollout(prompts: list, trainer: Any) -> dict[str, list]:
-        import torch
+        from shopping_companion.llm.batch_generate import AsyncBatcher, GenRequest, generate_batch
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         tok = trainer.processing_class
@@ -122,47 +140,53 @@ def make_rollout_func(
         args = trainer.args
         sp = dict(sampling or {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k})
         budget = int(args.max_completion_length)
+        stops = stop_token_ids(tok)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
         was_training = model.training
         model.eval()
+        batcher = AsyncBatcher(
+            lambda reqs: generate_batch(model, reqs, stop_ids=stops, pad_id=pad), max_batch=max_batch
+        )
 
         async def generate(ids: list[int], params: dict[str, Any]) -> Generation:
             n = max(1, min(int(params.get("max_tokens", max_tokens_per_turn)), max_tokens_per_turn))
-            kw: dict[str, Any] = {
-                "max_new_tokens": n,
-                "eos_token_id": tok.eos_token_id,
-                "pad_token_id": tok.pad_token_id,
-            }
-            temp = float(params.get("temperature") or 0.0)
-            if temp > 0:
-                kw.update(
-                    do_sample=True,
-                    temperature=temp,
-                    top_p=float(params.get("top_p") or 1.0),
-                    top_k=int(params["top_k"]) if params.get("top_k") else None,
-                )
-            else:
-                kw.update(do_sample=False)
-            x = torch.tensor([ids], device=model.device)
-            with torch.no_grad():
-                y = model.generate(input_ids=x, attention_mask=torch.ones_like(x), **kw)
-            return Generation(y[0, len(ids) :].tolist())
+            top_k = params.get("top_k")
+            req = GenRequest(
+                ids,
+                n,
+                temperature=float(params.get("temperature") or 0.0),
+                top_p=float(params.get("top_p") or 1.0),
+                top_k=int(top_k) if top_k else None,
+            )
+            return Generation(await batcher.generate(req))
 
         async def play(prompt: Any) -> Any:
-            row = by_prompt.get(_key(prompt))
-            if row is None:
-                raise KeyError("rollout_func got a prompt that is not one of the dataset rows it was built with")
-            env = resources.make_env(
-                resources.task(row["task_id"]), hint=row["hint"], max_turns=max_turns, scoring_deadline_s=deadline
-            )
-            return await run_row_episode(env, int(row["stage"]), chat, generate, sp, budget, stage1=row["stage1"])
+            try:
+                row = by_prompt.get(_key(prompt))
+                if row is None:
+                    raise KeyError("rollout_func got a prompt that is not one of the dataset rows it was built with")
+                env = resources.make_env(
+                    resources.task(row["task_id"]), hint=row["hint"], max_turns=max_turns, scoring_deadline_s=deadline
+                )
+                return await run_row_episode(env, int(row["stage"]), chat, generate, sp, budget, stage1=row["stage1"])
+            finally:
+                batcher.unregister()
 
         async def all_rows() -> list[Any]:
-            return [await play(p) for p in prompts]  # one model, one process: sequential generation
+            for _ in prompts:  # every episode counts before the first one asks for a generation
+                batcher.register()
+            # the episodes of a step run concurrently; their turns are generated as batches
+            return list(await asyncio.gather(*(play(p) for p in prompts)))
 
+        if state.get("first_rollout_weights_sha256") is None:
+            from shopping_companion.llm.weights import weights_sha256
+
+            state["first_rollout_weights_sha256"] = weights_sha256(model)
         try:
             eps = asyncio.run(all_rows())
         finally:
             model.train(was_training)
+        state["batches"] = state.get("batches", []) + [batcher.batches]
         _log_unscored(trainer, was_training, eps)
         rewards = []
         for e in eps:
@@ -171,6 +195,8 @@ def make_rollout_func(
             br["deadline_missed"] = bool(e.deadline_missed)
             br["scored"] = score_breakdown(br, rubric)
             rewards.append(br)
+        if rollouts_path is not None:
+            _dump(Path(rollouts_path), int(getattr(trainer.state, "global_step", 0)), prompts, eps, rewards)
         return {
             "prompt_ids": [e.tokens.prompt_ids for e in eps],
             "completion_ids": [e.tokens.response_ids for e in eps],
@@ -186,6 +212,34 @@ def make_rollout_func(
         }
 
     return rollout
+
+
+def _dump(path: Path, step: int, prompts: list, eps: list[Any], rewards: list[dict[str, Any]]) -> None:
+    """Append one JSON line per trajectory of a rollout call (see ``rollouts_path``)."""
+    groups: dict[str, int] = {}
+    lines = []
+    for i, (p, e, r) in enumerate(zip(prompts, eps, rewards)):
+        g = groups.setdefault(_key(p), len(groups))
+        lines.append(
+            json.dumps(
+                {
+                    "step": step,
+                    "index": i,
+                    "group": g,
+                    "task_id": e.task_id,
+                    "stage": e.stage,
+                    "termination": e.termination,
+                    "num_turns": e.num_turns,
+                    "judge_failed": e.judge_failed or "",
+                    "reward": r["scored"] if not (e.judge_failed or e.deadline_missed) else None,
+                    "components": r.get("components", {}),
+                },
+                sort_keys=True,
+            )
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def _log_unscored(trainer: Any, training: bool, eps: list[Any]) -> None:

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shopping_companion.benchmark.run_config import ServiceConfig, check_tools
-from shopping_companion.errors import ConfigError, DataError
+from shopping_companion.errors import ConfigError, DataError, TrainingSignalError
 
 __all__ = [
     "TrlEnvSettings",
@@ -115,7 +115,8 @@ class TrlTrainerSettings(BaseModel):
     ``max_steps`` (>= 1; optimizer steps) or, when it is None, ``num_train_epochs`` (> 0).
     Batch: ``per_device_train_batch_size`` completions per micro-batch, times
     ``gradient_accumulation_steps`` per optimizer step; that product must be a multiple of
-    ``num_generations`` (>= 2, completions per prompt = the GRPO group). ``learning_rate`` (> 0).
+    ``num_generations`` (>= 2, completions per prompt = the GRPO group). ``learning_rate`` (>= 0;
+    0 is a frozen control run: every step samples and scores, nothing moves).
     ``max_completion_length``: token budget of one trajectory's response (generated plus
     observation tokens). Sampling: ``temperature`` (> 0), ``top_p`` in (0, 1], ``top_k`` (0: off).
     ``beta``: KL coefficient (0: no reference model, TRL's default). ``logging_steps`` /
@@ -135,7 +136,7 @@ class TrlTrainerSettings(BaseModel):
     per_device_train_batch_size: int = Field(default=8, ge=1)
     gradient_accumulation_steps: int = Field(default=1, ge=1)
     num_generations: int = Field(default=8, ge=2)
-    learning_rate: float = Field(default=1e-6, gt=0)
+    learning_rate: float = Field(default=1e-6, ge=0)
     max_completion_length: int = Field(default=4096, ge=1)
     temperature: float = Field(default=0.6, gt=0)
     top_p: float = Field(default=0.95, gt=0, le=1)
@@ -193,12 +194,14 @@ class TrlEnvSettings(BaseModel):
     (paper: 20; also shown in the prompts). ``max_tokens_per_turn`` (>= 1): cap on one generation.
     ``scoring_deadline_s``: wall-clock seconds judging and rewarding one trajectory may take (a
     miss: not scored, no gradient); ``spec`` (default) takes the reward spec's, a number > 0
-    overrides it, null: no deadline."""
+    overrides it, null: no deadline. ``max_batch`` (>= 1): most turns of concurrent trajectories
+    generated as one batch."""
 
     model_config = _STRICT
     max_turns: int = Field(default=20, ge=1)
     max_tokens_per_turn: int = Field(default=512, ge=1)
     scoring_deadline_s: Literal["spec"] | float | None = "spec"
+    max_batch: int = Field(default=64, ge=1)
 
     @field_validator("scoring_deadline_s")
     @classmethod
@@ -222,6 +225,18 @@ class TrlLora(BaseModel):
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
 
 
+class TrlGuards(BaseModel):
+    """Checks on the run's learning signal. GRPO learns nothing from a group whose completions all
+    got the same reward (zero standard deviation: every advantage is 0). ``zero_std_share``: a
+    logged step whose share of such groups (TRL's ``frac_reward_zero_std``) is at or above this,
+    in [0, 1], prints a warning; ``fail_on_zero_std``: the run fails (after writing its summary
+    and checkpoints) when the share averaged over its steps is at or above it."""
+
+    model_config = _STRICT
+    zero_std_share: float = Field(default=0.5, ge=0, le=1)
+    fail_on_zero_std: bool = False
+
+
 class TrlGrpoConfig(BaseModel):
     """One TRL GRPO run (``shopcomp grpo trl --config X.yaml``; configs/grpo/trl_*.yaml).
 
@@ -232,7 +247,7 @@ class TrlGrpoConfig(BaseModel):
     ``outcome_only``, a spec or rubric YAML file, ``package.module:attr``, or an inline mapping),
     used by the environment and the trainer alike. ``rows``, ``trainer``, ``env``: see
     :class:`TrlRows`, :class:`TrlTrainerSettings`, :class:`TrlEnvSettings`. ``lora``: null (full
-    fine-tuning) or :class:`TrlLora`. ``resume``: ``auto`` (continue from the latest
+    fine-tuning) or :class:`TrlLora`. ``guards``: :class:`TrlGuards`. ``resume``: ``auto`` (continue from the latest
     ``checkpoint-N`` in ``trainer.output_dir`` when there is one, else start), ``true`` (the latest
     checkpoint, which must exist), ``false`` (start from the model), or a checkpoint directory.
     ``tools``: ``local`` (this process loads the index, memory, judge and rubric) or
@@ -253,6 +268,7 @@ class TrlGrpoConfig(BaseModel):
     trainer: TrlTrainerSettings = TrlTrainerSettings()
     env: TrlEnvSettings = TrlEnvSettings()
     lora: TrlLora | None = None
+    guards: TrlGuards = TrlGuards()
     resume: bool | str = "auto"
 
     @field_validator("tools", mode="before")
@@ -336,6 +352,7 @@ RESUME_MAY_CHANGE = frozenset(
         "trainer.report_to",
         "trainer.run_name",
         "trainer.output_dir",
+        "guards",
     }
 )
 
@@ -417,19 +434,19 @@ def _console() -> Any:
 
 
 def _logged(entry: dict[str, Any]) -> dict[str, float]:
-    keep = ("loss", "reward", "reward_std", "learning_rate", "grad_norm", "kl")
-    out = {}
-    for k, v in entry.items():
-        if (k in keep or k.startswith(("rewards/", "shopcomp/"))) and isinstance(v, (int, float)):
-            out[k] = float(v)
-    return out
+    """Every numeric entry of one trainer log line (loss, rewards, entropy, ``frac_reward_zero_std``,
+    completion lengths, ``shopcomp/...``, ...), as floats."""
+    return {k: float(v) for k, v in entry.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _callback(console: Any, logs: list[dict[str, Any]], reward_names: list[str]) -> Any:
+def _callback(
+    console: Any, logs: list[dict[str, Any]], reward_names: list[str], metrics_path: Path, guards: TrlGuards
+) -> Any:
     from transformers import TrainerCallback
 
     class _Print(TrainerCallback):
-        """Prints each training log line (step, loss, every reward component) and keeps it."""
+        """Prints each training log line (step, loss, every reward component), keeps it, appends it
+        to ``metrics.jsonl`` and warns about steps without a learning signal."""
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             entry = logs
@@ -437,6 +454,8 @@ def _callback(console: Any, logs: list[dict[str, Any]], reward_names: list[str])
                 return
             rec = {"step": int(state.global_step), **_logged(entry)}
             kept.append(rec)
+            with metrics_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
             parts = [f"step {state.global_step}/{state.max_steps}"]
             for k in ("loss", "reward"):
                 if k in rec:
@@ -447,10 +466,28 @@ def _callback(console: Any, logs: list[dict[str, Any]], reward_names: list[str])
                     parts.append(f"{n} {v:.4g}")
             if "shopcomp/unscored" in rec:
                 parts.append(f"unscored {rec['shopcomp/unscored']:.2f}")
+            zero = rec.get("frac_reward_zero_std")
+            if zero is not None:
+                parts.append(f"zero-std groups {zero:.2f}")
             console.print("  ".join(parts), soft_wrap=True, markup=False)
+            if zero is not None and zero >= guards.zero_std_share:
+                console.print(
+                    f"warning: step {state.global_step}: {zero:.0%} of the GRPO groups got the same reward for every "
+                    f"completion (no advantage, no gradient; guards.zero_std_share {guards.zero_std_share:g}). "
+                    "Raise the sampling temperature or num_generations, or check that the rewards can vary",
+                    soft_wrap=True,
+                    markup=False,
+                )
 
     kept = logs
     return _Print()
+
+
+def zero_std_summary(logs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"mean": share of zero-variance groups averaged over the logged steps (None without
+    any), "steps": number of logged steps that report it}``."""
+    shares = [float(r["frac_reward_zero_std"]) for r in logs if r.get("frac_reward_zero_std") is not None]
+    return {"mean": (sum(shares) / len(shares)) if shares else None, "steps": len(shares)}
 
 
 def _load_model(cfg: TrlGrpoConfig) -> tuple[Any, Any]:
@@ -598,6 +635,10 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
             task_type="CAUSAL_LM",
         )
     logs: list[dict[str, Any]] = []
+    from shopping_companion.llm.weights import weights_sha256
+
+    initial_sha = weights_sha256(model)  # what the run was given (before any adapter)
+    rollout_state: dict[str, Any] = {}
     try:
         trainer = GRPOTrainer(
             model=model,
@@ -606,7 +647,7 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
             args=args,
             train_dataset=Dataset.from_list(rows),
             peft_config=peft_config,
-            callbacks=[_callback(console, logs, names)],
+            callbacks=[_callback(console, logs, names, out / "metrics.jsonl", cfg.guards), _hash_on_save()],
             rollout_func=make_rollout_func(
                 resources,
                 rows,
@@ -614,6 +655,9 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
                 max_tokens_per_turn=cfg.env.max_tokens_per_turn,
                 rubric=rubric,
                 scoring_deadline_s=deadline,
+                max_batch=cfg.env.max_batch,
+                state=rollout_state,
+                rollouts_path=out / "rollouts.jsonl",
             ),
         )
     except ValueError as e:  # peft: target modules not in the model, and the like
@@ -646,6 +690,49 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
         "rows": len(rows),
         "output_dir": str(out),
         "reward_spec": spec.identity(),
+        "model": cfg.model,
+        "initial_weights_sha256": initial_sha,
+        "first_rollout_weights_sha256": rollout_state.get("first_rollout_weights_sha256"),
+        "checkpoint_weights_sha256": {c: _read_hash(Path(c)) for c in checkpoints},
+        "zero_std_groups": zero_std_summary(logs),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    zero = summary["zero_std_groups"]["mean"]
+    if cfg.guards.fail_on_zero_std and zero is not None and zero >= cfg.guards.zero_std_share:
+        raise TrainingSignalError(
+            f"guards.fail_on_zero_std: on average {zero:.0%} of the GRPO groups per step had no reward variance "
+            f"(threshold guards.zero_std_share {cfg.guards.zero_std_share:g}), so most steps trained on nothing; "
+            f"checkpoints and {out / 'summary.json'} are written. Raise the sampling temperature or "
+            "num_generations, or check the rewards"
+        )
     return summary
+
+
+#: The file in each checkpoint directory holding the content hash of its weights.
+WEIGHTS_FILE = "shopcomp_weights.json"
+
+
+def _read_hash(ckpt: Path) -> str | None:
+    try:
+        return json.loads((ckpt / WEIGHTS_FILE).read_text(encoding="utf-8"))["weights_sha256"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _hash_on_save() -> Any:
+    from transformers import TrainerCallback
+
+    class HashOnSave(TrainerCallback):
+        """Writes ``<checkpoint>/shopcomp_weights.json``: the content hash of the weights just saved
+        (:func:`~shopping_companion.llm.weights.weights_sha256`) and the step."""
+
+        def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            from shopping_companion.llm.weights import weights_sha256
+
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if model is None or not ckpt.is_dir():
+                return
+            data = {"weights_sha256": weights_sha256(model), "step": int(state.global_step)}
+            (ckpt / WEIGHTS_FILE).write_text(json.dumps(data) + "\n", encoding="utf-8")
+
+    return HashOnSave()
