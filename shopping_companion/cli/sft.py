@@ -231,6 +231,13 @@ def export(
     allow_truncation: bool = typer.Option(
         False, "--allow-truncation", help="Write the config even when cutoff_len cuts more than that share."
     ),
+    examples_kind: str = option(
+        "step",
+        "--examples",
+        metavar="KIND",
+        help="step: one example per assistant turn (the paper); trajectory: one per kept stage with every turn "
+        "a target (mask_history false; the same targets, about 1/turns of the tokens).",
+    ),
 ) -> None:
     """Write LLaMA-Factory ShareGPT-with-tools data, dataset_info.json and LoRA YAMLs; fails when a
     test-split task appears in the data (or drops those trajectories with --drop-flagged), and when
@@ -244,6 +251,8 @@ def export(
 
     if products not in ("assistant", "all", "none"):
         raise ConfigError(f"--products must be assistant, all or none; got {products!r}")
+    if examples_kind not in ("step", "trajectory"):
+        raise ConfigError(f"--examples must be step or trajectory; got {examples_kind!r}")
     overrides = {}
     for item in sets_of(sets):
         k, sep, v = item.partition("=")
@@ -260,6 +269,15 @@ def export(
     t0 = time.perf_counter()
     b = load_benchmark(bench)
     kept, examples = _load_examples(collect_dir, keep, min_acc, stages, drop_malformed, drop_error_calls)
+    if examples_kind == "trajectory":
+        from shopping_companion.sft.examples import trajectory_examples
+
+        examples, left_out = trajectory_examples(examples)
+        overrides.setdefault("mask_history", "false")
+        if left_out:
+            console.print(
+                f"note: {left_out} kept stage(s) with a turn that is not a target are left out", soft_wrap=True
+            )
     provenance = {
         "collect": str(collect_dir.resolve()),
         "bench": str(bench),

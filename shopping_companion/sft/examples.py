@@ -29,7 +29,15 @@ from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS, tool_sche
 from shopping_companion.sft.collect import KeptStage
 from shopping_companion.types import Step, Trajectory
 
-__all__ = ["StepExample", "stage_tool_names", "step_examples", "example_stats", "is_malformed", "with_reasoning"]
+__all__ = [
+    "StepExample",
+    "stage_tool_names",
+    "step_examples",
+    "trajectory_examples",
+    "example_stats",
+    "is_malformed",
+    "with_reasoning",
+]
 
 TargetKind = Literal["tool_call", "answer", "other"]
 
@@ -150,6 +158,27 @@ def step_examples(
                 )
             )
     return out
+
+
+def trajectory_examples(examples: Iterable[StepExample]) -> tuple[list[StepExample], int]:
+    """One example per stage trajectory instead of one per turn: the step example of each
+    trajectory's last turn, whose context holds every earlier turn. Trained with LLaMA-Factory's
+    ``mask_history: false`` every assistant turn of it is a target, so the model learns the same
+    turns as from the step examples while reading each context once (about ``1 / turns`` of the
+    tokens). A trajectory with a turn that is not a target (dropped as malformed or as a rejected
+    call) is left out, since that turn would be trained on in the others' context. Returns
+    ``(examples, trajectories left out)``."""
+    by_traj: dict[str, list[StepExample]] = {}
+    for e in examples:
+        by_traj.setdefault(e.example_id.rsplit("/turn", 1)[0], []).append(e)
+    out, left_out = [], 0
+    for steps in by_traj.values():
+        last = max(steps, key=lambda e: e.turn)
+        if len(steps) != last.n_turns or last.turn != last.n_turns - 1:
+            left_out += 1
+            continue
+        out.append(last)
+    return out, left_out
 
 
 def example_stats(examples: Iterable[StepExample]) -> dict[str, Any]:
