@@ -54,21 +54,13 @@ def _corpus() -> list[str]:
 def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 3000, max_positions: int = 32768) -> Path:
     """Write a tiny Qwen3 checkpoint + tokenizer + chat template into ``out_dir``; return it."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    from shopping_companion.trainers.nano import train_bpe_tokenizer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(_corpus(), trainer)
-    from tokenizers import AddedToken
-
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PROTOCOL])
+    tok = train_bpe_tokenizer(_corpus(), vocab_size, PROTOCOL)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

@@ -39,6 +39,7 @@ __all__ = [
     "build_nano_model",
     "stage_phrases",
     "tools_section",
+    "train_bpe_tokenizer",
 ]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -136,6 +137,28 @@ class NanoModelConfig(BaseModel):
         return self
 
 
+def train_bpe_tokenizer(
+    texts: Iterable[str], vocab_size: int, added: Sequence[str] = (), *, min_frequency: int = 0
+) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` with :data:`SPECIAL_TOKENS`
+    as special tokens and ``added`` as non-special added tokens (matched before BPE, kept by
+    ``decode(skip_special_tokens=True)``)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    return tok
+
+
 def build_nano_model(
     out_dir: str | Path, texts: Iterable[str], config: NanoModelConfig | None = None, phrases: Sequence[str] = ()
 ) -> Path:
@@ -144,7 +167,6 @@ def build_nano_model(
 
     Raises ``ValueError`` when ``texts`` is empty."""
     import torch
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
     cfg = config or NanoModelConfig()
@@ -153,18 +175,8 @@ def build_nano_model(
         raise ValueError("texts: the tokenizer needs at least one non-empty text to train on")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=cfg.vocab_size,
-        min_frequency=cfg.min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(corpus, trainer)
     extra = list(PROTOCOL_TOKENS) + [p for p in dict.fromkeys(phrases) if p]
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra])
+    tok = train_bpe_tokenizer(corpus, cfg.vocab_size, extra, min_frequency=cfg.min_frequency)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
