@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README, CI): ruff (lint; format check once enabled), then the main suite in
 # .venv, then each optional stack's suite tests/extras/<name>/ in its own virtual environment
-# .venv-<name> (LLaMA-Factory for SFT, verl + TRL for GRPO: their pins clash with each other). A
-# missing extra environment is installed first with scripts/install_<name>.sh (a few minutes, once).
+# .venv-<name> (LLaMA-Factory for SFT, verl + TRL for GRPO: their pins clash with each other), then
+# tests/extras/pipeline (the whole training chain) in .venv, driving the other two. A missing extra
+# environment is installed first with scripts/install_<name>.sh (a few minutes, once).
 #   SHOPCOMP_SKIP_EXTRAS=1   run the main suite only
 #   SHOPCOMP_SKIP_LINT=1     skip ruff
 #   CI=1 (or any value)      run as CI does: output 80 columns wide (COLUMNS=80), so every message
@@ -33,6 +34,7 @@ fi
 if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
     for dir in tests/extras/*/; do
         name=$(basename "$dir")
+        [ "$name" = pipeline ] && continue  # needs every stack: runs last, below
         venv=".venv-$name"
         if [ ! -x "$venv/bin/python" ]; then
             echo "== installing $venv for tests/extras/$name (scripts/install_$name.sh)"
@@ -41,5 +43,16 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
         echo "== tests/extras/$name in $venv"
         "$venv/bin/python" -m pytest -q "$dir" "$@" || status=$?
     done
+    # the whole training chain (shopcomp pipeline) runs in .venv and drives .venv-sft and .venv-rl
+    if [ -d tests/extras/pipeline ]; then
+        for name in sft rl; do
+            if [ ! -x ".venv-$name/bin/python" ]; then
+                echo "== installing .venv-$name for tests/extras/pipeline (scripts/install_$name.sh)"
+                bash "scripts/install_$name.sh"
+            fi
+        done
+        echo "== tests/extras/pipeline in .venv (with .venv-sft and .venv-rl)"
+        .venv/bin/python -m pytest -q tests/extras/pipeline "$@" || status=$?
+    fi
 fi
 exit $status

@@ -1,7 +1,7 @@
 """``shopcomp``: the command groups assembled (docs/architecture.md, the CLI).
 
 One module per command group registers its commands: ``synth`` (build-index, synth), ``import_tasks``
-(import-tasks), ``eval``,
+(import-tasks), ``eval``, ``pipeline`` (the training chain),
 ``agreement`` (judge-agreement), ``quickstart``, ``serve`` (tools and rewards as a Ray Serve service), ``view`` (the web viewer of runs), ``sft``, ``grpo``,
 ``personalize``. Errors are
 caught once, by :class:`~shopping_companion.cli.common.ShopCompGroup`."""
@@ -16,6 +16,7 @@ from shopping_companion import __version__
 import shopping_companion.cli.agreement  # noqa: F401 - each module registers its commands on `app`
 import shopping_companion.cli.eval  # noqa: F401
 import shopping_companion.cli.import_tasks  # noqa: F401
+import shopping_companion.cli.pipeline  # noqa: F401
 import shopping_companion.cli.quickstart  # noqa: F401
 import shopping_companion.cli.serve  # noqa: F401
 import shopping_companion.cli.synth  # noqa: F401

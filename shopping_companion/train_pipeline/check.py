@@ -1,0 +1,245 @@
+"""``shopcomp pipeline --check``: everything that can be checked before a GPU is needed.
+
+It validates every phase's settings with the code that will use them (SynthConfig, CollectConfig,
+the LLaMA-Factory training config by LLaMA-Factory's own argument parser in its environment,
+``shopcomp grpo trl``'s config and reward spec, ``shopcomp grpo launch --check`` for verl arms,
+EvalConfig), checks the interpreters of the training stacks and a teacher endpoint, and prints
+one line per check. Problems are collected and raised together as one
+:class:`~shopping_companion.errors.ConfigError` (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from shopping_companion.errors import ConfigError
+from shopping_companion.train_pipeline.config import PipelineConfig
+
+__all__ = ["check_pipeline"]
+
+
+def _run(cmd: list[str], timeout: float = 600) -> tuple[int, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 1, str(e)
+    return p.returncode, (p.stdout + p.stderr)[-2000:]
+
+
+def _lf_parse(python: str, lf: dict[str, Any]) -> tuple[int, str]:
+    """Parse a LLaMA-Factory training config with LLaMA-Factory's own ``get_train_args``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = {**lf, "output_dir": str(Path(tmp) / "out"), "dataset_dir": tmp}
+        path = Path(tmp) / "train.json"
+        path.write_text(json.dumps(conf), encoding="utf-8")
+        code = "import json,sys; from llamafactory.hparams import get_train_args; get_train_args(json.load(open(sys.argv[1])))"
+        return _run([python, "-c", code, str(path)], 300)
+
+
+def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
+    """Check ``cfg`` (module docstring); returns the lines printed. Raises :class:`ConfigError`
+    listing every problem."""
+    from shopping_companion.config import load_model
+    from shopping_companion.train_pipeline.run import _python, phase_order
+
+    ok: list[str] = []
+    problems: list[str] = []
+
+    def good(line: str) -> None:
+        ok.append(line)
+        console.print(f"ok   {line}", soft_wrap=True, markup=False, highlight=False)
+
+    def bad(line: str) -> None:
+        problems.append(line)
+        console.print(f"FAIL {line}", soft_wrap=True, markup=False, highlight=False)
+
+    good(f"config: phases {', '.join(phase_order(cfg))}")
+    # benchmark
+    bench_path = None
+    if cfg.benchmark.path:
+        from shopping_companion.benchmark.synth import load_benchmark
+
+        try:
+            b = load_benchmark(cfg.benchmark.path)
+            bench_path = cfg.benchmark.path
+            good(f"benchmark.path: {len(b.tasks)} tasks")
+        except Exception as e:  # noqa: BLE001 - reported as a problem
+            bad(f"benchmark.path: {e}")
+    else:
+        from shopping_companion.benchmark.synthesis.config import SynthConfig
+        from shopping_companion.paths import resolve_data_dir
+
+        try:
+            s = SynthConfig.model_validate(cfg.benchmark.synth)
+            good(f"benchmark.synth: {s.n_tasks} tasks, test_fraction {s.test_fraction}")
+        except ValueError as e:
+            bad(f"benchmark.synth: {' '.join(str(e).split())[:300]}")
+        try:
+            good(f"data: {resolve_data_dir(cfg.data_dir)}")
+        except Exception as e:  # noqa: BLE001
+            bad(f"data_dir: {e}")
+    # teacher
+    t = cfg.teacher
+    if t.kind == "openai":
+        from shopping_companion.llm.openai_backend import OpenAIBackend
+
+        try:
+            OpenAIBackend(model=str(t.model), base_url=str(t.base_url), api_key_env=t.api_key_env).ping()
+            good(f"teacher: {t.model} answers at {t.base_url}")
+        except Exception as e:  # noqa: BLE001
+            bad(f"teacher.base_url: {t.base_url} does not answer ({' '.join(str(e).split())[:200]})")
+    else:
+        good("teacher: scripted (served on 127.0.0.1 during collection)")
+    # collect config
+    from shopping_companion.sft.config import CollectConfig
+
+    try:
+        load_model(
+            CollectConfig,
+            None,
+            [],
+            {
+                "bench": {"path": bench_path or "BENCH"},
+                "backend": {"kind": "openai", "model": "teacher", "base_url": "http://127.0.0.1:1/v1"},
+                "trials": cfg.collect.trials,
+                "keep": {"rule": cfg.collect.keep},
+                "env": {"max_turns": cfg.env.max_turns},
+            },
+        )
+        good(f"collect: {cfg.collect.trials} trials per train task, keep {cfg.collect.keep}")
+    except ConfigError as e:
+        bad(f"collect: {e}")
+    # interpreters
+    pys: dict[str, str] = {}
+    for what, module in (("sft", "llamafactory"), ("rl", "trl" if cfg.grpo.backend == "trl" else "verl")):
+        try:
+            py = _python(getattr(cfg.python, what), what)
+        except ConfigError as e:
+            bad(str(e))
+            continue
+        rc, out = _run([py, "-c", f"import {module}, shopping_companion; print({module}.__version__)"], 300)
+        if rc == 0:
+            pys[what] = py
+            good(f"python.{what}: {py} has {module} {out.strip().splitlines()[-1]}")
+        else:
+            bad(f"python.{what}: {py} cannot import {module} ({out.strip().splitlines()[-1] if out.strip() else rc})")
+    # model and context
+    ctx = None
+    if cfg.model.path:
+        p = Path(cfg.model.path).expanduser()
+        if (p / "config.json").is_file():
+            ctx = json.loads((p / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+            good(f"model.path: {p} (context {ctx})")
+        elif p.exists():
+            bad(f"model.path: {p} has no config.json")
+        else:
+            good(f"model.path: {cfg.model.path} (a hub id: it must be in the local cache of the training machines)")
+    else:
+        ctx = cfg.model.nano.max_position_embeddings
+        good(
+            f"model: nano ({cfg.model.nano.num_hidden_layers} layers, hidden {cfg.model.nano.hidden_size}, context {ctx})"
+        )
+    # SFT config through LLaMA-Factory's own parser
+    from shopping_companion.sft.export import paper_train_config
+
+    try:
+        lf = paper_train_config(base_model=cfg.model.path or "MODEL", template=cfg.sft.template)
+        lf.update({"finetuning_type": cfg.sft.finetuning, **cfg.sft.args})
+        if cfg.sft.examples == "trajectory":
+            lf["mask_history"] = False
+        if "sft" in pys:
+            rc, out = _lf_parse(pys["sft"], lf)
+            gpu_note = ""
+            if rc != 0 and "gpu" in out.lower():  # the config needs a GPU: check the rest with the CPU switches
+                rc, out = _lf_parse(pys["sft"], {**lf, "use_cpu": True, "bf16": False, "fp16": False})
+                gpu_note = "; it needs a GPU (bf16), so it was parsed here with use_cpu=true, bf16=false"
+            if rc == 0:
+                good(
+                    f"sft: LLaMA-Factory accepts the training config ({cfg.sft.finetuning}, {cfg.sft.template}){gpu_note}"
+                )
+            else:
+                bad(
+                    f"sft.args: LLaMA-Factory refuses the training config: {out.strip().splitlines()[-1] if out.strip() else rc}"
+                )
+    except ConfigError as e:
+        bad(f"sft: {e}")
+    # GRPO arms
+    from shopping_companion.rewards.spec import load_reward_spec
+
+    for arm in cfg.grpo.arms:
+        try:
+            load_reward_spec(arm.reward_config).build_rubric()
+        except Exception as e:  # noqa: BLE001
+            bad(f"grpo.arms[{arm.name}].reward_config: {e}")
+            continue
+        if cfg.grpo.backend == "trl":
+            from shopping_companion.trainers.trl_train import TrlGrpoConfig
+
+            try:
+                conf = TrlGrpoConfig.model_validate(
+                    {
+                        "model": "MODEL",
+                        "bench": "BENCH",
+                        "reward_config": arm.reward_config,
+                        "rows": {"split": "train", **cfg.grpo.rows},
+                        "trainer": {**cfg.grpo.trainer, **arm.trainer},
+                        "env": {"max_turns": cfg.env.max_turns, "max_tokens_per_turn": cfg.env.max_tokens_per_turn},
+                        "lora": cfg.grpo.lora,
+                        "guards": cfg.grpo.guards,
+                    }
+                )
+                need = conf.trainer.max_completion_length
+                if ctx and need >= ctx:
+                    bad(
+                        f"grpo.trainer.max_completion_length: {need} response tokens leave no room for the prompt in "
+                        f"the model's context of {ctx} (max_position_embeddings)"
+                    )
+                else:
+                    good(f"grpo {arm.name}: TRL config and reward spec ({arm.reward_config})")
+            except ValueError as e:
+                bad(f"grpo {arm.name}: {' '.join(str(e).split())[:300]}")
+        else:
+            good(f"grpo {arm.name}: reward spec ({arm.reward_config}); verl launch --check runs in the grpo phase")
+    if cfg.grpo.backend == "verl" and "rl" in pys and bench_path:
+        rc, out = _run(
+            [
+                pys["rl"],
+                "-m",
+                "shopping_companion.cli",
+                "grpo",
+                "launch",
+                "--variant",
+                "outcome_tool",
+                "--model",
+                cfg.model.path or "Qwen/Qwen3-4B",
+                "--rows-dir",
+                str(Path(bench_path) / "grpo_rows"),
+                "--check",
+                *cfg.grpo.verl,
+            ]
+        )
+        (good if rc == 0 else bad)(f"grpo launch --check: {out.strip().splitlines()[-1] if out.strip() else rc}")
+    # evaluation
+    from shopping_companion.benchmark.run_config import EvalConfig
+
+    try:
+        EvalConfig.model_validate(
+            {
+                "bench": {"path": bench_path or "BENCH"},
+                "output": {"name": "check"},
+                "backend": {"kind": "local", "model_path": "MODEL", "device": cfg.eval.device},
+                "trials": cfg.eval.trials,
+                "pass_k": cfg.eval.pass_k,
+            }
+        )
+        good(f"eval: splits {cfg.eval.splits}, {cfg.eval.trials} trials, pass^k for k in {cfg.eval.pass_k}")
+    except ValueError as e:
+        bad(f"eval: {' '.join(str(e).split())[:300]}")
+    if problems:
+        raise ConfigError(f"pipeline --check: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    console.print(f"pipeline --check: {len(ok)} checks passed", soft_wrap=True, markup=False)
+    return ok

@@ -1,0 +1,249 @@
+"""The configuration of ``shopcomp pipeline`` (configs/pipeline/*.yaml; docs/pipeline.md).
+
+:class:`PipelineConfig` is read by :func:`~shopping_companion.config.load_model` (YAML < flags <
+``--set``); an unknown key or a bad value is refused naming the dotted field and what is allowed.
+Each group configures one phase; its identity (:meth:`PipelineConfig.phase_identity`) is what
+decides whether a finished phase can be reused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shopping_companion.trainers.nano import NanoModelConfig
+
+__all__ = [
+    "ArmConfig",
+    "CollectSettings",
+    "EvalSettings",
+    "GrpoSettings",
+    "ModelSettings",
+    "PipelineBench",
+    "PipelineConfig",
+    "PythonSettings",
+    "SftSettings",
+    "TeacherSettings",
+]
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class PythonSettings(BaseModel):
+    """Interpreters of the training stacks (their pins clash, so each lives in its own virtual
+    environment: scripts/install_sft.sh, scripts/install_rl.sh). Relative paths are relative to
+    the repository root, then to the working directory."""
+
+    model_config = _STRICT
+    sft: str = ".venv-sft/bin/python"
+    rl: str = ".venv-rl/bin/python"
+
+
+class PipelineBench(BaseModel):
+    """The benchmark: ``path`` reuses a benchmark directory (``shopcomp synth`` or
+    ``import-tasks`` output); else one is built into ``<run>/bench`` with ``synth`` (keys of
+    ``SynthConfig``, configs/benchmark/*.yaml)."""
+
+    model_config = _STRICT
+    path: str | None = None
+    synth: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvSettings(BaseModel):
+    """The environment every phase uses: ``max_turns`` per stage (paper: 20) and
+    ``max_tokens_per_turn`` (cap on one generation, in collection, GRPO and evaluation)."""
+
+    model_config = _STRICT
+    max_turns: int = Field(default=20, ge=1, le=200)
+    max_tokens_per_turn: int = Field(default=4096, ge=1)
+
+
+class TeacherSettings(BaseModel):
+    """The SFT teacher. ``kind: openai``: any OpenAI-compatible endpoint (``model``, ``base_url``,
+    ``api_key_env``; the paper's GPT-4.1, or a vLLM server). ``kind: scripted``: the scripted,
+    gold-knowing :class:`~shopping_companion.llm.teacher.ScriptedTeacher`, served by the pipeline
+    on 127.0.0.1 and collected from through the same OpenAI client (for CPU runs; the report says
+    so); ``top_k`` / ``p_stray`` / ``p_slip`` / ``seed`` are its settings."""
+
+    model_config = _STRICT
+    kind: Literal["scripted", "openai"] = "scripted"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    top_k: list[int] = Field(default_factory=lambda: [1, 2, 3])
+    p_stray: float = Field(default=0.25, ge=0, le=1)
+    p_slip: float = Field(default=0.15, ge=0, le=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> TeacherSettings:
+        if self.kind == "openai" and not (self.model and self.base_url):
+            raise ValueError("teacher.model and teacher.base_url are required with teacher.kind=openai")
+        return self
+
+
+class CollectSettings(BaseModel):
+    """Rejection sampling (``shopcomp sft collect``): ``trials`` episodes per train task, the
+    teacher's sampling ``temperature``, the keep rule (``succ`` | ``stage`` | ``pref_acc``; see
+    docs/sft.md) and ``concurrency``."""
+
+    model_config = _STRICT
+    trials: int = Field(default=4, ge=1)
+    temperature: float = Field(default=0.6, ge=0)
+    keep: Literal["succ", "stage", "pref_acc"] = "stage"
+    concurrency: int = Field(default=8, ge=1)
+
+
+class ModelSettings(BaseModel):
+    """The base policy: ``path`` (a local model directory or a hub id), or, when it is None, a nano
+    model built from ``nano`` (:class:`~shopping_companion.trainers.nano.NanoModelConfig`) with a
+    tokenizer trained on the kept train-split trajectories."""
+
+    model_config = _STRICT
+    path: str | None = None
+    nano: NanoModelConfig = NanoModelConfig()
+
+
+class SftSettings(BaseModel):
+    """SFT with LLaMA-Factory. ``finetuning``: ``lora`` (then merged into the base model for RL) or
+    ``full``. ``examples``: ``step`` (the paper's step-level examples, loss on the last turn) or
+    ``trajectory`` (one example per kept stage, loss on every turn: the same targets at a fraction
+    of the tokens). ``template``: LLaMA-Factory template (qwen3 | qwen3_nothink | qwen). ``args``:
+    LLaMA-Factory training keys over the paper's config (configs/sft/qwen3_4b_thinking_lora.yaml)."""
+
+    model_config = _STRICT
+    finetuning: Literal["lora", "full"] = "lora"
+    examples: Literal["step", "trajectory"] = "step"
+    template: Literal["qwen3", "qwen3_nothink", "qwen"] = "qwen3"
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArmConfig(BaseModel):
+    """One GRPO arm: its ``name`` (a directory name) and reward spec (``paper``, ``outcome_only``,
+    a spec/rubric YAML, ``module:attr`` or an inline mapping; docs/rewards.md). ``trainer``:
+    overrides of the shared trainer settings for this arm (e.g. ``learning_rate: 0`` for a frozen
+    control)."""
+
+    model_config = _STRICT
+    name: str
+    reward_config: str | dict[str, Any] = "paper"
+    trainer: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _dir_name(cls, v: str) -> str:
+        import re
+
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", v):
+            raise ValueError(f"letters, digits, '_', '.', '-' only (a directory name); got {v!r}")
+        return v
+
+
+class GrpoSettings(BaseModel):
+    """GRPO after SFT. ``backend``: ``trl`` (one node, ``shopcomp grpo trl``) or ``verl`` (a Ray
+    cluster, ``shopcomp grpo launch``; needs GPUs). ``arms``: the runs compared (the paper's
+    outcome-only vs outcome + tool-wise rubric; same seed and budget). ``trainer`` /
+    ``rows`` / ``lora`` / ``guards``: keys of ``shopcomp grpo trl``'s config (TrlGrpoConfig),
+    shared by the arms; ``extra``: dotted keys set last on every arm's TRL config. ``verl``:
+    Hydra overrides for the verl launch."""
+
+    model_config = _STRICT
+    backend: Literal["trl", "verl"] = "trl"
+    arms: list[ArmConfig] = Field(
+        default_factory=lambda: [
+            ArmConfig(name="outcome_only", reward_config="outcome_only"),
+            ArmConfig(name="outcome_tool", reward_config="paper"),
+        ],
+        min_length=1,
+    )
+    trainer: dict[str, Any] = Field(default_factory=dict)
+    rows: dict[str, Any] = Field(default_factory=dict)
+    lora: dict[str, Any] | None = None
+    guards: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+    verl: list[str] = Field(default_factory=list)
+
+    @field_validator("arms")
+    @classmethod
+    def _distinct(cls, v: list[ArmConfig]) -> list[ArmConfig]:
+        names = [a.name for a in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names must be distinct; got {names}")
+        return v
+
+
+class EvalSettings(BaseModel):
+    """Evaluation of base, SFT and every GRPO arm's final checkpoint with the same eval code:
+    ``splits`` (test and train), ``trials`` per task (>= 2 for pass^k), ``pass_k``,
+    ``temperature`` / ``top_p`` of the policy, ``concurrency`` (episodes in flight; their turns are
+    generated in batches), ``device`` (cpu | cuda | auto), ``include_base`` (evaluate the base
+    model too)."""
+
+    model_config = _STRICT
+    splits: list[Literal["test", "train"]] = Field(default_factory=lambda: ["test", "train"], min_length=1)
+    trials: int = Field(default=2, ge=1)
+    pass_k: list[int] = Field(default_factory=lambda: [1, 2])
+    temperature: float = Field(default=0.6, ge=0)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+    concurrency: int = Field(default=16, ge=1)
+    device: str = "cpu"
+    include_base: bool = True
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> EvalSettings:
+        if any(k < 1 or k > self.trials for k in self.pass_k):
+            raise ValueError(f"pass_k values must be in 1..trials ({self.trials}); got {self.pass_k}")
+        return self
+
+
+class PipelineConfig(BaseModel):
+    """One pipeline run (module docstring): outputs in ``<runs_dir>/<name>/``."""
+
+    model_config = _STRICT
+    name: str = "pipeline"
+    runs_dir: str = "runs/pipeline"
+    description: str = ""
+    seed: int = 0
+    data_dir: str | None = None
+    index_dir: str | None = None
+    python: PythonSettings = PythonSettings()
+    benchmark: PipelineBench = PipelineBench()
+    env: EnvSettings = EnvSettings()
+    teacher: TeacherSettings = TeacherSettings()
+    collect: CollectSettings = CollectSettings()
+    model: ModelSettings = ModelSettings()
+    sft: SftSettings = SftSettings()
+    grpo: GrpoSettings = GrpoSettings()
+    eval: EvalSettings = EvalSettings()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return ArmConfig._dir_name(v)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+    def phase_identity(self, phase: str) -> dict[str, Any]:
+        """The settings phase ``phase`` depends on (besides its inputs' hashes, which the runner
+        adds): a changed value makes the phase's stored output another run's."""
+        d = self.model_dump(mode="json")
+        common = {"seed": self.seed, "env": d["env"]}
+        if phase == "bench":
+            return {"benchmark": d["benchmark"]}
+        if phase == "collect":
+            return {**common, "teacher": d["teacher"], "collect": d["collect"]}
+        if phase == "model":
+            return {"model": d["model"], "env": d["env"]}
+        if phase == "sft":
+            return {**common, "sft": d["sft"]}
+        if phase.startswith("grpo:"):
+            arm = next(a for a in d["grpo"]["arms"] if a["name"] == phase[5:])
+            g = {k: v for k, v in d["grpo"].items() if k != "arms"}
+            return {**common, "grpo": g, "arm": arm}
+        if phase.startswith("eval:"):
+            return {**common, "eval": d["eval"]}
+        raise KeyError(phase)

@@ -1,0 +1,271 @@
+"""The pipeline's report: ``report.md``, ``report.json`` and ``curves.png`` in the run directory.
+
+- **Hand-offs**: every checkpoint the pipeline wrote or read, with the content hash of its
+  weights, and the checks made on them (GRPO's first rollouts = the SFT weights; each evaluation
+  loaded the checkpoint it names).
+- **The paper-style table** (Table 2 of the paper, small scale): per model and split, Acc, Succ
+  (all and per task type), pass^k, R_z, R_tool and R_fmt per stage, the format-valid rate (share
+  of assistant turns holding a valid tool call or a valid final answer) and tool calls per episode.
+- **Learning**: per GRPO arm, the task reward (R_z + R_tool) of the first and last 5 steps with a
+  95% cluster-bootstrap interval of the difference, tool calls per trajectory, the share of
+  groups without reward variance; ``curves.png`` plots every component per step for every arm.
+- **Wall time** per phase.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shopping_companion.train_pipeline.learning import (
+    learning_delta,
+    read_rollouts,
+    step_means,
+    task_reward,
+    tool_calls,
+)
+
+__all__ = ["format_valid_rate", "write_report"]
+
+PLUMBING_NOTE = (
+    "A nano model's scores are a plumbing check of the chain (data, hand-offs, rewards, learning signal), "
+    "not a model result."
+)
+
+
+def format_valid_rate(results: str | Path) -> dict[str, Any]:
+    """Share of assistant turns that hold a valid action (a protocol tool call, or the stage's
+    parsable final answer; :func:`~shopping_companion.rewards.format.valid_action_turns`) over the
+    scored episodes of a results file: ``{"rate", "turns", "valid"}``."""
+    from shopping_companion.rewards.format import valid_action_turns
+    from shopping_companion.types import EpisodeResult
+
+    turns = valid = 0
+    p = Path(results)
+    if p.is_file():
+        with p.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    ep = EpisodeResult.model_validate_json(line)
+                except ValueError:
+                    continue
+                if ep.error:
+                    continue
+                for st in ep.stages:
+                    flags = valid_action_turns(st.trajectory)
+                    turns += len(flags)
+                    valid += sum(flags)
+    return {"rate": (valid / turns) if turns else None, "turns": turns, "valid": valid}
+
+
+def _eval_row(model: str, split: str, rec: dict[str, Any], ks: list[int]) -> dict[str, Any]:
+    out = rec["outputs"]
+    summ = (json.loads(Path(out["run_dir"], "summary.json").read_text(encoding="utf-8")) or {}).get("summary", {})
+    rm = summ.get("reward_means", {})
+    pk = next(iter((summ.get("pass_k") or {}).values()), {}).get("k", {})
+    row = {
+        "model": model,
+        "split": split,
+        "n": summ.get("n_scored"),
+        "acc": summ.get("acc"),
+        "succ": summ.get("succ"),
+        "succ_by_type": {t: v.get("succ") for t, v in (summ.get("by_task_type") or {}).items()},
+        "pass^k": {str(k): (pk.get(str(k)) or {}).get("pass^k") for k in ks},
+        "tool_calls": summ.get("mean_total_tool_calls"),
+        "format_valid": format_valid_rate(out["results"]),
+        "weights_sha256": out.get("weights_sha256"),
+    }
+    for stage in (1, 2):
+        for c in ("R_z", "R_tool", "R_fmt"):
+            row[f"s{stage}.{c}"] = rm.get(f"stage{stage}.{c}")
+    return row
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _curves(arms: dict[str, dict[str, Any]], path: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("task reward R_z + R_tool", task_reward),
+        ("R_z", lambda r: float(r["reward"].get("R_z", 0.0))),
+        ("R_tool", lambda r: float(r["reward"].get("R_tool", 0.0))),
+        ("R_fmt", lambda r: float(r["reward"].get("R_fmt", 0.0))),
+        ("trained total", lambda r: float(r["reward"].get("score", 0.0))),
+        ("tool calls / trajectory", tool_calls),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    drawn = []
+    for ax, (title, key) in zip(axes.flat, panels):
+        for name, rec in arms.items():
+            records = read_rollouts(Path(rec["outputs"].get("dir", "")) / "rollouts.jsonl")
+            if not records:
+                continue
+            means = step_means(records, key)
+            xs = list(means)
+            ax.plot(xs, list(means.values()), marker=".", label=name)
+            drawn.append(name)
+        ax.set_title(title)
+        ax.set_xlabel("GRPO step")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend()
+    fig.suptitle("GRPO learning curves on the training prompts (mean per step)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return sorted(set(drawn))
+
+
+def write_report(
+    pipe: Any,
+    bench: dict[str, Any],
+    collect: dict[str, Any],
+    base: dict[str, Any],
+    sft: dict[str, Any],
+    arms: dict[str, dict[str, Any]],
+    evals: dict[tuple[str, str], dict[str, Any]],
+    wall_s: float,
+) -> dict[str, Any]:
+    """Write ``report.md``, ``report.json`` and ``curves.png`` into ``pipe.run_dir`` (module
+    docstring); returns the report's data."""
+    from shopping_companion.train_pipeline.run import short
+
+    cfg = pipe.cfg
+    run_dir: Path = pipe.run_dir
+    ks = list(cfg.eval.pass_k)
+    rows = [_eval_row(m, s, rec, ks) for (m, s), rec in evals.items()]
+    learning = {}
+    for name, rec in arms.items():
+        records = read_rollouts(Path(rec["outputs"].get("dir", "")) / "rollouts.jsonl")
+        entry: dict[str, Any] = {"trajectories": len(records), "zero_std_groups": rec["outputs"].get("zero_std_groups")}
+        try:
+            entry["task_reward"] = learning_delta(records, key=task_reward)
+            entry["tool_calls"] = learning_delta(records, key=tool_calls)
+        except ValueError as e:
+            entry["note"] = str(e)
+        learning[name] = entry
+    drawn = _curves(arms, run_dir / "curves.png") if arms else []
+    handoffs = [
+        {
+            "checkpoint": "base",
+            "path": base["outputs"]["path"],
+            "weights_sha256": base["outputs"].get("weights_sha256"),
+        },
+        {"checkpoint": "sft", "path": sft["outputs"]["path"], "weights_sha256": sft["outputs"]["weights_sha256"]},
+    ]
+    for name, rec in arms.items():
+        o = rec["outputs"]
+        handoffs.append(
+            {
+                "checkpoint": f"grpo {name}",
+                "path": o["path"],
+                "weights_sha256": o.get("weights_sha256"),
+                "first_rollout_weights_sha256": o.get("first_rollout_weights_sha256"),
+            }
+        )
+    phases = {p: r.get("wall_s") for p, r in pipe.records.items()}
+    data = {
+        "name": cfg.name,
+        "benchmark": bench["outputs"],
+        "teacher": collect["outputs"].get("teacher"),
+        "collect": {k: collect["outputs"].get(k) for k in ("episodes", "succ_rate", "kept", "kept_by_stage")},
+        "sft": {k: sft["outputs"].get(k) for k in ("examples", "train_loss", "lf_check")},
+        "handoffs": handoffs,
+        "table": rows,
+        "learning": learning,
+        "curves": "curves.png" if drawn else None,
+        "wall_s": {"total_this_invocation": round(wall_s, 1), "phases": phases},
+        "note": PLUMBING_NOTE if base["outputs"].get("kind") == "nano" else None,
+    }
+    (run_dir / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True, default=str), encoding="utf-8")
+
+    L = [f"# Pipeline report: {cfg.name}", ""]
+    if cfg.description:
+        L += [cfg.description, ""]
+    if data["note"]:
+        L += [f"**{PLUMBING_NOTE}**", ""]
+    b = bench["outputs"]
+    L += [
+        f"- Benchmark: `{b['path']}` ({b['train']} train / {b['test']} test tasks, tasks hash {b['tasks_sha256']})",
+        f"- SFT teacher: {data['teacher']}; {collect['outputs']['episodes']} episodes, Succ "
+        f"{_fmt(collect['outputs']['succ_rate'])}, kept {collect['outputs']['kept']} stage trajectories",
+        f"- Base model: `{base['outputs']['path']}` ({base['outputs'].get('kind')}"
+        + (f", {base['outputs']['parameters']:,} parameters" if base["outputs"].get("parameters") else "")
+        + ")",
+        f"- SFT: {cfg.sft.finetuning} fine-tuning with LLaMA-Factory on {sft['outputs']['examples']} {cfg.sft.examples}-level "
+        f"examples, train loss {_fmt(sft['outputs'].get('train_loss'))}; LLaMA-Factory tokenization check: "
+        + (
+            f"{sft['outputs']['lf_check']['records']} examples, {sft['outputs']['lf_check']['mismatches']} differ"
+            if sft["outputs"].get("lf_check")
+            else "not run (base model not local)"
+        ),
+        f"- GRPO ({cfg.grpo.backend}): arms " + ", ".join(f"`{a.name}` ({a.reward_config})" for a in cfg.grpo.arms),
+        "",
+        "## Hand-offs (content hashes of the weights)",
+        "",
+        "| checkpoint | weights | first rollouts | path |",
+        "|---|---|---|---|",
+    ]
+    for h in handoffs:
+        fr = h.get("first_rollout_weights_sha256")
+        L.append(
+            f"| {h['checkpoint']} | `{short(h['weights_sha256'])}` | {('`' + short(fr) + '`') if fr else ''} | `{h['path']}` |"
+        )
+    L += [
+        "",
+        "Checked: each GRPO arm's first rollouts sampled from the SFT weights; each evaluation below loaded the "
+        "weights of the checkpoint it names (its `weights` column).",
+        "",
+        "## Results (same evaluation code for every model)",
+        "",
+        "| model | split | n | Acc | Succ | "
+        + " | ".join(f"pass^{k}" for k in ks)
+        + " | S1 R_z | S1 R_tool | S1 R_fmt | S2 R_z | S2 R_tool | S2 R_fmt | format-valid | tool calls | weights |",
+        "|" + "---|" * (15 + len(ks)),
+    ]
+    for r in rows:
+        fv = r["format_valid"]
+        L.append(
+            f"| {r['model']} | {r['split']} | {_fmt(r['n'])} | {_fmt(r['acc'])} | {_fmt(r['succ'])} | "
+            + " | ".join(_fmt(r["pass^k"].get(str(k))) for k in ks)
+            + " | "
+            + " | ".join(_fmt(r[f"s{s}.{c}"]) for s in (1, 2) for c in ("R_z", "R_tool", "R_fmt"))
+            + f" | {_fmt(fv['rate'])} ({fv['valid']}/{fv['turns']}) | {_fmt(r['tool_calls'], 2)} | `{short(r['weights_sha256'])}` |"
+        )
+    L += ["", "Succ by task type: " + "; ".join(f"{r['model']}/{r['split']} {r['succ_by_type']}" for r in rows), ""]
+    L += [
+        "## Learning (training prompts, per-trajectory rollout records)",
+        "",
+        "Task reward = R_z + R_tool (format excluded); Δ = mean of the last 5 steps − the first 5, 95% cluster "
+        "bootstrap over GRPO groups.",
+        "",
+        "| arm | trajectories | task reward first → last | Δ [95% CI] | tool calls first → last | zero-std groups |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, e in learning.items():
+        tr, tc, z = e.get("task_reward"), e.get("tool_calls"), e.get("zero_std_groups") or {}
+        if tr is None:
+            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | |")
+            continue
+        L.append(
+            f"| {name} | {e['trajectories']} | {tr['first']:.3f} → {tr['last']:.3f} | {tr['delta']:+.3f} "
+            f"[{_fmt(tr['ci_low'])}, {_fmt(tr['ci_high'])}] | {tc['first']:.2f} → {tc['last']:.2f} | "
+            f"{_fmt(z.get('mean'), 2)} |"
+        )
+    if drawn:
+        L += ["", "![learning curves](curves.png)"]
+    L += ["", "## Wall time per phase (s)", "", "| phase | seconds |", "|---|---|"]
+    L += [f"| {p} | {_fmt(s, 1)} |" for p, s in phases.items()]
+    L += ["", f"This invocation: {wall_s:.1f} s (reused phases count their original time above)."]
+    (run_dir / "report.md").write_text("\n".join(L) + "\n", encoding="utf-8")
+    return data

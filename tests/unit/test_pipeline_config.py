@@ -1,0 +1,74 @@
+"""`shopcomp pipeline`'s config and its phase bookkeeping (train_pipeline/config.py, run.py):
+bad settings are refused naming the field, a finished phase is reused, a phase made with other
+settings is refused, --fresh moves phases aside instead of deleting them."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from shopping_companion.config import load_model
+from shopping_companion.errors import ConfigError
+from shopping_companion.train_pipeline.config import PipelineConfig
+from shopping_companion.train_pipeline.run import Pipeline, phase_order
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cfg(tmp_path: Path, **sets: object) -> PipelineConfig:
+    flags = {"runs_dir": str(tmp_path), **sets}
+    return load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [], flags)
+
+
+def test_shipped_configs_load_and_name_every_phase(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    assert phase_order(cfg)[:6] == ["bench", "collect", "model", "sft", "grpo:outcome_only", "grpo:outcome_tool"]
+    assert len(phase_order(cfg)) == 6 + 4 * 2
+    paper = load_model(PipelineConfig, ROOT / "configs/pipeline/paper.yaml")
+    assert paper.grpo.backend == "verl" and paper.sft.finetuning == "lora" and paper.model.path
+
+
+@pytest.mark.parametrize(
+    ("sets", "needle"),
+    [
+        (["grpo.trainer_typo=1"], "grpo.trainer_typo"),
+        (["eval.pass_k=[1, 4]"], "pass_k"),
+        (["teacher.kind=openai"], "teacher.model"),
+        (["grpo.arms=[{name: a}, {name: a}]"], "distinct"),
+        (["grpo.arms=[{name: 'a/b'}]"], "directory name"),
+        (["sft.finetuning=partial"], "sft.finetuning"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field(tmp_path: Path, sets: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", sets)
+
+
+def test_a_phase_is_reused_refused_or_moved_aside(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, name="t")
+    out = io.StringIO()
+    pipe = Pipeline(cfg, Console(file=out, width=200))
+    calls: list[Path] = []
+
+    def body(d: Path) -> dict:
+        calls.append(d)
+        (d / "made.txt").write_text("x")
+        return {"path": str(d / "made.txt")}
+
+    first = pipe._phase("bench", {"path": None}, body)
+    assert first["status"] == "done" and len(calls) == 1
+    again = Pipeline(cfg, Console(file=out, width=200))._phase("bench", {"path": None}, body)
+    assert len(calls) == 1 and again["outputs"] == first["outputs"] and "reused" in out.getvalue()
+    with pytest.raises(ConfigError, match=r"phase bench: .* --fresh bench"):
+        Pipeline(cfg, Console(file=out, width=200))._phase("bench", {"path": "/elsewhere"}, body)
+    fresh = Pipeline(cfg, Console(file=out, width=200), fresh=["bench"])
+    fresh._move_aside_fresh()
+    stale = [p for p in (tmp_path / "t").iterdir() if p.name.startswith("bench.stale-")]
+    assert len(stale) == 1 and (stale[0] / "made.txt").read_text() == "x"  # moved, not deleted
+    assert json.loads((stale[0] / "phase.json").read_text())["status"] == "done"
+    with pytest.raises(ConfigError, match="unknown phase"):
+        Pipeline(cfg, Console(file=out, width=200), fresh=["nope"])
