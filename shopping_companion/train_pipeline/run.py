@@ -19,6 +19,8 @@ identity, inputs, outputs, weight hashes and wall time:
 
 A phase whose ``phase.json`` says done with the same identity is reused; one with another
 identity is refused (``--fresh PHASE`` moves it and every later phase aside, never deleting).
+One process at a time holds a run directory (a lock on ``<run>/.lock``; a second one stops with
+exit status 5).
 Hand-offs are proven by content hashes of the weights (:func:`~shopping_companion.llm.weights.weights_sha256`):
 GRPO's first rollouts must come from the SFT weights and every evaluation must have loaded the
 checkpoint it names; otherwise :class:`~shopping_companion.errors.HandoffError` (exit 3).
@@ -195,9 +197,15 @@ class Pipeline:
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
         """Run every phase, then write the report; returns the report's data."""
-        from shopping_companion.train_pipeline.report import write_report
+        from shopping_companion.runs import exclusive
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        with exclusive(self.run_dir / ".lock", what="pipeline", option="--name"):
+            return self._run_locked()
+
+    def _run_locked(self) -> dict[str, Any]:
+        from shopping_companion.train_pipeline.report import write_report
+
         self._move_aside_fresh()
         dump_yaml(self.cfg, self.run_dir / "config.yaml", header="shopcomp pipeline: the resolved config")
         t0 = time.perf_counter()

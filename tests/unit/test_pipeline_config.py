@@ -72,3 +72,14 @@ def test_a_phase_is_reused_refused_or_moved_aside(tmp_path: Path) -> None:
     assert json.loads((stale[0] / "phase.json").read_text())["status"] == "done"
     with pytest.raises(ConfigError, match="unknown phase"):
         Pipeline(cfg, Console(file=out, width=200), fresh=["nope"])
+
+
+def test_one_process_holds_a_run_directory(tmp_path: Path) -> None:
+    from shopping_companion.errors import RunLockedError
+    from shopping_companion.runs import exclusive
+
+    cfg = _cfg(tmp_path, name="locked")
+    (tmp_path / "locked").mkdir()
+    with exclusive(tmp_path / "locked" / ".lock"):
+        with pytest.raises(RunLockedError, match="another running pipeline"):
+            Pipeline(cfg, Console(file=io.StringIO())).run()
