@@ -47,7 +47,8 @@ def pipeline(
     Every phase is skipped when its output exists with the same identity; rerun the command to
     resume. Exit status: 0 done; 2 a configuration or data error (also a phase made with other
     settings: use --fresh PHASE or another --name); 3 a broken hand-off or a training run that
-    cannot be trusted (the report says which); 4 an endpoint down; 1 a bug."""
+    cannot be trusted (the report says which); 4 an endpoint down; 5 another process holds the run
+    directory; 1 a bug."""
     from shopping_companion.config import load_model
     from shopping_companion.train_pipeline.config import PipelineConfig
 

@@ -66,7 +66,12 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
         try:
             b = load_benchmark(cfg.benchmark.path)
             bench_path = cfg.benchmark.path
-            good(f"benchmark.path: {len(b.tasks)} tasks")
+            n_train = sum(t.split == "train" for t in b.tasks)
+            n_test = len(b.tasks) - n_train
+            if n_train and n_test:
+                good(f"benchmark.path: {n_train} train / {n_test} test tasks")
+            else:
+                bad(f"benchmark.path: the pipeline needs train and test tasks; it has {n_train} train, {n_test} test")
         except Exception as e:  # noqa: BLE001 - reported as a problem
             bad(f"benchmark.path: {e}")
     else:
@@ -75,7 +80,12 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
 
         try:
             s = SynthConfig.model_validate(cfg.benchmark.synth)
-            good(f"benchmark.synth: {s.n_tasks} tasks, test_fraction {s.test_fraction}")
+            if 0 < s.test_fraction < 1:
+                good(f"benchmark.synth: {s.n_tasks} tasks, test_fraction {s.test_fraction}")
+            else:
+                bad(
+                    f"benchmark.synth.test_fraction: must be between 0 and 1 for a train and a test split; got {s.test_fraction}"
+                )
         except ValueError as e:
             bad(f"benchmark.synth: {' '.join(str(e).split())[:300]}")
         try:
@@ -134,8 +144,8 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
         if (p / "config.json").is_file():
             ctx = json.loads((p / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
             good(f"model.path: {p} (context {ctx})")
-        elif p.exists():
-            bad(f"model.path: {p} has no config.json")
+        elif p.exists() or cfg.model.path.startswith((".", "/", "~")):
+            bad(f"model.path: {cfg.model.path} is not a model directory (no config.json)")
         else:
             good(f"model.path: {cfg.model.path} (a hub id: it must be in the local cache of the training machines)")
     else:
@@ -146,6 +156,9 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
     # SFT config through LLaMA-Factory's own parser
     from shopping_companion.sft.export import paper_train_config
 
+    lr = cfg.sft.args.get("learning_rate")
+    if lr is not None and not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
+        bad(f"sft.args.learning_rate: must be a number > 0; got {lr!r}")
     try:
         lf = paper_train_config(base_model=cfg.model.path or "MODEL", template=cfg.sft.template)
         lf.update({"finetuning_type": cfg.sft.finetuning, **cfg.sft.args})

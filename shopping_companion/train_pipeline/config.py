@@ -133,12 +133,20 @@ class ArmConfig(BaseModel):
 
     @field_validator("name")
     @classmethod
-    def _dir_name(cls, v: str) -> str:
-        import re
-
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", v):
-            raise ValueError(f"letters, digits, '_', '.', '-' only (a directory name); got {v!r}")
+    def _arm_name(cls, v: str) -> str:
+        v = _dir_name(v)
+        if v in ("base", "sft"):
+            raise ValueError(f"{v!r} names a model the pipeline evaluates itself (base, sft); pick another arm name")
         return v
+
+
+def _dir_name(v: str) -> str:
+    """``v`` when it is a plain directory name (letters, digits, ``_``, ``.``, ``-``; not ``.`` or ``..``)."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", v) or set(v) == {"."}:
+        raise ValueError(f"letters, digits, '_', '.', '-' only, not '.' or '..' (a directory name); got {v!r}")
+    return v
 
 
 class GrpoSettings(BaseModel):
@@ -179,7 +187,9 @@ class EvalSettings(BaseModel):
     ``splits`` (test and train), ``trials`` per task (>= 2 for pass^k), ``pass_k``,
     ``temperature`` / ``top_p`` of the policy, ``concurrency`` (episodes in flight; their turns are
     generated in batches), ``device`` (cpu | cuda | auto), ``include_base`` (evaluate the base
-    model too)."""
+    model too), ``checkpoints``: ``final`` (each arm's last checkpoint) or ``all`` (every checkpoint
+    an arm saved, named ``<arm>@<step>``; set ``grpo.trainer.save_steps`` and
+    ``save_total_limit`` to keep them)."""
 
     model_config = _STRICT
     splits: list[Literal["test", "train"]] = Field(default_factory=lambda: ["test", "train"], min_length=1)
@@ -190,6 +200,7 @@ class EvalSettings(BaseModel):
     concurrency: int = Field(default=16, ge=1)
     device: str = "cpu"
     include_base: bool = True
+    checkpoints: Literal["final", "all"] = "final"
 
     @model_validator(mode="after")
     def _k_fits(self) -> EvalSettings:
@@ -221,7 +232,7 @@ class PipelineConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return ArmConfig._dir_name(v)
+        return _dir_name(v)
 
     @property
     def run_dir(self) -> Path:

@@ -228,10 +228,12 @@ def write_report(
         "",
         "## Results (same evaluation code for every model)",
         "",
+        "`n`: scored episodes (tasks × trials).",
+        "",
         "| model | split | n | Acc | Succ | "
         + " | ".join(f"pass^{k}" for k in ks)
         + " | S1 R_z | S1 R_tool | S1 R_fmt | S2 R_z | S2 R_tool | S2 R_fmt | format-valid | tool calls | weights |",
-        "|" + "---|" * (15 + len(ks)),
+        "|" + "---|" * (14 + len(ks)),
     ]
     for r in rows:
         fv = r["format_valid"]
@@ -255,13 +257,21 @@ def write_report(
     for name, e in learning.items():
         tr, tc, z = e.get("task_reward"), e.get("tool_calls"), e.get("zero_std_groups") or {}
         if tr is None:
-            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | |")
+            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | {_fmt(z.get('mean'), 2)} |")
             continue
         L.append(
             f"| {name} | {e['trajectories']} | {tr['first']:.3f} → {tr['last']:.3f} | {tr['delta']:+.3f} "
             f"[{_fmt(tr['ci_low'])}, {_fmt(tr['ci_high'])}] | {tc['first']:.2f} → {tc['last']:.2f} | "
             f"{_fmt(z.get('mean'), 2)} |"
         )
+    sft_sha = sft["outputs"]["weights_sha256"]
+    for name, rec in arms.items():
+        if rec["outputs"].get("weights_sha256") == sft_sha:
+            L += [
+                "",
+                f"**Warning: GRPO arm `{name}` ended with the SFT weights unchanged** (no group had a reward "
+                "difference to learn from, or the learning rate is 0); its rows above are the SFT model's.",
+            ]
     if drawn:
         L += ["", "![learning curves](curves.png)"]
     L += ["", "## Wall time per phase (s)", "", "| phase | seconds |", "|---|---|"]

@@ -127,9 +127,15 @@ class Pipeline:
                 target = d.with_name(f"{d.name}.stale-{stamp}")
                 d.rename(target)
                 self.say(f"--fresh: moved {d} aside to {target.name}")
-        report = self.run_dir / "report.md"
-        if report.exists():
-            report.rename(report.with_name(f"report.md.stale-{stamp}"))
+        if any(p.startswith(("grpo:", "eval:")) for p in self.order[start:]):  # checkpoint evaluations (<arm>@<step>)
+            for d in sorted((self.run_dir / "eval").glob("*@*")):
+                if d.is_dir() and ".stale-" not in d.name:
+                    d.rename(d.with_name(f"{d.name}.stale-{stamp}"))
+                    self.say(f"--fresh: moved {d} aside")
+        for name in ("report.md", "report.json", "curves.png"):
+            report = self.run_dir / name
+            if report.exists():
+                report.rename(report.with_name(f"{name}.stale-{stamp}"))
 
     def _load(self, phase: str) -> dict[str, Any] | None:
         p = _phase_dir(self.run_dir, phase) / PHASE_FILE
@@ -189,10 +195,15 @@ class Pipeline:
         with log.open("a", encoding="utf-8") as f:
             f.write(f"$ {' '.join(cmd)}\n")
             f.flush()
-            rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, cwd=str(log.parent))
+            rc = subprocess.call(
+                cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, cwd=str(log.parent), preexec_fn=_die_with_parent
+            )
         if rc != 0:
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
             raise TrainingError(f"{what} failed (exit {rc}); last lines of {log}:\n" + "\n".join(tail))
+
+    def _write_config(self) -> None:
+        dump_yaml(self.cfg, self.run_dir / "config.yaml", header="shopcomp pipeline: the resolved config")
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
@@ -207,7 +218,8 @@ class Pipeline:
         from shopping_companion.train_pipeline.report import write_report
 
         self._move_aside_fresh()
-        dump_yaml(self.cfg, self.run_dir / "config.yaml", header="shopcomp pipeline: the resolved config")
+        if not (self.run_dir / "config.yaml").exists():
+            self._write_config()
         t0 = time.perf_counter()
         bench = self.phase_bench()
         collect = self.phase_collect(bench)
@@ -219,12 +231,17 @@ class Pipeline:
             models["base"] = base["outputs"]
         models["sft"] = sft["outputs"]
         for name, rec in arms.items():
+            if self.cfg.eval.checkpoints == "all":  # every saved checkpoint but the final one, by step
+                for c in rec["outputs"].get("checkpoints") or []:
+                    if c["path"] != rec["outputs"]["path"]:
+                        models[f"{name}@{c['step']}"] = c
             models[name] = rec["outputs"]
         evals = {}
         for m, out in models.items():
             for split in self.cfg.eval.splits:
                 evals[(m, split)] = self.phase_eval(m, split, out, bench)
         data = write_report(self, bench, collect, base, sft, arms, evals, time.perf_counter() - t0)
+        self._write_config()  # only now: a refused rerun leaves the config of the outputs in place
         self.say(f"report: {self.run_dir / 'report.md'}")
         return data
 
@@ -258,7 +275,12 @@ class Pipeline:
             if not train or not test:
                 raise DataError(
                     f"benchmark {path}: the pipeline needs train and test tasks (has {len(train)} train, "
-                    f"{len(test)} test); set benchmark.synth.test_fraction between 0 and 1"
+                    f"{len(test)} test); "
+                    + (
+                        "benchmark.path must name a benchmark with both splits"
+                        if given
+                        else "set benchmark.synth.test_fraction between 0 and 1"
+                    )
                 )
             return {
                 "path": str(path),
@@ -349,6 +371,12 @@ class Pipeline:
             if m.path:
                 path = m.path
                 local = Path(path).expanduser()
+                looks_local = local.exists() or path.startswith((".", "/", "~"))
+                if looks_local and not (local / "config.json").is_file():
+                    raise DataError(
+                        f"model.path (--model): {path!r} is not a model directory (no config.json); give a local "
+                        "checkpoint directory or a hub id"
+                    )
                 sha = weights_sha256(local) if (local / "config.json").is_file() else None
                 return {
                     "path": str(local.resolve()) if local.exists() else path,
@@ -514,6 +542,14 @@ class Pipeline:
             sha = (summary.get("checkpoint_weights_sha256") or {}).get(final)
             return {
                 "path": final,
+                "checkpoints": [
+                    {
+                        "path": c,
+                        "step": int(c.rsplit("-", 1)[-1]),
+                        "weights_sha256": (summary.get("checkpoint_weights_sha256") or {}).get(c),
+                    }
+                    for c in ckpts
+                ],
                 "weights_sha256": sha,
                 "steps": summary.get("steps"),
                 "dir": str(d / "trl"),
@@ -647,6 +683,18 @@ class Pipeline:
         return self._phase(
             f"eval:{model}:{split}", {"model": expected, "bench": bench["outputs"]["tasks_sha256"]}, body
         )
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the child gets SIGTERM when the pipeline process dies, even by SIGKILL, so no orphaned
+    trainer keeps writing into a phase directory another run may take over."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _read_json(path: Path) -> Any:

@@ -483,6 +483,41 @@ def _callback(
     return _Print()
 
 
+def _step_of(ckpt: Path | None) -> int:
+    return int(ckpt.name.rsplit("-", 1)[-1]) if ckpt is not None and ckpt.name.rsplit("-", 1)[-1].isdigit() else 0
+
+
+def _align_step_logs(out: Path, ckpt: Path | None) -> None:
+    """Make ``metrics.jsonl`` / ``rollouts.jsonl`` agree with where training (re)starts: records of
+    steps after the checkpoint (all of them when starting afresh) were made by a run that is being
+    redone, so they are dropped from the live files; the files as they were are kept beside them
+    as ``<name>.stale-<UTC time>``."""
+    start = _step_of(ckpt)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    # a metrics line is logged at the end of its step; a rollout line carries the step it was sampled at (done - 1)
+    for name, keep in (("metrics.jsonl", lambda s: s <= start), ("rollouts.jsonl", lambda s: s < start)):
+        path = out / name
+        if not path.is_file():
+            continue
+        kept, dropped = [], 0
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                step = int(json.loads(line)["step"])
+            except (ValueError, KeyError, TypeError):
+                dropped += 1
+                continue
+            if keep(step):
+                kept.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            target, n = path.with_name(f"{name}.stale-{stamp}"), 1
+            while target.exists():  # never replace an earlier copy
+                target, n = path.with_name(f"{name}.stale-{stamp}-{n}"), n + 1
+            path.rename(target)
+            path.write_text("".join(x + "\n" for x in kept), encoding="utf-8")
+
+
 def zero_std_summary(logs: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"mean": share of zero-variance groups averaged over the logged steps (None without
     any), "steps": number of logged steps that report it}``."""
@@ -553,6 +588,7 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
         check_resume_config(cfg, spec.identity(), ckpt, console)
     out.mkdir(parents=True, exist_ok=True)
     dump_yaml(cfg, out / "config.yaml", header=f"{_HEADER}{json.dumps(spec.identity(), sort_keys=True)})")
+    _align_step_logs(out, ckpt)
 
     t0 = time.perf_counter()
     from datasets import Dataset

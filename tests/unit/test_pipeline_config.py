@@ -83,3 +83,25 @@ def test_one_process_holds_a_run_directory(tmp_path: Path) -> None:
     with exclusive(tmp_path / "locked" / ".lock"):
         with pytest.raises(RunLockedError, match="another running pipeline"):
             Pipeline(cfg, Console(file=io.StringIO())).run()
+
+
+def test_grpo_step_logs_follow_the_checkpoint_a_run_restarts_from(tmp_path: Path) -> None:
+    from shopping_companion.trainers.trl_train import _align_step_logs
+
+    out = tmp_path / "trl"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+    (out / "rollouts.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (0, 0, 1, 1, 2, 2)))
+    _align_step_logs(out, out / "checkpoint-2")  # steps 1-2 are in the checkpoint; step 3 is redone
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert [json.loads(x)["step"] for x in (out / "rollouts.jsonl").read_text().splitlines()] == [0, 0, 1, 1]
+    stale = sorted(p.name for p in out.iterdir() if ".stale-" in p.name)
+    assert len(stale) == 2  # the files as they were, kept
+    _align_step_logs(out, None)  # a fresh start: nothing of the old run stays live
+    assert (out / "metrics.jsonl").read_text() == "" and (out / "rollouts.jsonl").read_text() == ""
+
+
+@pytest.mark.parametrize("name", ["sft", "base", "..", ".", "a@1"])
+def test_arm_names_cannot_collide_or_leave_the_run(name: str) -> None:
+    with pytest.raises(ConfigError, match="grpo.arms"):
+        load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [f"grpo.arms=[{{name: '{name}'}}]"])

@@ -43,6 +43,9 @@ SETS = [
     "env.max_tokens_per_turn=24",
     "eval.trials=2",
     "eval.concurrency=8",
+    "eval.checkpoints=all",  # checkpoint-1 of each arm too
+    "grpo.trainer.save_steps=1",
+    "grpo.trainer.save_total_limit=2",
 ]
 
 
@@ -116,6 +119,10 @@ def test_handoffs_are_proven_by_weight_hashes(chain: tuple[Path, subprocess.Comp
         "sft": sft,
         **{a: h[f"grpo {a}"]["weights_sha256"] for a in ("outcome_only", "outcome_tool")},
     }
+    for arm in ("outcome_only", "outcome_tool"):
+        grpo = json.loads((run / "grpo" / arm / "phase.json").read_text())["outputs"]
+        assert [c["step"] for c in grpo["checkpoints"]] == [1, 2]
+        expected[f"{arm}@1"] = grpo["checkpoints"][0]["weights_sha256"]
     for row in report["table"]:
         assert row["weights_sha256"] == expected[row["model"]], row  # each eval loaded what it names
 
@@ -124,9 +131,8 @@ def test_report_has_the_table_curves_and_wall_times(chain: tuple[Path, subproces
     run, _ = chain
     md = (run / "report.md").read_text()
     report = json.loads((run / "report.json").read_text())
-    assert {(r["model"], r["split"]) for r in report["table"]} == {
-        (m, s) for m in ("base", "sft", "outcome_only", "outcome_tool") for s in ("test", "train")
-    }
+    models = ("base", "sft", "outcome_only@1", "outcome_only", "outcome_tool@1", "outcome_tool")
+    assert {(r["model"], r["split"]) for r in report["table"]} == {(m, s) for m in models for s in ("test", "train")}
     for r in report["table"]:
         assert r["n"] and r["format_valid"]["turns"] > 0
         assert set(r["pass^k"]) == {"1", "2"}
@@ -140,13 +146,24 @@ def test_report_has_the_table_curves_and_wall_times(chain: tuple[Path, subproces
     assert "| sft | test |" in md and "pass^2" in md
 
 
+def test_grpo_summary_keeps_every_logged_metric(chain: tuple[Path, subprocess.CompletedProcess]) -> None:
+    run, _ = chain
+    summary = json.loads((run / "grpo" / "outcome_tool" / "trl" / "summary.json").read_text())
+    assert summary["steps"] == 2 and len(summary["logged"]) == 2
+    for entry in summary["logged"]:
+        assert {"entropy", "frac_reward_zero_std", "grad_norm", "rewards/R_tool/mean"} <= set(entry)
+    metrics = (run / "grpo" / "outcome_tool" / "trl" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in metrics] == [1, 2]
+    assert summary["zero_std_groups"]["steps"] == 2
+
+
 def test_rerun_reuses_every_phase(chain: tuple[Path, subprocess.CompletedProcess]) -> None:
     run, _ = chain
     res = _run(run.parent)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
     out = res.stdout + res.stderr
     assert "] running" not in out
-    assert out.count("reused") == 14
+    assert out.count("reused") == 6 + 6 * 2  # 4 phases, 2 arms, 6 models x 2 splits
 
 
 def test_changed_settings_are_refused_not_mixed(chain: tuple[Path, subprocess.CompletedProcess]) -> None:
