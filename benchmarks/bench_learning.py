@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-dir", default=None, help="parent of the run directory (default: the config's)")
     ap.add_argument("--name", default=None, help="run name (default: the config's)")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config override key=value")
+    ap.add_argument("--fresh", action="append", default=[], help="recompute this phase and later ones (e.g. grpo)")
     ap.add_argument("--window", type=int, default=5, help="steps at each end compared (default 5)")
     ap.add_argument(
         "--split", default="train", help="split of the checked format-valid rate (default train: the training prompts)"
@@ -81,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg.grpo.arms = real + controls
     other = "test" if a.split == "train" else "train"
     cfg.eval.splits = [a.split, other]  # format-valid rates of base and SFT; the other split is reported
-    pipe = Pipeline(cfg, console)
+    pipe = Pipeline(cfg, console, fresh=a.fresh)
+    pipe.run_dir.mkdir(parents=True, exist_ok=True)
+    pipe._move_aside_fresh()
     t0 = time.perf_counter()
     bench = pipe.phase_bench()
     collect = pipe.phase_collect(bench)
