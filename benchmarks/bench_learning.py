@@ -83,20 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     other = "test" if a.split == "train" else "train"
     cfg.eval.splits = [a.split, other]  # format-valid rates of base and SFT; the other split is reported
     pipe = Pipeline(cfg, console, fresh=a.fresh)
-    pipe.run_dir.mkdir(parents=True, exist_ok=True)
-    pipe._move_aside_fresh()
     t0 = time.perf_counter()
-    bench = pipe.phase_bench()
-    collect = pipe.phase_collect(bench)
-    base = pipe.phase_model(collect)
-    sft = pipe.phase_sft(bench, collect, base)
-    fv, fv_other = {}, {}
-    for name, rec in (("base", base), ("sft", sft)):
-        ev = pipe.phase_eval(name, a.split, rec["outputs"], bench)
-        fv[name] = format_valid_rate(ev["outputs"]["results"])
-        ev = pipe.phase_eval(name, other, rec["outputs"], bench)
-        fv_other[name] = format_valid_rate(ev["outputs"]["results"])
-    arms = {arm.name: pipe.phase_grpo(arm, bench, sft) for arm in cfg.grpo.arms}
+    with pipe.locked():
+        bench, collect, base, sft = pipe.through_sft()
+        fv, fv_other = {}, {}
+        for name, rec in (("base", base), ("sft", sft)):
+            ev = pipe.phase_eval(name, a.split, rec["outputs"], bench)
+            fv[name] = format_valid_rate(ev["outputs"]["results"])
+            ev = pipe.phase_eval(name, other, rec["outputs"], bench)
+            fv_other[name] = format_valid_rate(ev["outputs"]["results"])
+        arms = {arm.name: pipe.phase_grpo(arm, bench, sft) for arm in cfg.grpo.arms}
     rows = {}
     for name, rec in arms.items():
         records = read_rollouts(Path(rec["outputs"]["dir"]) / "rollouts.jsonl")

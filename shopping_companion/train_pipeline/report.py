@@ -26,12 +26,17 @@ from shopping_companion.train_pipeline.learning import (
     tool_calls,
 )
 
-__all__ = ["format_valid_rate", "write_report"]
+__all__ = ["format_valid_rate", "short", "write_report"]
 
 PLUMBING_NOTE = (
     "A nano model's scores are a plumbing check of the chain (data, hand-offs, rewards, learning signal), "
     "not a model result."
 )
+
+
+def short(sha: str | None) -> str:
+    """The first 12 hex digits of a hash (``-`` for None)."""
+    return sha[:12] if sha else "-"
 
 
 def format_valid_rate(results: str | Path) -> dict[str, Any]:
@@ -138,8 +143,6 @@ def write_report(
 ) -> dict[str, Any]:
     """Write ``report.md``, ``report.json`` and ``curves.png`` into ``pipe.run_dir`` (module
     docstring); returns the report's data."""
-    from shopping_companion.train_pipeline.run import short
-
     cfg = pipe.cfg
     run_dir: Path = pipe.run_dir
     ks = list(cfg.eval.pass_k)

@@ -43,16 +43,12 @@ from shopping_companion.config import config_hash, dump_yaml
 from shopping_companion.pipeline import file_sha256
 from shopping_companion.errors import ConfigError, DataError, HandoffError, TrainingError
 from shopping_companion.train_pipeline.config import PipelineConfig
+from shopping_companion.train_pipeline.report import short
 
-__all__ = ["PHASE_FILE", "Pipeline", "phase_order", "short"]
+__all__ = ["PHASE_FILE", "Pipeline", "phase_order"]
 
 PHASE_FILE = "phase.json"
 _REPO = Path(__file__).resolve().parents[2]
-
-
-def short(sha: str | None) -> str:
-    """The first 12 hex digits of a hash (``-`` for None)."""
-    return sha[:12] if sha else "-"
 
 
 def phase_order(cfg: PipelineConfig) -> list[str]:
@@ -206,25 +202,40 @@ class Pipeline:
         dump_yaml(self.cfg, self.run_dir / "config.yaml", header="shopcomp pipeline: the resolved config")
 
     # ------------------------------------------------------------------ run
-    def run(self) -> dict[str, Any]:
-        """Run every phase, then write the report; returns the report's data."""
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the run directory (created if missing; :class:`~shopping_companion.errors.RunLockedError`
+        when another process holds it) with the ``--fresh`` phases moved aside."""
         from shopping_companion.runs import exclusive
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with exclusive(self.run_dir / ".lock", what="pipeline", option="--name"):
-            return self._run_locked()
+            self._move_aside_fresh()
+            yield
 
-    def _run_locked(self) -> dict[str, Any]:
-        from shopping_companion.train_pipeline.report import write_report
-
-        self._move_aside_fresh()
-        if not (self.run_dir / "config.yaml").exists():
-            self._write_config()
-        t0 = time.perf_counter()
+    def through_sft(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The phases up to SFT (run or reused), in order: ``(bench, collect, model, sft)`` records.
+        Call it inside :meth:`locked`."""
         bench = self.phase_bench()
         collect = self.phase_collect(bench)
         base = self.phase_model(collect)
-        sft = self.phase_sft(bench, collect, base)
+        return bench, collect, base, self.phase_sft(bench, collect, base)
+
+    def run(self) -> dict[str, Any]:
+        """Run every phase, then write the report; returns the report's data."""
+        with self.locked():
+            if not (self.run_dir / "config.yaml").exists():
+                self._write_config()
+            t0 = time.perf_counter()
+            bench, collect, base, sft = self.through_sft()
+            return self._after_sft(bench, collect, base, sft, t0)
+
+    def _after_sft(
+        self, bench: dict[str, Any], collect: dict[str, Any], base: dict[str, Any], sft: dict[str, Any], t0: float
+    ) -> dict[str, Any]:
+        """GRPO arms, evaluations and the report, from the SFT phase's records."""
+        from shopping_companion.train_pipeline.report import write_report
+
         arms = {a.name: self.phase_grpo(a, bench, sft) for a in self.cfg.grpo.arms}
         models: dict[str, dict[str, Any]] = {}
         if self.cfg.eval.include_base:
@@ -459,7 +470,7 @@ class Pipeline:
                 )
             cli = str(Path(sft_py).with_name("llamafactory-cli"))
             self._sub([cli, "train", str(summary.train_yaml)], log, "LLaMA-Factory SFT", env={"WANDB_MODE": "disabled"})
-            trained = Path(json.loads(json.dumps(_yaml(summary.train_yaml)))["output_dir"])
+            trained = Path(_yaml(summary.train_yaml)["output_dir"])
             if s.finetuning == "lora":
                 self._sub([cli, "export", str(summary.merge_yaml)], log, "merging the LoRA adapter")
                 model_dir = Path(_yaml(summary.merge_yaml)["export_dir"])
