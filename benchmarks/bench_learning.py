@@ -9,8 +9,10 @@ four GRPO arms from the same SFT weights, same seed and budget:
 - ``frozen``: the paper rubric with learning rate 0 (a null control: its task reward must stay flat).
 
 It reports, on the training prompts, each arm's mean task reward (R_z + R_tool, format excluded)
-over its last 5 GRPO steps minus its first 5, with a 95% cluster-bootstrap interval over GRPO
-groups (``shopping_companion.train_pipeline.learning``), tool calls per trajectory first → last,
+over its last 5 GRPO steps minus its first 5, paired by prompt (each training prompt's mean in
+the last window minus its mean in the first), with a 95% cluster-bootstrap interval over prompts
+(``shopping_companion.train_pipeline.learning``; the unpaired difference is printed beside it),
+tool calls per trajectory first → last,
 and the format-valid rate (share of assistant turns holding a valid tool call or a valid final
 answer) of the SFT model against the base model, on the training prompts (``--split``; the other
 split is reported too).
@@ -130,14 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         f"format-valid rate ({other} split, reported only): base {fv_other['base']['rate'] or 0:.3f}, "
         f"SFT {fv_other['sft']['rate'] or 0:.3f}"
     )
-    print("arm            task reward first → last   Δ [95% CI]                 tool calls first → last  zero-std")
+    print("arm           task first → last  Δ [95% CI]              paired  unpaired Δ  tools first → last  zero-std")
     for name, r in rows.items():
         t, k = r["task"], r["tools"]
         ci = f"[{t['ci_low']:+.3f}, {t['ci_high']:+.3f}]" if t["ci_low"] is not None else "[–]"
         z = f"{r['zero_std']:.2f}" if r["zero_std"] is not None else "–"
+        by = f"{t['units']}" if t["pairing"] == "prompt" else "no"
         print(
-            f"{name:14s} {t['first']:.3f} → {t['last']:.3f}            {t['delta']:+.3f} {ci:22s}  "
-            f"{k['first']:.2f} → {k['last']:.2f}              {z}"
+            f"{name:13s} {t['first']:.3f} → {t['last']:.3f}  {t['delta']:+.3f} {ci:18s}  {by:6s}  "
+            f"{t['delta_unpaired']:+.3f}      {k['first']:.2f} → {k['last']:.2f}         {z}"
         )
     for f in fails:
         print(f"FAIL {f}")

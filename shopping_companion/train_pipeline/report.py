@@ -251,21 +251,23 @@ def write_report(
     L += [
         "## Learning (training prompts, per-trajectory rollout records)",
         "",
-        "Task reward = R_z + R_tool (format excluded); Δ = mean of the last 5 steps − the first 5, 95% cluster "
-        "bootstrap over GRPO groups.",
+        "Task reward = R_z + R_tool (format excluded); Δ = mean of the last 5 steps − the first 5, paired by "
+        "prompt (each prompt against itself; `pairing: none` = all groups, unpaired), 95% cluster bootstrap; "
+        "unpaired Δ = every trajectory of the last window − the first.",
         "",
-        "| arm | trajectories | task reward first → last | Δ [95% CI] | tool calls first → last | zero-std groups |",
-        "|---|---|---|---|---|---|",
+        "| arm | trajectories | task reward first → last | Δ [95% CI] | pairing (units) | unpaired Δ "
+        "| tool calls first → last | zero-std groups |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, e in learning.items():
         tr, tc, z = e.get("task_reward"), e.get("tool_calls"), e.get("zero_std_groups") or {}
         if tr is None:
-            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | {_fmt(z.get('mean'), 2)} |")
+            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | | | {_fmt(z.get('mean'), 2)} |")
             continue
         L.append(
             f"| {name} | {e['trajectories']} | {tr['first']:.3f} → {tr['last']:.3f} | {tr['delta']:+.3f} "
-            f"[{_fmt(tr['ci_low'])}, {_fmt(tr['ci_high'])}] | {tc['first']:.2f} → {tc['last']:.2f} | "
-            f"{_fmt(z.get('mean'), 2)} |"
+            f"[{_fmt(tr['ci_low'])}, {_fmt(tr['ci_high'])}] | {tr['pairing']} ({tr['units']}) | "
+            f"{tr['delta_unpaired']:+.3f} | {tc['first']:.2f} → {tc['last']:.2f} | {_fmt(z.get('mean'), 2)} |"
         )
     sft_sha = sft["outputs"]["weights_sha256"]
     for name, rec in arms.items():

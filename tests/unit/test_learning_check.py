@@ -38,6 +38,53 @@ def test_a_flat_reward_contains_zero_and_a_falling_one_is_below() -> None:
     assert falling["ci_high"] < 0
 
 
+def _prompt_records(slope: float, steps: int = 16, prompts: int = 16, per_step: int = 4, seed: int = 0) -> list[dict]:
+    """Each step draws ``per_step`` of ``prompts`` prompts in epoch order; prompt difficulty spreads widely."""
+    rng = random.Random(seed)
+    level = [rng.uniform(0.0, 1.5) for _ in range(prompts)]
+    out = []
+    order: list[int] = []
+    for s in range(steps):
+        if len(order) < per_step:
+            order += rng.sample(range(prompts), prompts)
+        for g in range(per_step):
+            p = order.pop(0)
+            for _ in range(4):
+                r = level[p] + slope * s + rng.gauss(0, 0.3)
+                out.append(
+                    {
+                        "step": s,
+                        "group": g,
+                        "task_id": f"t{p // 2}",
+                        "stage": 1 + p % 2,
+                        "reward": {"R_z": r, "R_tool": 0.0},
+                    }
+                )
+    return out
+
+
+def test_pairing_by_prompt_removes_the_spread_between_prompts() -> None:
+    recs = _prompt_records(0.01, seed=0)
+    paired = learning_delta(recs)
+    unpaired = learning_delta(recs, paired=False)
+    assert paired["pairing"] == "prompt" and paired["units"] == 16 and unpaired["pairing"] == "none"
+    assert paired["ci_low"] > 0  # the rise is seen ...
+    assert unpaired["ci_low"] < 0  # ... where the prompt mix hides it
+    assert paired["ci_high"] - paired["ci_low"] < unpaired["ci_high"] - unpaired["ci_low"]
+    assert unpaired["delta"] == unpaired["delta_unpaired"] == paired["delta_unpaired"]
+    flat = learning_delta(_prompt_records(0.0, seed=3))
+    assert flat["ci_low"] < 0 < flat["ci_high"]
+    falling = learning_delta(_prompt_records(-0.02, seed=4))
+    assert falling["ci_high"] < 0
+
+
+def test_pairing_needs_enough_common_prompts() -> None:
+    recs = _prompt_records(0.02, prompts=16, per_step=1)  # 5 prompts a window: few in common
+    d = learning_delta(recs, min_pairs=8)
+    assert d["pairing"] == "none" and d["delta"] == d["delta_unpaired"]
+    assert learning_delta(recs, min_pairs=1)["pairing"] in ("prompt", "none")
+
+
 def test_task_reward_excludes_format_and_short_runs_are_refused() -> None:
     rec = {"step": 0, "group": 0, "reward": {"R_z": 0.5, "R_tool": 0.25, "R_fmt": 1.0}}
     assert task_reward(rec) == 0.75
