@@ -87,12 +87,14 @@ class TeacherSettings(BaseModel):
 class CollectSettings(BaseModel):
     """Rejection sampling (``shopcomp sft collect``): ``trials`` episodes per train task, the
     teacher's sampling ``temperature``, the keep rule (``succ`` | ``stage`` | ``pref_acc``; see
-    docs/sft.md) and ``concurrency``."""
+    docs/sft.md), ``min_acc`` (the stage-1 Acc threshold of ``pref_acc``, in [0, 1]) and
+    ``concurrency``."""
 
     model_config = _STRICT
     trials: int = Field(default=4, ge=1)
     temperature: float = Field(default=0.6, ge=0)
     keep: Literal["succ", "stage", "pref_acc"] = "stage"
+    min_acc: float = Field(default=1.0, ge=0.0, le=1.0)
     concurrency: int = Field(default=8, ge=1)
 
 

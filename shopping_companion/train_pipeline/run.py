@@ -332,7 +332,7 @@ class Pipeline:
                         "concurrency": self.cfg.collect.concurrency,
                         "seed": self.cfg.seed,
                         "env": {"max_turns": self.cfg.env.max_turns},
-                        "keep": {"rule": self.cfg.collect.keep},
+                        "keep": {"rule": self.cfg.collect.keep, "min_acc": self.cfg.collect.min_acc},
                         "data": {"data_dir": self.cfg.data_dir, "index_dir": self.cfg.index_dir},
                     },
                 )
