@@ -3,7 +3,6 @@ conversation pool, a benchmark, per-user memory stores and the default judge."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -32,14 +31,15 @@ def catalog_file(data_dir: str | Path | None = None) -> Path:
     return p
 
 
-@functools.lru_cache(maxsize=2)
 def load_catalog(path: str | Path, format: str = "auto"):
-    """Load a catalog file once per process (``(products, LoadReport)``); later calls reuse it.
-    ``format``: as for :func:`shopping_companion.catalog.sources.load_catalog_file` (``"auto"``
-    reads our products.jsonl.gz and Amazon 2023 / 2018 metadata)."""
-    from shopping_companion.catalog.sources import load_catalog_file
+    """``(products, LoadReport)`` of a catalog file, parsed once per process and cached on disk
+    (:func:`shopping_companion.catalog.cache.load_catalog`; ``"auto"`` and the resolved format
+    share one entry). ``format``: as for :func:`shopping_companion.catalog.sources.load_catalog_file`
+    (``"auto"`` reads our products.jsonl.gz and Amazon 2023 / 2018 metadata). Read-only: every
+    caller gets the same list."""
+    from shopping_companion.catalog.cache import load_catalog as load
 
-    return load_catalog_file(Path(path), format)
+    return load(Path(path), format)
 
 
 #: Set to 1 to never download the fallback catalog (fail with the data-directory error instead).

@@ -37,9 +37,11 @@ def catalog_path(data_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def catalog_products(catalog_path: Path):
-    from shopping_companion.catalog.loader import load_products
+    """The real catalog, parsed once per process (shared with the index build and every command run
+    in-process; read-only) and cached in the session's cache directory."""
+    from shopping_companion.catalog.cache import load_catalog
 
-    products, _report = load_products(catalog_path)
+    products, _report = load_catalog(catalog_path)
     return products
 
 

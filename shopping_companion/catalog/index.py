@@ -752,7 +752,9 @@ def open_or_build(
     :func:`~shopping_companion.catalog.sources.load_catalog_file` (our ``products.jsonl.gz``,
     Amazon 2023 / 2018 metadata, or CSV / JSON lines / Parquet with a field mapping).
 
-    * no index yet (or ``rebuild=True``): load the catalog and build it;
+    * no index yet (or ``rebuild=True``): load the catalog (through
+      :func:`~shopping_companion.catalog.cache.load_catalog`, so the products stay parsed for the
+      rest of the process and on disk for the next one) and build it;
     * an index whose manifest matches the catalog's content hash and this code's loader / format
       versions, analyzer and BM25 parameters: reuse it (after checking its files and document
       count);
@@ -768,7 +770,8 @@ def open_or_build(
     Raises ``FileNotFoundError`` for a missing catalog file and
     :class:`~shopping_companion.catalog.sources.CatalogFormatError` for an unreadable format.
     """
-    from shopping_companion.catalog.sources import load_catalog_file, resolve_format, source_hash
+    from shopping_companion.catalog.cache import load_catalog
+    from shopping_companion.catalog.sources import resolve_format, source_hash
 
     cpath = Path(catalog_path)
     if not cpath.is_file():
@@ -804,8 +807,7 @@ def open_or_build(
                         f"not {str(cpath)!r}; {how}"
                     )
                 log.warning("product index %s is stale (%s); rebuilding", target, "; ".join(reasons))
-        products, report = load_catalog_file(cpath, fmt, mapping, category)
-        log.info("%s", report.summary())
+        products, _report = load_catalog(cpath, fmt, mapping, category)  # parsed once per process
         return build_index(
             products, target, threads=threads, catalog_hash=want_hash, catalog_path=cpath, source_format=fmt
         )

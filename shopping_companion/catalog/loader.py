@@ -41,6 +41,7 @@ import logging
 import math
 import os
 import re
+import threading
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -549,7 +550,11 @@ def collect_products(stream: Iterable[Product], report: LoadReport, extract: boo
     colour variants linked (:func:`link_colour_variants`, counted in
     ``report.derived["colour_variants_linked"]``), then — unless ``extract`` is False — with
     extracted attributes (:func:`~shopping_companion.catalog.extract.enrich_all`, counted in
-    ``report.derived["attributes_extracted"]``); rejected records are logged as one warning."""
+    ``report.derived["attributes_extracted"]``); rejected records are logged as one warning.
+    Every call is one parse of a whole catalog, counted by :func:`parse_count`."""
+    global _PARSES
+    with _PARSES_LOCK:
+        _PARSES += 1
     # The load allocates millions of small container objects that all stay alive; the cyclic
     # garbage collector would rescan them again and again (it doubles the load time).
     gc_was_enabled = gc.isenabled()
@@ -568,6 +573,17 @@ def collect_products(stream: Iterable[Product], report: LoadReport, extract: boo
     if report.bad:
         log.warning("%s (first examples: %s)", report.summary(), report.examples[:3])
     return products
+
+
+_PARSES = 0
+_PARSES_LOCK = threading.Lock()
+
+
+def parse_count() -> int:
+    """How many whole catalogs this process has parsed (:func:`collect_products` calls, through
+    :func:`load_products` or :func:`~shopping_companion.catalog.sources.load_catalog_file`):
+    what :func:`shopping_companion.catalog.cache.load_catalog` keeps at one per catalog."""
+    return _PARSES
 
 
 def catalog_hash(path: str | os.PathLike[str]) -> str:
