@@ -6,8 +6,8 @@ extraction costs about a minute on two cores, so
 
 * **in the process** the parsed ``(products, report)`` is kept, keyed by the catalog file (its
   resolved path and the key below) and the parse settings (the format as resolved, so ``"auto"``
-  and ``"products"`` share one entry, the field mapping, the Amazon category, ``extract``). Every
-  caller gets the same list: treat it as read-only.
+  and ``"products"`` share one entry, the field mapping, the Amazon category as resolved from the
+  file name when not given, ``extract``). Every caller gets the same list: treat it as read-only.
 * **on disk** it is kept in ``<cache dir>/catalogs/`` (:func:`~shopping_companion.paths.cache_dir`,
   ``$SHOPCOMP_CACHE_DIR``), the way the BM25 index and the MiniLM encodings are, one file per
   catalog path and settings, under a key of the file's content hash
@@ -86,6 +86,7 @@ def load_catalog(
     if not p.is_file():
         raise FileNotFoundError(f"catalog file {str(p)!r} does not exist")
     fmt = resolve_format(p, format, mapping)
+    category = _category(p, fmt, category)
     settings = (fmt, _mapping_json(mapping), category or "", bool(extract))
     key = _key(p, fmt, mapping, category, settings)  # hashes the file: a rewrite is never a stale hit
     mkey = (str(p.resolve()), key)
@@ -101,6 +102,19 @@ def load_catalog(
         while len(_memory) > MEMORY_ENTRIES:
             _memory.popitem(last=False)
         return got
+
+
+def _category(p: Path, fmt: str, category: str | None) -> str | None:
+    """The Amazon category the loader uses (given, else from the file name, as
+    :func:`~shopping_companion.catalog.sources.iter_amazon2023` does), so that a caller naming it
+    and one leaving it out share one parse; None for formats that do not use it."""
+    from shopping_companion.catalog.sources import amazon2018_category, amazon2023_category
+
+    if fmt == "amazon2023":
+        return category or amazon2023_category(p) or "unknown"
+    if fmt == "amazon2018":
+        return category or amazon2018_category(p) or "unknown"
+    return None
 
 
 def clear_memory_cache(path: str | os.PathLike[str] | None = None) -> None:
@@ -126,7 +140,8 @@ def cache_file(
     from shopping_companion.catalog.sources import _mapping_json, resolve_format
 
     p = Path(path)
-    settings = (resolve_format(p, format, mapping), _mapping_json(mapping), category or "", bool(extract))
+    fmt = resolve_format(p, format, mapping)
+    settings = (fmt, _mapping_json(mapping), _category(p, fmt, category) or "", bool(extract))
     return _cache_path(p, settings)
 
 

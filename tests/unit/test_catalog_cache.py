@@ -183,3 +183,25 @@ def test_the_disk_cache_can_be_turned_off(catalog, cache_home, monkeypatch):
     monkeypatch.setenv(cache.ENV_DISK_CACHE, "0")
     cache.load_catalog(catalog)
     assert not (cache_home / "catalogs").exists()
+
+
+def test_an_amazon_category_named_or_read_from_the_file_name_is_one_parse(tmp_path, cache_home):
+    """The index build names the fallback's category; synthesis and the reference policy read it
+    from the file name: one parse for all of them."""
+    recs = [
+        {"parent_asin": f"B0{i:04d}", "title": f"Red cotton shirt {i}", "main_category": "Fashion", "price": 10.0 + i,
+         "store": "Acme", "categories": ["Clothing", "Shirts"], "details": {"Material": "Cotton"}}
+        for i in range(5)
+    ]  # fmt: skip
+    f = tmp_path / "meta_Fashion_Sample.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    before = parse_count()
+    try:
+        a, _ = cache.load_catalog(f, "amazon2023", None, "Fashion_Sample")
+        b, _ = cache.load_catalog(f)
+        assert parse_count() - before == 1 and a is b
+        assert a[0].product_id == "amazon2023_Fashion_Sample:B00000"
+        c, _ = cache.load_catalog(f, "amazon2023", None, "Other")  # another category: other ids
+        assert parse_count() - before == 2 and c[0].product_id == "amazon2023_Other:B00000"
+    finally:
+        cache.clear_memory_cache(f)
