@@ -377,6 +377,9 @@ class Verdict(_Model):
     attributes ∈ [0, F], ``n2`` matched product count ∈ [0, N] and ``u2`` budget feasibility ∈
     {0,1} (add-on only). ``success`` is Succ for stage 2 (Eq. 5) and "all preferences found" for
     stage 1. ``failed`` marks a judge failure: such a verdict must never be scored as 0.
+    ``no_answer`` marks a stage that ended without a final answer: every score field is 0,
+    ``success`` is False, Acc is 0 and no judge was asked
+    (:func:`~shopping_companion.judges.base.no_answer_verdict`).
     """
 
     judge: str
@@ -397,6 +400,7 @@ class Verdict(_Model):
     matched: list[str] = Field(default_factory=list, description="gold preferences judged matched")
     reasons: list[str] = Field(default_factory=list)
     failed: bool = False
+    no_answer: bool = False
 
 
 class RewardBreakdown(_Model):

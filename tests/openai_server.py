@@ -12,7 +12,8 @@ list), or calls the script (a callable ``(request_json) -> spec``). A spec is on
   text; it is sent verbatim).
 * ``{"content": ..., "reasoning_content": ..., "tool_calls": [...], "finish_reason": ...,
   "usage": {...}}``: any subset. ``tool_calls`` entries are ``{"name": ..., "arguments": str |
-  dict, "id": optional}`` (a dict is JSON-encoded; a string is sent as is, even if malformed).
+  dict, "id": optional}`` (a dict is JSON-encoded; a string is sent as is, even if malformed;
+  ``"id": None`` sends the call without an ``id`` field, ``""`` with an empty one).
   ``finish_reason`` defaults to ``"tool_calls"`` when there are tool calls, else ``"stop"``.
   ``usage`` overrides the computed token counts; ``"usage": None`` omits the field.
 * ``{"status": 500}`` / ``{"status": 429}`` (any non-2xx code): an OpenAI-style error body;
@@ -33,6 +34,13 @@ Hostile modes (the fault suite's servers):
 * ``{"echo_key": 12}``: HTTP 401 (or ``"status"``) whose message and ``X-Echo`` header echo the
   first 12 characters of the bearer token the client sent (``None``: the whole token), the way
   providers echo "Incorrect API key provided: sk-abc...".
+* ``ScriptedOpenAIServer(script, strict_tool_ids=True)``: every chat request's messages are
+  checked the way OpenAI checks them before the script is consulted (:func:`tool_id_problem`): an
+  assistant message's ``tool_calls`` ids must be non-empty and distinct, and the tool messages
+  right after it must answer each of them exactly once; a tool message anywhere else, or with an
+  id its assistant message does not have, is refused. A request that breaks a rule gets HTTP 400
+  ``invalid_request_error`` with OpenAI's wording (recorded in
+  :attr:`ScriptedOpenAIServer.rejected`); it consumes no script entry.
 * ``ScriptedOpenAIServer(script, refuse_first=N)``: the first ``N`` TCP connections are reset
   (``SO_LINGER`` 0) before anything is read, like a server that is down and comes back;
   :attr:`ScriptedOpenAIServer.refused` counts them.
@@ -127,6 +135,7 @@ class ScriptedOpenAIServer:
         port: int = 0,
         embed: Callable[[str], list[float]] | None = None,
         refuse_first: int = 0,
+        strict_tool_ids: bool = False,
     ) -> None:
         if callable(script):
             self._script_fn: Callable[[dict[str, Any]], ResponseSpec] | None = script
@@ -141,6 +150,10 @@ class ScriptedOpenAIServer:
         self.refuse_first = int(refuse_first)
         #: connections reset so far
         self.refused = 0
+        #: check tool-call ids like OpenAI (module docstring)
+        self.strict_tool_ids = bool(strict_tool_ids)
+        #: the messages of the requests refused for their tool-call ids
+        self.rejected: list[str] = []
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -259,13 +272,14 @@ class ScriptedOpenAIServer:
             args = call.get("arguments", "{}")
             if not isinstance(args, str):
                 args = json.dumps(args)
-            calls.append(
-                {
-                    "id": call.get("id", f"call_{uuid.uuid4().hex[:12]}_{i}"),
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": args},
-                }
-            )
+            entry = {
+                "id": call.get("id", f"call_{uuid.uuid4().hex[:12]}_{i}"),
+                "type": "function",
+                "function": {"name": call["name"], "arguments": args},
+            }
+            if entry["id"] is None:  # "id": None in the spec: a call without an id field
+                del entry["id"]
+            calls.append(entry)
         if calls:
             message["tool_calls"] = calls
         finish = spec.get("finish_reason", "tool_calls" if calls else "stop")
@@ -288,6 +302,54 @@ class ScriptedOpenAIServer:
                 "total_tokens": prompt + completion,
             }
         return out
+
+
+def tool_id_problem(messages: Any) -> str | None:
+    """What an OpenAI-strict server says about the tool-call ids of a request's ``messages``, or
+    None when they are valid: each assistant ``tool_calls`` id is non-empty and distinct, the tool
+    messages that directly follow that assistant message answer each of its ids exactly once, and
+    no tool message answers an id its assistant message lacks or stands anywhere else."""
+    if not isinstance(messages, list):
+        return None
+    open_ids: list[str] | None = None  # ids of the last assistant message still to be answered
+    open_at = -1
+
+    def unanswered() -> str:
+        return (
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(open_ids or [])} "
+            f"(messages.[{open_at}].role)."
+        )
+
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "tool":
+            cid = m.get("tool_call_id")
+            if open_ids is None:
+                return (
+                    f"Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+                    f"with 'tool_calls' (messages.[{i}].role)."
+                )
+            if cid not in open_ids:
+                return f"Invalid parameter: 'tool_call_id' of '{cid}' not found in 'tool_calls' of previous message."
+            open_ids.remove(cid)
+            continue
+        if open_ids:
+            return unanswered()
+        open_ids = None
+        if role == "assistant" and m.get("tool_calls"):
+            ids = [c.get("id") if isinstance(c, dict) else None for c in m["tool_calls"]]
+            for k, cid in enumerate(ids):
+                if not isinstance(cid, str) or not cid:
+                    return (
+                        f"Invalid 'messages[{i}].tool_calls[{k}].id': empty string. Expected a string with "
+                        "minimum length 1, but got an empty string instead."
+                    )
+            dup = sorted({c for c in ids if ids.count(c) > 1})
+            if dup:
+                return f"Invalid 'messages[{i}].tool_calls': duplicate tool call id(s) {', '.join(dup)}."
+            open_ids, open_at = list(ids), i
+    return unanswered() if open_ids else None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -382,6 +444,13 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             self._send_error_json(400, "request body is not a JSON object")
             return
+        if self.owner.strict_tool_ids:
+            problem = tool_id_problem(body.get("messages"))
+            if problem is not None:
+                with self.owner._lock:
+                    self.owner.rejected.append(problem)
+                self._send_error_json(400, problem)
+                return
         try:
             spec = self.owner._next_spec(body)
         except Exception as exc:  # a broken callable script: report it, do not kill the thread
@@ -473,4 +542,4 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(status, self.owner._completion(body, spec), headers=headers)
 
 
-__all__ = ["RecordedRequest", "ResponseSpec", "Script", "ScriptedOpenAIServer"]
+__all__ = ["RecordedRequest", "ResponseSpec", "Script", "ScriptedOpenAIServer", "tool_id_problem"]

@@ -44,6 +44,13 @@ the stage (``invalid_output`` / ``length``); a prompt the server refuses as too 
 marker. Every string of model output, raw or decoded from JSON (a ``\\ud800`` escape), is cleaned
 of lone UTF-16 surrogates (replaced by U+FFFD), so requests and results always encode.
 
+Tool-call ids: :func:`~shopping_companion.envs.parsing.parse_action` gives every call of a turn a
+unique id (a server's duplicate or empty id is replaced there). Each tool message carries its
+call's id, and in a turn whose server returned structured ``tool_calls`` the assistant message
+lists exactly the calls its tool messages answer, with the same ids (text calls of that turn
+included), so an OpenAI-strict server accepts the next request. A turn of the text protocol (no
+structured calls) keeps its calls in the content only.
+
 One instance per episode; all state is on the instance. :meth:`ShoppingCompanionEnv.astep` runs
 :meth:`step` in a worker thread (and detaches that thread from the JVM afterwards) so many episodes
 can share one ``ProductSearch`` / ``MemoryStore`` / ``Embedder``.
@@ -438,10 +445,8 @@ class ShoppingCompanionEnv:
         if msg.reasoning:
             assistant["reasoning_content"] = msg.reasoning
         if msg.tool_calls:
-            assistant["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in msg.tool_calls
-            ]
+            assistant["tool_calls"] = _assistant_tool_calls(msg, parsed, None)
+        at = len(traj.messages)
         traj.messages.append(Message(**assistant))
         traj.steps.append(step)
         base_info: dict[str, Any] = {
@@ -460,10 +465,12 @@ class ShoppingCompanionEnv:
             return result
 
         if truncated_turn:
-            results, n_run = self._truncated_results(parsed, prefix), 0
+            results, n_run = self._truncated_results(parsed), 0
         else:
-            results, n_run = self._run_calls(parsed, prefix, {c.id for c in msg.tool_calls})
+            results, n_run = self._run_calls(parsed)
         step.tool_results.extend(results)
+        if msg.tool_calls:  # the ids of the assistant message and of its tool messages agree
+            traj.messages[at] = Message(**{**assistant, "tool_calls": _assistant_tool_calls(msg, parsed, results)})
         n_obs = len(traj.messages)
         for res in step.tool_results:
             traj.messages.append(Message(role="tool", content=res.content, name=res.name, tool_call_id=res.call_id))
@@ -641,41 +648,39 @@ class ShoppingCompanionEnv:
         content = truncate_text(json.dumps({"error": error}, ensure_ascii=False), self.config.max_observation_chars)
         return ToolResult(call_id=call_id, name=name, content=content, error=error)
 
-    def _truncated_results(self, parsed: Any, prefix: str) -> list[ToolResult]:
+    def _truncated_results(self, parsed: Any) -> list[ToolResult]:
         """A truncated turn (finish_reason ``length``): one error observation per call and per
-        malformed block (with the server's id when it has one), nothing run."""
+        malformed block (with the parser's id), nothing run."""
         why = (
             "not run: your output was cut off at the token limit (finish_reason length) before the "
             "turn ended, so this call may be incomplete; write shorter turns (think less) and call again"
         )
         out = [self._error_result(c.call_id, c.name, why) for c in parsed.tool_calls]
-        for k, (err, cid) in enumerate(zip(parsed.tool_errors, _pad(parsed.tool_error_ids, len(parsed.tool_errors)))):
-            out.append(self._error_result(cid or f"{prefix}-invalid{k}", "invalid_tool_call", f"{err}; {why}"))
+        for err, cid in zip(parsed.tool_errors, parsed.tool_error_ids):
+            out.append(self._error_result(cid, "invalid_tool_call", f"{err}; {why}"))
         return out[: self.config.max_calls_per_turn + 1]
 
-    def _run_calls(self, parsed: Any, prefix: str, structured_ids: set[str]) -> tuple[list[ToolResult], int]:
+    def _run_calls(self, parsed: Any) -> tuple[list[ToolResult], int]:
         """Error observations for malformed blocks, then the calls (limit, argument bounds,
-        repeats, execution). Returns ``(results, n_run)``: ``n_run`` counts the calls that reached
-        a tool or were refused as repeats (a turn with none is an invalid turn).
+        repeats, execution), each carrying the id :func:`parse_action` gave it. Returns
+        ``(results, n_run)``: ``n_run`` counts the calls that reached a tool or were refused as
+        repeats (a turn with none is an invalid turn).
 
-        Items beyond ``max_calls_per_turn``: a structured call (``structured_ids``, the server's
-        ids, which each need a tool response) gets its own short error observation; text-block
-        items are merged into one observation carrying the first such call's id. A call whose
-        arguments broke the bounds (``parsed.rejected``) gets an error observation naming the
-        limit and is not run."""
+        Items beyond ``max_calls_per_turn``: a structured call (``parsed.structured_ids``: each
+        needs a tool response) gets its own short error observation; text-block items are merged
+        into one observation carrying the first such item's id. A call whose arguments broke the
+        bounds (``parsed.rejected``) gets an error observation naming the limit and is not run."""
         cfg = self.config
         limit = cfg.max_calls_per_turn
+        structured_ids = set(parsed.structured_ids)
         n_run = 0
         out: list[ToolResult] = []
         over_text: list[str] = []  # text-block items beyond the limit, merged into one observation
-        items: list[tuple[str, Any]] = [
-            ("bad", (e, cid))
-            for e, cid in zip(parsed.tool_errors, _pad(parsed.tool_error_ids, len(parsed.tool_errors)))
-        ]
+        items: list[tuple[str, Any]] = [("bad", (e, cid)) for e, cid in zip(parsed.tool_errors, parsed.tool_error_ids)]
         items += [("call", c) for c in parsed.tool_calls]
         for k, (kind, obj) in enumerate(items):
             if k >= limit:
-                if kind == "bad" and obj[1]:
+                if kind == "bad" and obj[1] in structured_ids:
                     out.append(
                         self._error_result(
                             obj[1], "invalid_tool_call", f"not read: at most {limit} tool calls per turn"
@@ -686,11 +691,11 @@ class ShoppingCompanionEnv:
                         self._error_result(obj.call_id, obj.name, f"not run: at most {limit} tool calls per turn")
                     )
                 else:
-                    over_text.append(obj.call_id if kind == "call" else "")
+                    over_text.append(obj.call_id if kind == "call" else obj[1])
                 continue
             if kind == "bad":
                 err, cid = obj
-                out.append(self._error_result(cid or f"{prefix}-invalid{k}", "invalid_tool_call", err))
+                out.append(self._error_result(cid, "invalid_tool_call", err))
                 continue
             call: ToolCall = obj
             if call.call_id in parsed.rejected:
@@ -719,10 +724,9 @@ class ShoppingCompanionEnv:
                 res if not _has_surrogates(res.content) else res.model_copy(update={"content": _clean(res.content)})
             )
         if over_text:
-            first = next((c for c in over_text if c), f"{prefix}-overflow")
             out.append(
                 self._error_result(
-                    first,
+                    over_text[0],
                     "invalid_tool_call",
                     f"{len(over_text)} more tool call(s) in this turn were not run: at most {limit} per turn",
                 )
@@ -848,8 +852,35 @@ _CLIP_KEEP = 200
 _CLIP_MARK = "chars]"
 
 
-def _pad(xs: list[Any], n: int) -> list[Any]:
-    return list(xs[:n]) + [None] * max(0, n - len(xs))
+def _assistant_tool_calls(msg: AssistantMessage, parsed: Any, results: list[ToolResult] | None) -> list[dict[str, Any]]:
+    """The ``tool_calls`` of the assistant message of a turn whose server returned structured
+    calls, with the ids :func:`parse_action` gave out (unique within the turn).
+
+    Before the calls ran (``results`` None: a turn with an answer, nothing runs) every structured
+    call; after, exactly the calls the turn's tool messages answer: the structured calls in the
+    server's order, then text calls (arguments as JSON) and malformed blocks (named like their
+    observation, arguments ``{}``) in the order of their tool messages. So every tool message
+    answers a call of the assistant message and every call there is answered, once — what an
+    OpenAI-strict server requires of the next request."""
+
+    def entry(cid: str, name: str, arguments: str) -> dict[str, Any]:
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+    structured = [entry(cid, c.name, c.arguments) for c, cid in zip(msg.tool_calls, parsed.structured_ids)]
+    if results is None:
+        return structured
+    names = {r.call_id: r.name for r in results}
+    out = [e for e in structured if e["id"] in names]
+    listed = {e["id"] for e in out}
+    texts = {c.call_id: c for c in parsed.tool_calls}
+    for cid, name in names.items():
+        if cid in listed:
+            continue
+        c = texts.get(cid)
+        out.append(
+            entry(cid, name, "{}") if c is None else entry(cid, c.name, json.dumps(c.arguments, ensure_ascii=False))
+        )
+    return out
 
 
 def _acc(v: Verdict | None) -> float:

@@ -187,8 +187,12 @@ class ParsedAction(BaseModel):
     ``thinking``: the text inside the thinking span(s), joined by blank lines.
     ``tool_calls``: every successfully parsed call, text blocks and structured calls.
     ``tool_errors``: one message per tool-call block (or structured call) that failed to parse.
-    ``tool_error_ids``: parallel to ``tool_errors``: the server's call id when the error is about a
-    structured call (its tool response must carry that id), else None (a text block).
+    ``tool_error_ids``: parallel to ``tool_errors``: the id the error's tool response carries (a
+    structured call's id as in ``structured_ids``; a malformed text block's generated id).
+    ``structured_ids``: the id of each structured call of the turn, in the server's order (parallel
+    to ``structured``, parsed or not); the assistant message's ``tool_calls`` carry these ids.
+    Every id of a turn — ``structured_ids``, ``tool_calls``' ``call_id`` and ``tool_error_ids`` —
+    is unique within it (rule 2 of :func:`parse_action`).
     ``tool_json_ok``: ``not tool_errors``.
     ``answer``: the text inside the FIRST complete ``<answer>…</answer>`` outside thinking
     (stripped): the first answer ends the stage, so what follows it is "after the answer".
@@ -213,7 +217,8 @@ class ParsedAction(BaseModel):
     n_think_blocks: int = 0
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_errors: list[str] = Field(default_factory=list)
-    tool_error_ids: list[str | None] = Field(default_factory=list)
+    tool_error_ids: list[str] = Field(default_factory=list)
+    structured_ids: list[str] = Field(default_factory=list)
     tool_json_ok: bool = True
     tool_after_answer: bool = False
     answer: str | None = None
@@ -622,9 +627,14 @@ def parse_action(
        stray ``</tool_call>``. A block that fails contributes no call (a list block is
        all-or-nothing); it ends at the next ``</tool_call>`` after its decodable JSON value (or
        after the opener when nothing decodes).
-       Structured calls come first, keeping the server's ``id``; a text block identical (same name
-       and arguments) to a structured call is dropped as its echo. Calls without an id get
-       ``f"{call_id_prefix}_{k}"``, k counting the calls of this turn from 0.
+       Structured calls come first; a text block identical (same name and arguments) to a
+       structured call is dropped as its echo. **Ids** are given out here and nowhere else, unique
+       within the turn: a structured call (parsed or not) keeps the server's ``id`` unless an
+       earlier call of the turn has it (then ``f"{id}_{n}"``, n from 1); a call with an empty or
+       missing id and a text call get ``f"{call_id_prefix}_{k}"``, k counting the calls of this
+       turn from 0, a malformed structured call without an id and a malformed text block
+       ``f"{call_id_prefix}-invalid{j}"``, j counting the errors; a generated id never takes an
+       id the server gave another call of the turn (``_<n>`` is appended until it is free).
     3. **Answer**: the first complete ``<answer>…</answer>`` outside thinking and outside tool-call
        blocks (stripped). Unclosed, stray or nested answer tags are errors, and so is a second
        complete answer block (``n_answers`` > 1; ``answer`` stays the first: the first answer ends
@@ -653,7 +663,8 @@ def parse_action(
         return _parse_action(text, structured, call_id_prefix, reasoning, limits)
     except Exception as e:  # pragma: no cover - defensive: the parser must be total
         msg = f"internal parser error: {type(e).__name__}: {_snippet(str(e))}"
-        return ParsedAction(think_ok=False, tool_json_ok=False, tool_errors=[msg], tool_error_ids=[None], errors=[msg])
+        cid = f"{call_id_prefix if isinstance(call_id_prefix, str) and call_id_prefix else 'call'}-invalid0"
+        return ParsedAction(think_ok=False, tool_json_ok=False, tool_errors=[msg], tool_error_ids=[cid], errors=[msg])
 
 
 def _parse_action(
@@ -679,7 +690,8 @@ def _parse_action(
     answers, answer_errors = _extract_answer(no_tools)
     answer = answers[0][1] if answers else None
     answer_at = answers[0][0] if answers else None
-    error_ids: list[str | None] = [None] * len(tool_errors)
+    n_text_errors = len(tool_errors)  # malformed text blocks come first in tool_errors
+    error_ids: list[str | None] = [None] * n_text_errors
     # text blocks after the first answer's <answer> tag; structured calls unless echoed before it
     n_after = 0 if answer_at is None else sum(1 for b in block_pos if b > answer_at)
     echoes_before: list[tuple[str, str]] = []
@@ -691,6 +703,9 @@ def _parse_action(
     calls: list[ToolCall] = []
     call_errs: list[str | None] = []  # parallel to calls: the bound error, if any
     seen: list[tuple[str, str]] = []
+    # who carries each id of the turn, in the order ids are given out (below):
+    # ("call" | "error", index in calls | error_ids, the server's id or "", the id to generate)
+    holders: list[tuple[str, int, str, str]] = []
     for k, sc in enumerate(structured or []):
         try:
             name = _as_text(getattr(sc, "name", "")).strip()
@@ -699,6 +714,7 @@ def _parse_action(
         except Exception as e:  # pragma: no cover - defensive
             tool_errors.append(f"structured tool call #{k}: unreadable ({type(e).__name__})")
             error_ids.append(None)
+            holders.append(("error", len(error_ids) - 1, "", f"{prefix}-invalid{len(error_ids) - 1}"))
             continue
         name, sid = clean_text(name), clean_text(sid)
         args, err = _decode_arguments(raw_args) if name else (None, None)
@@ -714,34 +730,49 @@ def _parse_action(
                 echoes_after.remove(key_k)  # its text echo follows the answer (already counted)
             else:
                 n_after += 1
-        if not name:
-            tool_errors.append(f'structured tool call #{k}: missing "name"')
-            error_ids.append(sid or None)
+        if not name or err is not None or args is None:
+            tool_errors.append(
+                f'structured tool call #{k}: missing "name"'
+                if not name
+                else f"structured tool call #{k} ({name!r}): {err}"
+            )
+            error_ids.append(None)
+            holders.append(("error", len(error_ids) - 1, sid, f"{prefix}-invalid{len(error_ids) - 1}"))
             continue
-        if err is not None or args is None:
-            tool_errors.append(f"structured tool call #{k} ({name!r}): {err}")
-            error_ids.append(sid or None)
-            continue
-        cid = sid or f"{prefix}_{len(calls)}"
-        calls.append(ToolCall(name=name, arguments=args, call_id=cid))
+        holders.append(("call", len(calls), sid, f"{prefix}_{len(calls)}"))
+        calls.append(ToolCall(name=name, arguments=args, call_id=""))
         call_errs.append(bound_err)
         seen.append((name, _canon(args)))
+    n_structured = len(holders)
     for (name, args), bound_err in zip(text_calls, text_rejected):
         key = (name, _canon(args))
         if key in seen:
             seen.remove(key)
             continue
-        calls.append(ToolCall(name=name, arguments=args, call_id=f"{prefix}_{len(calls)}"))
+        holders.append(("call", len(calls), "", f"{prefix}_{len(calls)}"))
+        calls.append(ToolCall(name=name, arguments=args, call_id=""))
         call_errs.append(bound_err)
-    # make call ids unique within the turn
+    holders += [("error", j, "", f"{prefix}-invalid{j}") for j in range(n_text_errors)]
+    # Call ids, unique within the turn (the one place they are given out): structured calls in the
+    # server's order keep the server's id unless an earlier call has it (then ``<id>_<n>``); calls
+    # without one, text calls and malformed text blocks get a generated id that no server id of
+    # the turn has.
+    reserved = {sid for _, _, sid, _ in holders if sid}
     used: set[str] = set()
-    for c in calls:
-        if c.call_id in used:
-            base, n = c.call_id, 1
-            while f"{base}_{n}" in used:
-                n += 1
-            c.call_id = f"{base}_{n}"
-        used.add(c.call_id)
+    final: list[str] = []
+    for kind, i, sid, generated in holders:
+        want = sid or generated
+        cid, n = want, 0
+        while cid in used or (cid != sid and cid in reserved):
+            n += 1
+            cid = f"{want}_{n}"
+        used.add(cid)
+        final.append(cid)
+        if kind == "call":
+            calls[i].call_id = cid
+        else:
+            error_ids[i] = cid
+    structured_ids = final[:n_structured]
     rejected = {c.call_id: e for c, e in zip(calls, call_errs) if e is not None}
 
     order_errors: list[str] = []
@@ -768,6 +799,7 @@ def _parse_action(
         tool_calls=calls,
         tool_errors=tool_errors,
         tool_error_ids=error_ids,
+        structured_ids=structured_ids,
         tool_json_ok=not tool_errors,
         tool_after_answer=n_after > 0,
         answer=answer,

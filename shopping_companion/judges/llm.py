@@ -24,6 +24,12 @@ Output
     then never scored (rewards raise, :func:`~shopping_companion.rewards.total.safe_reward` returns
     None). ``success`` follows Eq. 5 from the fields exactly as the rule judge derives it.
 
+No answer
+    A stage that ended without a final answer (``max_turns``, only tool calls, invalid output, an
+    empty answer block) is never sent to the model: it gets
+    :func:`~shopping_companion.judges.base.no_answer_verdict` (every score 0, ``no_answer=True``,
+    the reason ``no final answer: …``), exactly as the rule judge does, so R_z is 0.
+
 Post-checks
     What the environment knows exactly overrides the model: stage 1, the spurious preferences the
     rule layer finds without semantics (:func:`~shopping_companion.judges.rule.structural_spurious`:
@@ -69,7 +75,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.judges.base import JudgeFailedError
+from shopping_companion.judges.base import JudgeFailedError, no_answer_verdict
 from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
 from shopping_companion.llm.bounded import CallTimeout, call_within
 from shopping_companion.registry import JUDGES
@@ -747,7 +753,7 @@ class LLMJudge:
         self.max_description_chars = max_description_chars
         self._cache = _Cache(cache_path)
         self._stats_lock = threading.Lock()
-        self._stats = {"requests": 0, "cache_hits": 0, "retries": 0, "failures": 0, "judged": 0}
+        self._stats = {"requests": 0, "cache_hits": 0, "retries": 0, "failures": 0, "judged": 0, "no_answer": 0}
 
     @classmethod
     def from_openai(
@@ -789,7 +795,8 @@ class LLMJudge:
     @property
     def stats(self) -> dict[str, int]:
         """Counters: ``requests`` sent, ``cache_hits``, ``retries``, ``failures`` (failed verdicts or
-        matcher calls), ``judged`` (verdicts returned)."""
+        matcher calls), ``judged`` (verdicts returned), ``no_answer`` (verdicts of stages without a
+        final answer, given without a request)."""
         with self._stats_lock:
             return dict(self._stats)
 
@@ -817,9 +824,16 @@ class LLMJudge:
 
     def judge(self, task: Task, trajectory: Trajectory, stage: int | None = None) -> Verdict:
         """A :class:`Verdict` for the trajectory's stage (``failed=True`` with reasons when the model
-        gives no valid reply or the catalog lookup fails). ``stage``, if given, must agree."""
+        gives no valid reply or the catalog lookup fails). A stage without a final answer gets
+        :func:`~shopping_companion.judges.base.no_answer_verdict` (all scores 0) and sends no
+        request. ``stage``, if given, must agree (``ValueError``)."""
         if stage is not None and stage != trajectory.stage:
             raise ValueError(f"asked to judge stage {stage} but the trajectory is stage {trajectory.stage}")
+        unanswered = no_answer_verdict(self.name, task, trajectory)
+        if unanswered is not None:
+            self._bump("judged")
+            self._bump("no_answer")
+            return unanswered
         addon = task.task_type == "addon"
         base = {
             "judge": self.name,

@@ -32,6 +32,10 @@ Stage 2 — read the product like a person (:class:`~shopping_companion.judges.m
     product is in the voucher's shop and total ≥ min_spend). Success (Eq. 5) = p2 ∧ q2 ∧ m2 = F
     (∧ n2 = N ∧ u2 for add-on).
 
+No answer: a stage that ended without a final answer is not read at all; it gets
+:func:`~shopping_companion.judges.base.no_answer_verdict` (every score 0, success False, Acc 0), the
+same verdict the LLM judge gives.
+
 Performance: values, keys, text mentions and product types are memoised (bounded caches); the
 embedding fallback (optional, ``similarity=``) is called only for pairs the lexicon cannot
 decide, and cached. ``benchmarks/bench_judge.py`` measures throughput.
@@ -45,6 +49,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from shopping_companion.judges.base import no_answer_verdict
 from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
 from shopping_companion.judges.matching.values import split_negation
@@ -73,7 +78,8 @@ __all__ = [
 #: Version of the rule judge's verdicts: bumped whenever the same task and trajectory can get a
 #: different verdict (it is part of an evaluation's run identity, so results of two versions are
 #: never mixed in one results file). 2: the value-matching layer and the spurious-preference count.
-RULE_JUDGE_VERSION = 2
+#: 3: a stage without a final answer gets the no-answer verdict (stage-1 success False, Acc 0).
+RULE_JUDGE_VERSION = 3
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
@@ -453,9 +459,14 @@ class RuleJudge:
         return hit
 
     def judge(self, task: Task, trajectory: Trajectory, stage: int | None = None) -> Verdict:
-        """Judge one stage trajectory. ``stage``, if given, must equal ``trajectory.stage``."""
+        """Judge one stage trajectory. A stage without a final answer gets
+        :func:`~shopping_companion.judges.base.no_answer_verdict` (all scores 0). ``stage``, if
+        given, must equal ``trajectory.stage`` (``ValueError``)."""
         if stage is not None and stage != trajectory.stage:
             raise ValueError(f"asked to judge stage {stage} but the trajectory is stage {trajectory.stage}")
+        unanswered = no_answer_verdict(self.name, task, trajectory)
+        if unanswered is not None:
+            return unanswered
         if trajectory.stage == 1:
             return self._stage1(task, trajectory)
         return self._stage2(task, trajectory)

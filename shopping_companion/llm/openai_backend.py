@@ -12,8 +12,9 @@ official ``openai`` client (``chat.completions``):
 * **Responses.** ``content`` (``None`` becomes ``""``; text is kept verbatim, including any
   ``<think>`` / ``<tool_call>`` / ``<answer>`` blocks), separate reasoning text
   (``reasoning_content`` or ``reasoning``, as vLLM reasoning parsers return it), structured
-  ``tool_calls`` (arguments kept as the raw string the server sent), usage tokens, latency of the
-  successful attempt, and ``finish_reason``.
+  ``tool_calls`` (arguments kept as the raw string the server sent; ids as sent, ``""`` when
+  missing: :func:`~shopping_companion.envs.parsing.parse_action` gives every call of a turn its
+  unique id), usage tokens, latency of the successful attempt, and ``finish_reason``.
 * **Time.** Two wall-clock limits, both *total* (connect, sending, waiting and reading, however
   slowly the server trickles bytes), not per-read timeouts: ``timeout_s`` bounds one attempt and
   ``deadline_s`` bounds the whole call (every attempt and every backoff sleep; default
@@ -619,9 +620,7 @@ class OpenAIBackend(Closeable):
             elif not isinstance(args, str):  # some servers send an already-decoded object
                 args = json.dumps(args, ensure_ascii=False)
             calls.append(
-                StructuredToolCall(
-                    id=str(call.get("id") or f"call_{i}"), name=str(fn.get("name") or ""), arguments=args
-                )
+                StructuredToolCall(id=str(call.get("id") or ""), name=str(fn.get("name") or ""), arguments=args)
             )
 
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
