@@ -56,6 +56,7 @@ __all__ = [
     "CircuitOpenError",
     "JudgeFailedError",
     "ScoringDeadlineError",
+    "UncertainUnscoredError",
     "JSONAskError",
     "CallTimeout",
     "JVMError",
@@ -229,6 +230,11 @@ class JudgeFailedError(ServiceError, ValueError):
 
 class ScoringDeadlineError(JudgeFailedError):
     """Judging and rewarding one sample took longer than its deadline; the sample is not scored."""
+
+
+class UncertainUnscoredError(JudgeFailedError):
+    """The reward spec says ``uncertain: unscored`` and the verdict has uncertain items no judge
+    decided: the stage is not scored (no reward, no gradient), like a judge failure."""
 
 
 class JSONAskError(ServiceError):

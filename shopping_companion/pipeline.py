@@ -234,15 +234,19 @@ def product_lookup(search: Any) -> Callable[[list[str]], dict[str, Any]]:
 
 
 def make_rule_judge(
-    lookup: Callable[[list[str]], dict[str, Any]], sessions: dict[str, Session] | None = None, embedder: Any = None
+    lookup: Callable[[list[str]], dict[str, Any]],
+    sessions: dict[str, Session] | None = None,
+    embedder: Any = None,
+    uncertain: str = "no_credit",
 ) -> Any:
     """The rule judge over ``lookup`` (product records) and ``sessions`` (stage-1 grounding), with the
-    value matcher's embedding fallback over ``embedder`` (MiniLM, cached) when one is given."""
+    value matcher's embedding fallback over ``embedder`` (MiniLM, cached) when one is given, scoring
+    its uncertain items as ``uncertain`` says (``no_credit`` | ``credit`` | ``unscored``)."""
     from shopping_companion.judges.matching.similarity import embedding_similarity
     from shopping_companion.judges.rule import RuleJudge
 
     sim = embedding_similarity(embedder) if embedder is not None else None
-    return RuleJudge(lookup, sessions=sessions, similarity=sim)
+    return RuleJudge(lookup, sessions=sessions, similarity=sim, uncertain=uncertain)
 
 
 def prewarm_memory(tasks: list[Task], sessions: dict[str, Session], embedder, console: Console | None = None) -> int:

@@ -366,6 +366,62 @@ class Trajectory(_Model):
         return [r for s in self.steps for r in s.tool_results]
 
 
+#: Why the rule judge is not sure of one decision (``docs/judge.md``, "Selective verdicts"):
+#: ``unknown_key`` an attribute name no canonical key resolves; ``value_outside_vocabulary`` a value
+#: the vocabularies and units cannot read, compared by its words or by embeddings only;
+#: ``indirect_statement`` no user turn states an answer's preference in words the lexicon reads
+#: (the user may have said it in other words); ``not_stated`` the product's fields and text state
+#: nothing the reader recognises about the attribute; ``field_text_conflict`` a structured field and
+#: the title disagree; ``adjacent_type`` the product's type is a sibling of the slot's, or a broader
+#: one its category cannot settle; ``unknown_type`` the slot or the product names no known type.
+UncertainReason = Literal[
+    "unknown_key",
+    "value_outside_vocabulary",
+    "indirect_statement",
+    "not_stated",
+    "field_text_conflict",
+    "adjacent_type",
+    "unknown_type",
+]
+#: What uncertain items earn (the reward spec's ``uncertain``): ``no_credit`` nothing (and no
+#: penalty); ``credit`` they count as decided in the agent's favour; ``unscored`` the stage is not
+#: scored (no reward, no gradient), like a judge failure.
+UncertainPolicy = Literal["no_credit", "credit", "unscored"]
+
+
+class VerdictItem(_Model):
+    """One decision behind a verdict (``docs/judge.md``, "Selective verdicts").
+
+    ``kind``: ``match`` (stage 1: a gold preference reported by the answer; m1), ``grounding``
+    (stage 1: an answer preference matching no gold one: harmless, or spurious and counted in h1),
+    ``attribute`` (stage 2: a gold preference met by its slot's product; m2), ``type`` (stage 2: the
+    product is of its slot's type; q2) or ``bundle`` (stage 2, add-on: u2). ``label``: what was
+    decided (``colour=navy``, ``slot 1: sofa``). ``slot``: the product slot (0 for single tasks).
+    ``answer``: indexes into the answer's preferences (match: the one matched, or for an uncertain
+    miss those that may state it in other words; grounding: the one judged). ``ok``: the decision
+    favours the agent (matched, harmless, satisfied, relevant, within budget). ``confident``: the
+    rule judge decided on explicit evidence, else ``reason`` says why not (required exactly when
+    not confident). ``decided_by``: ``rule``, or ``llm`` for an uncertain item an LLM judge decided
+    (a cascade). ``detail``: the evidence in words.
+    """
+
+    kind: Literal["match", "grounding", "attribute", "type", "bundle"]
+    label: str
+    slot: int = 0
+    ok: bool
+    confident: bool = True
+    reason: UncertainReason | None = None
+    decided_by: Literal["rule", "llm"] = "rule"
+    answer: tuple[int, ...] = ()
+    detail: str = ""
+
+    @model_validator(mode="after")
+    def _reason_iff_uncertain(self) -> VerdictItem:
+        if self.confident == (self.reason is not None):
+            raise ValueError("reason: required exactly when confident is False")
+        return self
+
+
 class Verdict(_Model):
     """The judge's structured fields for one stage (Shopping Companion §5.3, App. C.1).
 
@@ -380,6 +436,12 @@ class Verdict(_Model):
     ``no_answer`` marks a stage that ended without a final answer: every score field is 0,
     ``success`` is False, Acc is 0 and no judge was asked
     (:func:`~shopping_companion.judges.base.no_answer_verdict`).
+
+    ``items``: every decision behind the fields (rule judge and cascade; empty for other judges
+    and results written before them), ``uncertain``: how many the rule judge was not sure of,
+    ``uncertain_policy``: what those earned when the rule judge itself scored them (None when
+    none was left to a policy), ``llm_calls``: LLM-judge verdicts asked for this stage (a cascade
+    asks only when an item is uncertain).
     """
 
     judge: str
@@ -401,6 +463,10 @@ class Verdict(_Model):
     reasons: list[str] = Field(default_factory=list)
     failed: bool = False
     no_answer: bool = False
+    items: list[VerdictItem] = Field(default_factory=list)
+    uncertain: int = Field(default=0, ge=0)
+    uncertain_policy: UncertainPolicy | None = None
+    llm_calls: int = Field(default=0, ge=0)
 
 
 class RewardBreakdown(_Model):

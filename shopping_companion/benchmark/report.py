@@ -39,6 +39,7 @@ __all__ = [
     "left_out_results",
     "result_key",
     "final_results",
+    "judging_summary",
     "summarize",
     "write_report",
     "write_parquet",
@@ -280,7 +281,34 @@ def summarize(
         "mean_response_chars": round(statistics.fmean(resp_chars), 1) if resp_chars else None,
         "terminations": dict(sorted(term.items())),
         "mean_wall_s": _mean(r.wall_s for r in results),
+        "judging": judging_summary(results),
     }
+
+
+def judging_summary(results: Iterable[EpisodeResult]) -> dict[str, dict[str, Any]]:
+    """Per stage (``stage1``, ``stage2``), over every recorded verdict (unscored stages included):
+    ``stages``, ``items`` (decisions behind the verdicts), ``uncertain`` (items the rule judge was
+    not sure of), ``uncertain_share`` (uncertain / items, None without items), ``stages_uncertain``
+    (stages with at least one uncertain item), ``llm_calls`` (stages sent to an LLM judge by a
+    cascade) and ``reasons`` (uncertain items per reason)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for st in r.stages:
+            v = st.verdict
+            d = out.setdefault(
+                f"stage{st.trajectory.stage}",
+                {"stages": 0, "items": 0, "uncertain": 0, "stages_uncertain": 0, "llm_calls": 0, "reasons": Counter()},
+            )
+            d["stages"] += 1
+            d["items"] += len(v.items)
+            d["uncertain"] += v.uncertain
+            d["stages_uncertain"] += v.uncertain > 0
+            d["llm_calls"] += v.llm_calls
+            d["reasons"].update(it.reason for it in v.items if not it.confident)
+    for d in out.values():
+        d["uncertain_share"] = round(d["uncertain"] / d["items"], 4) if d["items"] else None
+        d["reasons"] = dict(sorted(d["reasons"].items()))
+    return dict(sorted(out.items()))
 
 
 # --------------------------------------------------------------------------- formatting
@@ -607,6 +635,24 @@ def write_report(
     out += ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
     for k, v in s["reward_means"].items():
         out.append(f"| {k} | {_fmt(v)} |")
+    judging = s.get("judging") or {}
+    if any(d["items"] for d in judging.values()):
+        out += [
+            "",
+            "## Judging",
+            "",
+            'Items are the judge\'s decisions (docs/judge.md, "Selective verdicts"); uncertain ones earn what the '
+            "reward spec's `uncertain` says, or go to the LLM judge in a cascade.",
+            "",
+            "| stage | stages | items | uncertain | uncertain share | stages with uncertain items | LLM calls | reasons |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for k, d in judging.items():
+            why = ", ".join(f"{r} {n}" for r, n in d["reasons"].items()) or "–"
+            out.append(
+                f"| {k} | {d['stages']} | {d['items']} | {d['uncertain']} | {_pct(d['uncertain_share'])}% | "
+                f"{d['stages_uncertain']} | {d['llm_calls']} | {why} |"
+            )
     out += ["", "## Other behaviour", "", "| metric | value |", "|---|---|"]
     for k, v in s["mean_turns"].items():
         out.append(f"| mean assistant turns, {k} | {_fmt(v)} |")

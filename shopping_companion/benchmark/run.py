@@ -173,14 +173,23 @@ def check_judge(cfg: JudgeConfig) -> None:
 
 
 def build_judge(
-    cfg: JudgeConfig, lookup: Callable, sessions: dict | None, embedder: Any, run_dir: Path
+    cfg: JudgeConfig,
+    lookup: Callable,
+    sessions: dict | None,
+    embedder: Any,
+    run_dir: Path,
+    uncertain: str = "no_credit",
 ) -> tuple[Any, str]:
     """``(judge, description)``: the rule judge (with the value matcher's MiniLM fallback over
-    ``embedder``) or an LLM judge whose verdicts are cached in ``run_dir/judge_cache.sqlite``."""
+    ``embedder``; its uncertain items scored as ``uncertain`` says, the reward spec's), or an LLM
+    judge whose verdicts are cached in ``run_dir/judge_cache.sqlite`` — behind the rule judge in a
+    :class:`~shopping_companion.judges.cascade.CascadeJudge` when ``cfg.cascade``."""
+    from shopping_companion.judges.cascade import CascadeJudge
     from shopping_companion.pipeline import make_rule_judge
 
+    rule = make_rule_judge(lookup, sessions, embedder, uncertain)
     if cfg.kind == "rule":
-        return make_rule_judge(lookup, sessions, embedder), "rule (deterministic, offline)"
+        return rule, f"rule (deterministic, offline; uncertain items: {uncertain})"
     from shopping_companion.benchmark.report import scrub_url
     from shopping_companion.judges.llm import LLMJudge
 
@@ -194,7 +203,10 @@ def build_judge(
         http_deadline_s=times.get("deadline_s"),
         breaker_threshold=times.get("breaker_threshold"),
     )
-    return judge, f"llm: {cfg.model} at {scrub_url(cfg.base_url) or 'the provider default endpoint'}"
+    where = f"{cfg.model} at {scrub_url(cfg.base_url) or 'the provider default endpoint'}"
+    if cfg.cascade:
+        return CascadeJudge(rule, judge), f"rule, uncertain stages to llm: {where}"
+    return judge, f"llm: {where}"
 
 
 def build_rubric(spec: str | None, lookup: Callable | None = None) -> Any:
@@ -330,19 +342,22 @@ def run_identity(cfg: EpisodeConfig, policy_name: str, rubric: Any, tasks_sha256
     """The run identity stored beside the results (``results.identity.json``): ``config_sha256`` is
     the hash (:func:`~shopping_companion.config.config_hash`) of everything else in it — the
     result-changing config (:meth:`EvalConfig.identity`), the policy's name, the benchmark's tasks,
-    the rubric as resolved (members and weights, so a changed weight in a rubric file counts), and
-    the rule judge's and memory index's versions."""
+    the rubric as resolved (members and weights, so a changed weight in a rubric file counts), what
+    the reward spec's uncertain items earn (``uncertain``), and the rule judge's (also behind a
+    cascade) and memory index's versions."""
     from shopping_companion.config import config_hash
     from shopping_companion.judges.rule import RULE_JUDGE_VERSION
     from shopping_companion.memory.store import MEMORY_INDEX_VERSION
+    from shopping_companion.rewards.spec import load_reward_spec
 
     body = {
         "config": cfg.identity(),
         "policy": policy_name,
         "benchmark_tasks_sha256": tasks_sha256,
         "rubric": rubric.describe() if hasattr(rubric, "describe") else str(rubric),
+        "uncertain": load_reward_spec(cfg.rubric).uncertain,
         "memory_index_version": MEMORY_INDEX_VERSION,
-        "rule_judge_version": RULE_JUDGE_VERSION if cfg.judge.kind == "rule" else None,
+        "rule_judge_version": RULE_JUDGE_VERSION if cfg.judge.kind == "rule" or cfg.judge.cascade else None,
     }
     return {"config_sha256": config_hash(body), **body}
 
@@ -403,7 +418,12 @@ def build_kit(cfg: EpisodeConfig, run_dir: Path, console: Console | None = None)
     if res.remote is not None:
         judge, judge_desc, rubric = res.remote.judge, res.remote.describe(), res.remote.rubric
     else:
-        judge, judge_desc = build_judge(cfg.judge, res.lookup, res.benchmark.sessions, res.embedder, Path(run_dir))
+        from shopping_companion.rewards.spec import load_reward_spec
+
+        uncertain = load_reward_spec(cfg.rubric).uncertain
+        judge, judge_desc = build_judge(
+            cfg.judge, res.lookup, res.benchmark.sessions, res.embedder, Path(run_dir), uncertain
+        )
         rubric = build_rubric(cfg.rubric, res.lookup)
     settings = EvalSettings(
         trials=cfg.trials, sampling=build_sampling(cfg), env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric

@@ -147,9 +147,12 @@ class BackendConfig(_Endpoint):
 class JudgeConfig(_Endpoint):
     """Who scores a stage: ``rule`` (deterministic, offline; the default reward) or ``llm``
     (an OpenAI-compatible ``model`` at ``base_url``, key in ``api_key_env``; verdicts cached in the
-    run directory)."""
+    run directory). ``cascade`` (``llm`` only; default true): the rule judge decides every stage
+    and only stages with an uncertain item go to the LLM, which decides just those items
+    (docs/judge.md, "Cascade"); false: every stage goes to the LLM."""
 
     kind: Literal["rule", "llm"] = "rule"
+    cascade: bool = True
     #: the reward spec this judge came from (set by :class:`EpisodeConfig`), None: given directly
     _from_spec: str | None = PrivateAttr(default=None)
 
@@ -377,7 +380,9 @@ class EpisodeConfig(BaseModel):
         if "judge" not in spec.model_fields_set:
             return self
         sj = spec.judge
-        want = JudgeConfig(kind=sj.kind, model=sj.model, base_url=sj.base_url, api_key_env=sj.api_key_env)
+        want = JudgeConfig(
+            kind=sj.kind, model=sj.model, base_url=sj.base_url, api_key_env=sj.api_key_env, cascade=sj.cascade
+        )
         if "judge" in self.model_fields_set and self.judge != want:
             text = (
                 f"the reward config {self.rubric} has a judge section ({_judge_words(want)}), but judge is also "
@@ -432,7 +437,8 @@ class EpisodeConfig(BaseModel):
                 "dtype": b.dtype,
                 "sampling": b.sampling.model_dump(mode="json"),
             },
-            "judge": {"kind": self.judge.kind, "model": self.judge.model},
+            "judge": {"kind": self.judge.kind, "model": self.judge.model}
+            | ({"cascade": self.judge.cascade} if self.judge.kind == "llm" else {}),
             "simulator": self.simulator,
             "env": self.env.model_dump(mode="json"),
             "seed": self.seed,

@@ -69,6 +69,12 @@ EVAL_FLAGS = [
     Flag("--judge-base-url URL", "judge.base_url", str, "Judge endpoint (--judge llm)."),
     Flag("--judge-api-key-env VAR", "judge.api_key_env", str, "Variable holding the judge's API key."),
     Flag(
+        "--judge-cascade/--no-judge-cascade",
+        "judge.cascade",
+        bool,
+        "--judge llm: only stages the rule judge is unsure of go to the LLM (default on).",
+    ),
+    Flag(
         "--reward-config, --rubric SPEC",
         "rubric",
         str,

@@ -36,6 +36,13 @@ No answer: a stage that ended without a final answer is not read at all; it gets
 :func:`~shopping_companion.judges.base.no_answer_verdict` (every score 0, success False, Acc 0), the
 same verdict the LLM judge gives.
 
+Selective verdicts: every decision above is a :class:`~shopping_companion.types.VerdictItem` of the
+verdict, *confident* (explicit evidence) or *uncertain* with a reason (an unknown key, a value
+outside the vocabularies, an indirect statement, nothing stated, a field/text conflict, an adjacent
+or unknown type); the fields are computed from the items by
+:mod:`~shopping_companion.judges.selective` under the judge's ``uncertain`` policy (default
+``no_credit``: an uncertain item earns nothing). ``docs/judge.md``, "Selective verdicts".
+
 Performance: values, keys, text mentions and product types are memoised (bounded caches); the
 embedding fallback (optional, ``similarity=``) is called only for pairs the lexicon cannot
 decide, and cached. ``benchmarks/bench_judge.py`` measures throughput.
@@ -53,9 +60,10 @@ from shopping_companion.judges.base import no_answer_verdict
 from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
 from shopping_companion.judges.matching.values import split_negation
+from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
 from shopping_companion.envs.tools import PRODUCT_TOOLS
 from shopping_companion.registry import JUDGES
-from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict
+from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict, VerdictItem
 
 __all__ = [
     "RuleJudge",
@@ -79,7 +87,9 @@ __all__ = [
 #: different verdict (it is part of an evaluation's run identity, so results of two versions are
 #: never mixed in one results file). 2: the value-matching layer and the spurious-preference count.
 #: 3: a stage without a final answer gets the no-answer verdict (stage-1 success False, Acc 0).
-RULE_JUDGE_VERSION = 3
+#: 4: selective verdicts: every decision is an item, confident or uncertain; uncertain items earn
+#: what the judge's ``uncertain`` policy says (default no_credit: nothing).
+RULE_JUDGE_VERSION = 4
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
@@ -122,6 +132,30 @@ def shown_product_ids(traj: Trajectory) -> set[str]:
     """Ids returned by the trajectory's successful product-tool calls (what the agent was shown;
     a recommended id outside this set is fabricated)."""
     return {i for r in traj.tool_results if r.name in PRODUCT_TOOLS and r.error is None for i in r.returned_ids}
+
+
+def _item(
+    kind: str, label: str, slot: int, ok: bool, reason: str | None, answer: list[int] | None = None, detail: str = ""
+) -> VerdictItem:
+    """A rule-decided :class:`VerdictItem` (confident iff ``reason`` is None). Built without
+    re-validation and with one shared set of field names (every field is given): a verdict holds
+    many items, and each extra container per item costs the garbage collector in long runs."""
+    return VerdictItem.model_construct(
+        _ITEM_FIELDS,
+        kind=kind,
+        label=label,
+        slot=slot,
+        ok=ok,
+        confident=reason is None,
+        reason=reason,
+        decided_by="rule",
+        answer=tuple(answer) if answer else (),
+        detail=detail,
+    )
+
+
+#: every field of :class:`VerdictItem`, the ``fields_set`` of the items :func:`_item` builds
+_ITEM_FIELDS = set(VerdictItem.model_fields)
 
 
 # --------------------------------------------------------------------------- compatibility API
@@ -194,13 +228,20 @@ class Stage1Match:
     ``matches[i]``: index of the identified preference matched to gold preference ``i`` (or None).
     ``spurious``: ``(identified index, reason)`` for every spurious identified preference (h1).
     ``extras``: indices of unmatched, harmless identified preferences. ``slots_hit``: slots with at
-    least one matched gold preference (c1).
+    least one matched gold preference (c1). Where a decision rests on no explicit evidence
+    (docs/judge.md, "Selective verdicts"): ``unsure_gold`` maps a gold index to the reason its match
+    (by the embedding fallback) or its miss (an answer preference may state it in other words:
+    ``candidates`` lists those) is uncertain; ``unsure_answer`` maps an unmatched identified index
+    to the reason its spurious-or-harmless decision is uncertain.
     """
 
     matches: list[int | None]
     spurious: list[tuple[int, str]] = field(default_factory=list)
     extras: list[int] = field(default_factory=list)
     slots_hit: set[int] = field(default_factory=set)
+    unsure_gold: dict[int, str] = field(default_factory=dict)
+    candidates: dict[int, list[int]] = field(default_factory=dict)
+    unsure_answer: dict[int, str] = field(default_factory=dict)
 
     @property
     def m1(self) -> int:
@@ -221,7 +262,8 @@ def match_preferences(
     matcher: ValueMatcher | None = None,
     grounded: Callable[[Preference], bool] | None = None,
 ) -> Stage1Match:
-    """Compare ``identified`` with ``task.preferences`` (module docstring, stage 1).
+    """Compare ``identified`` with ``task.preferences`` (module docstring, stage 1), marking the
+    decisions that rest on no explicit evidence (:class:`Stage1Match`).
 
     ``grounded(q)`` says whether a user turn of the history states ``q``; without it the
     grounding rule is not applied (the other precision rules still are).
@@ -238,25 +280,42 @@ def match_preferences(
     gkeys = [m.key(g.attribute) for g in gold]
     ikeys = [m.key(q.attribute) for q in identified]
 
-    def compatible(i: int, j: int) -> bool:
+    def compat(i: int, j: int) -> tuple[bool, str | None]:
+        """(same attribute, doubt): doubt ``unknown_key`` when a key the lexicon does not know
+        keeps the answer from being read as a value of the gold attribute."""
         gk, qk = gkeys[i], ikeys[j]
         if gk.same_key(qk):
-            return True
+            return True, None
         if qk.known:
-            return False
+            return False, None if gk.known else "unknown_key"
         vocab = m.vocab_for(gk)
-        return vocab is not None and vocab.lookup(identified[j].value) is not None
+        value = identified[j].value
+        if vocab is not None:
+            if vocab.lookup(value) is not None:
+                return True, None
+            if not vocab.find(value) and m.names_other_property(gk, value):
+                return False, None  # exactly a value of another vocabulary or another dimension
+        return False, "unknown_key"
 
-    def equal(i: int, j: int) -> bool:
-        return compatible(i, j) and m.equivalent(gkeys[i], gold[i].value, identified[j].value)
+    eq_cache: dict[tuple[int, int], tuple[bool, str | None]] = {}
 
-    eq_cache: dict[tuple[int, int], bool] = {}
+    def eq3(i: int, j: int) -> tuple[bool, str | None]:
+        """(equal, doubt): doubt ``value_outside_vocabulary`` when the lexicon could not read the
+        values and only words or embeddings compared them."""
+        k = (i, j)
+        hit = eq_cache.get(k)
+        if hit is None:
+            ok, doubt = compat(i, j)
+            if ok:
+                d = m.compare(gkeys[i], gold[i].value, identified[j].value)
+                hit = (d.holds, None if d.explicit else "value_outside_vocabulary")
+            else:
+                hit = (False, doubt)
+            eq_cache[k] = hit
+        return hit
 
     def eq(i: int, j: int) -> bool:
-        k = (i, j)
-        if k not in eq_cache:
-            eq_cache[k] = equal(i, j)
-        return eq_cache[k]
+        return eq3(i, j)[0]
 
     adj: list[list[int]] = []
     for i, g in enumerate(gold):
@@ -281,6 +340,10 @@ def match_preferences(
     for j, i in owner.items():
         matches[i] = j
     out = Stage1Match(matches=matches, slots_hit={slot(gold[i]) for i, j in enumerate(matches) if j is not None})
+    for j, i in owner.items():
+        doubt = eq3(i, j)[1]
+        if doubt is not None:
+            out.unsure_gold[i] = doubt  # matched by the embedding fallback only
 
     gold_keys = {(slot(g), i) for i, g in enumerate(gold)}
     dont_care_keys = [(slot(d), m.key(d.attribute)) for d in task.dont_care]
@@ -289,31 +352,72 @@ def match_preferences(
             continue
         qk = ikeys[j]
         reason = None
+        doubt = None
         if not single and not 0 <= q.slot < N:
             reason = f"names product {q.slot + 1} but the request has {N}"
         elif not _is_attribute_value(q.value):
             reason = "is not an attribute value (a sentence or a long quote)"
-        elif any(slot(g) != slot(q) and g.polarity == q.polarity and eq(i, j) for i, g in enumerate(gold)):
+        elif (
+            other := next(
+                (i for i, g in enumerate(gold) if slot(g) != slot(q) and g.polarity == q.polarity and eq(i, j)), None
+            )
+        ) is not None:
             reason = "belongs to another product of the request"
-        elif any(
-            s == slot(q)
-            and (gkeys[i].same_key(qk) or (not qk.known and compatible(i, j)))
-            and (q.polarity == "want" or gold[i].polarity == "avoid" or m.equivalent(gkeys[i], gold[i].value, q.value))
-            for s, i in gold_keys
-        ):
+            doubt = eq3(other, j)[1]
+        elif (
+            same := next(
+                (
+                    i
+                    for s, i in sorted(gold_keys)
+                    if s == slot(q)
+                    and (gkeys[i].same_key(qk) or (not qk.known and compat(i, j)[0]))
+                    and (
+                        q.polarity == "want"
+                        or gold[i].polarity == "avoid"
+                        or m.equivalent(gkeys[i], gold[i].value, q.value)
+                    )
+                ),
+                None,
+            )
+        ) is not None:
             # a second wanted value, a wrong value, or avoiding what the user wants; an avoid next to
             # a wanted value ("glass, not plastic") is left to the grounding rule
             reason = "is a wrong or extra value on an attribute the user has a preference about"
-        elif _contradicts(m, identified, ikeys, j, slot):
+            doubt = eq3(same, j)[1]
+        elif (contra := _contradicts(m, identified, ikeys, j, slot)) is not None:
             reason = "contradicts another identified preference"
+            doubt = contra or None
         elif any(s == slot(q) and dk.same_key(qk) for s, dk in dont_care_keys):
             reason = "is on an attribute the user does not care about"
         elif grounded is not None and not grounded(q):
             reason = "is stated in no user turn of the history"
+            if not m.readable(m.reading_key(qk, q.value), q.value):
+                doubt = "indirect_statement"  # the user may have said it in words the lexicon does not read
         if reason is None:
             out.extras.append(j)
         else:
             out.spurious.append((j, reason))
+            if doubt is not None:
+                out.unsure_answer[j] = doubt
+
+    # a gold preference missed while an answer preference the lexicon could not compare with it
+    # (an unknown key, a value outside the vocabulary) may state it: an uncertain miss
+    confident_spurious = {j for j, _ in out.spurious if j not in out.unsure_answer}
+    open_answers = [(j, slot(q)) for j, q in enumerate(identified) if j not in owner and j not in confident_spurious]
+    for i, g in enumerate(gold):
+        if matches[i] is not None or not open_answers:
+            continue
+        cands = []
+        gs = slot(g)
+        for j, qs in open_answers:
+            if qs != gs:
+                continue
+            doubt = eq3(i, j)[1]
+            if doubt is not None:
+                cands.append(j)
+                out.unsure_gold.setdefault(i, doubt)
+        if cands:
+            out.candidates[i] = cands
     return out
 
 
@@ -331,18 +435,22 @@ def _denegate(m: ValueMatcher, q: Preference) -> Preference:
 
 def _contradicts(
     m: ValueMatcher, identified: list[Preference], keys: list, j: int, slot: Callable[[Preference], int]
-) -> bool:
+) -> str | None:
+    """None when ``identified[j]`` contradicts no other identified preference; otherwise the
+    doubt of that decision ("" when explicit, ``value_outside_vocabulary`` when the two values were
+    compared by words or embeddings only)."""
     q, qk = identified[j], keys[j]
     for k, o in enumerate(identified):
         if k == j or slot(o) != slot(q) or not keys[k].same_key(qk):
             continue
-        same = m.equivalent(qk, q.value, o.value)
-        if same and o.polarity != q.polarity:
-            return True
+        d = m.compare(qk, q.value, o.value)
+        doubt = "" if d.explicit else "value_outside_vocabulary"
+        if d.holds and o.polarity != q.polarity:
+            return doubt
         single_valued = qk.spec is not None and not qk.spec.multi_valued  # unknown keys: not judged
-        if not same and q.polarity == o.polarity == "want" and single_valued:
-            return True
-    return False
+        if not d.holds and q.polarity == o.polarity == "want" and single_valued:
+            return doubt
+    return None
 
 
 def structural_spurious(
@@ -418,8 +526,12 @@ class RuleJudge:
         similarity: ``(a, b) -> cosine`` for the embedding fallback (e.g.
             :func:`~shopping_companion.judges.matching.similarity.embedding_similarity`); builds a
             matcher with it when ``matcher`` is not given.
+        uncertain: what items decided without explicit evidence earn (``no_credit`` | ``credit`` |
+            ``unscored``; :mod:`shopping_companion.judges.selective`); :class:`ConfigError`
+            naming ``uncertain`` otherwise.
 
-    ``judge(task, trajectory)`` returns a stage-1 or stage-2 :class:`Verdict` (``judge="rule"``).
+    ``judge(task, trajectory)`` returns a stage-1 or stage-2 :class:`Verdict` (``judge="rule"``)
+    with every decision in ``items`` (confident or uncertain, with a reason).
     """
 
     name = "rule"
@@ -431,8 +543,10 @@ class RuleJudge:
         *,
         matcher: ValueMatcher | None = None,
         similarity: Callable[[str, str], float] | None = None,
+        uncertain: str = "no_credit",
     ) -> None:
         self.lookup = lookup
+        self.uncertain = check_uncertain_policy(uncertain)
         self.sessions = sessions
         if matcher is None:
             matcher = ValueMatcher(similarity=similarity) if similarity is not None else default_matcher()
@@ -493,7 +607,7 @@ class RuleJudge:
         m = self.matcher
 
         def grounded(q: Preference) -> bool:
-            if m.mentions(m.key(q.attribute), q.value, text):
+            if m.mentions(m.reading_key(m.key(q.attribute), q.value), q.value, text):
                 return True
             words = set(tokens(q.value))  # every word of the value said in one user turn
             return bool(words) and any(words <= t for t in turns)
@@ -501,37 +615,61 @@ class RuleJudge:
         return grounded
 
     def _stage1(self, task: Task, traj: Trajectory) -> Verdict:
-        """Stage-1 fields (module docstring)."""
+        """Stage-1 fields (module docstring) from one item per gold preference (``match``) and one
+        per unmatched answer preference (``grounding``)."""
         base = self._base(task, 1)
         identified, why = identified_preferences(traj)
         reasons: list[str] = [why] if why else []
         res = match_preferences(task, identified, self.matcher, self.grounding(task))
         addon = bool(base["b"])
+        single = task.n_products == 1
         reasons.append(f"{len(identified)} preference(s) identified" if identified else "no preference identified")
-        matched: list[str] = []
-        for g, j in zip(task.preferences, res.matches):
-            label = f"{g.attribute}={g.value}" + (f" (product {g.slot + 1})" if addon else "")
+        items: list[VerdictItem] = []
+        for i, (g, j) in enumerate(zip(task.preferences, res.matches)):
+            doubt = res.unsure_gold.get(i)
+            label = f"{g.attribute}={g.value}"
+            where = f" (product {g.slot + 1})" if addon else ""
             if j is None:
-                reasons.append(f"missing: {label}")
+                cands = res.candidates.get(i, [])
+                detail = "missing" + (
+                    ": perhaps stated as "
+                    + ", ".join(f"{identified[k].attribute}={identified[k].value}" for k in cands)
+                    if cands
+                    else ""
+                )
+                reasons.append(f"missing: {label}{where}" + (f" (uncertain: {doubt})" if doubt else ""))
             else:
-                matched.append(f"{g.attribute}={g.value}")
-        for j, why in res.spurious:
+                cands = [j]
+                q = identified[j]
+                detail = f"matched by {q.attribute}={q.value}"
+                if doubt:
+                    reasons.append(f"uncertain match: {label}{where} by {q.attribute}={q.value} ({doubt})")
+            items.append(_item("match", label, 0 if single else g.slot, j is not None, doubt, cands, detail))
+        judged = sorted([(j, why) for j, why in res.spurious] + [(j, None) for j in res.extras])
+        for j, why in judged:
             q = identified[j]
-            reasons.append(f"spurious: {q.attribute}={q.value} ({q.polarity}) {why}")
-        q1 = 1 if identified and not res.spurious else 0
-        c1 = None
+            doubt = res.unsure_answer.get(j)
+            label = f"{q.attribute}={q.value}"
+            if why is not None:
+                reasons.append(f"spurious: {label} ({q.polarity}) {why}" + (f" (uncertain: {doubt})" if doubt else ""))
+            detail = f"spurious: {why}" if why else "harmless: on no attribute of the request's preferences"
+            items.append(_item("grounding", label, 0 if single else q.slot, why is None, doubt, [j], detail))
+        f = stage1_fields(items, F=len(task.preferences), N=task.n_products, addon=addon, policy=self.uncertain)
         if addon:
-            c1 = min(len(res.slots_hit), task.n_products)
-            reasons.append(f"correct preferences for {c1} of {task.n_products} product(s)")
+            reasons.append(f"correct preferences for {f['c1']} of {task.n_products} product(s)")
+        return self._verdict(base, items, f, reasons)
+
+    def _verdict(self, base: dict, items: list[VerdictItem], f: dict, reasons: list[str]) -> Verdict:
+        unsure = sum(not it.confident for it in items)
+        if unsure:
+            reasons.append(f"{unsure} uncertain item(s), scored {self.uncertain}")
         return Verdict(
             **base,
-            q1=q1,
-            m1=res.m1,
-            c1=c1,
-            h1=res.h1,
-            success=res.m1 == len(task.preferences) and res.h1 == 0,
-            matched=matched,
+            **f,
             reasons=reasons,
+            items=items,
+            uncertain=unsure,
+            uncertain_policy=self.uncertain if unsure else None,
         )
 
     # ------------------------------------------------------------------ stage 2
@@ -571,7 +709,8 @@ class RuleJudge:
                 slot_prefs[s].append(g)
             else:
                 reasons.append(f"gold preference {g.attribute}={g.value} names slot {g.slot} of {N}")
-        rel = [[False] * len(bundle) for _ in range(N)]
+        credit = self.uncertain == "credit"
+        rel: list[list[tuple[bool, str | None]]] = [[(False, None)] * len(bundle) for _ in range(N)]
         sat: list[list[list]] = [[[] for _ in bundle] for _ in range(N)]
         for s in range(N):
             for j, pid in enumerate(bundle):
@@ -579,15 +718,17 @@ class RuleJudge:
                 if prod is None:
                     sat[s][j] = [None] * len(slot_prefs[s])
                     continue
-                rel[s][j] = self.reader.is_relevant(prod, task.slots[s])
+                rel[s][j] = self.reader.relevance(prod, task.slots[s])
                 sat[s][j] = [self.reader.check(prod, g) for g in slot_prefs[s]]
-        ok_bits = [[[bool(e and e.satisfied) for e in sat[s][j]] for j in range(len(bundle))] for s in range(N)]
-        assign = self._assign(rel, ok_bits, N, len(bundle))
+        # the assignment maximises what counts under the policy (uncertain items count only with credit)
+        rel_bits = [[r and (why is None or credit) for r, why in row] for row in rel]
+        ok_bits = [
+            [[bool(e and e.satisfied and (e.confident or credit)) for e in sat[s][j]] for j in range(len(bundle))]
+            for s in range(N)
+        ]
+        assign = self._assign(rel_bits, ok_bits, N, len(bundle))
 
-        q2 = 1 if bundle else 0
-        m2 = 0
-        n2 = 0
-        matched: list[str] = []
+        items: list[VerdictItem] = []
         for s in range(N):
             j = assign[s]
             slot = task.slots[s]
@@ -597,65 +738,64 @@ class RuleJudge:
                 continue
             pid = bundle[j]
             prod = found.get(pid)
+            type_label = f"product {s + 1}: {slot.product_type}"
             if prod is None:
-                q2 = 0
+                items.append(_item("type", type_label, s, False, None, detail=f"{pid}: not in the catalog"))
+                items += [
+                    _item("attribute", f"{g.attribute}={g.value}", s, False, None, detail="no catalog record")
+                    for g in slot_prefs[s]
+                ]
                 continue
-            if not rel[s][j]:
-                q2 = 0
+            relevant, rel_doubt = rel[s][j]
+            if relevant and not rel_doubt:
+                detail = f"{pid}: a {slot.product_type}"
+            else:
                 have = self.reader.title_type(prod) or prod.category or "(no type)"
-                reasons.append(f"{pid}: a {have!r} is not a {slot.product_type!r}")
-            ok = ok_bits[s][j]
-            m2 += sum(ok)
-            for g, hit, ev in zip(slot_prefs[s], ok, sat[s][j]):
-                label = f"{g.attribute}={g.value}"
-                why = f" ({ev.detail})" if ev is not None and ev.detail else ""
-                if hit:
-                    matched.append(label)
-                elif g.polarity == "want":
-                    reasons.append(f"{pid} lacks {label}{why}")
+                detail = f"{pid}: a {have!r}"
+                if not relevant:
+                    reasons.append(
+                        f"{pid}: a {have!r} is not a {slot.product_type!r}"
+                        + (f" (uncertain: {rel_doubt})" if rel_doubt else "")
+                    )
                 else:
-                    reasons.append(f"{pid} has avoided {label}{why}")
-            if rel[s][j] and all(ok):
-                n2 += 1
+                    reasons.append(f"{pid}: uncertain type: a {have!r} for a {slot.product_type!r} ({rel_doubt})")
+            items.append(_item("type", type_label, s, relevant, rel_doubt, detail=detail))
+            for g, ev in zip(slot_prefs[s], sat[s][j]):
+                label = f"{g.attribute}={g.value}"
+                why = f" ({ev.detail})" if ev.detail else ""
+                unsure = f" (uncertain: {ev.reason})" if not ev.confident else ""
+                if not ev.satisfied:
+                    verb = "lacks" if g.polarity == "want" else "has avoided"
+                    reasons.append(f"{pid} {verb} {label}{why}{unsure}")
+                elif unsure:
+                    reasons.append(f"{pid} uncertain: {label}{why}{unsure}")
+                items.append(_item("attribute", label, s, ev.satisfied, ev.reason, detail=f"{pid}: {ev.detail}"))
 
-        u2: int | None = None
         if addon:
             prods = [found[p] for p in bundle if p in found]
             u2 = 0
             if len(prods) != N:
-                reasons.append("budget not checkable: the bundle is incomplete")
+                why = "budget not checkable: the bundle is incomplete"
             else:
                 total, discount, same_shop = bundle_cost(prods, task)
                 if not same_shop:
-                    reasons.append(
-                        "products are from different shops: " + ", ".join(sorted({p.shop_id for p in prods}))
-                    )
+                    why = "products are from different shops: " + ", ".join(sorted({p.shop_id for p in prods}))
                 elif total is None:
-                    reasons.append("budget not checkable: a product has no price")
+                    why = "budget not checkable: a product has no price"
                 else:
                     pay = total - discount
                     if task.budget is not None and pay > task.budget + 1e-6:
-                        reasons.append(
-                            f"total {total:g} - discount {discount:g} = {pay:g} exceeds budget {task.budget:g}"
-                        )
+                        why = f"total {total:g} - discount {discount:g} = {pay:g} exceeds budget {task.budget:g}"
                     else:
                         u2 = 1
-                        reasons.append(f"total {total:g} - discount {discount:g} = {pay:g} within budget")
+                        why = f"total {total:g} - discount {discount:g} = {pay:g} within budget"
+            reasons.append(why)
+            items.append(_item("bundle", "one shop, priced, within budget", 0, u2 == 1, None, detail=why))
 
-        success = bool(p2 and q2 and m2 == len(task.preferences))
-        if addon:
-            success = success and n2 == N and u2 == 1
-        return Verdict(
-            **base,
-            p2=p2,
-            q2=q2,
-            m2=m2,
-            n2=n2 if addon else None,
-            u2=u2,
-            success=success,
-            matched=matched,
-            reasons=reasons or ["all checks passed"],
-        )
+        f = stage2_fields(items, F=len(task.preferences), N=N, addon=addon, p2=p2, policy=self.uncertain)
+        if not reasons:
+            reasons.append("all checks passed")
+        return self._verdict({**base, "p2": p2}, items, f, reasons)
 
     @staticmethod
     def _assign(rel: list[list[bool]], sat: list[list[list[bool]]], N: int, k: int) -> list[int | None]:

@@ -3,14 +3,19 @@
 Both are computed from a judge :class:`~shopping_companion.types.Verdict` only, so any judge (rule,
 LLM, human) plugs in. A failed verdict (``failed=True``) or a verdict missing a field the equation
 needs raises :class:`ValueError` (:class:`~shopping_companion.judges.base.JudgeFailedError` for a
-failed verdict): a judge failure must never be scored as a 0 reward. Fields out of
+failed verdict): a judge failure must never be scored as a 0 reward. So does a verdict scored
+``uncertain_policy="unscored"`` with uncertain items no judge decided
+(:class:`~shopping_companion.errors.UncertainUnscoredError`, a ``JudgeFailedError``): the reward
+spec says such a stage is not scored. Fields out of
 their documented range (q, p, u ∉ {0,1}; m ∉ [0, F]; c, n ∉ [0, N]) also raise: clamping is the
 judge's business, not the reward's.
 """
 
 from __future__ import annotations
 
+from shopping_companion.errors import UncertainUnscoredError
 from shopping_companion.judges.base import JudgeFailedError
+from shopping_companion.judges.selective import undecided
 from shopping_companion.types import Verdict
 
 __all__ = ["stage1_reward", "stage2_reward", "outcome_reward"]
@@ -20,6 +25,11 @@ def _check_usable(verdict: Verdict, stage: int) -> None:
     if verdict.failed:
         reason = "; ".join(verdict.reasons) or "no reason given"
         raise JudgeFailedError(f"judge {verdict.judge!r} failed ({reason}); a failed verdict cannot be scored")
+    if verdict.uncertain_policy == "unscored" and undecided(verdict):
+        raise UncertainUnscoredError(
+            f"judge {verdict.judge!r} is uncertain about {undecided(verdict)} item(s) and the reward spec says "
+            "uncertain: unscored; the stage is not scored"
+        )
     if verdict.stage != stage:
         raise ValueError(f"stage-{stage} reward asked for a stage-{verdict.stage} verdict")
 

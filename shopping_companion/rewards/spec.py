@@ -16,7 +16,11 @@ A spec names
   outcome rewards, App. C.1), with a bound on concurrent requests per process and a reply cache
   keyed by content hash;
 - ``scoring_deadline_s``: wall-clock seconds judging and rewarding one GRPO trajectory may take
-  (a miss: the sample is not scored, it gets no gradient).
+  (a miss: the sample is not scored, it gets no gradient);
+- ``uncertain``: what the rule judge's uncertain items earn (``no_credit``, the default: nothing;
+  ``credit``: they count as satisfied; ``unscored``: the stage is not scored);
+  :mod:`shopping_companion.judges.selective`. With an LLM judge and ``judge.cascade`` (default),
+  only stages with uncertain items go to the LLM (:mod:`shopping_companion.judges.cascade`).
 
 A spec file is YAML::
 
@@ -24,6 +28,7 @@ A spec file is YAML::
     python_path: [./plugins]           # relative to this file
     judge: {kind: llm, model: Qwen/Qwen3-32B, base_url: http://judge-node:8000/v1, max_in_flight: 32}
     scoring_deadline_s: 120
+    uncertain: no_credit               # no_credit | credit | unscored
 
 A plain rubric YAML (top-level ``rewards:``) is also a spec (rule judge, default deadline).
 :func:`load_reward_spec` reads any of these, a built-in name, a ``module:attr`` path or the JSON
@@ -44,6 +49,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.types import UncertainPolicy
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "BoundedJudge", "RewardJudge", "RewardSpec", "load_reward_spec"]
 
@@ -64,10 +70,14 @@ class RewardJudge(BaseModel):
     error. ``cache_path``: an SQLite file for the reply cache, shared by processes (put it on
     shared storage to share it between nodes); ``None``: an in-memory cache per process. Replies
     are cached under the hash of (model, sampling, prompt), so a repeated trajectory is judged once.
+    ``cascade`` (``kind: llm`` only): true (default) — the rule judge decides every stage and only
+    stages with an uncertain item go to the LLM, which decides just those items; false — every
+    stage goes to the LLM (the paper's protocol).
     """
 
     model_config = _STRICT
     kind: Literal["rule", "llm"] = "rule"
+    cascade: bool = True
     model: str | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
@@ -95,7 +105,8 @@ class RewardJudge(BaseModel):
             return "rule (deterministic, offline)"
         from shopping_companion.benchmark.report import scrub_url
 
-        return f"llm: {self.model} at {scrub_url(self.base_url) or 'the provider default endpoint'}"
+        where = f"{self.model} at {scrub_url(self.base_url) or 'the provider default endpoint'}"
+        return f"rule, uncertain stages to llm: {where}" if self.cascade else f"llm: {where}"
 
 
 class RewardSpec(BaseModel):
@@ -107,7 +118,17 @@ class RewardSpec(BaseModel):
     python_path: list[str] = Field(default_factory=list)
     judge: RewardJudge = RewardJudge()
     scoring_deadline_s: float | None = 60.0
+    uncertain: UncertainPolicy = "no_credit"
     source: str | None = None
+
+    @field_validator("uncertain", mode="before")
+    @classmethod
+    def _uncertain(cls, v: Any) -> Any:
+        from shopping_companion.judges.selective import UNCERTAIN_POLICIES
+
+        if not (isinstance(v, str) and v in UNCERTAIN_POLICIES):
+            raise ValueError(f"must be one of {', '.join(UNCERTAIN_POLICIES)}; got {v!r}")
+        return v
 
     @field_validator("scoring_deadline_s")
     @classmethod
@@ -125,12 +146,16 @@ class RewardSpec(BaseModel):
 
     # ------------------------------------------------------------------ identity and transport
     def identity(self) -> dict[str, Any]:
-        """What changes a score: the rubric reference, the judge kind and model (not URLs, keys,
-        concurrency or cache location) and the deadline."""
+        """What changes a score: the rubric reference, the judge kind, model and cascade (not URLs,
+        keys, concurrency or cache location), the deadline and what uncertain items earn."""
+        judge: dict[str, Any] = {"kind": self.judge.kind, "model": self.judge.model}
+        if self.judge.kind == "llm":
+            judge["cascade"] = self.judge.cascade
         return {
             "rubric": self.rubric,
-            "judge": {"kind": self.judge.kind, "model": self.judge.model},
+            "judge": judge,
             "scoring_deadline_s": self.scoring_deadline_s,
+            "uncertain": self.uncertain,
         }
 
     def to_json(self) -> str:
@@ -192,15 +217,20 @@ class RewardSpec(BaseModel):
         return keys + [k for k in ("success", "stage") if k not in keys]
 
     def build_judge(self, lookup: Any, sessions: Mapping[str, Any] | None, embedder: Any) -> Any:
-        """The judge object (``judge(task, trajectory) -> Verdict``): the rule judge, or an
-        :class:`~shopping_companion.judges.llm.LLMJudge` wrapped in :class:`BoundedJudge`
-        (at most ``judge.max_in_flight`` concurrent requests in this process). An endpoint that
-        fails gives failed verdicts (never a 0 reward). Raises :class:`ConfigError` for bad settings."""
+        """The judge object (``judge(task, trajectory) -> Verdict``): the rule judge scoring its
+        uncertain items as :attr:`uncertain` says, or with ``judge.kind: llm`` an
+        :class:`~shopping_companion.judges.llm.LLMJudge` wrapped in :class:`BoundedJudge` (at most
+        ``judge.max_in_flight`` concurrent requests in this process) — behind the rule judge in a
+        :class:`~shopping_companion.judges.cascade.CascadeJudge` when ``judge.cascade``. An
+        endpoint that fails gives failed verdicts (never a 0 reward). Raises :class:`ConfigError`
+        for bad settings."""
+        from shopping_companion.judges.cascade import CascadeJudge
         from shopping_companion.pipeline import make_rule_judge
 
         j = self.judge
+        rule = make_rule_judge(lookup, dict(sessions) if sessions is not None else None, embedder, self.uncertain)
         if j.kind == "rule":
-            return make_rule_judge(lookup, dict(sessions) if sessions is not None else None, embedder)
+            return rule
         from shopping_companion.judges.llm import LLMJudge
 
         if j.cache_path:
@@ -216,7 +246,8 @@ class RewardSpec(BaseModel):
             max_retries=j.max_retries,
             timeout_s=j.timeout_s,
         )
-        return BoundedJudge(llm, j.max_in_flight)
+        bounded = BoundedJudge(llm, j.max_in_flight)
+        return CascadeJudge(rule, bounded) if j.cascade else bounded
 
     def ping_judge(self) -> str:
         """Check an LLM judge's endpoint answers (a models listing or a one-token request);
@@ -389,7 +420,7 @@ def load_reward_spec(value: Any = None) -> RewardSpec:
             data = {"rubric": data}
         if not isinstance(data, Mapping):
             raise ConfigError(
-                f"reward config {text}: expected a mapping (rubric, python_path, judge, scoring_deadline_s) or a "
+                f"reward config {text}: expected a mapping (rubric, python_path, judge, scoring_deadline_s, uncertain) or a "
                 "rubric file (name, rewards)"
             )
         base = path.absolute().parent

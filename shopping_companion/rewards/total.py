@@ -14,6 +14,7 @@ import functools
 import logging
 from typing import Any, Callable
 
+from shopping_companion.errors import UncertainUnscoredError
 from shopping_companion.judges.base import JudgeFailedError
 from shopping_companion.rewards.rubric import Rubric, paper_rubric
 from shopping_companion.types import RewardBreakdown, Task, Trajectory, Verdict
@@ -122,7 +123,9 @@ def score_stage(
     ``reward`` is :func:`unscored_breakdown` of the trajectory's stage and ``error`` says why: the
     messages of :func:`judge_stage` (``verdict`` None when the judge raised), or ``"judge failed
     inside the reward: <message>"`` (cut to 300 characters) when the reward raised
-    :class:`~shopping_companion.judges.base.JudgeFailedError`. Exceptions of the types in
+    :class:`~shopping_companion.judges.base.JudgeFailedError`, and ``"judge failed: <message>"``
+    with the component ``uncertain_unscored`` = 1.0 when it raised
+    :class:`~shopping_companion.errors.UncertainUnscoredError` (the spec's ``uncertain: unscored``). Exceptions of the types in
     ``reraise`` (e.g. a circuit breaker saying the judge's endpoint is down) propagate; so does
     any error of ``reward_fn`` other than ``JudgeFailedError``.
     """
@@ -131,5 +134,7 @@ def score_stage(
         return verdict, unscored_breakdown(trajectory.stage), error
     try:
         return verdict, reward_fn(task, trajectory, verdict), None
+    except UncertainUnscoredError as e:  # the spec's ``uncertain: unscored``
+        return verdict, unscored_breakdown(trajectory.stage, uncertain_unscored=1.0), f"judge failed: {str(e)[:300]}"
     except JudgeFailedError as e:  # a judge used inside the reward failed (or a scoring deadline passed)
         return verdict, unscored_breakdown(trajectory.stage), f"judge failed inside the reward: {str(e)[:300]}"

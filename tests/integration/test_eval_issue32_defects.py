@@ -102,7 +102,8 @@ def test_llm_judge_a_stage_without_final_answer_scores_zero_and_costs_no_request
     runner = CliRunner()
     with ScriptedOpenAIServer(policy) as srv, ScriptedOpenAIServer(generous_judge, model="judge") as judge:
         common = _common(srv, catalog_index_dir) + ["--max-turns", "3", "--judge", "llm", "--judge-model", "judge"]
-        common += ["--judge-base-url", judge.base_url]
+        # every answered stage to the LLM judge (the cascade would keep what the rule judge is sure of)
+        common += ["--judge-base-url", judge.base_url, "--no-judge-cascade"]
         out = runner.invoke(
             app, ["eval", "--bench", str(bench_dir), "--name", "noans", "--runs-dir", str(tmp_path / "runs")] + common
         )

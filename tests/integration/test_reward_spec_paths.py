@@ -97,7 +97,7 @@ def test_spec_judge_sets_the_run_judge_and_a_second_judge_is_refused(bench_dir, 
     base = {"bench": {"path": str(bench_dir)}, "output": {"name": "x"}, "rubric": str(f)}
     cfg = EvalConfig.model_validate(base)
     assert cfg.judge.kind == "llm" and cfg.judge.model == "judge-x"
-    assert cfg.identity()["judge"] == {"kind": "llm", "model": "judge-x"}
+    assert cfg.identity()["judge"] == {"kind": "llm", "model": "judge-x", "cascade": True}
     with pytest.raises((ConfigError, ValueError), match="give the judge in one place"):
         EvalConfig.model_validate({**base, "judge": {"kind": "llm", "model": "other"}})
     runner = CliRunner()

@@ -326,7 +326,7 @@ def test_an_llm_judge_that_does_not_answer_is_a_problem_naming_its_url(tmp_path)
     problems: list[str] = []
     summary = check_reward({"reward_kwargs": {"reward_config": json.dumps(spec)}}, [{"name": "s"}], problems)
     assert len(problems) == 1 and f"judge.base_url http://127.0.0.1:{port}/v1" in problems[0], problems
-    assert summary["judge"].startswith("llm: j at")
+    assert summary["judge"] == f"rule, uncertain stages to llm: j at http://127.0.0.1:{port}/v1"
 
 
 def test_submit_dry_run_ships_the_package_and_the_spec_modules(tmp_path, monkeypatch):

@@ -222,6 +222,14 @@ class ResolvedKey:
     spec: KeySpec | None = None
     role: str = "primary"
     unit: str | None = None
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # a key is the lru-cache key of every value parse: hash its fields once, not on every lookup
+        object.__setattr__(self, "_hash", hash((self.name, self.spec, self.role, self.unit)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def known(self) -> bool:

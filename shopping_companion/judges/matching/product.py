@@ -20,6 +20,12 @@ slot asks for?
 satisfied. *avoid*: violated iff the evidence states the avoided value (any share of a blend);
 satisfied otherwise, unknown included — a shopper takes a product page at its word.
 
+Every decision says whether it rests on explicit evidence (:attr:`Evidence.confident`, with a
+``reason`` from :data:`~shopping_companion.types.UncertainReason` when not): unknown
+(``not_stated``), a field or wish outside the vocabularies (``value_outside_vocabulary``,
+``unknown_key``), or a structured field that denies a wish the title states (``field_text_conflict``).
+:meth:`ProductReader.relevance` does the same for q2 (``adjacent_type``, ``unknown_type``).
+
 :meth:`ProductReader.is_relevant` (q2) compares product types, never loose category words:
 the slot's type (its ``product_type``, e.g. ``"pair of men's casual shoes"`` → casual shoe) with
 the product's own type — the last product-type noun of its title before *for* / *with*
@@ -67,15 +73,18 @@ _TYPE_FILLER = frozenset({"pair", "set", "pack", "men", "women", "boy", "girl", 
 _COMPOUND_CAT = re.compile(r"\s*(?:&|\band\b|,|/)\s*", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Evidence:
     """Why a (product, preference) pair was decided: ``satisfied``; ``source`` is ``attribute``,
     ``option``, ``brand``, ``title``, ``features``, ``description`` or ``none`` (unknown);
-    ``detail`` quotes the field (``"Neck='Round Neck'"``)."""
+    ``detail`` quotes the field (``"Neck='Round Neck'"``); ``confident``: explicit evidence decided
+    it, else ``reason`` (an :data:`~shopping_companion.types.UncertainReason`) says why not."""
 
     satisfied: bool
     source: str
     detail: str = ""
+    confident: bool = True
+    reason: str | None = None
 
     @property
     def known(self) -> bool:
@@ -124,27 +133,59 @@ class ProductReader:
 
     # ------------------------------------------------------------------ one preference
     def check(self, product: Product, pref: Preference) -> Evidence:
-        """Whether ``product`` satisfies ``pref`` (module docstring), with the evidence used."""
+        """Whether ``product`` satisfies ``pref`` (module docstring), with the evidence used and
+        whether it is explicit."""
         key = self.m.key(pref.attribute)
         want = pref.polarity == "want"
         fields = self.fields(product, key)
-        if fields:
+        if not fields:
+            return self._from_text(product, key, pref, want)
+        if want:
             primary = [f for f in fields if f[1] == "primary"] or list(fields)
-            if want:
-                for value, _, label, rk in primary:
-                    if self.m.satisfies(rk, pref.value, value):
-                        return Evidence(True, label.split(" ", 1)[0], label)  # attribute | option | brand
-                if self._broader_field(key, pref.value, primary):
-                    # the field names only the family ("Blue" for a navy wish): the text may settle it
-                    text = self._from_text(product, key, pref, want)
-                    if text.satisfied and text.known:
-                        return text
-                return Evidence(False, "attribute", "; ".join(f[2] for f in primary[:3]))
-            for value, _, label, rk in fields:
-                if self.m.present(rk, pref.value, value):
-                    return Evidence(False, "attribute", label)
-            return Evidence(True, "attribute", "; ".join(f[2] for f in fields[:3]))
-        return self._from_text(product, key, pref, want)
+            doubt = False
+            for value, _, label, rk in primary:
+                d = self.m.satisfaction(rk, pref.value, value)
+                if d.holds:
+                    ev = Evidence(True, label.split(" ", 1)[0], label)  # attribute | option | brand
+                    return self._title_agrees(product, key, pref, ev) if d.explicit else _unsure(ev, key)
+                doubt = doubt or not d.explicit
+            if self._broader_field(key, pref.value, primary):
+                # the field names only the family ("Blue" for a navy wish): the text may settle it
+                text = self._from_text(product, key, pref, want)
+                if text.satisfied and text.known:
+                    return text
+            ev = Evidence(False, "attribute", "; ".join(f[2] for f in primary[:3]))
+            return _unsure(ev, key) if doubt else self._title_agrees(product, key, pref, ev)
+        doubt = False
+        for value, _, label, rk in fields:
+            d = self.m.presence(rk, pref.value, value)
+            if d.holds:
+                ev = Evidence(False, "attribute", label)
+                return self._title_agrees(product, key, pref, ev) if d.explicit else _unsure(ev, key)
+            doubt = doubt or not d.explicit
+        ev = Evidence(True, "attribute", "; ".join(f[2] for f in fields[:3]))
+        return _unsure(ev, key) if doubt else self._title_agrees(product, key, pref, ev)
+
+    def _title_agrees(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
+        """``ev`` (decided by a structured field), made uncertain (``field_text_conflict``) when a
+        structured field denies a wish that the title states outright (``colour: Red`` on a
+        "… Navy Polo"). Titles name accents and second colours ("Silver-Toned", "Off White"), so a
+        title that merely names other concepts does not make an accepted field uncertain."""
+        if ev.satisfied or pref.polarity != "want":
+            return ev
+        vocab = self.m.vocab_for(key)
+        if vocab is None:
+            return ev
+        found = vocab.find(product.title, prose=True)
+        if not found:
+            return ev
+        gold = self.m.parse(key, pref.value)
+        if not gold.concepts or gold.partial:
+            return ev
+        if not all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts):
+            return ev
+        names = ", ".join(dict.fromkeys(found))
+        return Evidence(False, ev.source, f"{ev.detail}; but the title mentions {names}", False, "field_text_conflict")
 
     def _broader_field(self, key: ResolvedKey, gold: str, fields: list) -> bool:
         """Some field value is a broader concept of the gold value (the gold is a kind of it)."""
@@ -187,7 +228,7 @@ class ProductReader:
                 if qs:
                     ok = gold.constraint.admits_product(qs, per_item=not is_amount(key))
                     return Evidence(ok if want else not ok, source, f"{source} states {qs[0].text!r}")
-            return Evidence(not want, "none", "no quantity of this kind stated")
+            return _unknown(want, "no quantity of this kind stated", "not_stated")
         if vocab is not None and gold.concepts and not gold.partial:
             for source, text in fields:
                 found = vocab.find(text, prose=True)
@@ -198,12 +239,12 @@ class ProductReader:
                 if want:
                     return Evidence(has, source, f"{source} mentions {names}")
                 return Evidence(not has, source, f"{source} mentions {names}")
-            return Evidence(not want, "none", "no field or text states it")
+            return _unknown(want, "no field or text states it", "not_stated")
         # free-text key: the gold phrase itself
         for source, text in fields:
             if padded(pref.value).strip() and padded(pref.value) in padded(text):
                 return Evidence(want, source, f"{source} mentions {pref.value!r}")
-        return Evidence(not want, "none", "no field or text states it")
+        return _unknown(want, "no field or text states it", _unread_reason(key, vocab is not None))
 
     def _quantities_for(self, key: ResolvedKey, text: str, dim: str, *, title: bool, volume: bool = False) -> list:
         qs = [q for q in parse_quantities(text, None, volume) if q.dim == dim]
@@ -256,6 +297,14 @@ class ProductReader:
 
     def is_relevant(self, product: Product, slot: ProductSlot) -> bool:
         """The product is the kind of product the slot asks for (module docstring)."""
+        return self.relevance(product, slot)[0]
+
+    def relevance(self, product: Product, slot: ProductSlot) -> tuple[bool, str | None]:
+        """``(relevant, reason)``: :meth:`is_relevant` and why it is not explicit (None when it is):
+        ``adjacent_type`` — the title's type is a broader one than the slot's outside the slot's
+        category, or only the category names a type, of the slot type's family; ``unknown_type`` —
+        the slot or the product names no type the type vocabulary knows (decided by a compound
+        category or by title words)."""
         v = self.types
         same_cat = bool(
             slot.category_path
@@ -272,22 +321,23 @@ class ProductReader:
         have = found[-1] if found else None
         if want is not None and have is not None:
             if v.is_a(have, want):
-                return True
+                return True, None
             if same_cat and any(v.is_a(t, want) for t in found):
-                return True  # a title naming several types ("… Bottle, Euro Dropper Cap") in the slot's category
+                return True, None  # a title naming several types ("… Bottle, Euro Dropper Cap") in the slot's category
             if v.is_a(want, have):
-                return same_cat
+                # a broader title type ("shoe" for casual shoe): the slot's own category settles it
+                return same_cat, None if same_cat else "adjacent_type"
             # another type of the same family filed by the retailer under the slot's own single-type
-            # category (Myntra's "Flip Flops" holding "Women Slippers")
-            return same_cat and not compound and names_want and _siblings(v, have, want)
+            # category (Myntra's "Flip Flops" holding "Women Slippers"): the retailer's filing decides
+            return same_cat and not compound and names_want and _siblings(v, have, want), None
         if want is not None and cat_types:
             if names_want:
-                return same_cat or not compound
-            return False
+                return (same_cat or not compound), None if (same_cat or not compound) else "unknown_type"
+            return False, "adjacent_type" if any(_siblings(v, c, want) for c in cat_types) else None
         if want is None and same_cat and not compound:
-            return True
+            return True, None
         words = {t for t in tokens(slot.product_type) if t not in _TYPE_FILLER}
-        return bool(words) and words <= set(tokens(product.title))
+        return bool(words) and words <= set(tokens(product.title)), "unknown_type"
 
 
 def _siblings(v: Vocabulary, a: str, b: str) -> bool:
@@ -312,6 +362,26 @@ def _title_types(vocab: Vocabulary, title: str, brand: str | None = None) -> tup
         if found:
             return found
     return vocab.find(title, prose=True)
+
+
+def _unknown(want: bool, detail: str, reason: str) -> Evidence:
+    """Nothing settles the preference: a want is not satisfied, uncertainly (``reason``: the text
+    may say it in words the reader does not know); an avoid is satisfied by the page's word — our
+    documented convention, confident."""
+    return Evidence(False, "none", detail, False, reason) if want else Evidence(True, "none", detail)
+
+
+def _unsure(ev: Evidence, key: ResolvedKey) -> Evidence:
+    """``ev`` made uncertain: a value of ``key`` the lexicon could not read."""
+    return Evidence(ev.satisfied, ev.source, ev.detail, False, _unread_reason(key))
+
+
+def _unread_reason(key: ResolvedKey, has_vocabulary: bool = True) -> str:
+    """Why a value of ``key`` could not be read explicitly: the key is unknown, or the value is
+    outside its vocabulary; a known key without a vocabulary whose value is not found: not stated."""
+    if not key.known:
+        return "unknown_key"
+    return "value_outside_vocabulary" if has_vocabulary else "not_stated"
 
 
 @functools.cache

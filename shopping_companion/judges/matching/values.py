@@ -31,8 +31,12 @@ Three questions, each a documented rule:
 :meth:`ValueMatcher.present` — *a product value has an avoided value at all* (stage 2, avoid)
     as :meth:`satisfies` but any share of a blend counts.
 
-Every answer is ``True``/``False``; ``None`` from the lower-level ``_decide`` helpers means
-"undecided" and never leaves this module.
+Every answer is ``True``/``False``. :meth:`ValueMatcher.compare`, :meth:`ValueMatcher.satisfaction`
+and :meth:`ValueMatcher.presence` also say whether the answer rests on explicit evidence
+(:class:`Decision`): ``explicit`` is False when the lexicon could not read one side (a value
+outside every vocabulary, no quantity) and the answer came from the embedding fallback or from
+"not found" — the rule judge's *uncertain* items (``docs/judge.md``, "Selective verdicts").
+``None`` from the lower-level ``_decide`` helpers means "undecided" and never leaves this module.
 """
 
 from __future__ import annotations
@@ -42,13 +46,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from shopping_companion.judges.matching.lexicon import Lexicon, ResolvedKey, Vocabulary, load_lexicon
 from shopping_companion.judges.matching.normalize import compact, padded, phrase, tokens
 from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP as _HAS_UNIT_OR_OP
 from shopping_companion.judges.matching.quantity import REL_TOL, Constraint, parse_constraint, parse_quantities
 
-__all__ = ["Value", "ValueMatcher", "Similarity", "default_matcher", "split_negation"]
+__all__ = ["Decision", "Value", "ValueMatcher", "Similarity", "default_matcher", "split_negation"]
 
 #: ``similarity(a, b) -> cosine in [-1, 1]`` (e.g. MiniLM embeddings, see :mod:`.similarity`).
 Similarity = Callable[[str, str], float]
@@ -67,6 +72,15 @@ _NEGATION = re.compile(
 )
 _PCT_BEFORE = re.compile(r"(\d+(?:\.\d+)?)\s*%\s*([A-Za-z][A-Za-z \-]{1,40})")
 _PCT_AFTER = re.compile(r"([A-Za-z][A-Za-z \-]{1,40}?)\s*[-:]?\s*(\d+(?:\.\d+)?)\s*%")
+
+
+class Decision(NamedTuple):
+    """One value decision: ``holds`` (equivalent / satisfied / present) and ``explicit`` (the lexicon
+    read both values and decided; False: one side is outside the vocabularies and no quantity,
+    so the answer is the embedding fallback's or a default "no")."""
+
+    holds: bool
+    explicit: bool
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,9 @@ class ValueMatcher:
         self.similarity = similarity
         self.threshold = float(threshold if threshold is not None else calibrated_threshold())
         self._parse = lru_cache(maxsize=262144)(self._parse_uncached)
+        self._other_property = lru_cache(maxsize=65536)(self._other_property_uncached)
+        self._reading_key = lru_cache(maxsize=65536)(self._reading_key_uncached)
+        self._same_anywhere = lru_cache(maxsize=65536)(self._same_anywhere_uncached)
         self._sim_cache: dict[tuple[str, str], bool] = {}
         self._sim_lock = threading.Lock()
         self.stats = {"similarity_calls": 0}
@@ -156,16 +173,59 @@ class ValueMatcher:
             partial,
         )
 
+    def readable(self, key: ResolvedKey, text: str | None) -> bool:
+        """The lexicon reads ``text`` as a value of ``key``: a name of a free-text key (brand, model
+        number), a quantity, or concepts of the key's vocabulary that account for the whole value
+        (so a statement of it in other words would be found through the vocabulary's forms)."""
+        if key.spec is not None and key.spec.kind == "text":
+            return True  # a name (brand, model number) is stated by its name
+        v = self.parse(key, text)
+        return v.constraint is not None or (bool(v.concepts) and not v.partial)
+
+    def reading_key(self, key: ResolvedKey, text: str | None) -> ResolvedKey:
+        """The key to read ``text`` by: ``key`` when it has a vocabulary, else the canonical key of
+        the first vocabulary that names ``text`` exactly (``x: slim fit`` is read as a fit), else
+        ``key`` (cached)."""
+        if self.vocab_for(key) is not None or not text:
+            return key
+        return self._reading_key(text) or key
+
+    def _reading_key_uncached(self, text: str) -> ResolvedKey | None:
+        for vname, vocab in self.lexicon.vocabularies.items():
+            if vocab.lookup(text) is not None:
+                spec = next((k for k in self.lexicon.keys.values() if k.vocabulary == vname), None)
+                if spec is not None:
+                    return ResolvedKey(name=spec.name, spec=spec, unit=spec.unit)
+        return None
+
+    def names_other_property(self, key: ResolvedKey, text: str | None) -> bool:
+        """``text`` is exactly a concept of a vocabulary other than ``key``'s, or a quantity with a
+        unit while ``key`` is not a quantity (``"red"`` is no material; ``"2 years"`` no colour)."""
+        own = key.spec.vocabulary if key.spec is not None else None
+        return self._other_property(own, key.kind, text or "")
+
+    def _other_property_uncached(self, own: str | None, kind: str, text: str) -> bool:
+        for name, vocab in self.lexicon.vocabularies.items():
+            if name != own and vocab.lookup(text) is not None:
+                return True
+        return kind != "quantity" and bool(_HAS_UNIT_OR_OP.search(text)) and bool(parse_quantities(text))
+
     # ------------------------------------------------------------------ equivalence (stage 1)
     def equivalent(self, key: ResolvedKey, a: str, b: str) -> bool:
         """``a`` and ``b`` mean the same value of ``key`` (module docstring)."""
+        return self.compare(key, a, b).holds
+
+    def compare(self, key: ResolvedKey, a: str, b: str) -> Decision:
+        """:meth:`equivalent` with whether explicit evidence decided it (rules 1–4 and a value both
+        name exactly in one vocabulary are explicit; rule 5, the embedding fallback or "not
+        equivalent" for lack of a rule, is not)."""
         va, vb = self.parse(key, a), self.parse(key, b)
         d = self._equivalent(key, va, vb)
         if d is None:
             d = self._same_in_any_vocabulary(a, b)
         if d is None:
-            return self._similar(key, a, b)
-        return d
+            return _fallback(key, self._similar(key, a, b))
+        return Decision(d, True)
 
     def _equivalent(self, key: ResolvedKey, va: Value, vb: Value) -> bool | None:
         if va.empty or vb.empty:
@@ -200,7 +260,10 @@ class ValueMatcher:
         return None
 
     def _same_in_any_vocabulary(self, a: str, b: str) -> bool | None:
-        """For keys without a vocabulary: both values named exactly in one vocabulary decide."""
+        """For keys without a vocabulary: both values named exactly in one vocabulary decide (cached)."""
+        return self._same_anywhere(a, b)
+
+    def _same_anywhere_uncached(self, a: str, b: str) -> bool | None:
         for vocab in self.lexicon.vocabularies.values():
             ca, cb = vocab.lookup(a), vocab.lookup(b)
             if ca and cb:
@@ -230,45 +293,54 @@ class ValueMatcher:
     # ------------------------------------------------------------------ satisfaction (stage 2)
     def satisfies(self, key: ResolvedKey, gold: str, product_value: str, *, fallback: bool = True) -> bool:
         """The product value meets the wanted ``gold`` value (module docstring)."""
+        return self.satisfaction(key, gold, product_value, fallback=fallback).holds
+
+    def satisfaction(self, key: ResolvedKey, gold: str, product_value: str, *, fallback: bool = True) -> Decision:
+        """:meth:`satisfies` with whether explicit evidence decided it (not explicit: a value
+        outside the vocabulary on one side, decided by the embedding fallback or as "no")."""
         d = self._decide(key, gold, product_value, main_only=True)
         if d is None:
-            return fallback and self._similar(key, gold, product_value)
+            return _fallback(key, fallback and self._similar(key, gold, product_value))
         return d
 
     def present(self, key: ResolvedKey, gold: str, product_value: str) -> bool:
         """The product value has ``gold`` at all (avoid preferences; any share of a blend)."""
-        d = self._decide(key, gold, product_value, main_only=False)
-        return bool(d) if d is not None else self._similar(key, gold, product_value)
+        return self.presence(key, gold, product_value).holds
 
-    def _decide(self, key: ResolvedKey, gold: str, value: str, *, main_only: bool) -> bool | None:
+    def presence(self, key: ResolvedKey, gold: str, product_value: str) -> Decision:
+        """:meth:`present` with whether explicit evidence decided it."""
+        d = self._decide(key, gold, product_value, main_only=False)
+        return d if d is not None else _fallback(key, self._similar(key, gold, product_value))
+
+    def _decide(self, key: ResolvedKey, gold: str, value: str, *, main_only: bool) -> Decision | None:
         vg = self.parse(key, gold)
         if vg.empty:
-            return False
+            return _NO
         vp = self.parse(key, value)
         if vg.constraint is not None and (
             key.kind == "quantity" or vg.constraint.op != "=" or _HAS_UNIT_OR_OP.search(gold)
         ):
             qs = parse_quantities(value, key.unit, _is_volume(key))
             if qs:
-                return vg.constraint.admits_product(qs, per_item=not is_amount(key))
+                return Decision(vg.constraint.admits_product(qs, per_item=not is_amount(key)), True)
             if key.kind == "quantity":
-                return None if not vp.phrase else False
+                return None if not vp.phrase else _NO_UNREAD  # a quantity key whose value states no quantity
         vocab = self.vocab_for(key)
         if vocab is not None and vg.concepts and not vg.partial:
             if not vp.concepts:
                 # the product names no concept of this vocabulary: the phrase itself may still match
-                return True if padded(gold) in padded(value) else False
+                return _YES if padded(gold) in padded(value) else _NO_UNREAD
             if main_only and vp.shares:
-                return all(_main_share(vocab, vp.shares, g) for g in vg.concepts)
+                return Decision(all(_main_share(vocab, vp.shares, g) for g in vg.concepts), True)
             if main_only:
-                return all(any(vocab.is_a(c, g) for c in vp.concepts) for g in vg.concepts)
-            return any(vocab.has(c, g) for c in vp.concepts for g in vg.concepts)
+                return Decision(all(any(vocab.is_a(c, g) for c in vp.concepts) for g in vg.concepts), True)
+            return Decision(any(vocab.has(c, g) for c in vp.concepts for g in vg.concepts), True)
         if vp.phrase and padded(gold) in padded(value):
-            return True
+            return _YES
         if vp.phrase and set(tokens(gold)) <= set(tokens(value)):
-            return True
+            return _YES
         if vocab is not None and vp.concepts:
-            return False  # the product value is a known concept, the gold is outside the vocabulary
+            return _NO_UNREAD  # the product value is a known concept, the gold is outside the vocabulary
         return None
 
     # ------------------------------------------------------------------ mentions in free text
@@ -321,6 +393,17 @@ class ValueMatcher:
                 self._sim_cache.clear()
             self._sim_cache[pair] = ok
         return ok
+
+
+_YES = Decision(True, True)
+_NO = Decision(False, True)
+_NO_UNREAD = Decision(False, False)  # "no" only because one side is outside what the lexicon reads
+
+
+def _fallback(key: ResolvedKey, similar: bool) -> Decision:
+    """A decision the rules left open: the embedding fallback's (not explicit) — except "different"
+    on a known free-text key (brand, model number, designer): names compared by their words."""
+    return Decision(similar, not similar and key.spec is not None and key.spec.kind == "text")
 
 
 def split_negation(text: str) -> tuple[bool, str]:

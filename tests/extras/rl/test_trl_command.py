@@ -203,7 +203,7 @@ def test_trl_command_with_an_llm_judge(tmp_path, monkeypatch, bench_dir, tool_mo
         spec.write_text(
             "rubric: paper\n"
             f"judge: {{kind: llm, model: judge-m, base_url: '{srv.base_url}', api_key_env: SHOPCOMP_TEST_JUDGE_KEY,"
-            " max_retries: 0, max_in_flight: 2}\n"
+            " max_retries: 0, max_in_flight: 2, cascade: false}\n"  # every stage to the LLM judge
         )
         out = tmp_path / "run"
         res, wall = _invoke(
@@ -231,7 +231,7 @@ def test_trl_command_with_an_llm_judge(tmp_path, monkeypatch, bench_dir, tool_mo
         bodies = list(srv.bodies)
     assert bodies and all(b["model"] == "judge-m" for b in bodies)  # the environment asked the LLM judge
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["reward_spec"]["judge"] == {"kind": "llm", "model": "judge-m"}
+    assert summary["reward_spec"]["judge"] == {"kind": "llm", "model": "judge-m", "cascade": False}
     (h,) = summary["logged"]
     assert h["shopcomp/unscored"] == 0.0  # every verdict came from the served judge and was valid
     assert math.isfinite(h["rewards/shopcomp_total/mean"]) and h["rewards/success/mean"] == 0.0  # it found nothing

@@ -116,7 +116,8 @@ def test_llm_judge_verdicts_reach_R_z_and_the_step_metrics(setup, tool_model_dir
     results = {}
     for generous in (True, False):
         with ScriptedOpenAIServer(judge_reply(generous)) as srv:
-            judge = {"kind": "llm", "model": "judge-x", "base_url": srv.base_url, "max_in_flight": 2}
+            # cascade off: every stage goes to the LLM judge (the cascade: tests/unit/test_judge_cascade.py)
+            judge = {"kind": "llm", "model": "judge-x", "base_url": srv.base_url, "max_in_flight": 2, "cascade": False}
             spec = _spec(setup, judge)
             out, scores, extra = _rollout(setup, tool_model_dir, spec, n_repeat=2)
             results[generous] = (out, scores, extra, len(srv.chat_requests))
@@ -147,6 +148,7 @@ def test_dead_llm_judge_gives_unscored_samples_counted_per_step(setup, tool_mode
 
     with ScriptedOpenAIServer(lambda body: {"status": 503, "message": "judge overloaded"}) as srv:
         judge = {"kind": "llm", "model": "judge-x", "base_url": srv.base_url, "max_retries": 0, "timeout_s": 5}
+        judge["cascade"] = False  # every stage goes to the dead judge
         out, scores, extra = _rollout(setup, tool_model_dir, _spec(setup, judge))
     assert (np.asarray(extra["judge_failed"], dtype=float) == 1).all()
     assert (out.batch["response_mask"].sum(-1) == 0).all()  # no gradient from an unjudged sample
