@@ -47,7 +47,8 @@ from typing import Any, Awaitable, Callable, Literal
 
 from shopping_companion.errors import ToolServiceError
 from shopping_companion.rewards.total import score_stage, unscored_breakdown
-from shopping_companion.types import RewardBreakdown, StageResult, Trajectory
+from shopping_companion.judges.selective import judging_stats
+from shopping_companion.types import RewardBreakdown, StageResult, Trajectory, Verdict
 
 __all__ = [
     "Generation",
@@ -413,7 +414,9 @@ class EpisodeOutput:
     deadline (``scoring_deadline_s`` of the environment's
     :class:`~shopping_companion.trainers.resources.ScoringDeadline`) ran out: ``judge_failed`` says
     so, ``reward`` has ``judge_failed`` and ``deadline_missed`` 1.0, and the sample must get no
-    gradient.
+    gradient. ``judging``: the verdict's item count, ``uncertain`` items and ``llm_calls``
+    (:func:`~shopping_companion.judges.selective.judging_stats`; zeros without a verdict), summed
+    per step into ``shopcomp/uncertain_share`` and ``shopcomp/llm_judge_calls``.
     """
 
     tokens: TokenEpisode
@@ -431,6 +434,7 @@ class EpisodeOutput:
     prefix_mismatches: int
     stage1: dict[str, Any] | None = None
     deadline_missed: bool = False
+    judging: dict[str, float] = field(default_factory=dict)
 
     def extra_fields(self) -> dict[str, Any]:
         """JSON-able fields for a trainer (verl ``AgentLoopOutput.extra_fields``; the reward
@@ -446,6 +450,7 @@ class EpisodeOutput:
             "shopcomp_prefix_mismatches": self.prefix_mismatches,
             "shopcomp_stage1": self.stage1 or {},
             "shopcomp_deadline_missed": int(self.deadline_missed),
+            "shopcomp_judging": dict(self.judging),
         }
 
 
@@ -469,17 +474,17 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
-def _score_unfinished(env: Any, reason: str) -> tuple[StageResult | None, RewardBreakdown, str | None]:
+def _score_unfinished(env: Any, reason: str) -> tuple[StageResult | None, RewardBreakdown, str | None, Verdict | None]:
     """Judge and reward the current stage as it stands (the response budget ran out):
     :func:`~shopping_companion.rewards.total.score_stage`; a judge failure (any exception of the
     judge, a failed verdict, a judge failing inside the reward or the scoring deadline passing)
-    gives ``(None, unscored breakdown, error)``."""
+    gives ``(None, unscored breakdown, error, verdict or None)``."""
     traj: Trajectory = env.trajectory
     traj.termination = reason  # type: ignore[assignment]
     verdict, reward, error = score_stage(env.judge, env.reward_fn, env.task, traj)
     if error is not None or verdict is None:
-        return None, reward, error
-    return StageResult(trajectory=traj, verdict=verdict, reward=reward), reward, None
+        return None, reward, error, verdict
+    return StageResult(trajectory=traj, verdict=verdict, reward=reward), reward, None, verdict
 
 
 async def _play_stage1(
@@ -678,11 +683,12 @@ async def run_row_episode(
     t = time.perf_counter()
     if termination == "token_budget":
         msgs = env.messages
-        result, reward, judge_failed = await asyncio.to_thread(_score_unfinished, env, "token_budget")
+        result, reward, judge_failed, verdict = await asyncio.to_thread(_score_unfinished, env, "token_budget")
     else:
         assert done_result is not None
         ended = [r for r in env.results if r.trajectory.stage == stage]
         result = ended[-1] if ended else None
+        verdict = result.verdict if result is not None else None
         judge_failed = done_result.info.get("judge_failed")
         reward = RewardBreakdown.model_validate(done_result.info["reward_breakdown"])
         msgs = [m.model_dump(exclude_none=True) for m in ended[-1].trajectory.messages] if ended else env.messages
@@ -713,4 +719,5 @@ async def run_row_episode(
         prefix_mismatches=mismatches,
         stage1=stage1_info,
         deadline_missed=missed,
+        judging=judging_stats(None if missed else verdict),
     )

@@ -31,7 +31,8 @@ __all__ = ["LOGGED_KEYS", "compute_score", "score_breakdown"]
 
 #: Components returned for every trajectory (0.0 when a component does not apply to its stage).
 #: ``judge_failed`` / ``deadline_missed``: 1.0 when the trajectory is not scored (its judge failed;
-#: its judging and rewarding missed the per-sample ``scoring_deadline_s``).
+#: its judging and rewarding missed the per-sample ``scoring_deadline_s``); ``uncertain_unscored``:
+#: 1.0 when it is not scored because the reward spec says ``uncertain: unscored``.
 LOGGED_KEYS = (
     "R_z",
     "R_tool",
@@ -47,6 +48,7 @@ LOGGED_KEYS = (
     "stage",
     "judge_failed",
     "deadline_missed",
+    "uncertain_unscored",
 )
 
 _RUBRIC_CACHE: dict[str, Any] = {}

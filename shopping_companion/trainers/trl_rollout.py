@@ -21,7 +21,8 @@ rewarding one trajectory have a per-sample deadline (``scoring_deadline_s``, def
 trajectory that misses it is not scored either (``None``), gets ``env_mask`` all 0 (no gradient),
 and is flagged: ``shopcomp_deadline_missed`` per completion, and the share of the batch per step
 in the trainer's logged metrics as ``shopcomp/deadline_missed`` (with ``shopcomp/unscored``, the
-share not scored for any reason). The flag is deliberately not a reward function: TRL leaves a
+share not scored for any reason; ``shopcomp/uncertain_share``, the share of judged items the rule
+judge was uncertain about; ``shopcomp/llm_judge_calls``, LLM-judge calls per trajectory). The flag is deliberately not a reward function: TRL leaves a
 completion out of its group baseline only when *every* reward function returns ``None``, so a flag
 defined for every completion would put unscored ones back into the baseline as 0.
 
@@ -243,8 +244,12 @@ def _dump(path: Path, step: int, prompts: list, eps: list[Any], rewards: list[di
 
 
 def _log_unscored(trainer: Any, training: bool, eps: list[Any]) -> None:
-    """Append this batch's share of trajectories that missed the scoring deadline, and of those
-    not scored at all, to the trainer's logged metrics (TRL averages each list per logging step)."""
+    """Append this batch's judging metrics to the trainer's logged metrics (TRL averages each list
+    per logging step): the share of trajectories that missed the scoring deadline
+    (``shopcomp/deadline_missed``) and of those not scored at all (``shopcomp/unscored``), the share
+    of judged items the rule judge was uncertain about (``shopcomp/uncertain_share``, from every
+    verdict's items; absent when no verdict has items) and the LLM-judge calls per trajectory
+    (``shopcomp/llm_judge_calls``: a cascade asks only for stages with uncertain items)."""
     metrics = getattr(trainer, "_metrics", None)
     if not eps or not isinstance(metrics, dict):
         return
@@ -254,6 +259,11 @@ def _log_unscored(trainer: Any, training: bool, eps: list[Any]) -> None:
     n = len(eps)
     per_mode["shopcomp/deadline_missed"].append(sum(bool(e.deadline_missed) for e in eps) / n)
     per_mode["shopcomp/unscored"].append(sum(bool(e.judge_failed or e.deadline_missed) for e in eps) / n)
+    judging = [getattr(e, "judging", None) or {} for e in eps]
+    items = sum(j.get("items", 0.0) for j in judging)
+    if items > 0:
+        per_mode["shopcomp/uncertain_share"].append(sum(j.get("uncertain", 0.0) for j in judging) / items)
+    per_mode["shopcomp/llm_judge_calls"].append(sum(j.get("llm_calls", 0.0) for j in judging) / n)
 
 
 def _component(name: str) -> Callable[..., list[float | None]]:

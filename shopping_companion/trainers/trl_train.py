@@ -466,6 +466,8 @@ def _callback(
                     parts.append(f"{n} {v:.4g}")
             if "shopcomp/unscored" in rec:
                 parts.append(f"unscored {rec['shopcomp/unscored']:.2f}")
+            if "shopcomp/uncertain_share" in rec:
+                parts.append(f"uncertain {rec['shopcomp/uncertain_share']:.2f}")
             zero = rec.get("frac_reward_zero_std")
             if zero is not None:
                 parts.append(f"zero-std groups {zero:.2f}")

@@ -315,7 +315,7 @@ def _label(x: Any) -> str:
 
 
 #: breakdown entries that are not averaged (counted separately, or the stage itself)
-_NOT_MEANS = {"stage", "judge_failed", "deadline_missed"}
+_NOT_MEANS = {"stage", "judge_failed", "deadline_missed", "uncertain_unscored"}
 
 #: components that exist for one stage only (0 on the other stage's rows): logged per stage only
 _STAGE_ONLY = {"tool_mem_mean": 1, "tool_prod_mean": 2, "f_rec": 2}
@@ -335,7 +335,11 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     (``tool_mem_mean`` for stage 1; ``tool_prod_mean``, ``f_rec`` for stage 2). Also
     ``shopcomp/trajectories``, ``shopcomp/judge_failed/count`` (unscored trajectories, deadline
     misses included), ``shopcomp/deadline_missed/count`` (trajectories whose judging and rewarding
-    missed the per-sample scoring deadline),
+    missed the per-sample scoring deadline), ``shopcomp/uncertain_unscored/count`` (trajectories not
+    scored because the reward spec says ``uncertain: unscored``), ``shopcomp/uncertain_share``
+    (items the rule judge was uncertain about over all judged items of the batch, every trajectory
+    with a verdict counted; absent when none has items), ``shopcomp/llm_judge_calls/sum`` (stages a
+    cascade sent to the LLM judge),
     ``shopcomp/termination/<reason>/share``, ``shopcomp/prefix_mismatches/sum`` and
     ``shopcomp/env_s/mean`` (environment seconds per trajectory). GRPO groups (verl's ``uid``
     column, else the agent loop's copy of it, ``shopcomp_uid``): ``shopcomp/zero_std_groups/share``
@@ -374,11 +378,13 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     )
     mism_col, env_col = column("shopcomp_prefix_mismatches"), column("shopcomp_env_s")
     missed_col = column("shopcomp_deadline_missed")
+    judging_col = column("shopcomp_judging")
     uid_col, own_uid_col = column("uid"), column("shopcomp_uid")
     groups: dict[str, list[float]] = {}
     both = [k for k in LOGGED_KEYS if k not in ("stage", "judge_failed")]
     kept: dict[str, list[float]] = {}
-    failed = played = missed = 0
+    failed = played = missed = uncertain_unscored = 0
+    judged_items = uncertain_items = llm_calls = 0.0
     terms: dict[str, int] = {}
     mismatches = 0.0
     env_s: list[float] = []
@@ -396,6 +402,16 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
         if e is not None and e >= 0:
             env_s.append(e)
         comps = rb["components"]
+        judging = _plain(judging_col[i])
+        if isinstance(judging, dict):
+            it, un, lc = (_finite(judging.get(k)) for k in ("items", "uncertain", "llm_calls"))
+            if it is not None and un is not None and it >= un >= 0:
+                judged_items += it
+                uncertain_items += un
+            if lc is not None and lc >= 0:
+                llm_calls += lc
+        if (_finite(comps.get("uncertain_unscored")) or 0.0) > 0:
+            uncertain_unscored += 1
         if _flag(missed_col[i]) or (_finite(comps.get("deadline_missed")) or 0.0) > 0:
             missed += 1
         if _flag(failed_col[i]) or (_finite(comps.get("judge_failed")) or 0.0) > 0:
@@ -428,6 +444,10 @@ def rollout_reward_metrics(non_tensor_batch: dict[str, Any]) -> dict[str, float]
     out["shopcomp/trajectories"] = float(played)
     out["shopcomp/judge_failed/count"] = float(failed)
     out["shopcomp/deadline_missed/count"] = float(missed)
+    out["shopcomp/uncertain_unscored/count"] = float(uncertain_unscored)
+    if judged_items > 0:
+        out["shopcomp/uncertain_share"] = uncertain_items / judged_items
+    out["shopcomp/llm_judge_calls/sum"] = llm_calls
     if math.isfinite(mismatches):
         out["shopcomp/prefix_mismatches/sum"] = mismatches
     for term, c in terms.items():

@@ -565,6 +565,24 @@ VERDICT_HELP = {
 }
 #: Verdict fields shown as "x / F" or "x / N".
 VERDICT_OF = {"m1": "F", "c1": "N", "m2": "F", "n2": "N"}
+#: What each reason of an uncertain verdict item means (tooltips; :data:`shopping_companion.types.UncertainReason`).
+UNCERTAIN_HELP = {
+    "unknown_key": "an attribute name no canonical key resolves",
+    "value_outside_vocabulary": "a value the vocabularies and units cannot read; compared by words or embeddings only",
+    "indirect_statement": "no user turn states it in words the lexicon reads; the user may have said it otherwise",
+    "not_stated": "the product's fields and text state nothing the reader recognises about it",
+    "field_text_conflict": "a structured field and the title disagree",
+    "adjacent_type": "a sibling type of the slot's, or a broader one the category cannot settle",
+    "unknown_type": "the slot or the product names no type the type vocabulary knows",
+}
+#: What an item kind decides (tooltips of the decisions table).
+ITEM_HELP = {
+    "match": "stage 1: a gold preference reported by the answer (m1)",
+    "grounding": "stage 1: an answer preference matching no gold one: harmless, or spurious (h1)",
+    "attribute": "stage 2: a gold preference met by its product (m2)",
+    "type": "stage 2: the product is of the requested type (q2)",
+    "bundle": "stage 2: one shop, every price known, within budget (u2)",
+}
 
 #: The list holding one entry per returned item, by tool (the tool results the episode page shows
 #: as a table).
@@ -689,6 +707,8 @@ def make_env() -> Environment:
     env.globals.update(
         VERDICT_HELP=VERDICT_HELP,
         VERDICT_OF=VERDICT_OF,
+        UNCERTAIN_HELP=UNCERTAIN_HELP,
+        ITEM_HELP=ITEM_HELP,
         COUNT_METRICS=COUNT_METRICS,
         HELP=HELP,
         MEAN_HELP=MEAN_HELP,
