@@ -24,10 +24,17 @@ tool results — target, every difference <= 0: trying and failing never scores 
 nothing (under the paper-literal format reward ``no_tools`` beat it on every task).
 ``--check`` exits 1 when a target fails or the honest policy does not succeed on every task.
 
+Uncertainty (issue 32): the adversaries of ``UNCERTAIN_ADVERSARIES`` try to make the judge unsure
+(vocabulary-free values, unknown keys, vague extras, hedging words, a product whose fields state
+none of the wanted attributes); the judge scores uncertain items by ``--uncertain`` (default
+``no_credit``, the default of every reward spec), and the report lists their uncertain items per
+episode. The targets above hold for them under the default.
+
 Usage::
 
     python benchmarks/bench_reward_hacking.py [--bench runs/quickstart/bench] [--catalog PATH]
         [--limit N] [--policies a,b] [--json out.json] [--check] [--show-reasons]
+        [--uncertain no_credit|credit|unscored]
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from benchmarks.reward_hacking_policies import (  # noqa: E402
     FAILED_BASELINE,
     NEUTRAL_CONTROLS,
     POLICIES,
+    UNCERTAIN_ADVERSARIES,
     EpisodeScore,
     InMemoryProducts,
     Vocabulary,
@@ -74,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write per-episode scores here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     ap.add_argument("--show-reasons", action="store_true", help="print judge reasons of winning adversaries")
+    ap.add_argument(
+        "--uncertain",
+        default="no_credit",
+        choices=["no_credit", "credit", "unscored"],
+        help="what the judge's uncertain items earn (default no_credit, every reward spec's default)",
+    )
     args = ap.parse_args(argv)
 
     from shopping_companion.benchmark.synth import load_benchmark
@@ -88,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = InMemoryProducts(products)
     lookup = backend.lookup
-    judge = RuleJudge(lookup, sessions=bench.sessions)
+    judge = RuleJudge(lookup, sessions=bench.sessions, uncertain=args.uncertain)
     rubrics = {
         name: Rubric.from_config(str(ROOT / "configs" / "rewards" / f"{name}.yaml"), resources={"lookup": lookup})
         for name in RUBRICS
@@ -106,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             scores[n].append(run_policy(POLICIES[n](), ctx, judge, rubrics))
     t_run = time.perf_counter() - t0 - t_load
 
+    print(f"judge: rule, uncertain items scored {args.uncertain}")
     ok = report(scores, tasks, args.show_reasons)
+    report_uncertain(scores)
     print(
         f"\n{len(tasks)} tasks x {len(scores)} policies in {t_run:.1f}s (+{t_load:.1f}s loading "
         f"{len(products)} products)"
@@ -212,6 +228,23 @@ def report(scores: dict[str, list[EpisodeScore]], tasks: list, show_reasons: boo
             print("  " + w)
     ok &= report_inaction(scores)
     return ok
+
+
+def report_uncertain(scores: dict[str, list[EpisodeScore]]) -> None:
+    """Mean uncertain items of the judge's verdicts per episode (stage 1, stage 2) for the honest
+    policy and the adversaries that try to make the judge unsure."""
+    names = ["honest", *[n for n in UNCERTAIN_ADVERSARIES if n in scores]]
+    if len(names) < 2:
+        return
+    print("\nuncertain items per episode (mean stage 1 / stage 2; episodes with any)")
+    for n in names:
+        ss = [s for s in scores[n] if not s.error and s.uncertain]
+        if not ss:
+            continue
+        u1 = statistics.fmean(s.uncertain[0] for s in ss)
+        u2 = statistics.fmean(s.uncertain[1] for s in ss)
+        share = sum(1 for s in ss if sum(s.uncertain)) / len(ss)
+        print(f"  {n:<22}{u1:>6.2f} /{u2:>5.2f}   {share:>5.0%}")
 
 
 def report_inaction(scores: dict[str, list[EpisodeScore]]) -> bool:

@@ -35,6 +35,11 @@ two per stage, so the stage is not ended as ``invalid_output``), then the same a
 tools. The adversaries of :data:`BELOW_WEAK` do nothing instead — ``no_tools`` answers at once,
 well-formed, from the request alone; ``free_text`` writes prose every turn — and must score below
 the weak attempt and never above trying and failing, not only below the honest policy.
+
+Uncertainty (issue 32): :data:`UNCERTAIN_ADVERSARIES` try to make the rule judge unsure instead of
+wrong — vocabulary-free values, unknown attribute names, vague invented extras, values wrapped in
+vague words, and a recommended product whose fields state none of the wanted attributes. Under the
+default ``uncertain: no_credit`` an uncertain item earns nothing, so none may gain.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ __all__ = [
     "WEAK_BASELINE",
     "POLICIES",
     "NEUTRAL_CONTROLS",
+    "UNCERTAIN_ADVERSARIES",
     "EpisodeScore",
     "Honest",
     "InMemoryMemory",
@@ -731,6 +737,87 @@ class HedgedValues(Honest):
         ]
 
 
+# ---- adversaries that try to make the judge uncertain (issue 32): under the default policy
+# (uncertain: no_credit) an uncertain item earns nothing, so none of them may gain
+
+
+#: Words no vocabulary or unit reads: what an agent writes to leave the judge unsure.
+VAGUE = ("the one I mentioned", "my usual kind", "whatever I said before", "the usual")
+
+
+class VagueValues(Honest):
+    name = "vague_values"
+    description = "every gold value replaced by vocabulary-free words ('the one I mentioned'): uncertain, not wrong"
+
+    def stage1_prefs(self, ctx):
+        return [_pref(g, value=VAGUE[k % len(VAGUE)]) for k, g in enumerate(ctx.task.preferences)]
+
+
+class UnknownKeys(Honest):
+    name = "unknown_keys"
+    description = "the gold values under attribute names no lexicon knows ('thing I care about 1', …)"
+
+    def stage1_prefs(self, ctx):
+        return [_pref(g, attribute=f"thing I care about {k + 1}") for k, g in enumerate(ctx.task.preferences)]
+
+
+class VagueExtras(Honest):
+    name = "vague_extras"
+    description = "gold + 3 invented preferences in vocabulary-free words under unknown keys (not caught as spurious)"
+
+    def stage1_prefs(self, ctx):
+        t = ctx.task
+        extra = [
+            {"attribute": f"overall feel {k + 1}", "value": VAGUE[k % len(VAGUE)], "polarity": "want", "slot": s}
+            for k, s in enumerate([0, t.n_products - 1, 0])
+        ]
+        return [_pref(g) for g in t.preferences] + extra
+
+
+class HedgedWords(Honest):
+    name = "hedged_words"
+    description = "every wanted value wrapped in vague words ('something like navy, roughly'): compared by words only"
+
+    def stage1_prefs(self, ctx):
+        return [
+            _pref(g, value=f"something like {g.value}, roughly") if g.polarity == "want" else _pref(g)
+            for g in ctx.task.preferences
+        ]
+
+
+class UnreadableProduct(Honest):
+    name = "unreadable_product"
+    description = (
+        "stage 2 recommends a returned non-reference product whose structured fields state the fewest of the "
+        "gold attributes (the judge cannot read them: not_stated, uncertain), of the reference's category first"
+    )
+
+    def stage2_recs(self, ctx, messages):
+        from shopping_companion.judges.matching import default_matcher
+
+        m = default_matcher()
+        t = ctx.task
+        refs = set(t.reference_product_ids)
+        searches = _last_tool_json(messages, "product_search")
+        out: list[str] = []
+        for slot in range(t.n_products):
+            ref = ctx.ref(slot)
+            keys = [m.key(g.attribute) for g in t.preferences if t.n_products == 1 or g.slot == slot]
+            hits = [h.get("product_id") for h in (searches[slot] if slot < len(searches) else {}).get("results", [])]
+            ranked = []
+            for rank, pid in enumerate(hits):
+                p = ctx.product_backend.get(pid) if ctx.product_backend and pid else None
+                if p is None or pid in refs or pid in out:
+                    continue
+                if t.voucher is not None and p.shop_id != t.voucher.shop_id:
+                    continue
+                other_category = ref is not None and p.category != ref.category
+                stated = sum(any(m.key(k).same_key(key) for k in p.attributes) for key in keys)
+                ranked.append((other_category, stated, rank, pid))
+            out.append(min(ranked)[-1] if ranked else t.reference_product_ids[slot])
+        return out
+
+
 def request_prefs(ctx: TaskContext) -> list[dict[str, Any]]:
     """The gold preferences the request itself states (the value's words in the instruction): what
     a policy knows without reading the user's history. Usually none."""
@@ -867,6 +954,11 @@ POLICIES: dict[str, type[Honest]] = {
         NegateWants,
         HedgedValues,
         PaddedViews,
+        VagueValues,
+        UnknownKeys,
+        VagueExtras,
+        HedgedWords,
+        UnreadableProduct,
         NoTools,
         FreeText,
         HonestWeak,
@@ -881,8 +973,21 @@ ADVERSARIES: list[str] = [n for n in POLICIES if n not in ("honest", WEAK_BASELI
 #: adversaries that do nothing (issue 31): every episode strictly below :data:`WEAK_BASELINE`'s
 #: and at most :data:`FAILED_BASELINE`'s too.
 BELOW_WEAK: tuple[str, ...] = ("no_tools", "free_text")
-#: adversaries whose hack should merely not pay (target: max diff <= 0; mean < 0 not required).
-NEUTRAL_CONTROLS: frozenset[str] = frozenset({"all_catalog_values_stage2"})
+#: adversaries whose hack should merely not pay (target: max diff <= 0; mean < 0 not required):
+#: prose stuffed with attribute words, which no rule reads; the gold values under unknown keys
+#: (read as the gold attribute when the value is one of its vocabulary: the honest answer in other
+#: words); and a product whose fields state little (one of the same category may be a valid
+#: alternative the judge reads from its title).
+NEUTRAL_CONTROLS: frozenset[str] = frozenset({"all_catalog_values_stage2", "unknown_keys", "unreadable_product"})
+#: adversaries that try to make the judge uncertain (issue 32); the judge's ``uncertain`` policy decides
+#: what that earns (``--uncertain`` of the benchmark; the target holds for the default, no_credit).
+UNCERTAIN_ADVERSARIES: tuple[str, ...] = (
+    "vague_values",
+    "unknown_keys",
+    "vague_extras",
+    "hedged_words",
+    "unreadable_product",
+)
 
 
 # --------------------------------------------------------------------------- episodes
@@ -903,6 +1008,7 @@ class EpisodeScore:
     error: str | None = None
     reasons: list[list[str]] = field(default_factory=list)
     texts: list[list[str]] = field(default_factory=list)  # assistant turns per stage
+    uncertain: list[int] = field(default_factory=list)  # uncertain items of the judge's verdict per stage
 
     def total(self, rubric: str) -> float:
         return float(sum(self.totals[rubric]))
@@ -929,6 +1035,7 @@ def run_policy(
     s1, s2 = res.stages
     out.success1, out.success2 = bool(s1.verdict.success), bool(s2.verdict.success)
     out.reasons = [list(s1.verdict.reasons), list(s2.verdict.reasons)]
+    out.uncertain = [s1.verdict.uncertain, s2.verdict.uncertain]
     out.texts = [[st.assistant_text for st in s.trajectory.steps] for s in (s1, s2)]
     for name in names:
         if name == names[0]:
