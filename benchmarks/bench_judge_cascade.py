@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{_num(c['median_uncertain_per_uncertain_stage']):>18}{_pct(c['prompt_chars_saved_share']):>20}"
             )
         calls = [sum(1 for v in ep if _asks(v)) for ep in eps]
-        reasons = Counter(it.reason for ep in eps for v in ep for it in v.items if not it.confident)
+        reasons = Counter(it["reason"] for ep in eps for v in ep for it in v.items if not it["confident"])
         out[name]["median_llm_calls_per_episode"] = statistics.median(calls) if calls else None
         out[name]["reasons"] = dict(reasons.most_common())
         print(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing_extensions import TypedDict
 
 TaskType = Literal["single", "addon"]
 Split = Literal["train", "test"]
@@ -389,37 +390,35 @@ UncertainReason = Literal[
 UncertainPolicy = Literal["no_credit", "credit", "unscored"]
 
 
-class VerdictItem(_Model):
-    """One decision behind a verdict (``docs/judge.md``, "Selective verdicts").
+class VerdictItem(TypedDict):
+    """One decision behind a verdict (``docs/judge.md``, "Selective verdicts"): a typed dict,
+    validated as part of its :class:`Verdict` (a verdict holds many items, and plain dicts of
+    atomic values cost the garbage collector nothing in long runs; models would).
 
     ``kind``: ``match`` (stage 1: a gold preference reported by the answer; m1), ``grounding``
     (stage 1: an answer preference matching no gold one: harmless, or spurious and counted in h1),
     ``attribute`` (stage 2: a gold preference met by its slot's product; m2), ``type`` (stage 2: the
     product is of its slot's type; q2) or ``bundle`` (stage 2, add-on: u2). ``label``: what was
-    decided (``colour=navy``, ``slot 1: sofa``). ``slot``: the product slot (0 for single tasks).
+    decided (``colour=navy``, ``product 1: sofa``). ``slot``: the product slot (0 for single tasks).
     ``answer``: indexes into the answer's preferences (match: the one matched, or for an uncertain
     miss those that may state it in other words; grounding: the one judged). ``ok``: the decision
     favours the agent (matched, harmless, satisfied, relevant, within budget). ``confident``: the
     rule judge decided on explicit evidence, else ``reason`` says why not (required exactly when
-    not confident). ``decided_by``: ``rule``, or ``llm`` for an uncertain item an LLM judge decided
-    (a cascade). ``detail``: the evidence in words.
+    not confident; :class:`Verdict` refuses anything else). ``decided_by``: ``rule``, or ``llm`` for
+    an uncertain item an LLM judge decided (a cascade). ``detail``: the evidence in words.
     """
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
 
     kind: Literal["match", "grounding", "attribute", "type", "bundle"]
     label: str
-    slot: int = 0
+    slot: int
     ok: bool
-    confident: bool = True
-    reason: UncertainReason | None = None
-    decided_by: Literal["rule", "llm"] = "rule"
-    answer: tuple[int, ...] = ()
-    detail: str = ""
-
-    @model_validator(mode="after")
-    def _reason_iff_uncertain(self) -> VerdictItem:
-        if self.confident == (self.reason is not None):
-            raise ValueError("reason: required exactly when confident is False")
-        return self
+    confident: bool
+    reason: UncertainReason | None
+    decided_by: Literal["rule", "llm"]
+    answer: tuple[int, ...]
+    detail: str
 
 
 class Verdict(_Model):
@@ -467,6 +466,15 @@ class Verdict(_Model):
     uncertain: int = Field(default=0, ge=0)
     uncertain_policy: UncertainPolicy | None = None
     llm_calls: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _items_consistent(self) -> Verdict:
+        for i, it in enumerate(self.items):
+            if it["confident"] == (it["reason"] is not None):
+                raise ValueError(f"items[{i}].reason: required exactly when confident is False")
+        if self.items and self.uncertain != sum(not it["confident"] for it in self.items):
+            raise ValueError("uncertain: must count the items that are not confident")
+        return self
 
 
 class RewardBreakdown(_Model):

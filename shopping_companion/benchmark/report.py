@@ -304,7 +304,7 @@ def judging_summary(results: Iterable[EpisodeResult]) -> dict[str, dict[str, Any
             d["uncertain"] += v.uncertain
             d["stages_uncertain"] += v.uncertain > 0
             d["llm_calls"] += v.llm_calls
-            d["reasons"].update(it.reason for it in v.items if not it.confident)
+            d["reasons"].update(it["reason"] for it in v.items if not it["confident"])
     for d in out.values():
         d["uncertain_share"] = round(d["uncertain"] / d["items"], 4) if d["items"] else None
         d["reasons"] = dict(sorted(d["reasons"].items()))

@@ -90,9 +90,9 @@ class CascadeJudge:
             fields = stage1_fields(items, F=F, N=N, addon=addon, policy="no_credit")
         else:
             fields = stage2_fields(items, F=F, N=N, addon=addon, p2=int(v.p2 or 0), policy="no_credit")
-        decided = [it for it in items if it.decided_by == "llm"]
+        decided = [it for it in items if it["decided_by"] == "llm"]
         note = f"{len(decided)} uncertain item(s) decided by {lv.judge}: " + "; ".join(
-            f"{it.kind} {it.label} {'yes' if it.ok else 'no'}" for it in decided
+            f"{it['kind']} {it['label']} {'yes' if it['ok'] else 'no'}" for it in decided
         )
         reasons = [r for r in v.reasons if not r.endswith(f"scored {self.rule_policy}")] + [note]
         reasons += [f"{lv.judge}: {r}" for r in lv.reasons]
@@ -130,25 +130,25 @@ def _decide(v: Verdict, lv: Verdict) -> list[VerdictItem]:
     items: list[VerdictItem] = []
     uncertain_grounding: list[int] = []
     for it in v.items:
-        if it.confident:
+        if it["confident"]:
             items.append(it)
             continue
-        if it.kind in ("match", "attribute"):
-            ok = matched[it.label] > 0
+        if it["kind"] in ("match", "attribute"):
+            ok = matched[it["label"]] > 0
             if ok:
-                matched[it.label] -= 1
-        elif it.kind == "type":
+                matched[it["label"]] -= 1
+        elif it["kind"] == "type":
             ok = bool(lv.q2)
-        elif it.kind == "grounding":
+        elif it["kind"] == "grounding":
             uncertain_grounding.append(len(items))
-            ok = it.ok  # set below from the LLM's h1
+            ok = it["ok"]  # set below from the LLM's h1
         else:
-            ok = it.ok
-        items.append(it.model_copy(update={"ok": ok, "decided_by": "llm"}))
+            ok = it["ok"]
+        items.append({**it, "ok": ok, "decided_by": "llm"})
     if uncertain_grounding:
-        sure = sum(1 for it in items if it.kind == "grounding" and it.confident and not it.ok)
+        sure = sum(1 for it in items if it["kind"] == "grounding" and it["confident"] and not it["ok"])
         extra = max(0, int(lv.h1 or 0) - sure)
-        order = sorted(uncertain_grounding, key=lambda k: (v.items[k].ok, k))  # rule-spurious first
+        order = sorted(uncertain_grounding, key=lambda k: (v.items[k]["ok"], k))  # rule-spurious first
         for n, k in enumerate(order):
-            items[k] = items[k].model_copy(update={"ok": n >= extra})
+            items[k] = {**items[k], "ok": n >= extra}
     return items

@@ -137,25 +137,31 @@ def shown_product_ids(traj: Trajectory) -> set[str]:
 def _item(
     kind: str, label: str, slot: int, ok: bool, reason: str | None, answer: list[int] | None = None, detail: str = ""
 ) -> VerdictItem:
-    """A rule-decided :class:`VerdictItem` (confident iff ``reason`` is None). Built without
-    re-validation and with one shared set of field names (every field is given): a verdict holds
-    many items, and each extra container per item costs the garbage collector in long runs."""
-    return VerdictItem.model_construct(
-        _ITEM_FIELDS,
-        kind=kind,
-        label=label,
-        slot=slot,
-        ok=ok,
-        confident=reason is None,
-        reason=reason,
-        decided_by="rule",
-        answer=tuple(answer) if answer else (),
-        detail=detail,
-    )
+    """A rule-decided :class:`VerdictItem` (confident iff ``reason`` is None)."""
+    return {
+        "kind": kind,  # type: ignore[typeddict-item]
+        "label": label,
+        "slot": slot,
+        "ok": ok,
+        "confident": reason is None,
+        "reason": reason,  # type: ignore[typeddict-item]
+        "decided_by": "rule",
+        "answer": _answer(answer),
+        "detail": detail,
+    }
 
 
-#: every field of :class:`VerdictItem`, the ``fields_set`` of the items :func:`_item` builds
-_ITEM_FIELDS = set(VerdictItem.model_fields)
+#: ``(j,)`` for the answer indexes of most items, made once: an item then holds only values the
+#: garbage collector does not track (a fresh tuple would make every item dict a tracked container)
+_ONE = tuple((j,) for j in range(256))
+
+
+def _answer(answer: list[int] | None) -> tuple[int, ...]:
+    if not answer:
+        return ()
+    if len(answer) == 1 and 0 <= answer[0] < len(_ONE):
+        return _ONE[answer[0]]
+    return tuple(answer)
 
 
 # --------------------------------------------------------------------------- compatibility API
@@ -660,10 +666,12 @@ class RuleJudge:
         return self._verdict(base, items, f, reasons)
 
     def _verdict(self, base: dict, items: list[VerdictItem], f: dict, reasons: list[str]) -> Verdict:
-        unsure = sum(not it.confident for it in items)
+        unsure = sum(not it["confident"] for it in items)
         if unsure:
             reasons.append(f"{unsure} uncertain item(s), scored {self.uncertain}")
-        return Verdict(
+        # built as validated by construction (tests/unit/test_selective_verdicts.py round-trips them):
+        # validation would copy every item into a container the garbage collector must track
+        return Verdict.model_construct(
             **base,
             **f,
             reasons=reasons,

@@ -62,8 +62,8 @@ def resolve(item: VerdictItem, policy: str) -> bool | None:
     """How ``item`` counts: its decision (``ok``) when confident or decided by an LLM; for an
     uncertain item the rule judge kept, True under ``credit`` and None (neither for nor against
     the agent) under ``no_credit`` and ``unscored``."""
-    if item.confident or item.decided_by == "llm":
-        return item.ok
+    if item["confident"] or item["decided_by"] == "llm":
+        return item["ok"]
     return True if policy == "credit" else None
 
 
@@ -76,34 +76,34 @@ def stage1_fields(items: Sequence[VerdictItem], *, F: int, N: int, addon: bool, 
     agent; success = m1 = F, h1 = 0 and no grounding item left uncertain; c1 (add-on) counts slots
     with a counted match, at most N."""
     used: set[int] = set()
-    matches = [it for it in items if it.kind == "match"]
+    matches = [it for it in items if it["kind"] == "match"]
     flags: list[bool] = []
     for it in matches:
         r = resolve(it, policy)
-        if r and it.ok and it.answer:
-            used.add(it.answer[0])
+        if r and it["ok"] and it["answer"]:
+            used.add(it["answer"][0])
     for it in matches:
         r = resolve(it, policy)
-        if r and not it.ok:  # credit for an uncertain miss: one answer preference per gold preference
-            free = [j for j in it.answer if j not in used]
+        if r and not it["ok"]:  # credit for an uncertain miss: one answer preference per gold preference
+            free = [j for j in it["answer"] if j not in used]
             if free:
                 used.add(free[0])
             flags.append(bool(free))
         else:
             flags.append(bool(r))
-    grounding = [resolve(it, policy) for it in items if it.kind == "grounding"]
+    grounding = [resolve(it, policy) for it in items if it["kind"] == "grounding"]
     m1 = sum(flags)
     h1 = sum(r is False for r in grounding)
     clear = h1 == 0 and all(r is not None for r in grounding)
     accepted = any(flags) or any(r is True for r in grounding)
-    c1 = min(len({it.slot for it, f in zip(matches, flags) if f}), N) if addon else None
+    c1 = min(len({it["slot"] for it, f in zip(matches, flags) if f}), N) if addon else None
     return {
         "q1": 1 if accepted and clear else 0,
         "m1": m1,
         "c1": c1,
         "h1": h1,
         "success": m1 == F and clear,
-        "matched": [it.label for it, f in zip(matches, flags) if f],
+        "matched": [it["label"] for it, f in zip(matches, flags) if f],
     }
 
 
@@ -112,13 +112,13 @@ def stage2_fields(items: Sequence[VerdictItem], *, F: int, N: int, addon: bool, 
     the structural ``p2`` (module docstring). q2 = 1 iff some slot has a product and every type item
     counts; m2 counts attribute items that count; n2 (add-on) counts slots whose type item and every
     attribute item count; u2 (add-on) is the bundle item (0 without one)."""
-    types = {it.slot: bool(resolve(it, policy)) for it in items if it.kind == "type"}
-    attrs = [(it, bool(resolve(it, policy))) for it in items if it.kind == "attribute"]
-    bundle = [it for it in items if it.kind == "bundle"]
+    types = {it["slot"]: bool(resolve(it, policy)) for it in items if it["kind"] == "type"}
+    attrs = [(it, bool(resolve(it, policy))) for it in items if it["kind"] == "attribute"]
+    bundle = [it for it in items if it["kind"] == "bundle"]
     m2 = sum(ok for _, ok in attrs)
     q2 = 1 if types and all(types.values()) else 0
-    n2 = sum(1 for s, rel in types.items() if rel and all(ok for it, ok in attrs if it.slot == s))
-    u2 = (1 if bundle and bundle[0].ok else 0) if addon else None
+    n2 = sum(1 for s, rel in types.items() if rel and all(ok for it, ok in attrs if it["slot"] == s))
+    u2 = (1 if bundle and bundle[0]["ok"] else 0) if addon else None
     success = bool(p2 and q2 and m2 == F)
     if addon:
         success = success and n2 == N and u2 == 1
@@ -128,13 +128,13 @@ def stage2_fields(items: Sequence[VerdictItem], *, F: int, N: int, addon: bool, 
         "n2": n2 if addon else None,
         "u2": u2,
         "success": success,
-        "matched": [it.label for it, ok in attrs if ok],
+        "matched": [it["label"] for it, ok in attrs if ok],
     }
 
 
 def undecided(verdict: Verdict) -> int:
     """Uncertain items of ``verdict`` that no LLM decided (those its ``uncertain_policy`` scored)."""
-    return sum(1 for it in verdict.items if not it.confident and it.decided_by == "rule")
+    return sum(1 for it in verdict.items if not it["confident"] and it["decided_by"] == "rule")
 
 
 def judging_stats(verdict: Verdict | None) -> dict[str, float]:

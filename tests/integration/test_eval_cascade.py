@@ -68,14 +68,14 @@ def _check(results, n_requests: int) -> None:
         assert v.llm_calls == (1 if v.uncertain else 0), (v.judge, v.uncertain, v.llm_calls)
         if v.llm_calls:
             assert v.judge == "rule+llm:judge"
-            assert all(it.decided_by == ("rule" if it.confident else "llm") for it in v.items)
+            assert all(it["decided_by"] == ("rule" if it["confident"] else "llm") for it in v.items)
         else:
-            assert v.judge == "rule" and all(it.decided_by == "rule" for it in v.items)
+            assert v.judge == "rule" and all(it["decided_by"] == "rule" for it in v.items)
     # the reworded value is uncertain, the judge sees it and counts it
     for r in results:
         s1 = r.stages[0].verdict
-        vague = [it for it in s1.items if it.kind == "match" and not it.confident]
-        assert vague and all(it.ok and it.decided_by == "llm" for it in vague), s1.items
+        vague = [it for it in s1.items if it["kind"] == "match" and not it["confident"]]
+        assert vague and all(it["ok"] and it["decided_by"] == "llm" for it in vague), s1.items
         assert s1.m1 == s1.F
     assert n_requests == sum(st.verdict.llm_calls for st in stages)  # no request for a confident stage
 

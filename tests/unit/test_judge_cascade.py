@@ -69,9 +69,9 @@ def test_uncertain_stage1_items_go_to_the_llm_and_confident_ones_stay():
         assert len(srv.bodies) == 1 and "Stage 1 of a shopping task" in srv.bodies[0]["messages"][-1]["content"]
     assert v.judge == "rule+llm:judge" and v.llm_calls == 1 and v.uncertain == 2 and v.uncertain_policy is None
     colour, fabric, vague = v.items
-    assert (colour.ok, colour.decided_by, colour.confident) == (True, "llm", False)
-    assert (fabric.ok, fabric.decided_by, fabric.confident) == (True, "rule", True)
-    assert (vague.kind, vague.ok, vague.decided_by) == ("grounding", True, "llm")  # h1 = 0: harmless
+    assert (colour["ok"], colour["decided_by"], colour["confident"]) == (True, "llm", False)
+    assert (fabric["ok"], fabric["decided_by"], fabric["confident"]) == (True, "rule", True)
+    assert (vague["kind"], vague["ok"], vague["decided_by"]) == ("grounding", True, "llm")  # h1 = 0: harmless
     assert (v.m1, v.h1, v.q1, v.success) == (2, 0, 1, True)
     assert any("decided by llm:judge" in r for r in v.reasons)
     assert j.stats["llm_calls"] == 1 and j.stats["uncertain_items"] == 2
@@ -81,8 +81,8 @@ def test_llm_h1_beyond_the_rules_confident_count_marks_uncertain_answer_preferen
     traj = s1(("colour", "navy"), ("fabric", "cotton"), ("vibe", "something breezy"))
     with ScriptedOpenAIServer(judge_server(h1=1)) as srv:
         v = cascade(srv).judge(task(), traj)
-    (g,) = [it for it in v.items if it.kind == "grounding"]
-    assert (g.ok, g.decided_by) == (False, "llm")
+    (g,) = [it for it in v.items if it["kind"] == "grounding"]
+    assert (g["ok"], g["decided_by"]) == (False, "llm")
     assert (v.m1, v.h1, v.q1, v.success) == (2, 1, 0, False)
 
 
@@ -92,14 +92,19 @@ def test_uncertain_stage2_items_and_types():
         v = cascade(srv).judge(t, s2("p:plain"))
         assert len(srv.bodies) == 1
     colour = v.items[1]
-    assert (colour.label, colour.ok, colour.decided_by, colour.reason) == ("colour=navy", True, "llm", "not_stated")
+    assert (colour["label"], colour["ok"], colour["decided_by"], colour["reason"]) == (
+        "colour=navy",
+        True,
+        "llm",
+        "not_stated",
+    )
     assert (v.m2, v.success, v.llm_calls) == (2, True, 1)
     shoes = t.model_copy(deep=True)
     shoes.slots[0].product_type, shoes.slots[0].category_path = "casual shoes", ["Footwear", "Shoes", "Casual Shoes"]
     with ScriptedOpenAIServer(judge_server(q2=0)) as srv:  # plain shoes filed as sports shoes: not casual
         v = cascade(srv).judge(shoes, s2("p:shoes"))
-    (ty,) = [it for it in v.items if it.kind == "type"]
-    assert (ty.ok, ty.decided_by, ty.reason) == (False, "llm", "adjacent_type") and v.q2 == 0 and not v.success
+    (ty,) = [it for it in v.items if it["kind"] == "type"]
+    assert (ty["ok"], ty["decided_by"], ty["reason"]) == (False, "llm", "adjacent_type") and v.q2 == 0 and not v.success
 
 
 def test_a_failed_llm_reply_is_a_failed_verdict_never_scored():

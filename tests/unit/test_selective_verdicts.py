@@ -142,7 +142,7 @@ def judge(policy="no_credit"):
 
 
 def items(v: Verdict, kind: str) -> list[VerdictItem]:
-    return [it for it in v.items if it.kind == kind]
+    return [it for it in v.items if it["kind"] == kind]
 
 
 # --------------------------------------------------------------------------- stage 1
@@ -151,9 +151,9 @@ def items(v: Verdict, kind: str) -> list[VerdictItem]:
 def test_explicit_answer_is_all_confident():
     v = judge().judge(task(), s1(("colour", "navy blue"), ("fabric", "cotton"), ("fit", "slim fit")))
     assert (v.q1, v.m1, v.h1, v.success, v.uncertain, v.uncertain_policy) == (1, 2, 0, True, 0, None)
-    assert [it.kind for it in v.items] == ["match", "match", "grounding"]
-    assert all(it.confident and it.reason is None and it.decided_by == "rule" for it in v.items)
-    assert items(v, "match")[0].answer == (0,) and items(v, "grounding")[0].ok  # slim fit: said by the user
+    assert [it["kind"] for it in v.items] == ["match", "match", "grounding"]
+    assert all(it["confident"] and it["reason"] is None and it["decided_by"] == "rule" for it in v.items)
+    assert items(v, "match")[0]["answer"] == (0,) and items(v, "grounding")[0]["ok"]  # slim fit: said by the user
 
 
 def test_words_outside_the_vocabulary_make_an_uncertain_miss_that_earns_nothing():
@@ -161,8 +161,8 @@ def test_words_outside_the_vocabulary_make_an_uncertain_miss_that_earns_nothing(
     traj = s1(("colour", "the colour of the sky at midnight"), ("fabric", "cotton"))
     v = judge().judge(t, traj)
     colour = items(v, "match")[0]
-    assert not colour.ok and not colour.confident and colour.reason == "value_outside_vocabulary"
-    assert colour.answer == (0,)  # the answer preference that may state it
+    assert not colour["ok"] and not colour["confident"] and colour["reason"] == "value_outside_vocabulary"
+    assert colour["answer"] == (0,)  # the answer preference that may state it
     assert v.uncertain == 2 and v.uncertain_policy == "no_credit"  # the miss and the answer preference
     # no_credit: not counted, not subtracted, but q1 and success are withheld
     assert (v.m1, v.h1, v.q1, v.success) == (1, 0, 0, False)
@@ -178,7 +178,7 @@ def test_credit_gives_one_gold_preference_per_vague_answer_preference():
     t = task()
     vc = judge("credit").judge(t, s1(("x", "whatever suits me")))
     misses = items(vc, "match")
-    assert all(not it.confident and it.reason == "unknown_key" for it in misses)
+    assert all(not it["confident"] and it["reason"] == "unknown_key" for it in misses)
     assert vc.m1 == 1  # two gold preferences may be stated by one vague preference: credited once
 
 
@@ -190,11 +190,11 @@ def test_unknown_key_and_ungrounded_values():
     # an invented preference the lexicon reads (never said by the user): a confident spurious one
     v = judge().judge(t, s1(("colour", "navy"), ("fabric", "cotton"), ("neck", "v-neck")))
     g = items(v, "grounding")[0]
-    assert (g.ok, g.confident, v.h1, v.q1) == (False, True, 1, 0)
+    assert (g["ok"], g["confident"], v.h1, v.q1) == (False, True, 1, 0)
     # an invented preference in words no vocabulary reads: uncertain, not subtracted, no q1
     v = judge().judge(t, s1(("colour", "navy"), ("fabric", "cotton"), ("vibe", "something breezy")))
     g = items(v, "grounding")[0]
-    assert (g.ok, g.confident, g.reason) == (False, False, "indirect_statement")
+    assert (g["ok"], g["confident"], g["reason"]) == (False, False, "indirect_statement")
     assert (v.m1, v.h1, v.q1, v.success) == (2, 0, 0, False)
 
 
@@ -205,31 +205,31 @@ def test_stage2_items_and_reasons():
     t = task()
     v = judge().judge(t, s2("p:navy"))
     assert (v.q2, v.m2, v.success, v.uncertain) == (1, 2, True, 0)
-    assert [it.kind for it in v.items] == ["type", "attribute", "attribute"]
+    assert [it["kind"] for it in v.items] == ["type", "attribute", "attribute"]
     # a wanted colour the product states nowhere: uncertain (not_stated), no credit
     v = judge().judge(t, s2("p:plain"))
     colour = items(v, "attribute")[0]
-    assert (colour.ok, colour.confident, colour.reason) == (False, False, "not_stated")
+    assert (colour["ok"], colour["confident"], colour["reason"]) == (False, False, "not_stated")
     assert (v.m2, v.success) == (1, False)
     assert judge("credit").judge(t, s2("p:plain")).success
     # the field says red, the title says navy: the field's "no" is uncertain (field_text_conflict)
     v = judge().judge(t, s2("p:clash"))
     colour = items(v, "attribute")[0]
-    assert (colour.ok, colour.confident, colour.reason) == (False, False, "field_text_conflict")
+    assert (colour["ok"], colour["confident"], colour["reason"]) == (False, False, "field_text_conflict")
     assert judge("credit").judge(t, s2("p:clash")).success
     # a title naming an accent colour beside the field's does not unsettle an accepted field
     assert judge().judge(t, s2("p:accent")).uncertain == 0
     assert v.m2 == 1 and stage2_reward(v) < stage2_reward(judge().judge(t, s2("p:navy")))
     # a field and title that agree on another colour: a confident miss
     colour = items(judge().judge(t, s2("p:red")), "attribute")[0]
-    assert (colour.ok, colour.confident) == (False, True)
+    assert (colour["ok"], colour["confident"]) == (False, True)
 
 
 def test_avoid_not_stated_is_a_confident_satisfaction():
     t = task([Preference(attribute="pattern", value="printed", polarity="avoid")])
     v = judge().judge(t, s2("p:navy"))
     (it,) = items(v, "attribute")
-    assert it.ok and it.confident and v.m2 == 1
+    assert it["ok"] and it["confident"] and v.m2 == 1
 
 
 def test_adjacent_type_is_uncertain_and_another_type_is_not():
@@ -239,11 +239,11 @@ def test_adjacent_type_is_uncertain_and_another_type_is_not():
     )
     v = judge().judge(t, s2("p:shoes"))  # a plain "shoes" filed under sports shoes
     (ty,) = items(v, "type")
-    assert (ty.ok, ty.confident, ty.reason) == (False, False, "adjacent_type")
+    assert (ty["ok"], ty["confident"], ty["reason"]) == (False, False, "adjacent_type")
     assert v.q2 == 0 and not v.success
     assert judge("credit").judge(t, s2("p:shoes")).q2 == 1
     (ty,) = items(judge().judge(task(), s2("p:tee")), "type")  # a T-shirt is not a casual shirt
-    assert (ty.ok, ty.confident) == (False, True)
+    assert (ty["ok"], ty["confident"]) == (False, True)
 
 
 def test_bundle_item_is_confident_and_drives_u2():
@@ -256,8 +256,8 @@ def test_bundle_item_is_confident_and_drives_u2():
     )
     v = judge().judge(t, s2("p:navy", "p:belt"))
     (b,) = items(v, "bundle")
-    assert b.confident and b.ok and v.u2 == 1 and v.n2 == 2 and v.success
-    assert {it.slot for it in items(v, "type")} == {0, 1}
+    assert b["confident"] and b["ok"] and v.u2 == 1 and v.n2 == 2 and v.success
+    assert {it["slot"] for it in items(v, "type")} == {0, 1}
 
 
 # --------------------------------------------------------------------------- policies and models
@@ -283,10 +283,16 @@ def test_bad_policy_values_name_the_field_and_the_allowed_values():
         RuleJudge(lookup, uncertain="maybe")
     with pytest.raises(ConfigError, match=r"uncertain.*no_credit, credit, unscored.*'sometimes'"):
         load_reward_spec({"rubric": "paper", "uncertain": "sometimes"})
-    with pytest.raises(ValueError, match="reason"):
-        VerdictItem(kind="match", label="x", ok=True, confident=False)
-    with pytest.raises(ValueError, match="reason"):
-        VerdictItem(kind="match", label="x", ok=True, reason="unknown_key")
+    item = {"kind": "match", "label": "x", "slot": 0, "ok": True, "decided_by": "rule", "answer": (), "detail": ""}
+    base = {"judge": "rule", "stage": 1, "F": 1, "N": 1}
+    with pytest.raises(ValueError, match=r"items\[0\]\.reason: required exactly when confident is False"):
+        Verdict(**base, items=[{**item, "confident": False, "reason": None}], uncertain=1)
+    with pytest.raises(ValueError, match=r"items\[0\]\.reason"):
+        Verdict(**base, items=[{**item, "confident": True, "reason": "unknown_key"}])
+    with pytest.raises(ValueError, match=r"items\.0\.reason"):
+        Verdict(**base, items=[{**item, "confident": False, "reason": "a hunch"}], uncertain=1)
+    with pytest.raises(ValueError, match="uncertain: must count"):
+        Verdict(**base, items=[{**item, "confident": False, "reason": "unknown_key"}], uncertain=0)
 
 
 def test_spec_identity_and_json_carry_the_policy():
@@ -299,7 +305,7 @@ def test_spec_identity_and_json_carry_the_policy():
 def test_verdicts_round_trip_and_old_results_still_load():
     v = judge().judge(task(), s1(("colour", "the colour of the sky at midnight"), ("fabric", "cotton")))
     again = Verdict.model_validate_json(v.model_dump_json())
-    assert again == v and again.items[0].reason in UNCERTAIN_REASONS
+    assert again == v and again.items[0]["reason"] in UNCERTAIN_REASONS
     old = Verdict.model_validate({"judge": "rule", "stage": 1, "F": 1, "N": 1, "q1": 1, "m1": 1, "h1": 0})
     assert (
         old.items == []
