@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -212,10 +213,27 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+_shared_embedder: tuple[str, Any] | None = None
+_shared_embedder_lock = threading.Lock()
+
+
 def make_embedder(cache_path: str | Path | None = None):
+    """The MiniLM :class:`~shopping_companion.memory.embedder.Embedder` over the cache file
+    ``cache_path`` (default ``<cache dir>/embeddings/minilm.sqlite``). The process keeps the last
+    one made and returns it again for the same file (unless it was closed), so the steps of one
+    command (the quickstart's synthesis statistics and its evaluation) load the model, build the
+    query encoder and warm the in-memory cache once."""
     from shopping_companion.memory.embedder import Embedder
 
-    return Embedder(cache_path=cache_path or (cache_dir() / "embeddings" / "minilm.sqlite"))
+    global _shared_embedder
+    path = Path(cache_path or (cache_dir() / "embeddings" / "minilm.sqlite"))
+    key = str(path.expanduser().resolve())
+    with _shared_embedder_lock:
+        if _shared_embedder is not None and _shared_embedder[0] == key and not _shared_embedder[1].closed:
+            return _shared_embedder[1]
+        embedder = Embedder(cache_path=path)
+        _shared_embedder = (key, embedder)
+        return embedder
 
 
 def product_lookup(search: Any) -> Callable[[list[str]], dict[str, Any]]:

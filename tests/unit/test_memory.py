@@ -347,7 +347,7 @@ def test_embedder_cache_survives_a_killed_run(tmp_path: Path, sgd: list[Session]
     committed = e.cache_size()
     assert 32 <= committed < len(set(texts))  # interrupted, and kept what it committed
     assert e._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"  # noqa: SLF001
-    first = list(dict.fromkeys(texts))[:32]  # committed in input order, 16 per chunk
+    first = sorted(dict.fromkeys(texts), key=len, reverse=True)[:32]  # committed longest first, 16 per chunk
     e.encode(first)
     assert e.stats.hits == 32 and e.stats.misses == 0
     e.close()
@@ -488,3 +488,17 @@ def test_search_accepts_boundary_values(store: MemoryStore) -> None:
 def test_store_rejects_duplicate_sessions(embedder: Embedder) -> None:
     with pytest.raises(ValueError, match="twice"):
         MemoryStore([NEEDLE, NEEDLE], embedder)
+
+
+def test_make_embedder_keeps_one_instance_per_cache_file(tmp_path):
+    """The quickstart's synthesis statistics and its evaluation share one embedder (model, query
+    encoder, in-memory cache); a closed one is replaced, another cache file gets its own."""
+    from shopping_companion.pipeline import make_embedder
+
+    a = make_embedder(tmp_path / "a.sqlite")
+    assert make_embedder(tmp_path / "a.sqlite") is a and not a.closed
+    a.close()
+    b = make_embedder(tmp_path / "a.sqlite")
+    assert b is not a and a.closed and not b.closed and b.cache_size() == 0
+    c = make_embedder(tmp_path / "c.sqlite")
+    assert c is not b and c.cache_path == tmp_path / "c.sqlite"
