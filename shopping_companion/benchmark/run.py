@@ -34,6 +34,7 @@ from rich.markup import escape
 
 from shopping_companion.benchmark.run_config import BackendConfig, EpisodeConfig, EvalConfig, JudgeConfig
 from shopping_companion.errors import CircuitOpenError, ConfigError, DataError
+from shopping_companion.phases import phase
 from shopping_companion.pipeline import product_lookup
 
 __all__ = [
@@ -307,7 +308,8 @@ def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed
         catalog = f"of the service at {remote.url}"
     else:
         sources = resolve_sources(cfg.data.data_dir, console=console)
-        search = open_product_search(index_dir=cfg.data.index_dir, console=console, sources=sources)
+        with phase("evaluation: BM25 index"):
+            search = open_product_search(index_dir=cfg.data.index_dir, console=console, sources=sources)
         lookup = product_lookup(search)
         catalog = str(sources.catalog_path)
     missing = missing_gold_products(tasks, lookup)
@@ -331,7 +333,8 @@ def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed
         return Resources(None, search, lookup, bench, tasks, None, missing, remote)
     embedder = make_embedder()
     if embed:
-        prewarm_memory(tasks, bench.sessions, embedder, console)
+        with phase("evaluation: memory embeddings (MiniLM, cached)"):
+            prewarm_memory(tasks, bench.sessions, embedder, console)
     return Resources(sources, search, lookup, bench, tasks, embedder, missing)
 
 
@@ -413,7 +416,8 @@ def build_kit(cfg: EpisodeConfig, run_dir: Path, console: Console | None = None)
 
             res.sources = resolve_sources(cfg.data.data_dir, console=console)
         catalog_path = res.sources.catalog_path
-    policy = build_backend(cfg.backend, catalog_path, console)
+    with phase(f"evaluation: policy ({cfg.backend.kind})"):
+        policy = build_backend(cfg.backend, catalog_path, console)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     if res.remote is not None:
         judge, judge_desc, rubric = res.remote.judge, res.remote.describe(), res.remote.rubric
@@ -644,23 +648,24 @@ def run_benchmark(
     executor = _episodes.ready(identity) if _episodes is not None else None
     t0 = time.perf_counter()
     try:
-        results = run_evaluation(
-            res.tasks,
-            policy,
-            res.search,
-            kit.memory(),
-            judge,
-            results_path,
-            settings,
-            progress,
-            concurrency=cfg.concurrency,
-            strategies=strats,
-            retry_errors=cfg.resume.retry_errors,
-            retry_failed=cfg.resume.retry_failed,
-            identity=identity,
-            force=cfg.resume.force,
-            executor=executor,
-        )
+        with phase("evaluation: episodes"):
+            results = run_evaluation(
+                res.tasks,
+                policy,
+                res.search,
+                kit.memory(),
+                judge,
+                results_path,
+                settings,
+                progress,
+                concurrency=cfg.concurrency,
+                strategies=strats,
+                retry_errors=cfg.resume.retry_errors,
+                retry_failed=cfg.resume.retry_failed,
+                identity=identity,
+                force=cfg.resume.force,
+                executor=executor,
+            )
     except CircuitOpenError as e:
         n_written = len(scan_results(results_path).results)
         raise CircuitOpenError(
@@ -686,28 +691,29 @@ def run_benchmark(
                 f"[yellow]note:[/] {left_out[why]['count']} result(s) in {escape(str(results_path))} are for "
                 f"{text} (e.g. {escape(', '.join(left_out[why]['examples']))}); left out of the metrics"
             )
-    tasks_by_id = {t.task_id: t for t in res.benchmark.tasks}
-    items = classify_failures(results, tasks_by_id, res.lookup)
-    if cfg.attribution.model:
-        items = attribute_failures(items, results, tasks_by_id, run_dir, cfg, console)
-    meta = _meta(
-        cfg,
-        policy,
-        kit.judge_desc,
-        strats,
-        res.tasks,
-        res.benchmark,
-        _results_file_meta(results_path, results, scan, left_out, res.skipped),
-        identity,
-    )
-    summary = write_report(
-        results, run_dir / "report.md", meta, tasks=tasks_by_id, ks=cfg.pass_k, lookup=res.lookup, taxonomy=items
-    )
-    write_parquet(results, run_dir)
-    with open(run_dir / "taxonomy.jsonl", "w", encoding="utf-8") as f:
-        for it in items:
-            f.write(json.dumps(it.to_dict()) + "\n")
-    write_json(run_dir / "summary.json", {"summary": summary, "meta": meta, "eval_wall_s": round(wall, 2)})
+    with phase("evaluation: report"):
+        tasks_by_id = {t.task_id: t for t in res.benchmark.tasks}
+        items = classify_failures(results, tasks_by_id, res.lookup)
+        if cfg.attribution.model:
+            items = attribute_failures(items, results, tasks_by_id, run_dir, cfg, console)
+        meta = _meta(
+            cfg,
+            policy,
+            kit.judge_desc,
+            strats,
+            res.tasks,
+            res.benchmark,
+            _results_file_meta(results_path, results, scan, left_out, res.skipped),
+            identity,
+        )
+        summary = write_report(
+            results, run_dir / "report.md", meta, tasks=tasks_by_id, ks=cfg.pass_k, lookup=res.lookup, taxonomy=items
+        )
+        write_parquet(results, run_dir)
+        with open(run_dir / "taxonomy.jsonl", "w", encoding="utf-8") as f:
+            for it in items:
+                f.write(json.dumps(it.to_dict()) + "\n")
+        write_json(run_dir / "summary.json", {"summary": summary, "meta": meta, "eval_wall_s": round(wall, 2)})
     return RunOutcome(summary, run_dir, results_path, wall)
 
 

@@ -310,6 +310,7 @@ def build_from_data(
     from rich.console import Console
     from rich.progress import Progress
 
+    from shopping_companion.phases import phase
     from shopping_companion.pipeline import load_catalog, load_pool, make_embedder, open_product_search, resolve_sources
 
     console = console or Console(stderr=True, soft_wrap=True, emoji=False)
@@ -317,10 +318,12 @@ def build_from_data(
     if keep_other_finished:
         _refuse_other_finished(out, cfg)
     sources = resolve_sources(data_dir, console=console)
-    search = open_product_search(index_dir=index_dir, console=console, sources=sources)
-    with console.status("loading catalog"):
+    with phase("BM25 index (built and cached on first use)"):
+        search = open_product_search(index_dir=index_dir, console=console, sources=sources)
+    with phase("catalog (parsed once, cached)"), console.status("loading catalog"):
         products, report = load_catalog(sources.catalog_path, sources.catalog_format)
-    pool, pool_info = load_pool(sharegpt=sharegpt, console=console, sources=sources)
+    with phase("conversations"):
+        pool, pool_info = load_pool(sharegpt=sharegpt, console=console, sources=sources)
     prov = {
         "catalog": {
             "path": str(sources.catalog_path),

@@ -55,15 +55,29 @@ def _calibrate(bench: Path, results: Path) -> None:
 
 
 def _quickstart(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> None:
+    from shopping_companion.phases import show_phases
+
+    t0 = time.perf_counter()
+    with show_phases(lambda line: console.print(escape(line), soft_wrap=True)) as clock:
+        outcome = _run_quickstart(config, sets, overrides)
+    console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s ({escape(clock.summary())})", soft_wrap=True)
+    exit_for(outcome)
+
+
+def _run_quickstart(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> Any:
+    """The quickstart's steps; each phase prints its wall time as it ends
+    (:mod:`shopping_companion.phases`)."""
     from shopping_companion.benchmark.run import run_benchmark
     from shopping_companion.benchmark.run_config import QuickstartConfig
     from shopping_companion.benchmark.synth import build_from_data
     from shopping_companion.config import load_model
+    from shopping_companion.phases import phase
 
-    t0 = time.perf_counter()
-    qs = load_model(QuickstartConfig, config, sets, overrides, names=flag_names(QUICKSTART_FLAGS))
-    eval_cfg = qs.eval_config()
-    if _reusable(qs.bench_dir, qs.synth):
+    with phase("start-up"):
+        qs = load_model(QuickstartConfig, config, sets, overrides, names=flag_names(QUICKSTART_FLAGS))
+        eval_cfg = qs.eval_config()
+        reusable = _reusable(qs.bench_dir, qs.synth)
+    if reusable:
         console.print(f"reusing benchmark {escape(str(qs.bench_dir))}")
     else:
         result = build_from_data(
@@ -79,9 +93,9 @@ def _quickstart(config: Optional[Path], sets: list[str], overrides: dict[str, An
     outcome = run_benchmark(eval_cfg, console)
     print_summary(outcome)
     if eval_cfg.backend.kind == "reference":
-        _calibrate(qs.bench_dir, outcome.results_path)
-    console.print(f"quickstart finished in {time.perf_counter() - t0:.1f}s")
-    exit_for(outcome)
+        with phase("calibration"):
+            _calibrate(qs.bench_dir, outcome.results_path)
+    return outcome
 
 
 flag_command(

@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shopping_companion.catalog.download import amazon2023_repo_path
+from shopping_companion.catalog.loader import parse_count
 from tests.hub_server import HubServer
 
 pytestmark = pytest.mark.slow
@@ -87,8 +88,15 @@ def test_quickstart_without_a_data_directory_downloads_and_runs(hub_with_categor
     from shopping_companion.cli import app
 
     runner = CliRunner()
+    parses = parse_count()
     out = runner.invoke(app, ["quickstart", "--n-tasks", "4", "--name", "qs"])
     assert out.exit_code == 0, out.output
+    # the catalog is parsed once (index build, synthesis and the reference policy share it), and
+    # each phase prints its wall time
+    assert parse_count() - parses == 1
+    for name in ("BM25 index", "synthesis: tasks", "evaluation: episodes", "evaluation: report"):
+        assert f"phase {name}" in out.output, out.output
+    assert "quickstart finished in" in out.output
     assert "no data directory found" in out.output and CATEGORY in out.output
     meta_path = amazon2023_repo_path("meta", CATEGORY)
     assert hub_with_category.count(meta_path) == 1
@@ -109,7 +117,9 @@ def test_quickstart_without_a_data_directory_downloads_and_runs(hub_with_categor
     assert refs and all(r.startswith(f"amazon2023_{CATEGORY}:") for r in refs)
     report = (run / "report.md").read_text()
     assert "Acc" in report and "Succ" in report
-    # a second run downloads nothing and reuses the benchmark
+    # a second run downloads nothing and reuses the benchmark (and the parsed catalog)
+    parses = parse_count()
     again = runner.invoke(app, ["quickstart", "--n-tasks", "4", "--name", "qs"])
     assert again.exit_code == 0, again.output
+    assert parse_count() == parses
     assert hub_with_category.count(meta_path) == 1 and "reusing benchmark" in again.output

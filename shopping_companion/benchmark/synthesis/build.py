@@ -78,6 +78,7 @@ from shopping_companion.benchmark.synthesis.verify import (
     unstated_features,
 )
 from shopping_companion.judges.rule import normalize_tokens
+from shopping_companion.phases import phase
 from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, Task, Verification, Voucher
 
 __all__ = [
@@ -850,20 +851,22 @@ class Synthesizer:
         t0 = time.perf_counter()
         parts: list[dict[str, Any]] = []
         reused = 0
-        for i in range(len(self.plan)):
-            rec = store.get(i) if store is not None else None
-            if rec is None:
-                rec = self.make_task(i)
-                if store is not None:
-                    store.put(i, rec)
-            else:
-                reused += 1
-            parts.append(rec)
-            if progress is not None:
-                progress(i + 1, len(self.plan), rec)
+        with phase("synthesis: tasks (sampling, dialogues, verification)"):
+            for i in range(len(self.plan)):
+                rec = store.get(i) if store is not None else None
+                if rec is None:
+                    rec = self.make_task(i)
+                    if store is not None:
+                        store.put(i, rec)
+                else:
+                    reused += 1
+                parts.append(rec)
+                if progress is not None:
+                    progress(i + 1, len(self.plan), rec)
         self.timings["tasks_s"] = round(time.perf_counter() - t0, 2)
         self.timings["reused_parts"] = reused
-        return self.assemble(parts)
+        with phase("synthesis: statistics"):
+            return self.assemble(parts)
 
     def assemble(self, parts: list[dict[str, Any]]) -> SynthOutput:
         """Tasks, sessions, statistics and manifest from the part records (index order)."""
@@ -1102,12 +1105,14 @@ def build_benchmark(
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     (d / "manifest.json").unlink(missing_ok=True)
-    synth = Synthesizer(products, pool, config, searcher=searcher, sources=sources, **options)
+    with phase("synthesis: setup"):
+        synth = Synthesizer(products, pool, config, searcher=searcher, sources=sources, **options)
     store = PartStore(d, synth.fingerprint(), fresh=fresh)
     try:
         out = synth.run(store, progress)
         out.build_log["timings"]["total_s"] = round(time.perf_counter() - t0, 2)
-        write_benchmark(out, d)
+        with phase("synthesis: writing"):
+            write_benchmark(out, d)
     finally:
         store.close()
     store.remove()
