@@ -98,7 +98,15 @@ def test_products_from_the_cache_equal_a_fresh_parse(catalog, cache_home):
     assert parse_count() == before and from_disk is not cached_once
     fresh, fresh_report = load_catalog_file(catalog)
     assert [p.model_dump() for p in from_disk] == [p.model_dump() for p in fresh]
+    assert [p.model_fields_set for p in from_disk] == [p.model_fields_set for p in fresh]
+    assert from_disk == fresh and cached_once == fresh
     assert report2.summary() == fresh_report.summary() and report2.examples == fresh_report.examples
+    # equal values are one object (memory): the field-name sets, shop and attribute key strings
+    for got in (cached_once, from_disk):
+        assert len({id(p.__pydantic_fields_set__) for p in got}) <= 3
+        assert len({id(p.shop) for p in got}) == len({p.shop for p in got})
+        keys = [k for p in got for k in p.attributes]
+        assert len({id(k) for k in keys}) == len(set(keys))
 
 
 def test_a_changed_catalog_is_parsed_again(catalog, cache_home):
@@ -205,3 +213,12 @@ def test_an_amazon_category_named_or_read_from_the_file_name_is_one_parse(tmp_pa
         assert parse_count() - before == 2 and c[0].product_id == "amazon2023_Other:B00000"
     finally:
         cache.clear_memory_cache(f)
+
+
+def test_a_copy_with_changes_leaves_the_shared_field_sets_alone(catalog, cache_home):
+    products, _ = cache.load_catalog(catalog)
+    before = [set(p.model_fields_set) for p in products]
+    unset = next(n for n in type(products[0]).model_fields if n not in products[0].model_fields_set)
+    changed = products[0].model_copy(update={unset: None})
+    assert unset in changed.model_fields_set
+    assert [set(p.model_fields_set) for p in products] == before
