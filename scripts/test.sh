@@ -9,8 +9,32 @@
 #   CI=1 (or any value)      run as CI does: output 80 columns wide (COLUMNS=80), so every message
 #                            a test matches must survive an 80-column terminal
 #   extra arguments          passed to every pytest call (e.g. -x, -k name)
+# Every phase (each install, lint, each suite) prints "== phase NAME: 12.3 s (exit 0)" as it ends,
+# and all of them again with the total at the end, so a slow phase shows in the log the day it
+# lands; the main suite also lists its 25 slowest tests (--durations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t_start=$EPOCHREALTIME
+phase_lines=()
+# timed NAME command...: run the command, print its phase line, return its exit status
+timed() {
+    local name=$1 t0=$EPOCHREALTIME rc=0
+    shift
+    "$@" || rc=$?
+    local line
+    line=$(awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$name" -v rc="$rc" \
+        'BEGIN { printf "== phase %s: %.1f s (exit %d)", n, b - a, rc }')
+    echo "$line"
+    phase_lines+=("$line")
+    return $rc
+}
+summary() {
+    echo "== phases:"
+    local line
+    for line in "${phase_lines[@]}"; do echo "   ${line#== phase }"; done
+    awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "   total: %.1f s\n", b - a }'
+}
+trap summary EXIT
 export SHOPCOMP_REQUIRE_EXTRAS=1  # inside tests/extras a missing stack fails instead of skipping
 if [ -n "${CI:-}" ]; then
     export COLUMNS=80
@@ -21,16 +45,17 @@ status=0
 if [ "${SHOPCOMP_SKIP_LINT:-0}" != 1 ]; then
     if [ ! -x .venv/bin/ruff ]; then  # a .venv made before ruff joined the test extra
         echo "== installing the test extra into .venv (ruff; scripts/install.sh does the same)"
-        .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,lora]"
+        timed "install test extra into .venv" .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,lora]"
     fi
     echo "== ruff check"
-    .venv/bin/ruff check . || status=$?
+    timed "ruff check" .venv/bin/ruff check . || status=$?
     if [ "$FORMAT_CHECK" = 1 ]; then
         echo "== ruff format --check"
-        .venv/bin/ruff format --check . || status=$?
+        timed "ruff format --check" .venv/bin/ruff format --check . || status=$?
     fi
 fi
-.venv/bin/python -m pytest -q "$@" || status=$?
+echo "== main suite in .venv"
+timed "main suite" .venv/bin/python -m pytest -q --durations=25 "$@" || status=$?
 if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
     for dir in tests/extras/*/; do
         name=$(basename "$dir")
@@ -38,21 +63,21 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
         venv=".venv-$name"
         if [ ! -x "$venv/bin/python" ]; then
             echo "== installing $venv for tests/extras/$name (scripts/install_$name.sh)"
-            bash "scripts/install_$name.sh"
+            timed "install $venv" bash "scripts/install_$name.sh"
         fi
         echo "== tests/extras/$name in $venv"
-        "$venv/bin/python" -m pytest -q "$dir" "$@" || status=$?
+        timed "tests/extras/$name" "$venv/bin/python" -m pytest -q --durations=10 "$dir" "$@" || status=$?
     done
     # the whole training chain (shopcomp pipeline) runs in .venv and drives .venv-sft and .venv-rl
     if [ -d tests/extras/pipeline ]; then
         for name in sft rl; do
             if [ ! -x ".venv-$name/bin/python" ]; then
                 echo "== installing .venv-$name for tests/extras/pipeline (scripts/install_$name.sh)"
-                bash "scripts/install_$name.sh"
+                timed "install .venv-$name" bash "scripts/install_$name.sh"
             fi
         done
         echo "== tests/extras/pipeline in .venv (with .venv-sft and .venv-rl)"
-        .venv/bin/python -m pytest -q tests/extras/pipeline "$@" || status=$?
+        timed "tests/extras/pipeline" .venv/bin/python -m pytest -q --durations=10 tests/extras/pipeline "$@" || status=$?
     fi
 fi
 exit $status
