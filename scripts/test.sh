@@ -8,6 +8,10 @@
 #   SHOPCOMP_SKIP_LINT=1     skip ruff
 #   CI=1 (or any value)      run as CI does: output 80 columns wide (COLUMNS=80), so every message
 #                            a test matches must survive an 80-column terminal
+#   SHOPCOMP_TEST_WORKERS=N  run the main suite in N processes (pytest-xdist, whole files per
+#                            worker; the session fixtures' catalog cache, BM25 index and MiniLM
+#                            encodings are built once and shared through the session's cache
+#                            directory: tests/conftest.py, session_dir); default 0: one process
 #   extra arguments          passed to every pytest call (e.g. -x, -k name)
 # Every phase (each install, lint, each suite) prints "== phase NAME: 12.3 s (exit 0)" as it ends,
 # and all of them again with the total at the end, so a slow phase shows in the log the day it
@@ -54,8 +58,12 @@ if [ "${SHOPCOMP_SKIP_LINT:-0}" != 1 ]; then
         timed "ruff format --check" .venv/bin/ruff format --check . || status=$?
     fi
 fi
-echo "== main suite in .venv"
-timed "main suite" .venv/bin/python -m pytest -q --durations=25 "$@" || status=$?
+workers=()
+if [ "${SHOPCOMP_TEST_WORKERS:-0}" != 0 ]; then
+    workers=(-n "$SHOPCOMP_TEST_WORKERS" --dist loadfile)
+fi
+echo "== main suite in .venv${workers:+ (${SHOPCOMP_TEST_WORKERS} workers)}"
+timed "main suite" .venv/bin/python -m pytest -q --durations=25 "${workers[@]}" "$@" || status=$?
 if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
     for dir in tests/extras/*/; do
         name=$(basename "$dir")

@@ -15,10 +15,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def session_dir(tmp_path_factory, name: str) -> Path:
+    """A directory of this test session: its own numbered temporary directory, or, under
+    pytest-xdist (``-n N``), one directory shared by the session's workers (each worker is a
+    process with its own base temporary directory, all under one parent), so what a session fixture
+    builds into it (the catalog cache, the BM25 index, the MiniLM encodings) is built once and
+    reused by the other workers. The builders are safe across processes: the index build holds a
+    file lock, the catalog cache is written to a temporary file and renamed, the encodings are an
+    SQLite database."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        d = tmp_path_factory.getbasetemp().parent / name
+        d.mkdir(exist_ok=True)
+        return d
+    return tmp_path_factory.mktemp(name)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shopcomp_cache_dir(tmp_path_factory) -> Path:
-    """Every test session gets its own cache directory (indexes, embeddings); never ~/.cache."""
-    d = tmp_path_factory.mktemp("shopcomp-cache")
+    """Every test session gets its own cache directory (indexes, embeddings, the parsed catalog),
+    shared by its xdist workers; never ~/.cache."""
+    d = session_dir(tmp_path_factory, "shopcomp-cache")
     os.environ["SHOPCOMP_CACHE_DIR"] = str(d)
     return d
 
@@ -47,10 +63,10 @@ def catalog_products(catalog_path: Path):
 
 @pytest.fixture(scope="session")
 def catalog_index_dir(catalog_path: Path, tmp_path_factory) -> Path:
-    """The full real catalog indexed once per test session."""
+    """The full real catalog indexed once per test session (once for all its xdist workers)."""
     from shopping_companion.catalog.index import open_or_build
 
-    d = tmp_path_factory.mktemp("bm25") / "products"
+    d = session_dir(tmp_path_factory, "bm25") / "products"
     open_or_build(catalog_path, d)
     return d
 
