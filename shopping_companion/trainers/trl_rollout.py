@@ -90,6 +90,7 @@ def make_rollout_func(
     max_batch: int = 64,
     state: dict[str, Any] | None = None,
     rollouts_path: str | Path | None = None,
+    first_rollout_path: str | Path | None = None,
 ) -> Callable[[list, Any], dict[str, list]]:
     """TRL ``rollout_func(prompts, trainer)`` over our environment (module docstring).
 
@@ -111,7 +112,11 @@ def make_rollout_func(
             (:class:`~shopping_companion.llm.batch_generate.AsyncBatcher`).
         state: a dict the rollout fills for the caller: ``first_rollout_weights_sha256`` (the
             :func:`~shopping_companion.llm.weights.weights_sha256` of the weights the first
-            rollouts sampled from, the SFT → RL hand-off proof) and ``batches`` (batch sizes per call).
+            rollouts sampled from, the SFT → RL hand-off proof; a value already there, e.g. read
+            back on resume, is kept) and ``batches`` (batch sizes per call).
+        first_rollout_path: a JSON file the first-rollout hash is written to as soon as it is
+            known (``{"first_rollout_weights_sha256": ...}``), so a run resumed from a checkpoint
+            still proves what its first rollouts sampled from; None: not written.
         rollouts_path: a JSONL file to append one line per trajectory to (``step`` — the trainer's
             global step when it was sampled —, ``index`` in the call, ``group`` (the prompt's index
             among the call's distinct prompts), ``task_id``, ``stage``, ``termination``,
@@ -183,6 +188,13 @@ def make_rollout_func(
             from shopping_companion.llm.weights import weights_sha256
 
             state["first_rollout_weights_sha256"] = weights_sha256(model)
+            if first_rollout_path is not None:
+                from shopping_companion.runs import write_text_atomic
+
+                write_text_atomic(
+                    first_rollout_path,
+                    json.dumps({"first_rollout_weights_sha256": state["first_rollout_weights_sha256"]}) + "\n",
+                )
         try:
             eps = asyncio.run(all_rows())
         finally:

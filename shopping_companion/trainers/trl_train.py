@@ -485,6 +485,33 @@ def _callback(
     return _Print()
 
 
+#: Where a run records the weight hash its first rollouts sampled from (kept across resumes).
+FIRST_ROLLOUT_FILE = "first_rollout.json"
+
+
+def _read_json_file(path: Path) -> dict[str, Any]:
+    try:
+        got = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def _earlier_logs(out: Path) -> list[dict[str, Any]]:
+    """The step logs of earlier invocations (``metrics.jsonl`` as :func:`_align_step_logs` left it),
+    so a resumed run's summary covers every step."""
+    path, logs = out / "metrics.jsonl", []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and "step" in rec:
+                logs.append(rec)
+    return logs
+
+
 def _step_of(ckpt: Path | None) -> int:
     return int(ckpt.name.rsplit("-", 1)[-1]) if ckpt is not None and ckpt.name.rsplit("-", 1)[-1].isdigit() else 0
 
@@ -672,11 +699,18 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
             target_modules=list(cfg.lora.target_modules),
             task_type="CAUSAL_LM",
         )
-    logs: list[dict[str, Any]] = []
+    logs: list[dict[str, Any]] = _earlier_logs(out) if ckpt is not None else []
     from shopping_companion.llm.weights import weights_sha256
 
     initial_sha = weights_sha256(model)  # what the run was given (before any adapter)
+    first_path = out / FIRST_ROLLOUT_FILE
     rollout_state: dict[str, Any] = {}
+    if ckpt is None:
+        first_path.unlink(missing_ok=True)
+    else:  # a resumed run keeps the proof of what its first invocation sampled from
+        earlier = _read_json_file(first_path).get("first_rollout_weights_sha256")
+        if earlier:
+            rollout_state["first_rollout_weights_sha256"] = earlier
     try:
         trainer = GRPOTrainer(
             model=model,
@@ -696,6 +730,7 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
                 max_batch=cfg.env.max_batch,
                 state=rollout_state,
                 rollouts_path=out / "rollouts.jsonl",
+                first_rollout_path=first_path,
             ),
         )
     except ValueError as e:  # peft: target modules not in the model, and the like
