@@ -184,6 +184,11 @@ class GrpoSettings(BaseModel):
         return v
 
 
+#: Eval settings that choose which evaluations run (not what one of them computes): left out of
+#: an evaluation phase's identity, so changing them reuses the evaluations already made.
+_EVAL_SELECTION = ("splits", "include_base", "checkpoints")
+
+
 class EvalSettings(BaseModel):
     """Evaluation of base, SFT and every GRPO arm's final checkpoint with the same eval code:
     ``splits`` (test and train), ``trials`` per task (>= 2 for pass^k), ``pass_k``,
@@ -257,6 +262,7 @@ class PipelineConfig(BaseModel):
             arm = next(a for a in d["grpo"]["arms"] if a["name"] == phase[5:])
             g = {k: v for k, v in d["grpo"].items() if k != "arms"}
             return {**common, "grpo": g, "arm": arm}
-        if phase.startswith("eval:"):
-            return {**common, "eval": d["eval"]}
+        if phase.startswith("eval:"):  # what changes one evaluation, not which evaluations run
+            ev = {k: v for k, v in d["eval"].items() if k not in _EVAL_SELECTION}
+            return {**common, "eval": ev}
         raise KeyError(phase)

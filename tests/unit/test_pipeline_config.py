@@ -105,3 +105,20 @@ def test_grpo_step_logs_follow_the_checkpoint_a_run_restarts_from(tmp_path: Path
 def test_arm_names_cannot_collide_or_leave_the_run(name: str) -> None:
     with pytest.raises(ConfigError, match="grpo.arms"):
         load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [f"grpo.arms=[{{name: '{name}'}}]"])
+
+
+def test_eval_identity_holds_what_changes_an_evaluation_not_which_ones_run() -> None:
+    """Which evaluations run (splits and their order, include_base, checkpoints) leaves the
+    evaluations already made reusable (bench_learning after the pipeline); sampling settings do not."""
+    base = load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [], {})
+    ident = base.phase_identity("eval:sft")
+    for sets in (["eval.splits=[train, test]"], ["eval.include_base=false"], ["eval.checkpoints=all"]):
+        assert (
+            load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", sets, {}).phase_identity("eval:sft")
+            == ident
+        ), sets
+    for sets in (["eval.temperature=0.9"], ["eval.trials=3"], ["seed=1"]):
+        assert (
+            load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", sets, {}).phase_identity("eval:sft")
+            != ident
+        ), sets
