@@ -12,8 +12,8 @@ It reports, on the training prompts, each arm's mean task reward (R_z + R_tool, 
 over its last 5 GRPO steps minus its first 5, paired by prompt (each training prompt's mean in
 the last window minus its mean in the first), with a 95% cluster-bootstrap interval over prompts
 (``shopping_companion.train_pipeline.learning``; the unpaired difference is printed beside it),
-tool calls per trajectory first → last,
-and the format-valid rate (share of assistant turns holding a valid tool call or a valid final
+tool calls per trajectory first → last, the same Δ of R_z and of R_tool alone (which part moved;
+reported, not checked), and the format-valid rate (share of assistant turns holding a valid tool call or a valid final
 answer) of the SFT model against the base model, on the training prompts (``--split``; the other
 split is reported too).
 
@@ -26,7 +26,10 @@ split is reported too).
 - negated arm: its interval's low end <= 0 (not rising);
 - frozen arm: its interval contains 0 (within noise).
 
-The last line printed is machine-readable: ``RESULT key=value ...``. A nano model's scores are a
+The last line printed is machine-readable: ``RESULT key=value ...``; a run that cannot be judged
+(a locked run directory, a refused config, a broken hand-off, fewer than 2 × ``--window`` GRPO
+steps) prints ``FAIL <reason>`` and ``RESULT pass=0 ... stopped=<status>`` and exits with the
+pipeline's status for it (2 config, 3 hand-off, 5 locked; 1 otherwise). A nano model's scores are a
 plumbing check of the chain, not a model result.
 """
 
@@ -51,20 +54,33 @@ NEGATED = {
 }
 
 
+def _stopped(reason: str, code: int) -> int:
+    """A run that could not be judged: the reason and a machine-readable last line."""
+    print(f"FAIL {reason}")
+    print(f"RESULT pass=0 failed=1 stopped={code} reason={json.dumps(reason[:300])}")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from shopping_companion.config import load_model
     from shopping_companion.train_pipeline.config import ArmConfig, PipelineConfig
-    from shopping_companion.train_pipeline.learning import learning_delta, read_rollouts, task_reward, tool_calls
-    from shopping_companion.train_pipeline.report import format_valid_rate
     from shopping_companion.train_pipeline.run import Pipeline
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default=str(ROOT / "configs/pipeline/cpu_nano.yaml"))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--config", default=str(ROOT / "configs/pipeline/cpu_nano.yaml"), help="pipeline YAML (default cpu_nano)"
+    )
     ap.add_argument("--runs-dir", default=None, help="parent of the run directory (default: the config's)")
     ap.add_argument("--name", default=None, help="run name (default: the config's)")
-    ap.add_argument("--set", dest="sets", action="append", default=[], help="config override key=value")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        help="config override KEY=VALUE (dotted key, YAML value); repeatable",
+    )
     ap.add_argument("--fresh", action="append", default=[], help="recompute this phase and later ones (e.g. grpo)")
     ap.add_argument("--window", type=int, default=5, help="steps at each end compared (default 5)")
     ap.add_argument(
@@ -73,9 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a learning condition fails")
     a = ap.parse_args(argv)
 
+    from shopping_companion.errors import ShopCompError
+
     console = Console(stderr=True, soft_wrap=True)
     flags = {"runs_dir": a.runs_dir, "name": a.name}
-    cfg = load_model(PipelineConfig, a.config, a.sets, {k: v for k, v in flags.items() if v is not None})
+    try:
+        cfg = load_model(PipelineConfig, a.config, a.sets, {k: v for k, v in flags.items() if v is not None})
+    except ShopCompError as e:
+        return _stopped(f"{type(e).__name__}: {e}", e.exit_code)
     real = list(cfg.grpo.arms)
     controls = [
         ArmConfig(name="negated", reward_config=NEGATED),
@@ -84,8 +105,31 @@ def main(argv: list[str] | None = None) -> int:
     cfg.grpo.arms = real + controls
     other = "test" if a.split == "train" else "train"
     cfg.eval.splits = [a.split, other]  # format-valid rates of base and SFT; the other split is reported
+
     pipe = Pipeline(cfg, console, fresh=a.fresh)
     t0 = time.perf_counter()
+    try:
+        rows, fv, fv_other = _run(pipe, cfg, a, other)
+    except ShopCompError as e:  # a locked run (5), a refused config (2), a broken hand-off (3), ...
+        return _stopped(f"{type(e).__name__}: {e}", e.exit_code)
+    except ValueError as e:  # too few GRPO steps for two windows, and the like
+        return _stopped(str(e), 1)
+    wall = time.perf_counter() - t0
+    return _verdict(cfg, a, real, rows, fv, fv_other, other, wall)
+
+
+def _run(pipe, cfg, a, other):
+    """Run or reuse the chain and the four arms; the learning statistics per arm."""
+    from shopping_companion.train_pipeline.learning import (
+        learning_delta,
+        outcome_reward,
+        process_reward,
+        read_rollouts,
+        task_reward,
+        tool_calls,
+    )
+    from shopping_companion.train_pipeline.report import format_valid_rate
+
     with pipe.locked():
         bench, collect, base, sft = pipe.through_sft()
         fv, fv_other = {}, {}
@@ -101,10 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         rows[name] = {
             "task": learning_delta(records, window=a.window, key=task_reward),
             "tools": learning_delta(records, window=a.window, key=tool_calls),
+            "R_z": learning_delta(records, window=a.window, key=outcome_reward),
+            "R_tool": learning_delta(records, window=a.window, key=process_reward),
             "zero_std": (rec["outputs"].get("zero_std_groups") or {}).get("mean"),
         }
-    wall = time.perf_counter() - t0
+    return rows, fv, fv_other
 
+
+def _verdict(cfg, a, real, rows, fv, fv_other, other, wall) -> int:
+    """Print the table, the failed conditions and the RESULT line; the exit status."""
     fails = []
     sft_fv, base_fv = fv["sft"]["rate"] or 0.0, fv["base"]["rate"] or 0.0
     if sft_fv < 0.9:
@@ -142,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:13s} {t['first']:.3f} → {t['last']:.3f}  {t['delta']:+.3f} {ci:18s}  {by:6s}  "
             f"{t['delta_unpaired']:+.3f}      {k['first']:.2f} → {k['last']:.2f}         {z}"
         )
+    print("which part moved (reported, not checked): Δ [95% CI] of R_z (outcome) and R_tool (tool-wise process)")
+    for name, r in rows.items():
+        parts = "  ".join(
+            f"{c} {r[c]['delta']:+.3f} [{r[c]['ci_low']:+.3f}, {r[c]['ci_high']:+.3f}]"
+            if r[c]["ci_low"] is not None
+            else f"{c} {r[c]['delta']:+.3f}"
+            for c in ("R_z", "R_tool")
+        )
+        print(f"{name:13s} {parts}")
     for f in fails:
         print(f"FAIL {f}")
     fields = {
@@ -152,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"{n}_ci_low": f"{r['task']['ci_low']:.4f}" for n, r in rows.items() if r["task"]["ci_low"] is not None},
         **{f"{n}_ci_high": f"{r['task']['ci_high']:.4f}" for n, r in rows.items() if r["task"]["ci_high"] is not None},
         **{f"{n}_tool_calls_last": f"{r['tools']['last']:.2f}" for n, r in rows.items()},
+        **{f"{n}_{c}_delta": f"{r[c]['delta']:.4f}" for n, r in rows.items() for c in ("R_z", "R_tool")},
         "failed": str(len(fails)),
         "pass": "1" if not fails else "0",
     }

@@ -14,6 +14,9 @@ the last steps of a run:
   them (on the CPU chain the spread of prompt means is about as large as the within-group spread),
   so comparing a prompt with itself removes that spread; with every prompt in both windows (a
   window at least one epoch of prompts) it estimates the same change as the unpaired difference;
+- the same statistic of ``R_z`` (:func:`outcome_reward`) and of ``R_tool`` (:func:`process_reward`)
+  alone shows which part moved: an arm trained on ``R_z`` alone can raise it while its untrained
+  tool use drifts (docs/pipeline.md);
 - its 95% interval is a cluster bootstrap (:func:`scipy.stats.bootstrap`, percentile method):
   the unit resampled is a prompt's pair of window means (paired) or a GRPO group (one prompt's
   completions at one step; unpaired), since completions of one prompt are not independent.
@@ -29,7 +32,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["learning_delta", "read_rollouts", "step_means", "task_reward", "tool_calls"]
+__all__ = [
+    "learning_delta",
+    "outcome_reward",
+    "process_reward",
+    "read_rollouts",
+    "step_means",
+    "task_reward",
+    "tool_calls",
+]
 
 
 def read_rollouts(path: str | Path) -> list[dict[str, Any]]:
@@ -53,6 +64,16 @@ def task_reward(rec: dict[str, Any]) -> float:
     """``R_z + R_tool`` of one record."""
     r = rec["reward"]
     return float(r.get("R_z", 0.0)) + float(r.get("R_tool", 0.0))
+
+
+def outcome_reward(rec: dict[str, Any]) -> float:
+    """``R_z`` of one record (the outcome part of the task reward)."""
+    return float(rec["reward"].get("R_z", 0.0))
+
+
+def process_reward(rec: dict[str, Any]) -> float:
+    """``R_tool`` of one record (the tool-wise process part of the task reward)."""
+    return float(rec["reward"].get("R_tool", 0.0))
 
 
 def tool_calls(rec: dict[str, Any]) -> float:

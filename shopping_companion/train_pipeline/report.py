@@ -20,6 +20,8 @@ from typing import Any
 
 from shopping_companion.train_pipeline.learning import (
     learning_delta,
+    outcome_reward,
+    process_reward,
     read_rollouts,
     step_means,
     task_reward,
@@ -95,6 +97,10 @@ def _fmt(v: Any, nd: int = 3) -> str:
     return str(v)
 
 
+def _delta_ci(d: dict[str, Any]) -> str:
+    return f"{d['delta']:+.3f} [{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}]"
+
+
 def _curves(arms: dict[str, dict[str, Any]], path: Path) -> list[str]:
     import matplotlib
 
@@ -103,8 +109,8 @@ def _curves(arms: dict[str, dict[str, Any]], path: Path) -> list[str]:
 
     panels = [
         ("task reward R_z + R_tool", task_reward),
-        ("R_z", lambda r: float(r["reward"].get("R_z", 0.0))),
-        ("R_tool", lambda r: float(r["reward"].get("R_tool", 0.0))),
+        ("R_z", outcome_reward),
+        ("R_tool", process_reward),
         ("R_fmt", lambda r: float(r["reward"].get("R_fmt", 0.0))),
         ("trained total", lambda r: float(r["reward"].get("score", 0.0))),
         ("tool calls / trajectory", tool_calls),
@@ -154,6 +160,8 @@ def write_report(
         try:
             entry["task_reward"] = learning_delta(records, key=task_reward)
             entry["tool_calls"] = learning_delta(records, key=tool_calls)
+            entry["R_z"] = learning_delta(records, key=outcome_reward)
+            entry["R_tool"] = learning_delta(records, key=process_reward)
         except ValueError as e:
             entry["note"] = str(e)
         learning[name] = entry
@@ -256,18 +264,19 @@ def write_report(
         "unpaired Δ = every trajectory of the last window − the first.",
         "",
         "| arm | trajectories | task reward first → last | Δ [95% CI] | pairing (units) | unpaired Δ "
-        "| tool calls first → last | zero-std groups |",
-        "|---|---|---|---|---|---|---|---|",
+        "| R_z Δ [95% CI] | R_tool Δ [95% CI] | tool calls first → last | zero-std groups |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in learning.items():
         tr, tc, z = e.get("task_reward"), e.get("tool_calls"), e.get("zero_std_groups") or {}
         if tr is None:
-            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | | | {_fmt(z.get('mean'), 2)} |")
+            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | | | | | {_fmt(z.get('mean'), 2)} |")
             continue
         L.append(
             f"| {name} | {e['trajectories']} | {tr['first']:.3f} → {tr['last']:.3f} | {tr['delta']:+.3f} "
             f"[{_fmt(tr['ci_low'])}, {_fmt(tr['ci_high'])}] | {tr['pairing']} ({tr['units']}) | "
-            f"{tr['delta_unpaired']:+.3f} | {tc['first']:.2f} → {tc['last']:.2f} | {_fmt(z.get('mean'), 2)} |"
+            f"{tr['delta_unpaired']:+.3f} | {_delta_ci(e['R_z'])} | {_delta_ci(e['R_tool'])} | "
+            f"{tc['first']:.2f} → {tc['last']:.2f} | {_fmt(z.get('mean'), 2)} |"
         )
     sft_sha = sft["outputs"]["weights_sha256"]
     for name, rec in arms.items():

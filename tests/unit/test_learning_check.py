@@ -8,7 +8,14 @@ import random
 
 import pytest
 
-from shopping_companion.train_pipeline.learning import learning_delta, read_rollouts, step_means, task_reward
+from shopping_companion.train_pipeline.learning import (
+    learning_delta,
+    outcome_reward,
+    process_reward,
+    read_rollouts,
+    step_means,
+    task_reward,
+)
 
 
 def _records(slope: float, steps: int = 20, groups: int = 2, per_group: int = 8, seed: int = 0) -> list[dict]:
@@ -76,6 +83,19 @@ def test_pairing_by_prompt_removes_the_spread_between_prompts() -> None:
     assert flat["ci_low"] < 0 < flat["ci_high"]
     falling = learning_delta(_prompt_records(-0.02, seed=4))
     assert falling["ci_high"] < 0
+
+
+def test_outcome_and_process_parts_show_which_moved() -> None:
+    """An arm whose R_z rises while its R_tool falls as much: the task reward is flat and the
+    parts say why (the pattern of an outcome-only arm whose untrained tool use drifts)."""
+    recs = _prompt_records(0.02, seed=5)
+    for r in recs:  # R_tool falls by exactly what R_z gains
+        r["reward"]["R_tool"] = 1.0 - 0.02 * r["step"]
+    task = learning_delta(recs, key=task_reward)
+    rz, rt = learning_delta(recs, key=outcome_reward), learning_delta(recs, key=process_reward)
+    assert rz["ci_low"] > 0 and rt["ci_high"] < 0
+    assert task["delta"] == pytest.approx(rz["delta"] + rt["delta"])
+    assert task["ci_low"] < 0 < task["ci_high"]  # the sum did not move
 
 
 def test_pairing_needs_enough_common_prompts() -> None:
