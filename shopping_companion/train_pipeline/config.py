@@ -245,6 +245,67 @@ class PipelineConfig(BaseModel):
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.name
 
+    @model_validator(mode="after")
+    def _arms_run(self) -> PipelineConfig:
+        """Each TRL arm's config as ``shopcomp grpo trl`` will read it, and its reward spec, are
+        checked when the config loads (not after SFT)."""
+        if self.grpo.backend != "trl":
+            return self
+        from pydantic import ValidationError
+
+        from shopping_companion.errors import ShopCompError
+        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.trainers.trl_train import TrlGrpoConfig
+
+        for arm in self.grpo.arms:
+            conf = self.trl_arm_config(arm, model="<sft model>", bench="<benchmark>", output_dir="<run>")
+            try:
+                TrlGrpoConfig.model_validate(conf)
+            except ValidationError as e:
+                where = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+                raise ValueError(
+                    f"arm {arm.name}: its TRL config (grpo.trainer / rows / lora / guards / extra) is refused: {where}"
+                ) from None
+            try:
+                load_reward_spec(arm.reward_config)
+            except ShopCompError as e:
+                raise ValueError(f"arm {arm.name}: reward_config: {e}") from None
+        return self
+
+    def trl_arm_config(self, arm: ArmConfig, *, model: str, bench: str, output_dir: str) -> dict[str, Any]:
+        """The ``shopcomp grpo trl`` config (TrlGrpoConfig keys) of one arm: the shared
+        ``grpo.trainer`` then the arm's ``trainer`` over the run's seed and device, ``grpo.rows``
+        on the train split, ``lora``, ``guards``, the run's ``env``; ``grpo.extra``'s dotted keys
+        are set last."""
+        g = self.grpo
+        trainer = {
+            "output_dir": output_dir,
+            "seed": self.seed,
+            "report_to": "none",
+            "device": "cpu" if self.eval.device == "cpu" else "auto",
+            **g.trainer,
+            **arm.trainer,
+        }
+        conf: dict[str, Any] = {
+            "model": model,
+            "bench": bench,
+            "data_dir": self.data_dir,
+            "index_dir": self.index_dir,
+            "reward_config": arm.reward_config,
+            "rows": {"split": "train", **g.rows},
+            "trainer": trainer,
+            "env": {"max_turns": self.env.max_turns, "max_tokens_per_turn": self.env.max_tokens_per_turn},
+            "lora": g.lora,
+            "guards": g.guards,
+        }
+        for key, value in g.extra.items():  # dotted keys, set last
+            node = conf
+            *head, last = key.split(".")
+            for h in head:
+                node = node.setdefault(h, {})
+            node[last] = value
+        return conf
+
     def phase_identity(self, phase: str) -> dict[str, Any]:
         """The settings phase ``phase`` depends on (besides its inputs' hashes, which the runner
         adds): a changed value makes the phase's stored output another run's."""

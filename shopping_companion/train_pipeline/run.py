@@ -153,7 +153,7 @@ class Pipeline:
         sha = config_hash(identity)
         d = _phase_dir(self.run_dir, phase)
         old = self._load(phase)
-        if old is not None and old.get("identity_sha256") != sha:
+        if old is not None and old.get("status") != "refused" and old.get("identity_sha256") != sha:
             changes = identity_changes(old.get("identity"), identity)
             raise ConfigError(
                 f"phase {phase}: {d} was made with other settings or inputs ("
@@ -171,7 +171,12 @@ class Pipeline:
         (d / PHASE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
         self.say(f"[{phase}] running → {d}")
         t0 = time.perf_counter()
-        outputs = body(d)
+        try:
+            outputs = body(d)
+        except ConfigError:  # refused before it made anything: a rerun may bring other settings
+            record["status"] = "refused"
+            (d / PHASE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+            raise
         record.update(
             status="done",
             outputs=outputs,
@@ -196,6 +201,8 @@ class Pipeline:
             )
         if rc != 0:
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+            if rc == 2 and "shopping_companion.cli" in cmd:  # our commands exit 2 on a refused config
+                raise ConfigError(f"{what} refused its config (exit 2); last lines of {log}:\n" + "\n".join(tail))
             raise TrainingError(f"{what} failed (exit {rc}); last lines of {log}:\n" + "\n".join(tail))
 
     def _write_config(self) -> None:
@@ -503,32 +510,9 @@ class Pipeline:
         def body(d: Path) -> dict[str, Any]:
             if g.backend == "verl":
                 return self._grpo_verl(arm, bench, sft, d)
-            trainer = {
-                "output_dir": str(d / "trl"),
-                "seed": self.cfg.seed,
-                "report_to": "none",
-                "device": "cpu" if self.cfg.eval.device == "cpu" else "auto",
-                **g.trainer,
-                **arm.trainer,
-            }
-            conf: dict[str, Any] = {
-                "model": sft["outputs"]["path"],
-                "bench": bench["outputs"]["path"],
-                "data_dir": self.cfg.data_dir,
-                "index_dir": self.cfg.index_dir,
-                "reward_config": arm.reward_config,
-                "rows": {"split": "train", **g.rows},
-                "trainer": trainer,
-                "env": {"max_turns": self.cfg.env.max_turns, "max_tokens_per_turn": self.cfg.env.max_tokens_per_turn},
-                "lora": g.lora,
-                "guards": g.guards,
-            }
-            for key, value in g.extra.items():  # dotted keys, set last
-                node = conf
-                *head, last = key.split(".")
-                for h in head:
-                    node = node.setdefault(h, {})
-                node[last] = value
+            conf = self.cfg.trl_arm_config(
+                arm, model=sft["outputs"]["path"], bench=bench["outputs"]["path"], output_dir=str(d / "trl")
+            )
             conf_path = d / "trl.yaml"
             dump_yaml(conf, conf_path, header=f"shopcomp pipeline {self.cfg.name}: GRPO arm {arm.name}")
             rl_py = _python(self.cfg.python.rl, "rl")

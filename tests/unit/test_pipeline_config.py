@@ -122,3 +122,35 @@ def test_eval_identity_holds_what_changes_an_evaluation_not_which_ones_run() -> 
             load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", sets, {}).phase_identity("eval:sft")
             != ident
         ), sets
+
+
+@pytest.mark.parametrize(
+    ("sets", "needle"),
+    [
+        (["grpo.trainer={max_stepz: 2}"], "trainer.max_stepz"),
+        (["grpo.arms=[{name: a, reward_config: outcom_only}]"], "outcom_only"),
+        (["grpo.extra={trainer.max_stepz: 2}"], "trainer.max_stepz"),
+        (["grpo.rows={limit: 0}"], "rows.limit"),
+    ],
+)
+def test_grpo_arm_settings_are_checked_when_the_config_loads(tmp_path: Path, sets: list[str], needle: str) -> None:
+    """A typo in a GRPO setting fails at load (exit 2), not after SFT."""
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")) as e:
+        load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", sets, {"runs_dir": str(tmp_path)})
+    assert e.value.exit_code == 2
+
+
+def test_a_phase_refused_before_making_anything_reruns_with_other_settings(tmp_path: Path) -> None:
+    """A phase whose body refused its config (a child exiting 2) made nothing: the rerun with
+    corrected settings runs it instead of demanding --fresh."""
+    cfg = _cfg(tmp_path, name="t")
+    out = io.StringIO()
+
+    def refuse(d: Path) -> dict:
+        raise ConfigError("trainer.max_stepz: not a field")
+
+    with pytest.raises(ConfigError, match="max_stepz"):
+        Pipeline(cfg, Console(file=out, width=200))._phase("bench", {"path": "/typo"}, refuse)
+    assert json.loads((tmp_path / "t" / "bench" / "phase.json").read_text())["status"] == "refused"
+    done = Pipeline(cfg, Console(file=out, width=200))._phase("bench", {"path": "/fixed"}, lambda d: {"ok": 1})
+    assert done["status"] == "done" and done["outputs"] == {"ok": 1}
