@@ -307,7 +307,15 @@ class Pipeline:
                 "test": len(test),
             }
 
-        return self._phase("bench", {"path": str(given) if given else None}, body)
+        inputs: dict[str, Any] = {"path": str(given) if given else None}
+        if given:  # a benchmark replaced at the same path is another input
+            from shopping_companion.pipeline import file_sha256
+
+            root = Path(given).expanduser()
+            for name in ("tasks.jsonl", "sessions.jsonl"):
+                f = root / name
+                inputs[f"{name}_sha256"] = file_sha256(f) if f.is_file() else None
+        return self._phase("bench", inputs, body)
 
     def phase_collect(self, bench: dict[str, Any]) -> dict[str, Any]:
         def body(d: Path) -> dict[str, Any]:

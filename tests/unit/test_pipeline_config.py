@@ -154,3 +154,37 @@ def test_a_phase_refused_before_making_anything_reruns_with_other_settings(tmp_p
     assert json.loads((tmp_path / "t" / "bench" / "phase.json").read_text())["status"] == "refused"
     done = Pipeline(cfg, Console(file=out, width=200))._phase("bench", {"path": "/fixed"}, lambda d: {"ok": 1})
     assert done["status"] == "done" and done["outputs"] == {"ok": 1}
+
+
+def _fixture_bench(src: str, dst: Path) -> None:
+    """A benchmark directory from a test fixture's tasks and sessions, split train/test."""
+    import shutil
+
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "tests/fixtures" / src / "sessions.jsonl", dst / "sessions.jsonl")
+    lines = (ROOT / "tests/fixtures" / src / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
+    tasks = [{**json.loads(line), "split": "train" if i % 2 else "test"} for i, line in enumerate(lines)]
+    (dst / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
+    (dst / "manifest.json").write_text(json.dumps({"note": "fixture"}), encoding="utf-8")
+
+
+def test_a_benchmark_replaced_at_its_path_is_not_reused(tmp_path: Path) -> None:
+    """benchmark.path names a directory whose contents changed: the bench phase (and so every
+    phase keyed on its tasks hash) is refused, not reused with the old hash."""
+    import shutil
+
+    b = tmp_path / "mybench"
+    _fixture_bench("judge_validity", b)
+    cfg = load_model(
+        PipelineConfig,
+        ROOT / "configs/pipeline/cpu_nano.yaml",
+        [f"benchmark.path={b}"],
+        {"runs_dir": str(tmp_path / "runs"), "name": "r"},
+    )
+    out = io.StringIO()
+    first = Pipeline(cfg, Console(file=out, width=200)).phase_bench()
+    assert Pipeline(cfg, Console(file=out, width=200)).phase_bench()["outputs"] == first["outputs"]  # reused
+    shutil.rmtree(b)
+    _fixture_bench("judge_validity_people", b)
+    with pytest.raises(ConfigError, match=r"phase bench: .*tasks\.jsonl_sha256"):
+        Pipeline(cfg, Console(file=out, width=200)).phase_bench()
