@@ -29,6 +29,7 @@ import fcntl
 import json
 import logging
 import os
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -72,6 +73,8 @@ def exclusive(path: PathLike, *, what: str = "evaluation", option: str = "--name
 
     ``what`` / ``option`` only word the error: the kind of run and the CLI option that picks
     another run. Raises :class:`RunLockedError` naming ``path`` when another process holds it.
+    Interrupted (``KeyboardInterrupt``) while other threads of the process run, the lock is kept
+    until the process exits: those threads may still write into the run.
     """
     p = Path(path)
     fh = open(p, "ab")
@@ -85,11 +88,30 @@ def exclusive(path: PathLike, *, what: str = "evaluation", option: str = "--name
         ) from None
     try:
         yield fh
+    except KeyboardInterrupt:
+        if threading.active_count() > 1:
+            # worker threads may still be finishing an episode and writing: the lock stays held
+            # until this process exits (the OS releases it), so a rerun cannot take the run over
+            _HELD_UNTIL_EXIT.append(fh)
+            raise
+        _release(fh)
+        raise
+    except BaseException:
+        _release(fh)
+        raise
+    else:
+        _release(fh)
+
+
+#: Lock files an interrupted process keeps until it exits (see :func:`exclusive`).
+_HELD_UNTIL_EXIT: list[BinaryIO] = []
+
+
+def _release(fh: BinaryIO) -> None:
+    try:
+        fcntl.flock(fh, fcntl.LOCK_UN)
     finally:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-        finally:
-            fh.close()
+        fh.close()
 
 
 def check_still_ours(path: PathLike, fh: Any) -> None:

@@ -72,6 +72,55 @@ def test_a_second_process_holding_the_file_locks_this_one_out_until_it_lets_go(t
     assert issubclass(RunLockedError, RunError)
 
 
+INTERRUPTED = textwrap.dedent("""
+    import sys, threading
+    from shopping_companion.runs import exclusive
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)  # an episode still running when Ctrl-C comes
+    worker.start()
+    try:
+        with exclusive(sys.argv[1]):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    sys.stdin.readline()
+    release.set()
+    worker.join()
+    try:  # no other thread now: released at once
+        with exclusive(sys.argv[1] + ".2"):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    with exclusive(sys.argv[1] + ".2"):
+        print("released", flush=True)
+""")
+
+
+def test_an_interrupted_run_keeps_its_lock_while_its_threads_may_still_write(tmp_path):
+    """Ctrl-C while worker threads run: the lock is held until the process exits, so a rerun
+    cannot take over a run the old process may still be writing."""
+    path = tmp_path / "results.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED, str(path)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "interrupted"
+        with pytest.raises(RunLockedError):
+            with exclusive(path):
+                pass
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "released"
+        assert proc.wait(timeout=30) == 0
+    with exclusive(path):  # the process is gone: the lock with it
+        pass
+
+
 def test_a_deleted_or_replaced_results_path_is_noticed_before_a_line_is_lost(tmp_path):
     path = tmp_path / "results.jsonl"
     with exclusive(path) as fh:
