@@ -22,10 +22,16 @@ from shopping_companion.train_pipeline.config import PipelineConfig
 __all__ = ["check_pipeline"]
 
 
+#: ``_run``'s status for a command that did not finish in time (not a refusal: not checked).
+_TIMED_OUT = 124
+
+
 def _run(cmd: list[str], timeout: float = 600) -> tuple[int, str]:
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as e:
+    except subprocess.TimeoutExpired:
+        return _TIMED_OUT, f"not checked: no answer within {timeout:g} s (a busy machine?); rerun --check"
+    except OSError as e:
         return 1, str(e)
     return p.returncode, (p.stdout + p.stderr)[-2000:]
 
@@ -135,6 +141,8 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
         if rc == 0:
             pys[what] = py
             good(f"python.{what}: {py} has {module} {out.strip().splitlines()[-1]}")
+        elif rc == _TIMED_OUT:
+            bad(f"python.{what}: importing {module} with {py}: {out}")
         else:
             bad(f"python.{what}: {py} cannot import {module} ({out.strip().splitlines()[-1] if out.strip() else rc})")
     # model and context
@@ -170,7 +178,9 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
             if rc != 0 and "gpu" in out.lower():  # the config needs a GPU: check the rest with the CPU switches
                 rc, out = _lf_parse(pys["sft"], {**lf, "use_cpu": True, "bf16": False, "fp16": False})
                 gpu_note = "; it needs a GPU (bf16), so it was parsed here with use_cpu=true, bf16=false"
-            if rc == 0:
+            if rc == _TIMED_OUT:
+                bad(f"sft.args: LLaMA-Factory's parse of the training config: {out}")
+            elif rc == 0:
                 good(
                     f"sft: LLaMA-Factory accepts the training config ({cfg.sft.finetuning}, {cfg.sft.template}){gpu_note}"
                 )
