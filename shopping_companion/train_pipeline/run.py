@@ -41,7 +41,7 @@ from typing import Any
 
 from shopping_companion.config import config_hash, dump_yaml
 from shopping_companion.pipeline import file_sha256
-from shopping_companion.errors import ConfigError, DataError, HandoffError, TrainingError
+from shopping_companion.errors import BackendError, ConfigError, DataError, HandoffError, TrainingError
 from shopping_companion.train_pipeline.config import PipelineConfig
 from shopping_companion.train_pipeline.report import short
 
@@ -376,6 +376,15 @@ class Pipeline:
     def _teacher(self, bench: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
         t = self.cfg.teacher
         if t.kind == "openai":
+            from shopping_companion.llm.openai_backend import OpenAIBackend
+
+            try:  # before collection loads its resources (minutes), under the setting's own name
+                OpenAIBackend(model=str(t.model), base_url=str(t.base_url), api_key_env=t.api_key_env).ping()
+            except BackendError as e:
+                raise BackendError(
+                    f"teacher.base_url: the teacher endpoint {t.base_url} does not answer "
+                    f"({' '.join(str(e).split())[:300]})"
+                ) from None
             yield str(t.base_url), str(t.model), t.api_key_env
             return
         from shopping_companion.benchmark.synth import load_benchmark

@@ -188,3 +188,25 @@ def test_a_benchmark_replaced_at_its_path_is_not_reused(tmp_path: Path) -> None:
     _fixture_bench("judge_validity_people", b)
     with pytest.raises(ConfigError, match=r"phase bench: .*tasks\.jsonl_sha256"):
         Pipeline(cfg, Console(file=out, width=200)).phase_bench()
+
+
+def test_a_teacher_endpoint_that_does_not_answer_is_named_before_collection_loads(tmp_path: Path) -> None:
+    """teacher.kind openai with nothing listening: the collect phase stops at once with the
+    setting's name (exit 4), before minutes of loading the catalog and the memory index."""
+    import socket
+
+    from shopping_companion.errors import BackendError
+
+    with socket.socket() as s:  # a free port on 127.0.0.1 with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = load_model(
+        PipelineConfig,
+        ROOT / "configs/pipeline/cpu_nano.yaml",
+        ["teacher.kind=openai", "teacher.model=x", f"teacher.base_url=http://127.0.0.1:{port}/v1"],
+        {"runs_dir": str(tmp_path), "name": "t"},
+    )
+    bench = {"outputs": {"path": str(tmp_path / "no-bench"), "tasks_sha256": "0" * 16}}
+    with pytest.raises(BackendError, match=rf"teacher\.base_url: .*127\.0\.0\.1:{port}") as e:
+        Pipeline(cfg, Console(file=io.StringIO(), width=200)).phase_collect(bench)
+    assert e.value.exit_code == 4
