@@ -22,19 +22,38 @@ it, and compares the verdict with the label: stage success (``Verdict.success``)
 (``m1``/``m2``, exact) and, for stage 1, ``h1`` when the verdict has an ``h1`` field (judges
 without one are reported as ``-``).
 
+Two sets are read (issue 32, item 4): ``old`` (``tests/fixtures/judge_validity/``, 331 probes)
+and ``people`` (``tests/fixtures/judge_validity_people/``, 449 probes written blind, split by task
+into a ``dev`` and a ``test`` half in its ``halves.json``). Per set and half (``dev``, ``test``,
+``all``; a set without ``halves.json`` has ``all`` only) the report gives, for the judge's verdicts
+as scored (the rule judge: ``uncertain: no_credit``):
+
+- overall agreement: stage success equals the label (and the count, m1 / m2);
+- confident coverage: share of stages with no uncertain item (and share of items confident);
+- agreement on confident items: success agreement over those stages;
+- confusion: false accepts (judge success, label failure) and false rejects, all and confident.
+
+Fixes are made from the ``dev`` half only, so disagreements are printed for ``old`` and the
+``people`` dev half (``--show-half``); the test half is reported in totals.
+
 Usage::
 
     python benchmarks/bench_judge_validity.py [--data-dir PATH] [--judge rule|llm:MODEL[@URL]]
-                                              [--show N] [--check] [--json OUT]
+                                              [--sets old,people] [--show N]
+                                              [--show-half dev|test|all] [--check] [--json OUT]
 
-``--check`` exits 1 when success agreement < 0.97 or count agreement < 0.95 (issue 13 targets).
-The catalog file is streamed once and only the referenced ids are kept (~6 s).
+The last line is machine-readable: ``RESULT key=value ...`` (``<set>_<half>_<measure>``).
+``--check`` exits 1 when the old set's success agreement < 0.97 or count agreement < 0.95
+(issue 13) or the people test half misses issue 32's targets (agreement on confident stages
+≥ 0.98 at confident coverage ≥ 0.80, overall agreement ≥ 0.90). The catalog file is streamed once
+and only the referenced ids are kept (~6 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -44,6 +63,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shopping_companion.catalog.extract import enrich
 from shopping_companion.catalog.loader import iter_products
 from shopping_companion.envs.parsing import extract_rec_ids, parse_action, parse_preferences
 from shopping_companion.paths import resolve_data_dir
@@ -51,11 +71,18 @@ from shopping_companion.types import Product, Session, Step, Task, ToolCall, Too
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "judge_validity"
+PEOPLE_DIR = REPO / "tests" / "fixtures" / "judge_validity_people"
+#: The probe sets the report reads, by name.
+SETS: dict[str, Path] = {"old": FIXTURE_DIR, "people": PEOPLE_DIR}
 CATALOG_REL = Path("catalog") / "products.jsonl.gz"
 
 #: Issue 13 targets on this set.
 TARGET_SUCCESS = 0.97
 TARGET_COUNT = 0.95
+#: Issue 32 targets on the people set's test half.
+TARGET_CONFIDENT_AGREEMENT = 0.98
+TARGET_CONFIDENT_COVERAGE = 0.80
+TARGET_PEOPLE_SUCCESS = 0.90
 
 
 # --------------------------------------------------------------------------- fixture
@@ -125,6 +152,28 @@ def load_fixture(directory: str | Path = FIXTURE_DIR) -> Fixture:
     return Fixture(tasks=tasks, sessions=sessions, probes=probes, handwritten=handwritten)
 
 
+def load_halves(directory: str | Path) -> dict[str, set[str]] | None:
+    """``{"dev": task ids, "test": task ids}`` from ``halves.json`` (None when the set has none).
+    Raises ``ValueError`` when the halves overlap."""
+    path = Path(directory) / "halves.json"
+    if not path.exists():
+        return None
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    halves = {"dev": set(raw["dev"]), "test": set(raw["test"])}
+    if halves["dev"] & halves["test"]:
+        raise ValueError(f"{path}: tasks in both halves: {sorted(halves['dev'] & halves['test'])}")
+    return halves
+
+
+def split_rows(rows: list[Row], halves: Mapping[str, set[str]] | None) -> dict[str, list[Row]]:
+    """``{"all": rows}``, plus ``dev`` / ``test`` (rows of the half's tasks) when ``halves`` is given."""
+    out = {"all": list(rows)}
+    if halves is not None:
+        for h in ("dev", "test"):
+            out[h] = [r for r in rows if r.probe.task_id in halves[h]]
+    return out
+
+
 def recommended_ids(probe: Probe) -> list[str]:
     """The ``@REC::id@`` ids of a stage-2 answer (empty for stage 1)."""
     if probe.stage != 2:
@@ -143,13 +192,14 @@ def referenced_product_ids(fx: Fixture) -> set[str]:
 
 
 def load_catalog_subset(ids: Iterable[str], data_dir: str | Path | None = None) -> dict[str, Product]:
-    """Stream the catalog once and keep the products whose id is in ``ids``."""
+    """Stream the catalog once and keep the products whose id is in ``ids``, with their extracted
+    attributes (only the kept records are enriched: the same products as the judge's catalog)."""
     want = set(ids)
     path = resolve_data_dir(data_dir) / CATALOG_REL
     out: dict[str, Product] = {}
-    for p in iter_products(path):
+    for p in iter_products(path, extract=False):
         if p.product_id in want:
-            out[p.product_id] = p
+            out[p.product_id] = enrich(p)
             if len(out) == len(want):
                 break
     return out
@@ -303,6 +353,70 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
     }
 
 
+def _confident(r: Row) -> bool:
+    """The stage has a verdict and no item of it is uncertain."""
+    return r.verdict is not None and not r.verdict.failed and not any(not it["confident"] for it in r.verdict.items)
+
+
+def selective_block(rows: list[Row]) -> dict[str, Any]:
+    """Agreement of stage success overall and on confident stages, confident coverage (stages and
+    items), and the confusion counts (``fa``: judge success on a label failure; ``fr``: the other
+    way; ``*_conf``: among confident stages). Rates are None on no rows."""
+    n = len(rows)
+    conf = [r for r in rows if _confident(r)]
+    items = [it for r in rows if r.verdict is not None for it in r.verdict.items]
+    unsure_per_stage = [
+        sum(not it["confident"] for it in r.verdict.items) for r in rows if r.verdict is not None and not _confident(r)
+    ]
+
+    def judged_success(r: Row) -> bool:
+        return r.verdict is not None and not r.verdict.failed and bool(r.verdict.success)
+
+    def fa(rs: list[Row]) -> int:
+        return sum(judged_success(r) and not r.probe.label.success for r in rs)
+
+    def fr(rs: list[Row]) -> int:
+        return sum(not judged_success(r) and r.probe.label.success for r in rs)
+
+    def rate(k: int, d: int) -> float | None:
+        return k / d if d else None
+
+    agree = sum(r.success_ok for r in rows)
+    conf_agree = sum(r.success_ok for r in conf)
+    n_items_conf = sum(bool(it["confident"]) for it in items)
+    return {
+        "n": n,
+        "agree_n": agree,
+        "success": rate(agree, n),
+        "count": rate(sum(r.count_ok for r in rows), n),
+        "confident_n": len(conf),
+        "confident_coverage": rate(len(conf), n),
+        "confident_agree_n": conf_agree,
+        "confident_success": rate(conf_agree, len(conf)),
+        "uncertain_success": rate(agree - conf_agree, n - len(conf)),
+        "items": len(items),
+        "items_confident": n_items_conf,
+        "item_coverage": rate(n_items_conf, len(items)),
+        "median_uncertain_items": statistics.median(unsure_per_stage) if unsure_per_stage else None,
+        "false_accepts": fa(rows),
+        "false_rejects": fr(rows),
+        "false_accepts_confident": fa(conf),
+        "false_rejects_confident": fr(conf),
+    }
+
+
+def people_targets_met(block: Mapping[str, Any]) -> list[str]:
+    """The issue-32 targets ``block`` (the people set's test half) misses, as messages (empty: met)."""
+    fails = []
+    if (block["confident_success"] or 0) < TARGET_CONFIDENT_AGREEMENT:
+        fails.append(f"agreement on confident stages {block['confident_success']} < {TARGET_CONFIDENT_AGREEMENT}")
+    if (block["confident_coverage"] or 0) < TARGET_CONFIDENT_COVERAGE:
+        fails.append(f"confident coverage {block['confident_coverage']} < {TARGET_CONFIDENT_COVERAGE}")
+    if (block["success"] or 0) < TARGET_PEOPLE_SUCCESS:
+        fails.append(f"overall agreement {block['success']} < {TARGET_PEOPLE_SUCCESS}")
+    return fails
+
+
 def meets_targets(summary: Mapping[str, Any]) -> bool:
     o = summary["overall"]
     return (o["success"] or 0) >= TARGET_SUCCESS and (o["count"] or 0) >= TARGET_COUNT
@@ -340,7 +454,12 @@ def _fmt(x: float | None) -> str:
     return "   -  " if x is None else f"{x:6.3f}"
 
 
-def print_report(summary: Mapping[str, Any], rows: list[Row], show: int, out=sys.stdout) -> None:
+def print_report(
+    summary: Mapping[str, Any], rows: list[Row], show: int, out=sys.stdout, title: str = "the hand-labelled set"
+) -> None:
+    """Agreement overall and per group (stage, task type, source, tag), then up to ``show``
+    disagreeing probes with the verdict's reasons."""
+
     def line(name: str, b: Mapping[str, Any]) -> None:
         h = f"{_fmt(b['h1'])} (n={b['n_h1']})" if b["n_h1"] else "   -  "
         print(
@@ -349,7 +468,7 @@ def print_report(summary: Mapping[str, Any], rows: list[Row], show: int, out=sys
             file=out,
         )
 
-    print("Judge validity on the hand-labelled set", file=out)
+    print(f"Judge validity on {title}", file=out)
     line("overall", summary["overall"])
     for g in ("stage", "task_type", "source", "tag"):
         print(f"per {g.replace('_', ' ')}:", file=out)
@@ -363,7 +482,9 @@ def print_report(summary: Mapping[str, Any], rows: list[Row], show: int, out=sys
         v = r.verdict
         lab = r.probe.label
         got = (
-            "ERROR " + (r.error or "") if v is None else (f"success={v.success} count={r.judge_count} h1={r.judge_h1}")
+            "ERROR " + (r.error or "")
+            if v is None
+            else (f"success={v.success} count={r.judge_count} h1={r.judge_h1} uncertain={v.uncertain}")
         )
         print(f"- {r.probe.probe_id} [stage {r.probe.stage}; {', '.join(r.probe.tags)}]", file=out)
         print(f"    label: success={lab.success} count={lab.count} h1={lab.h1} — {r.probe.rationale}", file=out)
@@ -372,41 +493,133 @@ def print_report(summary: Mapping[str, Any], rows: list[Row], show: int, out=sys
             print("    reasons: " + " | ".join(v.reasons[:8]), file=out)
 
 
+def _ratio(k: int, n: int) -> str:
+    return f"{k}/{n} = {k / n:.3f}" if n else f"{k}/{n} =   -  "
+
+
+def print_selective_table(blocks: Mapping[str, Mapping[str, Mapping[str, Any]]], out=sys.stdout) -> None:
+    """One line per (set, half): overall agreement, confident coverage and agreement, confusion."""
+    print("\nPer set and half (stage success; confident = a stage with no uncertain item):", file=out)
+    print(
+        f"  {'set':<7}{'half':<5}{'agreement':>18}{'count':>7}{'confident coverage':>22}{'confident agreement':>22}"
+        f"{'item coverage':>14}{'FA/FR':>7}{'FA/FR conf':>11}{'med unc':>8}",
+        file=out,
+    )
+    for name, halves in blocks.items():
+        for half, b in halves.items():
+            med = b["median_uncertain_items"]
+            print(
+                f"  {name:<7}{half:<5}{_ratio(b['agree_n'], b['n']):>18}{_fmt(b['count']):>7}"
+                f"{_ratio(b['confident_n'], b['n']):>22}{_ratio(b['confident_agree_n'], b['confident_n']):>22}"
+                f"{_fmt(b['item_coverage']):>14}{b['false_accepts']:>4}/{b['false_rejects']:<2}"
+                f"{b['false_accepts_confident']:>8}/{b['false_rejects_confident']:<2}"
+                f"{('-' if med is None else f'{med:g}'):>8}",
+                file=out,
+            )
+    print(
+        "  (FA: judge success on a label failure; FR: judge failure on a label success; med unc: median "
+        "uncertain items per uncertain stage)",
+        file=out,
+    )
+
+
+def result_fields(blocks: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """The ``RESULT`` line's fields: ``<set>_<half>_<measure>`` for every set and half."""
+    keys = {
+        "agree": "success",
+        "count": "count",
+        "conf_agree": "confident_success",
+        "conf_cov": "confident_coverage",
+        "item_cov": "item_coverage",
+    }
+    fields: dict[str, str] = {}
+    for name, halves in blocks.items():
+        for half, b in halves.items():
+            p = f"{name}_{half}"
+            fields[f"{p}_n"] = str(b["n"])
+            for k, src in keys.items():
+                fields[f"{p}_{k}"] = "nan" if b[src] is None else f"{b[src]:.3f}"
+            fields[f"{p}_fa"] = str(b["false_accepts"])
+            fields[f"{p}_fr"] = str(b["false_rejects"])
+            fields[f"{p}_fa_conf"] = str(b["false_accepts_confident"])
+            fields[f"{p}_fr_conf"] = str(b["false_rejects_confident"])
+    return fields
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", default=None, help="data directory holding catalog/products.jsonl.gz")
-    ap.add_argument("--fixture-dir", default=str(FIXTURE_DIR))
-    ap.add_argument("--judge", default="rule", help="rule | llm:MODEL | llm:MODEL@BASE_URL")
-    ap.add_argument("--show", type=int, default=20, help="disagreeing probes to print")
     ap.add_argument(
-        "--check", action="store_true", help=f"exit 1 below {TARGET_SUCCESS} success / {TARGET_COUNT} count"
+        "--sets", default=",".join(SETS), help=f"comma-separated probe sets among {', '.join(SETS)} (default: all)"
     )
-    ap.add_argument("--json", default=None, help="write the summary as JSON here")
+    ap.add_argument("--fixture-dir", default=None, help="read this probe set instead of --sets")
+    ap.add_argument("--judge", default="rule", help="rule | llm:MODEL | llm:MODEL@BASE_URL")
+    ap.add_argument("--show", type=int, default=20, help="disagreeing probes to print per set")
+    ap.add_argument(
+        "--show-half",
+        default="dev",
+        choices=("dev", "test", "all"),
+        help="of a set with halves, the half whose breakdown and disagreements are printed (default dev: "
+        "fixes are made from it; the test half is reported in totals only)",
+    )
+    ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed (module docstring)")
+    ap.add_argument("--json", default=None, help="write the summaries as JSON here")
     args = ap.parse_args(argv)
 
-    fx = load_fixture(args.fixture_dir)
-    ids = referenced_product_ids(fx)
-    products = {**load_catalog_subset(ids - set(fx.handwritten), args.data_dir), **fx.handwritten}
-    missing = sorted(ids - set(products))
-    # ids a probe names on purpose as non-existent stay missing; anything else is a fixture error
-    print(
-        f"{len(fx.tasks)} tasks, {len(fx.probes)} probes, {len(products)} products loaded"
-        + (f", {len(missing)} ids not in the catalog: {', '.join(missing)}" if missing else "")
-    )
-    judge = make_judge(args.judge, products, fx.sessions)
-    rows = run_agreement(judge, fx)
-    summary = summarize(rows)
-    print_report(summary, rows, args.show)
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
-    if args.check and not meets_targets(summary):
-        o = summary["overall"]
+    if args.fixture_dir:
+        dirs = {Path(args.fixture_dir).name: Path(args.fixture_dir)}
+    else:
+        names = [n.strip() for n in args.sets.split(",") if n.strip()]
+        unknown = [n for n in names if n not in SETS]
+        if unknown or not names:
+            raise SystemExit(f"--sets {args.sets!r}: expected names among {', '.join(SETS)}")
+        dirs = {n: SETS[n] for n in names}
+    fixtures = {n: load_fixture(d) for n, d in dirs.items()}
+    handwritten = {k: v for fx in fixtures.values() for k, v in fx.handwritten.items()}
+    ids = set().union(*(referenced_product_ids(fx) for fx in fixtures.values()))
+    products = {**load_catalog_subset(ids - set(handwritten), args.data_dir), **handwritten}
+
+    blocks: dict[str, dict[str, dict[str, Any]]] = {}
+    summaries: dict[str, Any] = {}
+    for name, fx in fixtures.items():
+        missing = sorted(referenced_product_ids(fx) - set(products))
+        # ids a probe names on purpose as non-existent stay missing; anything else is a fixture error
         print(
-            f"FAIL: success agreement {o['success']:.3f} (target {TARGET_SUCCESS}), "
-            f"count agreement {o['count']:.3f} (target {TARGET_COUNT})"
+            f"[{name}] {len(fx.tasks)} tasks, {len(fx.probes)} probes"
+            + (f", {len(missing)} ids not in the catalog: {', '.join(missing)}" if missing else "")
         )
-        return 1
-    return 0
+        rows = run_agreement(make_judge(args.judge, products, fx.sessions), fx)
+        parts = split_rows(rows, load_halves(dirs[name]))
+        blocks[name] = {h: selective_block(parts[h]) for h in ("dev", "test", "all") if h in parts}
+        shown = parts.get(args.show_half, parts["all"]) if len(parts) > 1 else parts["all"]
+        half = args.show_half if len(parts) > 1 else "all"
+        summaries[name] = {h: summarize(rs) for h, rs in parts.items()}
+        print_report(
+            summarize(shown),
+            shown,
+            args.show,
+            title=f"the {name} set, {half} half" if len(parts) > 1 else f"the {name} set",
+        )
+        print()
+    print_selective_table(blocks)
+
+    fails: list[str] = []
+    if "old" in blocks:
+        o = blocks["old"]["all"]
+        if (o["success"] or 0) < TARGET_SUCCESS or (o["count"] or 0) < TARGET_COUNT:
+            fails.append(
+                f"old: success {o['success']:.3f} (target {TARGET_SUCCESS}), count {o['count']:.3f} (target {TARGET_COUNT})"
+            )
+    if "people" in blocks and "test" in blocks["people"]:
+        fails += [f"people test: {m}" for m in people_targets_met(blocks["people"]["test"])]
+    for f in fails:
+        print(f"MISSED {f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"blocks": blocks, "summaries": summaries}, indent=2))
+    fields = result_fields(blocks)
+    fields["targets_met"] = "1" if not fails else "0"
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))
+    return 1 if (args.check and fails) else 0
 
 
 if __name__ == "__main__":
