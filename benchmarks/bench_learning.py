@@ -161,7 +161,8 @@ def _verdict(cfg, a, real, rows, fv, fv_other, other, wall) -> int:
     for arm in real:
         t, k = rows[arm.name]["task"], rows[arm.name]["tools"]
         if not (t["delta"] > 0 and t["ci_low"] is not None and t["ci_low"] > 0):
-            fails.append(f"{arm.name}: task reward Δ {t['delta']:+.3f} [{t['ci_low']}, {t['ci_high']}] not above 0")
+            ci = f"[{t['ci_low']:+.3f}, {t['ci_high']:+.3f}]" if t["ci_low"] is not None else "[no interval]"
+            fails.append(f"{arm.name}: task reward Δ {t['delta']:+.3f} {ci} not above 0")
         if k["last"] < 0.9 * k["first"]:
             fails.append(f"{arm.name}: tool calls per trajectory fell {k['first']:.2f} → {k['last']:.2f}")
     neg, frz = rows["negated"]["task"], rows["frozen"]["task"]
