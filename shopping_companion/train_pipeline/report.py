@@ -97,6 +97,35 @@ def _fmt(v: Any, nd: int = 3) -> str:
     return str(v)
 
 
+def _checked_line(
+    handoffs: list[dict[str, Any]], evals: dict[tuple[str, str], dict[str, Any]], arms: dict[str, dict[str, Any]]
+) -> str:
+    """What the hand-off checks covered, from the records (a check the pipeline could not make is
+    named, not claimed)."""
+    sft = next(h["weights_sha256"] for h in handoffs if h["checkpoint"] == "sft")
+    grpo = [h for h in handoffs if h["checkpoint"].startswith("grpo ")]
+    proven = [h["checkpoint"][5:] for h in grpo if h.get("first_rollout_weights_sha256") == sft]
+    open_ = [h["checkpoint"][5:] for h in grpo if h.get("first_rollout_weights_sha256") != sft]
+    parts = []
+    if proven:
+        parts.append("first rollouts sampled from the SFT weights: " + ", ".join(f"`{n}`" for n in proven))
+    if open_:
+        parts.append(
+            "**first rollouts not checked** (no first-rollout hash recorded): " + ", ".join(f"`{n}`" for n in open_)
+        )
+    known = {h["weights_sha256"] for h in handoffs if h.get("weights_sha256")}
+    for rec in arms.values():
+        known |= {c.get("weights_sha256") for c in rec["outputs"].get("checkpoints") or [] if c.get("weights_sha256")}
+    got = {k: (r.get("outputs") or {}).get("weights_sha256") for k, r in evals.items()}
+    loaded = [f"{m}/{s}" for (m, s), h in got.items() if h and h in known]
+    unknown = [f"{m}/{s}" for (m, s), h in got.items() if not (h and h in known)]
+    if loaded:
+        parts.append(f"{len(loaded)} evaluations loaded the weights of the checkpoint they name (`weights` column)")
+    if unknown:
+        parts.append("**evaluations not checked** (no recorded checkpoint hash to compare): " + ", ".join(unknown))
+    return "Checked: " + "; ".join(parts) + "." if parts else "Checked: nothing (no GRPO arm, no evaluation)."
+
+
 def _delta_ci(d: dict[str, Any]) -> str:
     return f"{d['delta']:+.3f} [{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}]"
 
@@ -232,11 +261,8 @@ def write_report(
         L.append(
             f"| {h['checkpoint']} | `{short(h['weights_sha256'])}` | {('`' + short(fr) + '`') if fr else ''} | `{h['path']}` |"
         )
+    L += ["", _checked_line(handoffs, evals, arms), ""]
     L += [
-        "",
-        "Checked: each GRPO arm's first rollouts sampled from the SFT weights; each evaluation below loaded the "
-        "weights of the checkpoint it names (its `weights` column).",
-        "",
         "## Results (same evaluation code for every model)",
         "",
         "`n`: scored episodes (tasks × trials).",

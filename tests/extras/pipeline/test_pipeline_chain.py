@@ -144,6 +144,9 @@ def test_report_has_the_table_curves_and_wall_times(chain: tuple[Path, subproces
         assert (run / "grpo" / arm / "trl" / "rollouts.jsonl").is_file()
     assert set(report["wall_s"]["phases"]) >= {"bench", "collect", "model", "sft"}
     assert "| sft | test |" in md and "pass^2" in md
+    # the hand-off line says what was checked, from the records
+    assert "first rollouts sampled from the SFT weights: `outcome_only`, `outcome_tool`" in md
+    assert "12 evaluations loaded the weights of the checkpoint they name" in md and "not checked" not in md
 
 
 def test_grpo_summary_keeps_every_logged_metric(chain: tuple[Path, subprocess.CompletedProcess]) -> None:
