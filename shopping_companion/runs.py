@@ -56,6 +56,7 @@ __all__ = [
     "append_error_log",
     "write_lines_atomic",
     "write_text_atomic",
+    "read_json",
 ]
 
 logger = logging.getLogger(__name__)
@@ -344,6 +345,14 @@ def append_error_log(log_path: PathLike, what: str, exc: BaseException) -> None:
             f.write(head + body + "\n")
     except OSError as e:  # pragma: no cover - disk full, read-only directory
         logger.error("could not write %s: %s", log_path, e)
+
+
+def read_json(path: PathLike) -> Any:
+    """The JSON value in ``path``, or None when the file is missing, unreadable or not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def write_text_atomic(path: PathLike, text: str) -> None:

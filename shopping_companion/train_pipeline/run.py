@@ -42,6 +42,7 @@ from typing import Any
 from shopping_companion.config import config_hash, dump_yaml
 from shopping_companion.pipeline import file_sha256
 from shopping_companion.errors import BackendError, ConfigError, DataError, HandoffError, TrainingError
+from shopping_companion.runs import read_json
 from shopping_companion.train_pipeline.config import PipelineConfig
 from shopping_companion.train_pipeline.report import short
 
@@ -507,13 +508,13 @@ class Pipeline:
                     "training changed nothing (check learning_rate, the data and LLaMA-Factory's log in "
                     f"{log})"
                 )
-            check = _read_json(d / "lf_check.json")
+            check = read_json(d / "lf_check.json")
             return {
                 "path": str(model_dir),
                 "weights_sha256": sha,
                 "examples": summary.examples,
                 "export": str(d / "export"),
-                "train_loss": (_read_json(trained / "train_results.json") or {}).get("train_loss"),
+                "train_loss": (read_json(trained / "train_results.json") or {}).get("train_loss"),
                 "lf_check": check,
             }
 
@@ -539,7 +540,7 @@ class Pipeline:
                 f"GRPO arm {arm.name}",
                 env={"TRL_EXPERIMENTAL_SILENCE": "1"},
             )
-            summary = _read_json(d / "trl" / "summary.json") or {}
+            summary = read_json(d / "trl" / "summary.json") or {}
             first = summary.get("first_rollout_weights_sha256")
             if first != expected:
                 raise HandoffError(
@@ -678,7 +679,7 @@ class Pipeline:
             )
             outcome = run_benchmark(cfg, self.console, progress=False)
             run_dir = d / "run"
-            meta = (_read_json(run_dir / "summary.json") or {}).get("meta", {})
+            meta = (read_json(run_dir / "summary.json") or {}).get("meta", {})
             loaded = meta.get("weights_sha256")
             if expected and loaded != expected:
                 raise HandoffError(
@@ -709,13 +710,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _yaml(path: Path) -> dict[str, Any]:
     import yaml
 
@@ -723,7 +717,7 @@ def _yaml(path: Path) -> dict[str, Any]:
 
 
 def _n_params(path: Path) -> int | None:
-    cfg = _read_json(Path(path) / "config.json") or {}
+    cfg = read_json(Path(path) / "config.json") or {}
     try:
         h, i, n, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
         q = cfg["num_attention_heads"] * cfg["head_dim"]

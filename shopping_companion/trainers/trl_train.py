@@ -489,14 +489,6 @@ def _callback(
 FIRST_ROLLOUT_FILE = "first_rollout.json"
 
 
-def _read_json_file(path: Path) -> dict[str, Any]:
-    try:
-        got = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return got if isinstance(got, dict) else {}
-
-
 def _earlier_logs(out: Path) -> list[dict[str, Any]]:
     """The step logs of earlier invocations (``metrics.jsonl`` as :func:`_align_step_logs` left it),
     so a resumed run's summary covers every step."""
@@ -708,7 +700,10 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
     if ckpt is None:
         first_path.unlink(missing_ok=True)
     else:  # a resumed run keeps the proof of what its first invocation sampled from
-        earlier = _read_json_file(first_path).get("first_rollout_weights_sha256")
+        from shopping_companion.runs import read_json
+
+        got = read_json(first_path)
+        earlier = got.get("first_rollout_weights_sha256") if isinstance(got, dict) else None
         if earlier:
             rollout_state["first_rollout_weights_sha256"] = earlier
     try:
