@@ -3,7 +3,8 @@
 # .venv, then each optional stack's suite tests/extras/<name>/ in its own virtual environment
 # .venv-<name> (LLaMA-Factory for SFT, verl + TRL for GRPO: their pins clash with each other), then
 # tests/extras/pipeline (the whole training chain) in .venv, driving the other two. A missing extra
-# environment is installed first with scripts/install_<name>.sh (a few minutes, once).
+# environment is installed with scripts/install_<name>.sh (a few minutes, once), in the background
+# while lint and the main suite run.
 #   SHOPCOMP_SKIP_EXTRAS=1   run the main suite only
 #   SHOPCOMP_SKIP_LINT=1     skip ruff
 #   CI=1 (or any value)      run as CI does: output 80 columns wide (COLUMNS=80), so every message
@@ -45,6 +46,40 @@ export SHOPCOMP_REQUIRE_EXTRAS=1  # inside tests/extras a missing stack fails in
 if [ -n "${CI:-}" ]; then
     export COLUMNS=80
 fi
+# A missing extra environment is installed in the background from the start, beside lint and the
+# main suite (the installs mostly wait on downloads and disk; on the 2-core machine the two take
+# about 4 minutes one after the other); each suite waits for its own. Log: .cache/install-<name>.log.
+declare -A bg_pid bg_t0
+if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
+    mkdir -p .cache
+    for dir in tests/extras/*/; do
+        name=$(basename "$dir")
+        [ "$name" = pipeline ] && continue
+        if [ -f "scripts/install_$name.sh" ] && [ ! -x ".venv-$name/bin/python" ]; then
+            echo "== installing .venv-$name in the background (scripts/install_$name.sh; log .cache/install-$name.log)"
+            bg_t0[$name]=$EPOCHREALTIME
+            bash "scripts/install_$name.sh" > ".cache/install-$name.log" 2>&1 &
+            bg_pid[$name]=$!
+        fi
+    done
+fi
+# wait_install NAME: wait for NAME's background install (if one was started) and print its phase line
+wait_install() {
+    local name=$1 rc=0
+    [ -n "${bg_pid[$name]:-}" ] || return 0
+    wait "${bg_pid[$name]}" || rc=$?
+    local line
+    line=$(awk -v a="${bg_t0[$name]}" -v b="$EPOCHREALTIME" -v n="install .venv-$name (background)" -v rc="$rc" \
+        'BEGIN { printf "== phase %s: %.1f s (exit %d)", n, b - a, rc }')
+    echo "$line"
+    phase_lines+=("$line")
+    unset "bg_pid[$name]"
+    if [ "$rc" != 0 ]; then
+        echo "== installing .venv-$name failed; the end of .cache/install-$name.log:"
+        tail -n 40 ".cache/install-$name.log"
+    fi
+    return $rc
+}
 # `ruff format --check` is part of the lint step (SHOPCOMP_FORMAT_CHECK=0 skips it).
 FORMAT_CHECK="${SHOPCOMP_FORMAT_CHECK:-1}"
 status=0
@@ -75,6 +110,7 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
         name=$(basename "$dir")
         [ "$name" = pipeline ] && continue  # needs every stack: runs last, below
         venv=".venv-$name"
+        wait_install "$name" || status=$?
         if [ ! -x "$venv/bin/python" ]; then
             echo "== installing $venv for tests/extras/$name (scripts/install_$name.sh)"
             timed "install $venv" bash "scripts/install_$name.sh"
@@ -85,6 +121,7 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
     # the whole training chain (shopcomp pipeline) runs in .venv and drives .venv-sft and .venv-rl
     if [ -d tests/extras/pipeline ]; then
         for name in sft rl; do
+            wait_install "$name" || status=$?
             if [ ! -x ".venv-$name/bin/python" ]; then
                 echo "== installing .venv-$name for tests/extras/pipeline (scripts/install_$name.sh)"
                 timed "install .venv-$name" bash "scripts/install_$name.sh"
