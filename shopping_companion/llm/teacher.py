@@ -13,6 +13,11 @@ rejection sampling has something to reject and the student something to choose b
   of one retrieved session (a needle session when one was retrieved, except with probability
   ``p_stray`` another retrieved session), then the gold preferences — with probability ``p_slip``
   one of them dropped (a failure that rejection sampling removes);
+  with ``answer_from="evidence"`` it views every retrieved needle session instead (each one
+  swapped for another retrieved session with probability ``p_stray``) and answers only the gold
+  preferences that a user turn of the sessions it viewed states (``states``, read from the
+  ``mem_view`` observation): what a teacher that reads could know. Its answers then depend on
+  its tool use, as a real teacher's do; the gold-knowing default answers right after any view;
 - stage 2: ``product_search`` for the product type and the wanted values, ``product_view`` of one
   hit (the reference product when it was listed, except with probability ``p_stray`` another hit),
   then ``@REC::id@`` of the viewed product.
@@ -27,12 +32,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from shopping_companion.envs.parsing import format_tool_call
 from shopping_companion.llm.base import AssistantMessage, BackendError, Messages, Sampling, ToolSchemas
-from shopping_companion.types import Task
+from shopping_companion.types import Preference, Task
 
 __all__ = ["ScriptedTeacher", "find_task"]
 
@@ -63,6 +68,17 @@ def _last_tool(messages: Messages, name: str) -> dict[str, Any]:
     return {}
 
 
+def _evidence_views(
+    gold: list[str], other: list[str], hits: list[str], fallback: list[str], rng: random.Random, p_stray: float
+) -> list[str]:
+    """Sessions an evidence-reading teacher views: every retrieved needle session, each swapped for
+    an unused other retrieved session with probability ``p_stray``; the first hit when no needle
+    was retrieved (``fallback``, the needle sessions, when nothing was)."""
+    spare = list(other)
+    picks = [spare.pop(0) if spare and rng.random() < p_stray else g for g in gold]
+    return list(dict.fromkeys(picks)) or hits[:1] or fallback[:1]
+
+
 class ScriptedTeacher:
     """The scripted teacher (module docstring).
 
@@ -72,8 +88,14 @@ class ScriptedTeacher:
         p_stray: probability of viewing a retrieved item other than the gold one, in [0, 1].
         p_slip: probability of dropping one gold preference from a stage-1 answer, in [0, 1].
         seed: base of the per-request random draws, mixed with the request's sampling seed.
+        answer_from: ``gold`` (the stage-1 answer is the gold preferences) or ``evidence`` (only
+            the gold preferences the viewed sessions state; module docstring).
+        states: ``states(preference, text) -> bool``, whether ``text`` (a user turn) states the
+            preference; required with ``answer_from="evidence"`` (the pipeline passes the
+            benchmark's own check, ``benchmark.synthesis.verify.states_value``).
 
-    Raises ``ValueError`` for an empty ``top_k``, a value < 1, or a probability outside [0, 1].
+    Raises ``ValueError`` for an empty ``top_k``, a value < 1, a probability outside [0, 1], an
+    unknown ``answer_from``, or ``answer_from="evidence"`` without ``states``.
     """
 
     name = "scripted-teacher (knows the gold answer; CPU pipeline only, not a model)"
@@ -86,6 +108,8 @@ class ScriptedTeacher:
         p_stray: float = 0.25,
         p_slip: float = 0.15,
         seed: int = 0,
+        answer_from: str = "gold",
+        states: Callable[[Preference, str], bool] | None = None,
     ) -> None:
         self.tasks = {t.instruction: t for t in tasks}
         if not top_k or any(int(k) < 1 for k in top_k):
@@ -97,6 +121,12 @@ class ScriptedTeacher:
         self.p_stray = float(p_stray)
         self.p_slip = float(p_slip)
         self.seed = int(seed)
+        if answer_from not in ("gold", "evidence"):
+            raise ValueError(f"answer_from: must be 'gold' or 'evidence', got {answer_from!r}")
+        if answer_from == "evidence" and states is None:
+            raise ValueError("states: required with answer_from='evidence'")
+        self.answer_from = answer_from
+        self.states = states
 
     def _rng(self, task: Task, sampling: Sampling | None, stage: int) -> random.Random:
         s = sampling.seed if sampling is not None and sampling.seed is not None else 0
@@ -130,15 +160,35 @@ class ScriptedTeacher:
             hits = [h for h in dict.fromkeys(hits) if isinstance(h, str)]
             gold = [h for h in hits if h in set(task.needle_session_ids)]
             other = [h for h in hits if h not in set(gold)]
+            if self.answer_from == "evidence":
+                return format_tool_call(
+                    "mem_view",
+                    {
+                        "session_ids": _evidence_views(
+                            gold, other, hits, list(task.needle_session_ids), rng, self.p_stray
+                        )
+                    },
+                )
             pick = (other if stray and other else gold or hits or list(task.needle_session_ids))[0]
             return format_tool_call("mem_view", {"session_ids": [pick]})
-        prefs = [
-            {"attribute": p.attribute, "value": p.value, "polarity": p.polarity, "slot": p.slot}
-            for p in task.preferences
-        ]
+        known = task.preferences if self.answer_from == "gold" else self._read(task, messages)
+        prefs = [{"attribute": p.attribute, "value": p.value, "polarity": p.polarity, "slot": p.slot} for p in known]
         if slip and len(prefs) > 1:
             prefs.pop(rng.randrange(len(prefs)))
         return "<answer>" + json.dumps({"preferences": prefs}, ensure_ascii=False) + "</answer>"
+
+    def _read(self, task: Task, messages: Messages) -> list[Preference]:
+        """The gold preferences that a user turn of the sessions in the last ``mem_view``
+        observation states (``answer_from="evidence"``)."""
+        assert self.states is not None
+        turns = [
+            t.get("content")
+            for s in _last_tool(messages, "mem_view").get("sessions", [])
+            if isinstance(s, dict)
+            for t in s.get("turns", [])
+            if isinstance(t, dict) and t.get("role") == "user" and isinstance(t.get("content"), str)
+        ]
+        return [p for p in task.preferences if any(self.states(p, u) for u in turns)]
 
     def _stage2(self, task: Task, messages: Messages, turn: int, rng: random.Random) -> str:
         k = rng.choice(self.top_k)

@@ -65,7 +65,8 @@ class TeacherSettings(BaseModel):
     ``api_key_env``; the paper's GPT-4.1, or a vLLM server). ``kind: scripted``: the scripted,
     gold-knowing :class:`~shopping_companion.llm.teacher.ScriptedTeacher`, served by the pipeline
     on 127.0.0.1 and collected from through the same OpenAI client (for CPU runs; the report says
-    so); ``top_k`` / ``p_stray`` / ``p_slip`` / ``seed`` are its settings."""
+    so); ``top_k`` / ``p_stray`` / ``p_slip`` / ``seed`` / ``answer_from`` (``gold`` | ``evidence``:
+    stage-1 answers hold only what the viewed sessions state) are its settings."""
 
     model_config = _STRICT
     kind: Literal["scripted", "openai"] = "scripted"
@@ -76,6 +77,7 @@ class TeacherSettings(BaseModel):
     p_stray: float = Field(default=0.25, ge=0, le=1)
     p_slip: float = Field(default=0.15, ge=0, le=1)
     seed: int = 0
+    answer_from: Literal["gold", "evidence"] = "gold"
 
     @model_validator(mode="after")
     def _endpoint(self) -> TeacherSettings:

@@ -84,6 +84,13 @@ def _python(spec: str, what: str) -> str:
     )
 
 
+def _teacher_words(answer_from: str) -> str:
+    """What the scripted teacher knows, for the log and the report."""
+    if answer_from == "evidence":
+        return "knows the gold task, answers what the sessions it viewed state"
+    return "knows the gold answer"
+
+
 class Pipeline:
     """Runs (or checks) the phases of one :class:`PipelineConfig` (module docstring).
 
@@ -361,7 +368,7 @@ class Pipeline:
             kept = d / "collect" / "kept.jsonl"
             return {
                 "dir": str(d / "collect"),
-                "teacher": "scripted teacher served on 127.0.0.1 (knows the gold answer; not a model)"
+                "teacher": f"scripted teacher served on 127.0.0.1 ({_teacher_words(t.answer_from)}; not a model)"
                 if t.kind == "scripted"
                 else f"{t.model} at {t.base_url}",
                 "episodes": summary.episodes,
@@ -393,9 +400,21 @@ class Pipeline:
         from shopping_companion.llm.teacher import ScriptedTeacher
 
         tasks = load_benchmark(bench["outputs"]["path"]).tasks
-        teacher = ScriptedTeacher(tasks, top_k=t.top_k, p_stray=t.p_stray, p_slip=t.p_slip, seed=t.seed)
+        from shopping_companion.benchmark.synthesis.verify import states_value
+
+        teacher = ScriptedTeacher(
+            tasks,
+            top_k=t.top_k,
+            p_stray=t.p_stray,
+            p_slip=t.p_slip,
+            seed=t.seed,
+            answer_from=t.answer_from,
+            states=lambda p, text: states_value(p.attribute, p.value, text),
+        )
         with PolicyServer(teacher, model="scripted-teacher") as srv:
-            self.say(f"[collect] scripted teacher (knows the gold answer; not a model) served at {srv.base_url}")
+            self.say(
+                f"[collect] scripted teacher ({_teacher_words(t.answer_from)}; not a model) served at {srv.base_url}"
+            )
             yield srv.base_url, "scripted-teacher", "SHOPCOMP_SCRIPTED_TEACHER_KEY"
 
     def phase_model(self, collect: dict[str, Any]) -> dict[str, Any]:

@@ -110,3 +110,75 @@ def test_bad_requests_are_400s_naming_the_field() -> None:
         assert code == 400 and "stream" in body["error"]["message"]
     with pytest.raises(ValueError, match="p_stray"):
         ScriptedTeacher([_task()], p_stray=2)
+
+
+def _two_needle_task() -> Task:
+    t = _task()
+    return t.model_copy(update={"needle_session_ids": ["s_brown", "s_stripes"]})
+
+
+def _view_and_answer(teacher: ScriptedTeacher, seed: int, observation: dict) -> tuple[list[str], set[tuple[str, str]]]:
+    """One stage-1 episode after the search: the sessions the teacher views (hits: both needles and
+    one other session) and the preferences it answers after reading ``observation``."""
+    tools = _tools("mem_search", "mem_view")
+    s = Sampling(seed=seed)
+    m = _msgs(1)
+    first = teacher.chat(m, tools, s).content
+    hits = {"results": [{"session_id": "s_brown"}, {"session_id": "s_other"}, {"session_id": "s_stripes"}]}
+    m += [{"role": "assistant", "content": first}, {"role": "tool", "name": "mem_search", "content": json.dumps(hits)}]
+    view = teacher.chat(m, tools, s).content
+    ids = json.loads(view.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]["session_ids"]
+    m += [
+        {"role": "assistant", "content": view},
+        {"role": "tool", "name": "mem_view", "content": json.dumps(observation)},
+    ]
+    answer = teacher.chat(m, tools, s).content
+    prefs = json.loads(answer.removeprefix("<answer>").removesuffix("</answer>"))["preferences"]
+    return ids, {(p["attribute"], p["value"]) for p in prefs}
+
+
+def _session(sid: str, *user: str) -> dict:
+    return {"session_id": sid, "turns": [{"role": "user", "content": u} for u in user]}
+
+
+def _states(p: Preference, text: str) -> bool:
+    return p.value.lower() in text.lower()
+
+
+def test_evidence_teacher_answers_only_what_the_viewed_sessions_state() -> None:
+    teacher = ScriptedTeacher(
+        [_two_needle_task()], top_k=[3], p_stray=0.0, p_slip=0.0, answer_from="evidence", states=_states
+    )
+    both = {"sessions": [_session("s_brown", "I only wear brown socks."), _session("s_stripes", "Stripes, always.")]}
+    ids, prefs = _view_and_answer(teacher, 1, both)
+    assert ids == ["s_brown", "s_stripes"]  # every retrieved needle, in one call
+    assert prefs == {("colour", "Brown"), ("pattern", "Stripes")}
+    one = {"sessions": [_session("s_brown", "I only wear brown socks."), _session("s_other", "Any film tips?")]}
+    assert _view_and_answer(teacher, 1, one)[1] == {("colour", "Brown")}
+    # an assistant turn stating a value is not the user's evidence; a malformed observation is none
+    said_by_assistant = {"sessions": [{"session_id": "s_other", "turns": [{"role": "assistant", "content": "brown"}]}]}
+    assert _view_and_answer(teacher, 1, said_by_assistant)[1] == set()
+    assert _view_and_answer(teacher, 1, {"sessions": "nope"})[1] == set()
+    # the gold-knowing default answers every preference whatever it read
+    gold = ScriptedTeacher([_two_needle_task()], top_k=[3], p_stray=0.0, p_slip=0.0)
+    assert _view_and_answer(gold, 1, {"sessions": []})[1] == {("colour", "Brown"), ("pattern", "Stripes")}
+
+
+def test_evidence_teacher_strays_per_needle() -> None:
+    teacher = ScriptedTeacher(
+        [_two_needle_task()], top_k=[3], p_stray=1.0, p_slip=0.0, answer_from="evidence", states=_states
+    )
+    ids, _ = _view_and_answer(teacher, 2, {"sessions": []})
+    assert ids == ["s_other", "s_stripes"]  # one other hit to stray to: the second needle stays
+    mixed = ScriptedTeacher(
+        [_two_needle_task()], top_k=[3], p_stray=0.5, p_slip=0.0, answer_from="evidence", states=_states
+    )
+    seen = {tuple(_view_and_answer(mixed, s, {"sessions": []})[0]) for s in range(40)}
+    assert ("s_brown", "s_stripes") in seen and any("s_other" in v for v in seen)
+
+
+def test_evidence_teacher_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="states"):
+        ScriptedTeacher([_task()], answer_from="evidence")
+    with pytest.raises(ValueError, match="answer_from"):
+        ScriptedTeacher([_task()], answer_from="memory", states=_states)
