@@ -79,15 +79,11 @@ from shopping_companion.viewer.labels import (
     stage_total_help,
     stage_total_label,
 )
-from shopping_companion.viewer.store import (
-    MAX_LIMIT,
-    SORT_FIELDS,
-    EpisodeView,
-    RunCatalog,
-    RunIndex,
-    RunUnreadableError,
-    compare,
-)
+from shopping_companion.viewer.compare import compare
+from shopping_companion.viewer.discovery import RunCatalog
+from shopping_companion.viewer.files import RunUnreadableError
+from shopping_companion.viewer.index import RunIndex
+from shopping_companion.viewer.models import MAX_LIMIT, ROW_STATUSES, SORT_FIELDS, EpisodeView
 
 __all__ = [
     "API_ROWS",
@@ -125,7 +121,7 @@ PER_PAGE_MAX = MAX_LIMIT
 #: Sort columns of the episodes page (``sort=``): the store's.
 SORT_KEYS = SORT_FIELDS
 #: Line statuses the episodes page can filter by (``status=``).
-STATUSES = ("ok", "error", "unreadable", "foreign", "torn", "superseded")
+STATUSES = ROW_STATUSES
 #: Marks of returned ids, in legend order, with the legend's words.
 MARKS = (
     ("needle", "needle session (holds a gold preference)"),
