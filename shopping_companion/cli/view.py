@@ -110,11 +110,12 @@ def _export(paths: list[Path], out: Path) -> None:
 def _serve(paths: list[Path], host: str, port: int) -> None:
     """Serve the runs under ``paths`` on ``host``:``port`` until stopped (SIGINT / SIGTERM).
     A non-local ``host`` prints a warning first; the ``Host`` headers answered are
-    :func:`~shopping_companion.viewer.app.allowed_hosts_for` ``host``. Raises :class:`ConfigError`
+    :func:`~shopping_companion.viewer.web.allowed_hosts_for` ``host``. Raises :class:`ConfigError`
     when the address cannot be bound."""
     import uvicorn
 
-    from shopping_companion.viewer.app import allowed_hosts_for, create_app
+    from shopping_companion.viewer.app import create_app
+    from shopping_companion.viewer.web import allowed_hosts_for
     from shopping_companion.viewer.discovery import RunCatalog
 
     catalog = RunCatalog(paths)
