@@ -38,10 +38,11 @@ traversal (``..``) or an absolute path is a 404, never a file read. Unknown runs
 that cannot be read now (:class:`RunUnreadableError`: replaced by a directory or a FIFO, a symlink
 out of its run, a failed open) gives a page with an error box naming the file and why (status
 200; the runs and episodes pages show the problem too), and a 503 from the rows API. Only requests
-whose ``Host`` header names the server are answered (:func:`~shopping_companion.viewer.web.allowed_hosts_for`). Every template
-autoescapes; data reaches the script only through ``<script type="application/json">`` blocks
-(Jinja's ``tojson``: ``<``, ``>``, ``&`` and quotes escaped). Every response carries a
-Content-Security-Policy without inline script, ``X-Content-Type-Options: nosniff`` and
+whose ``Host`` header names the server are answered
+(:func:`~shopping_companion.viewer.web.allowed_hosts_for`). Every template autoescapes; data
+reaches the script only through ``<script type="application/json">`` blocks (Jinja's ``tojson``:
+``<``, ``>``, ``&`` and quotes escaped). Every response carries a Content-Security-Policy without
+inline script, ``X-Content-Type-Options: nosniff`` and
 ``Referrer-Policy: no-referrer``. A section of a page that fails to render (malformed data) shows
 an error box in place; the rest of the page renders. Only a failure outside any section (a bug)
 answers 500, with the error named on the page and the traceback on stderr.

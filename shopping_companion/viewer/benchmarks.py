@@ -21,8 +21,8 @@ TASKS_FILE_CAP = 512 << 20
 
 def run_config(run_dir: Path, root: Path | None = None) -> dict | None:
     """The run's ``config.yaml`` as a mapping, read only when it is a regular file of at most
-    :data:`SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere); None when it is absent,
-    cannot be read or parsed, or is not a mapping."""
+    :data:`~shopping_companion.viewer.files.SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere); None
+    when it is absent, cannot be read or parsed, or is not a mapping."""
     from shopping_companion.config import parse_yaml
 
     cfg = run_dir / "config.yaml"
@@ -72,7 +72,7 @@ def _declared_benchmarks(run_dir: Path, root: Path | None = None, config: dict |
     """Benchmark paths named by the run: ``config.yaml`` ``bench.path`` (also ``benchmark.path``;
     ``config``: that file as :func:`run_config` read it, read here when None), then
     ``summary.json`` ``meta.benchmark``. Both are read only when they are regular files of at most
-    :data:`SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere)."""
+    :data:`~shopping_companion.viewer.files.SIDE_FILE_CAP` bytes resolving inside ``root`` (None: anywhere)."""
     out: list[str] = []
     data = config if config is not None else run_config(run_dir, root)
     if isinstance(data, dict):

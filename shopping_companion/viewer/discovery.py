@@ -203,7 +203,8 @@ class RunCatalog:
     :class:`~shopping_companion.errors.ConfigError` naming the path when a target does not exist
     or holds no run. Thread-safe; indexes are built on first use and refreshed incrementally.
     ``background_taxonomy``: classify failures of runs without ``taxonomy.jsonl`` in a background
-    thread per run (off: only the rows a page shows, or :meth:`RunIndex.classify_pending`).
+    thread per run (off: only the rows a page shows, or
+    :meth:`~shopping_companion.viewer.index.RunIndex.classify_pending`).
     """
 
     def __init__(self, targets: Sequence[Path | str], *, background_taxonomy: bool = True) -> None:

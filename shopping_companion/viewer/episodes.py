@@ -109,8 +109,8 @@ def episode_records(res: EpisodeResult) -> dict[str, dict[str, Any]]:
 
 
 def record_product(rec: dict[str, Any]) -> Product | None:
-    """A :class:`Product` from a record the agent was shown (a ``product_view`` record or a search
-    hit): extraction notes stripped from attribute values, the source taken from the id, a search
+    """A :class:`~shopping_companion.types.Product` from a record the agent was shown (a ``product_view`` record or
+    a search hit): extraction notes stripped from attribute values, the source taken from the id, a search
     hit's ``category`` as the category path; None when it does not validate."""
     d: dict[str, Any] = {k: v for k, v in rec.items() if k in Product.model_fields and k != "attribute_sources"}
     pid = str(rec.get("product_id", ""))
@@ -270,26 +270,39 @@ def stage_views(
     return out
 
 
-# --------------------------------------------------------------------------- discovery
-
-
 # --------------------------------------------------------------------------- views of one line
+
+
+def _annotated(
+    row: EpisodeRow,
+    task: Task | None,
+    stages: list[StageView],
+    *,
+    result: EpisodeResult | None = None,
+    simulator: dict | None = None,
+    taxonomy: dict | None = None,
+    record: dict | None = None,
+    gold: Sequence[Preference] = (),
+) -> EpisodeView:
+    """The view of a readable line; ``gold``: the preferences shown when the task is not known."""
+    return EpisodeView(
+        row=row,
+        raw=None,
+        result=result,
+        task=task,
+        gold=list(task.preferences) if task else list(gold),
+        stages=stages,
+        simulator=simulator,
+        taxonomy=taxonomy,
+        record=record,
+    )
 
 
 def result_view(row: EpisodeRow, res: EpisodeResult, task: Task | None, taxonomy: dict[str, Any] | None) -> EpisodeView:
     """The view of an ``EpisodeResult`` line (an evaluation or SFT rollout); ``taxonomy``: the
     failure's classification dict, when known."""
     stages = stage_views([(s.trajectory, s.verdict, s.reward) for s in res.stages], task, episode_records(res))
-    return EpisodeView(
-        row=row,
-        raw=None,
-        result=res,
-        task=task,
-        gold=list(task.preferences) if task else [],
-        stages=stages,
-        simulator=res.simulator,
-        taxonomy=taxonomy_view(taxonomy),
-    )
+    return _annotated(row, task, stages, result=res, simulator=res.simulator, taxonomy=taxonomy_view(taxonomy))
 
 
 def kept_view(row: EpisodeRow, kept: Any, task: Task | None, record: dict) -> EpisodeView:
@@ -297,17 +310,7 @@ def kept_view(row: EpisodeRow, kept: Any, task: Task | None, record: dict) -> Ep
     :class:`~shopping_companion.sft.collect.KeptStage`, ``record`` the line as parsed JSON."""
     records = trajectory_records([kept.trajectory])
     stages = stage_views([(kept.trajectory, kept.verdict, None)], task, records)
-    return EpisodeView(
-        row=row,
-        raw=None,
-        result=None,
-        task=task,
-        gold=list(task.preferences) if task else [],
-        stages=stages,
-        simulator=None,
-        taxonomy=None,
-        record=record,
-    )
+    return _annotated(row, task, stages, record=record)
 
 
 def dump_view(row: EpisodeRow, d: Any, tasks: dict[str, Task]) -> EpisodeView:
@@ -317,17 +320,8 @@ def dump_view(row: EpisodeRow, d: Any, tasks: dict[str, Task]) -> EpisodeView:
     task = tasks.get(tid) if tid else None
     traj, reward = grpo_trajectory(d, task)
     stages = stage_views([(traj, None, reward)], task, trajectory_records([traj]))
-    return EpisodeView(
-        row=row,
-        raw=None,
-        result=None,
-        task=task,
-        gold=list(task.preferences) if task else grpo_gold(d),
-        stages=stages,
-        simulator=None,
-        taxonomy=None,
-        record={k: v for k, v in d.items() if k not in ("input", "output")},
-    )
+    record = {k: v for k, v in d.items() if k not in ("input", "output")}
+    return _annotated(row, task, stages, record=record, gold=() if task else grpo_gold(d))
 
 
 def bad_view(row: EpisodeRow, data: bytes | None) -> EpisodeView:

@@ -41,8 +41,9 @@ class RunUnreadableError(ValueError):
     """A run file, or a line of it, cannot be read now: it is not a regular file (a directory, a
     FIFO, a device), it resolves outside the directory its run was found in (a symlink put in its
     place), or opening or reading it failed. The message is one line naming the path and why.
-    :meth:`RunIndex.raw` and :meth:`RunIndex.episode` raise it; :attr:`RunSummary.problem` says
-    the same on the runs page."""
+    :meth:`~shopping_companion.viewer.index.RunIndex.raw` and
+    :meth:`~shopping_companion.viewer.index.RunIndex.episode` raise it;
+    :attr:`~shopping_companion.viewer.models.RunSummary.problem` says the same on the runs page."""
 
 
 def _file_type(mode: int) -> str:

@@ -6,8 +6,8 @@ plus its byte offset, read with :func:`shopping_companion.runs.read_lines`; late
 incremental (only bytes appended after the last complete line are read; an unterminated last line
 is ``torn`` until it is completed; a file that shrank, was replaced (another inode) or was
 rewritten in place is indexed again; a run file that is not a regular file or resolves outside
-the directory its run was found in is never read: :attr:`RunSummary.problem` says why). Pydantic
-parses only the one line an episode page opens (:meth:`RunIndex.episode`), seeking to its offset.
+the directory its run was found in is never read: :attr:`~shopping_companion.viewer.models.RunSummary.problem` says
+why). Pydantic parses only the one line an episode page opens (:meth:`RunIndex.episode`), seeking to its offset.
 Nothing under a run is ever written, locked or moved.
 
 Line status: ``ok`` (a record of the run's kind), ``error`` (an ``EpisodeResult`` with ``error``
@@ -17,12 +17,13 @@ validation when the line is opened, names the problem), ``torn`` (the last line,
 ``superseded`` (an attempt that a later line of the same ``benchmark.report.result_key`` replaced,
 chosen as :func:`~shopping_companion.benchmark.report.final_results` does; hidden unless asked).
 
-Metrics of a run (:class:`RunSummary`) are over the final, scored episodes
+Metrics of a run (:class:`~shopping_companion.viewer.models.RunSummary`) are over the final, scored episodes
 (:func:`shopping_companion.benchmark.metrics.scored`), computed with
 :func:`~shopping_companion.benchmark.metrics.acc_succ` and
 :func:`~shopping_companion.benchmark.metrics.pass_k_table`. Taxonomy classes of failures:
 :mod:`~shopping_companion.viewer.failure_classes` (a page classifies its own rows within
-:data:`PAGE_CLASSIFY_BUDGET_S`; :attr:`Page.unclassified` says how many are still waiting).
+:data:`PAGE_CLASSIFY_BUDGET_S`; :attr:`~shopping_companion.viewer.models.Page.unclassified` says how many are still
+waiting).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def _digest(b: bytes) -> bytes:
 class RunIndex:
     """The index of one run file (see the module docstring). Thread-safe.
 
-    Built by :class:`RunCatalog`; ``path`` is the run file, ``run_dir`` its directory, ``root``
-    the resolved directory the run was found in (default: the resolved ``run_dir``): the run file
+    Built by :class:`~shopping_companion.viewer.discovery.RunCatalog`; ``path`` is the run file, ``run_dir`` its
+    directory, ``root`` the resolved directory the run was found in (default: the resolved ``run_dir``): the run file
     and its side files (``taxonomy.jsonl``, ``config.yaml``, ``summary.json``) are read only while
     they are regular files whose real path lies inside it, so a symlink put in their place later
     is never followed out of it. Public counters for tests and diagnostics: ``end_offset`` (bytes
@@ -185,7 +186,7 @@ class RunIndex:
         from (rewritten in place, even if longer); reload ``taxonomy.jsonl`` when it changed.
         Returns True when anything changed. A missing file is an empty run; a file that cannot be
         read (not a regular file, outside :attr:`root`, open failed) is an empty run whose
-        :attr:`RunSummary.problem` says why. Never raises for the file's contents."""
+        :attr:`~shopping_companion.viewer.models.RunSummary.problem` says why. Never raises for the file's contents."""
         with self._lock:
             changed = self._classes.reload_file(self._rows)
             if changed:
@@ -357,8 +358,8 @@ class RunIndex:
     def raw(self, line: int) -> bytes:
         """The stored bytes of result line ``line`` (1-based), exactly as in the file (no newline);
         the torn last line too. Raises ``KeyError`` for a line that does not exist and
-        :class:`RunUnreadableError` (one line: path and reason) when the run file cannot be read
-        now or is no longer the file that was indexed; never ``OSError``."""
+        :class:`~shopping_companion.viewer.files.RunUnreadableError` (one line: path and reason) when the run file
+        cannot be read now or is no longer the file that was indexed; never ``OSError``."""
         with self._lock:
             return self._raw(line)
 
@@ -410,7 +411,8 @@ class RunIndex:
 
     @property
     def summary(self) -> RunSummary:
-        """The run's :class:`RunSummary` as of the last :meth:`refresh` (``live`` is current)."""
+        """The run's :class:`~shopping_companion.viewer.models.RunSummary` as of the last :meth:`refresh` (``live``
+        is current)."""
         with self._lock:
             if self._summary is None:
                 self._summary = self._summarize()
@@ -485,11 +487,12 @@ class RunIndex:
 
         ``failed_only``: scored episodes that did not succeed. ``task_type`` / ``taxonomy`` /
         ``strategy`` / ``status``: exact values (see :meth:`facets`); the taxonomy filter and sort
-        see the classes known so far (``Page.unclassified`` failures are still being classified). ``q``: case-insensitive
-        substring of the instruction or task id. ``sort``: one of :data:`SORT_FIELDS` (None values
-        last in either direction). ``offset`` >= 0, ``limit`` in 1..:data:`MAX_LIMIT`.
-        ``include_superseded``: also rows of replaced attempts (always shown when ``status`` is
-        ``superseded``). Raises ``ValueError`` naming the parameter and the allowed values.
+        see the classes known so far (``Page.unclassified`` failures are still being classified). ``q``:
+        case-insensitive substring of the instruction or task id. ``sort``: one of
+        :data:`~shopping_companion.viewer.models.SORT_FIELDS` (None values last in either direction). ``offset`` >=
+        0, ``limit`` in 1..:data:`~shopping_companion.viewer.models.MAX_LIMIT`. ``include_superseded``: also rows of
+        replaced attempts (always shown when ``status`` is ``superseded``). Raises ``ValueError`` naming the
+        parameter and the allowed values.
         """
         check_query(sort=sort, offset=offset, limit=limit, status=status)
         with self._lock:
@@ -538,9 +541,9 @@ class RunIndex:
 
     def episode(self, line: int) -> EpisodeView:
         """The annotated episode of ``line`` (:mod:`~shopping_companion.viewer.episodes`). KeyError
-        for a line that has no row (blank, or past the end); :class:`RunUnreadableError` when the
-        run file cannot be read now (never ``OSError``). Bad lines give a view with ``raw`` and no
-        stages."""
+        for a line that has no row (blank, or past the end);
+        :class:`~shopping_companion.viewer.files.RunUnreadableError` when the run file cannot be read now (never
+        ``OSError``). Bad lines give a view with ``raw`` and no stages."""
         with self._lock:
             if self._problem is not None:
                 raise RunUnreadableError(self._problem)

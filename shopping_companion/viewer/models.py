@@ -33,7 +33,7 @@ RowStatus = Literal["ok", "error", "unreadable", "foreign", "torn", "superseded"
 #: Every :data:`RowStatus`, in that order.
 ROW_STATUSES: tuple[str, ...] = get_args(RowStatus)
 
-#: Fields :meth:`RunIndex.query` can sort by.
+#: Fields :meth:`~shopping_companion.viewer.index.RunIndex.query` can sort by.
 SORT_FIELDS: tuple[str, ...] = (
     "line",
     "status",
@@ -56,7 +56,7 @@ SORT_FIELDS: tuple[str, ...] = (
     "termination",
     "taxonomy",
 )
-#: Largest page size of :meth:`RunIndex.query`.
+#: Largest page size of :meth:`~shopping_companion.viewer.index.RunIndex.query`.
 MAX_LIMIT = 500
 #: Characters of a raw line kept in :attr:`EpisodeView.raw`.
 RAW_CAP = 200_000
@@ -71,12 +71,13 @@ class RunSummary:
     ``pass_hat_k``: k -> pass^k of Succ (trials grouped by strategy and task); ``components``: mean
     reward component over scored stages, keyed ``s<stage>.<name>`` (``s1.R_z``, ``s2.total``);
     ``updated``: ISO-8601 UTC modification time of the run file; ``live``: a writer holds a lock on
-    it, or it changed in the last :data:`LIVE_WINDOW_S` seconds and no ``summary.json`` beside it is
-    as new or newer (a finished run writes one). ``n_episodes``: final episodes
+    it, or it changed in the last :data:`~shopping_companion.viewer.files.LIVE_WINDOW_S` seconds and no
+    ``summary.json`` beside it is as new or newer (a finished run writes one). ``n_episodes``: final episodes
     (one per result key, errored included); ``n_unreadable``: unreadable and foreign lines.
     ``problem``: None when the run file can be read; else one line saying why it cannot (not a
     regular file, resolves outside the directory the run was found in, open or read failed; the
-    run then shows no rows and :class:`RunUnreadableError` is raised when a line is opened)."""
+    run then shows no rows and :class:`~shopping_companion.viewer.files.RunUnreadableError` is raised when a line is
+    opened)."""
 
     run_id: str
     kind: RunKind
@@ -168,8 +169,8 @@ class EpisodeRow:
 
 @dataclass
 class Page:
-    """One page of :meth:`RunIndex.query`: ``rows`` from ``offset`` (``total`` rows matched).
-    ``unclassified``: scored failures of the run whose taxonomy class is not known yet (being
+    """One page of :meth:`~shopping_companion.viewer.index.RunIndex.query`: ``rows`` from ``offset`` (``total`` rows
+    matched). ``unclassified``: scored failures of the run whose taxonomy class is not known yet (being
     classified in the background), so a taxonomy filter or sort may still miss them."""
 
     rows: list[EpisodeRow]

@@ -300,54 +300,29 @@ def run_metrics(
     return acc, succ, pass_hat, {k: statistics.fmean(v) for k, v in sorted(comp.items())}
 
 
-def _wanted(
-    r: EpisodeRow, *, failed_only: bool, task_type, taxonomy, strategy, needle, include_superseded, status
-) -> bool:
-    if r.status == "superseded" and not include_superseded and status != "superseded":
+def _wanted(r: EpisodeRow, needle: str | None, keep: dict[str, Any]) -> bool:
+    status = keep.get("status")
+    if r.status == "superseded" and not keep.get("include_superseded") and status != "superseded":
         return False
     if status is not None and r.status != status:
         return False
-    if failed_only and not (r.scored and r.success is False and r.status == "ok"):
+    if keep.get("failed_only") and not (r.scored and r.success is False and r.status == "ok"):
         return False
-    if task_type is not None and r.task_type != task_type:
-        return False
-    if strategy is not None and r.strategy != strategy:
-        return False
-    if taxonomy is not None and r.taxonomy != taxonomy:
-        return False
+    for name in ("task_type", "strategy", "taxonomy"):
+        if keep.get(name) is not None and getattr(r, name) != keep[name]:
+            return False
     return needle is None or needle in (r.task_id or "").casefold() or needle in (r.instruction or "").casefold()
 
 
 def select_rows(
-    rows: Iterable[EpisodeRow],
-    *,
-    failed_only: bool = False,
-    task_type: str | None = None,
-    taxonomy: str | None = None,
-    strategy: str | None = None,
-    q: str | None = None,
-    sort: str = "line",
-    desc: bool = False,
-    include_superseded: bool = False,
-    status: str | None = None,
+    rows: Iterable[EpisodeRow], *, sort: str = "line", desc: bool = False, q: str | None = None, **keep: Any
 ) -> list[EpisodeRow]:
     """``rows`` filtered and sorted as :meth:`~shopping_companion.viewer.index.RunIndex.query`
-    describes (arguments checked there); rows whose ``sort`` value is None come last either way."""
+    describes (arguments checked there): ``q`` and ``keep`` (``failed_only``, ``task_type``,
+    ``taxonomy``, ``strategy``, ``status``, ``include_superseded``) filter, ``sort`` / ``desc``
+    order; rows whose ``sort`` value is None come last either way."""
     needle = q.casefold() if q else None
-    out = [
-        r
-        for r in rows
-        if _wanted(
-            r,
-            failed_only=failed_only,
-            task_type=task_type,
-            taxonomy=taxonomy,
-            strategy=strategy,
-            needle=needle,
-            include_superseded=include_superseded,
-            status=status,
-        )
-    ]
+    out = [r for r in rows if _wanted(r, needle, keep)]
     if sort != "line":
         have = [r for r in out if getattr(r, sort) is not None]
         none = [r for r in out if getattr(r, sort) is None]

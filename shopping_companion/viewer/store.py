@@ -16,18 +16,11 @@ module that now holds it (kept for code that imports ``shopping_companion.viewer
 
 from __future__ import annotations
 
-from shopping_companion.viewer.benchmarks import (
-    TASKS_FILE_CAP,
-    declared_checkpoint,
-    find_benchmark,
-    load_tasks,
-    policy_step,
-)
+from shopping_companion.viewer.benchmarks import TASKS_FILE_CAP
 from shopping_companion.viewer.compare import Comparison, MetricDelta, TaskPair, compare
-from shopping_companion.viewer.discovery import MAX_DEPTH, RUNS_CACHE_S, RunCatalog
-from shopping_companion.viewer.episodes import record_product
+from shopping_companion.viewer.discovery import RunCatalog
 from shopping_companion.viewer.files import LIVE_WINDOW_S, SIDE_FILE_CAP, RunUnreadableError
-from shopping_companion.viewer.index import PAGE_CLASSIFY_BUDGET_S, RunIndex
+from shopping_companion.viewer.index import RunIndex
 from shopping_companion.viewer.models import (
     MAX_LIMIT,
     RAW_CAP,
@@ -43,14 +36,6 @@ from shopping_companion.viewer.models import (
     RunSummary,
     StageView,
     TurnView,
-)
-from shopping_companion.viewer.verl_dumps import (
-    grpo_ground_truth,
-    grpo_gold,
-    grpo_task_id,
-    grpo_trajectory,
-    observed_ids,
-    split_dump_output,
 )
 
 __all__ = [
@@ -78,18 +63,4 @@ __all__ = [
     "Comparison",
     "TaskPair",
     "MetricDelta",
-    "RUNS_CACHE_S",
-    "PAGE_CLASSIFY_BUDGET_S",
-    "MAX_DEPTH",
-    "policy_step",
-    "declared_checkpoint",
-    "find_benchmark",
-    "load_tasks",
-    "grpo_ground_truth",
-    "grpo_task_id",
-    "grpo_gold",
-    "split_dump_output",
-    "observed_ids",
-    "grpo_trajectory",
-    "record_product",
 ]

@@ -69,7 +69,7 @@ def grpo_task_id(d: Any) -> str | None:
 
 def grpo_gold(d: Any) -> list[Preference]:
     """The gold preferences carried by a dump line's ground truth (those that validate as
-    :class:`Preference`); shown when the benchmark itself is not found."""
+    :class:`~shopping_companion.types.Preference`); shown when the benchmark itself is not found."""
     out: list[Preference] = []
     prefs = grpo_ground_truth(d).get("preferences")
     for p in prefs if isinstance(prefs, list) else []:
@@ -154,7 +154,7 @@ def observed_ids(name: str, content: str) -> tuple[list[str], str | None]:
 
 
 def grpo_trajectory(d: dict[str, Any], task: Task | None = None) -> tuple[Trajectory, RewardBreakdown | None]:
-    """A validation-dump line as a one-stage :class:`Trajectory` and its reward breakdown.
+    """A validation-dump line as a one-stage :class:`~shopping_companion.types.Trajectory` and its reward breakdown.
 
     ``output`` is split into turns (:func:`split_dump_output`); each assistant turn is parsed by
     the environment's own parser (:func:`~shopping_companion.envs.parsing.parse_action` with the
