@@ -13,7 +13,9 @@ collection's ``rollouts.jsonl``, the personalization runner's ``dialogues.jsonl`
   back before it is written, then written, flushed and ``fsync``'d in one piece.
 - :func:`check_identity`: the run identity (``<stem>.identity.json``) refuses to mix results of
   a different configuration into one file; :func:`archive_stale` moves a stale run aside instead.
-- :func:`scan_jsonl`: reading a JSONL file back, with the line numbers of unreadable lines.
+- :func:`scan_jsonl`: reading a JSONL file back, with the line numbers of unreadable lines;
+  :func:`read_lines`: its lines with their byte offsets, from any offset on (the viewer's
+  incremental index reads results files with it).
 - :func:`append_error_log`: tracebacks of failures go to ``<stem>.errors.log``.
 - :func:`write_lines_atomic` / :func:`write_text_atomic`: whole-file rewrites (temp file,
   ``fsync``, ``os.replace``) for files that are regenerated rather than appended to.
@@ -52,6 +54,7 @@ __all__ = [
     "encode_verified_line",
     "append_line",
     "JsonlScan",
+    "read_lines",
     "scan_jsonl",
     "append_error_log",
     "write_lines_atomic",
@@ -397,28 +400,58 @@ class JsonlScan(Generic[R]):
         return f"{len(self.unreadable)} line(s) (line numbers {nums}{more}; first: {self.unreadable[0][1]})"
 
 
+def read_lines(fh: BinaryIO, start: int = 0, *, chunk: int = 16 << 20) -> Iterator[tuple[int, bytes, bool]]:
+    """``(byte offset, line without its newline, complete)`` of each line of the binary file ``fh``
+    from byte ``start`` on (split on ``\\n`` only; blank lines included), read ``chunk`` bytes at a
+    time. Only the last can be incomplete (``complete`` false): the bytes after the last newline,
+    a write still going on or torn; none when the file ends with a newline. An ``OSError`` while
+    reading is raised after the lines read before it (an unfinished one given as incomplete)."""
+    fh.seek(start)
+    pos, pending = start, b""  # pending: the bytes from ``pos`` on read after the last newline
+    while True:
+        try:
+            block = fh.read(chunk)
+        except OSError:
+            if pending:
+                yield pos, pending, False
+            raise
+        if not block:
+            break
+        data = pending + block if pending else block
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            pending = data
+            continue
+        i = 0
+        while i <= cut:
+            j = data.index(b"\n", i)
+            yield pos + i, data[i:j], True
+            i = j + 1
+        pos += cut + 1
+        pending = data[cut + 1 :]
+    if pending:
+        yield pos, pending, False
+
+
 def scan_jsonl(path: PathLike, parse: Callable[[bytes], R]) -> JsonlScan[R]:
-    """Read a JSONL file line by line (split on ``\\n`` only); ``parse(raw_line_bytes)`` turns a
-    line into a record and raises ``ValueError`` (e.g. a pydantic ``ValidationError``) or
-    ``RecursionError`` for a line that cannot be read back. Blank lines are skipped; a missing
-    file gives an empty scan."""
+    """Read a JSONL file line by line (:func:`read_lines`: split on ``\\n`` only);
+    ``parse(raw_line_bytes)`` turns a line into a record and raises ``ValueError`` (e.g. a pydantic
+    ``ValidationError``) or ``RecursionError`` for a line that cannot be read back. Blank lines are
+    skipped; a missing file gives an empty scan."""
     scan: JsonlScan[R] = JsonlScan()
     p = Path(path)
     if not p.exists():
         return scan
-    lines = p.read_bytes().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        scan.torn_tail = True
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            scan.records.append(parse(raw))
-        except (ValueError, RecursionError) as e:
-            if scan.torn_tail and i == len(lines):
+    with open(p, "rb") as fh:
+        for i, (_, raw, complete) in enumerate(read_lines(fh), start=1):
+            scan.torn_tail = not complete
+            if not raw.strip():
                 continue
-            reason = " ".join(str(e).split())[:200]
-            scan.unreadable.append((i, f"{type(e).__name__}: {reason}"))
+            try:
+                scan.records.append(parse(raw))
+            except (ValueError, RecursionError) as e:
+                if not complete:
+                    continue
+                reason = " ".join(str(e).split())[:200]
+                scan.unreadable.append((i, f"{type(e).__name__}: {reason}"))
     return scan

@@ -90,7 +90,7 @@ def _export(paths: list[Path], out: Path) -> None:
     """``--export``: the one run found under ``paths`` written as a static bundle in ``out``.
     Raises :class:`ConfigError` unless exactly one run is found (naming the ones that are)."""
     from shopping_companion.viewer.export import export_run
-    from shopping_companion.viewer.store import RunCatalog  # the web stack only when the command runs
+    from shopping_companion.viewer.discovery import RunCatalog  # the web stack only when the command runs
 
     catalog = RunCatalog(paths)
     runs = catalog.runs()
@@ -110,12 +110,13 @@ def _export(paths: list[Path], out: Path) -> None:
 def _serve(paths: list[Path], host: str, port: int) -> None:
     """Serve the runs under ``paths`` on ``host``:``port`` until stopped (SIGINT / SIGTERM).
     A non-local ``host`` prints a warning first; the ``Host`` headers answered are
-    :func:`~shopping_companion.viewer.app.allowed_hosts_for` ``host``. Raises :class:`ConfigError`
+    :func:`~shopping_companion.viewer.web.allowed_hosts_for` ``host``. Raises :class:`ConfigError`
     when the address cannot be bound."""
     import uvicorn
 
-    from shopping_companion.viewer.app import allowed_hosts_for, create_app
-    from shopping_companion.viewer.store import RunCatalog
+    from shopping_companion.viewer.app import create_app
+    from shopping_companion.viewer.web import allowed_hosts_for
+    from shopping_companion.viewer.discovery import RunCatalog
 
     catalog = RunCatalog(paths)
     hosts = allowed_hosts_for(host)

@@ -1,32 +1,38 @@
 """``shopcomp view``: a read-only local web viewer of runs (evaluations, SFT collections, GRPO
 validation dumps).
 
-:mod:`~shopping_companion.viewer.store` finds and indexes runs and builds annotated episodes
-(the only module that reads run files); :mod:`~shopping_companion.viewer.compare` pairs two runs;
-``viewer/app.py`` serves the pages. See ``docs/`` for the user guide.
+:mod:`~shopping_companion.viewer.discovery` finds runs, :mod:`~shopping_companion.viewer.index`
+indexes one run file, :mod:`~shopping_companion.viewer.episodes` builds annotated episodes (only
+these read run files, through :mod:`~shopping_companion.viewer.files`);
+:mod:`~shopping_companion.viewer.compare` pairs two runs; ``viewer/app.py`` serves the pages
+(``viewer/http.py`` its HTTP plumbing, ``viewer/links.py`` its URLs). ``docs/viewer.md`` is the
+user guide.
 """
 
-from shopping_companion.viewer.compare import COMPARED_METRICS, paired_bootstrap_ci
-from shopping_companion.viewer.store import (
+from shopping_companion.viewer.compare import (
+    COMPARED_METRICS,
+    Comparison,
+    MetricDelta,
+    TaskPair,
+    compare,
+    paired_bootstrap_ci,
+)
+from shopping_companion.viewer.discovery import RunCatalog
+from shopping_companion.viewer.index import RunIndex
+from shopping_companion.viewer.models import (
     MAX_LIMIT,
     SORT_FIELDS,
     CallView,
-    Comparison,
     EpisodeRow,
     EpisodeView,
     Mark,
-    MetricDelta,
     Page,
     ProductCard,
     RowStatus,
-    RunCatalog,
-    RunIndex,
     RunKind,
     RunSummary,
     StageView,
-    TaskPair,
     TurnView,
-    compare,
 )
 
 __all__ = [

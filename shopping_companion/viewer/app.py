@@ -38,10 +38,11 @@ traversal (``..``) or an absolute path is a 404, never a file read. Unknown runs
 that cannot be read now (:class:`RunUnreadableError`: replaced by a directory or a FIFO, a symlink
 out of its run, a failed open) gives a page with an error box naming the file and why (status
 200; the runs and episodes pages show the problem too), and a 503 from the rows API. Only requests
-whose ``Host`` header names the server are answered (:func:`allowed_hosts_for`). Every template
-autoescapes; data reaches the script only through ``<script type="application/json">`` blocks
-(Jinja's ``tojson``: ``<``, ``>``, ``&`` and quotes escaped). Every response carries a
-Content-Security-Policy without inline script, ``X-Content-Type-Options: nosniff`` and
+whose ``Host`` header names the server are answered
+(:func:`~shopping_companion.viewer.web.allowed_hosts_for`). Every template autoescapes; data
+reaches the script only through ``<script type="application/json">`` blocks (Jinja's ``tojson``:
+``<``, ``>``, ``&`` and quotes escaped). Every response carries a Content-Security-Policy without
+inline script, ``X-Content-Type-Options: nosniff`` and
 ``Referrer-Policy: no-referrer``. A section of a page that fails to render (malformed data) shows
 an error box in place; the rest of the page renders. Only a failure outside any section (a bug)
 answers 500, with the error named on the page and the traceback on stderr.
@@ -55,10 +56,9 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
@@ -68,9 +68,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shopping_companion.viewer.compare import COUNT_METRICS
+from shopping_companion.viewer.compare import COUNT_METRICS, compare
+from shopping_companion.viewer.discovery import RunCatalog
+from shopping_companion.viewer.files import RunUnreadableError
+from shopping_companion.viewer.index import RunIndex
 from shopping_companion.viewer.labels import (
     HELP,
     MEAN_HELP,
@@ -79,29 +81,27 @@ from shopping_companion.viewer.labels import (
     stage_total_help,
     stage_total_label,
 )
-from shopping_companion.viewer.store import (
-    MAX_LIMIT,
-    SORT_FIELDS,
-    EpisodeView,
-    RunCatalog,
-    RunIndex,
-    RunUnreadableError,
-    compare,
+from shopping_companion.viewer.links import BundleLinks, ServerLinks
+from shopping_companion.viewer.models import MAX_LIMIT, ROW_STATUSES, SORT_FIELDS, EpisodeView
+from shopping_companion.viewer.web import (
+    LOCAL_HOST_NAMES,
+    BadParam,
+    NotFound,
+    ReadOnlyGuard,
+    param_bool,
+    param_choice,
+    param_int,
+    safe_run_id,
 )
 
 __all__ = [
     "API_ROWS",
-    "BundleLinks",
-    "CSP",
     "Clipper",
-    "LOCAL_HOST_NAMES",
     "Pages",
     "RESULT_CAP",
     "STATIC_DIR",
     "SORT_KEYS",
-    "ServerLinks",
     "TEMPLATES_DIR",
-    "allowed_hosts_for",
     "create_app",
     "visible",
 ]
@@ -125,7 +125,7 @@ PER_PAGE_MAX = MAX_LIMIT
 #: Sort columns of the episodes page (``sort=``): the store's.
 SORT_KEYS = SORT_FIELDS
 #: Line statuses the episodes page can filter by (``status=``).
-STATUSES = ("ok", "error", "unreadable", "foreign", "torn", "superseded")
+STATUSES = ROW_STATUSES
 #: Marks of returned ids, in legend order, with the legend's words.
 MARKS = (
     ("needle", "needle session (holds a gold preference)"),
@@ -135,21 +135,6 @@ MARKS = (
     ("other", "other product"),
     ("unknown", "not classified (the benchmark was not found)"),
 )
-
-CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
-    "base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
-)
-SECURITY_HEADERS = {
-    "content-security-policy": CSP,
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-    "x-frame-options": "DENY",
-    "cache-control": "no-store",
-}
-
-_BOOLS = {"": False, "0": False, "false": False, "no": False, "off": False, "1": True, "true": True, "yes": True}
-_BOOLS["on"] = True
 
 # C0 controls (but tab, newline, carriage return) and DEL become their visible Unicode pictures;
 # the bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069) become
@@ -164,113 +149,6 @@ BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200B, 0x200E,
 _CONTROLS.update({c: f"\u27e8U+{c:04X}\u27e9" for c in BIDI_CONTROLS})
 #: Shown in place of a value nested too deeply to encode or decode (Python's recursion limit).
 TOO_DEEP = "(nested too deeply to show here; the raw line has it)"
-
-
-class BadParam(ValueError):
-    """A query parameter has a value the page cannot use; ``name`` is the parameter, ``allowed``
-    a human-readable list of what it accepts."""
-
-    def __init__(self, name: str, value: str, allowed: str) -> None:
-        super().__init__(f"query parameter {name!r}: {value!r} is not allowed; allowed: {allowed}")
-        self.name = name
-        self.value = value
-        self.allowed = allowed
-
-
-class NotFound(KeyError):
-    """The URL names a run, line or call that does not exist; ``what`` says which."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
-
-
-# --------------------------------------------------------------------------- links
-
-
-def _q(run_id: str) -> str:
-    return quote(run_id, safe="/")
-
-
-class ServerLinks:
-    """The URLs of the server's pages (absolute paths on the same host)."""
-
-    bundle = False
-
-    def runs(self) -> str:
-        return "/"
-
-    def episodes(self, run_id: str, **params: Any) -> str:
-        query = {k: v for k, v in params.items() if v not in (None, "", False)}
-        return f"/runs/{_q(run_id)}/episodes" + (f"?{urlencode(query)}" if query else "")
-
-    def episode(self, run_id: str, line: int) -> str:
-        return f"/runs/{_q(run_id)}/episodes/{int(line)}"
-
-    def raw(self, run_id: str, line: int) -> str | None:
-        return f"/runs/{_q(run_id)}/episodes/{int(line)}/raw"
-
-    def content(self, run_id: str, line: int, stage: int, turn: int, call: int) -> str | None:
-        query = urlencode({"stage": stage, "turn": turn, "call": call})
-        return f"/runs/{_q(run_id)}/episodes/{int(line)}/content?{query}"
-
-    def compare(self, a: str | None = None, b: str | None = None) -> str | None:
-        query = {k: v for k, v in (("a", a), ("b", b)) if v}
-        return "/compare" + (f"?{urlencode(query)}" if query else "")
-
-    def compare_episode(self, a: str, la: int, b: str, lb: int) -> str | None:
-        return "/compare/episode?" + urlencode({"a": a, "la": la, "b": b, "lb": lb})
-
-    def static(self, name: str) -> str:
-        return f"/static/{name}"
-
-    def rows_api(self, run_id: str) -> str | None:
-        return f"/api/runs/{_q(run_id)}/rows"
-
-    def runs_api(self) -> str | None:
-        return "/api/runs"
-
-
-class BundleLinks:
-    """The links of a static export (relative file names; no server): ``prefix`` leads from the
-    page's folder to the bundle's root (``""`` for index.html, ``"../"`` for an episode page).
-    Links with no file in a bundle (raw lines, compare, the runs list) are ``None``; the pages
-    then show plain text instead."""
-
-    bundle = True
-
-    def __init__(self, prefix: str = "") -> None:
-        self.prefix = prefix
-
-    def runs(self) -> str | None:
-        return None
-
-    def episodes(self, run_id: str, **params: Any) -> str:
-        return f"{self.prefix}index.html"
-
-    def episode(self, run_id: str, line: int) -> str:
-        return f"{self.prefix}episodes/{int(line)}.html"
-
-    def raw(self, run_id: str, line: int) -> str | None:
-        return None
-
-    def content(self, run_id: str, line: int, stage: int, turn: int, call: int) -> str | None:
-        return None
-
-    def compare(self, a: str | None = None, b: str | None = None) -> str | None:
-        return None
-
-    def compare_episode(self, a: str, la: int, b: str, lb: int) -> str | None:
-        return None
-
-    def static(self, name: str) -> str:
-        return f"{self.prefix}static/{name}"
-
-    def rows_api(self, run_id: str) -> str | None:
-        return None
-
-    def runs_api(self) -> str | None:
-        return None
 
 
 # --------------------------------------------------------------------------- text
@@ -727,38 +605,6 @@ def make_env() -> Environment:
 # --------------------------------------------------------------------------- query parameters
 
 
-def _param_bool(params: Mapping[str, str], name: str) -> bool:
-    raw = params.get(name, "")
-    value = raw.strip().lower()
-    if value not in _BOOLS:
-        raise BadParam(name, raw, "0, 1, true, false, yes, no, on, off or empty")
-    return _BOOLS[value]
-
-
-def _param_int(params: Mapping[str, str], name: str, default: int, lo: int, hi: int | None = None) -> int:
-    raw = params.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = None
-    if value is None or value < lo or (hi is not None and value > hi):
-        allowed = f"an integer {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
-        raise BadParam(name, raw, allowed)
-    return value
-
-
-def _param_choice(params: Mapping[str, str], name: str, choices: Iterable[str]) -> str | None:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        return None
-    allowed = list(choices)
-    if raw not in allowed:
-        raise BadParam(name, raw, ", ".join(allowed) if allowed else "(none in this run)")
-    return raw
-
-
 def episode_query(params: Mapping[str, str], facets: Mapping[str, list[str]]) -> dict[str, Any]:
     """The episodes page's query parameters checked: ``{"failed_only", "task_type", "taxonomy",
     "strategy", "status", "q", "sort", "desc", "page", "per_page"}``. Raises :class:`BadParam` naming the
@@ -772,16 +618,16 @@ def episode_query(params: Mapping[str, str], facets: Mapping[str, list[str]]) ->
     if q is not None and len(q) > 500:
         raise BadParam("q", q[:40] + "…", "a text of at most 500 characters")
     return {
-        "failed_only": _param_bool(params, "failed"),
-        "task_type": _param_choice(params, "task_type", facets.get("task_type", [])),
-        "taxonomy": _param_choice(params, "taxonomy", facets.get("taxonomy", [])),
-        "strategy": _param_choice(params, "strategy", facets.get("strategy", [])),
-        "status": _param_choice(params, "status", STATUSES),
+        "failed_only": param_bool(params, "failed"),
+        "task_type": param_choice(params, "task_type", facets.get("task_type", [])),
+        "taxonomy": param_choice(params, "taxonomy", facets.get("taxonomy", [])),
+        "strategy": param_choice(params, "strategy", facets.get("strategy", [])),
+        "status": param_choice(params, "status", STATUSES),
         "q": q,
         "sort": sort,
-        "desc": _param_bool(params, "desc"),
-        "page": _param_int(params, "page", 1, 1),
-        "per_page": _param_int(params, "per_page", 50, 1, PER_PAGE_MAX),
+        "desc": param_bool(params, "desc"),
+        "page": param_int(params, "page", 1, 1),
+        "per_page": param_int(params, "per_page", 50, 1, PER_PAGE_MAX),
     }
 
 
@@ -949,102 +795,39 @@ class Pages:
 # --------------------------------------------------------------------------- the ASGI app
 
 
-class _Guard:
-    """ASGI middleware: answers 405 to any method but GET and HEAD, and adds the security headers
-    (CSP, nosniff, no referrer, no framing, no caching) to every response."""
+class _Site:
+    """The endpoints of :func:`create_app` over one catalog, rendered with ``links``; the catalog
+    is used under ``lock`` (requests are served by a thread pool; a :class:`RunIndex` refreshes in
+    place)."""
 
-    def __init__(self, app: ASGIApp, pages: Pages) -> None:
-        self.app = app
+    def __init__(self, catalog: RunCatalog, pages: Pages, links: Any) -> None:
+        self.catalog = catalog
         self.pages = pages
+        self.links = links
+        self.lock = threading.Lock()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if scope["method"] not in ("GET", "HEAD"):
-            html = self.pages.error(
-                ServerLinks(), 405, "Method not allowed", f"{scope['method']} is not allowed: this viewer is read-only."
-            )
-            response = HTMLResponse(html, status_code=405, headers={"allow": "GET, HEAD"})
-            await self._with_headers(response)(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.decode().lower() not in SECURITY_HEADERS]
-                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-    @staticmethod
-    def _with_headers(response: Response) -> Response:
-        for k, v in SECURITY_HEADERS.items():
-            response.headers[k] = v
-        return response
-
-
-def _safe_run_id(run_id: str) -> str:
-    """``run_id`` when it may name a run; :class:`NotFound` for an absolute path, ``..``, a
-    backslash or an empty segment (the catalog would not know it either: this only answers early)."""
-    parts = run_id.split("/")
-    if not run_id or run_id.startswith("/") or "\\" in run_id or any(p in ("", ".", "..") for p in parts):
-        raise NotFound(f"run {run_id!r}")
-    return run_id
-
-
-#: The ``Host`` header names a local server answers to (a browser sends these for the default
-#: ``--host 127.0.0.1``, and for ``localhost`` / ``::1``), whatever the port.
-LOCAL_HOST_NAMES = ("127.0.0.1", "localhost", "[::1]")
-#: ``--host`` values that listen on every interface: the Host header cannot be checked then.
-_ANY_ADDRESS = ("", "0.0.0.0", "::", "[::]")
-
-
-def allowed_hosts_for(bind_host: str) -> list[str]:
-    """The ``Host`` header names the server accepts when it listens on ``bind_host``:
-    :data:`LOCAL_HOST_NAMES` plus ``bind_host`` itself (lower-cased; an IPv6 address in
-    brackets, as a Host header carries it), or ``["*"]`` (any) for a wildcard address
-    (``0.0.0.0``, ``::``), whose clients may use any name of the machine. A request with any other
-    Host answers 400: a web page whose DNS name was re-bound to 127.0.0.1 cannot read the runs."""
-    host = bind_host.strip().lower()
-    if host in _ANY_ADDRESS:
-        return ["*"]
-    bare = host.strip("[]")
-    named = f"[{bare}]" if ":" in bare else bare
-    return list(dict.fromkeys([*LOCAL_HOST_NAMES, named]))
-
-
-def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequence[str] | None = None) -> Starlette:
-    """The viewer's Starlette app over ``catalog`` (routes: see the module docstring).
-
-    ``export``: render the pages with the static bundle's links (:class:`BundleLinks`, relative
-    file names) instead of the server's, to see what ``shopcomp view --export`` writes; the routes
-    are the same. ``allowed_hosts``: the ``Host`` header names answered (Starlette's
-    ``TrustedHostMiddleware``: exact names, ``*.example.com`` or ``"*"`` for any; an IPv6 address
-    in brackets); any other Host gets a plain-text 400 "Invalid host header" (against DNS
-    rebinding). Default :data:`LOCAL_HOST_NAMES`; see :func:`allowed_hosts_for`. The store is used
-    under one lock (requests are served by a thread pool; a :class:`RunIndex` refreshes in place)."""
-    pages = Pages()
-    lock = threading.Lock()
-    links: Any = BundleLinks() if export else ServerLinks()
-
-    def get_index(run_id: str) -> RunIndex:
+    def get_index(self, run_id: str) -> RunIndex:
         try:
-            return catalog.get(_safe_run_id(run_id))  # refreshed by the catalog
+            return self.catalog.get(safe_run_id(run_id))  # refreshed by the catalog
         except KeyError:
             raise NotFound(f"run {run_id!r}") from None
 
+    @staticmethod
     def get_view(index: RunIndex, line: int) -> EpisodeView:
         try:
             return index.episode(line)
         except KeyError:
             raise NotFound(f"line {line} of run {index.summary.run_id!r}") from None
 
-    def page(build: Callable[[Request], Response | str]) -> Callable[[Request], Response]:
+    def page(self, build: Callable[[Request], Response | str]) -> Callable[[Request], Response]:
+        """An endpoint answering ``build(request)`` (HTML or a response) under the lock; the error
+        pages for a missing run or line (404), a bad query value (400), an unreadable run file (200,
+        an error box) and a bug (500, the traceback on stderr)."""
+        pages, links = self.pages, self.links
+
         def endpoint(request: Request) -> Response:
             try:
-                with lock:
+                with self.lock:
                     out = build(request)
                 return out if isinstance(out, Response) else HTMLResponse(out)
             except NotFound as e:
@@ -1061,19 +844,19 @@ def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequ
 
         return endpoint
 
-    def runs_page(request: Request) -> str:
-        return pages.runs(links, catalog.runs())
+    def runs_page(self, request: Request) -> str:
+        return self.pages.runs(self.links, self.catalog.runs())
 
-    def episodes_page(request: Request) -> str:
-        index = get_index(request.path_params["run_id"])
-        return pages.episodes(links, index, episode_query(request.query_params, index.facets()))
+    def episodes_page(self, request: Request) -> str:
+        index = self.get_index(request.path_params["run_id"])
+        return self.pages.episodes(self.links, index, episode_query(request.query_params, index.facets()))
 
-    def episode_page(request: Request) -> str:
-        index = get_index(request.path_params["run_id"])
-        return pages.episode(links, index.summary, get_view(index, request.path_params["line"]))
+    def episode_page(self, request: Request) -> str:
+        index = self.get_index(request.path_params["run_id"])
+        return self.pages.episode(self.links, index.summary, self.get_view(index, request.path_params["line"]))
 
-    def raw_page(request: Request) -> Response:
-        index = get_index(request.path_params["run_id"])
+    def raw_page(self, request: Request) -> Response:
+        index = self.get_index(request.path_params["run_id"])
         line = request.path_params["line"]
         try:
             data = index.raw(line)
@@ -1082,13 +865,13 @@ def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequ
         # the stored bytes as text; never rendered as HTML (text/plain, nosniff)
         return PlainTextResponse(data.decode("utf-8", errors="replace"))
 
-    def content_page(request: Request) -> Response:
-        index = get_index(request.path_params["run_id"])
-        view = get_view(index, request.path_params["line"])
+    def content_page(self, request: Request) -> Response:
+        index = self.get_index(request.path_params["run_id"])
+        view = self.get_view(index, request.path_params["line"])
         params = request.query_params
-        s = _param_int(params, "stage", 0, 1, 2)
-        t = _param_int(params, "turn", 0, 0)
-        c = _param_int(params, "call", 0, 0)
+        s = param_int(params, "stage", 0, 1, 2)
+        t = param_int(params, "turn", 0, 0)
+        c = param_int(params, "call", 0, 0)
         for stage in view.stages:
             if stage.stage == s:
                 for turn in stage.turns:
@@ -1096,9 +879,9 @@ def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequ
                         return PlainTextResponse(turn.calls[c].content)
         raise NotFound(f"tool call stage={s} turn={t} call={c} in line {view.row.line}")
 
-    def compare_page(request: Request) -> str:
+    def compare_page(self, request: Request) -> str:
         params = request.query_params
-        summaries = catalog.runs()
+        summaries = self.catalog.runs()
         a, b = params.get("a") or None, params.get("b") or None
         ids = [s.run_id for s in summaries]
         for name, value in (("a", a), ("b", b)):
@@ -1106,32 +889,32 @@ def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequ
                 raise BadParam(name, value, ", ".join(ids))
         result, problem = None, None
         if a and b:
-            ia, ib = get_index(a), get_index(b)
+            ia, ib = self.get_index(a), self.get_index(b)
             try:
                 result = compare(ia, ib)
             except ValueError as e:
                 problem = str(e)
-        return pages.compare(links, summaries, a, b, result, problem)
+        return self.pages.compare(self.links, summaries, a, b, result, problem)
 
-    def compare_episode_page(request: Request) -> str:
+    def compare_episode_page(self, request: Request) -> str:
         params = request.query_params
         sides = []
         for run_key, line_key in (("a", "la"), ("b", "lb")):
             run_id = params.get(run_key)
             if not run_id:
                 raise BadParam(run_key, "", "a run id from the runs page")
-            line = _param_int(params, line_key, 0, 1)
+            line = param_int(params, line_key, 0, 1)
             if not line:
                 raise BadParam(line_key, "", "a line number >= 1")
-            index = get_index(run_id)
-            sides.append((index.summary, get_view(index, line)))
-        return pages.compare_episode(links, sides)
+            index = self.get_index(run_id)
+            sides.append((index.summary, self.get_view(index, line)))
+        return self.pages.compare_episode(self.links, sides)
 
-    def rows_api(request: Request) -> Response:
+    def rows_api(self, request: Request) -> Response:
         try:
-            with lock:
-                index = get_index(request.path_params["run_id"])
-                after = _param_int(request.query_params, "after", 0, 0)
+            with self.lock:
+                index = self.get_index(request.path_params["run_id"])
+                after = param_int(request.query_params, "after", 0, 0)
                 rows = index.rows_after(after)
                 summary = index.summary
                 unclassified = index.unclassified
@@ -1153,33 +936,57 @@ def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequ
         }
         return JSONResponse(body)
 
-    def runs_api(request: Request) -> Response:
-        with lock:
-            summaries = catalog.runs()
+    def runs_api(self, request: Request) -> Response:
+        with self.lock:
+            summaries = self.catalog.runs()
         return JSONResponse({"live": any(s.live for s in summaries), "runs": [jsonable(s) for s in summaries]})
 
+    @staticmethod
     def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    def not_found(request: Request, exc: Exception) -> Response:
-        return HTMLResponse(pages.error(links, 404, "Not found", f"There is no page {request.url.path!r}."), 404)
+    def not_found(self, request: Request, exc: Exception) -> Response:
+        html = self.pages.error(self.links, 404, "Not found", f"There is no page {request.url.path!r}.")
+        return HTMLResponse(html, 404)
 
-    get = ["GET", "HEAD"]
-    routes = [
-        Route("/", page(runs_page), methods=get),
-        Route("/healthz", healthz, methods=get),
-        Route("/compare", page(compare_page), methods=get),
-        Route("/compare/episode", page(compare_episode_page), methods=get),
-        Route("/api/runs", runs_api, methods=get),
-        Route("/api/runs/{run_id:path}/rows", rows_api, methods=get),
-        Route("/runs/{run_id:path}/episodes/{line:int}/raw", page(raw_page), methods=get),
-        Route("/runs/{run_id:path}/episodes/{line:int}/content", page(content_page), methods=get),
-        Route("/runs/{run_id:path}/episodes/{line:int}", page(episode_page), methods=get),
-        Route("/runs/{run_id:path}/episodes", page(episodes_page), methods=get),
-        Mount("/static", app=StaticFiles(directory=str(STATIC_DIR), follow_symlink=False), name="static"),
-    ]
-    app = Starlette(routes=routes, exception_handlers={404: not_found})
+    def routes(self) -> list[Any]:
+        get = ["GET", "HEAD"]
+        page = self.page
+        return [
+            Route("/", page(self.runs_page), methods=get),
+            Route("/healthz", self.healthz, methods=get),
+            Route("/compare", page(self.compare_page), methods=get),
+            Route("/compare/episode", page(self.compare_episode_page), methods=get),
+            Route("/api/runs", self.runs_api, methods=get),
+            Route("/api/runs/{run_id:path}/rows", self.rows_api, methods=get),
+            Route("/runs/{run_id:path}/episodes/{line:int}/raw", page(self.raw_page), methods=get),
+            Route("/runs/{run_id:path}/episodes/{line:int}/content", page(self.content_page), methods=get),
+            Route("/runs/{run_id:path}/episodes/{line:int}", page(self.episode_page), methods=get),
+            Route("/runs/{run_id:path}/episodes", page(self.episodes_page), methods=get),
+            Mount("/static", app=StaticFiles(directory=str(STATIC_DIR), follow_symlink=False), name="static"),
+        ]
+
+
+def create_app(catalog: RunCatalog, *, export: bool = False, allowed_hosts: Sequence[str] | None = None) -> Starlette:
+    """The viewer's Starlette app over ``catalog`` (routes: see the module docstring).
+
+    ``export``: render the pages with the static bundle's links (:class:`BundleLinks`, relative
+    file names) instead of the server's, to see what ``shopcomp view --export`` writes; the routes
+    are the same. ``allowed_hosts``: the ``Host`` header names answered (Starlette's
+    ``TrustedHostMiddleware``: exact names, ``*.example.com`` or ``"*"`` for any; an IPv6 address
+    in brackets); any other Host gets a plain-text 400 "Invalid host header" (against DNS
+    rebinding). Default :data:`LOCAL_HOST_NAMES`; see :func:`allowed_hosts_for`. The store is used
+    under one lock (requests are served by a thread pool; a :class:`RunIndex` refreshes in place)."""
+    pages = Pages()
+    site = _Site(catalog, pages, BundleLinks() if export else ServerLinks())
+
+    def refusal(method: str) -> str:
+        return pages.error(
+            ServerLinks(), 405, "Method not allowed", f"{method} is not allowed: this viewer is read-only."
+        )
+
+    app = Starlette(routes=site.routes(), exception_handlers={404: site.not_found})
     hosts = list(LOCAL_HOST_NAMES if allowed_hosts is None else allowed_hosts)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
-    app.add_middleware(_Guard, pages=pages)  # added last: outermost, so the 400 carries the headers too
+    app.add_middleware(ReadOnlyGuard, refusal=refusal)  # added last: outermost, so the 400 carries the headers too
     return app

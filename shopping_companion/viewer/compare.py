@@ -1,7 +1,7 @@
 """Comparing two runs episode by episode: success transitions and paired bootstrap CIs.
 
 Episodes are paired by ``(task_id, trial, strategy)`` over the final, scored episodes of each run
-(:meth:`~shopping_companion.viewer.store.RunIndex.final_rows`). For every metric the mean of the
+(:meth:`~shopping_companion.viewer.index.RunIndex.final_rows`). For every metric the mean of the
 per-pair difference ``b - a`` gets a 95% confidence interval from :func:`scipy.stats.bootstrap`
 (BCa; the percentile method when BCa cannot be computed, e.g. almost constant differences;
 ``[delta, delta]`` when every difference is equal or there is a single pair), with a seeded
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from shopping_companion.viewer.labels import HELP, MEAN_HELP, component_help, stage_total_help
 
 if TYPE_CHECKING:
-    from shopping_companion.viewer.store import EpisodeRow, RunIndex, RunSummary
+    from shopping_companion.viewer.index import RunIndex
+    from shopping_companion.viewer.models import EpisodeRow, RunSummary
 
 __all__ = [
     "COMPARED_METRICS",

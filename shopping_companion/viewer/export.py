@@ -27,8 +27,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.viewer.app import STATIC_DIR, BundleLinks, Pages, jsonable, row_json
-from shopping_companion.viewer.store import MAX_LIMIT, EpisodeRow, RunCatalog, RunIndex
+from shopping_companion.viewer.app import STATIC_DIR, Pages, jsonable, row_json
+from shopping_companion.viewer.discovery import RunCatalog
+from shopping_companion.viewer.index import RunIndex
+from shopping_companion.viewer.links import BundleLinks
+from shopping_companion.viewer.models import MAX_LIMIT, EpisodeRow
 
 __all__ = ["MARKER", "ExportReport", "export_run"]
 

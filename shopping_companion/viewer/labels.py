@@ -5,7 +5,7 @@ identification), R2 = R_z of stage 2 (Eq. 7, the recommendation). A stage's **to
 rubric's weighted sum of its members; ``R_z + R_tool + R_fmt`` under the paper's rubric) is
 "S1 total" / "S2 total", never R1 / R2. Every page (runs, episodes, episode, compare, side by
 side) and the static export take their labels from here, and the attributes of
-:class:`~shopping_companion.viewer.store.EpisodeRow` carry the same names (``r1`` / ``r2``: the
+:class:`~shopping_companion.viewer.models.EpisodeRow` carry the same names (``r1`` / ``r2``: the
 outcome rewards; ``stage1_total`` / ``stage2_total``: the stage totals).
 """
 

@@ -36,8 +36,9 @@ from shopping_companion.types import (
     Trajectory,
     Verdict,
 )
-from shopping_companion.viewer.app import Pages, ServerLinks, create_app
+from shopping_companion.viewer.app import Pages, create_app
 from shopping_companion.viewer.export import MARKER, export_run
+from shopping_companion.viewer.links import ServerLinks
 from shopping_companion.viewer.store import RunCatalog
 
 XSS = "<script>alert(1)</script>"

@@ -16,17 +16,9 @@ from starlette.testclient import TestClient
 
 from shopping_companion.errors import ConfigError
 from shopping_companion.types import EpisodeResult
-from shopping_companion.viewer.app import (
-    LOCAL_HOST_NAMES,
-    TOO_DEEP,
-    Clipper,
-    _show,
-    allowed_hosts_for,
-    create_app,
-    result_items,
-    visible,
-)
+from shopping_companion.viewer.app import TOO_DEEP, Clipper, _show, create_app, result_items, visible
 from shopping_companion.viewer.export import MARKER, export_run
+from shopping_companion.viewer.web import LOCAL_HOST_NAMES, allowed_hosts_for
 from shopping_companion.viewer.store import RunCatalog
 from tests.unit.test_viewer_app import LOCAL, hostile_episode, local_client, make_task, write_run
 

@@ -17,7 +17,8 @@ from shopping_companion.benchmark.report import read_results
 from shopping_companion.envs.parsing import extract_rec_ids, format_flags, parse_action
 from shopping_companion.types import Task
 from shopping_companion.viewer.app import create_app
-from shopping_companion.viewer.store import RunCatalog, grpo_trajectory, observed_ids, split_dump_output
+from shopping_companion.viewer.store import RunCatalog
+from shopping_companion.viewer.verl_dumps import grpo_trajectory, observed_ids, split_dump_output
 from tests.fixtures.viewer.grpo_dump import dump_entry, tiny_tokenizer, write_dump
 
 

@@ -24,9 +24,10 @@ import pytest
 from shopping_companion.llm.local_transformers import default_policy_name
 from shopping_companion.types import EpisodeResult, RewardBreakdown
 from shopping_companion.viewer.app import component_groups, create_app, reward_rows
+from shopping_companion.viewer.benchmarks import declared_checkpoint, policy_step
 from shopping_companion.viewer.compare import COMPARED_METRICS, compare
 from shopping_companion.viewer.export import export_run
-from shopping_companion.viewer.store import RunCatalog, declared_checkpoint, policy_step
+from shopping_companion.viewer.store import RunCatalog
 from tests.unit.test_viewer_app import local_client
 from tests.unit.test_viewer_store import episode, index_of, line, make_run, make_task, stage2
 

@@ -628,15 +628,15 @@ def test_a_finished_run_is_not_live_unless_a_writer_holds_its_lock(tmp_path):
 
 
 def test_runs_are_cached_for_a_second_but_changed_files_show_at_once(tmp_path, monkeypatch):
-    import shopping_companion.viewer.store as store_mod
+    import shopping_companion.viewer.discovery as discovery
 
     root = tmp_path / "runs"
     make_run(root / "group", "one", [line(episode("t1"))], [make_task("t1")])
     cat = RunCatalog([root], background_taxonomy=False)
-    monkeypatch.setattr(store_mod, "RUNS_CACHE_S", 3600.0)  # a loaded machine must not outlast the cache time
+    monkeypatch.setattr(discovery, "RUNS_CACHE_S", 3600.0)  # a loaded machine must not outlast the cache time
     walks = []
-    real = store_mod._discover
-    monkeypatch.setattr(store_mod, "_discover", lambda t: walks.append(t) or real(t))
+    real = discovery._discover
+    monkeypatch.setattr(discovery, "_discover", lambda t: walks.append(t) or real(t))
     first = cat.runs()
     assert [s.run_id for s in first] == ["group/one"] and len(walks) == 1
     assert [s.run_id for s in cat.runs()] == ["group/one"] and len(walks) == 1  # cached: no walk
@@ -644,5 +644,5 @@ def test_runs_are_cached_for_a_second_but_changed_files_show_at_once(tmp_path, m
         fh.write(line(episode("t2")))
     assert cat.runs()[0].n_lines == 2 and len(walks) == 2
     make_run(root / "group", "two", [line(episode("t1"))])  # nested below the target: within the cache time
-    monkeypatch.setattr(store_mod, "RUNS_CACHE_S", 0.0)  # the cache time is over
+    monkeypatch.setattr(discovery, "RUNS_CACHE_S", 0.0)  # the cache time is over
     assert {s.run_id for s in cat.runs()} == {"group/one", "group/two"} and len(walks) == 3
