@@ -79,6 +79,7 @@ from shopping_companion.judges.base import JudgeFailedError, no_answer_verdict
 from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
 from shopping_companion.llm.bounded import CallTimeout, call_within
 from shopping_companion.registry import JUDGES
+from shopping_companion.retry import Attempts, Backoff, default_deadline_s, is_retryable_status
 from shopping_companion.types import Preference, Product, Task, Trajectory, Verdict
 
 __all__ = [
@@ -92,8 +93,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 # --------------------------------------------------------------------------- reply schemas
 
@@ -222,6 +221,7 @@ def _schema_text(model: type[BaseModel], F: int | None = None, N: int | None = N
 
 
 # --------------------------------------------------------------------------- reply parsing
+
 
 _THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
@@ -598,14 +598,6 @@ def _bounded_call(fn: Callable[[], Any], seconds: float | None, what: str = "rep
         raise _AttemptTimeout(f"no {what} within {round(seconds or 0, 2):g}s") from None
 
 
-def default_deadline_s(timeout_s: float | None, max_retries: int) -> float:
-    """Total wall clock of one ask when none is given, in seconds: ``min(600, (max_retries + 1) *
-    timeout_s)`` but at least ``timeout_s`` (600 when ``timeout_s`` is None)."""
-    if timeout_s is None:
-        return 600.0
-    return max(float(timeout_s), min(600.0, (max_retries + 1) * float(timeout_s)))
-
-
 def ask_strict_json(
     call: Callable[[list[dict[str, str]]], str],
     messages: list[dict[str, str]],
@@ -644,12 +636,8 @@ def ask_strict_json(
             log.warning("%s: ignoring an invalid cached reply %s", name, key[:12])
     errors: list[str] = []
     convo = list(messages)
-    backoff_k = 0
-    deadline = None if deadline_s is None else time.monotonic() + deadline_s
-    for attempt in range(max_retries + 1):
-        if deadline is not None and time.monotonic() >= deadline:
-            errors.append(f"attempt {attempt + 1}: not made, the deadline of {deadline_s:g}s is reached")
-            break
+    attempts = Attempts(max_retries, Backoff(backoff_s, max_backoff_s), deadline_s)
+    for attempt in attempts:
         if attempt:
             bump("retries")
         try:
@@ -659,16 +647,12 @@ def ask_strict_json(
             errors.append(
                 f"attempt {attempt + 1}: {'timeout' if isinstance(e, _AttemptTimeout) else 'backend error'}: {e}"
             )
-            if status is not None and status not in _RETRYABLE_STATUS and status < 500:
+            if status is not None and not is_retryable_status(status):
                 break  # cannot succeed on retry (bad request, bad key, unknown model)
-            if attempt < max_retries:
-                delay = min(backoff_s * 2**backoff_k, max_backoff_s)
-                backoff_k += 1
-                if deadline is not None and time.monotonic() + delay >= deadline:
-                    errors.append(f"no retry: a {delay:g}s backoff would pass the deadline of {deadline_s:g}s")
-                    break
-                if delay > 0:
-                    time.sleep(delay)
+            if not attempts.backoff():
+                if attempts.stop == "backoff":
+                    errors.append(f"no retry: a {attempts.delay:g}s backoff would pass the deadline of {deadline_s:g}s")
+                break
             continue
         try:
             out = validate(parse_json_reply(text))
@@ -685,6 +669,8 @@ def ask_strict_json(
             continue
         cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
         return out, errors
+    if attempts.stop == "deadline":
+        errors.append(f"attempt {attempts.made + 1}: not made, the deadline of {deadline_s:g}s is reached")
     return None, errors
 
 
