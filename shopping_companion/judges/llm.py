@@ -63,7 +63,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import sqlite3
 import threading
 import time
@@ -78,6 +77,7 @@ from shopping_companion.errors import ConfigError
 from shopping_companion.judges.base import JudgeFailedError, no_answer_verdict
 from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
 from shopping_companion.llm.bounded import CallTimeout, call_within
+from shopping_companion.llm.replies import extract_json
 from shopping_companion.registry import JUDGES
 from shopping_companion.retry import Attempts, Backoff, default_deadline_s, is_retryable_status
 from shopping_companion.types import Preference, Product, Task, Trajectory, Verdict
@@ -223,66 +223,12 @@ def _schema_text(model: type[BaseModel], F: int | None = None, N: int | None = N
 # --------------------------------------------------------------------------- reply parsing
 
 
-_THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
-_FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
-
-
 def parse_json_reply(text: str) -> dict[str, Any]:
-    """The JSON object a judge replied with.
-
-    Reasoning in ``<think>…</think>`` (or everything up to a lone ``</think>``) is removed. Then, in
-    this order: the whole remaining text (or one enclosing Markdown code fence) as one JSON value,
-    which must be an object; else the last Markdown code block (```` ```json ```` or a bare fence)
-    anywhere in the reply whose content is one JSON object; else a bare JSON object in the prose
-    (``json.JSONDecoder.raw_decode`` tried at each ``{``, skipping over every decoded object, so an
-    object nested in another is never taken on its own), the last top-level one when there are
-    several (a preamble comes before the grading). Raises ``ValueError`` describing the problem
-    when the reply holds no JSON object.
+    """The JSON object a judge replied with: the last one when there are several (a preamble comes
+    before the grading), by the rule of :func:`~shopping_companion.llm.replies.extract_json`.
+    Raises ``ValueError`` describing the problem when the reply holds no JSON object.
     """
-    s = _THINK_RE.sub("", text or "")
-    if "</think>" in s:
-        s = s.rsplit("</think>", 1)[1]
-    s = s.strip()
-    m = _FENCE_RE.match(s)
-    if m:
-        s = m.group(1).strip()
-    if not s:
-        raise ValueError("the reply is empty; expected one JSON object")
-    try:
-        obj = json.loads(s)
-    except json.JSONDecodeError as e:
-        first_err = f"{e.msg} at character {e.pos}"
-    except (ValueError, RecursionError) as e:
-        first_err = str(e) or type(e).__name__
-    else:
-        if not isinstance(obj, dict):
-            raise ValueError(f"the reply is JSON {type(obj).__name__}, expected an object")
-        return obj
-    decoder = json.JSONDecoder()
-    fenced: dict[str, Any] | None = None
-    for fm in re.finditer(r"```[a-zA-Z]*[ \t]*\n?(.*?)```", s, re.S):
-        try:
-            cand = json.loads(fm.group(1).strip())
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(cand, dict):
-            fenced = cand  # the last fenced object wins
-    if fenced is not None:
-        return fenced
-    found: dict[str, Any] | None = None
-    i = s.find("{")
-    while i != -1:
-        try:
-            cand, end = decoder.raw_decode(s, i)
-        except (ValueError, RecursionError):
-            i = s.find("{", i + 1)
-            continue
-        if isinstance(cand, dict):
-            found = cand
-        i = s.find("{", end)
-    if found is not None:
-        return found
-    raise ValueError(f"the reply holds no JSON object ({first_err}); expected one JSON object and nothing else")
+    return extract_json(text, which="last")
 
 
 def _validation_message(err: ValidationError) -> str:
