@@ -74,9 +74,8 @@ def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str 
     or the results file holds no episode of the benchmark's tasks."""
     from shopping_companion.benchmark.report import read_results
     from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.benchmark.synthesis.build import file_sha256
     from shopping_companion.benchmark.synthesis.stats import write_stats
-    from shopping_companion.runs import write_lines_atomic
+    from shopping_companion.runs import file_sha256, write_lines_atomic
 
     d = Path(bench_dir)
     bench = load_benchmark(d)

@@ -69,7 +69,6 @@ from shopping_companion.benchmark.synthesis.build import (
     SynthOutput,
     Synthesizer,
     CheckFailed,
-    file_sha256,
     verified_task,
     write_benchmark,
 )
@@ -95,6 +94,7 @@ from shopping_companion.benchmark.task_schema import TaskInput
 from shopping_companion.config import validation_message
 from shopping_companion.errors import DataError
 from shopping_companion.judges.matching import default_matcher, default_reader
+from shopping_companion.runs import file_sha256
 from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, SessionRef, Task, Turn, Voucher
 
 __all__ = [

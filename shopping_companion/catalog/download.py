@@ -40,6 +40,7 @@ from typing import Iterator, Literal
 
 from shopping_companion.paths import cache_dir
 from shopping_companion.retry import Attempts, Backoff
+from shopping_companion.runs import file_sha256  # re-exported (public name of this module)
 from shopping_companion.errors import DownloadError  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -109,15 +110,6 @@ def amazon2023_url(kind: Kind, category: str, endpoint: str | None = None, revis
     base = (endpoint or hf_endpoint()).rstrip("/")
     rev = revision or os.environ.get(ENV_REVISION) or "main"
     return f"{base}/datasets/{HF_REPO}/resolve/{rev}/{amazon2023_repo_path(kind, category)}"
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _sidecar(path: Path) -> Path:

@@ -79,6 +79,7 @@ from shopping_companion.benchmark.synthesis.verify import (
 )
 from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.phases import phase
+from shopping_companion.runs import file_sha256
 from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, Task, Verification, Voucher
 
 __all__ = [
@@ -981,17 +982,6 @@ def _atomic_write_lines(path: Path, lines: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes (what ``manifest.json`` records and ``load_benchmark`` checks)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_benchmark(out: SynthOutput, directory: str | Path) -> Path:
