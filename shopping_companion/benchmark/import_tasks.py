@@ -69,7 +69,8 @@ from shopping_companion.benchmark.synthesis.build import (
     SynthOutput,
     Synthesizer,
     CheckFailed,
-    file_sha256,
+    stats_summary,
+    task_counts,
     verified_task,
     write_benchmark,
 )
@@ -95,6 +96,7 @@ from shopping_companion.benchmark.task_schema import TaskInput
 from shopping_companion.config import validation_message
 from shopping_companion.errors import DataError
 from shopping_companion.judges.matching import default_matcher, default_reader
+from shopping_companion.runs import file_sha256
 from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, SessionRef, Task, Turn, Voucher
 
 __all__ = [
@@ -959,17 +961,7 @@ def import_tasks(
         "config": config,
         "sources": sources or {},
         "inputs": {"catalog_products": len(products), "pool": imp.checks.pool.describe()},
-        "counts": {
-            "tasks": len(tasks),
-            "single": sum(t.task_type == "single" for t in tasks),
-            "addon": sum(t.task_type == "addon" for t in tasks),
-            "train": sum(t.split == "train" for t in tasks),
-            "test": sum(t.split == "test" for t in tasks),
-            "sessions": len(sessions),
-            "needle_sessions": sum(len(t.needle_session_ids) for t in tasks),
-            "preferences_mean": round(sum(len(t.preferences) for t in tasks) / len(tasks), 3),
-            "requested": len(reports),
-        },
+        "counts": task_counts(tasks, len(sessions), len(reports)),
         "verification": {
             "lines": len(reports),
             "passed": len(tasks),
@@ -978,13 +970,7 @@ def import_tasks(
             "checks_recorded": ["resolvable", "searchable", "conflict_free", "gold_accepted", "n_alternatives"],
             "searchable_checked": imp.checks.searcher is not None,
         },
-        "stats_summary": {
-            "attributes_per_task": {k: v.get("mean") for k, v in st["attributes_per_task"].items()},
-            "sessions_per_user": st["history"]["sessions_per_user"].get("mean"),
-            "tokens_per_user": st["history"]["tokens_per_user"].get("mean"),
-            "needle_top1_bm25": st["needle_top1"]["bm25"]["all"]["share"],
-            "needle_top1_minilm": st["needle_top1"]["minilm"]["all"]["share"],
-        },
+        "stats_summary": stats_summary(st),
     }
     synth_out = SynthOutput(
         tasks=tasks,

@@ -31,7 +31,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 from shopping_companion.paths import cache_dir
+from shopping_companion.retry import Attempts, Backoff
+from shopping_companion.runs import file_sha256  # re-exported (public name of this module)
 from shopping_companion.errors import DownloadError  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ Kind = Literal["meta", "reviews"]
 _CATEGORY = re.compile(r"[A-Za-z0-9_]+")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 16
+#: Waits between download attempts: 2, 4, 8, then 10 s.
+_BACKOFF = Backoff(2.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -107,15 +110,6 @@ def amazon2023_url(kind: Kind, category: str, endpoint: str | None = None, revis
     base = (endpoint or hf_endpoint()).rstrip("/")
     rev = revision or os.environ.get(ENV_REVISION) or "main"
     return f"{base}/datasets/{HF_REPO}/resolve/{rev}/{amazon2023_repo_path(kind, category)}"
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _sidecar(path: Path) -> Path:
@@ -198,19 +192,19 @@ def download_file(
             return DownloadResult(path, cached, path.stat().st_size, False, "known" if want else "sidecar")
         if path.exists():
             log.warning("cached %s is missing its checksum or damaged; downloading it again", path)
-        attempt = 0
-        while True:
+        attempts = Attempts(retries, _BACKOFF)  # no deadline: every attempt is made
+        for _ in attempts:
             try:
                 return _download_once(url, path, want, progress, timeout)
             except _Transient as e:
-                attempt += 1
-                if attempt > retries:
-                    raise DownloadError(
-                        f"cannot download {url}: {e.reason}. No network? Run with a local data directory "
-                        f"(--data-dir or $SHOPCOMP_DATA_DIR), or set ${ENV_ENDPOINT} to a reachable mirror "
-                        "of the Hugging Face hub."
-                    ) from e.__cause__
-                time.sleep(min(2.0**attempt, 10.0))
+                failed = e
+                if not attempts.backoff():
+                    break
+        raise DownloadError(
+            f"cannot download {url}: {failed.reason}. No network? Run with a local data directory "
+            f"(--data-dir or $SHOPCOMP_DATA_DIR), or set ${ENV_ENDPOINT} to a reachable mirror "
+            "of the Hugging Face hub."
+        ) from failed.__cause__
 
 
 class _Transient(Exception):

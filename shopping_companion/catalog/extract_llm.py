@@ -237,7 +237,7 @@ class LLMExtractor:
     def ask(self, product: Product) -> Any:
         """The model's ``attributes`` list for ``product`` (cached), or None when the answer is
         not a JSON object with such a list (counted as ``invalid_json``)."""
-        from shopping_companion.benchmark.synthesis.llm_generator import extract_json
+        from shopping_companion.llm.replies import extract_json
         from shopping_companion.llm.base import Sampling
 
         fields = product_text(product)
@@ -256,7 +256,7 @@ class LLMExtractor:
             self.stats["cache_hits"] += 1
             cache = False
         try:
-            obj = extract_json(text)
+            obj = extract_json(text, which="first")
         except ValueError:
             self.stats["invalid_json"] += 1
             return None

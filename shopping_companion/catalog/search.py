@@ -57,12 +57,9 @@ from shopping_companion.catalog.index import (
 from shopping_companion.catalog.jvm import JNI_LOCK, check_not_forked, ensure_jvm, forked_from_jvm, private_class
 from shopping_companion.errors import ProductIndexError, ToolInputError, check_tool_text
 from shopping_companion.resources import Closeable
+from shopping_companion.tool_args import MAX_QUERY_CHARS, MAX_VIEW_IDS, check_id_list, check_top_k
 from shopping_companion.types import Product
 
-#: Limits of the tool arguments.
-MAX_QUERY_CHARS = 2000
-MAX_TOP_K = 50
-MAX_VIEW_IDS = 20
 
 _LONG_MAX = 2**63 - 1
 _OFFSETS = struct.Struct("<2q")  # start and end of one hits.jsonl line
@@ -86,17 +83,6 @@ def _check_query(query: Any) -> str:
     if len(query) > MAX_QUERY_CHARS:
         raise ToolInputError("query", f"is {len(query)} characters long; at most {MAX_QUERY_CHARS} are allowed")
     return check_tool_text("query", query)
-
-
-def _check_top_k(top_k: Any) -> int:
-    ok = isinstance(top_k, int) and not isinstance(top_k, bool)
-    if not ok and isinstance(top_k, float) and top_k.is_integer():
-        top_k, ok = int(top_k), True
-    if not ok:
-        raise ToolInputError("top_k", f"must be an integer in 1..{MAX_TOP_K}, got {top_k!r}")
-    if not 1 <= top_k <= MAX_TOP_K:
-        raise ToolInputError("top_k", f"must be in 1..{MAX_TOP_K}, got {top_k}")
-    return int(top_k)
 
 
 def _check_price(field: str, value: Any) -> float | None:
@@ -125,12 +111,7 @@ def _check_shop(shop_id: Any) -> str | None:
 
 
 def _check_ids(product_ids: Any) -> list[str]:
-    if isinstance(product_ids, str) or not isinstance(product_ids, (list, tuple)):
-        raise ToolInputError(
-            "product_ids", f"must be a list of 1..{MAX_VIEW_IDS} product id strings, got {type(product_ids).__name__}"
-        )
-    if not 1 <= len(product_ids) <= MAX_VIEW_IDS:
-        raise ToolInputError("product_ids", f"must hold 1..{MAX_VIEW_IDS} ids, got {len(product_ids)}")
+    product_ids = check_id_list("product_ids", product_ids, MAX_VIEW_IDS, "product")
     bad = [x for x in product_ids if not isinstance(x, str) or not x.strip()]
     if bad:
         raise ToolInputError("product_ids", f"every id must be a non-empty string, got {bad[0]!r}")
@@ -295,7 +276,7 @@ class ProductSearch(Closeable):
             raise ToolInputError(
                 "min_price", f"must be <= max_price (got min_price={min_price}, max_price={max_price})"
             )
-        k = _check_top_k(top_k)
+        k = check_top_k(top_k, integral_float=True)
         self._check_open()
 
         with JNI_LOCK:  # short JNI glue on shared wrapper classes

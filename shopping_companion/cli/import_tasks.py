@@ -92,7 +92,7 @@ def import_tasks_cmd(
     directory that eval, sft collect and grpo prepare read. Exit 2 when a line is invalid (nothing
     written unless --skip-invalid)."""
     from shopping_companion.benchmark.import_tasks import ImportSettings, import_tasks, load_session_file
-    from shopping_companion.benchmark.synthesis.build import file_sha256
+    from shopping_companion.runs import file_sha256
     from shopping_companion.paths import cache_dir
     from shopping_companion.pipeline import DataSources, load_catalog, load_pool, open_product_search, resolve_sources
 

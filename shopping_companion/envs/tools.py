@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shopping_companion.errors import CircuitOpenError, ToolInputError, ToolServiceError
+from shopping_companion.tool_args import MAX_QUERIES, MAX_SESSION_IDS, MAX_TOP_K, MAX_VIEW_IDS
 from shopping_companion.types import Product, Session, ToolCall, ToolResult
 
 _log = logging.getLogger(__name__)
@@ -91,9 +92,11 @@ class MemSearchArgs(_Args):
     """Search the user's past conversations; returns the best-matching turns."""
 
     queries: list[str] = Field(
-        min_length=1, max_length=10, description="1-10 natural-language queries about what the user said before."
+        min_length=1,
+        max_length=MAX_QUERIES,
+        description=f"1-{MAX_QUERIES} natural-language queries about what the user said before.",
     )
-    top_k: int = Field(default=10, ge=1, le=50, description="Number of turns to return (1-50).")
+    top_k: int = Field(default=10, ge=1, le=MAX_TOP_K, description=f"Number of turns to return (1-{MAX_TOP_K}).")
 
     @field_validator("queries", mode="before")
     @classmethod
@@ -104,7 +107,9 @@ class MemSearchArgs(_Args):
 class MemViewArgs(_Args):
     """Read whole past sessions by id (ids come from mem_search results)."""
 
-    session_ids: list[str] = Field(min_length=1, max_length=10, description="1-10 session ids.")
+    session_ids: list[str] = Field(
+        min_length=1, max_length=MAX_SESSION_IDS, description=f"1-{MAX_SESSION_IDS} session ids."
+    )
 
 
 class ProductSearchArgs(_Args):
@@ -114,17 +119,13 @@ class ProductSearchArgs(_Args):
     shop_id: str | None = Field(default=None, description="Only products of this shop.")
     min_price: float | None = Field(default=None, ge=0, description="Lowest price, inclusive.")
     max_price: float | None = Field(default=None, ge=0, description="Highest price, inclusive.")
-    top_k: int = Field(default=10, ge=1, le=50, description="Number of products (1-50).")
-
-
-#: Most ids one ``product_view`` call may name.
-MAX_VIEW_IDS = 20
+    top_k: int = Field(default=10, ge=1, le=MAX_TOP_K, description=f"Number of products (1-{MAX_TOP_K}).")
 
 
 class ProductViewArgs(_Args):
     """Full product records: description, attributes, options, shop."""
 
-    product_ids: list[str] = Field(min_length=1, max_length=MAX_VIEW_IDS, description="1-20 product ids.")
+    product_ids: list[str] = Field(min_length=1, max_length=MAX_VIEW_IDS, description=f"1-{MAX_VIEW_IDS} product ids.")
 
 
 ARG_MODELS: dict[str, type[_Args]] = {

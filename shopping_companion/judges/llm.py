@@ -63,7 +63,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import sqlite3
 import threading
 import time
@@ -78,7 +77,9 @@ from shopping_companion.errors import ConfigError
 from shopping_companion.judges.base import JudgeFailedError, no_answer_verdict
 from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
 from shopping_companion.llm.bounded import CallTimeout, call_within
+from shopping_companion.llm.replies import extract_json
 from shopping_companion.registry import JUDGES
+from shopping_companion.retry import Attempts, Backoff, default_deadline_s, is_retryable_status
 from shopping_companion.types import Preference, Product, Task, Trajectory, Verdict
 
 __all__ = [
@@ -92,8 +93,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 # --------------------------------------------------------------------------- reply schemas
 
@@ -223,66 +222,13 @@ def _schema_text(model: type[BaseModel], F: int | None = None, N: int | None = N
 
 # --------------------------------------------------------------------------- reply parsing
 
-_THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
-_FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
-
 
 def parse_json_reply(text: str) -> dict[str, Any]:
-    """The JSON object a judge replied with.
-
-    Reasoning in ``<think>…</think>`` (or everything up to a lone ``</think>``) is removed. Then, in
-    this order: the whole remaining text (or one enclosing Markdown code fence) as one JSON value,
-    which must be an object; else the last Markdown code block (```` ```json ```` or a bare fence)
-    anywhere in the reply whose content is one JSON object; else a bare JSON object in the prose
-    (``json.JSONDecoder.raw_decode`` tried at each ``{``, skipping over every decoded object, so an
-    object nested in another is never taken on its own), the last top-level one when there are
-    several (a preamble comes before the grading). Raises ``ValueError`` describing the problem
-    when the reply holds no JSON object.
+    """The JSON object a judge replied with: the last one when there are several (a preamble comes
+    before the grading), by the rule of :func:`~shopping_companion.llm.replies.extract_json`.
+    Raises ``ValueError`` describing the problem when the reply holds no JSON object.
     """
-    s = _THINK_RE.sub("", text or "")
-    if "</think>" in s:
-        s = s.rsplit("</think>", 1)[1]
-    s = s.strip()
-    m = _FENCE_RE.match(s)
-    if m:
-        s = m.group(1).strip()
-    if not s:
-        raise ValueError("the reply is empty; expected one JSON object")
-    try:
-        obj = json.loads(s)
-    except json.JSONDecodeError as e:
-        first_err = f"{e.msg} at character {e.pos}"
-    except (ValueError, RecursionError) as e:
-        first_err = str(e) or type(e).__name__
-    else:
-        if not isinstance(obj, dict):
-            raise ValueError(f"the reply is JSON {type(obj).__name__}, expected an object")
-        return obj
-    decoder = json.JSONDecoder()
-    fenced: dict[str, Any] | None = None
-    for fm in re.finditer(r"```[a-zA-Z]*[ \t]*\n?(.*?)```", s, re.S):
-        try:
-            cand = json.loads(fm.group(1).strip())
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(cand, dict):
-            fenced = cand  # the last fenced object wins
-    if fenced is not None:
-        return fenced
-    found: dict[str, Any] | None = None
-    i = s.find("{")
-    while i != -1:
-        try:
-            cand, end = decoder.raw_decode(s, i)
-        except (ValueError, RecursionError):
-            i = s.find("{", i + 1)
-            continue
-        if isinstance(cand, dict):
-            found = cand
-        i = s.find("{", end)
-    if found is not None:
-        return found
-    raise ValueError(f"the reply holds no JSON object ({first_err}); expected one JSON object and nothing else")
+    return extract_json(text, which="last")
 
 
 def _validation_message(err: ValidationError) -> str:
@@ -598,14 +544,6 @@ def _bounded_call(fn: Callable[[], Any], seconds: float | None, what: str = "rep
         raise _AttemptTimeout(f"no {what} within {round(seconds or 0, 2):g}s") from None
 
 
-def default_deadline_s(timeout_s: float | None, max_retries: int) -> float:
-    """Total wall clock of one ask when none is given, in seconds: ``min(600, (max_retries + 1) *
-    timeout_s)`` but at least ``timeout_s`` (600 when ``timeout_s`` is None)."""
-    if timeout_s is None:
-        return 600.0
-    return max(float(timeout_s), min(600.0, (max_retries + 1) * float(timeout_s)))
-
-
 def ask_strict_json(
     call: Callable[[list[dict[str, str]]], str],
     messages: list[dict[str, str]],
@@ -644,12 +582,8 @@ def ask_strict_json(
             log.warning("%s: ignoring an invalid cached reply %s", name, key[:12])
     errors: list[str] = []
     convo = list(messages)
-    backoff_k = 0
-    deadline = None if deadline_s is None else time.monotonic() + deadline_s
-    for attempt in range(max_retries + 1):
-        if deadline is not None and time.monotonic() >= deadline:
-            errors.append(f"attempt {attempt + 1}: not made, the deadline of {deadline_s:g}s is reached")
-            break
+    attempts = Attempts(max_retries, Backoff(backoff_s, max_backoff_s), deadline_s)
+    for attempt in attempts:
         if attempt:
             bump("retries")
         try:
@@ -659,16 +593,12 @@ def ask_strict_json(
             errors.append(
                 f"attempt {attempt + 1}: {'timeout' if isinstance(e, _AttemptTimeout) else 'backend error'}: {e}"
             )
-            if status is not None and status not in _RETRYABLE_STATUS and status < 500:
+            if status is not None and not is_retryable_status(status):
                 break  # cannot succeed on retry (bad request, bad key, unknown model)
-            if attempt < max_retries:
-                delay = min(backoff_s * 2**backoff_k, max_backoff_s)
-                backoff_k += 1
-                if deadline is not None and time.monotonic() + delay >= deadline:
-                    errors.append(f"no retry: a {delay:g}s backoff would pass the deadline of {deadline_s:g}s")
-                    break
-                if delay > 0:
-                    time.sleep(delay)
+            if not attempts.backoff():
+                if attempts.stop == "backoff":
+                    errors.append(f"no retry: a {attempts.delay:g}s backoff would pass the deadline of {deadline_s:g}s")
+                break
             continue
         try:
             out = validate(parse_json_reply(text))
@@ -685,6 +615,8 @@ def ask_strict_json(
             continue
         cache.put(key, json.dumps(out.model_dump(), ensure_ascii=False))
         return out, errors
+    if attempts.stop == "deadline":
+        errors.append(f"attempt {attempts.made + 1}: not made, the deadline of {deadline_s:g}s is reached")
     return None, errors
 
 

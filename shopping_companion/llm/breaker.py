@@ -12,7 +12,7 @@ retry budget for every call of the run. An open breaker stays open until :meth:`
 
 :func:`breaker_for` returns the shared breaker of an endpoint (one per ``(endpoint, threshold)``
 in the process); :func:`positive_seconds` is the one check every ``timeout_s`` / ``deadline_s``
-goes through.
+goes through, :func:`deadline_or_none` every optional ``scoring_deadline_s``.
 """
 
 from __future__ import annotations
@@ -54,6 +54,24 @@ def positive_seconds(field: str, value: Any, *, allow_none: bool = False) -> flo
     if seconds > MAX_SECONDS:
         raise ConfigError(f"{field}: must be at most {MAX_SECONDS:g} seconds (~11.6 days), got {value!r}")
     return seconds
+
+
+def deadline_or_none(value: Any, field: str | None = None, *, also: str = "") -> float | None:
+    """``value`` as a deadline in seconds: a finite number > 0 (a bool is not one), or None (no
+    deadline); the one check of every ``scoring_deadline_s``.
+
+    Raises:
+        ValueError: ``"<field>: must be <also>a finite number of seconds > 0, or null for no
+            deadline; got <value>"`` (no ``<field>:`` when ``field`` is None, as in a pydantic
+            validator, whose error names the field itself; ``also`` names other accepted values,
+            e.g. ``"'spec', "``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        where = f"{field}: " if field else ""
+        raise ValueError(f"{where}must be {also}a finite number of seconds > 0, or null for no deadline; got {value!r}")
+    return float(value)
 
 
 def positive_int(field: str, value: Any) -> int:
@@ -171,6 +189,7 @@ __all__ = [
     "ENV_BREAKER_THRESHOLD",
     "CircuitBreaker",
     "breaker_for",
+    "deadline_or_none",
     "positive_int",
     "positive_seconds",
     "reset_breakers",

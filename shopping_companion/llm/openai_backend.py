@@ -57,7 +57,6 @@ import json
 import logging
 import math
 import os
-import random
 import re
 import threading
 import time
@@ -87,6 +86,9 @@ from shopping_companion.llm.breaker import (
     positive_seconds,
 )
 from shopping_companion.resources import Closeable
+from shopping_companion.retry import Attempts, Backoff, default_deadline_s, is_retryable_status
+from shopping_companion.retry import RETRYABLE_4XX as RETRYABLE_STATUS
+from shopping_companion.retry import retry_after_s as _retry_after_header
 
 if TYPE_CHECKING:  # the openai package is imported lazily (it is slow to import)
     from openai import OpenAI
@@ -103,13 +105,9 @@ ENV_TIMEOUT_S = "SHOPCOMP_TIMEOUT_S"
 ENV_MAX_RETRIES = "SHOPCOMP_MAX_RETRIES"
 ENV_DEADLINE_S = "SHOPCOMP_DEADLINE_S"
 
-#: Cap of the default total deadline of one call, in seconds.
-DEFAULT_MAX_DEADLINE_S = 600.0
 #: Shortest key run (characters) scrubbed when a server echoes part of the key.
 MIN_SECRET_RUN = 8
 
-#: HTTP statuses worth retrying (request timeout, conflict/lock, rate limit, server errors).
-RETRYABLE_STATUS = frozenset({408, 409, 429})
 _MAX_ERROR_CHARS = 500
 _BEARER_RE = re.compile(r"(?i)(bearer\s+)[^\s'\",}]+")
 
@@ -222,10 +220,6 @@ def _on_response(response: Any) -> None:
         attempt.add(get("socket"))
 
 
-def _is_retryable_status(status: int) -> bool:
-    return status in RETRYABLE_STATUS or status >= 500
-
-
 def is_endpoint_url(url: str) -> bool:
     """Whether ``url`` can be an OpenAI-compatible endpoint's base URL: ``http://`` or
     ``https://`` with a host (the one rule behind :meth:`OpenAIBackend.ping` and the configs'
@@ -318,7 +312,7 @@ class OpenAIBackend(Closeable):
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         if deadline_s is None:
-            deadline_s = max(self.timeout_s, min(DEFAULT_MAX_DEADLINE_S, (self.max_retries + 1) * self.timeout_s))
+            deadline_s = default_deadline_s(self.timeout_s, self.max_retries)
         self.deadline_s = float(deadline_s)
         self.breaker_threshold = breaker_threshold
         self.extra_body: dict[str, Any] = dict(extra_body or {})
@@ -352,8 +346,7 @@ class OpenAIBackend(Closeable):
         )
         self.endpoint = self._scrub(_endpoint_of(str(self._client.base_url)))
         self._breaker = breaker if breaker is not None else breaker_for(self.endpoint, breaker_threshold)
-        self._rng = random.Random()
-        self._rng_lock = threading.Lock()
+        self._retry_backoff = Backoff(self.backoff_s, self.max_backoff_s, self.backoff_jitter)
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -454,20 +447,13 @@ class OpenAIBackend(Closeable):
 
         self._breaker.check()
         kwargs = self._request_kwargs(messages, tools, sampling or Sampling())
-        attempts = self.max_retries + 1
-        started = time.monotonic()
-        deadline = started + self.deadline_s
+        attempts = Attempts(self.max_retries, self._retry_backoff, self.deadline_s, sleep=self._breaker.sleep)
         last_error = "no attempt made"
         last_status: int | None = None
-        made = 0
-        for attempt in range(attempts):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            budget = min(self.timeout_s, remaining)
+        for attempt in attempts:
+            budget = attempts.budget(self.timeout_s)
             retry_after: float | None = None
             down = False  # a connection failure or timeout: counts towards the breaker
-            made += 1
             start = time.perf_counter()
             try:
                 text = self._bounded(
@@ -497,13 +483,13 @@ class OpenAIBackend(Closeable):
                 if is_context_length_error(exc.status_code, f"{detail} {self._body_text(exc)}"):
                     raise self._error(
                         f"{self.name}: prompt exceeds the model's context ({last_error}); not retried",
-                        made,
+                        attempts.made,
                         last_status,
                         ContextLengthError,
                     ) from None
-                if not _is_retryable_status(exc.status_code):
+                if not is_retryable_status(exc.status_code):
                     raise self._error(
-                        f"{self.name}: request rejected ({last_error}); not retried", made, last_status
+                        f"{self.name}: request rejected ({last_error}); not retried", attempts.made, last_status
                     ) from None
                 retry_after = _retry_after_s(exc)
             except _Unparseable as exc:
@@ -512,30 +498,29 @@ class OpenAIBackend(Closeable):
                 last_error = f"unparseable response: {self._scrub(str(exc))}"
             except openai.OpenAIError as exc:  # anything else from the client: not retryable
                 raise self._error(
-                    f"{self.name}: client error {type(exc).__name__}: {self._describe(exc)}", made, None
+                    f"{self.name}: client error {type(exc).__name__}: {self._describe(exc)}", attempts.made, None
                 ) from None
             if down:  # outside the except blocks: a CircuitOpenError carries no client exception
                 self._breaker.record_failure(last_error)
-            if attempt + 1 < attempts:
-                delay = self._backoff(attempt, retry_after)
-                left = deadline - time.monotonic()
-                if delay >= left:
-                    last_error += f"; no time left for a retry in {delay:.2f}s"
-                    break
-                log.warning(
-                    "%s: attempt %d/%d failed (%s); retrying in %.2fs",
-                    self.name,
-                    attempt + 1,
-                    attempts,
-                    last_error,
-                    delay,
-                )
-                self._breaker.sleep(delay)
-        elapsed = time.monotonic() - started
+            delay = attempts.next_delay(retry_after)
+            if delay is None:
+                if attempts.stop == "backoff":
+                    last_error += f"; no time left for a retry in {attempts.delay:.2f}s"
+                break
+            log.warning(
+                "%s: attempt %d/%d failed (%s); retrying in %.2fs",
+                self.name,
+                attempt + 1,
+                self.max_retries + 1,
+                last_error,
+                delay,
+            )
+            attempts.wait(delay)
+        elapsed = time.monotonic() - attempts.started
         raise self._error(
-            f"{self.name}: failed after {made} attempt(s) in {elapsed:.1f}s (timeout_s={self.timeout_s:g}, "
+            f"{self.name}: failed after {attempts.made} attempt(s) in {elapsed:.1f}s (timeout_s={self.timeout_s:g}, "
             f"deadline_s={self.deadline_s:g}); last error: {last_error}",
-            made,
+            attempts.made,
             last_status,
         )
 
@@ -640,16 +625,6 @@ class OpenAIBackend(Closeable):
             finish_reason=finish[:64] if isinstance(finish, str) else None,
         )
 
-    def _backoff(self, retry_index: int, retry_after: float | None) -> float:
-        delay = min(self.max_backoff_s, self.backoff_s * (2**retry_index))
-        if self.backoff_jitter:
-            with self._rng_lock:
-                delay *= 1 + self._rng.uniform(0, self.backoff_jitter)
-            delay = min(delay, self.max_backoff_s)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_backoff_s))
-        return delay
-
     def _scrub(self, text: str, limit: int | None = _MAX_ERROR_CHARS) -> str:
         """``text`` without the key, any run of >= 8 of its characters (an echoed prefix, suffix or
         middle part), or any bearer token; cut to ``limit`` characters (500; None: not cut)."""
@@ -753,18 +728,7 @@ def _retry_after_s(exc: Any) -> float | None:
     response = getattr(exc, "response", None)
     if response is None or getattr(exc, "status_code", None) not in (429, 503):
         return None
-    headers = response.headers
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / divisor
-        except ValueError:
-            continue
-        if seconds >= 0:
-            return seconds
-    return None
+    return _retry_after_header(response.headers)
 
 
 class OpenAIBackendConfig(BaseModel):

@@ -20,6 +20,14 @@ import numpy as np
 
 from shopping_companion.errors import ToolInputError, check_tool_text
 from shopping_companion.memory.embedder import DIM, Embedder, finish_f16
+from shopping_companion.tool_args import (  # the limits are re-exported (public names of this module)
+    MAX_QUERIES,
+    MAX_QUERY_CHARS,
+    MAX_SESSION_IDS,
+    MAX_TOP_K,
+    check_id_list,
+    check_top_k,
+)
 from shopping_companion.types import Session, SessionRef
 
 __all__ = [
@@ -32,10 +40,6 @@ __all__ = [
     "MemoryStore",
 ]
 
-MAX_QUERIES = 10
-MAX_QUERY_CHARS = 2000
-MAX_TOP_K = 50
-MAX_SESSION_IDS = 10
 #: Layout of the memory index: 2 = every turn embedded as overlapping windows of at most the
 #: model's length (1 was one vector per turn, cut at 256 word pieces). Nothing cached goes stale
 #: across the change: the embedder's cache is keyed by text, and a window is keyed by its own text.
@@ -252,24 +256,8 @@ class MemoryStore:
         return list(dict.fromkeys(out))  # drop repeated queries, keep order
 
     @staticmethod
-    def _check_top_k(top_k: Any) -> int:
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
-            raise ToolInputError("top_k", f"must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
-        if not 1 <= int(top_k) <= MAX_TOP_K:
-            raise ToolInputError("top_k", f"must be from 1 to {MAX_TOP_K}, got {int(top_k)}")
-        return int(top_k)
-
-    @staticmethod
     def _check_session_ids(session_ids: Any) -> list[str]:
-        if not isinstance(session_ids, (list, tuple)):
-            raise ToolInputError(
-                "session_ids",
-                f"must be a list of 1–{MAX_SESSION_IDS} session id strings, got {type(session_ids).__name__}",
-            )
-        if not session_ids:
-            raise ToolInputError("session_ids", f"must hold 1–{MAX_SESSION_IDS} session ids, got an empty list")
-        if len(session_ids) > MAX_SESSION_IDS:
-            raise ToolInputError("session_ids", f"at most {MAX_SESSION_IDS} ids per call, got {len(session_ids)}")
+        session_ids = check_id_list("session_ids", session_ids, MAX_SESSION_IDS, "session")
         for i, s in enumerate(session_ids):
             if not isinstance(s, str):
                 raise ToolInputError("session_ids", f"item {i} must be a string, got {type(s).__name__}")
@@ -314,7 +302,7 @@ class MemoryStore:
         What :meth:`search_vectors` needs query vectors for, one row per returned query, in order.
         Raises :class:`~shopping_companion.errors.ToolInputError` (``field`` ``"queries"`` or
         ``"top_k"``) exactly as :meth:`search` does."""
-        return cls._check_queries(queries), cls._check_top_k(top_k)
+        return cls._check_queries(queries), check_top_k(top_k)
 
     def search_vectors(self, queries: list[str] | str, qvec: np.ndarray, top_k: int = 10) -> list[dict[str, Any]]:
         """:meth:`search` with the query vectors encoded elsewhere (e.g. batched across requests

@@ -40,6 +40,7 @@ from shopping_companion.personalization.profiles import ProfileBuilder, RuleProf
 from shopping_companion.personalization.queries import QueryGenerator, QueryTrajectory, TemplateQueryGenerator
 from shopping_companion.personalization.selection import SelectionConfig, UserCase, select_cases, visible_corpus
 from shopping_companion.personalization.text import aspects_in, product_type
+from shopping_companion.runs import file_sha256
 
 __all__ = [
     "BuildConfig",
@@ -105,12 +106,6 @@ def _resolve(data_dir: Path, p: str) -> Path:
     return q if q.is_absolute() else data_dir / q
 
 
-def _file_sha256(p: Path) -> str:
-    from shopping_companion.catalog.download import file_sha256
-
-    return file_sha256(p)
-
-
 def _load_source(src: SourceConfig, data_dir: Path) -> tuple[dict[str, list[Review]], dict[str, Any], dict[str, dict]]:
     path = _resolve(data_dir, src.path)
     if src.kind == "reviews":
@@ -129,7 +124,7 @@ def _load_source(src: SourceConfig, data_dir: Path) -> tuple[dict[str, list[Revi
     info: dict[str, Any] = {
         "kind": src.kind,
         "path": str(path),
-        "sha256": _file_sha256(path),
+        "sha256": file_sha256(path),
         "n_records": rep.n_records,
         "n_loaded": rep.n_loaded,
         "rejected": rep.bad,
@@ -141,7 +136,7 @@ def _load_source(src: SourceConfig, data_dir: Path) -> tuple[dict[str, list[Revi
             metas[cat] = meta
             info["meta"] = {
                 "path": str(mp),
-                "sha256": _file_sha256(mp),
+                "sha256": file_sha256(mp),
                 "n_lines": mrep.n_lines,
                 "n_matched": len(meta),
                 "rejected": mrep.bad,

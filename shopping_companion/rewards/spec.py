@@ -38,7 +38,6 @@ text of :meth:`RewardSpec.to_json` (how the spec travels inside a verl config to
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import threading
@@ -133,9 +132,9 @@ class RewardSpec(BaseModel):
     @field_validator("scoring_deadline_s")
     @classmethod
     def _deadline(cls, v: float | None) -> float | None:
-        if v is not None and (not math.isfinite(v) or v <= 0):
-            raise ValueError(f"must be a finite number of seconds > 0, or null for no deadline; got {v!r}")
-        return v
+        from shopping_companion.llm.breaker import deadline_or_none
+
+        return deadline_or_none(v)
 
     @field_validator("rubric")
     @classmethod

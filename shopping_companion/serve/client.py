@@ -55,7 +55,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import random
 import socket
 import threading
 import time
@@ -67,6 +66,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from shopping_companion.errors import EXIT_USAGE, ConfigError, JudgeFailedError, ToolInputError, ToolServiceError
+from shopping_companion.retry import Attempts, Backoff, retry_after_s
 from shopping_companion.serve import api
 
 __all__ = ["ENDPOINTS_TTL_S", "ENDPOINT_DOWN_S", "RETRY_STATUSES", "ServiceClient", "ServiceRefusedError", "scrub_url"]
@@ -318,8 +318,7 @@ class ServiceClient:
             follow_redirects=False,
         )
         self._direct_http = _DirectHTTP(headers)
-        self._rng = random.Random()
-        self._rng_lock = threading.Lock()
+        self._retry_backoff = Backoff(self.backoff_s, self.max_backoff_s, jitter=0.1)
         self.requests = 0  # HTTP attempts made (for tests and stats; approximate under threads)
         self.breaker = (
             _NoBreaker()
@@ -442,9 +441,7 @@ class ServiceClient:
         self.breaker.check()
         path = f"{api.API_PREFIX}/{route.lstrip('/')}"
         where = f"{self.url}{path}"
-        t0 = time.monotonic()
-        end = t0 + self.deadline_s
-        attempts = 0
+        attempts = Attempts(self.retries, self._retry_backoff, self.deadline_s, sleep=self.breaker.sleep)
         last = "no attempt made"
         ep = self._direct_endpoint(route) if method == "POST" else None
         if ep is not None:
@@ -463,35 +460,29 @@ class ServiceClient:
                 if r.unreachable:
                     ep.down_until = time.monotonic() + ENDPOINT_DOWN_S
                 last = f"direct endpoint {ep.url}: {r.detail}"
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                last += "; the deadline was reached"
-                break
-            attempts += 1
+        for _ in attempts:
             try:
-                out = self._attempt(method, path, where, json_body, min(self.timeout_s, left), retry_statuses)
+                out = self._attempt(method, path, where, json_body, attempts.budget(self.timeout_s), retry_statuses)
             except _Retry as r:
                 last = r.detail
                 if r.unreachable:
                     self.breaker.record_failure(f"{where}: {r.detail}")  # raises when it opens
                 else:
                     self.breaker.record_success()  # the service answered (a 5xx)
-                if attempts > self.retries:
+                if not attempts.backoff(r.retry_after):  # the breaker's sleep raises as soon as it opens
+                    if attempts.stop == "backoff":
+                        last += f"; no time left for a retry in {attempts.delay:.2f}s"
                     break
-                delay = self._backoff(attempts - 1, r.retry_after)
-                if time.monotonic() + delay >= end:
-                    last += f"; no time left for a retry in {delay:.2f}s"
-                    break
-                self.breaker.sleep(delay)  # wakes up to raise as soon as the breaker opens
             except Exception:
                 self.breaker.record_success()  # an answer the caller gets as an error (4xx)
                 raise
             else:
                 self.breaker.record_success()
                 return out
+        if attempts.stop == "deadline":
+            last += "; the deadline was reached"
         raise ToolServiceError(
-            f"{where}: no answer after {attempts} attempt(s) in {time.monotonic() - t0:.1f}s "
+            f"{where}: no answer after {attempts.made} attempt(s) in {time.monotonic() - attempts.started:.1f}s "
             f"(retries={self.retries}, deadline_s={self.deadline_s:g}); last error: {last}. "
             "Is `shopcomp serve` running there and ready (GET /v1/ready)?"
         )
@@ -542,7 +533,7 @@ class ServiceClient:
             # retried, and counted by the breaker like a refused connection.
             raise _Retry(f"{detail} (not the service's answer: it is stopping or not deployed)", unreachable=True)
         if status in retry_statuses:
-            raise _Retry(detail, _retry_after(resp))
+            raise _Retry(detail, retry_after_s(resp.headers))
         if status == 503 and path.endswith("/ready"):
             raise _NotReady(_ready_body(resp, detail))
         if status == 400 and err is not None and err.type == "tool_input":
@@ -618,14 +609,6 @@ class ServiceClient:
         except (httpx.HTTPError, ValueError, AttributeError):
             return False
 
-    def _backoff(self, retry_index: int, retry_after: float | None) -> float:
-        delay = min(self.max_backoff_s, self.backoff_s * (2**retry_index))
-        with self._rng_lock:
-            delay = min(self.max_backoff_s, delay * (1 + self._rng.uniform(0, 0.1)))
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_backoff_s))
-        return delay
-
 
 class _NotReady(Exception):
     def __init__(self, ready: api.ReadyResponse) -> None:
@@ -647,12 +630,3 @@ def _ready_body(resp: "httpx.Response | _Answer", detail: str) -> api.ReadyRespo
         return api.ReadyResponse.model_validate(resp.json())
     except (ValueError, ValidationError):
         return api.ReadyResponse(ready=False, deployments={"service": detail})
-
-
-def _retry_after(resp: "httpx.Response | _Answer") -> float | None:
-    raw = resp.headers.get("retry-after")
-    try:
-        v = float(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return v if v is not None and 0 <= v < float("inf") else None

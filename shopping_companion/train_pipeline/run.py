@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.config import config_hash, dump_yaml
-from shopping_companion.pipeline import file_sha256
 from shopping_companion.errors import BackendError, ConfigError, DataError, HandoffError, TrainingError
-from shopping_companion.runs import read_json
+from shopping_companion.runs import file_sha256, read_json
 from shopping_companion.train_pipeline.config import PipelineConfig
 from shopping_companion.train_pipeline.report import short
 
@@ -317,8 +316,6 @@ class Pipeline:
 
         inputs: dict[str, Any] = {"path": str(given) if given else None}
         if given:  # a benchmark replaced at the same path is another input
-            from shopping_companion.pipeline import file_sha256
-
             root = Path(given).expanduser()
             for name in ("tasks.jsonl", "sessions.jsonl"):
                 f = root / name

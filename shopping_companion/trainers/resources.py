@@ -21,7 +21,6 @@ so the sample is not scored (the trainers give it no gradient and count it as
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from shopping_companion.llm.bounded import CallTimeout, call_within
+from shopping_companion.llm.breaker import deadline_or_none
 from shopping_companion.types import Session, Task
 from shopping_companion.errors import ScoringDeadlineError  # noqa: F401 - re-exported
 
@@ -52,11 +52,7 @@ DEFAULT_SCORING_DEADLINE_S = 60.0
 def check_scoring_deadline(value: Any, field: str = "scoring_deadline_s") -> float | None:
     """``value`` as a deadline in seconds: a finite number > 0, or None (no deadline). Raises
     ``ValueError`` naming ``field`` otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{field}: must be a finite number of seconds > 0, or null for no deadline; got {value!r}")
-    return float(value)
+    return deadline_or_none(value, field)
 
 
 class ScoringDeadline:

@@ -29,7 +29,6 @@ Nothing here imports TRL, torch or transformers at module level: the config vali
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shopping_companion.benchmark.run_config import ServiceConfig, check_tools
 from shopping_companion.errors import ConfigError, DataError, TrainingSignalError
+from shopping_companion.llm.breaker import deadline_or_none
 
 __all__ = [
     "TrlEnvSettings",
@@ -206,11 +206,7 @@ class TrlEnvSettings(BaseModel):
     @field_validator("scoring_deadline_s")
     @classmethod
     def _deadline(cls, v: Any) -> Any:
-        if v == "spec" or v is None:
-            return v
-        if isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"must be 'spec', a finite number of seconds > 0, or null for no deadline; got {v!r}")
-        return float(v)
+        return v if v == "spec" else deadline_or_none(v, also="'spec', ")
 
 
 class TrlLora(BaseModel):

@@ -274,9 +274,9 @@ def test_resolve_sources_falls_back_to_a_download(test_boxes, no_local_data, mon
     # offline: the error names both problems
     monkeypatch.setenv("SHOPCOMP_HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     monkeypatch.setenv("SHOPCOMP_FALLBACK_CATEGORY", "Other_Boxes")
-    import shopping_companion.catalog.download as dl
+    import shopping_companion.retry as retry
 
-    monkeypatch.setattr(dl.time, "sleep", lambda s: None)  # no back-off waits in the test
+    monkeypatch.setattr(retry.time, "sleep", lambda s: None)  # no back-off waits in the test
     with pytest.raises(DataDirError, match="(?s)no data directory found.*fallback download failed.*No network"):
         resolve_sources()
 

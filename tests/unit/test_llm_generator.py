@@ -14,7 +14,8 @@ import re
 import pytest
 
 from shopping_companion.benchmark.synth import GeneratorConfig, LLMEndpoint, SynthConfig, SynthError, build_benchmark
-from shopping_companion.benchmark.synthesis.llm_generator import LLMGenerator, extract_json
+from shopping_companion.benchmark.synthesis.llm_generator import LLMGenerator
+from shopping_companion.llm.replies import extract_json
 from shopping_companion.benchmark.synthesis.verify import gold_accepted, leaked_values, unstated_features
 from tests.openai_server import ScriptedOpenAIServer
 from tests.unit.test_synthesis import amazon_products
@@ -94,9 +95,11 @@ def llm_config(srv, tmp_path, **kw) -> SynthConfig:
 
 
 def test_extract_json_tolerates_fences_and_thinking():
-    assert extract_json('<think>{"x": 0}</think> sure: ```json\n{"a": [1, {"b": 2}]}\n```') == {"a": [1, {"b": 2}]}
+    assert extract_json('<think>{"x": 0}</think> sure: ```json\n{"a": [1, {"b": 2}]}\n```', which="first") == {
+        "a": [1, {"b": 2}]
+    }
     with pytest.raises(ValueError):
-        extract_json("no object here [1, 2]")
+        extract_json("no object here [1, 2]", which="first")
 
 
 def test_llm_build_is_valid_cached_and_reproducible(products, pool, tmp_path):

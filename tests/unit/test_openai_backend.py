@@ -249,7 +249,7 @@ def test_backoff_is_exponential_and_capped() -> None:
         ScriptedOpenAIServer([{"status": 500}] * 3 + ["ok"]) as srv,
         make(srv, max_retries=3, backoff_s=0.05, max_backoff_s=0.15) as backend,
     ):
-        assert [backend._backoff(k, None) for k in range(4)] == [0.05, 0.1, 0.15, 0.15]
+        assert [backend._retry_backoff.delay(k) for k in range(4)] == [0.05, 0.1, 0.15, 0.15]
         start = time.monotonic()
         assert backend.chat(MESSAGES).content == "ok"
         elapsed = time.monotonic() - start

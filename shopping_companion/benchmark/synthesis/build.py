@@ -43,7 +43,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,7 @@ from shopping_companion.benchmark.synthesis.verify import (
 )
 from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.phases import phase
+from shopping_companion.runs import file_sha256, write_lines_atomic
 from shopping_companion.types import Change, Preference, Product, ProductSlot, Session, Task, Verification, Voucher
 
 __all__ = [
@@ -918,17 +919,7 @@ class Synthesizer:
         }
         if self.shortfall:
             verification["shortfall"] = self.shortfall
-        counts = {
-            "tasks": len(tasks),
-            "single": sum(t.task_type == "single" for t in tasks),
-            "addon": sum(t.task_type == "addon" for t in tasks),
-            "train": sum(t.split == "train" for t in tasks),
-            "test": sum(t.split == "test" for t in tasks),
-            "sessions": len(sessions),
-            "needle_sessions": sum(len(t.needle_session_ids) for t in tasks),
-            "preferences_mean": round(sum(len(t.preferences) for t in tasks) / len(tasks), 3),
-            "requested": len(self.plan),
-        }
+        counts = task_counts(tasks, len(sessions), len(self.plan))
         manifest = {
             "format_version": FORMAT_VERSION,
             "generator": self.generator.describe(),
@@ -944,11 +935,7 @@ class Synthesizer:
             "counts": counts,
             "verification": verification,
             "stats_summary": {
-                "attributes_per_task": {k: v.get("mean") for k, v in st["attributes_per_task"].items()},
-                "sessions_per_user": st["history"]["sessions_per_user"].get("mean"),
-                "tokens_per_user": st["history"]["tokens_per_user"].get("mean"),
-                "needle_top1_bm25": st["needle_top1"]["bm25"]["all"]["share"],
-                "needle_top1_minilm": st["needle_top1"]["minilm"]["all"]["share"],
+                **stats_summary(st),
                 "needle_top10_minilm": st["needle_top10"]["minilm"]["all"]["share"],
                 "needle_topic_top10_minilm": st["needle_topic_top10"]["minilm"]["all"]["share"],
                 "needle_verbatim_share": (st.get("needle_verbatim") or {}).get("needle_sessions"),
@@ -972,26 +959,48 @@ class Synthesizer:
 # --------------------------------------------------------------------------- files
 
 
-def _atomic_write_lines(path: Path, lines: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line)
-            f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def task_counts(tasks: list[Task], n_sessions: int, requested: int) -> dict[str, Any]:
+    """The manifest's ``counts`` of a non-empty task list: tasks by type and split, sessions,
+    needle sessions, mean preferences per task (3 decimals) and the tasks ``requested``."""
+    return {
+        "tasks": len(tasks),
+        "single": sum(t.task_type == "single" for t in tasks),
+        "addon": sum(t.task_type == "addon" for t in tasks),
+        "train": sum(t.split == "train" for t in tasks),
+        "test": sum(t.split == "test" for t in tasks),
+        "sessions": n_sessions,
+        "needle_sessions": sum(len(t.needle_session_ids) for t in tasks),
+        "preferences_mean": round(sum(len(t.preferences) for t in tasks) / len(tasks), 3),
+        "requested": requested,
+    }
 
 
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes (what ``manifest.json`` records and ``load_benchmark`` checks)."""
-    import hashlib
+def stats_summary(st: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``stats_summary`` every benchmark has, from the statistics ``st``
+    (:func:`~shopping_companion.benchmark.synthesis.stats.compute_stats`)."""
+    return {
+        "attributes_per_task": {k: v.get("mean") for k, v in st["attributes_per_task"].items()},
+        "sessions_per_user": st["history"]["sessions_per_user"].get("mean"),
+        "tokens_per_user": st["history"]["tokens_per_user"].get("mean"),
+        "needle_top1_bm25": st["needle_top1"]["bm25"]["all"]["share"],
+        "needle_top1_minilm": st["needle_top1"]["minilm"]["all"]["share"],
+    }
 
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+
+def write_manifest(
+    directory: str | Path, manifest: dict[str, Any], files: Iterable[str], *, keep_files: bool = False
+) -> None:
+    """Write ``manifest.json`` in ``directory`` atomically (sorted keys, 2-space indent):
+    ``manifest`` with a ``files`` map of the SHA-256 of each of ``files`` (names in ``directory``)
+    that exists; with ``keep_files`` the ``files`` map ``manifest`` has is kept and updated."""
+    d = Path(directory)
+    out = dict(manifest)
+    hashes = dict(out.get("files", {})) if keep_files else {}
+    for name in files:
+        if (d / name).is_file():
+            hashes[name] = file_sha256(d / name)
+    out["files"] = hashes
+    write_lines_atomic(d / "manifest.json", [json.dumps(out, indent=2, sort_keys=True, ensure_ascii=False)])
 
 
 def write_benchmark(out: SynthOutput, directory: str | Path) -> Path:
@@ -1004,16 +1013,14 @@ def write_benchmark(out: SynthOutput, directory: str | Path) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / "manifest.json").unlink(missing_ok=True)
-    _atomic_write_lines(d / "tasks.jsonl", (t.model_dump_json() for t in out.tasks))
-    _atomic_write_lines(d / "sessions.jsonl", (out.sessions[k].model_dump_json() for k in sorted(out.sessions)))
+    write_lines_atomic(d / "tasks.jsonl", (t.model_dump_json() for t in out.tasks))
+    write_lines_atomic(d / "sessions.jsonl", (out.sessions[k].model_dump_json() for k in sorted(out.sessions)))
     files = ["tasks.jsonl", "sessions.jsonl"]
     if out.stats:
         files += write_stats(d, out.stats, out.manifest.get("verification"))
     if out.build_log:
         (d / "build_log.json").write_text(json.dumps(out.build_log, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    manifest = dict(out.manifest)
-    manifest["files"] = {name: file_sha256(d / name) for name in files}
-    _atomic_write_lines(d / "manifest.json", [json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False)])
+    write_manifest(d, out.manifest, files)
     return d
 
 

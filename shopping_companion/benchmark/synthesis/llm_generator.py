@@ -48,9 +48,10 @@ from shopping_companion.benchmark.synthesis.config import GeneratorConfig, LLMEn
 from shopping_companion.benchmark.synthesis.conflicts import Conflict
 from shopping_companion.benchmark.synthesis.generators import SlotSpec, TaskSpec, format_money
 from shopping_companion.benchmark.synthesis.verify import evidence_text, states_value
+from shopping_companion.llm.replies import extract_json
 from shopping_companion.types import Session, Turn
 
-__all__ = ["LLMCache", "LLMGenerator", "extract_json"]
+__all__ = ["LLMCache", "LLMGenerator"]
 
 SYSTEM_PROMPT = (
     "You produce synthetic data for a benchmark of shopping assistants. Follow the rules exactly and "
@@ -94,21 +95,6 @@ class ConflictsOut(_Out):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def extract_json(text: str) -> Any:
-    """The first JSON object in ``text`` (``<think>`` blocks and code fences ignored).
-    Raises ``ValueError`` when there is none."""
-    t = re.sub(r"<think>.*?</think>", "", text or "", flags=re.S)
-    dec = json.JSONDecoder()
-    for m in re.finditer(r"\{", t):
-        try:
-            obj, _ = dec.raw_decode(t[m.start() :])
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    raise ValueError("no JSON object found in the answer")
 
 
 class LLMCache:
@@ -266,7 +252,7 @@ class LLMGenerator:
             else:
                 self.stats["cache_hits"] += 1
             try:
-                result = parse(extract_json(text))
+                result = parse(extract_json(text, which="first"))
             except (ValueError, ValidationError) as e:
                 self.stats["invalid"] += 1
                 last_error = _short_error(e)
