@@ -200,7 +200,7 @@ class LLMExtractor:
     ) -> None:
         if not model:
             raise ValueError("LLMExtractor: model must be a non-empty model name")
-        from shopping_companion.benchmark.synthesis.llm_generator import LLMCache
+        from shopping_companion.llm.replies import LLMCache
 
         self.model = model
         self.extractor = f"llm:{model}"
@@ -237,7 +237,7 @@ class LLMExtractor:
     def ask(self, product: Product) -> Any:
         """The model's ``attributes`` list for ``product`` (cached), or None when the answer is
         not a JSON object with such a list (counted as ``invalid_json``)."""
-        from shopping_companion.benchmark.synthesis.llm_generator import extract_json
+        from shopping_companion.llm.replies import extract_json
         from shopping_companion.llm.base import Sampling
 
         fields = product_text(product)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.config import config_hash, dump_yaml
-from shopping_companion.pipeline import file_sha256
+from shopping_companion.assembly.data import file_sha256
 from shopping_companion.errors import BackendError, ConfigError, DataError, HandoffError, TrainingError
 from shopping_companion.runs import read_json
 from shopping_companion.train_pipeline.config import PipelineConfig
@@ -266,8 +266,8 @@ class Pipeline:
 
     # ------------------------------------------------------------------ phases
     def phase_bench(self) -> dict[str, Any]:
-        from shopping_companion.benchmark.run import benchmark_tasks_sha256
-        from shopping_companion.benchmark.synth import load_benchmark
+        from shopping_companion.assembly.data import benchmark_tasks_sha256
+        from shopping_companion.assembly.data import load_benchmark
 
         given = self.cfg.benchmark.path
 
@@ -310,7 +310,7 @@ class Pipeline:
 
         inputs: dict[str, Any] = {"path": str(given) if given else None}
         if given:  # a benchmark replaced at the same path is another input
-            from shopping_companion.pipeline import file_sha256
+            from shopping_companion.assembly.data import file_sha256
 
             root = Path(given).expanduser()
             for name in ("tasks.jsonl", "sessions.jsonl"):
@@ -388,7 +388,7 @@ class Pipeline:
                 ) from None
             yield str(t.base_url), str(t.model), t.api_key_env
             return
-        from shopping_companion.benchmark.synth import load_benchmark
+        from shopping_companion.assembly.data import load_benchmark
         from shopping_companion.llm.policy_server import PolicyServer
         from shopping_companion.llm.teacher import ScriptedTeacher
 
@@ -442,7 +442,7 @@ class Pipeline:
         s = self.cfg.sft
 
         def body(d: Path) -> dict[str, Any]:
-            from shopping_companion.benchmark.synth import load_benchmark
+            from shopping_companion.assembly.data import load_benchmark
             from shopping_companion.sft.collect import read_kept
             from shopping_companion.sft.examples import step_examples, trajectory_examples
             from shopping_companion.sft.export import export_dataset
