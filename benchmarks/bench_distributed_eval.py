@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from shopping_companion.benchmark.distributed import RayEpisodeExecutor, connect
-    from shopping_companion.benchmark.run import build_kit
+    from shopping_companion.assembly.cluster import connect
+    from shopping_companion.benchmark.distributed import RayEpisodeExecutor
+    from shopping_companion.benchmark.kit import build_kit
     from shopping_companion.benchmark.run_config import EvalConfig
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-dist-eval-"))

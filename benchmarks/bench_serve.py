@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.perturbed_index:
         args.index_dir = str(_stamped_copy(args.perturbed_index.resolve(), args.data_dir))
 
-    from shopping_companion.benchmark.distributed import connect
+    from shopping_companion.assembly.cluster import connect
     from shopping_companion.benchmark.synth import load_benchmark
     from shopping_companion.pipeline import make_embedder, open_product_search, resolve_sources
     from shopping_companion.serve.app import deploy, shutdown

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shopping_companion.benchmark.run import build_kit  # noqa: E402
+from shopping_companion.benchmark.kit import build_kit  # noqa: E402
 from shopping_companion.benchmark.synth import load_benchmark  # noqa: E402
 from shopping_companion.envs.scripted import GoldPolicy  # noqa: E402
 from shopping_companion.llm.base import AssistantMessage  # noqa: E402

@@ -13,7 +13,7 @@ ask for 10,000 episodes (or one of several MB) in seconds:
   and the scripted simulator's record. About 40 % of the episodes fail, 2 % end with an episode error,
   some turns carry format errors, some stages end at ``max_turns``;
 - ``<bench_dir>/tasks.jsonl``, ``sessions.jsonl`` and ``manifest.json`` (with the files' SHA-256, so
-  :func:`shopping_companion.benchmark.synth.load_benchmark` accepts it): one
+  :func:`shopping_companion.assembly.data.load_benchmark` accepts it): one
   :class:`~shopping_companion.types.Task` per distinct task id of the run;
 - ``<run_dir>/config.yaml``: a valid :class:`~shopping_companion.benchmark.run_config.EvalConfig`
   whose ``bench.path`` is the benchmark directory (absolute), so the viewer can find the tasks.

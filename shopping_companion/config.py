@@ -20,11 +20,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from shopping_companion.errors import ConfigError
 
 __all__ = [
+    "STRICT",
     "apply_overrides",
     "config_hash",
     "dump_yaml",
@@ -34,6 +35,10 @@ __all__ = [
     "parse_yaml",
     "validation_message",
 ]
+
+#: The ``model_config`` of every config model: unknown keys refused, and no inf / nan where a
+#: number is meant.
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def _strict_loader() -> Any:

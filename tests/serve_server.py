@@ -284,7 +284,7 @@ class ServeServer:
         return store
 
     def _route(self, method: str, route: str, body: dict[str, Any]) -> Any:
-        from shopping_companion.benchmark.run import benchmark_tasks_sha256
+        from shopping_companion.assembly.data import benchmark_tasks_sha256
 
         if method == "GET" and route == "health":
             return api.HealthResponse()

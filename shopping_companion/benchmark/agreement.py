@@ -1,6 +1,6 @@
 """Judge agreement over finished runs (paper App. E): re-judge the stage trajectories of one or
 more ``results.jsonl`` files with several judges and write per-field agreement, Cohen's κ and OPC
-(the statistics are :mod:`shopping_companion.judges.agreement`; this module loads the runs,
+(the statistics are :mod:`shopping_companion.benchmark.judge_agreement`; this module loads the runs,
 builds the judges and writes ``agreement.md`` / ``agreement.json``). ``shopcomp judge-agreement``
 is its command line."""
 
@@ -93,12 +93,14 @@ def run_agreement(
     Raises :class:`ConfigError` for a bad ``stage`` / ``opc_by``, :class:`DataError` when the results
     do not belong to ``bench`` or hold no judged stage, :class:`ServiceError` when every verdict of a
     judge failed (its endpoint is likely down)."""
-    from shopping_companion.benchmark.run import benchmark_tasks_sha256, product_lookup
-    from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.judges.agreement import agreement_report, items_from_results, judge_all
-    from shopping_companion.pipeline import make_rule_judge, open_product_search, resolve_sources, write_json
+    from shopping_companion.assembly.data import benchmark_tasks_sha256, product_lookup
+    from shopping_companion.assembly.data import load_benchmark
+    from shopping_companion.benchmark.judge_agreement import agreement_report, items_from_results, judge_all
+    from shopping_companion.assembly.data import open_product_search, resolve_sources, write_json
+    from shopping_companion.assembly.judging import make_rule_judge
+    from shopping_companion.console import console as default_console
 
-    console = console or Console(stderr=True, soft_wrap=True, emoji=False)
+    console = console or default_console
     stages = STAGES.get(stage)
     if stages is None:
         raise ConfigError(f"--stage must be 1, 2 or all (got {stage!r})")

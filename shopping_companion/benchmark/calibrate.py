@@ -1,7 +1,8 @@
 """Difficulty calibration of a built benchmark by a policy's results: Succ by source and task type.
 
 A benchmark's ``stats.md`` reports how findable its needles are (:mod:`.synthesis.stats`); this
-module adds how hard its tasks are for a known policy. :func:`succ_by_source` groups the episodes of
+module adds how hard its tasks are for a known policy.
+:func:`~shopping_companion.benchmark.metrics.succ_by_source` groups the episodes of
 an evaluation run by the catalog source of each task's reference products (the part of a product id
 before the first ``:``, e.g. ``ikea_sa``) and by task type; :func:`calibrate_benchmark` records it in
 ``stats.json`` / ``stats.md`` of the benchmark directory and refreshes the file hashes of
@@ -12,57 +13,13 @@ with the reference policy's run.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.benchmark.metrics import succ_by_source, task_source  # noqa: F401 - task_source re-exported
 from shopping_companion.errors import DataError
-from shopping_companion.types import EpisodeResult, Task
 
-__all__ = ["calibrate_benchmark", "succ_by_source", "task_source"]
-
-
-def task_source(task: Task) -> str:
-    """The catalog source of a task's reference products (``"a+b"`` when they differ,
-    ``"(open)"`` for a task without reference products). Product ids are ``source:id``."""
-    srcs = sorted({pid.split(":", 1)[0] for pid in task.reference_product_ids if pid and ":" in pid})
-    return "+".join(srcs) if srcs else "(open)"
-
-
-def succ_by_source(tasks: list[Task], episodes: list[EpisodeResult]) -> dict[str, Any]:
-    """Succ (stage-2 success, Eq. 5 of the paper) by source and task type.
-
-    ``episodes``: results of one run (every trial and strategy counts as one episode; errored
-    episodes are left out and counted). Returns ``{"episodes": n, "errored": n, "by_source":
-    {source: {"single"|"addon"|"all": {"n", "succ"}}}}`` with ``succ`` in [0, 1]; sources in
-    decreasing number of episodes, then ``"all"`` last."""
-    by_id = {t.task_id: t for t in tasks}
-    cells: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
-    errored = 0
-    used = 0
-    for ep in episodes:
-        task = by_id.get(ep.task_id)
-        if task is None:
-            continue
-        if ep.error is not None:
-            errored += 1
-            continue
-        used += 1
-        for src in (task_source(task), "all"):
-            cells[src][task.task_type].append(bool(ep.succ))
-            cells[src]["all"].append(bool(ep.succ))
-
-    def cell(xs: list[bool]) -> dict[str, Any]:
-        return {"n": len(xs), "succ": round(sum(xs) / len(xs), 4) if xs else None}
-
-    order = sorted((s for s in cells if s != "all"), key=lambda s: (-len(cells[s]["all"]), s))
-    if "all" in cells:
-        order.append("all")
-    return {
-        "episodes": used,
-        "errored": errored,
-        "by_source": {s: {k: cell(cells[s][k]) for k in ("single", "addon", "all")} for s in order},
-    }
+__all__ = ["calibrate_benchmark", "succ_by_source", "task_source"]  # the last two: metrics.py
 
 
 def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str = "reference") -> dict[str, Any]:
@@ -73,7 +30,7 @@ def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str 
     Raises :class:`~shopping_companion.errors.DataError` when the benchmark has no ``stats.json``
     or the results file holds no episode of the benchmark's tasks."""
     from shopping_companion.benchmark.report import read_results
-    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.assembly.data import load_benchmark
     from shopping_companion.benchmark.synthesis.build import write_manifest
     from shopping_companion.benchmark.synthesis.stats import write_stats
 

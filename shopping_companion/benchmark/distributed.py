@@ -11,7 +11,7 @@ the body of one episode: :class:`RayEpisodeExecutor` is the runner's
 Episode workers
     :class:`EpisodeWorker` is a Ray actor (one process, ``num_cpus`` CPUs reserved). It builds the
     episode kit ONCE, from the run's :class:`~shopping_companion.benchmark.run_config.EvalConfig`
-    sent as JSON: :func:`~shopping_companion.benchmark.run.build_kit` (policy backend, product
+    sent as JSON: :func:`~shopping_companion.benchmark.kit.build_kit` (policy backend, product
     index or tool service, memory factory, judge, rubric, runner settings), with a private scratch
     directory as its ``run_dir`` (e.g. an LLM judge's cache), so no worker ever writes the driver's
     run files. It then runs episodes with :func:`~shopping_companion.benchmark.evaluate.arun_episode`
@@ -39,8 +39,9 @@ Failures
     rerun to resume).
 
 Shipping the code
-    On a cluster this process did not start, the workers run this checkout's package: the actors'
-    ``runtime_env`` has ``py_modules`` = this package's directory (plus directories of the reward
+    On a cluster this process did not start, the workers run this checkout's package: the job's
+    ``runtime_env`` (:func:`~shopping_companion.assembly.cluster.worker_runtime_env`, given to
+    :func:`~shopping_companion.assembly.cluster.connect`) has ``py_modules`` = this package's directory (plus directories of the reward
     spec's ``python_path``) and ``env_vars`` = the harmless settings of this environment and the
     API-key variables the config names (as ``shopcomp grpo submit`` does,
     :mod:`shopping_companion.trainers.submit`). A private local cluster (``--ray local``) sees the
@@ -51,31 +52,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from shopping_companion.assembly.cluster import import_ray
 from shopping_companion.benchmark.evaluate import RemoteEpisodeError, Strategy
 from shopping_companion.errors import CircuitOpenError, ConfigError, ShopCompError
 from shopping_companion.types import EpisodeResult, Task
 
-__all__ = [
-    "RAY_INSTALL_HINT",
-    "EpisodeWorker",
-    "RayConnection",
-    "RayEpisodeExecutor",
-    "WorkerLostError",
-    "WorkersLostError",
-    "connect",
-    "worker_runtime_env",
-]
+__all__ = ["EpisodeWorker", "RayEpisodeExecutor", "WorkerLostError", "WorkersLostError"]
 
-RAY_INSTALL_HINT = 'pip install -e ".[serve]" (or use .venv-rl, which has ray)'
 #: name prefix of the episode workers (named actors; ``ray.util.list_named_actors`` lists them)
 WORKER_NAME_PREFIX = "shopcomp-eval-worker"
 
@@ -90,118 +79,7 @@ class WorkersLostError(CircuitOpenError):
     (exit 4); everything finished is in the results file, rerun to resume."""
 
 
-def _ray():
-    try:
-        import ray
-    except ImportError as e:
-        raise ConfigError(f"ray: --ray needs Ray in this environment ({e}); install it: {RAY_INSTALL_HINT}") from None
-    return ray
-
-
 # --------------------------------------------------------------------------- connecting
-
-
-@dataclass
-class RayConnection:
-    """This process's connection to Ray: ``address`` (as given), ``owned`` (this call started or
-    connected Ray, so :meth:`close` shuts it down; False when the process was connected already),
-    ``local`` (a private cluster on this machine: nothing to ship), ``cpus`` (the cluster's CPUs)."""
-
-    address: str
-    owned: bool
-    local: bool
-    cpus: float
-
-    def close(self) -> None:
-        """Disconnect (and stop a private local cluster) when :func:`connect` made the connection."""
-        if self.owned:
-            _ray().shutdown()
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A TCP connect to ``host:port`` / ``ray://host:port`` (Ray itself retries for a minute)."""
-    text = address if "://" in address else f"tcp://{address}"
-    try:
-        parts = urlsplit(text)
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        host = port = None
-    if not host or not port:
-        raise ConfigError(
-            f"ray.address (--ray): {address!r} is not an address; use local, auto, HOST:PORT of a running "
-            "cluster's head (GCS, e.g. 10.0.0.1:6379) or ray://HOST:PORT (Ray client, port 10001)"
-        )
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
-    except OSError as e:
-        raise ConfigError(
-            f"ray.address (--ray): nothing answers at {address} ({type(e).__name__}: {e}); start the cluster "
-            "(`ray start --head` on the head node) or use --ray local for a private cluster on this machine"
-        ) from None
-
-
-def connect(address: str, num_cpus: float | None = None, runtime_env: dict[str, Any] | None = None) -> RayConnection:
-    """Connect this process to Ray. ``address``: ``local`` (start a private cluster on this
-    machine with ``num_cpus`` CPUs, default all of them), ``auto`` (the cluster this machine
-    belongs to), ``HOST:PORT`` (a running cluster's head) or ``ray://HOST:PORT`` (Ray client).
-    ``runtime_env``: the job's runtime env (:func:`worker_runtime_env`; Ray uploads local
-    ``py_modules`` only at this level). A process already connected (``ray.is_initialized()``)
-    keeps its connection and its job's runtime env, whatever the address. Raises
-    :class:`ConfigError` (exit 2) when Ray is not installed or nothing answers at the address.
-
-    Ray's own failure signal handler is not installed in this process: the driver runs the JVM
-    (the product index), which handles ``SIGSEGV`` itself and crashes under Ray's handler."""
-    ray = _ray()
-    address = (address or "").strip()
-    if ray.is_initialized():
-        return RayConnection(address, False, address == "local", float(ray.cluster_resources().get("CPU", 0)))
-    import ray._private.ray_constants as ray_constants
-
-    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read when ray.init builds the core worker
-    opts: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
-    if runtime_env:
-        opts["runtime_env"] = runtime_env
-    if address == "local":
-        opts.update(address="local", num_cpus=int(num_cpus or os.cpu_count() or 1))
-    else:
-        if address != "auto":
-            _check_reachable(address)
-        opts["address"] = address
-        opts.pop("include_dashboard")  # a client of an existing cluster does not start one
-    try:
-        ray.init(**opts)
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
-        raise ConfigError(
-            f"ray.address (--ray): cannot connect to the Ray cluster at {address!r} ({type(e).__name__}: "
-            f"{' '.join(str(e).split())[:300]}); start it (`ray start --head`) or use --ray local"
-        ) from None
-    return RayConnection(address, True, address == "local", float(ray.cluster_resources().get("CPU", 0)))
-
-
-def worker_runtime_env(cfg: Any) -> dict[str, Any]:
-    """The job's ``runtime_env`` (for :func:`connect`) on a cluster this process does not start (module
-    docstring): ``py_modules`` (this package's directory and the reward spec's ``python_path``
-    directories), ``excludes`` and ``env_vars`` (:func:`shopping_companion.trainers.submit._env_vars`
-    with the API-key variables of ``cfg`` that are set here). Raises :class:`ConfigError` for a
-    reward spec that cannot be read."""
-    from shopping_companion.trainers.submit import _EXCLUDES, _PACKAGE_DIR, _env_vars
-
-    secrets = [
-        name
-        for name in (cfg.backend.api_key_env, cfg.judge.api_key_env, getattr(cfg.service, "token_env", None))
-        if name and os.environ.get(name)
-    ]
-    env, _ = _env_vars(list(dict.fromkeys(secrets)))
-    modules = [str(_PACKAGE_DIR)]
-    try:
-        from shopping_companion.rewards.spec import load_reward_spec
-
-        extra = load_reward_spec(cfg.rubric).py_modules()
-    except (ShopCompError, OSError, ValueError) as e:
-        raise ConfigError(f"rubric: {e}") from None
-    modules += [m for m in extra if Path(m).is_dir()]  # single-file modules: on every node's python_path
-    return {"py_modules": modules, "excludes": list(_EXCLUDES), "env_vars": env}
 
 
 # --------------------------------------------------------------------------- the worker
@@ -233,7 +111,7 @@ class EpisodeWorker:
                 os.chdir(cwd)
             from rich.console import Console
 
-            from shopping_companion.benchmark.run import build_kit
+            from shopping_companion.benchmark.kit import build_kit
             from shopping_companion.benchmark.run_config import EvalConfig
 
             cfg = EvalConfig.model_validate_json(cfg_json)
@@ -362,7 +240,7 @@ class RayEpisodeExecutor:
 
     def launch(self) -> None:
         """Create the worker actors (they start building their kits); returns at once."""
-        ray = _ray()
+        ray = import_ray()
         n = self.n_workers or max(1, int(float(ray.cluster_resources().get("CPU", 1)) // self.num_cpus))
         self.n_workers = n
         opts: dict[str, Any] = {
@@ -386,7 +264,7 @@ class RayEpisodeExecutor:
         """Wait until every worker has built its kit and check it against ``identity`` (default:
         the constructor's); returns their :meth:`EpisodeWorker.ready` answers. Raises (after
         stopping the workers) when one cannot work (class docstring)."""
-        ray = _ray()
+        ray = import_ray()
         self.identity = identity or self.identity or {}
         n = len(self.handles)
         refs = [h.ready.remote() for h in self.handles]
@@ -424,7 +302,7 @@ class RayEpisodeExecutor:
         """Stop every worker (idempotent)."""
         if not self.handles:
             return
-        ray = _ray()
+        ray = import_ray()
         for h in self.handles:
             try:
                 ray.kill(h, no_restart=True)
@@ -470,7 +348,7 @@ class RayEpisodeExecutor:
     async def run(self, strategy: Strategy, task: Task, trial: int) -> EpisodeResult:
         """Run one episode on a worker (class docstring); see
         :class:`~shopping_companion.benchmark.evaluate.EpisodeExecutor`."""
-        ray = _ray()
+        ray = import_ray()
         lost = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError)
         lost += (ray.exceptions.OutOfMemoryError, ray.exceptions.ObjectLostError)
         failures: list[str] = []

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
-from shopping_companion.types import EpisodeResult
+from shopping_companion.types import EpisodeResult, Task
 
 __all__ = [
     "STRATEGY_LABELS",
@@ -68,6 +68,8 @@ __all__ = [
     "behaviour",
     "tool_calls_per_turn",
     "plot_tool_calls_per_turn",
+    "succ_by_source",
+    "task_source",
 ]
 
 #: Display names of the strategies of Table 3.
@@ -343,3 +345,46 @@ def plot_tool_calls_per_turn(results: Iterable[EpisodeResult], path: str | Path,
     fig.savefig(p, format="png")
     plt.close(fig)
     return p
+
+
+def task_source(task: Task) -> str:
+    """The catalog source of a task's reference products (``"a+b"`` when they differ,
+    ``"(open)"`` for a task without reference products). Product ids are ``source:id``."""
+    srcs = sorted({pid.split(":", 1)[0] for pid in task.reference_product_ids if pid and ":" in pid})
+    return "+".join(srcs) if srcs else "(open)"
+
+
+def succ_by_source(tasks: list[Task], episodes: list[EpisodeResult]) -> dict[str, Any]:
+    """Succ (stage-2 success, Eq. 5 of the paper) by source and task type.
+
+    ``episodes``: results of one run (every trial and strategy counts as one episode; errored
+    episodes are left out and counted). Returns ``{"episodes": n, "errored": n, "by_source":
+    {source: {"single"|"addon"|"all": {"n", "succ"}}}}`` with ``succ`` in [0, 1]; sources in
+    decreasing number of episodes, then ``"all"`` last."""
+    by_id = {t.task_id: t for t in tasks}
+    cells: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    errored = 0
+    used = 0
+    for ep in episodes:
+        task = by_id.get(ep.task_id)
+        if task is None:
+            continue
+        if ep.error is not None:
+            errored += 1
+            continue
+        used += 1
+        for src in (task_source(task), "all"):
+            cells[src][task.task_type].append(bool(ep.succ))
+            cells[src]["all"].append(bool(ep.succ))
+
+    def cell(xs: list[bool]) -> dict[str, Any]:
+        return {"n": len(xs), "succ": round(sum(xs) / len(xs), 4) if xs else None}
+
+    order = sorted((s for s in cells if s != "all"), key=lambda s: (-len(cells[s]["all"]), s))
+    if "all" in cells:
+        order.append("all")
+    return {
+        "episodes": used,
+        "errored": errored,
+        "by_source": {s: {k: cell(cells[s][k]) for k in ("single", "addon", "all")} for s in order},
+    }

@@ -23,9 +23,10 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
-from urllib.parse import urlsplit, urlunsplit
+
 
 from shopping_companion import __version__
+from shopping_companion.assembly.endpoints import scrub_url
 from shopping_companion.runs import JsonlScan, scan_jsonl
 from shopping_companion.types import EpisodeResult, Task
 
@@ -157,20 +158,6 @@ def final_results(results: Iterable[EpisodeResult]) -> list[EpisodeResult]:
     return [r for _, r in sorted(chosen.values(), key=lambda x: x[0])]
 
 
-def scrub_url(url: str | None) -> str | None:
-    """``url`` without credentials: user-info, query string and fragment removed."""
-    if not url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
 def _mean(xs: Iterable[float]) -> float | None:
     xs = list(xs)
     return statistics.fmean(xs) if xs else None
@@ -198,7 +185,7 @@ def summarize(
     Top-level ``acc`` / ``succ`` / ``by_task_type`` pool all strategies (Acc: mean m1/F, paper §4;
     Succ: fraction of stage-2 successes, Eq. 5); ``strategies`` has them per strategy (Table 3);
     ``by_source`` (with ``tasks``) has Succ by the catalog source of each task's reference products
-    and task type (:func:`~shopping_companion.benchmark.calibrate.succ_by_source`).
+    and task type (:func:`~shopping_companion.benchmark.metrics.succ_by_source`).
     Episodes with a backend error or a failed judge verdict are counted apart (``n_errors``,
     ``n_judge_failed``; ``errors_by_kind``: backend / judge / episode, :func:`error_kind`) and
     excluded from every metric, never scored as 0. ``ks``: the k values of
@@ -208,7 +195,7 @@ def summarize(
     """
     from shopping_companion.benchmark import metrics as M
     from shopping_companion.benchmark import taxonomy as T
-    from shopping_companion.benchmark.calibrate import succ_by_source
+    from shopping_companion.benchmark.metrics import succ_by_source
 
     results = final_results(results)
     ok = M.scored(results)

@@ -13,7 +13,7 @@ Groups (every field is documented on its class):
 - ``bench`` / ``split`` / ``limit`` / ``skip_missing_gold`` (:class:`BenchmarkSelection`)
 - ``strategies``, ``trials``, ``pass_k``, ``seed``
 - ``backend`` (:class:`BackendConfig`, with its ``sampling``: :class:`SamplingConfig`)
-- ``judge`` (:class:`JudgeConfig`), ``simulator``, ``rubric``
+- ``judge`` (:class:`~shopping_companion.assembly.judging.JudgeSpec`), ``simulator``, ``rubric``
 - ``env`` (:class:`~shopping_companion.envs.env.EnvConfig`: turn and size limits)
 - ``concurrency``, ``resume`` (:class:`ResumeConfig`), ``attribution`` (:class:`AttributionConfig`)
 - ``data`` (:class:`DataConfig`), ``output`` (:class:`OutputConfig`)
@@ -28,17 +28,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from shopping_companion.assembly.endpoints import Endpoint, ServiceConfig, check_tools
+from shopping_companion.assembly.judging import JudgeSpec
+from shopping_companion.assembly.reward_spec import load_reward_spec
+from shopping_companion.assembly.settings import BackendConfig, DataConfig, RayConfig, SamplingConfig
+from shopping_companion.config import STRICT
 from shopping_companion.envs.env import EnvConfig
 
 __all__ = [
@@ -48,7 +44,6 @@ __all__ = [
     "DataConfig",
     "EpisodeConfig",
     "EvalConfig",
-    "JudgeConfig",
     "OutputConfig",
     "QuickstartConfig",
     "RayConfig",
@@ -58,127 +53,15 @@ __all__ = [
     "check_tools",
 ]
 
-#: every config model: unknown keys refused, and no inf / nan where a number is meant
-_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-
-def endpoint_url(v: str | None) -> str | None:
-    """An endpoint's base URL must be ``http://`` or ``https://`` with a host (or unset)."""
-    from shopping_companion.llm.openai_backend import is_endpoint_url
-
-    if v is not None and not is_endpoint_url(v):
-        raise ValueError(f"must be an http:// or https:// URL with a host, e.g. http://localhost:8000/v1; got {v!r}")
-    return v
-
-
-class _Endpoint(BaseModel):
-    """A model served over an OpenAI-compatible API: ``model``, ``base_url`` (``http(s)://host…``;
-    ``None``: the provider's default endpoint), ``api_key_env`` (the variable holding the key)."""
-
-    model_config = _STRICT
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        return endpoint_url(v)
-
-
-class SamplingConfig(BaseModel):
-    """Sampling of the policy (passed to the backend on every assistant turn).
-
-    ``temperature`` >= 0; ``top_p`` in (0, 1]; ``top_k`` >= 0 (0: not sent); ``max_tokens`` >= 1 new
-    tokens per assistant turn; ``send_seed``: send a per-episode sampling seed
-    ``derive_seed(seed, task_id, trial)`` so a rerun asks for the same samples.
-    """
-
-    model_config = _STRICT
-    temperature: float = Field(default=0.6, ge=0.0)
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
-    top_k: int = Field(default=20, ge=0)
-    max_tokens: int = Field(default=4096, ge=1)
-    send_seed: bool = True
-
-
-class BackendConfig(_Endpoint):
-    """The policy under evaluation.
-
-    ``kind``: ``reference`` (the scripted rule-based baseline, offline), ``openai`` (any
-    OpenAI-compatible endpoint: vLLM, SGLang, a provider) or ``local`` (a Hugging Face checkpoint
-    run in-process). ``model`` (openai: the served model name, required), ``base_url`` (openai:
-    e.g. ``http://localhost:8000/v1``), ``api_key_env`` (the variable holding the key).
-    ``timeout_s``: wall-clock seconds of one HTTP attempt (> 0); ``max_retries`` (>= 0) after
-    timeouts, 5xx, 429 and invalid JSON; ``deadline_s``: seconds for one request over all attempts
-    (default ``min(600, (retries+1) x timeout)`` or ``$SHOPCOMP_DEADLINE_S``);
-    ``breaker_threshold``: consecutive connection failures or timeouts that stop the run (default 5
-    or ``$SHOPCOMP_BREAKER_THRESHOLD``). ``model_path`` / ``adapter`` (a LoRA adapter, needs peft)
-    / ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``) / ``dtype`` / ``batch_size`` (>= 1: most
-    concurrent episodes' turns generated as one batch; set ``concurrency`` at least as high) for
-    ``local``.
-    """
-
-    kind: Literal["reference", "openai", "local"] = "reference"
-    timeout_s: float = Field(default=120.0, gt=0.0)
-    max_retries: int = Field(default=3, ge=0)
-    deadline_s: float | None = Field(default=None, gt=0.0)
-    breaker_threshold: int | None = Field(default=None, ge=1)
-    model_path: Path | None = None
-    adapter: Path | None = None
-    device: str = "cpu"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    batch_size: int = Field(default=16, ge=1)
-    sampling: SamplingConfig = SamplingConfig()
-
-    @model_validator(mode="after")
-    def _required_per_kind(self) -> "BackendConfig":
-        if self.kind == "openai" and not self.model:
-            raise ValueError(
-                "backend.model is required with backend.kind=openai (e.g. --model Qwen/Qwen3-4B-Thinking-2507)"
-            )
-        if self.kind == "local" and not self.model_path:
-            raise ValueError(
-                "backend.model_path is required with backend.kind=local (a Hugging Face checkpoint directory)"
-            )
-        return self
-
-
-class JudgeConfig(_Endpoint):
-    """Who scores a stage: ``rule`` (deterministic, offline; the default reward) or ``llm``
-    (an OpenAI-compatible ``model`` at ``base_url``, key in ``api_key_env``; verdicts cached in the
-    run directory). ``cascade`` (``llm`` only; default true): the rule judge decides every stage
-    and only stages with an uncertain item go to the LLM, which decides just those items
-    (docs/judge.md, "Cascade"); false: every stage goes to the LLM."""
-
-    kind: Literal["rule", "llm"] = "rule"
-    cascade: bool = True
-    #: the reward spec this judge came from (set by :class:`EpisodeConfig`), None: given directly
-    _from_spec: str | None = PrivateAttr(default=None)
-
-    @property
-    def base_url_field(self) -> str:
-        """Where ``base_url`` was set, for error messages: ``judge.base_url (--judge-base-url)``, or
-        the reward spec's ``judge.base_url`` when the judge came from a reward spec file."""
-        if self._from_spec:
-            return f"judge.base_url of the reward config {self._from_spec}"
-        return "judge.base_url (--judge-base-url)"
-
-    @model_validator(mode="after")
-    def _llm_needs_model(self) -> "JudgeConfig":
-        if self.kind == "llm" and not self.model:
-            raise ValueError("judge.model is required with judge.kind=llm (--judge-model)")
-        return self
-
-
-def _judge_words(j: JudgeConfig) -> str:
+def _judge_words(j: JudgeSpec) -> str:
     """A judge in a few words: ``kind llm, model m, base_url http://...`` (the kind, then the
     fields that differ from their defaults)."""
     rest = {k: v for k, v in j.model_dump(mode="json", exclude_defaults=True).items() if k != "kind"}
     return ", ".join([f"kind {j.kind}", *(f"{k} {v}" for k, v in rest.items())])
 
 
-class AttributionConfig(_Endpoint):
+class AttributionConfig(Endpoint):
     """Optional LLM attribution of each failure (error taxonomy, paper App. F.2): ``model`` at
     ``base_url`` (``None``: rule-based classes only)."""
 
@@ -188,7 +71,7 @@ class BenchmarkSelection(BaseModel):
     ``train`` | ``test`` | ``None`` (all); ``limit``: the first N tasks (>= 1); ``skip_missing_gold``:
     leave out tasks whose gold products are not in the catalog instead of refusing to run."""
 
-    model_config = _STRICT
+    model_config = STRICT
     path: Path
     split: Literal["train", "test"] | None = None
     limit: int | None = Field(default=None, ge=1)
@@ -202,21 +85,11 @@ class ResumeConfig(BaseModel):
     file is missing or corrupt, ``archive_stale`` moves the results of another configuration aside
     (``<file>.stale-<UTC>``) instead of refusing them (the quickstart does this)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     retry_errors: bool = True
     retry_failed: bool = False
     force: bool = False
     archive_stale: bool = False
-
-
-class DataConfig(BaseModel):
-    """Where the raw data and the index are: ``data_dir`` (default ``$SHOPCOMP_DATA_DIR``, else
-    ``../shared/data``; a named directory that does not exist is an error), ``index_dir`` (the
-    BM25 index; default: the cache directory)."""
-
-    model_config = _STRICT
-    data_dir: Path | None = None
-    index_dir: Path | None = None
 
 
 def run_name(v: str) -> str:
@@ -233,7 +106,7 @@ class OutputConfig(BaseModel):
     """Where results go: ``<runs_dir>/<name>/`` (``results.jsonl``, ``report.md``, ``summary.json``,
     ``config.yaml``, ...). ``name``: one directory name (:func:`run_name`)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     name: str
     runs_dir: Path = Path("runs")
     baseline_note: str | None = None
@@ -246,66 +119,6 @@ class OutputConfig(BaseModel):
     @property
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.name
-
-
-def check_tools(v: Any, field: str = "tools") -> str:
-    """``v`` as a tools selection: ``"local"`` (this process loads the index, the memory stores,
-    the judge and the rubric) or ``"serve:URL"`` (a ``shopcomp serve`` service at ``URL``, an
-    ``http://`` or ``https://`` address with a host, serves them; docs/cluster.md). Returns the
-    value with the URL's trailing ``/`` removed; raises ``ValueError`` naming ``field`` and the
-    allowed forms otherwise."""
-    from urllib.parse import urlsplit
-
-    allowed = "local, or serve:URL with an http:// or https:// URL (e.g. serve:http://127.0.0.1:8000)"
-    if not isinstance(v, str):
-        raise ValueError(f"{field}: must be {allowed}; got {v!r}")
-    text = v.strip()
-    if text == "local":
-        return text
-    if not text.startswith("serve:"):
-        raise ValueError(f"{field}: must be {allowed}; got {v!r}")
-    url = text[len("serve:") :].rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{field}: must be {allowed}; got {v!r}")
-    if parts.query or parts.fragment:
-        raise ValueError(f"{field}: the service URL takes no query or fragment; got {v!r}")
-    return "serve:" + url
-
-
-class ServiceConfig(BaseModel):
-    """How a client talks to a ``shopcomp serve`` service (used when ``tools`` is ``serve:URL``):
-    ``token_env``: the environment variable holding the bearer token (unset or empty: no token is
-    sent); ``timeout_s`` (> 0): seconds one HTTP request may take; ``retries`` (>= 0): further
-    attempts after a connection failure, a timeout or a 5xx answer (exponential backoff from
-    ``backoff_s``); ``deadline_s`` (> 0): seconds one call may take over all its attempts;
-    ``direct``: send tool calls to the replicas' direct endpoints when the service lists them,
-    falling back to its URL (docs/cluster.md, "Request path"; false: always its URL);
-    ``breaker_threshold`` (>= 1, default 5; null: none): consecutive connection failures or
-    timeouts of the service that stop the run (exit 4; rerun to resume) instead of every
-    episode paying its own retries."""
-
-    model_config = _STRICT
-    token_env: str = "SHOPCOMP_SERVE_TOKEN"
-    timeout_s: float = Field(default=60.0, gt=0)
-    retries: int = Field(default=4, ge=0, le=20)
-    backoff_s: float = Field(default=0.5, ge=0)
-    deadline_s: float = Field(default=180.0, gt=0)
-    direct: bool = True
-    breaker_threshold: int | None = Field(default=5, ge=1, le=1000)
-
-
-class RayConfig(BaseModel):
-    """Evaluation on a Ray cluster (``shopcomp eval --ray ADDRESS``): ``address`` (``auto``, a
-    ``ray://host:port`` client address, ``host:port`` of a running cluster, or ``local`` to start
-    a private one on this machine); ``workers``: episode workers (Ray actors, each builds its own
-    policy backend and tools once; None: one per ``num_cpus`` of the cluster's CPUs);
-    ``num_cpus``: CPUs each worker reserves (> 0)."""
-
-    model_config = _STRICT
-    address: str = Field(min_length=1)
-    workers: int | None = Field(default=None, ge=1)
-    num_cpus: float = Field(default=1.0, gt=0)
 
 
 class EpisodeConfig(BaseModel):
@@ -322,12 +135,12 @@ class EpisodeConfig(BaseModel):
     service, whose reward spec must equal ``rubric``'s; docs/cluster.md) with ``service`` (its
     client settings). Where the tools run does not change results, so neither is in the identity."""
 
-    model_config = _STRICT
+    model_config = STRICT
     strategies: list[str] = Field(default_factory=lambda: ["two_stage:none"], min_length=1)
     trials: int = Field(default=1, ge=1)
     seed: int = 0
     backend: BackendConfig = BackendConfig()
-    judge: JudgeConfig = JudgeConfig()
+    judge: JudgeSpec = JudgeSpec()
     simulator: str = "scripted"
     rubric: str = "paper"
     env: EnvConfig = EnvConfig()
@@ -360,8 +173,6 @@ class EpisodeConfig(BaseModel):
     @classmethod
     def _reward_spec_loads(cls, v: str) -> str:
         """The reward spec must load (a missing file or a bad spec is refused naming ``rubric``)."""
-        from shopping_companion.rewards.spec import load_reward_spec
-
         load_reward_spec(v)
         return v
 
@@ -374,15 +185,11 @@ class EpisodeConfig(BaseModel):
         judge included, is refused as a validation error on ``judge``."""
         from pydantic_core import InitErrorDetails, PydanticCustomError
 
-        from shopping_companion.rewards.spec import load_reward_spec
-
         spec = load_reward_spec(self.rubric)
         if "judge" not in spec.model_fields_set:
             return self
         sj = spec.judge
-        want = JudgeConfig(
-            kind=sj.kind, model=sj.model, base_url=sj.base_url, api_key_env=sj.api_key_env, cascade=sj.cascade
-        )
+        want = JudgeSpec.model_validate(sj.model_dump(include=set(JudgeSpec.model_fields)))
         if "judge" in self.model_fields_set and self.judge != want:
             text = (
                 f"the reward config {self.rubric} has a judge section ({_judge_words(want)}), but judge is also "
@@ -424,7 +231,7 @@ class EpisodeConfig(BaseModel):
     def identity(self) -> dict[str, Any]:
         """The part of the config that changes an episode's result (policy, sampling, judge,
         simulator, environment limits, seed; the rubric is added as resolved by
-        :func:`~shopping_companion.benchmark.run.run_identity`). Not in it: which tasks /
+        :func:`~shopping_companion.benchmark.kit.run_identity`). Not in it: which tasks /
         strategies / trials are run (a resume may add some), concurrency, timeouts and retries,
         resume options, output and data paths, endpoints' URLs and key variables."""
         b = self.backend
@@ -493,7 +300,7 @@ class QuickstartConfig(BaseModel):
     ``resume.archive_stale`` the quickstart fills in). A benchmark already there is reused when it
     was built with the same synthesis config."""
 
-    model_config = _STRICT
+    model_config = STRICT
     name: str = "quickstart"
     runs_dir: Path = Path("runs")
     sharegpt: bool = True

@@ -33,12 +33,9 @@ from __future__ import annotations
 
 import functools
 import json
-import warnings
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict
 
 from shopping_companion.benchmark.synthesis.build import (
     FORMAT_VERSION,
@@ -59,7 +56,8 @@ from shopping_companion.benchmark.synthesis.common import (
 )
 from shopping_companion.benchmark.synthesis.config import GeneratorConfig, LLMEndpoint, SynthConfig, load_synth_config
 from shopping_companion.benchmark.synthesis.generators import Generator, TemplateGenerator
-from shopping_companion.types import Product, Session, Task
+from shopping_companion.assembly.data import Benchmark, load_benchmark, missing_gold_products  # noqa: F401 - re-exported
+from shopping_companion.types import Product, Session
 from shopping_companion.errors import BenchmarkError, BenchmarkMissingError  # noqa: F401 - re-exported
 
 __all__ = [
@@ -125,135 +123,6 @@ def synthesize(
     return synth.run(None, progress)
 
 
-class Benchmark(BaseModel):
-    """A benchmark directory loaded into memory."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    tasks: list[Task]
-    sessions: dict[str, Session]
-    manifest: dict[str, Any]
-
-
-def _ids(ids: list[str], limit: int = 10) -> str:
-    shown = ", ".join(ids[:limit])
-    return shown + (f", … {len(ids) - limit} more" if len(ids) > limit else "")
-
-
-def load_benchmark(directory: str | Path, *, verify: bool = True) -> Benchmark:
-    """Load a benchmark directory written by :func:`write_benchmark` / :func:`build_benchmark`.
-
-    Checks (``verify=True``): ``tasks.jsonl`` and ``sessions.jsonl`` match the SHA-256 recorded in
-    ``manifest.json`` (``files``; a manifest without them — written before hashes were recorded —
-    gives a ``UserWarning`` and is loaded unchecked); task ids are unique; every session a task
-    references (``history`` and ``needle_session_ids``) is in ``sessions.jsonl``. Gold products
-    are checked against a catalog by :func:`missing_gold_products` (the catalog is not part of the
-    directory).
-
-    Raises:
-        BenchmarkMissingError: (a BenchmarkError and FileNotFoundError) the directory or its manifest is
-            missing (an incomplete build).
-        BenchmarkError: a file does not match its hash (naming the file and both hashes), task ids
-            repeat (naming them), sessions are missing (naming tasks and sessions), or a line is not
-            a valid task / session (naming file and line).
-    """
-    d = Path(directory)
-    if not (d / "manifest.json").is_file():
-        raise BenchmarkMissingError(
-            f"{d}: no manifest.json, so this is not a complete benchmark directory "
-            "(build it with `shopcomp synth --out DIR`; an interrupted build resumes when rerun)"
-        )
-    for name in ("tasks.jsonl", "sessions.jsonl"):
-        if not (d / name).is_file():
-            raise BenchmarkMissingError(
-                f"{d}: no {name}, so this is not a Shopping Companion benchmark directory "
-                "(make one with `shopcomp synth --out DIR`)"
-            )
-    try:
-        manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise BenchmarkError(f"{d / 'manifest.json'}: not valid JSON ({e}); rebuild the benchmark") from None
-    if not isinstance(manifest, dict):
-        raise BenchmarkError(f"{d / 'manifest.json'}: not a JSON object; rebuild the benchmark")
-    if verify:
-        recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
-        for name in ("tasks.jsonl", "sessions.jsonl"):
-            want = recorded.get(name)
-            if not want:
-                warnings.warn(
-                    f"{d / 'manifest.json'} records no SHA-256 for {name} (an older benchmark); "
-                    f"{name} is loaded without an integrity check",
-                    UserWarning,
-                    stacklevel=2,
-                )
-                continue
-            got = file_sha256(d / name)
-            if got != want:
-                raise BenchmarkError(
-                    f"{d / name} does not match manifest.json: SHA-256 is {got}, the manifest records {want}; "
-                    "the file was changed after the benchmark was built (rebuild it, or restore the file)"
-                )
-    tasks = []
-    with open(d / "tasks.jsonl", encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    tasks.append(Task.model_validate_json(line))
-                except ValueError as e:
-                    raise BenchmarkError(
-                        f"{d / 'tasks.jsonl'} line {i}: not a valid task ({' '.join(str(e).split())[:300]})"
-                    ) from None
-    sessions: dict[str, Session] = {}
-    with open(d / "sessions.jsonl", encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    sess = Session.model_validate_json(line)
-                except ValueError as e:
-                    raise BenchmarkError(
-                        f"{d / 'sessions.jsonl'} line {i}: not a valid session ({' '.join(str(e).split())[:300]})"
-                    ) from None
-                sessions[sess.session_id] = sess
-    if verify:
-        counts = Counter(t.task_id for t in tasks)
-        dups = sorted(k for k, v in counts.items() if v > 1)
-        if dups:
-            raise BenchmarkError(
-                f"{d / 'tasks.jsonl'}: duplicate task ids {_ids(dups)} "
-                f"({sum(counts[k] for k in dups)} lines); every task id must be unique"
-            )
-        missing: dict[str, list[str]] = {}
-        for t in tasks:
-            refs = [r.session_id for r in t.history] + list(t.needle_session_ids)
-            gone = sorted({sid for sid in refs if sid not in sessions})
-            if gone:
-                missing[t.task_id] = gone
-        if missing:
-            n = len({sid for v in missing.values() for sid in v})
-            detail = "; ".join(f"{tid}: {_ids(v, 3)}" for tid, v in list(missing.items())[:5])
-            raise BenchmarkError(
-                f"{d / 'sessions.jsonl'} lacks {n} session(s) referenced by {len(missing)} task(s) of "
-                f"{d / 'tasks.jsonl'} ({detail}{'; …' if len(missing) > 5 else ''}); the two files do not belong "
-                "together (rebuild the benchmark)"
-            )
-    return Benchmark(tasks=tasks, sessions=sessions, manifest=manifest)
-
-
-def missing_gold_products(tasks: list[Task], lookup: Callable[[list[str]], Any]) -> dict[str, list[str]]:
-    """``{task_id: [reference product ids the catalog lacks]}`` for tasks whose gold products are
-    not all in the catalog (such tasks cannot be scored correctly). ``lookup(ids)`` returns a
-    mapping of the ids it found (e.g. the CLI's product lookup over the BM25 index)."""
-    ids = sorted({pid for t in tasks for pid in t.reference_product_ids})
-    found: set[str] = set()
-    for i in range(0, len(ids), 500):
-        found.update(lookup(ids[i : i + 500]) or {})
-    out = {}
-    for t in tasks:
-        gone = [pid for pid in t.reference_product_ids if pid not in found]
-        if gone:
-            out[t.task_id] = gone
-    return out
-
-
 def same_build(manifest: dict[str, Any], cfg: SynthConfig) -> bool:
     """Whether a benchmark's ``manifest.json`` records a build with ``cfg`` (and this format). A
     build that had to relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same."""
@@ -295,7 +164,7 @@ def build_from_data(
     keep_other_finished: bool = False,
     console: Any = None,
 ) -> Any:
-    """``shopcomp synth`` / ``quickstart``'s build: resolve the data (:func:`shopping_companion.pipeline.resolve_sources`),
+    """``shopcomp synth`` / ``quickstart``'s build: resolve the data (:func:`shopping_companion.assembly.data.resolve_sources`),
     open the BM25 index, load the catalog and the conversation pool (SGD + ShareGPT when
     ``sharegpt``), then :func:`build_benchmark` into ``out`` (resumable; ``fresh`` discards an
     unfinished build) with a progress bar on ``console``.
@@ -307,13 +176,19 @@ def build_from_data(
     (``shopcomp synth`` without ``--fresh``). Returns the build result (``manifest``,
     ``build_log``). Raises :class:`SynthError` / other :class:`~shopping_companion.errors.DataError`.
     """
-    from rich.console import Console
     from rich.progress import Progress
 
+    from shopping_companion.assembly.data import (
+        load_catalog,
+        load_pool,
+        make_embedder,
+        open_product_search,
+        resolve_sources,
+    )
+    from shopping_companion.console import console as default_console
     from shopping_companion.phases import phase
-    from shopping_companion.pipeline import load_catalog, load_pool, make_embedder, open_product_search, resolve_sources
 
-    console = console or Console(stderr=True, soft_wrap=True, emoji=False)
+    console = console or default_console
     out = Path(out)
     if keep_other_finished:
         _refuse_other_finished(out, cfg)

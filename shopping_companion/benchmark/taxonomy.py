@@ -107,6 +107,7 @@ __all__ = [
     "taxonomy_table",
     "llm_attribute",
     "attribution_prompt",
+    "products_in",
 ]
 
 CATEGORY_LABELS: dict[str, str] = {
@@ -187,7 +188,7 @@ def _norm_text(text: str) -> str:
     return _phrase(normalize_tokens(text))
 
 
-def _products_in(content: str) -> list[dict[str, Any]]:
+def products_in(content: str) -> list[dict[str, Any]]:
     """Every complete JSON object starting with ``"product_id"`` in an observation."""
     out: list[dict[str, Any]] = []
     dec = json.JSONDecoder()
@@ -229,7 +230,7 @@ def _episode_products(r: EpisodeResult) -> tuple[dict[str, dict[str, Any]], dict
             if tr.name not in PRODUCT_TOOLS or tr.error is not None:
                 continue
             returned.update(tr.returned_ids)
-            for obj in _products_in(tr.content):
+            for obj in products_in(tr.content):
                 pid = obj["product_id"]
                 seen.setdefault(pid, {}).update(obj)
                 if tr.name == "product_view":

@@ -200,7 +200,7 @@ class LLMExtractor:
     ) -> None:
         if not model:
             raise ValueError("LLMExtractor: model must be a non-empty model name")
-        from shopping_companion.benchmark.synthesis.llm_generator import LLMCache
+        from shopping_companion.llm.replies import LLMCache
 
         self.model = model
         self.extractor = f"llm:{model}"

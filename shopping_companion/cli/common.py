@@ -10,9 +10,9 @@ from typing import Any, Optional
 
 import typer
 import typer.core
-from rich.console import Console
 from rich.text import Text
 
+from shopping_companion.console import console
 from shopping_companion.errors import EXIT_CRASH, ShopCompError
 
 __all__ = [
@@ -30,9 +30,6 @@ __all__ = [
     "set_option",
     "sets_of",
 ]
-
-#: Progress, notes and errors go to stderr; command results (tables, paths) may go to stdout.
-console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def echo_error(message: str, code: int | None = None) -> None:

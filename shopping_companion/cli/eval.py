@@ -150,7 +150,7 @@ def _list_strategies(value: bool) -> None:
 
 def where_episodes_run(cfg: Any) -> str:
     """The run header's line: where the episodes run and where their tools come from."""
-    from shopping_companion.benchmark.report import scrub_url
+    from shopping_companion.assembly.endpoints import scrub_url
 
     tools = (
         "local tools" if cfg.tools == "local" else f"tools of the service at {scrub_url(cfg.tools[len('serve:') :])}"

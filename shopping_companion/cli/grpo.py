@@ -85,7 +85,7 @@ def prepare(
         raise ConfigError(f"--stages: expected a comma-separated list of 1 and 2, got {stages!r}") from None
     spec = None
     if reward_config is not None:  # resolved (and its rubric built) before any row is written
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.reward_spec import load_reward_spec
 
         spec = load_reward_spec(reward_config)
         spec.component_keys()
@@ -116,7 +116,7 @@ def _reward_spec(reward_config: Optional[str], rows: Path, extra: list[str]) -> 
     if reward_config is not None:
         if overridden:
             raise ConfigError(f"--reward-config and the override {REWARD_CONFIG_KEY}=... both set; give one")
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.reward_spec import load_reward_spec
 
         return load_reward_spec(reward_config)
     if overridden:
@@ -262,7 +262,7 @@ def submit(
     if check:
         import os
 
-        from shopping_companion.trainers.submit import PLUGIN_MODULE
+        from shopping_companion.assembly.cluster import PLUGIN_MODULE
 
         if spec is not None:
             spec.activate()  # the spec's python_path on the driver, for its rubric's imports

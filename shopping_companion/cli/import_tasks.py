@@ -94,7 +94,13 @@ def import_tasks_cmd(
     from shopping_companion.benchmark.import_tasks import ImportSettings, import_tasks, load_session_file
     from shopping_companion.runs import file_sha256
     from shopping_companion.paths import cache_dir
-    from shopping_companion.pipeline import DataSources, load_catalog, load_pool, open_product_search, resolve_sources
+    from shopping_companion.assembly.data import (
+        DataSources,
+        load_catalog,
+        load_pool,
+        open_product_search,
+        resolve_sources,
+    )
 
     if not file.is_file():
         raise DataError(f"task file {file} not found")

@@ -37,7 +37,7 @@ def _endpoint(
 ) -> Any:
     """An OpenAI-compatible backend; with ``ping`` an endpoint that cannot be reached is a
     :class:`~shopping_companion.errors.BackendError` naming ``option`` at once."""
-    from shopping_companion.benchmark.run import check_reachable
+    from shopping_companion.assembly.endpoints import check_reachable
     from shopping_companion.llm.openai_backend import OpenAIBackend
 
     backend = OpenAIBackend(

@@ -27,7 +27,8 @@ QUICKSTART_FLAGS[-1] = Flag("--runs-dir DIR", "runs_dir", Path, QUICKSTART_FLAGS
 def _reusable(bench: Path, cfg: Any) -> bool:
     """A benchmark already at ``bench`` built with the same synthesis settings (a build that had to
     relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same)."""
-    from shopping_companion.benchmark.synth import BenchmarkError, load_benchmark, same_build
+    from shopping_companion.assembly.data import load_benchmark
+    from shopping_companion.benchmark.synth import BenchmarkError, same_build
 
     try:
         existing = load_benchmark(bench)

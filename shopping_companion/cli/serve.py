@@ -100,7 +100,7 @@ def serve_cmd(
             raise ConfigError(
                 f"benchmarks.{name}: {path} is not a benchmark directory (no tasks.jsonl; `shopcomp synth` writes one)"
             )
-    from shopping_companion.pipeline import resolve_sources
+    from shopping_companion.assembly.data import resolve_sources
 
     resolve_sources(cfg.data.data_dir)  # a missing data directory: exit 2 now, not from a replica
     token = cfg.token()
@@ -129,7 +129,7 @@ def serve_cmd(
     if ray_address.strip().lower() == "local":  # a private cluster: nothing of ours holds the port yet
         port_free(cfg.host, cfg.port)
     try:
-        from shopping_companion.benchmark.distributed import connect
+        from shopping_companion.assembly.cluster import connect
         from shopping_companion.serve.app import deploy, shutdown
     except ImportError as e:
         raise ConfigError(f"shopcomp serve needs Ray Serve ({e}); install it: pip install -e '.[serve]'") from None

@@ -244,7 +244,7 @@ def export(
     cutoff_len would cut more than --max-truncated-share of the examples.
 
     Exit status: 0 written; 2 a configuration or data error (nothing written)."""
-    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.assembly.data import load_benchmark
     from shopping_companion.config import load_config
     from shopping_companion.errors import ContaminationError
     from shopping_companion.sft.export import export_dataset

@@ -22,7 +22,7 @@ def build_index(
 ) -> None:
     """Build (or verify) the BM25 product index. Without a data directory (none passed or found),
     a small Amazon Reviews 2023 category is downloaded once into the cache and indexed instead."""
-    from shopping_companion.pipeline import open_product_search, resolve_sources
+    from shopping_companion.assembly.data import open_product_search, resolve_sources
 
     t0 = time.perf_counter()
     sources = resolve_sources(data_dir, console=console)

@@ -69,6 +69,7 @@ __all__ = [
     "format_flags",
     "format_tool_call",
     "REC_ID_CHARS",
+    "split_thinking",
 ]
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -300,7 +301,7 @@ def _json_block_spans(text: str) -> list[tuple[int, int]]:
         pos = block[0]
 
 
-def _split_thinking(text: str) -> tuple[bool, list[str], str, list[str]]:
+def split_thinking(text: str) -> tuple[bool, list[str], str, list[str]]:
     """Separate thinking spans from the rest.
 
     Returns ``(think_ok, spans, outside_text, errors)``; ``len(spans)`` is the number of thinking
@@ -676,7 +677,7 @@ def _parse_action(
 ) -> ParsedAction:
     text = clean_text(_as_text(text))
     prefix = clean_text(_as_text(call_id_prefix)) or "call"
-    think_ok, spans, outside, think_errors = _split_thinking(text)
+    think_ok, spans, outside, think_errors = split_thinking(text)
     raw_calls, raw_pos, tool_errors, block_pos, no_tools = _extract_tool_blocks(outside)
     # bound and clean decoded arguments: a call over a limit is kept with {} and its error
     text_calls: list[tuple[str, dict[str, Any]]] = []

@@ -137,7 +137,7 @@ ARG_MODELS: dict[str, type[_Args]] = {
 
 
 #: How ``product_view`` names the field an extracted attribute was read from.
-_ORIGIN_LABEL = {
+ORIGIN_LABEL = {
     "title": "from title",
     "description": "from description",
     "features": "from features",
@@ -156,7 +156,7 @@ def product_record(p: Product) -> dict[str, Any]:
     if p.attribute_sources and "attributes" in rec:
         rec["attributes"] = {
             k: (
-                f"{v} ({_ORIGIN_LABEL.get(p.attribute_sources[k].source, 'extracted')})"
+                f"{v} ({ORIGIN_LABEL.get(p.attribute_sources[k].source, 'extracted')})"
                 if k in p.attribute_sources
                 else v
             )

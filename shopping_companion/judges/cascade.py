@@ -41,7 +41,7 @@ class CascadeJudge:
             nothing here unless the LLM fails to decide; a failure is a failed verdict).
         llm: any judge with ``name`` and ``judge(task, trajectory) -> Verdict`` filling the paper's
             fields and ``matched`` labels (an LLMJudge, or one wrapped in
-            :class:`~shopping_companion.rewards.spec.BoundedJudge`).
+            :class:`~shopping_companion.assembly.judging.BoundedJudge`).
     """
 
     def __init__(self, rule: Any, llm: Any) -> None:

@@ -89,6 +89,8 @@ __all__ = [
     "Stage1SingleReply",
     "Stage2AddonReply",
     "Stage2SingleReply",
+    "ReplyCache",
+    "bounded_call",
     "parse_json_reply",
 ]
 
@@ -474,7 +476,7 @@ def _match_prompt(task: Task, products: Sequence[Product], max_desc: int) -> str
 # --------------------------------------------------------------------------- cache
 
 
-class _Cache:
+class ReplyCache:
     """Content-addressed reply cache: an in-memory LRU of at most ``max_entries`` replies (a
     GRPO run judges without end), plus an SQLite file when ``path`` is given (unbounded, on disk)."""
 
@@ -534,7 +536,7 @@ class _AttemptTimeout(Exception):
     pass
 
 
-def _bounded_call(fn: Callable[[], Any], seconds: float | None, what: str = "reply") -> Any:
+def bounded_call(fn: Callable[[], Any], seconds: float | None, what: str = "reply") -> Any:
     """``fn()`` waited on for at most ``seconds`` of wall clock (``None``: no limit); raises
     :class:`_AttemptTimeout` when it is up, else re-raises what ``fn`` raised (a
     :class:`CircuitOpenError` too)."""
@@ -548,7 +550,7 @@ def ask_strict_json(
     call: Callable[[list[dict[str, str]]], str],
     messages: list[dict[str, str]],
     validate: Callable[[dict[str, Any]], Any],
-    cache: _Cache,
+    cache: ReplyCache,
     key: str,
     *,
     max_retries: int,
@@ -683,7 +685,7 @@ class LLMJudge:
         self.name = name or f"llm:{self.model_id}"
         self.max_answer_chars = max_answer_chars
         self.max_description_chars = max_description_chars
-        self._cache = _Cache(cache_path)
+        self._cache = ReplyCache(cache_path)
         self._stats_lock = threading.Lock()
         self._stats = {"requests": 0, "cache_hits": 0, "retries": 0, "failures": 0, "judged": 0, "no_answer": 0}
 
@@ -851,7 +853,7 @@ class LLMJudge:
         if deadline is not None:
             left = deadline - time.monotonic()
             budget = left if budget is None else min(budget, left)
-        return _bounded_call(lambda: self.backend.chat(messages, None, self.sampling), budget).content
+        return bounded_call(lambda: self.backend.chat(messages, None, self.sampling), budget).content
 
     def _ask(self, messages: list[dict[str, str]], validate: Callable[[dict[str, Any]], Any]) -> tuple[Any, list[str]]:
         """``(validated reply, [])`` or ``(None, errors)`` after the retries or at the deadline;

@@ -9,16 +9,24 @@ the prose (``json.JSONDecoder.raw_decode`` at each ``{``, skipping over every de
 object nested in another is never a candidate on its own). Among several candidates of the first
 kind found, ``which`` picks the ``"first"`` or the ``"last"``: the judge takes the last (a preamble
 or a draft comes before the grading), the generators the first.
+
+:class:`LLMCache` keeps replies in an SQLite file shared by processes (the LLM task generator and
+the LLM attribute extractor).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import sqlite3
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["extract_json"]
+__all__ = ["LLMCache", "extract_json"]
 
 _THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
@@ -89,3 +97,40 @@ def _bare_objects(s: str) -> Iterator[dict[str, Any]]:
         if isinstance(cand, dict):
             yield cand
         i = s.find("{", end)
+
+
+class LLMCache:
+    """SQLite cache ``key -> response text`` (WAL; safe for several processes)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, response TEXT, created REAL)"
+        )
+        self._db.commit()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(payload: dict[str, Any]) -> str:
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put(self, key: str, model: str, response: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, response, time.time()))
+            self._db.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

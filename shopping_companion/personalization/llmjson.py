@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from shopping_companion.judges.llm import _bounded_call, _Cache, ask_strict_json
+from shopping_companion.judges.llm import bounded_call, ReplyCache, ask_strict_json
 from shopping_companion.llm.base import ChatBackend, Sampling
 from shopping_companion.errors import JSONAskError  # noqa: F401 - re-exported
 
@@ -68,7 +68,7 @@ class JSONAsker:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
-        self._cache = _Cache(cache_path)
+        self._cache = ReplyCache(cache_path)
         self.model_id = getattr(backend, "model", None) or getattr(backend, "name", type(backend).__name__)
         self.stats = {"requests": 0, "cache_hits": 0, "retries": 0}
         self._lock = threading.Lock()
@@ -100,7 +100,7 @@ class JSONAsker:
             self._bump("requests")
             left = deadline - time.monotonic()
             budget = left if self.timeout_s is None else min(self.timeout_s, left)
-            return _bounded_call(lambda: self.backend.chat(convo, None, self.sampling), budget).content
+            return bounded_call(lambda: self.backend.chat(convo, None, self.sampling), budget).content
 
         out, errors = ask_strict_json(
             call,

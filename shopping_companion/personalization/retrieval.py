@@ -14,7 +14,7 @@ All vectors are L2-normalised float32 rows, so cosine similarity is a dot produc
 * :class:`ReviewIndex` — R_r (Eq. 9): the user's visible reviews, top-``k_r`` (paper: 5).
 
 Embedders: anything with ``encode(list[str]) -> (n, d)`` normalised array. The default is the
-project's cached MiniLM (:func:`shopping_companion.pipeline.make_embedder`); :class:`OpenAIEmbedder`
+project's cached MiniLM (:func:`shopping_companion.assembly.data.make_embedder`); :class:`OpenAIEmbedder`
 calls any OpenAI-compatible ``/v1/embeddings`` endpoint (e.g. vLLM serving Qwen3-Embedding-8B, the
 paper's model) and normalises the vectors.
 """
@@ -274,7 +274,7 @@ def make_text_embedder(
     """``"minilm"`` (default, cached MiniLM) or ``"openai:<model>"`` (an embeddings endpoint at
     ``base_url``). Raises :class:`ConfigError` for anything else."""
     if spec == "minilm":
-        from shopping_companion.pipeline import make_embedder
+        from shopping_companion.assembly.data import make_embedder
 
         return make_embedder()
     if spec.startswith("openai:") and len(spec) > 7:

@@ -485,7 +485,7 @@ def load_rubric(
     path, a mapping or list config, a :class:`Rubric` (returned with ``resources`` added), or a
     ``"package.module:attr"`` path to any of these objects or to a function of no arguments that
     returns one (the module must be importable: see
-    :class:`~shopping_companion.rewards.spec.RewardSpec` ``python_path``). Raises
+    :class:`~shopping_companion.assembly.reward_spec.RewardSpec` ``python_path``). Raises
     :class:`ConfigError` naming the problem."""
     if spec is None:
         return paper_rubric(resources)

@@ -131,7 +131,7 @@ class EndpointsResponse(_Body):
 class BenchmarkInfo(_Body):
     """A benchmark the service loaded: its ``name`` (what requests name), the directory ``path``,
     ``n_tasks``, ``n_sessions`` and ``tasks_sha256`` (the first 16 hex characters of the SHA-256 of its tasks, as
-    :func:`~shopping_companion.benchmark.run.benchmark_tasks_sha256` computes it: a client checks
+    :func:`~shopping_companion.assembly.data.benchmark_tasks_sha256` computes it: a client checks
     it equals its own copy's)."""
 
     name: str
@@ -150,7 +150,7 @@ class CatalogInfo(_Body):
 
 class RewardInfo(_Body):
     """How the service scores: ``spec`` (the reward spec's canonical JSON,
-    :meth:`~shopping_companion.rewards.spec.RewardSpec.to_json`), ``judge`` (the judge's ``name``
+    :meth:`~shopping_companion.assembly.reward_spec.RewardSpec.to_json`), ``judge`` (the judge's ``name``
     that verdicts carry) and ``rubric`` (the rubric's ``describe()``: members and weights)."""
 
     spec: str

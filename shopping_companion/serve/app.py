@@ -46,25 +46,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import numpy as np
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shopping_companion.errors import JudgeFailedError, ToolInputError, VerdictMismatchError
 from shopping_companion.serve import api
 from shopping_companion.serve.config import ServeConfig
+from shopping_companion.serve.http import (
+    ERRORS,
+    PROTECTED,
+    ApiError,
+    install_error_handlers,
+    internal_message,
+    short_repr,
+    to_response,
+)
 
 __all__ = [
     "APP_NAME",
@@ -144,10 +149,10 @@ def _start_direct(instance: Any, deployment: str, direct: dict[str, Any] | None)
         return None
     import ray
 
-    from shopping_companion.serve import app as this_module
+    from shopping_companion.serve import http
     from shopping_companion.serve.direct import DirectServer, EndpointRegistry, registry_name, route_table
 
-    this_module._TOKEN["token"] = os.environ.get(direct["token_env"]) or None
+    http.set_token(os.environ.get(direct["token_env"]) or None)
     try:
         server = DirectServer(route_table(instance, deployment), direct["host"])
         registry = (
@@ -187,8 +192,8 @@ class _Bench:
 
 
 def _load_benches(benchmarks: dict[str, str]) -> dict[str, _Bench]:
-    from shopping_companion.benchmark.run import benchmark_tasks_sha256
-    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.assembly.data import benchmark_tasks_sha256
+    from shopping_companion.assembly.data import load_benchmark
 
     out: dict[str, _Bench] = {}
     for name, path in benchmarks.items():
@@ -204,22 +209,12 @@ def _load_benches(benchmarks: dict[str, str]) -> dict[str, _Bench]:
     return out
 
 
-def _cut(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` characters (error messages never echo unbounded input)."""
-    return text if len(text) <= limit else text[: max(1, limit - 16)] + f"... ({len(text)} chars)"
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to about ``limit`` characters."""
-    return _cut(repr(value), limit)
-
-
 def _bench_of(benches: dict[str, _Bench], name: str) -> _Bench:
     try:
         return benches[name]
     except KeyError:
         raise _NotLoaded(
-            f"benchmark {_short(name)} is not loaded by this service (loaded: {sorted(benches)})"
+            f"benchmark {short_repr(name)} is not loaded by this service (loaded: {sorted(benches)})"
         ) from None
 
 
@@ -230,13 +225,13 @@ def _task_of(benches: dict[str, _Bench], name: str, task_id: str) -> Any:
     except KeyError:
         some = sorted(b.tasks)[:5]
         raise _NotLoaded(
-            f"task {_short(task_id)} is not in benchmark {name!r} ({len(b.tasks)} tasks, e.g. {some}; loaded "
+            f"task {short_repr(task_id)} is not in benchmark {name!r} ({len(b.tasks)} tasks, e.g. {some}; loaded "
             f"benchmarks: {sorted(benches)})"
         ) from None
 
 
 def _open_search(data_dir: str | None, index_dir: str | None) -> Any:
-    from shopping_companion.pipeline import open_product_search, resolve_sources
+    from shopping_companion.assembly.data import open_product_search, resolve_sources
 
     sources = resolve_sources(data_dir)
     return open_product_search(index_dir=index_dir, sources=sources)
@@ -313,7 +308,7 @@ class MemoryTools:
         import concurrent.futures
         import threading
 
-        from shopping_companion.pipeline import make_embedder
+        from shopping_companion.assembly.data import make_embedder
 
         self.benches = _load_benches(benchmarks)
         self.embedder = make_embedder()
@@ -478,8 +473,8 @@ class Scoring:
         direct: dict[str, Any] | None = None,
     ) -> None:
         from shopping_companion.catalog.search import SearchThreadPool
-        from shopping_companion.pipeline import make_embedder, product_lookup
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.data import make_embedder, product_lookup
+        from shopping_companion.assembly.reward_spec import load_reward_spec
 
         spec = load_reward_spec(reward_config)
         self.benches = _load_benches(benchmarks)
@@ -538,178 +533,9 @@ fastapi_app = FastAPI(
     docs_url=None,
     redoc_url=None,
 )
-_bearer = HTTPBearer(auto_error=False, description=f"the token in ${api.DEFAULT_TOKEN_ENV} (or token_env)")
-#: This replica's token (set by :class:`Ingress`; one ingress per replica process).
-_TOKEN: dict[str, str | None] = {"token": None}
-
-
-class _ApiError(Exception):
-    def __init__(self, body: api.ErrorBody, status: int | None = None) -> None:
-        super().__init__(body.message)
-        self.body = body
-        self.status = status or api.ERROR_STATUS[body.type]
-
-
-def _error_response(body: api.ErrorBody, status: int | None = None) -> JSONResponse:
-    return JSONResponse(
-        api.ErrorResponse(error=body).model_dump(mode="json"), status_code=status or api.ERROR_STATUS[body.type]
-    )
-
-
-async def _api_error(_: Request, e: _ApiError) -> JSONResponse:
-    return _error_response(e.body, e.status)
-
-
-async def _bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
-    errs = e.errors()
-    if errs and errs[0].get("type") == "json_invalid":
-        body = api.ErrorBody(type="bad_request", message="invalid request: the body is not valid JSON")
-        return _error_response(body)
-    parts = []
-    for err in errs[:5]:
-        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    more = f" (+{len(errs) - 5} more)" if len(errs) > 5 else ""
-    field = None
-    if errs:
-        loc = [str(x) for x in errs[0].get("loc", ()) if x != "body"]
-        field = ".".join(loc) or None
-    body = api.ErrorBody(type="bad_request", message="invalid request: " + "; ".join(parts) + more, field=field)
-    return _error_response(body)
-
-
-async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-    if e.status_code == 404:
-        routes = getattr(request.app.state, "direct_routes", None)
-        where = (
-            f"this direct endpoint serves POST {', '.join(routes)} (the service lists every route at "
-            f"{api.API_PREFIX}/openapi.json)"
-            if routes
-            else f"see {api.API_PREFIX}/openapi.json"
-        )
-        body = api.ErrorBody(
-            type="not_loaded", message=f"no route {request.method} {_cut(request.url.path, 200)}; {where}"
-        )
-    elif request.scope.get(_TOO_BIG):  # FastAPI reports a body read that BodyLimit cut as a 400
-        return _error_response(_too_big_body(request.scope[_TOO_BIG]), 413)
-    else:  # a body FastAPI could not parse (400 there) is a bad request like any other: 422
-        body = api.ErrorBody(
-            type="bad_request", message=f"{request.method} {_cut(request.url.path, 200)}: {_cut(str(e.detail), 300)}"
-        )
-        return _error_response(body, api.ERROR_STATUS["bad_request"] if e.status_code == 400 else e.status_code)
-    return _error_response(body, e.status_code)
-
-
-def internal_message(e: BaseException) -> str:
-    """One line for a 500 ``internal`` answer: the type and first line of the error, or of the
-    error a Ray task raised (``RayTaskError.cause``), without terminal colour codes, at most 300
-    characters (never a traceback or an actor's repr)."""
-    import re
-
-    cause = getattr(e, "cause", None)
-    if isinstance(cause, BaseException):
-        e = cause
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return _cut(f"{type(e).__name__}: {first}" if first else type(e).__name__, 300)
-
-
-async def _internal_error(request: Request, e: Exception) -> JSONResponse:
-    logger.error("shopcomp serve: %s %s failed: %s", request.method, request.url.path, internal_message(e))
-    return _error_response(api.ErrorBody(type="internal", message=internal_message(e)))
-
-
-class BodyLimit:
-    """ASGI middleware: a request body over ``max_bytes`` gets 413 ``bad_request`` before it is
-    parsed (by its ``Content-Length`` at once, else as soon as the bytes received pass it)."""
-
-    def __init__(self, app: Any, max_bytes: int = api.MAX_BODY_BYTES) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            return await self.app(scope, receive, send)
-        for k, v in scope.get("headers", ()):
-            if k == b"content-length" and v.isdigit() and int(v) > self.max_bytes:
-                return await _error_response(_too_big_body(self.max_bytes), 413)(scope, receive, send)
-        seen = 0
-        started = False
-
-        async def counted() -> dict[str, Any]:
-            nonlocal seen
-            msg = await receive()
-            if msg.get("type") == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    scope[_TOO_BIG] = self.max_bytes
-                    raise _BodyTooLarge
-            return msg
-
-        async def tracked_send(msg: dict[str, Any]) -> None:
-            nonlocal started
-            started = started or msg.get("type") == "http.response.start"
-            await send(msg)
-
-        try:
-            await self.app(scope, counted, tracked_send)
-        except _BodyTooLarge:
-            if not started:
-                await _error_response(_too_big_body(self.max_bytes), 413)(scope, receive, send)
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-_TOO_BIG = "shopcomp.body_too_large"
-
-
-def _too_big_body(max_bytes: int = api.MAX_BODY_BYTES) -> api.ErrorBody:
-    return api.ErrorBody(type="bad_request", message=f"the request body is over {max_bytes} bytes (the limit)")
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Give ``app`` the service's error bodies: an API error, a request that does not validate
-    (422 ``bad_request`` naming the first bad field; a body that is not JSON says so) and
-    Starlette's own 404 / 405; and the request-body limit (:class:`BodyLimit`, 413)."""
-    app.add_exception_handler(_ApiError, _api_error)
-    app.add_exception_handler(RequestValidationError, _bad_request)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _internal_error)  # our JSON body, never a plain-text 500
-    app.add_middleware(BodyLimit)
 
 
 install_error_handlers(fastapi_app)
-
-
-def to_response(out: Any) -> Response:
-    """The HTTP answer of a deployment method's result: an :class:`api.ErrorBody` raises the
-    error it names (its status), anything else is a pydantic model sent as JSON (200), encoded
-    by pydantic itself (:func:`~shopping_companion.serve.api.encode_json`: the same values as
-    ``json.dumps`` of its dump, floats round-trip exactly, in a fraction of the time)."""
-    if isinstance(out, api.ErrorBody):
-        raise _ApiError(out)
-    return Response(api.encode_json(out), media_type="application/json")
-
-
-async def _auth(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
-    """Refuse a request without the right bearer token when the service has one (401)."""
-    token = _TOKEN["token"]
-    if token is None:
-        return
-    given = credentials.credentials if credentials is not None else ""
-    if not secrets.compare_digest(given.encode("utf-8"), token.encode("utf-8")):
-        what = "wrong" if given else "missing"
-        raise _ApiError(
-            api.ErrorBody(type="unauthorized", message=f"{what} bearer token (Authorization: Bearer <token>)")
-        )
-
-
-_PROTECTED = [Depends(_auth)]
-_ERRORS = {
-    s: {"model": api.ErrorResponse} for s in (400, 401, 404, 409, 422, 500, 503)
-}  # documented on every POST route
 
 
 def _is_unavailable(e: BaseException) -> bool:
@@ -744,9 +570,9 @@ class Ingress:
         self.products, self.memory, self.scoring = products, memory, scoring
         # Serve pickles this class by value (the module's name ``Ingress`` is the Deployment), so
         # its globals are copies: set the token where ``_auth`` (pickled by reference) reads it.
-        from shopping_companion.serve import app as this_module
+        from shopping_companion.serve import http
 
-        this_module._TOKEN["token"] = os.environ.get(token_env) or None
+        http.set_token(os.environ.get(token_env) or None)
         self.replicas = replicas
         self.memory_cache = memory_cache
         self.direct_app = direct_app
@@ -757,11 +583,11 @@ class Ingress:
             out = await method.remote(req)
         except Exception as e:  # noqa: BLE001 - turned into an error body
             if _is_unavailable(e):
-                raise _ApiError(
+                raise ApiError(
                     api.ErrorBody(type="not_ready", message=f"a replica is unavailable, retry: {e}")
                 ) from None
             logger.exception("shopcomp serve: %s failed", getattr(method, "_method_name", method))
-            raise _ApiError(api.ErrorBody(type="internal", message=internal_message(e))) from None
+            raise ApiError(api.ErrorBody(type="internal", message=internal_message(e))) from None
         return to_response(out)
 
     # ------------------------------------------------------------------ GET
@@ -773,7 +599,7 @@ class Ingress:
     @fastapi_app.get(
         f"{api.API_PREFIX}/ready",
         response_model=api.ReadyResponse,
-        dependencies=_PROTECTED,
+        dependencies=PROTECTED,
         responses={503: {"model": api.ReadyResponse}, 401: {"model": api.ErrorResponse}},
     )
     async def ready(self) -> JSONResponse:
@@ -800,7 +626,7 @@ class Ingress:
         return JSONResponse(body.model_dump(mode="json"), status_code=200 if ok else 503)
 
     @fastapi_app.get(
-        f"{api.API_PREFIX}/info", response_model=api.InfoResponse, dependencies=_PROTECTED, responses=_ERRORS
+        f"{api.API_PREFIX}/info", response_model=api.InfoResponse, dependencies=PROTECTED, responses=ERRORS
     )
     async def info(self) -> JSONResponse:
         """Loaded benchmarks, catalog, reward spec, deployments."""
@@ -811,7 +637,7 @@ class Ingress:
                 )
             except Exception as e:  # noqa: BLE001
                 if _is_unavailable(e):
-                    raise _ApiError(api.ErrorBody(type="not_ready", message=f"a replica is unavailable: {e}")) from None
+                    raise ApiError(api.ErrorBody(type="not_ready", message=f"a replica is unavailable: {e}")) from None
                 raise
             from shopping_companion import __version__
 
@@ -826,7 +652,7 @@ class Ingress:
         return JSONResponse(self._info.model_dump(mode="json"))
 
     @fastapi_app.get(
-        f"{api.API_PREFIX}/endpoints", response_model=api.EndpointsResponse, dependencies=_PROTECTED, responses=_ERRORS
+        f"{api.API_PREFIX}/endpoints", response_model=api.EndpointsResponse, dependencies=PROTECTED, responses=ERRORS
     )
     async def endpoints(self) -> JSONResponse:
         """The direct endpoints of the replicas alive now (docs/cluster.md, "Request path")."""
@@ -844,7 +670,7 @@ class Ingress:
         body = api.EndpointsResponse(enabled=True, endpoints=[api.DirectEndpoint(**e) for e in entries])
         return JSONResponse(body.model_dump(mode="json"))
 
-    @fastapi_app.get(f"{api.API_PREFIX}/openapi.json", dependencies=_PROTECTED, include_in_schema=False)
+    @fastapi_app.get(f"{api.API_PREFIX}/openapi.json", dependencies=PROTECTED, include_in_schema=False)
     async def openapi(self) -> JSONResponse:
         """FastAPI's OpenAPI schema of these routes."""
         return JSONResponse(fastapi_app.openapi())
@@ -859,8 +685,8 @@ class Ingress:
     @fastapi_app.post(
         f"{api.API_PREFIX}/product_search",
         response_model=api.ProductSearchResponse,
-        dependencies=_PROTECTED,
-        responses=_ERRORS,
+        dependencies=PROTECTED,
+        responses=ERRORS,
     )
     async def product_search(self, req: api.ProductSearchRequest) -> Response:
         """BM25 product search (the ``product_search`` tool)."""
@@ -869,36 +695,36 @@ class Ingress:
     @fastapi_app.post(
         f"{api.API_PREFIX}/product_view",
         response_model=api.ProductViewResponse,
-        dependencies=_PROTECTED,
-        responses=_ERRORS,
+        dependencies=PROTECTED,
+        responses=ERRORS,
     )
     async def product_view(self, req: api.ProductViewRequest) -> Response:
         """Full product records (the ``product_view`` tool)."""
         return await self._call(self.products.product_view, req)
 
     @fastapi_app.post(
-        f"{api.API_PREFIX}/mem_search", response_model=api.MemSearchResponse, dependencies=_PROTECTED, responses=_ERRORS
+        f"{api.API_PREFIX}/mem_search", response_model=api.MemSearchResponse, dependencies=PROTECTED, responses=ERRORS
     )
     async def mem_search(self, req: api.MemSearchRequest) -> Response:
         """Dense search over one task's user history (the ``mem_search`` tool)."""
         return await self._call(self.memory.mem_search, req)
 
     @fastapi_app.post(
-        f"{api.API_PREFIX}/mem_view", response_model=api.MemViewResponse, dependencies=_PROTECTED, responses=_ERRORS
+        f"{api.API_PREFIX}/mem_view", response_model=api.MemViewResponse, dependencies=PROTECTED, responses=ERRORS
     )
     async def mem_view(self, req: api.MemViewRequest) -> Response:
         """Full sessions of one task's user history (the ``mem_view`` tool)."""
         return await self._call(self.memory.mem_view, req)
 
     @fastapi_app.post(
-        f"{api.API_PREFIX}/judge", response_model=api.JudgeResponse, dependencies=_PROTECTED, responses=_ERRORS
+        f"{api.API_PREFIX}/judge", response_model=api.JudgeResponse, dependencies=PROTECTED, responses=ERRORS
     )
     async def judge(self, req: api.JudgeRequest) -> Response:
         """The verdict of one stage trajectory."""
         return await self._call(self.scoring.judge, req)
 
     @fastapi_app.post(
-        f"{api.API_PREFIX}/reward", response_model=api.RewardResponse, dependencies=_PROTECTED, responses=_ERRORS
+        f"{api.API_PREFIX}/reward", response_model=api.RewardResponse, dependencies=PROTECTED, responses=ERRORS
     )
     async def reward(self, req: api.RewardRequest) -> Response:
         """The reward breakdown of one judged stage trajectory."""
@@ -940,7 +766,7 @@ def build_app(cfg: ServeConfig, name: str = APP_NAME) -> Any:
     a reward spec that does not load."""
     from shopping_companion.errors import DataDirError
     from shopping_companion.paths import resolve_data_dir
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     data_dir = _abs(cfg.data.data_dir)
     if data_dir is None:
@@ -991,7 +817,7 @@ def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = No
     """Run the application of ``cfg`` on Ray Serve and return where it answers.
 
     Connects to Ray first when this process is not connected
-    (:func:`~shopping_companion.benchmark.distributed.connect`; ``address``: a cluster address
+    (:func:`~shopping_companion.assembly.cluster.connect`; ``address``: a cluster address
     such as ``ray://head:10001`` or ``auto``; None: a new local cluster), starts Serve's HTTP proxy
     on ``cfg.host``:``cfg.port`` (when Serve already runs, its proxy is kept) and waits until
     every replica has loaded its data. ``blocking``: then wait until Ctrl-C (and remove the
@@ -999,7 +825,7 @@ def deploy(cfg: ServeConfig, *, blocking: bool = False, address: str | None = No
     when the replicas reserve more CPUs than it has (:func:`~shopping_companion.serve.config.fits_cluster`); a replica whose constructor fails
     (a missing benchmark, an index that cannot be built) fails the deployment with Ray's
     ``RuntimeError`` naming it."""
-    from shopping_companion.benchmark.distributed import connect
+    from shopping_companion.assembly.cluster import connect
     from shopping_companion.errors import ConfigError
     from shopping_companion.serve.config import fits_cluster
 

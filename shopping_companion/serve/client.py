@@ -60,16 +60,17 @@ import threading
 import time
 import weakref
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from shopping_companion.assembly.endpoints import scrub_url
 from shopping_companion.errors import EXIT_USAGE, ConfigError, JudgeFailedError, ToolInputError, ToolServiceError
 from shopping_companion.retry import Attempts, Backoff, retry_after_s
 from shopping_companion.serve import api
 
-__all__ = ["ENDPOINTS_TTL_S", "ENDPOINT_DOWN_S", "RETRY_STATUSES", "ServiceClient", "ServiceRefusedError", "scrub_url"]
+__all__ = ["ENDPOINTS_TTL_S", "ENDPOINT_DOWN_S", "RETRY_STATUSES", "ServiceClient", "ServiceRefusedError"]
 
 #: HTTP statuses that are retried (server faults, Ray Serve's 503 while a replica restarts).
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -100,17 +101,6 @@ class ServiceRefusedError(ConfigError, ToolServiceError):
         super().__init__(message)
         self.status = status
         self.type = type
-
-
-def scrub_url(url: str) -> str:
-    """``url`` without user name and password (what messages may show)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def _one_line(text: str, limit: int = _MAX_DETAIL) -> str:
@@ -338,7 +328,7 @@ class ServiceClient:
     @classmethod
     def from_settings(cls, url: str, service: Any, **kwargs: Any) -> "ServiceClient":
         """A client of ``url`` with the settings of ``service`` (a
-        :class:`~shopping_companion.benchmark.run_config.ServiceConfig` or anything with its
+        :class:`~shopping_companion.assembly.endpoints.ServiceConfig` or anything with its
         fields: ``token_env``, ``timeout_s``, ``retries``, ``backoff_s``, ``deadline_s``,
         ``direct``, ``breaker_threshold``); the token is read from ``$<token_env>`` (unset or
         empty: none)."""

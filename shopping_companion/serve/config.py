@@ -8,10 +8,10 @@ naming the known ones.
 Groups:
 
 - ``benchmarks``: name -> benchmark directory (at least one); requests name a benchmark by its key;
-- ``data``: the catalog and the BM25 index (:class:`~shopping_companion.benchmark.run_config.DataConfig`,
+- ``data``: the catalog and the BM25 index (:class:`~shopping_companion.assembly.settings.DataConfig`,
   as ``shopcomp eval``'s ``data``);
 - ``reward_config``: the reward spec (judge + rubric) the service scores with, in any
-  :func:`~shopping_companion.rewards.spec.load_reward_spec` form (``paper``, ``outcome_only``, a
+  :func:`~shopping_companion.assembly.reward_spec.load_reward_spec` form (``paper``, ``outcome_only``, a
   YAML file, ``module:attr``), as ``shopcomp eval``'s ``rubric``;
 - ``host`` / ``port``: where Ray Serve's HTTP proxy listens; ``token_env``: the variable holding
   the bearer token (unset: no token is asked for; a non-loopback ``host`` then is refused);
@@ -32,9 +32,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from shopping_companion.benchmark.run_config import DataConfig
+from shopping_companion.config import STRICT
+from shopping_companion.assembly.settings import DataConfig
 from shopping_companion.serve.api import DEFAULT_TOKEN_ENV
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "load_serve_config",
 ]
 
-_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 #: Host names that only this machine can reach.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -93,7 +93,7 @@ class BatchConfig(BaseModel):
     (>= 1) are encoded together, waiting at most ``batch_wait_timeout_s`` seconds (>= 0) for the
     batch to fill. ``enabled: false`` (or ``max_batch_size: 1``) encodes each request alone."""
 
-    model_config = _STRICT
+    model_config = STRICT
     enabled: bool = True
     max_batch_size: int = Field(default=64, ge=1, le=4096)
     batch_wait_timeout_s: float = Field(default=0.002, ge=0.0, le=10.0)
@@ -108,7 +108,7 @@ class DirectConfig(BaseModel):
     there (about 1 ms instead of tens of ms through Ray Serve's proxy and ingress) and fall back
     to the service URL. ``enabled: false``: only Ray Serve's request path (one port to open)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     enabled: bool = True
 
 
@@ -116,7 +116,7 @@ class DeploymentConfig(BaseModel):
     """One Ray Serve deployment: ``num_replicas`` (>= 1) processes, ``num_cpus`` (>= 0, may be a
     fraction) reserved by each, and ``max_ongoing_requests`` (>= 1) a replica serves at once."""
 
-    model_config = _STRICT
+    model_config = STRICT
     num_replicas: int = Field(default=1, ge=1, le=1024)
     num_cpus: float = Field(default=1.0, ge=0.0, le=1024.0)
     max_ongoing_requests: int = Field(default=32, ge=1, le=100_000)
@@ -128,7 +128,7 @@ class DeploymentsConfig(BaseModel):
     """The four deployments: ``products`` (BM25 product index), ``memory`` (memory stores and
     MiniLM), ``scoring`` (judge and rubric) and ``ingress`` (the HTTP API)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     products: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=32)
     memory: DeploymentConfig = DeploymentConfig(num_cpus=1.0, max_ongoing_requests=64)
     scoring: DeploymentConfig = DeploymentConfig(num_cpus=0.25, max_ongoing_requests=32)
@@ -193,7 +193,7 @@ class ServeConfig(BaseModel):
     ``host`` is configured while ``token_env`` is unset or empty in this process's environment.
     """
 
-    model_config = _STRICT
+    model_config = STRICT
     benchmarks: dict[str, Path] = Field(min_length=1)
     data: DataConfig = DataConfig()
     reward_config: str = "paper"
@@ -220,7 +220,7 @@ class ServeConfig(BaseModel):
     @classmethod
     def _reward_spec_loads(cls, v: str) -> str:
         """The reward spec must load (a missing file or a bad spec is refused naming the field)."""
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.reward_spec import load_reward_spec
 
         load_reward_spec(v)
         return v

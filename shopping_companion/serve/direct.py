@@ -130,7 +130,7 @@ def _make_app(routes: dict[str, tuple[type, Callable[..., Any]]], nonce: str) ->
     from fastapi import FastAPI
     from fastapi.responses import Response
 
-    from shopping_companion.serve.app import _PROTECTED, install_error_handlers, to_response
+    from shopping_companion.serve.http import PROTECTED, install_error_handlers, to_response
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     app.state.direct_routes = [f"{api.API_PREFIX}/{r}" for r in routes]  # named by its 404 answer
@@ -146,7 +146,7 @@ def _make_app(routes: dict[str, tuple[type, Callable[..., Any]]], nonce: str) ->
 
         handler.__annotations__ = {"req": model, "return": Response}
         handler.__name__ = f"direct_{route}"
-        app.post(f"{api.API_PREFIX}/{route}", dependencies=_PROTECTED)(handler)
+        app.post(f"{api.API_PREFIX}/{route}", dependencies=PROTECTED)(handler)
 
     for route, (model, method) in routes.items():
         add(route, model, method)

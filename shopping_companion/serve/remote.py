@@ -50,9 +50,9 @@ _VIEW_CHUNK = 20
 
 def service_url(tools: str) -> str:
     """The URL of a ``serve:URL`` tools selection (``tools`` as
-    :func:`~shopping_companion.benchmark.run_config.check_tools` returns it). Raises
+    :func:`~shopping_companion.assembly.endpoints.check_tools` returns it). Raises
     :class:`ConfigError` for ``local`` or anything else."""
-    from shopping_companion.benchmark.run_config import check_tools
+    from shopping_companion.assembly.endpoints import check_tools
 
     try:
         value = check_tools(tools)
@@ -219,7 +219,7 @@ class RemoteRubric:
         """The :class:`~shopping_companion.rewards.rubric.Rubric` of :attr:`spec`, built here
         (once). Raises :class:`ConfigError` when no spec is known or it does not build here."""
         if self._local is None:
-            from shopping_companion.rewards.spec import load_reward_spec
+            from shopping_companion.assembly.reward_spec import load_reward_spec
 
             if self.spec is None:
                 self.spec = self.client.info().reward.spec
@@ -334,24 +334,24 @@ def connect(
     client: ServiceClient | None = None,
 ) -> RemoteService:
     """Connect to the service of ``tools`` (``serve:URL``) with the client settings ``service``
-    (a :class:`~shopping_companion.benchmark.run_config.ServiceConfig`) and check it can serve
+    (a :class:`~shopping_companion.assembly.endpoints.ServiceConfig`) and check it can serve
     this run:
 
     1. ``GET /v1/ready`` answers 200 (else :class:`ToolServiceError` naming the URL: down, or
        what it still loads);
     2. ``GET /v1/info`` lists a benchmark whose ``tasks_sha256`` equals the local benchmark's
        (``tasks_sha256``, else computed from the tasks of ``benchmark_dir`` with
-       :func:`~shopping_companion.benchmark.run.benchmark_tasks_sha256`; ``benchmark_dir`` None:
+       :func:`~shopping_companion.assembly.data.benchmark_tasks_sha256`; ``benchmark_dir`` None:
        not checked) — else :class:`ConfigError` naming the loaded ones;
     3. the service's reward spec equals ``reward_spec``'s
-       (:func:`~shopping_companion.rewards.spec.load_reward_spec` ``.to_json()``, ignoring
+       (:func:`~shopping_companion.assembly.reward_spec.load_reward_spec` ``.to_json()``, ignoring
        ``source``) — else :class:`ConfigError` naming both; with ``judge`` (a
-       :class:`~shopping_companion.benchmark.run_config.JudgeConfig`) also its kind and model.
+       :class:`~shopping_companion.assembly.judging.JudgeSpec`) also its kind and model.
 
     ``client``: an existing client (default: one made from ``service``). A 401 raises
     :class:`~shopping_companion.serve.client.ServiceRefusedError` (a ``ConfigError``) naming the
     token variable."""
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     url = service_url(tools)
     client = client or ServiceClient.from_settings(url, service)
@@ -372,8 +372,8 @@ def connect(
     name: str | None = None
     if benchmark_dir is not None or tasks_sha256 is not None:
         if tasks_sha256 is None:
-            from shopping_companion.benchmark.run import benchmark_tasks_sha256
-            from shopping_companion.benchmark.synth import load_benchmark
+            from shopping_companion.assembly.data import benchmark_tasks_sha256
+            from shopping_companion.assembly.data import load_benchmark
 
             tasks_sha256 = benchmark_tasks_sha256(load_benchmark(Path(benchmark_dir)).tasks)  # type: ignore[arg-type]
         matches = [b for b in info.benchmarks if b.tasks_sha256 == tasks_sha256]

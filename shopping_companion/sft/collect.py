@@ -319,14 +319,14 @@ def reselect(out_dir: str | Path, policy: KeepPolicy, *, write: bool = True) -> 
 def collect_with_config(cfg: Any, console: Any = None) -> CollectSummary:
     """``shopcomp sft collect``: build the teacher, judge, rubric and resources of ``cfg`` (a
     :class:`~shopping_companion.sft.config.CollectConfig`) with the evaluation's builders
-    (:func:`shopping_companion.benchmark.run.build_kit`), then :func:`collect` into ``cfg.out``.
+    (:func:`shopping_companion.benchmark.kit.build_kit`), then :func:`collect` into ``cfg.out``.
     ``<out>/config.yaml`` records the resolved config: written before the first episode, and again
     only after the run identity was accepted (a refused resume leaves it as it was).
 
     Raises what the builders and :func:`collect` raise (:class:`~shopping_companion.errors.ShopCompError`
     subclasses; a refused or locked resume names ``--out``; ``CircuitOpenError`` says the episodes
     so far are kept)."""
-    from shopping_companion.benchmark.run import build_kit
+    from shopping_companion.benchmark.kit import build_kit
     from shopping_companion.config import dump_yaml
     from shopping_companion.errors import CircuitOpenError, RunIdentityError, RunLockedError
 

@@ -67,7 +67,7 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
     # benchmark
     bench_path = None
     if cfg.benchmark.path:
-        from shopping_companion.benchmark.synth import load_benchmark
+        from shopping_companion.assembly.data import load_benchmark
 
         try:
             b = load_benchmark(cfg.benchmark.path)
@@ -191,7 +191,7 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
     except ConfigError as e:
         bad(f"sft: {e}")
     # GRPO arms
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     for arm in cfg.grpo.arms:
         try:

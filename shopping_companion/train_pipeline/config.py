@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from shopping_companion.config import STRICT
 from shopping_companion.trainers.nano import NanoModelConfig
 
 __all__ = [
@@ -28,15 +29,13 @@ __all__ = [
     "TeacherSettings",
 ]
 
-_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
-
 
 class PythonSettings(BaseModel):
     """Interpreters of the training stacks (their pins clash, so each lives in its own virtual
     environment: scripts/install_sft.sh, scripts/install_rl.sh). Relative paths are relative to
     the repository root, then to the working directory."""
 
-    model_config = _STRICT
+    model_config = STRICT
     sft: str = ".venv-sft/bin/python"
     rl: str = ".venv-rl/bin/python"
 
@@ -46,7 +45,7 @@ class PipelineBench(BaseModel):
     ``import-tasks`` output); else one is built into ``<run>/bench`` with ``synth`` (keys of
     ``SynthConfig``, configs/benchmark/*.yaml)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     path: str | None = None
     synth: dict[str, Any] = Field(default_factory=dict)
 
@@ -55,7 +54,7 @@ class EnvSettings(BaseModel):
     """The environment every phase uses: ``max_turns`` per stage (paper: 20) and
     ``max_tokens_per_turn`` (cap on one generation, in collection, GRPO and evaluation)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     max_turns: int = Field(default=20, ge=1, le=200)
     max_tokens_per_turn: int = Field(default=4096, ge=1)
 
@@ -68,7 +67,7 @@ class TeacherSettings(BaseModel):
     so); ``top_k`` / ``p_stray`` / ``p_slip`` / ``seed`` / ``answer_from`` (``gold`` | ``evidence``:
     stage-1 answers hold only what the viewed sessions state) are its settings."""
 
-    model_config = _STRICT
+    model_config = STRICT
     kind: Literal["scripted", "openai"] = "scripted"
     model: str | None = None
     base_url: str | None = None
@@ -92,7 +91,7 @@ class CollectSettings(BaseModel):
     docs/sft.md), ``min_acc`` (the stage-1 Acc threshold of ``pref_acc``, in [0, 1]) and
     ``concurrency``."""
 
-    model_config = _STRICT
+    model_config = STRICT
     trials: int = Field(default=4, ge=1)
     temperature: float = Field(default=0.6, ge=0)
     keep: Literal["succ", "stage", "pref_acc"] = "stage"
@@ -105,7 +104,7 @@ class ModelSettings(BaseModel):
     model built from ``nano`` (:class:`~shopping_companion.trainers.nano.NanoModelConfig`) with a
     tokenizer trained on the kept train-split trajectories."""
 
-    model_config = _STRICT
+    model_config = STRICT
     path: str | None = None
     nano: NanoModelConfig = NanoModelConfig()
 
@@ -117,7 +116,7 @@ class SftSettings(BaseModel):
     of the tokens). ``template``: LLaMA-Factory template (qwen3 | qwen3_nothink | qwen). ``args``:
     LLaMA-Factory training keys over the paper's config (configs/sft/qwen3_4b_thinking_lora.yaml)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     finetuning: Literal["lora", "full"] = "lora"
     examples: Literal["step", "trajectory"] = "step"
     template: Literal["qwen3", "qwen3_nothink", "qwen"] = "qwen3"
@@ -130,7 +129,7 @@ class ArmConfig(BaseModel):
     overrides of the shared trainer settings for this arm (e.g. ``learning_rate: 0`` for a frozen
     control)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     name: str
     reward_config: str | dict[str, Any] = "paper"
     trainer: dict[str, Any] = Field(default_factory=dict)
@@ -161,7 +160,7 @@ class GrpoSettings(BaseModel):
     shared by the arms; ``extra``: dotted keys set last on every arm's TRL config. ``verl``:
     Hydra overrides for the verl launch."""
 
-    model_config = _STRICT
+    model_config = STRICT
     backend: Literal["trl", "verl"] = "trl"
     arms: list[ArmConfig] = Field(
         default_factory=lambda: [
@@ -200,7 +199,7 @@ class EvalSettings(BaseModel):
     an arm saved, named ``<arm>@<step>``; set ``grpo.trainer.save_steps`` and
     ``save_total_limit`` to keep them)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     splits: list[Literal["test", "train"]] = Field(default_factory=lambda: ["test", "train"], min_length=1)
     trials: int = Field(default=2, ge=1)
     pass_k: list[int] = Field(default_factory=lambda: [1, 2])
@@ -221,7 +220,7 @@ class EvalSettings(BaseModel):
 class PipelineConfig(BaseModel):
     """One pipeline run (module docstring): outputs in ``<runs_dir>/<name>/``."""
 
-    model_config = _STRICT
+    model_config = STRICT
     name: str = "pipeline"
     runs_dir: str = "runs/pipeline"
     description: str = ""
@@ -256,7 +255,7 @@ class PipelineConfig(BaseModel):
         from pydantic import ValidationError
 
         from shopping_companion.errors import ShopCompError
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.reward_spec import load_reward_spec
         from shopping_companion.trainers.trl_train import TrlGrpoConfig
 
         for arm in self.grpo.arms:

@@ -272,8 +272,8 @@ class Pipeline:
 
     # ------------------------------------------------------------------ phases
     def phase_bench(self) -> dict[str, Any]:
-        from shopping_companion.benchmark.run import benchmark_tasks_sha256
-        from shopping_companion.benchmark.synth import load_benchmark
+        from shopping_companion.assembly.data import benchmark_tasks_sha256
+        from shopping_companion.assembly.data import load_benchmark
 
         given = self.cfg.benchmark.path
 
@@ -392,7 +392,7 @@ class Pipeline:
                 ) from None
             yield str(t.base_url), str(t.model), t.api_key_env
             return
-        from shopping_companion.benchmark.synth import load_benchmark
+        from shopping_companion.assembly.data import load_benchmark
         from shopping_companion.llm.policy_server import PolicyServer
         from shopping_companion.llm.teacher import ScriptedTeacher
 
@@ -458,7 +458,7 @@ class Pipeline:
         s = self.cfg.sft
 
         def body(d: Path) -> dict[str, Any]:
-            from shopping_companion.benchmark.synth import load_benchmark
+            from shopping_companion.assembly.data import load_benchmark
             from shopping_companion.sft.collect import read_kept
             from shopping_companion.sft.examples import step_examples, trajectory_examples
             from shopping_companion.sft.export import export_dataset

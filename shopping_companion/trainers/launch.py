@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from shopping_companion.errors import ConfigError
 
 if TYPE_CHECKING:
-    from shopping_companion.rewards.spec import RewardSpec
+    from shopping_companion.assembly.reward_spec import RewardSpec
 
 __all__ = [
     "RECORDED_SPEC",
@@ -101,7 +101,7 @@ def record_reward_spec(spec: "RewardSpec", rows_dir: str | Path) -> list[Path]:
 def recorded_reward_spec(rows_dir: str | Path) -> Optional["RewardSpec"]:
     """The spec recorded in ``rows_dir`` by :func:`record_reward_spec`, or None when there is none.
     Raises :class:`ConfigError` naming the file when it is not a valid spec."""
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     p = Path(rows_dir) / RECORDED_SPEC
     if not p.is_file():

@@ -172,7 +172,7 @@ def _ref_label(ref: Any) -> str:
 
 def _member_keys(ref: Any) -> list[str]:
     """Member keys of the rubric a reward-config reference names (imports its modules)."""
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     return [m.key for m in load_reward_spec(ref).build_rubric().members]
 
@@ -191,7 +191,7 @@ def check_reward(rf: Any, entries: list[dict[str, Any]], problems: list[str]) ->
     or None when it could not be loaded.
     """
     from shopping_companion.errors import ShopCompError
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     kwargs = dict((rf or {}).get("reward_kwargs") or {})
     rc, rub = kwargs.get("reward_config"), kwargs.get("rubric")
@@ -278,7 +278,7 @@ def check_tool_service(
     when every entry is local."""
     from pydantic import ValidationError
 
-    from shopping_companion.benchmark.run_config import ServiceConfig, check_tools
+    from shopping_companion.assembly.endpoints import ServiceConfig, check_tools
     from shopping_companion.errors import ShopCompError
     from shopping_companion.serve.remote import connect
 

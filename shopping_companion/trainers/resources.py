@@ -126,7 +126,7 @@ class ResourceSpec:
     ``benchmark``: a benchmark directory (``tasks.jsonl``, ``sessions.jsonl``, ``manifest.json``,
     as written by ``shopcomp synth``). ``data_dir`` / ``index_dir``: the catalog data directory and
     the BM25 index directory (defaults as in ``shopcomp eval``). ``reward_config``: the reward spec
-    (:func:`~shopping_companion.rewards.spec.load_reward_spec`: ``paper``, ``outcome_only``, a YAML
+    (:func:`~shopping_companion.assembly.reward_spec.load_reward_spec`: ``paper``, ``outcome_only``, a YAML
     file, ``module:attr`` or the spec's JSON) that gives the judge — the rule judge, or an LLM judge
     with bounded concurrent requests and a reply cache — and the rubric. ``memory_cache``: per-user
     memory stores kept in memory (LRU), >= 1.
@@ -139,7 +139,7 @@ class ResourceSpec:
     (docs/cluster.md; the tasks are still read from ``benchmark`` here, and the service must hold
     the same benchmark and score with ``reward_config``). ``token_env``, ``timeout_s``,
     ``retries``, ``backoff_s``, ``deadline_s``, ``direct``: the client's settings
-    (:class:`~shopping_companion.benchmark.run_config.ServiceConfig`). A bad ``tools`` value or
+    (:class:`~shopping_companion.assembly.endpoints.ServiceConfig`). A bad ``tools`` value or
     client setting raises :class:`ConfigError` naming the field.
     """
 
@@ -157,9 +157,9 @@ class ResourceSpec:
     direct: bool = True
 
     def __post_init__(self) -> None:
-        from shopping_companion.benchmark.run_config import check_tools
+        from shopping_companion.assembly.endpoints import check_tools
         from shopping_companion.errors import ConfigError
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.reward_spec import load_reward_spec
 
         if self.memory_cache < 1:
             raise ValueError(f"memory_cache: must be >= 1, got {self.memory_cache}")
@@ -171,11 +171,11 @@ class ResourceSpec:
         load_reward_spec(self.reward_config)  # a bad spec fails here, before anything loads
 
     def service(self) -> Any:
-        """The client settings as a :class:`~shopping_companion.benchmark.run_config.ServiceConfig`
+        """The client settings as a :class:`~shopping_companion.assembly.endpoints.ServiceConfig`
         (:class:`ConfigError` naming the field when one is out of range)."""
         from pydantic import ValidationError
 
-        from shopping_companion.benchmark.run_config import ServiceConfig
+        from shopping_companion.assembly.endpoints import ServiceConfig
         from shopping_companion.errors import ConfigError
 
         try:
@@ -223,14 +223,14 @@ class EnvResources:
 
     def with_reward(self, reward_config: Any) -> "EnvResources":
         """These services scored by the reward spec ``reward_config`` (any
-        :func:`~shopping_companion.rewards.spec.load_reward_spec` form): the same tasks, index,
+        :func:`~shopping_companion.assembly.reward_spec.load_reward_spec` form): the same tasks, index,
         embedder and memory-store cache, with the spec's judge and rubric. Built once per spec in
         this process (an LLM judge's reply cache and in-flight bound are shared by every
         trajectory). Raises :class:`ConfigError` for a spec that does not load.
 
         Services of a tool service (``remote``) score with the service's spec: the same spec
         returns these resources, another one raises :class:`ConfigError` naming both."""
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.reward_spec import load_reward_spec
 
         spec = load_reward_spec(reward_config)
         key = spec.to_json()
@@ -248,7 +248,7 @@ class EnvResources:
         with self._lock:
             if key in self._rewarded:
                 return self._rewarded[key]
-        from shopping_companion.pipeline import product_lookup
+        from shopping_companion.assembly.data import product_lookup
 
         lookup = product_lookup(self.products)
         judge = spec.build_judge(lookup, self.sessions, self.embedder)
@@ -337,15 +337,15 @@ def build_resources(spec: ResourceSpec) -> EnvResources:
     (:func:`~shopping_companion.serve.remote.connect` checks it is ready, holds this benchmark and
     scores with ``reward_config``: :class:`ConfigError` /
     :class:`~shopping_companion.errors.ToolServiceError` otherwise)."""
-    from shopping_companion.benchmark.synth import load_benchmark
-    from shopping_companion.pipeline import make_embedder, open_product_search, product_lookup, resolve_sources
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.data import load_benchmark
+    from shopping_companion.assembly.data import make_embedder, open_product_search, product_lookup, resolve_sources
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     reward = load_reward_spec(spec.reward_config)
     reward.build_rubric()  # a rubric that does not import fails here, before the index loads
     bench = load_benchmark(Path(spec.benchmark))
     if spec.tools != "local":
-        from shopping_companion.benchmark.run import benchmark_tasks_sha256
+        from shopping_companion.assembly.data import benchmark_tasks_sha256
         from shopping_companion.serve.remote import connect
 
         remote = connect(

@@ -56,9 +56,9 @@ _RUBRIC_CACHE: dict[str, Any] = {}
 
 def _weights(rubric: Any) -> dict[str, float]:
     """Member key -> weight of ``rubric``: a :class:`Rubric`, or any reward-config reference
-    (:func:`~shopping_companion.rewards.spec.load_reward_spec`; built once per process)."""
+    (:func:`~shopping_companion.assembly.reward_spec.load_reward_spec`; built once per process)."""
     from shopping_companion.rewards.rubric import Rubric
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     if isinstance(rubric, Rubric):
         r = rubric
@@ -116,7 +116,7 @@ def compute_score(
     Reads ``extra_info["shopcomp_reward"]`` (the agent loop's breakdown) and scores it with the
     rubric of ``reward_config`` (``reward_kwargs.reward_config``: the reward spec both verl sides
     read — the agent loop takes its judge and rubric from the same key, so every member the score
-    needs is computed; :func:`~shopping_companion.rewards.spec.load_reward_spec` forms: a built-in
+    needs is computed; :func:`~shopping_companion.assembly.reward_spec.load_reward_spec` forms: a built-in
     name, a YAML file, ``module:attr`` or the spec's JSON) or, the older way, ``rubric`` (a
     rubric reference or :class:`~shopping_companion.rewards.rubric.Rubric`). Neither: the
     breakdown's own total. Every member of the rubric is logged (custom ones included), plus

@@ -161,7 +161,7 @@ def prepare_datasets(
     benchmark, :class:`~shopping_companion.errors.DataError` for an empty split and
     :class:`~shopping_companion.errors.ConfigError` for a bad option (nothing is written then).
     """
-    from shopping_companion.benchmark.synth import load_benchmark
+    from shopping_companion.assembly.data import load_benchmark
 
     bench = Path(benchmark).resolve()
     b = load_benchmark(bench)

@@ -9,7 +9,7 @@ agent-loop workers, on every node) runs in:
   Ray's unpacked copy of it, so the Hydra config directory and ``agent_loop.yaml`` are given as
   paths relative to it), plus the spec's single-file modules and the YAML files next to them;
 - ``py_modules``: this package's directory and the reward spec's own packages
-  (:meth:`~shopping_companion.rewards.spec.RewardSpec.py_modules`; its single-file modules are
+  (:meth:`~shopping_companion.assembly.reward_spec.RewardSpec.py_modules`; its single-file modules are
   copied into the ``working_dir``, since Ray's ``py_modules`` takes directories only); Ray puts both
   on ``PYTHONPATH`` ahead of anything installed, so the nodes run the code of the submitting checkout. The spec sent
   to the job has an empty ``python_path`` (its modules are shipped; the directories need not exist
@@ -53,11 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from shopping_companion.assembly.cluster import EXCLUDES, PACKAGE_DIR, PLUGIN_MODULE, worker_env_vars
 from shopping_companion.errors import BackendError, ConfigError
 from shopping_companion.trainers.launch import REWARD_CONFIG_KEY, reward_config_override
 
 if TYPE_CHECKING:
-    from shopping_companion.rewards.spec import RewardSpec
+    from shopping_companion.assembly.reward_spec import RewardSpec
 
 __all__ = [
     "PLUGIN_MODULE",
@@ -75,26 +76,10 @@ __all__ = [
     "submit_job",
 ]
 
-#: the module that registers ``grpo_judged`` (imported by ``import verl`` through VERL_USE_EXTERNAL_MODULES)
-PLUGIN_MODULE = "shopping_companion.trainers.verl_plugin"
-#: environment variables of this process passed to the job when set (settings, never secrets)
-FORWARDED = (
-    "VERL_USE_EXTERNAL_PLUGINS",
-    "WANDB_MODE",
-    "WANDB_PROJECT",
-    "WANDB_ENTITY",
-    "WANDB_BASE_URL",
-    "HF_HUB_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "HF_ENDPOINT",
-)
-_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.IGNORECASE)
 #: the staged config directory inside the job's working_dir
 JOB_CONFIG_DIR = "configs/grpo"
 #: the line prefix of the smoke job's report in its logs
 SMOKE_MARK = "SHOPCOMP_SMOKE_REPORT "
-_PACKAGE_DIR = Path(__file__).resolve().parents[1]
-_EXCLUDES = ["__pycache__/", "*.pyc", "*.pyo"]
 
 
 def _default_address() -> str:
@@ -181,7 +166,7 @@ def spec_of_override(cmd: Sequence[str]) -> Optional["RewardSpec"]:
     one, as Hydra takes it) when it names files of this machine (a rubric YAML, ``python_path``);
     None otherwise (no override, or a built-in / ``module:attr`` that needs nothing shipped).
     Raises :class:`ConfigError` when the value does not load."""
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     args = [a for a in cmd if _is_reward_override(a)]
     if not args:
@@ -202,7 +187,7 @@ def job_entrypoint(cmd: Sequence[str], python: str, spec: Optional["RewardSpec"]
     if len(cmd) < 3 or cmd[1:3] != ["-m", "verl.trainer.main_ppo"]:
         raise ConfigError("cmd: expected a `python -m verl.trainer.main_ppo ...` command from launch_command")
     parts = [shlex.quote(python), "-m", "verl.trainer.main_ppo"]
-    loop_default = str(Path(_PACKAGE_DIR.parent, "configs", "grpo", "agent_loop.yaml"))
+    loop_default = str(Path(PACKAGE_DIR.parent, "configs", "grpo", "agent_loop.yaml"))
     for a in cmd[3:]:
         if a.startswith("--config-path="):
             parts.append(f'"--config-path=$PWD/{JOB_CONFIG_DIR}"')  # $PWD: the job's unpacked working_dir
@@ -270,27 +255,6 @@ def _stage_configs(config_dir: Path) -> Path:
     return root
 
 
-def _env_vars(secrets: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    env = {"HYDRA_FULL_ERROR": "1", "VLLM_USE_V1": "1"}
-    theirs = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m.strip()]
-    env["VERL_USE_EXTERNAL_MODULES"] = ",".join(dict.fromkeys([*theirs, PLUGIN_MODULE]))
-    for k in FORWARDED:
-        if os.environ.get(k):
-            env[k] = os.environ[k]
-    for k, v in os.environ.items():
-        if k.startswith("SHOPCOMP_") and v and not _SECRET.search(k):
-            env[k] = v
-    names: list[str] = []
-    for name in secrets:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
-            raise ConfigError(f"--env-var: {name!r} is not an environment variable name")
-        if not os.environ.get(name):
-            raise ConfigError(f"--env-var {name}: not set in this environment (nothing to pass to the job)")
-        env[name] = os.environ[name]
-        names.append(name)
-    return env, names
-
-
 def plan_job(
     cmd: Sequence[str],
     spec: Optional["RewardSpec"] = None,
@@ -316,11 +280,11 @@ def plan_job(
     sid = submission_id or f"shopcomp-{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", sid):
         raise ConfigError(f"--submission-id: {sid!r}: use letters, digits, '_', '.' and '-'")
-    env, names = _env_vars(secrets)
+    env, names = worker_env_vars(secrets)
     if spec is None:
         spec = spec_of_override(cmd)  # a Hydra override naming a spec file: ship what it names too
     job_spec = _job_spec(spec) if spec is not None else None  # reads (and checks) a rubric file now
-    modules, files = [str(_PACKAGE_DIR)], []
+    modules, files = [str(PACKAGE_DIR)], []
     for m in spec.py_modules() if spec is not None else []:
         if Path(m).name in ("shopping_companion", "shopping_companion.py"):
             raise ConfigError(f"python_path: {m} would shadow this package; rename it")
@@ -346,7 +310,7 @@ def plan_job(
     staging = _stage_configs(cfg_dir)
     for f in [*files, *data]:
         shutil.copy2(f, staging / Path(f).name)
-    runtime_env = {"working_dir": str(staging), "py_modules": modules, "excludes": list(_EXCLUDES), "env_vars": env}
+    runtime_env = {"working_dir": str(staging), "py_modules": modules, "excludes": list(EXCLUDES), "env_vars": env}
     return JobPlan(
         address=address or _default_address(),
         submission_id=sid,
@@ -490,7 +454,7 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     out["warnings"] = warnings
     if args.get("spec"):
         try:
-            from shopping_companion.rewards.spec import load_reward_spec
+            from shopping_companion.assembly.reward_spec import load_reward_spec
 
             out["components"] = load_reward_spec(args["spec"]).component_keys()
         except Exception as e:  # noqa: BLE001

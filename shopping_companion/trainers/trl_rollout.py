@@ -303,14 +303,14 @@ def _component(name: str) -> Callable[..., list[float | None]]:
 
 def component_names(rubric: Any = None) -> list[str]:
     """The weight-0 reward functions' names for ``rubric`` (a Rubric, a
-    :class:`~shopping_companion.rewards.spec.RewardSpec` or any reward-spec reference; None: only
+    :class:`~shopping_companion.assembly.reward_spec.RewardSpec` or any reward-spec reference; None: only
     :data:`COMPONENTS`): the rubric's member keys in member order, then the :data:`COMPONENTS`
     it lacks. Raises :class:`ConfigError` for a reference that does not load and ``ValueError``
     for a member key that would clash with ``shopcomp_total``."""
     keys: list[str] = []
     if rubric is not None:
         from shopping_companion.rewards.rubric import Rubric
-        from shopping_companion.rewards.spec import load_reward_spec
+        from shopping_companion.assembly.reward_spec import load_reward_spec
 
         r = rubric if isinstance(rubric, Rubric) else load_reward_spec(rubric).build_rubric()
         keys = [m.key for m in r.members]

@@ -33,9 +33,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from shopping_companion.benchmark.run_config import ServiceConfig, check_tools
+from shopping_companion.config import STRICT
+from shopping_companion.assembly.endpoints import ServiceConfig, check_tools
 from shopping_companion.errors import ConfigError, DataError, TrainingSignalError
 from shopping_companion.llm.breaker import deadline_or_none
 
@@ -52,7 +53,6 @@ __all__ = [
     "run_trl",
 ]
 
-_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 #: GRPOConfig fields this config sets itself (``trainer.extra_args`` may not set them).
 _OWN_ARGS = frozenset(
@@ -93,7 +93,7 @@ class TrlRows(BaseModel):
     ``hint``: the user simulator's hint between the stages. ``limit``: only the first N tasks of
     the split (>= 1; None: all)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     split: Literal["train", "test"] = "train"
     stages: list[int] = Field(default_factory=lambda: [1, 2])
     stage1: Literal["gold", "policy"] = "gold"
@@ -129,7 +129,7 @@ class TrlTrainerSettings(BaseModel):
     ``extra_args``: any other ``GRPOConfig`` field by name (checked against TRL's fields at run
     time; the fields above cannot be set here)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     output_dir: str = "runs/grpo/trl"
     max_steps: int | None = Field(default=None, ge=1)
     num_train_epochs: float = Field(default=1.0, gt=0)
@@ -197,7 +197,7 @@ class TrlEnvSettings(BaseModel):
     overrides it, null: no deadline. ``max_batch`` (>= 1): most turns of concurrent trajectories
     generated as one batch."""
 
-    model_config = _STRICT
+    model_config = STRICT
     max_turns: int = Field(default=20, ge=1)
     max_tokens_per_turn: int = Field(default=512, ge=1)
     scoring_deadline_s: Literal["spec"] | float | None = "spec"
@@ -214,7 +214,7 @@ class TrlLora(BaseModel):
     scale is alpha / rank), ``dropout`` in [0, 1), ``target_modules`` (module names of the model,
     e.g. ``q_proj``; at least one)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     rank: int = Field(default=64, ge=1)
     alpha: float = Field(default=128.0, gt=0)
     dropout: float = Field(default=0.05, ge=0, lt=1)
@@ -228,7 +228,7 @@ class TrlGuards(BaseModel):
     in [0, 1], prints a warning; ``fail_on_zero_std``: the run fails (after writing its summary
     and checkpoints) when the share averaged over its steps is at or above it."""
 
-    model_config = _STRICT
+    model_config = STRICT
     zero_std_share: float = Field(default=0.5, ge=0, le=1)
     fail_on_zero_std: bool = False
 
@@ -249,10 +249,10 @@ class TrlGrpoConfig(BaseModel):
     ``tools``: ``local`` (this process loads the index, memory, judge and rubric) or
     ``serve:URL`` (a ``shopcomp serve`` service holding the same benchmark and reward spec;
     docs/cluster.md), with ``service`` its client settings
-    (:class:`~shopping_companion.benchmark.run_config.ServiceConfig`).
+    (:class:`~shopping_companion.assembly.endpoints.ServiceConfig`).
     Relative paths are relative to the working directory."""
 
-    model_config = _STRICT
+    model_config = STRICT
     model: str
     bench: str
     data_dir: str | None = None
@@ -424,7 +424,7 @@ def check_resume_config(cfg: TrlGrpoConfig, spec_identity: dict[str, Any], ckpt:
 
 
 def _console() -> Any:
-    from shopping_companion.cli.common import console
+    from shopping_companion.console import console
 
     return console
 
@@ -583,7 +583,7 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
     :class:`DataError` / :class:`BenchmarkMissingError` (no tasks in the split, rows that share a
     prompt, a benchmark directory that is not one)."""
     from shopping_companion.config import dump_yaml
-    from shopping_companion.rewards.spec import load_reward_spec
+    from shopping_companion.assembly.reward_spec import load_reward_spec
 
     console = console or _console()
     require_trl()

@@ -148,7 +148,7 @@ class ShoppingCompanionAgentLoop(AgentLoopBase):
         self.service = _service_settings(service)
         self.reward_config = _reward_config(self.config, rubric)
         if scoring_deadline_s is _FROM_SPEC:
-            from shopping_companion.rewards.spec import load_reward_spec
+            from shopping_companion.assembly.reward_spec import load_reward_spec
 
             scoring_deadline_s = load_reward_spec(self.reward_config).scoring_deadline_s
         self.scoring_deadline_s = check_scoring_deadline(scoring_deadline_s)

@@ -71,10 +71,10 @@ def taxonomy_view(item: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _strip_origin(value: Any) -> str:
-    from shopping_companion.envs.tools import _ORIGIN_LABEL
+    from shopping_companion.envs.tools import ORIGIN_LABEL
 
     s = str(value)
-    for label in (*_ORIGIN_LABEL.values(), "extracted"):
+    for label in (*ORIGIN_LABEL.values(), "extracted"):
         suffix = f" ({label})"
         if s.endswith(suffix):
             return s[: -len(suffix)]
@@ -84,14 +84,14 @@ def _strip_origin(value: Any) -> str:
 def trajectory_records(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
     """``product id -> the merged record`` from every successful product tool call, in order (a
     later ``product_view`` overrides a search hit's fields)."""
-    from shopping_companion.benchmark.taxonomy import _products_in
+    from shopping_companion.benchmark.taxonomy import products_in
 
     seen: dict[str, dict[str, Any]] = {}
     for t in trajs:
         for tr in t.tool_results:
             if tr.name not in PRODUCT_TOOLS or tr.error is not None:
                 continue
-            for obj in _products_in(tr.content):
+            for obj in products_in(tr.content):
                 if set(obj) <= {"product_id", "error"}:
                     continue  # a product_view "errors" entry, not a record
                 seen.setdefault(obj["product_id"], {}).update(obj)
@@ -190,7 +190,7 @@ def stage_views(
     task: Task | None,
     records: dict[str, dict[str, Any]],
 ) -> list[StageView]:
-    from shopping_companion.envs.parsing import _split_thinking
+    from shopping_companion.envs.parsing import split_thinking
     from shopping_companion.rewards.tool_wise import trajectory_tool_results
 
     prod_ids = [
@@ -234,7 +234,7 @@ def stage_views(
                     )
                 )
                 k += 1
-            _ok, spans, outside, _errs = _split_thinking(st.assistant_text)
+            _ok, spans, outside, _errs = split_thinking(st.assistant_text)
             think = "\n\n".join(s.strip() for s in spans if s.strip()) or None
             turns.append(
                 TurnView(

@@ -345,7 +345,7 @@ def annotate_task(row: EpisodeRow, task: Task | None) -> None:
     (None: left as it is)."""
     if task is None:
         return
-    from shopping_companion.benchmark.calibrate import task_source
+    from shopping_companion.benchmark.metrics import task_source
 
     row.instruction = task.instruction
     row.task_type = row.task_type or task.task_type

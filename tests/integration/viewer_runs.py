@@ -20,7 +20,7 @@ hits). Then:
   episodes (the browser's "failed only" filter needs both) and the scripted policy succeeds more
   often, so the compare page shows real success transitions.
 
-The catalog is read through :func:`shopping_companion.pipeline.load_catalog`, which caches it per
+The catalog is read through :func:`shopping_companion.assembly.data.load_catalog`, which caches it per
 process: the CLI's reference backend then reuses that copy for its attribute vocabulary instead
 of parsing the catalog a second time.
 """

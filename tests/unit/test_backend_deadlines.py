@@ -326,7 +326,7 @@ def test_breaker_wakes_calls_sleeping_in_a_backoff() -> None:
 def test_cli_policy_backend_takes_deadline_and_threshold_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import ValidationError
 
-    from shopping_companion.benchmark.run import build_backend
+    from shopping_companion.benchmark.kit import build_backend
     from shopping_companion.benchmark.run_config import BackendConfig
     from shopping_companion.errors import ConfigError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shopping_companion.judges.agreement import (
+from shopping_companion.benchmark.judge_agreement import (
     agreement_report,
     cohen_kappa,
     field_value,

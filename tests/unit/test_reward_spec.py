@@ -138,13 +138,13 @@ def test_bounded_judge_caps_concurrent_calls():
 
 
 def test_judge_reply_cache_is_bounded_in_memory_and_complete_on_disk(tmp_path):
-    from shopping_companion.judges.llm import _Cache
+    from shopping_companion.judges.llm import ReplyCache
 
-    mem = _Cache(None, max_entries=2)
+    mem = ReplyCache(None, max_entries=2)
     for k in "abc":
         mem.put(k, k.upper())
     assert mem.get("a") is None and mem.get("b") == "B" and mem.get("c") == "C"
-    disk = _Cache(tmp_path / "c.sqlite", max_entries=1)
+    disk = ReplyCache(tmp_path / "c.sqlite", max_entries=1)
     for k in "abc":
         disk.put(k, k.upper())
     assert [disk.get(k) for k in "abc"] == ["A", "B", "C"]  # evicted from memory, read back from SQLite

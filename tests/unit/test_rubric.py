@@ -505,7 +505,7 @@ def test_the_format_rules_version_is_in_the_rubric_description_and_the_run_ident
     """Issue 31: results scored under the old (vacuous) format rules are another run identity."""
     import dataclasses
 
-    from shopping_companion.benchmark.run import run_identity
+    from shopping_companion.benchmark.kit import run_identity
     from shopping_companion.benchmark.run_config import EpisodeConfig
     from shopping_companion.rewards.format import FORMAT_REWARD_VERSION
 

@@ -18,7 +18,8 @@ import pytest
 
 from shopping_companion.benchmark.evaluate import EvalSettings, run_episode
 from shopping_companion.benchmark.report import error_kind
-from shopping_companion.benchmark.run import benchmark_tasks_sha256, build_rubric
+from shopping_companion.assembly.data import benchmark_tasks_sha256
+from shopping_companion.assembly.reward_spec import build_rubric
 from shopping_companion.benchmark.run_config import ServiceConfig
 from shopping_companion.envs.env import EnvConfig
 from shopping_companion.envs.scripted import GoldPolicy

@@ -36,7 +36,7 @@ from shopping_companion.benchmark.synthesis.catalog_view import Feature, is_wear
 from shopping_companion.benchmark.synthesis.conflicts import Conflict, ConflictDetector
 from shopping_companion.benchmark.synthesis.verify import _gold, evidence_text, gold_constraint, how_stated
 from shopping_companion.judges.matching import default_matcher
-from shopping_companion.judges.matching.quantity import UNIT_ALIASES, Constraint, _unit_info
+from shopping_companion.judges.matching.quantity import UNIT_ALIASES, Constraint, unit_info
 from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.types import Product, Session, Turn, Voucher
 
@@ -230,7 +230,7 @@ def spoken_limit(constraint: Constraint, gold_unit: str | None, rng: random.Rand
         return text if text is not None else f"{constraint.lo:g}"
     options = []
     for alias, singular, plural in units:
-        factor, _dim = _unit_info(alias)
+        factor, _dim = unit_info(alias)
         x = constraint.lo / factor
         if not (0.1 <= x < 10000):
             continue

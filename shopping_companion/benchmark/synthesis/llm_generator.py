@@ -31,13 +31,9 @@ over four models).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 import re
-import sqlite3
-import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -48,7 +44,7 @@ from shopping_companion.benchmark.synthesis.config import GeneratorConfig, LLMEn
 from shopping_companion.benchmark.synthesis.conflicts import Conflict
 from shopping_companion.benchmark.synthesis.generators import SlotSpec, TaskSpec, format_money
 from shopping_companion.benchmark.synthesis.verify import evidence_text, states_value
-from shopping_companion.llm.replies import extract_json
+from shopping_companion.llm.replies import LLMCache, extract_json  # noqa: F401 - LLMCache re-exported (tests, plug-ins)
 from shopping_companion.types import Session, Turn
 
 __all__ = ["LLMCache", "LLMGenerator"]
@@ -95,43 +91,6 @@ class ConflictsOut(_Out):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class LLMCache:
-    """SQLite cache ``key -> response text`` (WAL; safe for several processes)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, response TEXT, created REAL)"
-        )
-        self._db.commit()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def key(payload: dict[str, Any]) -> str:
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def put(self, key: str, model: str, response: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, response, time.time()))
-            self._db.commit()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 def _feature_line(slot: SlotSpec, label: str, value: str, addon: bool, numeric: bool = False) -> str:

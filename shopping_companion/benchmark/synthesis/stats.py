@@ -156,8 +156,8 @@ def _verbatim(tasks: list[Task], sessions: dict[str, Session]) -> dict[str, Any]
 
 def _sources(tasks: list[Task], catalog: Sequence[Product]) -> dict[str, Any]:
     """Per catalog source: products in the catalog, tasks whose references come from it (by type;
-    :func:`~shopping_companion.benchmark.calibrate.task_source`)."""
-    from shopping_companion.benchmark.calibrate import task_source
+    :func:`~shopping_companion.benchmark.metrics.task_source`)."""
+    from shopping_companion.benchmark.metrics import task_source
 
     pool = Counter(p.source for p in catalog)
     rows: dict[str, dict[str, Any]] = {s: {"catalog": n, "single": 0, "addon": 0} for s, n in pool.items()}

@@ -39,7 +39,7 @@ from typing import Literal
 
 from shopping_companion.judges.matching.normalize import NUMBER_WORDS
 
-__all__ = ["Quantity", "Constraint", "parse_constraint", "parse_quantities", "unit_dimension", "REL_TOL"]
+__all__ = ["Quantity", "Constraint", "parse_constraint", "parse_quantities", "unit_dimension", "unit_info", "REL_TOL"]
 
 REL_TOL = 0.02
 #: Tolerance at the bound of an inequality or range: only the rounding of a unit conversion
@@ -183,7 +183,7 @@ def _registry():
 
 
 @lru_cache(maxsize=256)
-def _unit_info(unit: str) -> tuple[float, str]:
+def unit_info(unit: str) -> tuple[float, str]:
     """``(factor to base units, dimensionality string)`` of a unit alias (lower case)."""
     name = UNIT_ALIASES[unit.lower()]
     ureg = _registry()
@@ -198,7 +198,7 @@ def unit_dimension(unit: str | None) -> str | None:
     """pint's dimensionality of a unit alias (``"cm"`` → ``"[length]"``), None when unknown."""
     if not unit or unit.lower() not in UNIT_ALIASES:
         return None
-    return _unit_info(unit.lower())[1]
+    return unit_info(unit.lower())[1]
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,7 @@ def _to_base(
         u = "floz"  # a capacity in ounces is fluid ounces
     if u not in UNIT_ALIASES:
         return None
-    factor, dim = _unit_info(u)
+    factor, dim = unit_info(u)
     return value * factor, dim
 
 

@@ -76,7 +76,7 @@ def service(bench_dir, catalog_index_dir, data_dir, embedder):
             "deployments": {k: small for k in ("products", "memory", "scoring", "ingress")},
         }
     )
-    from shopping_companion.benchmark.distributed import connect
+    from shopping_companion.assembly.cluster import connect
 
     conn = connect("local", num_cpus=2)  # without Ray's failure signal handler (it crashes the JVM here)
     try:
@@ -156,7 +156,7 @@ def test_config_refuses_an_exposed_host_without_a_token_and_unknown_keys(bench_d
 
 
 def test_health_ready_info_and_openapi(service, http, bench, catalog_index_dir):
-    from shopping_companion.benchmark.run import benchmark_tasks_sha256
+    from shopping_companion.assembly.data import benchmark_tasks_sha256
     from shopping_companion.rewards.spec import load_reward_spec
 
     deployed, cfg = service
