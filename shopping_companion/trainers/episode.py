@@ -339,7 +339,8 @@ class ChatTokens:
     the process (verl builds one agent loop, hence one ``ChatTokens``, per trajectory): the n
     rollouts of a prompt start from the same prompt text and often view the same products, so
     about 40% of the observation text of a GRPO step repeats (``benchmarks/bench_grpo_env.py``).
-    ``encode_cache_size`` texts are kept (least recently used evicted; 0 disables the cache).
+    ``encode_cache_size`` texts are kept (least recently used evicted; 0 disables the cache and
+    the piece cache of :meth:`encode_decoded`, which holds up to 65,536 pieces per tokenizer).
     """
 
     def __init__(
