@@ -12,6 +12,7 @@ weights (seeded). About 1.5 MB on disk; built in ~1 s.
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -314,3 +315,43 @@ def build_tool_calling_model(
     except OSError:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+#: Qwen2 / Qwen2.5 / Qwen3's pre-tokenizer regex (their tokenizer.json: a Split, then ByteLevel
+#: without its own regex, after an NFC normalizer)
+QWEN2_SPLIT_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def build_qwen_like_tokenizer(texts: list[str], vocab_size: int = 2000) -> Any:
+    """A byte-level BPE laid out as Qwen2/Qwen3's tokenizer (NFC normalizer, Qwen2's Split regex,
+    regex-free ByteLevel, Qwen's special and protocol tokens), trained on ``texts`` so that it
+    learns merges across the regex's pieces (``}\\n``, ``\\n\\n``, `` {"``); a
+    ``PreTrainedTokenizerFast`` with :data:`TOOL_CHAT_TEMPLATE`. No download."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t in PROTOCOL + ["<tool_response>", "</tool_response>"]]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        chat_template=TOOL_CHAT_TEMPLATE,
+    )

@@ -37,8 +37,10 @@ the response budget bounds the context.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
+import unicodedata
 import weakref
 from array import array
 from collections import OrderedDict
@@ -117,8 +119,36 @@ class _LRU:
         return len(self._d)
 
 
+class _Pieces:
+    """A per-tokenizer map from text pieces (:func:`_pieces`) to their ids, shared by
+    threads without a lock (a race at worst encodes a piece twice); emptied when it holds
+    ``size`` pieces or when the vocabulary stamp changes (as :class:`_LRU`)."""
+
+    def __init__(self, size: int = 1 << 16) -> None:
+        self.size = size
+        self.stamp: Any = None
+        self.d: dict[str, list[int]] = {}
+
+    def table(self, stamp: Any) -> dict[str, list[int]]:
+        if stamp != self.stamp or len(self.d) >= self.size:
+            self.d = {}
+            self.stamp = stamp
+        return self.d
+
+    def clear(self) -> None:
+        self.d = {}
+
+
 _ENCODE_CACHES: "weakref.WeakKeyDictionary[Any, _LRU]" = weakref.WeakKeyDictionary()
+_PIECE_CACHES: "weakref.WeakKeyDictionary[Any, _Pieces]" = weakref.WeakKeyDictionary()
 _BACKEND_OK: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+_CODECS: "weakref.WeakKeyDictionary[Any, tuple[Any, tuple[bool, str | None]]]" = weakref.WeakKeyDictionary()
+#: the pre-tokenizer regexes under which every :func:`_pieces` cut is a pre-token boundary
+#: (no alternative can run through a space that follows a non-space, and none looks behind):
+#: Qwen2 / Qwen2.5 / Qwen3's Split pattern; GPT-2's is ByteLevel's own (``use_regex``)
+_SPLIT_SAFE_REGEXES = frozenset(
+    {r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}
+)
 _ENCODE_CACHES_LOCK = threading.Lock()
 #: methods a tokenizer class must inherit unchanged from the fast-tokenizer base for its Rust
 #: backend to stand in for ``encode`` / ``decode`` (a subclass overriding them may pre- or
@@ -149,6 +179,19 @@ def _encode_cache(tokenizer: Any, size: int) -> _LRU | None:
         return cache
 
 
+def _piece_cache(tokenizer: Any) -> _Pieces:
+    """The process-wide piece cache of ``tokenizer`` (a private one when the object cannot be
+    weakly referenced)."""
+    with _ENCODE_CACHES_LOCK:
+        try:
+            cache = _PIECE_CACHES.get(tokenizer)
+            if cache is None:
+                cache = _PIECE_CACHES[tokenizer] = _Pieces()
+        except TypeError:
+            return _Pieces()
+        return cache
+
+
 def _backend_agrees(tok: Any, backend: Any) -> bool:
     """Whether ``backend.encode`` gives ``tok.encode``'s ids: the tokenizer class inherits the
     encode methods of the fast-tokenizer base unchanged, does not clean up tokenisation spaces, and
@@ -175,6 +218,90 @@ def _backend_agrees(tok: Any, backend: Any) -> bool:
         return False
 
 
+def _pieces(text: str, sep: str = ' "') -> list[str]:
+    """``text`` cut before every ``sep`` (a space, then a double quote: before the members and
+    strings of the observations' JSON) that follows a character that is not whitespace; the
+    pieces join to ``text``. Python's whitespace includes all of Unicode's White_Space, so that
+    character is not whitespace for a tokenizer's regex either (:func:`_codec_traits`)."""
+    parts = text.split(sep)
+    out = [parts[0]]
+    for part in parts[1:]:
+        prev = out[-1]
+        if prev and not prev[-1].isspace():
+            out.append(sep + part)
+        else:
+            out[-1] = prev + sep + part
+    return out
+
+
+def _state(component: Any) -> dict[str, Any] | None:
+    """The JSON settings of a ``tokenizers`` component (normalizer, pre-tokenizer, decoder)."""
+    if component is None:
+        return None
+    return json.loads(component.__getstate__())
+
+
+def _codec_traits(backend: Any) -> tuple[bool, str | None]:
+    """``(pieces, round_trip)`` of a Rust tokenizer that stands in for the tokenizer's encode.
+
+    ``pieces``: cutting a text with :func:`_pieces` and joining the pieces' ids gives the
+    text's ids. True for a byte-level BPE whose steps all act within a cut's sides: normalizer none
+    or NFC (a space composes with nothing), pre-tokenizer GPT-2's ByteLevel regex or a Split with
+    a regex of :data:`_SPLIT_SAFE_REGEXES` followed by a regex-free ByteLevel, neither adding a
+    prefix space; BPE without dropout, word prefixes or suffixes; added tokens that contain no
+    whitespace and strip nothing (so none spans a cut or absorbs the space of one).
+
+    ``round_trip``: when ``decode(encode(text)) == text`` is guaranteed: ``"always"`` (byte-level
+    BPE with every byte in the vocabulary, a ByteLevel decoder, added tokens of printable ASCII,
+    no normalizer), ``"nfc"`` (the same with an NFC normalizer: for texts already in NFC), else
+    None (decode to find out)."""
+    try:
+        model = backend.model
+        if type(model).__name__ != "BPE" or model.dropout or model.byte_fallback:
+            return False, None
+        if model.continuing_subword_prefix or model.end_of_word_suffix:
+            return False, None
+        norm, pre, dec = _state(backend.normalizer), _state(backend.pre_tokenizer), _state(backend.decoder)
+        if norm is None:
+            norm_kind = "always"
+        elif norm.get("type") == "NFC":
+            norm_kind = "nfc"
+        else:
+            return False, None
+        steps = pre.get("pretokenizers", []) if pre and pre.get("type") == "Sequence" else [pre]
+        byte_level = steps[-1] if steps and steps[-1] and steps[-1].get("type") == "ByteLevel" else None
+        if byte_level is None or byte_level.get("add_prefix_space"):
+            return False, None
+        if len(steps) == 1:
+            split_ok = bool(byte_level.get("use_regex"))
+        else:
+            sp = steps[0]
+            split_ok = (
+                len(steps) == 2
+                and not byte_level.get("use_regex")
+                and sp.get("type") == "Split"
+                and sp.get("behavior") == "Isolated"
+                and not sp.get("invert")
+                and (sp.get("pattern") or {}).get("Regex") in _SPLIT_SAFE_REGEXES
+            )
+        from tokenizers import pre_tokenizers
+
+        vocab = backend.get_vocab(with_added_tokens=False)
+        all_bytes = all(c in vocab for c in pre_tokenizers.ByteLevel.alphabet())
+        added = [(str(t.content), t) for t in backend.get_added_tokens_decoder().values()]
+        added_ok = all(
+            not any(ch.isspace() for ch in c) and not (t.lstrip or t.rstrip or t.single_word) for c, t in added
+        )
+        # an added token decodes to its content through the ByteLevel decoder only when its
+        # characters are ones that decoder maps to themselves (printable ASCII)
+        added_ascii = all(all("!" <= ch <= "~" for ch in c) for c, _ in added)
+        byte_dec = dec is not None and dec.get("type") == "ByteLevel"
+        round_trip = norm_kind if all_bytes and byte_dec and added_ascii else None
+        return split_ok and added_ok, round_trip
+    except Exception:  # noqa: BLE001 - an unknown backend layout: encode whole texts and decode them
+        return False, None
+
+
 def stop_token_ids(tokenizer: Any) -> list[int]:
     """The ids that end an assistant turn: the tokenizer's EOS id(s), then ``<|im_end|>`` when the
     vocabulary has it (ChatML templates end every turn with it, also where EOS is another token)."""
@@ -194,7 +321,7 @@ def clear_encode_caches() -> None:
     """Empty every tokenizer's shared encode cache in this process (e.g. between benchmark steps,
     so that a step gets no cache hits from the same prompts in an earlier step)."""
     with _ENCODE_CACHES_LOCK:
-        caches = list(_ENCODE_CACHES.values())
+        caches = list(_ENCODE_CACHES.values()) + list(_PIECE_CACHES.values())
     for cache in caches:
         cache.clear()
 
@@ -212,7 +339,8 @@ class ChatTokens:
     the process (verl builds one agent loop, hence one ``ChatTokens``, per trajectory): the n
     rollouts of a prompt start from the same prompt text and often view the same products, so
     about 40% of the observation text of a GRPO step repeats (``benchmarks/bench_grpo_env.py``).
-    ``encode_cache_size`` texts are kept (least recently used evicted; 0 disables the cache).
+    ``encode_cache_size`` texts are kept (least recently used evicted; 0 disables the cache and
+    the piece cache of :meth:`encode_decoded`, which holds up to 65,536 pieces per tokenizer).
     """
 
     def __init__(
@@ -223,6 +351,7 @@ class ChatTokens:
         self.tok = tokenizer
         self.kwargs = dict(chat_template_kwargs or {})
         self._cache = _encode_cache(tokenizer, encode_cache_size) if encode_cache_size else None
+        self._pieces = _piece_cache(tokenizer) if encode_cache_size else None
         self.eos_ids: set[int] = set(stop_token_ids(tokenizer))
         self.eos_text: str = tokenizer.eos_token or ""
         self._tail: str | None = None
@@ -241,27 +370,53 @@ class ChatTokens:
     def encode_decoded(self, text: str) -> tuple[array, str]:
         """``(ids, decode(ids))`` of ``text``: the ids (an ``array("i")``, read-only by convention:
         it may be the cached object) and the exact text they decode to (equal to ``text`` for
-        byte-level BPE; kept separately because other tokenizers may normalise)."""
+        byte-level BPE; kept separately because other tokenizers may normalise).
+
+        With the Rust backend of a byte-level BPE (:func:`_codec_traits`), the text is encoded as
+        :func:`_pieces`, each piece's ids cached per tokenizer (the observations of one step share
+        most of their JSON members: the same products, sessions and keys), so only new pieces are
+        encoded; and the decode is skipped where the round trip is guaranteed."""
         cache = self._cache
-        stamp = self._vocab_stamp() if cache is not None else None
+        backend = self._backend
+        stamp = self._vocab_stamp() if cache is not None or backend is not None else None
         if cache is not None:
             hit = cache.get(text, stamp)
             if hit is not None:
                 return hit
-        backend = self._backend
         fast = backend is not None and self._backend_state_is_plain(backend)
+        pieces, round_trip = self._codec(stamp) if fast else (False, None)
+        pieces = pieces and self._pieces is not None
         if fast:
-            ids = array("i", backend.encode(text, add_special_tokens=False).ids)
+            if pieces:
+                table = self._pieces.table(stamp)
+                new: dict[str, list[int]] = {}
+                out: list[int] = []
+                for piece in _pieces(text):
+                    got = table.get(piece)
+                    if got is None:
+                        got = new.get(piece)
+                        if got is None:
+                            got = new[piece] = backend.encode(piece, add_special_tokens=False).ids
+                    out += got
+                ids = array("i", out)
+            else:
+                ids = array("i", backend.encode(text, add_special_tokens=False).ids)
             if not self._backend_state_is_plain(backend):  # another thread set state meanwhile
                 fast = False
+            elif pieces:
+                table.update(new)
         if not fast:
             ids = array("i", self.tok.encode(text, add_special_tokens=False))
             cache = None if backend is not None else cache  # a racing state change: do not keep it
-        decoded = self.decode(ids.tolist())
-        out = (ids, text if decoded == text else decoded)  # one string object when they are equal
+            round_trip = None
+        if round_trip == "always" or (round_trip == "nfc" and unicodedata.is_normalized("NFC", text)):
+            out_pair = (ids, text)
+        else:
+            decoded = self.decode(ids.tolist())
+            out_pair = (ids, text if decoded == text else decoded)  # one string object when they are equal
         if cache is not None:
-            cache.put(text, out, stamp)
-        return out
+            cache.put(text, out_pair, stamp)
+        return out_pair
 
     def _vocab_stamp(self) -> tuple:
         """What encodings depend on besides the text: the vocabulary size with added tokens, the
@@ -315,6 +470,22 @@ class ChatTokens:
         if backend is not None:  # the Rust tokenizer directly: no per-id Python conversion
             return backend.decode(list(ids), skip_special_tokens=False)
         return self.tok.decode(ids, skip_special_tokens=False)
+
+    def _codec(self, stamp: Any) -> tuple[bool, str | None]:
+        """:func:`_codec_traits` of the Rust backend (which must be set), decided once per
+        tokenizer object and vocabulary ``stamp`` (an added token may change them)."""
+        try:
+            got = _CODECS.get(self.tok)
+        except TypeError:
+            got = None
+        if got is not None and got[0] == stamp:
+            return got[1]
+        traits = _codec_traits(self._backend)
+        try:
+            _CODECS[self.tok] = (stamp, traits)
+        except TypeError:
+            pass
+        return traits
 
     @property
     def _backend(self) -> Any:

@@ -152,3 +152,68 @@ def test_a_template_that_rewrites_past_turns_is_counted_not_fatal(setup):
     gen = sum(t.response_mask)
     asst = [m["content"] for m in ep.messages if m["role"] == "assistant"]
     assert gen == sum(len(tok.encode(a, add_special_tokens=False)) + 1 for a in asst)
+
+
+def test_observation_ids_equal_the_whole_text_encode_over_real_episodes(setup, catalog_products):
+    """The piece-wise encode (trainers/episode.py ``_pieces``) and the skipped decode, proved on
+    real observations: rows of both stages whose policy first makes searches with catalog title
+    words (varied results: products, sessions, non-ASCII text), for the tiny tokenizer (GPT-2
+    byte-level regex) and a Qwen2/Qwen3-laid-out one (NFC, Qwen2's Split regex) trained on these
+    observations. Every text encoded equals the tokenizer's own encode and decode of it, and the
+    episodes' token checks hold."""
+    import random
+
+    from shopping_companion.trainers import episode
+    from tests.tiny_model import build_qwen_like_tokenizer
+
+    res, task, tok = setup
+    words = sorted({w for p in catalog_products[:3000] for w in p.title.split() if len(w) > 3})
+    seen: list[tuple[str, list[int], str]] = []
+
+    class Recording(ChatTokens):
+        def encode_decoded(self, text):
+            ids, decoded = super().encode_decoded(text)
+            seen.append((text, list(ids), decoded))
+            return ids, decoded
+
+    def policy(t, stage, rollout):
+        gold = GoldPolicy(task)
+        names = [tool_schema(n) for n in (MEMORY_TOOLS if stage == 1 else PRODUCT_TOOLS)]
+        turn = [0]
+
+        async def generate(ids, sp):
+            k = turn[0]
+            turn[0] += 1
+            if k < 4:
+                q = " ".join(random.Random(f"{stage}-{rollout}-{k}").sample(words, 3))
+                call = (
+                    {"name": "mem_search", "arguments": {"queries": [q, task.instruction], "top_k": 10}}
+                    if stage == 1
+                    else {"name": "product_search", "arguments": {"query": q, "top_k": 10}}
+                )
+                reply = "<think>look</think>\n<tool_call>" + json.dumps(call) + "</tool_call>"
+            else:
+                reply = gold.chat([{"role": "assistant"}] * (k - 4), names).content
+            return Generation(t.encode(reply, add_special_tokens=False) + [t.eos_token_id])
+
+        return generate
+
+    def run(t):
+        episode.clear_encode_caches()
+        seen.clear()
+        for stage in (1, 2):
+            for rollout in range(4):
+                ep = asyncio.run(
+                    run_row_episode(res.make_env(task), stage, Recording(t), policy(t, stage, rollout), {}, 32768)
+                )
+                assert ep.termination == "answered" and ep.prefix_mismatches == 0
+        return list(seen)
+
+    tiny = run(tok)
+    qwen = build_qwen_like_tokenizer([text for text, _, _ in tiny] * 3, vocab_size=2500)
+    for t, records in ((tok, tiny), (qwen, run(qwen))):
+        assert episode._codec_traits(t.backend_tokenizer)[0] is True
+        assert len(records) >= 40 and any(not text.isascii() for text, _, _ in records)
+        for text, ids, decoded in records:
+            assert ids == t.encode(text, add_special_tokens=False)
+            assert decoded == t.decode(ids, skip_special_tokens=False)

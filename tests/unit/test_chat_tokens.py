@@ -175,3 +175,174 @@ def test_a_tokenizer_class_that_overrides_decoding_keeps_its_own_decode(tok):
     chat = ChatTokens(loud)
     ids, text = chat.encode_decoded("navy shirt")
     assert chat._backend is None and text == loud.decode(list(ids), skip_special_tokens=False) == "NAVY SHIRT"
+
+
+# --- pieces and the skipped round trip: token identity with the whole text's encode and decode ---
+
+_FRAGMENTS = [
+    ' "',
+    '"',
+    " ",
+    "  ",
+    "   ",
+    "\n",
+    "\n\n",
+    " \n",
+    "\t",
+    "\r\n",
+    "}",
+    "{",
+    "},",
+    ", ",
+    ": ",
+    "[",
+    "]",
+    "navy",
+    "Shirt",
+    "cotton",
+    "x",
+    "'s",
+    "'ll",
+    "don't",
+    "12",
+    "3.5",
+    "2024-01-14",
+    "_id",
+    "\\u00e9",
+    "caf\u00e9",
+    "cafe\u0301",
+    "\u0301",
+    "\u4e2d\u6587",
+    "\U0001f600",
+    "\u00a0",
+    "\u3000",
+    "\u2028",
+    "\x1c",
+    "\x85",
+    "\u200b",
+    "\u05e9\u05dc\u05d5\u05dd",
+    "<|im_end|>",
+    "<|im_start|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "<tool_response>",
+    "<|endoftext|>",
+    "<",
+    "|",
+    '\\"',
+    "\ufffd",
+    "ﬁ",
+    "Å",
+    "A\u030a",
+]
+
+
+def _fuzz_texts(n: int, seed: int = 0) -> list[str]:
+    """Texts made of fragments that stress the cuts: whitespace runs and newlines before and after
+    ' "', combining marks (text that NFC changes), CJK, emoji, Unicode spaces, special and protocol
+    tokens next to a cut; JSON-like texts; and one very long text."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    out = ["".join(rng.choice(_FRAGMENTS) for _ in range(rng.randint(1, 60))) for _ in range(n)]
+    for k in range(n // 10):
+        obj = {
+            "results": [
+                {rng.choice(_FRAGMENTS): rng.choice(_FRAGMENTS) * rng.randint(1, 3), "k": rng.random()}
+                for _ in range(rng.randint(1, 8))
+            ]
+        }
+        out.append(json.dumps(obj, ensure_ascii=bool(k % 2)))
+    out.append(" ".join(out[: n // 2]) * 3)  # a very long text (hundreds of thousands of characters)
+    return out
+
+
+@pytest.fixture(scope="module")
+def qwen_like():
+    from tests.tiny_model import build_qwen_like_tokenizer
+
+    return build_qwen_like_tokenizer(_fuzz_texts(400, seed=1) + TEXTS * 50, vocab_size=1500)
+
+
+def test_pieces_join_back_and_cut_only_after_non_whitespace():
+    for text in _fuzz_texts(300) + TEXTS:
+        parts = episode._pieces(text)
+        assert "".join(parts) == text
+        for prev, part in zip(parts, parts[1:]):
+            assert part.startswith(' "') and prev and not prev[-1].isspace()
+
+
+def test_byte_level_bpe_tokenizers_take_the_piece_path(tok, qwen_like):
+    assert episode._codec_traits(tok.backend_tokenizer) == (True, "always")
+    assert episode._codec_traits(qwen_like.backend_tokenizer) == (True, "nfc")
+    merged = [t for t in qwen_like.backend_tokenizer.get_vocab() if t.startswith("}") and t.endswith("Ċ")]
+    assert merged  # the Qwen-like BPE merges across a cut-free boundary ("}\n"): the fuzz can tell
+
+
+@pytest.mark.parametrize("which", ["tiny", "qwen_like"])
+def test_piece_encoding_is_token_identical_to_the_whole_text(which, tok, qwen_like):
+    """Proof by comparison: every fuzz text's ids (pieces, cache cold and warm) and decoded text
+    equal the tokenizer's own encode and decode of the whole text."""
+    t = tok if which == "tiny" else qwen_like
+    texts = _fuzz_texts(3000, seed=2)
+    assert max(map(len, texts)) > 200_000
+    for round_ in range(2):  # cold piece cache, then every piece cached
+        if round_ == 0:
+            clear_encode_caches()
+        chat = ChatTokens(t, encode_cache_size=1 if round_ else 4096)  # warm round: whole-text cache misses
+        for text in texts:
+            ids, decoded = chat.encode_decoded(text)
+            want = t.encode(text, add_special_tokens=False)
+            assert list(ids) == want, (which, text[:200])
+            assert decoded == t.decode(want, skip_special_tokens=False), (which, text[:200])
+    clear_encode_caches()
+
+
+def test_the_decode_is_kept_where_the_round_trip_is_not_guaranteed(qwen_like):
+    chat = ChatTokens(qwen_like)
+    ids, decoded = chat.encode_decoded('{"name": "cafe\u0301"}')  # not NFC: the normalizer composes it
+    assert decoded == '{"name": "caf\u00e9"}' == qwen_like.decode(list(ids), skip_special_tokens=False)
+    assert chat.encode_decoded('{"name": "caf\u00e9"}')[1] == '{"name": "caf\u00e9"}'
+
+
+def test_layouts_without_the_guarantees_encode_whole_texts(tmp_path):
+    """Pieces are refused for a ByteLevel that adds a prefix space, a Split regex not known to be
+    safe and an added token containing a space (decided again when tokens are added); the round
+    trip for a normalizer other than NFC. The ids still equal the tokenizer's own."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+    from transformers import AutoTokenizer
+
+    path = build_tiny_model(tmp_path / "tok", vocab_size=600)
+    text = 'colour "navy" and "a b" {"k": "v"}'
+    t = AutoTokenizer.from_pretrained(path)
+    chat = ChatTokens(t)
+    assert chat._codec(chat._vocab_stamp()) == (True, "always")
+    t.add_tokens(["a b"])
+    assert chat._codec(chat._vocab_stamp())[0] is False
+    assert chat.encode(text) == t.encode(text, add_special_tokens=False)
+
+    variants = {
+        "prefix_space": lambda b: setattr(b, "pre_tokenizer", pre_tokenizers.ByteLevel(add_prefix_space=True)),
+        "unknown_regex": lambda b: setattr(
+            b,
+            "pre_tokenizer",
+            pre_tokenizers.Sequence(
+                [
+                    pre_tokenizers.Split(Regex(r"\S+\s*"), behavior="isolated"),
+                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+                ]
+            ),
+        ),
+        "lowercase": lambda b: setattr(b, "normalizer", normalizers.Lowercase()),
+    }
+    for name, change in variants.items():
+        t = AutoTokenizer.from_pretrained(path)
+        change(t.backend_tokenizer)
+        pieces, round_trip = episode._codec_traits(t.backend_tokenizer)
+        assert pieces is False and (round_trip is None or name != "lowercase"), name
+        chat = ChatTokens(t)
+        ids, decoded = chat.encode_decoded(text.upper())
+        assert list(ids) == t.encode(text.upper(), add_special_tokens=False), name
+        assert decoded == t.decode(list(ids), skip_special_tokens=False), name
