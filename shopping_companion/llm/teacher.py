@@ -39,7 +39,7 @@ from shopping_companion.envs.parsing import format_tool_call
 from shopping_companion.llm.base import AssistantMessage, BackendError, Messages, Sampling, ToolSchemas
 from shopping_companion.types import Preference, Task
 
-__all__ = ["ScriptedTeacher", "find_task"]
+__all__ = ["ScriptedTeacher", "find_task", "teacher_knows"]
 
 _REQUEST = "Shopping request: "
 
@@ -66,6 +66,14 @@ def _last_tool(messages: Messages, name: str) -> dict[str, Any]:
                 return {}
             return out if isinstance(out, dict) else {}
     return {}
+
+
+def teacher_knows(answer_from: str) -> str:
+    """What the scripted teacher knows, in words for logs and reports (``answer_from``: ``gold`` |
+    ``evidence``)."""
+    if answer_from == "evidence":
+        return "knows the gold task, answers what the sessions it viewed state"
+    return "knows the gold answer"
 
 
 def _evidence_views(
@@ -98,8 +106,6 @@ class ScriptedTeacher:
     unknown ``answer_from``, or ``answer_from="evidence"`` without ``states``.
     """
 
-    name = "scripted-teacher (knows the gold answer; CPU pipeline only, not a model)"
-
     def __init__(
         self,
         tasks: Iterable[Task],
@@ -127,6 +133,7 @@ class ScriptedTeacher:
             raise ValueError("states: required with answer_from='evidence'")
         self.answer_from = answer_from
         self.states = states
+        self.name = f"scripted-teacher ({teacher_knows(answer_from)}; CPU pipeline only, not a model)"
 
     def _rng(self, task: Task, sampling: Sampling | None, stage: int) -> random.Random:
         s = sampling.seed if sampling is not None and sampling.seed is not None else 0

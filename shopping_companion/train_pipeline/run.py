@@ -41,6 +41,7 @@ from typing import Any
 
 from shopping_companion.config import config_hash, dump_yaml
 from shopping_companion.errors import BackendError, ConfigError, DataError, HandoffError, TrainingError
+from shopping_companion.llm.teacher import teacher_knows
 from shopping_companion.runs import file_sha256, read_json
 from shopping_companion.train_pipeline.config import PipelineConfig
 from shopping_companion.train_pipeline.report import short
@@ -81,13 +82,6 @@ def _python(spec: str, what: str) -> str:
         f"root and the working directory); install the stack with scripts/install_{what}.sh or point python.{what} "
         "at an interpreter that has it"
     )
-
-
-def _teacher_words(answer_from: str) -> str:
-    """What the scripted teacher knows, for the log and the report."""
-    if answer_from == "evidence":
-        return "knows the gold task, answers what the sessions it viewed state"
-    return "knows the gold answer"
 
 
 class Pipeline:
@@ -365,7 +359,7 @@ class Pipeline:
             kept = d / "collect" / "kept.jsonl"
             return {
                 "dir": str(d / "collect"),
-                "teacher": f"scripted teacher served on 127.0.0.1 ({_teacher_words(t.answer_from)}; not a model)"
+                "teacher": f"scripted teacher served on 127.0.0.1 ({teacher_knows(t.answer_from)}; not a model)"
                 if t.kind == "scripted"
                 else f"{t.model} at {t.base_url}",
                 "episodes": summary.episodes,
@@ -410,7 +404,7 @@ class Pipeline:
         )
         with PolicyServer(teacher, model="scripted-teacher") as srv:
             self.say(
-                f"[collect] scripted teacher ({_teacher_words(t.answer_from)}; not a model) served at {srv.base_url}"
+                f"[collect] scripted teacher ({teacher_knows(t.answer_from)}; not a model) served at {srv.base_url}"
             )
             yield srv.base_url, "scripted-teacher", "SHOPCOMP_SCRIPTED_TEACHER_KEY"
 

@@ -5,7 +5,7 @@ validation dumps).
 indexes one run file, :mod:`~shopping_companion.viewer.episodes` builds annotated episodes (only
 these read run files, through :mod:`~shopping_companion.viewer.files`);
 :mod:`~shopping_companion.viewer.compare` pairs two runs; ``viewer/app.py`` serves the pages
-(``viewer/http.py`` its HTTP plumbing, ``viewer/links.py`` its URLs). ``docs/viewer.md`` is the
+(``viewer/web.py`` its HTTP plumbing, ``viewer/links.py`` its URLs). ``docs/viewer.md`` is the
 user guide.
 """
 
