@@ -17,9 +17,7 @@ __all__ = ["rescore_cmd"]
 
 @app.command("rescore")
 def rescore_cmd(
-    run: Path = typer.Argument(
-        ..., metavar="RUN", help="The run directory of a `shopcomp eval` run (runs/NAME).", show_default=False
-    ),
+    run: str = typer.Argument(..., metavar="RUN", hidden=True, show_default=False),
     reward_config: str = option(
         ...,
         "--reward-config",
@@ -40,14 +38,14 @@ def rescore_cmd(
         None, "--judge-api-key-env", metavar="VAR", help="Variable holding the judge's API key."
     ),
 ) -> None:
-    """Score a finished run again with another rubric or judge, without running the policy: every
-    stored trajectory is judged and rewarded anew into a new run (its own identity, report and
-    parquet files; compare the two in `shopcomp view`). Resumable: rerun the same command. Exit
-    status as for `shopcomp eval`."""
+    """Score the finished run RUN (a `shopcomp eval` run directory, runs/NAME) again with another
+    rubric or judge, without running the policy: every stored trajectory is judged and rewarded
+    anew into a new run (its own identity, report and parquet files; compare the two in `shopcomp
+    view`). Resumable: rerun the same command. Exit status as for `shopcomp eval`."""
     from shopping_companion.benchmark.rescore import rescore_run
 
     judge_keys = {"kind": judge, "model": judge_model, "base_url": judge_base_url, "api_key_env": judge_api_key_env}
     console.print(f"[bold]rescore[/] {escape(str(run))} under {escape(reward_config)} → {escape(name)}")
-    outcome = rescore_run(run, reward_config, name, runs_dir=runs_dir, judge=judge_keys, console=console)
+    outcome = rescore_run(Path(run), reward_config, name, runs_dir=runs_dir, judge=judge_keys, console=console)
     print_summary(outcome)
     exit_for(outcome)
