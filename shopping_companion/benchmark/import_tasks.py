@@ -19,8 +19,14 @@ path (:class:`Issue`):
   ``voucher_min_spend`` (the reference bundle does not reach it), ``budget_infeasible`` (the
   reference bundle's discounted total, by :func:`~.synthesis.verify.count_bundles`, exceeds the
   budget), ``no_price``, ``currency``;
-* ``not_resolvable``: no user turn of a needle session states a wanted preference
-  (:func:`~.synthesis.verify.unstated_features`);
+* ``not_resolvable``: no user turn of a needle session states a wanted preference as the value
+  matcher reads it (:func:`~.synthesis.verify.unstated_features`) and the preference gives no
+  ``evidence`` (the message suggests it); with evidence this is a warning;
+* ``evidence``: a preference's ``evidence`` quote is in no user turn of a needle (whitespace and
+  case aside), or its ``{session_id, turn_index}`` names no needle's user turn
+  (:func:`locate_evidence`); ``evidence_contradicted``: another needle contradicts a preference
+  that has evidence (the conflict detector; haystack sessions that do are swapped, as for every
+  task);
 * ``gold_rejected``: the rule judge does not accept the reference products
   (:func:`~.synthesis.verify.gold_accepted`); ``overlapping_product_types``: one product could fill
   two slots of an add-on deal; ``conflicting_haystack``: haystack conflicts remained after
@@ -92,7 +98,7 @@ from shopping_companion.benchmark.synthesis.verify import (
     leaked_values,
     unstated_features,
 )
-from shopping_companion.benchmark.task_schema import TaskInput
+from shopping_companion.benchmark.task_schema import EvidenceRef, TaskInput
 from shopping_companion.config import validation_message
 from shopping_companion.errors import DataError
 from shopping_companion.judges.matching import default_matcher, default_reader
@@ -108,6 +114,7 @@ __all__ = [
     "TaskReport",
     "import_tasks",
     "load_session_file",
+    "locate_evidence",
     "read_task_file",
     "refuse_other_finished",
 ]
@@ -368,9 +375,51 @@ def refuse_other_finished(out: Path, generator: dict[str, Any], config: dict[str
 # --------------------------------------------------------------------------- checks
 
 
+def _plain(text: str) -> str:
+    """``text`` with runs of whitespace made one space and case folded: how a quote is compared."""
+    return " ".join(text.split()).casefold()
+
+
+def locate_evidence(src: TaskInput, evidence: str | EvidenceRef) -> tuple[tuple[int, int] | None, str | None]:
+    """Where ``evidence`` (a preference's) points among ``src``'s needle sessions: ``((needle
+    index, turn index), None)``, or ``(None, problem)``. A quote must occur in a user turn,
+    compared after :func:`_plain` (whitespace and case only); the first such turn is taken. A
+    reference must name a needle's ``session_id`` and one of its user turns."""
+    needles = src.needle_sessions
+    if isinstance(evidence, EvidenceRef):
+        k = next((i for i, s in enumerate(needles) if s.session_id == evidence.session_id), None)
+        if k is None:
+            ids = ", ".join(repr(s.session_id) for s in needles if s.session_id) or "none"
+            return None, f"no needle session has session_id {evidence.session_id!r} (the needles' ids: {ids})"
+        turns = needles[k].turns
+        if evidence.turn_index >= len(turns):
+            return None, f"needle {evidence.session_id!r} has {len(turns)} turn(s); turn_index {evidence.turn_index}"
+        if turns[evidence.turn_index].role != "user":
+            return (
+                None,
+                f"turn {evidence.turn_index} of needle {evidence.session_id!r} is the assistant's, not the user's",
+            )
+        return (k, evidence.turn_index), None
+    quote = _plain(evidence)
+    said_by_assistant = None
+    for k, s in enumerate(needles):
+        for t, turn in enumerate(s.turns):
+            if quote in _plain(turn.content):
+                if turn.role == "user":
+                    return (k, t), None
+                said_by_assistant = said_by_assistant or (s.session_id or str(k), t)
+    if said_by_assistant is not None:
+        return None, (
+            f"the quote is in an assistant turn (needle {said_by_assistant[0]}, turn {said_by_assistant[1]}); "
+            "evidence is what the user said"
+        )
+    return None, "the quote is in no user turn of a needle session (compared ignoring whitespace and case)"
+
+
 @dataclass
 class _Checked:
-    """A line that passed the per-line checks: its input, products, slots and issues so far."""
+    """A line that passed the per-line checks: its input, products, slots and issues so far;
+    ``evidence`` maps the index of a preference with evidence to the index of its needle session."""
 
     line: int
     task_id: str
@@ -381,6 +430,7 @@ class _Checked:
     dont_care: list[Preference]
     currency: str | None
     issues: list[Issue]
+    evidence: dict[int, int] = field(default_factory=dict)
 
 
 class Importer:
@@ -616,22 +666,8 @@ class Importer:
                             f"{src.budget:g}",
                         )
 
-        # needles state every wanted preference
-        needles = [
-            Session(session_id=f"needle-{k}", turns=[Turn(role=t.role, content=t.content) for t in s.turns])
-            for k, s in enumerate(src.needle_sessions)
-        ]
-        for g in unstated_features([g for g in prefs if g.polarity == "want"], needles):
-            j = next(
-                k
-                for k, x in enumerate(src.preferences)
-                if (x.slot, x.attribute, x.value, x.polarity) == (g.slot, g.attribute, g.value, g.polarity)
-            )
-            err(
-                f"preferences[{j}]",
-                "not_resolvable",
-                f"no user turn of a needle session states {g.attribute}={g.value!r} (the value as a phrase)",
-            )
+        # needles state every wanted preference (or the author shows where)
+        evidence = self._resolvability(line, src, prefs, issues)
         for g in leaked_values([g for g in prefs if g.polarity == "want"], src.instruction):
             issues.append(
                 Issue(
@@ -651,7 +687,48 @@ class Importer:
                 if g.slot == s.index and g.polarity == "want"
             ]
             s.dont_care = [Feature(key=d.attribute, label=label_for(d.attribute), value=d.value) for d in dont]
-        return _Checked(line, tid, src, known, specs, prefs, dont, currency, issues)
+        return _Checked(line, tid, src, known, specs, prefs, dont, currency, issues, evidence)
+
+    def _resolvability(self, line: int, src: TaskInput, prefs: list[Preference], issues: list[Issue]) -> dict[int, int]:
+        """The resolvable check of one line, appended to ``issues``: each preference's ``evidence``
+        must point to a needle's user turn (``evidence``); a wanted value that no user turn states
+        as the value matcher reads it (:func:`unstated_features`) is an error (``not_resolvable``,
+        naming the preference and suggesting evidence), or a warning when its evidence was found.
+        Returns ``{preference index: needle index}`` of the evidence found."""
+        found: dict[int, int] = {}
+        for j, g in enumerate(src.preferences):
+            if g.evidence is None:
+                continue
+            where, problem = locate_evidence(src, g.evidence)
+            if problem is not None:
+                issues.append(Issue(line, f"preferences[{j}].evidence", "evidence", problem))
+            elif where is not None:
+                found[j] = where[0]
+        needles = [
+            Session(session_id=f"needle-{k}", turns=[Turn(role=t.role, content=t.content) for t in s.turns])
+            for k, s in enumerate(src.needle_sessions)
+        ]
+        for g in unstated_features([g for g in prefs if g.polarity == "want"], needles):
+            j = next(
+                k
+                for k, x in enumerate(src.preferences)
+                if (x.slot, x.attribute, x.value, x.polarity) == (g.slot, g.attribute, g.value, g.polarity)
+            )
+            what = f"no user turn of a needle session states {g.attribute}={g.value!r} as the value matcher reads it"
+            ev = src.preferences[j].evidence
+            if j in found:
+                turn = src.needle_sessions[found[j]]
+                shown = ev if isinstance(ev, str) else f"turn {ev.turn_index}"  # type: ignore[union-attr]
+                msg = f"{what}; accepted on its evidence in needle {turn.session_id or found[j]} ({shown!r})"
+                issues.append(Issue(line, f"preferences[{j}]", "not_resolvable", msg, "warning"))
+            elif ev is None:
+                msg = (
+                    f"{what} (the value as a phrase, a synonym, a paraphrase or a quantity); if a user turn says it "
+                    f'in other words, give preferences[{j}] "evidence": a verbatim quote of that turn, or '
+                    '{"session_id": ..., "turn_index": ...}'
+                )
+                issues.append(Issue(line, f"preferences[{j}]", "not_resolvable", msg))
+        return found
 
     def _check_open(self, line: int, tid: str, src: TaskInput) -> _Checked | TaskReport:
         """The per-line checks of an open task (``--allow-open``, no reference product): a single
@@ -700,12 +777,7 @@ class Importer:
                 err(f"dont_care[{j}].value", "dont_care", "an open task has no reference product: give the value")
             else:
                 dont.append(Preference(slot=0, attribute=d.attribute, value=d.value))
-        needles = [
-            Session(session_id=f"needle-{k}", turns=[Turn(role=t.role, content=t.content) for t in s.turns])
-            for k, s in enumerate(src.needle_sessions)
-        ]
-        for g in unstated_features([g for g in prefs if g.polarity == "want"], needles):
-            err("preferences", "not_resolvable", f"no user turn of a needle session states {g.attribute}={g.value!r}")
+        evidence = self._resolvability(line, src, prefs, issues)
         if issues:
             return TaskReport(line, tid, src.task_type, "invalid", issues)
         spec = SlotSpec(0, None, item, [item], "generic", [], [])
@@ -713,7 +785,7 @@ class Importer:
             Feature(key=g.attribute, label=label_for(g.attribute), value=g.value) for g in prefs if g.polarity == "want"
         ]
         spec.dont_care = [Feature(key=d.attribute, label=label_for(d.attribute), value=d.value) for d in dont]
-        return _Checked(line, tid, src, [], [spec], prefs, dont, src.currency, issues)
+        return _Checked(line, tid, src, [], [spec], prefs, dont, src.currency, issues, evidence)
 
     # ------------------------------------------------------------------ verification and haystack
 
@@ -800,9 +872,24 @@ class Importer:
         ]
         feats = self.checks.wanted_features(c.slot_specs)
         spec = TaskSpec(task.task_id, c.line, task.task_type, c.slot_specs, len(needles), 0, voucher, src.budget)
-        for s in needles:
+        backed = {}  # a preference with evidence: no needle but its own may contradict it
+        for j, k in c.evidence.items():
+            g = src.preferences[j]
+            backed[f"{label_for(g.attribute)}={g.value} (slot {g.slot})"] = (j, k)
+        for n, s in enumerate(needles):
             for conflict in self.checks.detector.find(s, feats, [], cache=False):
-                err("needle_sessions", "needle_conflict", conflict.describe(), "warning")
+                j, k = backed.get(conflict.feature, (None, n))
+                if k == n:
+                    err("needle_sessions", "needle_conflict", conflict.describe(), "warning")
+                else:
+                    name = src.needle_sessions[n].session_id or str(n)
+                    err(
+                        f"preferences[{j}].evidence",
+                        "evidence_contradicted",
+                        f"needle {name} contradicts the preference its evidence states: {conflict.describe()}",
+                    )
+        if any(i.severity == "error" for i in issues):
+            return task, [], [], issues
 
         chosen, changes, conflicts = self._haystack(rng, spec, feats)
         if conflicts:

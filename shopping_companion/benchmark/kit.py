@@ -39,6 +39,7 @@ __all__ = [
     "build_kit",
     "build_resources",
     "build_sampling",
+    "build_scoring",
     "check_simulator",
     "run_identity",
 ]
@@ -209,13 +210,14 @@ def build_resources(cfg: EpisodeConfig, console: Console | None = None, *, embed
     return Resources(sources, search, lookup, bench, tasks, embedder, missing)
 
 
-def run_identity(cfg: EpisodeConfig, policy_name: str, rubric: Any, tasks_sha256: str) -> dict[str, Any]:
+def run_identity(cfg: EpisodeConfig, policy_name: str, rubric: Any, tasks_sha256: str, **extra: Any) -> dict[str, Any]:
     """The run identity stored beside the results (``results.identity.json``): ``config_sha256`` is
     the hash (:func:`~shopping_companion.config.config_hash`) of everything else in it — the
     result-changing config (:meth:`EvalConfig.identity`), the policy's name, the benchmark's tasks,
     the rubric as resolved (members and weights, so a changed weight in a rubric file counts), what
-    the reward spec's uncertain items earn (``uncertain``), and the rule judge's (also behind a
-    cascade) and memory index's versions."""
+    the reward spec's uncertain items earn (``uncertain``), the rule judge's (also behind a
+    cascade) and memory index's versions, and the JSON-able ``extra`` entries (``rescored_from``:
+    the run whose trajectories a rescored run re-judged)."""
     from shopping_companion.config import config_hash
     from shopping_companion.judges.rule import RULE_JUDGE_VERSION
     from shopping_companion.memory.store import MEMORY_INDEX_VERSION
@@ -228,8 +230,28 @@ def run_identity(cfg: EpisodeConfig, policy_name: str, rubric: Any, tasks_sha256
         "uncertain": load_reward_spec(cfg.rubric).uncertain,
         "memory_index_version": MEMORY_INDEX_VERSION,
         "rule_judge_version": RULE_JUDGE_VERSION if cfg.judge.kind == "rule" or cfg.judge.cascade else None,
+        **extra,
     }
     return {"config_sha256": config_hash(body), **body}
+
+
+def build_scoring(cfg: EpisodeConfig, res: Resources, run_dir: Path) -> tuple[Any, str, Any]:
+    """``(judge, judge description, rubric)`` of ``cfg`` over the loaded ``res``: the judge of
+    ``cfg.judge`` (its cache in ``run_dir/judge_cache.sqlite``; the uncertain items earn what
+    ``cfg.rubric``'s spec says) and the rubric of ``cfg.rubric``; with a tool service, the
+    service's. Raises what :func:`build_judge` / :func:`build_rubric` raise (ConfigError)."""
+    if res.remote is not None:
+        return res.remote.judge, res.remote.describe(), res.remote.rubric
+    uncertain = load_reward_spec(cfg.rubric).uncertain
+    judge, judge_desc = build_judge(
+        cfg.judge,
+        res.lookup,
+        res.benchmark.sessions,
+        res.embedder,
+        uncertain,
+        cache_path=Path(run_dir) / "judge_cache.sqlite",
+    )
+    return judge, judge_desc, build_rubric(cfg.rubric, res.lookup)
 
 
 @dataclass
@@ -283,19 +305,7 @@ def build_kit(cfg: EpisodeConfig, run_dir: Path, console: Console | None = None)
     with phase(f"evaluation: policy ({cfg.backend.kind})"):
         policy = build_backend(cfg.backend, catalog_path, console)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    if res.remote is not None:
-        judge, judge_desc, rubric = res.remote.judge, res.remote.describe(), res.remote.rubric
-    else:
-        uncertain = load_reward_spec(cfg.rubric).uncertain
-        judge, judge_desc = build_judge(
-            cfg.judge,
-            res.lookup,
-            res.benchmark.sessions,
-            res.embedder,
-            uncertain,
-            cache_path=Path(run_dir) / "judge_cache.sqlite",
-        )
-        rubric = build_rubric(cfg.rubric, res.lookup)
+    judge, judge_desc, rubric = build_scoring(cfg, res, run_dir)
     settings = EvalSettings(
         trials=cfg.trials, sampling=build_sampling(cfg), env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric
     )

@@ -30,7 +30,7 @@ from shopping_companion.console import console as _stderr
 from shopping_companion.errors import CircuitOpenError
 from shopping_companion.phases import phase
 
-__all__ = ["REFERENCE_NOTE", "RunOutcome", "attribute_failures", "run_benchmark"]
+__all__ = ["REFERENCE_NOTE", "RunOutcome", "attribute_failures", "run_benchmark", "write_run_report"]
 
 REFERENCE_NOTE = (
     "Policy: the scripted reference policy, a rule-based baseline and smoke test (not an LLM). "
@@ -209,10 +209,8 @@ def run_benchmark(
     resume), :class:`~shopping_companion.errors.RunError` when another process holds the results.
     """
     from shopping_companion.benchmark.evaluate import parse_strategies, run_evaluation
-    from shopping_companion.benchmark.report import left_out_results, scan_results, write_parquet, write_report
-    from shopping_companion.benchmark.taxonomy import classify_failures
+    from shopping_companion.benchmark.report import scan_results
     from shopping_companion.config import dump_yaml
-    from shopping_companion.assembly.data import write_json
     from shopping_companion.runs import archive_stale, check_identity
 
     console = console or _stderr
@@ -275,6 +273,34 @@ def run_benchmark(
             "resume once the endpoint is back."
         ) from None
     wall = time.perf_counter() - t0
+    summary = write_run_report(cfg, kit, policy, strats, results, results_path, wall, console)
+    return RunOutcome(summary, run_dir, results_path, wall)
+
+
+def write_run_report(
+    cfg: EvalConfig,
+    kit: Any,
+    policy: Any,
+    strats: list,
+    results: list,
+    results_path: Path,
+    wall: float,
+    console: Console | None = None,
+    **meta_extra: Any,
+) -> dict[str, Any]:
+    """Write the report files of a run beside ``results_path`` from its final ``results``:
+    ``report.md``, ``summary.json`` (``meta_extra`` added to its ``meta``), the parquet tables and
+    ``taxonomy.jsonl`` (with the LLM attribution when ``cfg.attribution.model``). ``kit``: the
+    run's :class:`~shopping_companion.benchmark.kit.EpisodeKit` (or any object with its
+    ``resources``, ``judge_desc`` and ``identity``); ``policy``: has the policy's ``name``.
+    Unreadable lines and results the run did not request are noted on ``console``. Returns the
+    report's summary."""
+    from shopping_companion.assembly.data import write_json
+    from shopping_companion.benchmark.report import left_out_results, scan_results, write_parquet, write_report
+    from shopping_companion.benchmark.taxonomy import classify_failures
+
+    console = console or _stderr
+    res, identity, run_dir = kit.resources, kit.identity, results_path.parent
     scan = scan_results(results_path)
     requested = {(t.task_id, k, s.mode, s.hint) for s in strats for t in res.tasks for k in range(cfg.trials)}
     left_out = left_out_results(scan.results, [t.task_id for t in res.benchmark.tasks], requested)
@@ -307,6 +333,7 @@ def run_benchmark(
             _results_file_meta(results_path, results, scan, left_out, res.skipped),
             identity,
         )
+        meta.update(meta_extra)
         summary = write_report(
             results, run_dir / "report.md", meta, tasks=tasks_by_id, ks=cfg.pass_k, lookup=res.lookup, taxonomy=items
         )
@@ -315,7 +342,7 @@ def run_benchmark(
             for it in items:
                 f.write(json.dumps(it.to_dict()) + "\n")
         write_json(run_dir / "summary.json", {"summary": summary, "meta": meta, "eval_wall_s": round(wall, 2)})
-    return RunOutcome(summary, run_dir, results_path, wall)
+    return summary
 
 
 # --------------------------------------------------------------------------- episodes on Ray (run_benchmark)

@@ -19,13 +19,14 @@ import json
 import re
 import datetime as _dt
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DatesInput",
     "DontCareInput",
+    "EvidenceRef",
     "NeedleSessionInput",
     "NeedleTurnInput",
     "PreferenceInput",
@@ -50,6 +51,14 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
 
+class EvidenceRef(_Input):
+    """Where the user states a preference, by position: turn ``turn_index`` (0-based) of the needle
+    whose ``session_id`` is ``session_id``; that turn must be a user turn."""
+
+    session_id: str = Field(pattern=_ID_PATTERN, description="the session_id of a needle session of this task")
+    turn_index: int = Field(ge=0, description="0-based index into that needle's turns (a user turn)")
+
+
 class PreferenceInput(_Input):
     """A gold preference: the user wants (or avoids) ``value`` of ``attribute`` for product slot
     ``slot`` (0-based index into ``reference_product_ids``)."""
@@ -62,6 +71,12 @@ class PreferenceInput(_Input):
     value: str = Field(min_length=1, description="the value, e.g. 'Navy Blue', 'Cotton', 'at most 150 cm'")
     polarity: Literal["want", "avoid"] = Field(
         default="want", description="'want': the product must have it; 'avoid': it must not"
+    )
+    evidence: Annotated[str, Field(min_length=1)] | EvidenceRef | None = Field(
+        default=None,
+        description="where a needle's user turn states it: a verbatim quote of that turn (whitespace and case "
+        "aside) or {session_id, turn_index}; with it, a value the matcher cannot read from the needles is a "
+        "warning instead of an error",
     )
 
 

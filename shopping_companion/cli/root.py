@@ -1,7 +1,7 @@
 """``shopcomp``: the command groups assembled (docs/architecture.md, the CLI).
 
 One module per command group registers its commands: ``synth`` (build-index, synth), ``import_tasks``
-(import-tasks), ``eval``, ``pipeline`` (the training chain),
+(import-tasks), ``eval``, ``rescore`` (a run scored again), ``pipeline`` (the training chain),
 ``agreement`` (judge-agreement), ``quickstart``, ``serve`` (tools and rewards as a Ray Serve service), ``view`` (the web viewer of runs), ``sft``, ``grpo``,
 ``personalize``. Errors are
 caught once, by :class:`~shopping_companion.cli.common.ShopCompGroup`."""
@@ -18,6 +18,7 @@ import shopping_companion.cli.eval  # noqa: F401
 import shopping_companion.cli.import_tasks  # noqa: F401
 import shopping_companion.cli.pipeline  # noqa: F401
 import shopping_companion.cli.quickstart  # noqa: F401
+import shopping_companion.cli.rescore  # noqa: F401
 import shopping_companion.cli.serve  # noqa: F401
 import shopping_companion.cli.synth  # noqa: F401
 import shopping_companion.cli.view  # noqa: F401

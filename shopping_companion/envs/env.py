@@ -561,15 +561,8 @@ class ShoppingCompanionEnv:
         judged (then ``error`` is set). ``succ``: the stage-2 verdict's success. ``simulator``:
         name, model, seed, hint, whether it was consulted, its feedback and how it was produced.
         """
-        stage1 = next((r for r in self.results if r.trajectory.stage == 1), None)
-        stage2 = next((r for r in self.results if r.trajectory.stage == 2), None)
         error = self._abort_error or self._judge_error
-        if self.mode == "oracle":
-            acc = 1.0
-        elif self.mode == "one_stage":
-            acc = _acc(self._pref_verdict)
-        else:
-            acc = _acc(stage1.verdict if stage1 else None)
+        acc, succ = episode_scores(self.mode, self.results, self._pref_verdict)
         sim: dict[str, Any] = {
             **describe_simulator(self.simulator),
             "hint": self.config.hint,
@@ -587,7 +580,7 @@ class ShoppingCompanionEnv:
             seed=seed,
             stages=self.results,
             acc=acc,
-            succ=stage2 is not None and not stage2.verdict.failed and success(stage2.verdict),
+            succ=succ,
             wall_s=round(time.perf_counter() - self._t0, 4),
             error=error,
             simulator=sim,
@@ -782,15 +775,6 @@ class ShoppingCompanionEnv:
             _SCHEMA_CHARS[key] = len(json.dumps(self.tool_schemas, ensure_ascii=False))
         return _SCHEMA_CHARS[key]
 
-    def _judge(self, traj: Trajectory) -> Verdict | None:
-        """The verdict on ``traj`` (None when the judge raised); a failure is recorded in
-        ``_judge_error``. ``CircuitOpenError`` (the judge's endpoint is down) propagates: the run
-        stops, there is nothing to record."""
-        v, error = judge_stage(self.judge, self.task, traj, reraise=(CircuitOpenError,))
-        if error is not None:
-            self._judge_error = error
-        return v
-
     def _end_stage(self, reason: TerminationReason) -> StepResult:
         traj = self._traj
         assert traj is not None
@@ -807,29 +791,15 @@ class ShoppingCompanionEnv:
                 traj.recommended_ids = ids
                 if malformed:
                     info["malformed_rec_markers"] = malformed
-        verdict, reward, error = score_stage(self.judge, self.reward_fn, self.task, traj, reraise=(CircuitOpenError,))
-        if error is not None:  # not scored (never as a 0): recorded on the episode
-            self._judge_error = error
-            info["judge_failed"] = error
-        if verdict is None:
-            verdict = Verdict(
-                judge=str(getattr(self.judge, "name", "judge")),
-                stage=traj.stage,
-                F=len(self.task.preferences),
-                N=self.task.n_products,
-                b=1 if self.task.task_type == "addon" else 0,
-                failed=True,
-                reasons=[error or "judge failed"],
-            )
-        if self.mode == "one_stage" and not verdict.failed:
-            v1 = self._judge(traj.model_copy(update={"stage": 1}))
-            if v1 is not None and not v1.failed:
-                self._pref_verdict = v1
-                reward.components["R1"] = stage1_reward(v1)
-                info["preference_verdict"] = v1.model_dump()
-            else:
-                info["judge_failed"] = self._judge_error
-        self.results.append(StageResult(trajectory=traj, verdict=verdict, reward=reward))
+        scored = score_episode_stage(self.judge, self.reward_fn, self.task, traj, self.mode)
+        if scored.error is not None:  # not scored (never as a 0): recorded on the episode
+            self._judge_error = scored.error
+            info["judge_failed"] = scored.error
+        if scored.preference_verdict is not None:
+            self._pref_verdict = scored.preference_verdict
+            info["preference_verdict"] = scored.preference_verdict.model_dump()
+        verdict, reward = scored.result.verdict, scored.result.reward
+        self.results.append(scored.result)
         info["verdict"] = verdict.model_dump()
         info["reward_breakdown"] = reward.model_dump()
         truncated = reason == "max_turns"
@@ -881,6 +851,60 @@ def _assistant_tool_calls(msg: AssistantMessage, parsed: Any, results: list[Tool
             entry(cid, name, "{}") if c is None else entry(cid, c.name, json.dumps(c.arguments, ensure_ascii=False))
         )
     return out
+
+
+@dataclass
+class ScoredStage:
+    """One judged and rewarded stage (:func:`score_episode_stage`): the stage ``result``; the
+    ``preference_verdict`` (stage-1 fields judged on a ``one_stage`` trajectory, None otherwise or
+    when that judging failed); ``error``, the judge failure that leaves the episode unscored (None
+    when it was scored)."""
+
+    result: StageResult
+    preference_verdict: Verdict | None = None
+    error: str | None = None
+
+
+def score_episode_stage(judge: Judge, reward_fn: RewardFn, task: Task, traj: Trajectory, mode: str) -> ScoredStage:
+    """Judge and reward one finished stage trajectory of a ``mode`` episode, as the environment
+    does when a stage ends (and ``shopcomp rescore`` does for a stored one): :func:`score_stage`;
+    a judge failure gives a ``failed`` verdict (never a 0 score); a ``one_stage`` trajectory is
+    also judged as stage 1 for Acc, its R1 logged as reward component ``"R1"``.
+    ``CircuitOpenError`` (the judge's endpoint is down) propagates."""
+    verdict, reward, error = score_stage(judge, reward_fn, task, traj, reraise=(CircuitOpenError,))
+    if verdict is None:
+        verdict = Verdict(
+            judge=str(getattr(judge, "name", "judge")),
+            stage=traj.stage,
+            F=len(task.preferences),
+            N=task.n_products,
+            b=1 if task.task_type == "addon" else 0,
+            failed=True,
+            reasons=[error or "judge failed"],
+        )
+    pref: Verdict | None = None
+    if mode == "one_stage" and not verdict.failed:
+        v1, error1 = judge_stage(judge, task, traj.model_copy(update={"stage": 1}), reraise=(CircuitOpenError,))
+        if v1 is not None and not v1.failed:
+            pref = v1
+            reward.components["R1"] = stage1_reward(v1)
+        error = error1 or error
+    return ScoredStage(StageResult(trajectory=traj, verdict=verdict, reward=reward), pref, error)
+
+
+def episode_scores(mode: str, results: list[StageResult], preference_verdict: Verdict | None) -> tuple[float, bool]:
+    """``(acc, succ)`` of an episode from its stage results (:meth:`ShoppingCompanionEnv.episode_result`):
+    Acc is m1/F of stage 1 (two_stage), of ``preference_verdict`` (one_stage) or 1.0 (oracle);
+    Succ is the stage-2 verdict's success; a missing or failed verdict gives 0.0 / False."""
+    stage1 = next((r for r in results if r.trajectory.stage == 1), None)
+    stage2 = next((r for r in results if r.trajectory.stage == 2), None)
+    if mode == "oracle":
+        acc = 1.0
+    elif mode == "one_stage":
+        acc = _acc(preference_verdict)
+    else:
+        acc = _acc(stage1.verdict if stage1 else None)
+    return acc, stage2 is not None and not stage2.verdict.failed and success(stage2.verdict)
 
 
 def _acc(v: Verdict | None) -> float:

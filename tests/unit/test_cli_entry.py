@@ -19,6 +19,7 @@ from shopping_companion.cli import app
 COMMANDS = [
     [],
     ["eval"],
+    ["rescore"],
     ["quickstart"],
     ["synth"],
     ["build-index"],

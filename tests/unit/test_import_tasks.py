@@ -23,6 +23,7 @@ from shopping_companion.errors import DataDirError, DataError
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "tests" / "fixtures" / "import_bad.jsonl"
 HANDWRITTEN = REPO / "examples" / "tasks" / "handwritten.jsonl"
+INDIRECT = REPO / "examples" / "tasks" / "indirect.jsonl"
 
 SHIRT = "myntra_styles:19832"
 JUMPSUIT = "myntra_styles:57811"
@@ -107,9 +108,9 @@ def _wanted_ids(paths: list[Path]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def sample_catalog(real_data: Path, tmp_path_factory) -> Path:
-    """A products.jsonl.gz of real records: every product the fixtures and the hand-written file
+    """A products.jsonl.gz of real records: every product the fixtures and the hand-written files
     name, every product of their brands, and 600 seeded-random others."""
-    want = _wanted_ids([BAD, HANDWRITTEN]) | {SHIRT, JUMPSUIT, LEE_SHIRT, LEE_JEANS}
+    want = _wanted_ids([BAD, HANDWRITTEN, INDIRECT]) | {SHIRT, JUMPSUIT, LEE_SHIRT, LEE_JEANS}
     lines = []
     with gzip.open(real_data / "catalog" / "products.jsonl.gz", "rt", encoding="utf-8") as f:
         lines = f.readlines()
@@ -178,7 +179,7 @@ def test_doc_schema_is_the_generated_schema():
 def test_doc_example_lines_are_valid_inputs():
     from shopping_companion.benchmark.task_schema import TaskInput
 
-    for raw in HANDWRITTEN.read_text(encoding="utf-8").splitlines():
+    for raw in HANDWRITTEN.read_text(encoding="utf-8").splitlines() + INDIRECT.read_text(encoding="utf-8").splitlines():
         TaskInput.model_validate_json(raw)  # raises on a line that drifted from the schema
 
 
@@ -485,3 +486,103 @@ def test_cli_exit_code_2_and_table_on_a_bad_file(sample_catalog, index_dir, tmp_
     r = CliRunner().invoke(app, [*args, "--sessions", str(sess), "--sessions-per-user", "5"])
     assert r.exit_code == 0, r.output
     assert (out / "manifest.json").is_file() and "benchmark written to" in r.output
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def _without_evidence(text: str) -> str:
+    rows = [json.loads(x) for x in text.splitlines() if x.strip()]
+    for r in rows:
+        for p in r["preferences"]:
+            p.pop("evidence", None)
+    return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+
+def test_indirect_tasks_import_cleanly_with_evidence(products, pool, tmp_path):
+    from shopping_companion.benchmark.synth import load_benchmark
+
+    settings = ImportSettings(search=False, sessions_per_user=8)
+    res = import_tasks(INDIRECT, tmp_path / "bench", products, pool, settings)
+    assert res.ok and len(res.tasks) == 10, [i.text() for r in res.reports for i in r.errors]
+    assert [r.status for r in res.reports] == ["imported"] * 10
+    # the matcher reads few of these values: each of those it cannot is a warning naming the evidence
+    warned = [i for r in res.reports for i in r.warnings if i.check == "not_resolvable"]
+    n_prefs = sum(len(json.loads(x)["preferences"]) for x in INDIRECT.read_text().splitlines())
+    assert len(warned) >= n_prefs // 2 and all("accepted on its evidence in needle" in i.message for i in warned)
+    bench = load_benchmark(tmp_path / "bench")
+    assert len(bench.tasks) == 10 and all(t.verification.gold_accepted for t in bench.tasks)
+
+
+def test_without_evidence_the_refusal_names_the_preference_and_suggests_evidence(importer, tmp_path):
+    reports, tasks, _ = _run(importer, tmp_path, _without_evidence(INDIRECT.read_text(encoding="utf-8")))
+    refused = [r for r in reports if r.errors]
+    assert len(refused) >= 9 and len(tasks) == 10 - len(refused)
+    src = [json.loads(x) for x in INDIRECT.read_text().splitlines()]
+    for r in refused:
+        for i in r.errors:
+            assert i.check == "not_resolvable" and i.field.startswith("preferences[")
+            pref = src[r.line - 1]["preferences"][int(i.field[len("preferences[") : -1])]
+            assert f"states {pref['attribute']}={pref['value']!r}" in i.message
+            assert f'give {i.field} "evidence": a verbatim quote of that turn' in i.message
+    watch = next(r for r in refused if r.task_id == "ev-watch-father")
+    assert "line 2, preferences[0]: no user turn of a needle session states strap material='Leather'" in (
+        watch.errors[0].text()
+    )
+
+
+def _evidence_task(evidence, extra_needle: dict | None = None) -> str:
+    needles = [
+        {
+            "session_id": "itch",
+            "turns": [
+                {"role": "user", "content": "Synthetic shirts  give me a RASH by lunch; I wear what grows in fields."},
+                {"role": "assistant", "content": "Natural fibres, noted."},
+            ],
+        },
+        {"session_id": "checks", "turns": [{"role": "user", "content": "Half my wardrobe is checked shirts."}]},
+    ]
+    if extra_needle:
+        needles.append(extra_needle)
+    prefs = [
+        {"attribute": "pattern", "value": "Checked"},
+        {"attribute": "fabric", "value": "Cotton", "evidence": evidence},
+    ]
+    return _shirt_task(preferences=prefs, needle_sessions=needles, dont_care=[]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "evidence, check, words",
+    [
+        ("give me a rash by lunch; i wear", None, None),  # whitespace and case aside
+        ({"session_id": "itch", "turn_index": 0}, None, None),
+        ("what grows in the fields", "evidence", "in no user turn"),
+        ("natural fibres", "evidence", "assistant turn (needle itch, turn 1)"),
+        ({"session_id": "itch", "turn_index": 1}, "evidence", "the assistant's"),
+        ({"session_id": "itch", "turn_index": 5}, "evidence", "has 2 turn(s)"),
+        ({"session_id": "nope", "turn_index": 0}, "evidence", "'itch', 'checks'"),
+    ],
+)
+def test_evidence_is_checked_against_the_needles(importer, tmp_path, evidence, check, words):
+    reports, tasks, _ = _run(importer, tmp_path, _evidence_task(evidence))
+    (r,) = reports
+    if check is None:
+        assert r.status == "imported" and len(tasks) == 1, [i.text() for i in r.issues]
+        (w,) = [i for i in r.warnings if i.check == "not_resolvable"]
+        assert w.field == "preferences[1]" and "accepted on its evidence in needle itch" in w.message
+    else:
+        (e,) = r.errors
+        assert (e.field, e.check) == ("preferences[1].evidence", check) and words in e.message, e.message
+
+
+def test_evidence_contradicted_by_another_needle_is_refused(importer, tmp_path):
+    other = {
+        "session_id": "later",
+        "turns": [{"role": "user", "content": "I hate cotton shirts, they crease; never buy me cotton."}],
+    }
+    reports, tasks, _ = _run(importer, tmp_path, _evidence_task("i wear what grows in fields", other))
+    (r,) = reports
+    assert not tasks and r.status == "invalid"
+    (e,) = r.errors
+    assert (e.field, e.check) == ("preferences[1].evidence", "evidence_contradicted")
+    assert "needle later contradicts" in e.message and "aversion" in e.message
