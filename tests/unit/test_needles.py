@@ -178,6 +178,20 @@ def test_needles_stating_another_value_are_not_resolvable(attribute, value, text
     assert unstated_features([Preference(attribute=attribute, value=value)], [_session(text)])
 
 
+@pytest.mark.parametrize(
+    "text, how",
+    [
+        ("Honestly, if it says U.S. Polo Assn. On it, I'm already halfway sold.", "verbatim"),
+        ("I love U.S. Polo Assn. shirts.", "verbatim"),
+        ("No. U.S. Polo Assn. is what I wear.", "verbatim"),  # "No." is its own sentence
+        ("Never U.S. Polo Assn. again.", None),  # a negated mention
+        ("I like polo shirts. Assn. meetings bore me.", None),
+    ],
+)
+def test_a_value_with_full_stops_is_one_mention_not_several_sentences(text, how):
+    assert how_stated("brand", "U.S. Polo Assn.", text) == how
+
+
 def test_only_user_turns_count_and_the_instruction_is_checked_for_paraphrases():
     p = Preference(attribute="sleeve length", value="Short Sleeves")
     assistant_only = Session(

@@ -127,6 +127,21 @@ _ONE_LETTER = re.compile(r"(?<![A-Za-z0-9])[A-Za-z](?![A-Za-z0-9])")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 
+def _sentences(text: str, value: str) -> list[str]:
+    """The sentences of ``text`` (split after ``.!?;`` and at line breaks), never split inside a
+    mention of ``value`` itself (case-insensitive): "U.S. Polo Assn." is one brand, not three
+    sentences."""
+    spans = [m.span() for m in re.finditer(re.escape(value.strip()), text, re.IGNORECASE)] if value.strip() else []
+    out, start = [], 0
+    for m in _SENTENCE.finditer(text):
+        if any(a < m.start() < b for a, b in spans):
+            continue
+        out.append(text[start : m.start()])
+        start = m.end()
+    out.append(text[start:])
+    return [x.strip() for x in out if x.strip()]
+
+
 class _Gold(NamedTuple):
     key: ResolvedKey
     evidence: tuple[str, ...]
@@ -208,7 +223,7 @@ def how_stated(attribute: str, value: str, text: str) -> str | None:
     if not text or not value.strip():
         return None
     g = _gold(attribute, value)
-    sentences = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
+    sentences = _sentences(text, value)
     for sent in sentences:
         toks = normalize_tokens(sent)
         at = _find(toks, g.evidence)
@@ -236,8 +251,8 @@ def how_stated(attribute: str, value: str, text: str) -> str | None:
                 if all(vocab.is_a(ph.concept, want) for want in g.concepts):
                     return "paraphrase"
     if g.constraint is not None:
-        for sent in _SENTENCE.split(text):
-            c = parse_constraint(sent.strip(), None, g.volume) if sent.strip() else None
+        for sent in sentences:
+            c = parse_constraint(sent, None, g.volume)
             if c is not None and c.same_as(g.constraint):
                 return "quantity"
     return None
