@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from shopping_companion.judges.base import no_answer_verdict
 from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
-from shopping_companion.judges.matching.values import split_negation
+from shopping_companion.judges.matching.values import readings, split_negation, yes_no
 from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
 from shopping_companion.envs.tools import PRODUCT_TOOLS
 from shopping_companion.registry import JUDGES
@@ -277,7 +277,7 @@ def match_preferences(
     m = matcher or default_matcher()
     N = task.n_products
     single = N == 1
-    gold = list(task.preferences)
+    gold = [_denegate(m, g) for g in task.preferences]
     identified = [_denegate(m, q) for q in identified]
 
     def slot(p: Preference) -> int:
@@ -292,10 +292,15 @@ def match_preferences(
         gk, qk = gkeys[i], ikeys[j]
         if gk.same_key(qk):
             return True, None
-        if qk.known:
-            return False, None if gk.known else "unknown_key"
         vocab = m.vocab_for(gk)
         value = identified[j].value
+        if qk.known:
+            own = m.vocab_for(qk)
+            if vocab is not None and own is not None and vocab.lookup(value) is not None and not own.find(value):
+                # "finish: white": a value its own key cannot hold, exactly one of the gold's — a
+                # misnamed attribute or another property: not for the rules to say
+                return False, "value_outside_vocabulary"
+            return False, None if gk.known else "unknown_key"
         if vocab is not None:
             if vocab.lookup(value) is not None:
                 return True, None
@@ -428,15 +433,47 @@ def match_preferences(
 
 
 def _denegate(m: ValueMatcher, q: Preference) -> Preference:
-    """A value written as its own negation flips the polarity: want "not navy" is avoid navy —
-    unless the whole value is a vocabulary form of its own ("no print" is a solid pattern)."""
+    """Polarity written inside a value, read out of it (docs/judge.md, stage 1):
+
+    - a bare yes / no names the attribute itself: want ``glass: no`` is avoid glass, want
+      ``waterproof: yes`` is want waterproof;
+    - a value written as its own negation flips the polarity: want "not navy" is avoid navy —
+      unless the whole value is a vocabulary form of its own ("no print" is a solid pattern);
+    - avoiding a thing whose absence a vocabulary names is wanting that concept: avoid laces is
+      want "no laces" (slip-on), avoid sugar is want "no sugar" (sugar free).
+
+    Applied alike to gold and answer preferences, so the readings agree."""
+    flip = "avoid" if q.polarity == "want" else "want"
+    yn = yes_no(q.value)
+    if yn is not None and tokens(q.attribute):
+        return q.model_copy(update={"value": q.attribute, "polarity": q.polarity if yn else flip})
     negated, rest = split_negation(q.value)
-    if not negated:
-        return q
-    vocab = m.vocab_for(m.key(q.attribute))
-    if vocab is not None and vocab.lookup(q.value) is not None:
-        return q
-    return q.model_copy(update={"value": rest, "polarity": "avoid" if q.polarity == "want" else "want"})
+    key = m.key(q.attribute)
+    vocab = m.vocab_for(key)
+    if negated and not (vocab is not None and vocab.lookup(q.value) is not None):
+        q = q.model_copy(update={"value": rest, "polarity": flip})
+    if q.polarity == "avoid" and len(tokens(q.value)) <= 3:
+        absent = _absence_concept(
+            m, vocab if vocab is not None else m.vocab_for(m.reading_key(key, f"no {q.value}")), q.value
+        )
+        if absent is not None:
+            return q.model_copy(update={"value": absent, "polarity": "want"})
+    return q
+
+
+def _absence_concept(m: ValueMatcher, vocab, value: str) -> str | None:
+    """``"no <form>"`` when ``vocab`` names it as a concept, for ``value`` or any form of the
+    concept ``value`` names ("Printed" → "no prints", a solid pattern); else None."""
+    if vocab is None:
+        return None
+    forms = [value]
+    c = vocab.lookup(value)
+    if c is not None:
+        forms += list(vocab.concepts[c].forms)
+    for f in forms:
+        if vocab.lookup(f"no {f}") is not None:
+            return f"no {f}"
+    return None
 
 
 def _contradicts(
@@ -612,11 +649,15 @@ class RuleJudge:
         text, turns = history
         m = self.matcher
 
-        def grounded(q: Preference) -> bool:
-            if m.mentions(m.reading_key(m.key(q.attribute), q.value), q.value, text):
+        def said(key, value: str) -> bool:
+            if m.mentions(m.reading_key(key, value), value, text):
                 return True
-            words = set(tokens(q.value))  # every word of the value said in one user turn
+            words = set(tokens(value))  # every word of the value said in one user turn
             return bool(words) and any(words <= t for t in turns)
+
+        def grounded(q: Preference) -> bool:
+            key = m.key(q.attribute)
+            return any(said(key, r) for r in readings(q.value))  # "0.7 mm (medium)": either reading
 
         return grounded
 

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.judges.matching.normalize import compact, tokens
+from shopping_companion.judges.matching.normalize import compact, negated_positions, tokens
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES
 
 __all__ = ["Concept", "Vocabulary", "KeySpec", "ResolvedKey", "Lexicon", "load_lexicon", "GENERIC_KEY_WORDS"]
@@ -159,7 +159,7 @@ class Vocabulary:
     def _scan_uncached(self, text: str, prose: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
         toks = tokens(text)
         n = len(toks)
-        negated = _negated_positions(toks) if prose else set()
+        negated = negated_positions(toks) if prose else frozenset()
         cands: list[tuple[int, int, int, str]] = []  # (-length, -specificity, start, concept)
         for i in range(n):
             for L in range(min(self.max_len, n - i), 0, -1):
@@ -182,22 +182,6 @@ class Vocabulary:
         picked.sort()
         rest = tuple(t for k, t in enumerate(toks) if not taken[k] and t not in self.modifiers)
         return tuple(c for _, c in picked), rest
-
-
-_NEGATORS = frozenset({"not", "no", "non", "without", "never", "nor", "free"})
-
-
-def _negated_positions(toks: tuple[str, ...]) -> set[int]:
-    """Token positions a negation covers in prose: the token right after *not* / *no* / *non* /
-    *without* / *never* ("non leather", "no polyester"), and the token before *free*
-    ("polyester free", "leather-free")."""
-    out: set[int] = set()
-    for k, t in enumerate(toks):
-        if t == "free" and k > 0:
-            out.add(k - 1)
-        elif t in _NEGATORS and t != "free":
-            out.add(k + 1)
-    return out
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ import re
 from dataclasses import dataclass
 
 from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
-from shopping_companion.judges.matching.normalize import padded, phrase, tokens
+from shopping_companion.judges.matching.normalize import phrase, phrase_occurs, tokens
 from shopping_companion.judges.matching.quantity import parse_quantities
-from shopping_companion.judges.matching.values import ValueMatcher, default_matcher, is_amount
+from shopping_companion.judges.matching.values import ValueMatcher, default_matcher, is_amount, readings
 from shopping_companion.types import Preference, Product, ProductSlot
 
 __all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
@@ -134,7 +134,24 @@ class ProductReader:
     # ------------------------------------------------------------------ one preference
     def check(self, product: Product, pref: Preference) -> Evidence:
         """Whether ``product`` satisfies ``pref`` (module docstring), with the evidence used and
-        whether it is explicit."""
+        whether it is explicit. A value with a gloss in parentheses is read by each of its
+        :func:`~shopping_companion.judges.matching.values.readings`: a want is met when one reading
+        is met, an avoid violated when one reading is present; the answer is explicit only when
+        the deciding reading (or, for a miss, every reading) is."""
+        if "(" not in pref.value:
+            return self._check(product, pref)
+        evs = [self._check(product, pref.model_copy(update={"value": r})) for r in readings(pref.value)]
+        want = pref.polarity == "want"
+        deciding = [e for e in evs if e.satisfied == want]
+        if deciding:
+            return next((e for e in deciding if e.confident), deciding[0])
+        confident = all(e.confident for e in evs)
+        first = evs[0]
+        if confident or not first.confident:
+            return first
+        return Evidence(first.satisfied, first.source, first.detail, False, next(e.reason for e in evs if e.reason))
+
+    def _check(self, product: Product, pref: Preference) -> Evidence:
         key = self.m.key(pref.attribute)
         want = pref.polarity == "want"
         fields = self.fields(product, key)
@@ -164,7 +181,27 @@ class ProductReader:
                 return self._title_agrees(product, key, pref, ev) if d.explicit else _unsure(ev, key)
             doubt = doubt or not d.explicit
         ev = Evidence(True, "attribute", "; ".join(f[2] for f in fields[:3]))
-        return _unsure(ev, key) if doubt else self._title_agrees(product, key, pref, ev)
+        return _unsure(ev, key) if doubt else self._text_agrees(product, key, pref, ev)
+
+    def _text_agrees(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
+        """``ev`` (an avoid its structured fields leave unviolated), made uncertain
+        (``field_text_conflict``) when the title, features or description state the avoided value
+        (not negated: "leather-free" does not state leather)."""
+        vocab = self.m.vocab_for(key)
+        gold = self.m.parse(key, pref.value)
+        for source, text in self._text_fields(product)[:-1]:  # the category path names no material
+            if source == "options":
+                continue
+            if vocab is not None and gold.concepts and not gold.partial:
+                found = vocab.find(text, prose=True)
+                hit = any(vocab.has(c, g) for c in found for g in gold.concepts)
+            else:
+                hit = bool(phrase_occurs(pref.value, text))
+            if hit:
+                return Evidence(
+                    True, ev.source, f"{ev.detail}; but the {source} mentions it", False, "field_text_conflict"
+                )
+        return ev
 
     def _title_agrees(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
         """``ev`` (decided by a structured field), made uncertain (``field_text_conflict``) when a
@@ -234,16 +271,37 @@ class ProductReader:
                 found = vocab.find(text, prose=True)
                 if not found:
                     continue
-                has = all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts)
                 names = ", ".join(dict.fromkeys(found))
                 if want:
+                    has = all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts)
                     return Evidence(has, source, f"{source} mentions {names}")
-                return Evidence(not has, source, f"{source} mentions {names}")
+                has = any(vocab.has(c, g) for c in found for g in gold.concepts)
+                if has or source == "title":
+                    return Evidence(not has, source, f"{source} mentions {names}")
+            if not want:
+                # another property's field naming the avoided value ("colour: White frosted glass"
+                # for an avoided glass): the page may state it, not as this property
+                for k, v in product.attributes.items():
+                    if any(vocab.has(c, g) for c in vocab.find(str(v), prose=True) for g in gold.concepts):
+                        return Evidence(
+                            True, "attribute", f"attribute {k}={v!r} mentions it", False, "field_text_conflict"
+                        )
             return _unknown(want, "no field or text states it", "not_stated")
-        # free-text key: the gold phrase itself
+        # free-text key: the gold phrase itself, not negated ("latex-free", "no latex" do not state latex)
+        negated = None
         for source, text in fields:
-            if padded(pref.value).strip() and padded(pref.value) in padded(text):
-                return Evidence(want, source, f"{source} mentions {pref.value!r}")
+            said = phrase_occurs(pref.value, text)
+            if said:
+                ev = Evidence(want, source, f"{source} mentions {pref.value!r}")
+                if not key.known and source in ("description", "features"):
+                    # an unknown property's value somewhere in prose ("blue" in "black or blue ink
+                    # versions"): what the prose says it of is not explicit
+                    return _unsure(ev, key)
+                return ev
+            if said is False and negated is None:
+                negated = source
+        if negated is not None:
+            return Evidence(not want, negated, f"{negated} states it is free of {pref.value!r}")
         return _unknown(want, "no field or text states it", _unread_reason(key, vocab is not None))
 
     def _quantities_for(self, key: ResolvedKey, text: str, dim: str, *, title: bool, volume: bool = False) -> list:
