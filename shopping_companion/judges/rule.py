@@ -88,8 +88,9 @@ __all__ = [
 #: never mixed in one results file). 2: the value-matching layer and the spurious-preference count.
 #: 3: a stage without a final answer gets the no-answer verdict (stage-1 success False, Acc 0).
 #: 4: selective verdicts: every decision is an item, confident or uncertain; uncertain items earn
-#: what the judge's ``uncertain`` policy says (default no_credit: nothing).
-RULE_JUDGE_VERSION = 4
+#: what the judge's ``uncertain`` policy says (default no_credit: nothing). 5: polarity inside a
+#: value, glossed values, negated phrases in product text, field/text conflicts of avoids, food groups.
+RULE_JUDGE_VERSION = 5
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
