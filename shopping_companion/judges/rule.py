@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from shopping_companion.judges.base import no_answer_verdict
 from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
-from shopping_companion.judges.matching.values import readings, split_negation, yes_no
+from shopping_companion.judges.matching.values import split_gloss, split_negation, yes_no
 from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
 from shopping_companion.envs.tools import PRODUCT_TOOLS
 from shopping_companion.registry import JUDGES
@@ -89,13 +89,30 @@ __all__ = [
 #: 3: a stage without a final answer gets the no-answer verdict (stage-1 success False, Acc 0).
 #: 4: selective verdicts: every decision is an item, confident or uncertain; uncertain items earn
 #: what the judge's ``uncertain`` policy says (default no_credit: nothing). 5: polarity inside a
-#: value, glossed values, negated phrases in product text, field/text conflicts of avoids, food groups.
+#: value, glossed values, negated phrases in product text, field/text conflicts of avoids, food groups;
+#: uncertain where the evidence is not explicit: a gloss that is another value, a value said only of
+#: another person or only as a gloss, an avoided food group no member of which is named, a value named
+#: only in an "X/Y" pair, a gold value under a misnamed or unknown answer key.
 RULE_JUDGE_VERSION = 5
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
 MAX_VALUE_WORDS = 6
 _SENTENCE = re.compile(r"[.!?;]\s+\S|[.!?]$")
+#: Dimensions (keys.yaml names → pint's) a product has one property of: a quantity of one, under an
+#: answer key that cannot hold it, names the request's attribute of that dimension.
+_ONE_PROPERTY_DIMS = {"volume": "[length] ** 3", "mass": "[mass]", "information": "[information]"}
+
+#: A user turn about another person's wish ("My husband wants …", "Dad needs …", "my brother is
+#: after …"): a value said there may be that person's, not the user's.
+_OTHER_PERSON = re.compile(
+    r"\b(?:husband|wife|son|daughter|brother|sister|dad|daddy|father|mum|mom|mother|parents?|"
+    r"grand(?:ma|pa|mother|father|son|daughter)|uncle|aunt|cousin|nephew|niece|friend|colleague|"
+    r"co-?worker|boss|partner|boyfriend|girlfriend|fianc[eé]e?|flatmate|roommate|housemate|neighbou?r|"
+    r"kids?|child|children)s?\s+(?:\w+\s+){0,2}?(?:wants?|needs?|is after|are after|is looking|are looking|"
+    r"likes?|loves?|prefers?|asked for|would like)\b",
+    re.IGNORECASE,
+)
 
 
 # --------------------------------------------------------------------------- what a trajectory says
@@ -267,13 +284,14 @@ def match_preferences(
     task: Task,
     identified: list[Preference],
     matcher: ValueMatcher | None = None,
-    grounded: Callable[[Preference], bool] | None = None,
+    grounded: Callable[[Preference], bool | None] | None = None,
 ) -> Stage1Match:
     """Compare ``identified`` with ``task.preferences`` (module docstring, stage 1), marking the
     decisions that rest on no explicit evidence (:class:`Stage1Match`).
 
-    ``grounded(q)`` says whether a user turn of the history states ``q``; without it the
-    grounding rule is not applied (the other precision rules still are).
+    ``grounded(q)`` says whether a user turn of the history states ``q`` (None: not explicitly,
+    so ``q`` is an uncertain extra); without it the grounding rule is not applied (the other
+    precision rules still are).
     """
     m = matcher or default_matcher()
     N = task.n_products
@@ -297,9 +315,12 @@ def match_preferences(
         value = identified[j].value
         if qk.known:
             own = m.vocab_for(qk)
-            if vocab is not None and own is not None and vocab.lookup(value) is not None and not own.find(value):
-                # "finish: white": a value its own key cannot hold, exactly one of the gold's — a
-                # misnamed attribute or another property: not for the rules to say
+            if qk.kind != "quantity" and not (own is not None and own.find(value)) and _names_one_quantity(i, value):
+                return True, None  # "size: max 0.5 oz" for capacity: the unit names the property
+            if vocab is not None and vocab.lookup(value) is not None and (own is None or not own.find(value)):
+                # "finish: white", "strap: non-leather" for strap material: a value its own key
+                # cannot hold (or has no vocabulary to say), exactly one of the gold's — a misnamed
+                # attribute or another property: not for the rules to say
                 return False, "value_outside_vocabulary"
             return False, None if gk.known else "unknown_key"
         if vocab is not None:
@@ -308,6 +329,28 @@ def match_preferences(
             if not vocab.find(value) and m.names_other_property(gk, value):
                 return False, None  # exactly a value of another vocabulary or another dimension
         return False, "unknown_key"
+
+    def _names_one_quantity(i: int, value: str) -> bool:
+        """``value`` is a quantity of a dimension that names one property (a volume, a mass, a
+        storage size) and gold preference ``i`` is the only one of its slot on a quantity key of
+        that dimension."""
+        spec = gkeys[i].spec
+        if spec is None or spec.kind != "quantity":
+            return False
+        c = m.parse(gkeys[i], value).constraint
+        if c is None:
+            return False
+        dim = next((d for d in spec.dimension or () if _ONE_PROPERTY_DIMS.get(d) == c.dim), None)
+        if dim is None:
+            return False
+        return not any(
+            k != i
+            and slot(gold[k]) == slot(gold[i])
+            and gkeys[k].spec is not None
+            and gkeys[k].spec.kind == "quantity"
+            and dim in (gkeys[k].spec.dimension or ())
+            for k in range(len(gold))
+        )
 
     eq_cache: dict[tuple[int, int], tuple[bool, str | None]] = {}
 
@@ -401,12 +444,23 @@ def match_preferences(
             doubt = contra or None
         elif any(s == slot(q) and dk.same_key(qk) for s, dk in dont_care_keys):
             reason = "is on an attribute the user does not care about"
-        elif grounded is not None and not grounded(q):
-            reason = "is stated in no user turn of the history"
-            if not m.readable(m.reading_key(qk, q.value), q.value):
-                doubt = "indirect_statement"  # the user may have said it in words the lexicon does not read
+        elif grounded is not None and (said := grounded(q)) is not True:
+            if said is None:
+                doubt = "indirect_statement"  # said only where another person's wishes are spoken of
+            else:
+                reason = "is stated in no user turn of the history"
+                if not m.readable(m.reading_key(qk, q.value), q.value):
+                    doubt = "indirect_statement"  # the user may have said it in words the lexicon does not read
+                elif not qk.known and any(
+                    slot(g) == slot(q) and g.polarity == q.polarity and m.equivalent(gkeys[i], g.value, q.value)
+                    for i, g in enumerate(gold)
+                ):
+                    # a gold value under a name the lexicon does not know ("charging: light-powered")
+                    doubt = "unknown_key"
         if reason is None:
             out.extras.append(j)
+            if doubt is not None:
+                out.unsure_answer[j] = doubt
         else:
             out.spurious.append((j, reason))
             if doubt is not None:
@@ -598,9 +652,9 @@ class RuleJudge:
         self.reader = ProductReader(matcher) if matcher is not default_matcher() else default_reader()
         self._user_turns: dict[str, tuple[str, list[frozenset[str]]]] = {}
 
-    def _history_user_turns(self, task: Task) -> tuple[str, list[frozenset[str]]] | None:
-        """``(all user turns of the task's history joined, each user turn's token set)``, cached per
-        task; None without sessions."""
+    def _history_user_turns(self, task: Task) -> list[tuple[str, frozenset[str]]] | None:
+        """``(text, token set)`` of each user turn of the task's history, cached per task; None
+        without sessions."""
         if self.sessions is None:
             return None
         hit = self._user_turns.get(task.task_id)
@@ -610,7 +664,7 @@ class RuleJudge:
                 s = self.sessions.get(ref.session_id)
                 if s is not None:
                     parts.extend(t.content for t in s.turns if t.role == "user")
-            hit = ("\n".join(parts), [frozenset(tokens(p)) for p in parts])
+            hit = [(p, frozenset(tokens(p))) for p in parts]
             if len(self._user_turns) > 4096:
                 self._user_turns.clear()
             self._user_turns[task.task_id] = hit
@@ -642,23 +696,28 @@ class RuleJudge:
 
     # ------------------------------------------------------------------ stage 1
 
-    def grounding(self, task: Task) -> Callable[[Preference], bool] | None:
-        """``q -> bool``: a user turn of the task's history states ``q`` (None without sessions)."""
-        history = self._history_user_turns(task)
-        if history is None:
+    def grounding(self, task: Task) -> Callable[[Preference], bool | None] | None:
+        """``q -> True`` when a user turn of the task's history states ``q`` (its value, or the value
+        without its gloss), ``None`` when only turns about another person's wish do ("my husband
+        wants waterproof boots": whose wish is not explicit) or only the gloss is said, ``False``
+        when no turn states it. None without sessions."""
+        turns = self._history_user_turns(task)
+        if turns is None:
             return None
-        text, turns = history
         m = self.matcher
 
-        def said(key, value: str) -> bool:
-            if m.mentions(m.reading_key(key, value), value, text):
-                return True
-            words = set(tokens(value))  # every word of the value said in one user turn
-            return bool(words) and any(words <= t for t in turns)
+        def said_in(key, value: str, k: int) -> bool:
+            words = set(tokens(value))  # every word of the value said in the turn
+            return (bool(words) and words <= turns[k][1]) or m.mentions(m.reading_key(key, value), value, turns[k][0])
 
-        def grounded(q: Preference) -> bool:
+        def grounded(q: Preference) -> bool | None:
             key = m.key(q.attribute)
-            return any(said(key, r) for r in readings(q.value))  # "0.7 mm (medium)": either reading
+            head, gloss = split_gloss(q.value)
+            hits = [k for k in range(len(turns)) if any(said_in(key, v, k) for v in dict.fromkeys((q.value, head)))]
+            if not hits:
+                # the gloss alone said ("0.7 millimetre (medium)" where the user said "medium"): not explicit
+                return None if gloss and any(said_in(key, gloss, k) for k in range(len(turns))) else False
+            return None if all(_OTHER_PERSON.search(turns[k][0]) for k in hits) else True
 
         return grounded
 

@@ -66,13 +66,16 @@ GENERIC_KEY_WORDS = frozenset(
 
 @dataclass(frozen=True)
 class Concept:
-    """One value concept of a vocabulary: ``forms`` are normalised phrases, ``broader`` names."""
+    """One value concept of a vocabulary: ``forms`` are normalised phrases, ``broader`` names;
+    ``group``: a group of ingredients (dairy) that products carry without naming it, so a page
+    that names none of its members does not say the product is free of it."""
 
     name: str
     vocabulary: str
     forms: tuple[str, ...]
     broader: tuple[str, ...] = ()
     contains: tuple[str, ...] = ()
+    group: bool = False
 
 
 class Vocabulary:
@@ -278,7 +281,7 @@ class Lexicon:
 # --------------------------------------------------------------------------- loading
 
 _KEY_FIELDS = {"aliases", "secondary", "vocabulary", "multi_valued", "kind", "dimension", "unit", "note"}
-_CONCEPT_FIELDS = {"forms", "broader", "contains", "note"}
+_CONCEPT_FIELDS = {"forms", "broader", "contains", "group", "note"}
 
 
 def _data_dir() -> Path:
@@ -305,12 +308,15 @@ def _vocabulary(path: Path, name: str | None = None) -> Vocabulary:
         extra = set(body) - _CONCEPT_FIELDS
         if extra:
             raise ConfigError(
-                f"lexicon file {path}: concept {cname!r}: unknown fields {sorted(extra)}; allowed: forms, broader, contains, note"
+                f"lexicon file {path}: concept {cname!r}: unknown fields {sorted(extra)}; allowed: forms, broader, contains, group, note"
             )
         forms = tuple(str(f) for f in body.get("forms") or [])
         broader = tuple(str(b) for b in body.get("broader") or [])
         contains = tuple(str(b) for b in body.get("contains") or [])
-        concepts[str(cname)] = Concept(str(cname), vname, forms, broader, contains)
+        group = body.get("group", False)
+        if not isinstance(group, bool):
+            raise ConfigError(f"lexicon file {path}: concept {cname!r}: group must be true or false")
+        concepts[str(cname)] = Concept(str(cname), vname, forms, broader, contains, group)
     mods = frozenset(t for m in doc.get("modifiers") or [] for t in tokens(str(m)))
     return Vocabulary(vname, concepts, mods)
 

@@ -53,7 +53,17 @@ from shopping_companion.judges.matching.normalize import compact, padded, phrase
 from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP as _HAS_UNIT_OR_OP
 from shopping_companion.judges.matching.quantity import REL_TOL, Constraint, parse_constraint, parse_quantities
 
-__all__ = ["Decision", "Value", "ValueMatcher", "Similarity", "default_matcher", "readings", "split_negation", "yes_no"]
+__all__ = [
+    "Decision",
+    "Value",
+    "ValueMatcher",
+    "Similarity",
+    "default_matcher",
+    "readings",
+    "split_gloss",
+    "split_negation",
+    "yes_no",
+]
 
 #: ``similarity(a, b) -> cosine in [-1, 1]`` (e.g. MiniLM embeddings, see :mod:`.similarity`).
 Similarity = Callable[[str, str], float]
@@ -220,7 +230,8 @@ class ValueMatcher:
         name exactly in one vocabulary are explicit; rule 5, the embedding fallback or "not
         equivalent" for lack of a rule, is not). Values with a gloss in parentheses ("solar
         (light-powered)") are also compared by each of their :func:`readings`: equivalent when one
-        pair is, explicitly "no" only when every pair is explicitly not. Two quantities with the
+        pair is and every glossed value is :meth:`gloss_consistent` (else not equivalent, and not
+        explicitly), explicitly "no" only when every pair is explicitly not. Two quantities with the
         same bound, one with an operator and one without ("100 m" for "at least 100 m"), are not
         equivalent, and not explicitly: a rating may be stated without its "at least"."""
         d = self._compare(key, a, b)
@@ -233,9 +244,27 @@ class ValueMatcher:
                     continue
                 da = self._compare(key, alt_a, alt_b)
                 if da.holds:
-                    return da
+                    if self.gloss_consistent(key, a) and self.gloss_consistent(key, b):
+                        return da
+                    return Decision(False, False)  # "navy (black)", "leather (faux)": not for the rules
                 explicit = explicit and da.explicit
         return Decision(False, explicit)
+
+    def gloss_consistent(self, key: ResolvedKey, text: str) -> bool:
+        """The gloss of ``text`` (:func:`split_gloss`) may restate its head: False when the lexicon
+        says explicitly that the gloss is another value ("navy (black)": a hedge) or that the head
+        qualified by the gloss is ("leather (faux)": faux leather). True without a gloss read alone."""
+        head, gloss = split_gloss(text)
+        if gloss is None or not head:
+            return True
+        others = [gloss] if any(ch.isdigit() for ch in gloss) else [gloss, f"{gloss} {head}"]
+        for other in others:
+            d = self._compare(key, head, other)
+            if d.holds:
+                return True
+            if d.explicit:
+                return False
+        return True
 
     def _compare(self, key: ResolvedKey, a: str, b: str) -> Decision:
         va, vb = self.parse(key, a), self.parse(key, b)
@@ -445,24 +474,33 @@ _PAREN = re.compile(r"\s*\(([^()]*)\)\s*")
 _GLOSS_SKIP = re.compile(r"^(?:for|with|e\.?g\.?|i\.?e\.?|like|such as|incl\w*|not|no|any|or)\b", re.IGNORECASE)
 
 
-def readings(text: str) -> tuple[str, ...]:
-    """The ways a value with a parenthetical gloss reads: ``text`` itself, the text without the
+def split_gloss(text: str) -> tuple[str, str | None]:
+    """``(head, gloss)`` of a value with a parenthetical gloss: ``head`` is the text without the
     parentheses ("genuine (animal) leather" → "genuine leather", "Lightning (for iPhone)" →
-    "Lightning") and, for a gloss at the end that restates the value, the gloss with the head's
-    leading words before its number ("solar (light-powered)" → "light-powered"; "at most 81 cm (32
-    inches)" → "at most 32 inches"). A gloss opening with *for*, *with*, *e.g.*, *like*, *not*, …
-    qualifies the value and is never read alone. Without parentheses: ``(text,)``."""
+    "Lightning"); ``gloss`` is a final gloss that may restate the value, with the head's leading
+    words before its number ("solar (light-powered)" → "light-powered"; "at most 81 cm (32 inches)"
+    → "at most 32 inches"), else None. A gloss opening with *for*, *with*, *e.g.*, *like*, *not*, …
+    qualifies the value and is never read alone. Without parentheses: ``(text, None)``."""
     if "(" not in (text or ""):
-        return (text,)
+        return text, None
     head = _PAREN.sub(" ", text).strip()
-    out = [text, head] if head else [text]
     m = _PAREN.search(text)
     if m is not None and m.end() >= len(text.rstrip()) and len(_PAREN.findall(text)) == 1:
         gloss = m.group(1).strip()
         if gloss and not _GLOSS_SKIP.match(gloss):
             lead = re.match(r"^\D*?(?=\d)", head) if any(ch.isdigit() for ch in head) else None
-            out.append(((lead.group(0) if lead else "") + gloss).strip())
-    return tuple(dict.fromkeys(o for o in out if o))
+            return head, ((lead.group(0) if lead else "") + gloss).strip()
+    return head, None
+
+
+def readings(text: str) -> tuple[str, ...]:
+    """The ways a value with a parenthetical gloss reads: ``text`` itself, then its
+    :func:`split_gloss` head and gloss (duplicates and empty readings dropped). Without
+    parentheses: ``(text,)``."""
+    if "(" not in (text or ""):
+        return (text,)
+    head, gloss = split_gloss(text)
+    return tuple(dict.fromkeys(o for o in (text, head, gloss) if o))
 
 
 _AFFIRM = frozenset({"yes", "y", "true", "required", "needed", "wanted", "must", "must have", "please", "yes please"})
