@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from shopping_companion.judges.base import no_answer_verdict
 from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
-from shopping_companion.judges.matching.values import split_negation
+from shopping_companion.judges.matching.values import split_gloss, split_negation, yes_no
 from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
 from shopping_companion.envs.tools import PRODUCT_TOOLS
 from shopping_companion.registry import JUDGES
@@ -88,13 +88,31 @@ __all__ = [
 #: never mixed in one results file). 2: the value-matching layer and the spurious-preference count.
 #: 3: a stage without a final answer gets the no-answer verdict (stage-1 success False, Acc 0).
 #: 4: selective verdicts: every decision is an item, confident or uncertain; uncertain items earn
-#: what the judge's ``uncertain`` policy says (default no_credit: nothing).
-RULE_JUDGE_VERSION = 4
+#: what the judge's ``uncertain`` policy says (default no_credit: nothing). 5: polarity inside a
+#: value, glossed values, negated phrases in product text, field/text conflicts of avoids, food groups;
+#: uncertain where the evidence is not explicit: a gloss that is another value, a value said only of
+#: another person or only as a gloss, an avoided food group no member of which is named, a value named
+#: only in an "X/Y" pair, a gold value under a misnamed or unknown answer key.
+RULE_JUDGE_VERSION = 5
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
 MAX_VALUE_WORDS = 6
 _SENTENCE = re.compile(r"[.!?;]\s+\S|[.!?]$")
+#: Dimensions (keys.yaml names → pint's) a product has one property of: a quantity of one, under an
+#: answer key that cannot hold it, names the request's attribute of that dimension.
+_ONE_PROPERTY_DIMS = {"volume": "[length] ** 3", "mass": "[mass]", "information": "[information]"}
+
+#: A user turn about another person's wish ("My husband wants …", "Dad needs …", "my brother is
+#: after …"): a value said there may be that person's, not the user's.
+_OTHER_PERSON = re.compile(
+    r"\b(?:husband|wife|son|daughter|brother|sister|dad|daddy|father|mum|mom|mother|parents?|"
+    r"grand(?:ma|pa|mother|father|son|daughter)|uncle|aunt|cousin|nephew|niece|friend|colleague|"
+    r"co-?worker|boss|partner|boyfriend|girlfriend|fianc[eé]e?|flatmate|roommate|housemate|neighbou?r|"
+    r"kids?|child|children)s?\s+(?:\w+\s+){0,2}?(?:wants?|needs?|is after|are after|is looking|are looking|"
+    r"likes?|loves?|prefers?|asked for|would like)\b",
+    re.IGNORECASE,
+)
 
 
 # --------------------------------------------------------------------------- what a trajectory says
@@ -266,18 +284,19 @@ def match_preferences(
     task: Task,
     identified: list[Preference],
     matcher: ValueMatcher | None = None,
-    grounded: Callable[[Preference], bool] | None = None,
+    grounded: Callable[[Preference], bool | None] | None = None,
 ) -> Stage1Match:
     """Compare ``identified`` with ``task.preferences`` (module docstring, stage 1), marking the
     decisions that rest on no explicit evidence (:class:`Stage1Match`).
 
-    ``grounded(q)`` says whether a user turn of the history states ``q``; without it the
-    grounding rule is not applied (the other precision rules still are).
+    ``grounded(q)`` says whether a user turn of the history states ``q`` (None: not explicitly,
+    so ``q`` is an uncertain extra); without it the grounding rule is not applied (the other
+    precision rules still are).
     """
     m = matcher or default_matcher()
     N = task.n_products
     single = N == 1
-    gold = list(task.preferences)
+    gold = [_denegate(m, g) for g in task.preferences]
     identified = [_denegate(m, q) for q in identified]
 
     def slot(p: Preference) -> int:
@@ -292,16 +311,46 @@ def match_preferences(
         gk, qk = gkeys[i], ikeys[j]
         if gk.same_key(qk):
             return True, None
-        if qk.known:
-            return False, None if gk.known else "unknown_key"
         vocab = m.vocab_for(gk)
         value = identified[j].value
+        if qk.known:
+            own = m.vocab_for(qk)
+            if qk.kind != "quantity" and not (own is not None and own.find(value)) and _names_one_quantity(i, value):
+                return True, None  # "size: max 0.5 oz" for capacity: the unit names the property
+            if vocab is not None and vocab.lookup(value) is not None and (own is None or not own.find(value)):
+                # "finish: white", "strap: non-leather" for strap material: a value its own key
+                # cannot hold (or has no vocabulary to say), exactly one of the gold's — a misnamed
+                # attribute or another property: not for the rules to say
+                return False, "value_outside_vocabulary"
+            return False, None if gk.known else "unknown_key"
         if vocab is not None:
             if vocab.lookup(value) is not None:
                 return True, None
             if not vocab.find(value) and m.names_other_property(gk, value):
                 return False, None  # exactly a value of another vocabulary or another dimension
         return False, "unknown_key"
+
+    def _names_one_quantity(i: int, value: str) -> bool:
+        """``value`` is a quantity of a dimension that names one property (a volume, a mass, a
+        storage size) and gold preference ``i`` is the only one of its slot on a quantity key of
+        that dimension."""
+        spec = gkeys[i].spec
+        if spec is None or spec.kind != "quantity":
+            return False
+        c = m.parse(gkeys[i], value).constraint
+        if c is None:
+            return False
+        dim = next((d for d in spec.dimension or () if _ONE_PROPERTY_DIMS.get(d) == c.dim), None)
+        if dim is None:
+            return False
+        return not any(
+            k != i
+            and slot(gold[k]) == slot(gold[i])
+            and gkeys[k].spec is not None
+            and gkeys[k].spec.kind == "quantity"
+            and dim in (gkeys[k].spec.dimension or ())
+            for k in range(len(gold))
+        )
 
     eq_cache: dict[tuple[int, int], tuple[bool, str | None]] = {}
 
@@ -395,12 +444,23 @@ def match_preferences(
             doubt = contra or None
         elif any(s == slot(q) and dk.same_key(qk) for s, dk in dont_care_keys):
             reason = "is on an attribute the user does not care about"
-        elif grounded is not None and not grounded(q):
-            reason = "is stated in no user turn of the history"
-            if not m.readable(m.reading_key(qk, q.value), q.value):
-                doubt = "indirect_statement"  # the user may have said it in words the lexicon does not read
+        elif grounded is not None and (said := grounded(q)) is not True:
+            if said is None:
+                doubt = "indirect_statement"  # said only where another person's wishes are spoken of
+            else:
+                reason = "is stated in no user turn of the history"
+                if not m.readable(m.reading_key(qk, q.value), q.value):
+                    doubt = "indirect_statement"  # the user may have said it in words the lexicon does not read
+                elif not qk.known and any(
+                    slot(g) == slot(q) and g.polarity == q.polarity and m.equivalent(gkeys[i], g.value, q.value)
+                    for i, g in enumerate(gold)
+                ):
+                    # a gold value under a name the lexicon does not know ("charging: light-powered")
+                    doubt = "unknown_key"
         if reason is None:
             out.extras.append(j)
+            if doubt is not None:
+                out.unsure_answer[j] = doubt
         else:
             out.spurious.append((j, reason))
             if doubt is not None:
@@ -428,15 +488,47 @@ def match_preferences(
 
 
 def _denegate(m: ValueMatcher, q: Preference) -> Preference:
-    """A value written as its own negation flips the polarity: want "not navy" is avoid navy —
-    unless the whole value is a vocabulary form of its own ("no print" is a solid pattern)."""
+    """Polarity written inside a value, read out of it (docs/judge.md, stage 1):
+
+    - a bare yes / no names the attribute itself: want ``glass: no`` is avoid glass, want
+      ``waterproof: yes`` is want waterproof;
+    - a value written as its own negation flips the polarity: want "not navy" is avoid navy —
+      unless the whole value is a vocabulary form of its own ("no print" is a solid pattern);
+    - avoiding a thing whose absence a vocabulary names is wanting that concept: avoid laces is
+      want "no laces" (slip-on), avoid sugar is want "no sugar" (sugar free).
+
+    Applied alike to gold and answer preferences, so the readings agree."""
+    flip = "avoid" if q.polarity == "want" else "want"
+    yn = yes_no(q.value)
+    if yn is not None and tokens(q.attribute):
+        return q.model_copy(update={"value": q.attribute, "polarity": q.polarity if yn else flip})
     negated, rest = split_negation(q.value)
-    if not negated:
-        return q
-    vocab = m.vocab_for(m.key(q.attribute))
-    if vocab is not None and vocab.lookup(q.value) is not None:
-        return q
-    return q.model_copy(update={"value": rest, "polarity": "avoid" if q.polarity == "want" else "want"})
+    key = m.key(q.attribute)
+    vocab = m.vocab_for(key)
+    if negated and not (vocab is not None and vocab.lookup(q.value) is not None):
+        q = q.model_copy(update={"value": rest, "polarity": flip})
+    if q.polarity == "avoid" and len(tokens(q.value)) <= 3:
+        absent = _absence_concept(
+            m, vocab if vocab is not None else m.vocab_for(m.reading_key(key, f"no {q.value}")), q.value
+        )
+        if absent is not None:
+            return q.model_copy(update={"value": absent, "polarity": "want"})
+    return q
+
+
+def _absence_concept(m: ValueMatcher, vocab, value: str) -> str | None:
+    """``"no <form>"`` when ``vocab`` names it as a concept, for ``value`` or any form of the
+    concept ``value`` names ("Printed" → "no prints", a solid pattern); else None."""
+    if vocab is None:
+        return None
+    forms = [value]
+    c = vocab.lookup(value)
+    if c is not None:
+        forms += list(vocab.concepts[c].forms)
+    for f in forms:
+        if vocab.lookup(f"no {f}") is not None:
+            return f"no {f}"
+    return None
 
 
 def _contradicts(
@@ -560,9 +652,9 @@ class RuleJudge:
         self.reader = ProductReader(matcher) if matcher is not default_matcher() else default_reader()
         self._user_turns: dict[str, tuple[str, list[frozenset[str]]]] = {}
 
-    def _history_user_turns(self, task: Task) -> tuple[str, list[frozenset[str]]] | None:
-        """``(all user turns of the task's history joined, each user turn's token set)``, cached per
-        task; None without sessions."""
+    def _history_user_turns(self, task: Task) -> list[tuple[str, frozenset[str]]] | None:
+        """``(text, token set)`` of each user turn of the task's history, cached per task; None
+        without sessions."""
         if self.sessions is None:
             return None
         hit = self._user_turns.get(task.task_id)
@@ -572,7 +664,7 @@ class RuleJudge:
                 s = self.sessions.get(ref.session_id)
                 if s is not None:
                     parts.extend(t.content for t in s.turns if t.role == "user")
-            hit = ("\n".join(parts), [frozenset(tokens(p)) for p in parts])
+            hit = [(p, frozenset(tokens(p))) for p in parts]
             if len(self._user_turns) > 4096:
                 self._user_turns.clear()
             self._user_turns[task.task_id] = hit
@@ -604,19 +696,28 @@ class RuleJudge:
 
     # ------------------------------------------------------------------ stage 1
 
-    def grounding(self, task: Task) -> Callable[[Preference], bool] | None:
-        """``q -> bool``: a user turn of the task's history states ``q`` (None without sessions)."""
-        history = self._history_user_turns(task)
-        if history is None:
+    def grounding(self, task: Task) -> Callable[[Preference], bool | None] | None:
+        """``q -> True`` when a user turn of the task's history states ``q`` (its value, or the value
+        without its gloss), ``None`` when only turns about another person's wish do ("my husband
+        wants waterproof boots": whose wish is not explicit) or only the gloss is said, ``False``
+        when no turn states it. None without sessions."""
+        turns = self._history_user_turns(task)
+        if turns is None:
             return None
-        text, turns = history
         m = self.matcher
 
-        def grounded(q: Preference) -> bool:
-            if m.mentions(m.reading_key(m.key(q.attribute), q.value), q.value, text):
-                return True
-            words = set(tokens(q.value))  # every word of the value said in one user turn
-            return bool(words) and any(words <= t for t in turns)
+        def said_in(key, value: str, k: int) -> bool:
+            words = set(tokens(value))  # every word of the value said in the turn
+            return (bool(words) and words <= turns[k][1]) or m.mentions(m.reading_key(key, value), value, turns[k][0])
+
+        def grounded(q: Preference) -> bool | None:
+            key = m.key(q.attribute)
+            head, gloss = split_gloss(q.value)
+            hits = [k for k in range(len(turns)) if any(said_in(key, v, k) for v in dict.fromkeys((q.value, head)))]
+            if not hits:
+                # the gloss alone said ("0.7 millimetre (medium)" where the user said "medium"): not explicit
+                return None if gloss and any(said_in(key, gloss, k) for k in range(len(turns))) else False
+            return None if all(_OTHER_PERSON.search(turns[k][0]) for k in hits) else True
 
         return grounded
 

@@ -29,7 +29,7 @@ KEY_FIELDS = {"aliases", "secondary", "vocabulary", "multi_valued", "kind", "dim
 KINDS = {"category", "quantity", "text"}
 DIMENSIONS = {"length", "mass", "volume", "information", "time", "dimensionless", "currency"}
 VOCAB_FIELDS = {"version", "vocabulary", "modifiers", "concepts"}
-CONCEPT_FIELDS = {"forms", "broader", "contains"}
+CONCEPT_FIELDS = {"forms", "broader", "contains", "group"}
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -142,6 +142,7 @@ def test_vocabulary_schema(vocabularies):
             assert all(isinstance(f, str) and f.strip() for f in c["forms"]), (stem, cname)
             for field in ("broader", "contains"):
                 assert isinstance(c.get(field, []), list), (stem, cname, field)
+            assert isinstance(c.get("group", False), bool), (stem, cname)
 
 
 def test_referenced_vocabularies_exist(keys):

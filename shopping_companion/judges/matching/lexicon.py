@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.judges.matching.normalize import compact, tokens
+from shopping_companion.judges.matching.normalize import compact, negated_positions, tokens
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES
 
 __all__ = ["Concept", "Vocabulary", "KeySpec", "ResolvedKey", "Lexicon", "load_lexicon", "GENERIC_KEY_WORDS"]
@@ -66,13 +66,16 @@ GENERIC_KEY_WORDS = frozenset(
 
 @dataclass(frozen=True)
 class Concept:
-    """One value concept of a vocabulary: ``forms`` are normalised phrases, ``broader`` names."""
+    """One value concept of a vocabulary: ``forms`` are normalised phrases, ``broader`` names;
+    ``group``: a group of ingredients (dairy) that products carry without naming it, so a page
+    that names none of its members does not say the product is free of it."""
 
     name: str
     vocabulary: str
     forms: tuple[str, ...]
     broader: tuple[str, ...] = ()
     contains: tuple[str, ...] = ()
+    group: bool = False
 
 
 class Vocabulary:
@@ -159,7 +162,7 @@ class Vocabulary:
     def _scan_uncached(self, text: str, prose: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
         toks = tokens(text)
         n = len(toks)
-        negated = _negated_positions(toks) if prose else set()
+        negated = negated_positions(toks) if prose else frozenset()
         cands: list[tuple[int, int, int, str]] = []  # (-length, -specificity, start, concept)
         for i in range(n):
             for L in range(min(self.max_len, n - i), 0, -1):
@@ -182,22 +185,6 @@ class Vocabulary:
         picked.sort()
         rest = tuple(t for k, t in enumerate(toks) if not taken[k] and t not in self.modifiers)
         return tuple(c for _, c in picked), rest
-
-
-_NEGATORS = frozenset({"not", "no", "non", "without", "never", "nor", "free"})
-
-
-def _negated_positions(toks: tuple[str, ...]) -> set[int]:
-    """Token positions a negation covers in prose: the token right after *not* / *no* / *non* /
-    *without* / *never* ("non leather", "no polyester"), and the token before *free*
-    ("polyester free", "leather-free")."""
-    out: set[int] = set()
-    for k, t in enumerate(toks):
-        if t == "free" and k > 0:
-            out.add(k - 1)
-        elif t in _NEGATORS and t != "free":
-            out.add(k + 1)
-    return out
 
 
 @dataclass(frozen=True)
@@ -294,7 +281,7 @@ class Lexicon:
 # --------------------------------------------------------------------------- loading
 
 _KEY_FIELDS = {"aliases", "secondary", "vocabulary", "multi_valued", "kind", "dimension", "unit", "note"}
-_CONCEPT_FIELDS = {"forms", "broader", "contains", "note"}
+_CONCEPT_FIELDS = {"forms", "broader", "contains", "group", "note"}
 
 
 def _data_dir() -> Path:
@@ -321,12 +308,15 @@ def _vocabulary(path: Path, name: str | None = None) -> Vocabulary:
         extra = set(body) - _CONCEPT_FIELDS
         if extra:
             raise ConfigError(
-                f"lexicon file {path}: concept {cname!r}: unknown fields {sorted(extra)}; allowed: forms, broader, contains, note"
+                f"lexicon file {path}: concept {cname!r}: unknown fields {sorted(extra)}; allowed: forms, broader, contains, group, note"
             )
         forms = tuple(str(f) for f in body.get("forms") or [])
         broader = tuple(str(b) for b in body.get("broader") or [])
         contains = tuple(str(b) for b in body.get("contains") or [])
-        concepts[str(cname)] = Concept(str(cname), vname, forms, broader, contains)
+        group = body.get("group", False)
+        if not isinstance(group, bool):
+            raise ConfigError(f"lexicon file {path}: concept {cname!r}: group must be true or false")
+        concepts[str(cname)] = Concept(str(cname), vname, forms, broader, contains, group)
     mods = frozenset(t for m in doc.get("modifiers") or [] for t in tokens(str(m)))
     return Vocabulary(vname, concepts, mods)
 

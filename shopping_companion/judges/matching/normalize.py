@@ -24,7 +24,17 @@ import re
 import unicodedata
 from functools import lru_cache
 
-__all__ = ["tokens", "phrase", "padded", "compact", "NUMBER_WORDS", "STOP_WORDS", "contains_phrase"]
+__all__ = [
+    "tokens",
+    "phrase",
+    "padded",
+    "compact",
+    "NUMBER_WORDS",
+    "STOP_WORDS",
+    "contains_phrase",
+    "negated_positions",
+    "phrase_occurs",
+]
 
 STOP_WORDS = frozenset({"a", "an", "the", "of", "and", "or", "for", "with", "in", "on", "to"})
 
@@ -55,7 +65,36 @@ NUMBER_WORDS = {
     "triple": "3",
 }
 
-_VARIANTS = {"gray": "grey", "color": "colour", "colored": "coloured", "colors": "colour", "centre": "center"}
+#: British / American spellings read as one (the left form becomes the right one)
+_VARIANTS = {
+    "gray": "grey",
+    "color": "colour",
+    "colored": "coloured",
+    "colors": "colour",
+    "centre": "center",
+    "analogue": "analog",
+    "aluminium": "aluminum",
+    "jewellery": "jewelry",
+    "sulphate": "sulfate",
+    "sulphates": "sulfate",
+    "sulfates": "sulfate",
+    "metre": "meter",
+    "metres": "meter",
+    "litre": "liter",
+    "litres": "liter",
+    "favourite": "favorite",
+    "flavor": "flavour",
+    "flavors": "flavour",
+    "moisturizer": "moisturiser",
+    "moisturizing": "moisturising",
+    "organiser": "organizer",
+    "pyjamas": "pajamas",
+    "tyre": "tire",
+    "tyres": "tire",
+    "mould": "mold",
+    "fibre": "fiber",
+    "fibres": "fiber",
+}
 _NO_SINGULAR = frozenset(
     {
         "jeans",
@@ -212,3 +251,37 @@ def contains_phrase(needle: str, haystack: str) -> bool:
     """The normalised tokens of ``needle`` occur contiguously in ``haystack`` (non-empty needle)."""
     n = padded(needle)
     return n.strip() != "" and n in padded(haystack)
+
+
+_NEGATORS = frozenset({"not", "no", "non", "without", "never", "nor", "free"})
+
+
+def negated_positions(toks: tuple[str, ...]) -> frozenset[int]:
+    """Token positions a negation covers in prose: the token right after *not* / *no* / *non* /
+    *without* / *never* / *nor* ("non leather", "no polyester"), and the token before *free*
+    ("polyester free", "leather-free")."""
+    out: set[int] = set()
+    for k, t in enumerate(toks):
+        if t == "free" and k > 0:
+            out.add(k - 1)
+        elif t in _NEGATORS and t != "free":
+            out.add(k + 1)
+    return frozenset(out)
+
+
+def phrase_occurs(value: str | None, text: str | None) -> bool | None:
+    """Whether prose ``text`` states ``value`` (normalised tokens as a contiguous phrase): True
+    when some occurrence is not negated, False when every occurrence is ("latex-free", "no latex",
+    "without latex"), None when it does not occur (or ``value`` has no tokens)."""
+    v, t = tokens(value or ""), tokens(text or "")
+    n = len(v)
+    if not n or n > len(t):
+        return None
+    neg = negated_positions(t)
+    seen = False
+    for i in range(len(t) - n + 1):
+        if t[i : i + n] == v:
+            if i not in neg and (i + n - 1) not in neg:
+                return True
+            seen = True
+    return False if seen else None

@@ -18,7 +18,8 @@ slot asks for?
 
 *want*: satisfied iff the evidence states the value (or a narrower one); unknown is not
 satisfied. *avoid*: violated iff the evidence states the avoided value (any share of a blend);
-satisfied otherwise, unknown included — a shopper takes a product page at its word.
+satisfied otherwise, unknown included — a shopper takes a product page at its word — except for
+a ``group`` concept (dairy), which a page that names none of its members leaves uncertain.
 
 Every decision says whether it rests on explicit evidence (:attr:`Evidence.confident`, with a
 ``reason`` from :data:`~shopping_companion.types.UncertainReason` when not): unknown
@@ -43,9 +44,9 @@ import re
 from dataclasses import dataclass
 
 from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
-from shopping_companion.judges.matching.normalize import padded, phrase, tokens
+from shopping_companion.judges.matching.normalize import phrase, phrase_occurs, tokens
 from shopping_companion.judges.matching.quantity import parse_quantities
-from shopping_companion.judges.matching.values import ValueMatcher, default_matcher, is_amount
+from shopping_companion.judges.matching.values import ValueMatcher, default_matcher, is_amount, readings
 from shopping_companion.types import Preference, Product, ProductSlot
 
 __all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
@@ -134,7 +135,40 @@ class ProductReader:
     # ------------------------------------------------------------------ one preference
     def check(self, product: Product, pref: Preference) -> Evidence:
         """Whether ``product`` satisfies ``pref`` (module docstring), with the evidence used and
-        whether it is explicit."""
+        whether it is explicit. A value with a gloss in parentheses is read by each of its
+        :func:`~shopping_companion.judges.matching.values.readings`: a want is met when one reading
+        is met, an avoid violated when one reading is present; the answer is explicit only when
+        the deciding reading (or, for a miss, every reading) is, and a met want also only when no
+        other reading is explicitly unmet and the gloss may restate the value
+        (:meth:`~shopping_companion.judges.matching.values.ValueMatcher.gloss_consistent`)."""
+        if "(" not in pref.value:
+            return self._check(product, pref)
+        evs = [self._check(product, pref.model_copy(update={"value": r})) for r in readings(pref.value)]
+        want = pref.polarity == "want"
+        deciding = [e for e in evs if e.satisfied == want]
+        if deciding:
+            best = next((e for e in deciding if e.confident), deciding[0])
+            key = self.m.key(pref.attribute)
+            if (
+                want
+                and best.confident
+                and (
+                    not self.m.gloss_consistent(key, pref.value)
+                    or any(e.confident and not e.satisfied for e in evs[1:])
+                )
+            ):
+                # a reading is met while the value's other reading is explicitly not ("rubber
+                # (non-slip)" on a rubber sole said to slip): the gloss may add to the wish
+                detail = f"{best.detail}; another reading of the value is not met"
+                return Evidence(True, best.source, detail, False, "value_outside_vocabulary")
+            return best
+        confident = all(e.confident for e in evs)
+        first = evs[0]
+        if confident or not first.confident:
+            return first
+        return Evidence(first.satisfied, first.source, first.detail, False, next(e.reason for e in evs if e.reason))
+
+    def _check(self, product: Product, pref: Preference) -> Evidence:
         key = self.m.key(pref.attribute)
         want = pref.polarity == "want"
         fields = self.fields(product, key)
@@ -164,7 +198,42 @@ class ProductReader:
                 return self._title_agrees(product, key, pref, ev) if d.explicit else _unsure(ev, key)
             doubt = doubt or not d.explicit
         ev = Evidence(True, "attribute", "; ".join(f[2] for f in fields[:3]))
-        return _unsure(ev, key) if doubt else self._title_agrees(product, key, pref, ev)
+        if doubt:
+            return _unsure(ev, key)
+        ev = self._text_agrees(product, key, pref, ev)
+        if ev.confident and self._avoids_group(key, pref):
+            return Evidence(True, ev.source, f"{ev.detail}; no member of the group is named", False, "not_stated")
+        return ev
+
+    def _avoids_group(self, key: ResolvedKey, pref: Preference) -> bool:
+        """``pref`` avoids a concept its vocabulary marks as a ``group`` (dairy): products carry
+        it without naming it, so only a named member decides."""
+        if pref.polarity != "avoid":
+            return False
+        vocab = self.m.vocab_for(key)
+        if vocab is None:
+            return False
+        return any(vocab.concepts[c].group for c in self.m.parse(key, pref.value).concepts if c in vocab.concepts)
+
+    def _text_agrees(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
+        """``ev`` (an avoid its structured fields leave unviolated), made uncertain
+        (``field_text_conflict``) when the title, features or description state the avoided value
+        (not negated: "leather-free" does not state leather)."""
+        vocab = self.m.vocab_for(key)
+        gold = self.m.parse(key, pref.value)
+        for source, text in self._text_fields(product)[:-1]:  # the category path names no material
+            if source == "options":
+                continue
+            if vocab is not None and gold.concepts and not gold.partial:
+                found = vocab.find(text, prose=True)
+                hit = any(vocab.has(c, g) for c in found for g in gold.concepts)
+            else:
+                hit = bool(phrase_occurs(pref.value, text))
+            if hit:
+                return Evidence(
+                    True, ev.source, f"{ev.detail}; but the {source} mentions it", False, "field_text_conflict"
+                )
+        return ev
 
     def _title_agrees(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
         """``ev`` (decided by a structured field), made uncertain (``field_text_conflict``) when a
@@ -230,20 +299,53 @@ class ProductReader:
                     return Evidence(ok if want else not ok, source, f"{source} states {qs[0].text!r}")
             return _unknown(want, "no quantity of this kind stated", "not_stated")
         if vocab is not None and gold.concepts and not gold.partial:
+            group = self._avoids_group(key, pref)
             for source, text in fields:
                 found = vocab.find(text, prose=True)
                 if not found:
                     continue
-                has = all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts)
                 names = ", ".join(dict.fromkeys(found))
                 if want:
+                    has = all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts)
                     return Evidence(has, source, f"{source} mentions {names}")
-                return Evidence(not has, source, f"{source} mentions {names}")
+                has = any(vocab.has(c, g) for c in found for g in gold.concepts)
+                if has or (source == "title" and not group):
+                    return Evidence(not has, source, f"{source} mentions {names}")
+            if not want:
+                # another property's field naming the avoided value ("colour: White frosted glass"
+                # for an avoided glass): the page may state it, not as this property
+                for k, v in product.attributes.items():
+                    if any(vocab.has(c, g) for c in vocab.find(str(v), prose=True) for g in gold.concepts):
+                        return Evidence(
+                            True, "attribute", f"attribute {k}={v!r} mentions it", False, "field_text_conflict"
+                        )
+                if group:
+                    return Evidence(True, "none", "no member of the group is named", False, "not_stated")
             return _unknown(want, "no field or text states it", "not_stated")
-        # free-text key: the gold phrase itself
+        # free-text key: the gold phrase itself, not negated ("latex-free", "no latex" do not state latex)
+        negated = None
         for source, text in fields:
-            if padded(pref.value).strip() and padded(pref.value) in padded(text):
-                return Evidence(want, source, f"{source} mentions {pref.value!r}")
+            said = phrase_occurs(pref.value, text)
+            if said:
+                ev = Evidence(want, source, f"{source} mentions {pref.value!r}")
+                if not key.known and source in ("description", "features"):
+                    # an unknown property's value somewhere in prose ("blue" in "black or blue ink
+                    # versions"): what the prose says it of is not explicit
+                    return _unsure(ev, key)
+                if _only_in_slash_pairs(pref.value, text):
+                    # "Blue/Black": a two-tone, an assortment or a choice — not the value alone
+                    return Evidence(
+                        want,
+                        source,
+                        f"{source} names {pref.value!r} only beside another",
+                        False,
+                        _unread_reason(key, vocab is not None),
+                    )
+                return ev
+            if said is False and negated is None:
+                negated = source
+        if negated is not None:
+            return Evidence(not want, negated, f"{negated} states it is free of {pref.value!r}")
         return _unknown(want, "no field or text states it", _unread_reason(key, vocab is not None))
 
     def _quantities_for(self, key: ResolvedKey, text: str, dim: str, *, title: bool, volume: bool = False) -> list:
@@ -362,6 +464,21 @@ def _title_types(vocab: Vocabulary, title: str, brand: str | None = None) -> tup
         if found:
             return found
     return vocab.find(title, prose=True)
+
+
+def _only_in_slash_pairs(value: str, text: str) -> bool:
+    """Every occurrence of ``value`` in ``text`` is joined by a slash to another word ("Blue/Black",
+    "Black / Blue"); False when ``value`` does not occur as written."""
+    words = value.split()
+    if not words:
+        return False
+    pat = re.compile(r"(?<!\w)" + r"[\s_-]+".join(map(re.escape, words)) + r"(?!\w)", re.IGNORECASE)
+    seen = False
+    for m in pat.finditer(text):
+        seen = True
+        if not (text[: m.start()].rstrip().endswith("/") or text[m.end() :].lstrip().startswith("/")):
+            return False
+    return seen
 
 
 def _unknown(want: bool, detail: str, reason: str) -> Evidence:

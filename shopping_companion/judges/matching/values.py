@@ -53,7 +53,17 @@ from shopping_companion.judges.matching.normalize import compact, padded, phrase
 from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP as _HAS_UNIT_OR_OP
 from shopping_companion.judges.matching.quantity import REL_TOL, Constraint, parse_constraint, parse_quantities
 
-__all__ = ["Decision", "Value", "ValueMatcher", "Similarity", "default_matcher", "split_negation"]
+__all__ = [
+    "Decision",
+    "Value",
+    "ValueMatcher",
+    "Similarity",
+    "default_matcher",
+    "readings",
+    "split_gloss",
+    "split_negation",
+    "yes_no",
+]
 
 #: ``similarity(a, b) -> cosine in [-1, 1]`` (e.g. MiniLM embeddings, see :mod:`.similarity`).
 Similarity = Callable[[str, str], float]
@@ -218,7 +228,45 @@ class ValueMatcher:
     def compare(self, key: ResolvedKey, a: str, b: str) -> Decision:
         """:meth:`equivalent` with whether explicit evidence decided it (rules 1–4 and a value both
         name exactly in one vocabulary are explicit; rule 5, the embedding fallback or "not
-        equivalent" for lack of a rule, is not)."""
+        equivalent" for lack of a rule, is not). Values with a gloss in parentheses ("solar
+        (light-powered)") are also compared by each of their :func:`readings`: equivalent when one
+        pair is and every glossed value is :meth:`gloss_consistent` (else not equivalent, and not
+        explicitly), explicitly "no" only when every pair is explicitly not. Two quantities with the
+        same bound, one with an operator and one without ("100 m" for "at least 100 m"), are not
+        equivalent, and not explicitly: a rating may be stated without its "at least"."""
+        d = self._compare(key, a, b)
+        if d.holds or ("(" not in a and "(" not in b):
+            return d
+        explicit = d.explicit
+        for alt_a in readings(a):
+            for alt_b in readings(b):
+                if alt_a is a and alt_b is b:
+                    continue
+                da = self._compare(key, alt_a, alt_b)
+                if da.holds:
+                    if self.gloss_consistent(key, a) and self.gloss_consistent(key, b):
+                        return da
+                    return Decision(False, False)  # "navy (black)", "leather (faux)": not for the rules
+                explicit = explicit and da.explicit
+        return Decision(False, explicit)
+
+    def gloss_consistent(self, key: ResolvedKey, text: str) -> bool:
+        """The gloss of ``text`` (:func:`split_gloss`) may restate its head: False when the lexicon
+        says explicitly that the gloss is another value ("navy (black)": a hedge) or that the head
+        qualified by the gloss is ("leather (faux)": faux leather). True without a gloss read alone."""
+        head, gloss = split_gloss(text)
+        if gloss is None or not head:
+            return True
+        others = [gloss] if any(ch.isdigit() for ch in gloss) else [gloss, f"{gloss} {head}"]
+        for other in others:
+            d = self._compare(key, head, other)
+            if d.holds:
+                return True
+            if d.explicit:
+                return False
+        return True
+
+    def _compare(self, key: ResolvedKey, a: str, b: str) -> Decision:
         va, vb = self.parse(key, a), self.parse(key, b)
         d = self._equivalent(key, va, vb)
         if d is None:
@@ -235,7 +283,15 @@ class ValueMatcher:
         if self.is_hedge(key, vb.text) and not self.is_hedge(key, va.text):
             return False  # "Nike or Adidas", "navy, blue", "at most 150 cm or at least 200 cm": a hedge
         if va.constraint is not None and vb.constraint is not None:
-            return va.constraint.same_as(vb.constraint)
+            same = va.constraint.same_as(vb.constraint)
+            plain = va if va.constraint.op == "=" else vb
+            if (
+                not same
+                and _bound_without_operator(va.constraint, vb.constraint)
+                and _HAS_UNIT_OR_OP.search(plain.text)
+            ):
+                return None  # a bare number stays a different value (its unit is only the key's guess)
+            return same
         if va.concepts and vb.concepts and not (va.partial or vb.partial):
             ga, gb = set(va.concepts), set(vb.concepts)
             if ga == gb:
@@ -404,6 +460,62 @@ def _fallback(key: ResolvedKey, similar: bool) -> Decision:
     """A decision the rules left open: the embedding fallback's (not explicit) — except "different"
     on a known free-text key (brand, model number, designer): names compared by their words."""
     return Decision(similar, not similar and key.spec is not None and key.spec.kind == "text")
+
+
+def _bound_without_operator(a: Constraint, b: Constraint) -> bool:
+    """One constraint is a plain quantity ("100 m") equal to the other's single bound ("at least
+    100 m")."""
+    if a.dim != b.dim or (a.op == "=") == (b.op == "=") or a.hi is not None or b.hi is not None:
+        return False
+    return abs(a.lo - b.lo) <= REL_TOL * max(abs(a.lo), abs(b.lo), 1e-12)
+
+
+_PAREN = re.compile(r"\s*\(([^()]*)\)\s*")
+_GLOSS_SKIP = re.compile(r"^(?:for|with|e\.?g\.?|i\.?e\.?|like|such as|incl\w*|not|no|any|or)\b", re.IGNORECASE)
+
+
+def split_gloss(text: str) -> tuple[str, str | None]:
+    """``(head, gloss)`` of a value with a parenthetical gloss: ``head`` is the text without the
+    parentheses ("genuine (animal) leather" → "genuine leather", "Lightning (for iPhone)" →
+    "Lightning"); ``gloss`` is a final gloss that may restate the value, with the head's leading
+    words before its number ("solar (light-powered)" → "light-powered"; "at most 81 cm (32 inches)"
+    → "at most 32 inches"), else None. A gloss opening with *for*, *with*, *e.g.*, *like*, *not*, …
+    qualifies the value and is never read alone. Without parentheses: ``(text, None)``."""
+    if "(" not in (text or ""):
+        return text, None
+    head = _PAREN.sub(" ", text).strip()
+    m = _PAREN.search(text)
+    if m is not None and m.end() >= len(text.rstrip()) and len(_PAREN.findall(text)) == 1:
+        gloss = m.group(1).strip()
+        if gloss and not _GLOSS_SKIP.match(gloss):
+            lead = re.match(r"^\D*?(?=\d)", head) if any(ch.isdigit() for ch in head) else None
+            return head, ((lead.group(0) if lead else "") + gloss).strip()
+    return head, None
+
+
+def readings(text: str) -> tuple[str, ...]:
+    """The ways a value with a parenthetical gloss reads: ``text`` itself, then its
+    :func:`split_gloss` head and gloss (duplicates and empty readings dropped). Without
+    parentheses: ``(text,)``."""
+    if "(" not in (text or ""):
+        return (text,)
+    head, gloss = split_gloss(text)
+    return tuple(dict.fromkeys(o for o in (text, head, gloss) if o))
+
+
+_AFFIRM = frozenset({"yes", "y", "true", "required", "needed", "wanted", "must", "must have", "please", "yes please"})
+_DENY = frozenset({"no", "none", "nope", "false", "not needed", "not wanted", "not required", "no thanks", "nil"})
+
+
+def yes_no(text: str | None) -> bool | None:
+    """True when ``text`` is a bare affirmation ("yes", "required"), False when it is a bare
+    denial ("no", "none", "not needed"), None otherwise: ``glass: no`` says glass is avoided."""
+    p = " ".join(tokens(text or ""))
+    if p in _AFFIRM:
+        return True
+    if p in _DENY:
+        return False
+    return None
 
 
 def split_negation(text: str) -> tuple[bool, str]:

@@ -1,0 +1,231 @@
+"""Issue 32, item 3: the classes of disagreement with people's wording that a rule can close with
+explicit evidence (polarity inside a value, glossed values, negation in product text, field/text
+conflicts, spelling variants, food groups), and the ones it must leave uncertain (a gloss that is
+another value, a value said only of another person, a food group a page does not name, a value
+named only in an "X/Y" pair, an answer on a misnamed attribute)."""
+
+from __future__ import annotations
+
+from shopping_companion.judges.matching import default_matcher, default_reader
+from shopping_companion.judges.matching.normalize import phrase_occurs, tokens
+from shopping_companion.judges.matching.values import readings, split_gloss, yes_no
+from shopping_companion.judges.rule import RuleJudge, match_preferences
+from shopping_companion.types import Preference, Product, ProductSlot, Session, SessionRef, Task, Trajectory, Turn
+
+M = default_matcher()
+R = default_reader()
+
+
+def pref(attribute: str, value: str, polarity: str = "want") -> Preference:
+    return Preference(slot=0, attribute=attribute, value=value, polarity=polarity)
+
+
+def task(*gold: Preference) -> Task:
+    return Task(
+        task_id="t",
+        instruction="x",
+        user_id="u",
+        history=[],
+        needle_session_ids=[],
+        preferences=list(gold),
+        slots=[ProductSlot(product_type="item", reference_product_id="r")],
+    )
+
+
+def product(title: str, description: str = "", **attrs: str) -> Product:
+    return Product(
+        product_id="x:1",
+        title=title,
+        description=description,
+        source="test",
+        shop="s",
+        shop_id="s",
+        category_path=["Things"],
+        attributes=attrs,
+    )
+
+
+def test_yes_no_and_readings():
+    assert yes_no("No") is False and yes_no("none") is False and yes_no("not needed") is False
+    assert yes_no("yes") is True and yes_no("navy") is None
+    assert readings("solar (light-powered)") == ("solar (light-powered)", "solar", "light-powered")
+    assert readings("Lightning (for iPhone)") == ("Lightning (for iPhone)", "Lightning")  # a qualifier
+    assert readings("at most 81 cm (32 inches)")[-1] == "at most 32 inches"  # the bound's words kept
+    assert readings("navy") == ("navy",)
+
+
+def test_negated_phrases_in_prose():
+    assert phrase_occurs("latex", "Powder-free, latex-free vinyl gloves") is False
+    assert phrase_occurs("latex", "made without latex") is False
+    assert phrase_occurs("latex", "natural latex gloves") is True
+    assert phrase_occurs("latex", "vinyl gloves") is None
+
+
+def test_british_and_american_spellings_read_alike():
+    for a, b in [("analogue", "analog"), ("aluminium", "aluminum"), ("sulphate free", "sulfate free")]:
+        assert tokens(a) == tokens(b)
+
+
+def test_polarity_inside_a_value():
+    # "glass: no" as a want is avoiding glass
+    res = match_preferences(task(pref("material", "glass", "avoid")), [pref("glass", "no")])
+    assert res.matches == [0] and not res.unsure_gold
+    # avoiding laces is wanting a shoe with no laces (the closure vocabulary's slip-on)
+    res = match_preferences(task(pref("fastening", "slip-on")), [pref("laces", "laces", "avoid")])
+    assert res.matches == [0]
+    # the same reading on both sides: avoid "Printed" (gold) is avoid "prints" (answer)
+    res = match_preferences(task(pref("pattern", "Printed", "avoid")), [pref("pattern", "prints", "avoid")])
+    assert res.matches == [0]
+
+
+def test_glossed_gold_value_matches_either_reading():
+    gold = task(pref("power source", "solar (light-powered)"))
+    assert match_preferences(gold, [pref("power source", "light-powered")]).matches == [0]
+    assert match_preferences(gold, [pref("power source", "solar")]).matches == [0]
+    assert match_preferences(gold, [pref("power source", "battery")]).matches == [None]
+
+
+def test_a_plain_quantity_for_a_bound_is_uncertain_a_bare_number_is_not():
+    key = M.key("water resistance")
+    d = M.compare(key, "at least 100 m", "100 m")
+    assert not d.holds and not d.explicit
+    d = M.compare(M.key("width"), "at most 150 cm", "150")
+    assert not d.holds and d.explicit
+
+
+def test_free_of_is_not_containing():
+    p = product("Vinyl Exam Gloves, Powder-Free, Latex-Free, 100 Count")
+    ev = R.check(p, pref("latex", "latex", "avoid"))
+    assert ev.satisfied and ev.confident
+    ev = R.check(p, pref("latex", "latex"))
+    assert not ev.satisfied
+
+
+def test_avoid_that_the_text_states_is_uncertain_not_accepted():
+    # the field says viscose, the description says polyester: a conflict, never a confident yes
+    p = product("Navy Tee", "Material and Care 100% polyester, machine wash", Fabric="Viscose Rayon")
+    ev = R.check(p, pref("fabric", "polyester", "avoid"))
+    assert not ev.confident and ev.reason == "field_text_conflict"
+    # another property's field naming the avoided material
+    p = product("Chest of 4 drawers, 78x124 cm", colour="White frosted glass")
+    ev = R.check(p, pref("material", "glass", "avoid"))
+    assert not ev.confident and ev.reason == "field_text_conflict"
+    # nothing states it: the page's word (confident)
+    ev = R.check(product("Chest of 4 drawers", colour="White"), pref("material", "glass", "avoid"))
+    assert ev.satisfied and ev.confident
+
+
+def test_unknown_key_value_only_in_prose_is_uncertain():
+    p = product("Gel Pen, 0.7mm, Black Ink", "Comes in black or blue ink versions.")
+    ev = R.check(p, pref("ink shade", "blue"))
+    assert not ev.confident
+
+
+def test_food_group_avoid_applies_to_a_member():
+    ev = R.check(product("Cheese Nachos 150 g"), pref("flavour", "dairy", "avoid"))
+    assert not ev.satisfied and ev.confident
+    ev = R.check(product("Paneer Tikka Masala Kit"), pref("flavour", "dairy", "avoid"))
+    assert not ev.satisfied and ev.confident
+    # a member named only in the description (after another flavour in the title) still counts
+    ev = R.check(
+        product("Choco Chip Cookies", "Ingredients: wheat flour, sugar, milk solids"), pref("flavour", "dairy", "avoid")
+    )
+    assert not ev.satisfied and ev.confident
+    # avoiding butter is not avoiding all dairy
+    ev = R.check(product("Cheese Crackers"), pref("flavour", "butter", "avoid"))
+    assert ev.satisfied
+
+
+def test_food_group_no_member_named_is_uncertain_not_accepted():
+    # products carry a food group without naming it: a page that names no member is not evidence
+    for p in (product("Salted Nachos 150 g"), product("Choco Chip Cookies"), product("Cookies", flavour="Cashew")):
+        ev = R.check(p, pref("flavour", "dairy", "avoid"))
+        assert ev.satisfied and not ev.confident and ev.reason == "not_stated", p.title
+    # an ordinary avoid stays the page's word
+    ev = R.check(product("Salted Nachos 150 g"), pref("flavour", "cheese", "avoid"))
+    assert ev.satisfied and ev.confident
+
+
+def test_gloss_that_names_another_value_is_no_confident_match():
+    assert split_gloss("navy (black)") == ("navy", "black")
+    assert split_gloss("Lightning (for iPhone)") == ("Lightning", None)
+    # "navy (black)" offers two colours: never a confident match of black (nor of navy)
+    for gold in ("black", "navy"):
+        d = M.compare(M.key("colour"), gold, "navy (black)")
+        assert not d.holds and not d.explicit, gold
+    gold = task(pref("colour", "black"))
+    res = match_preferences(gold, [pref("colour", "navy (black)")])
+    assert res.matches == [None]
+    # a gloss that restates the value still matches
+    d = M.compare(M.key("power source"), "solar (light-powered)", "light-powered")
+    assert d.holds and d.explicit
+
+
+def test_glossed_want_met_by_one_reading_while_the_other_is_not_is_uncertain():
+    p = product("Classic Tee", colour="Navy")
+    ev = R.check(p, pref("colour", "navy (black)"))
+    assert not ev.confident
+    ev = R.check(product("Solar Watch", **{"Power Source": "Solar"}), pref("power source", "solar (light-powered)"))
+    assert ev.satisfied and ev.confident
+
+
+def test_value_named_only_in_a_slash_pair_is_uncertain():
+    p = product("Infusion Retractable Gel Pens, 0.7mm, Blue/Black, 12 Count")
+    ev = R.check(p, pref("ink colour", "Blue"))
+    assert not ev.confident
+    ev = R.check(product("Gel Pens, 0.7mm, Blue Ink, 12 Count"), pref("ink colour", "Blue"))
+    assert ev.satisfied and ev.confident
+
+
+def test_misnamed_attribute_holding_a_gold_value_is_an_uncertain_miss():
+    # "strap" is a key the lexicon knows without a vocabulary: "non-leather" on it may be the strap's material
+    res = match_preferences(task(pref("strap material", "leather", "avoid")), [pref("strap", "non-leather")])
+    assert res.matches == [None] and res.unsure_gold.get(0) == "value_outside_vocabulary"
+
+
+def _history_task(*gold: Preference, turns: list[str]) -> tuple[Task, dict[str, Session]]:
+    s = Session(session_id="s1", turns=[Turn(role="user", content=t) for t in turns])
+    t = task(*gold).model_copy(update={"history": [SessionRef(session_id="s1", date="2024-01-01")]})
+    return t, {"s1": s}
+
+
+def _stage1(t: Task, sessions: dict[str, Session], answer: list[Preference]):
+    traj = Trajectory(task_id=t.task_id, stage=1, steps=[], final_answer="x", termination="answered")
+    traj.identified_preferences = answer
+    return RuleJudge(lambda ids: {}, sessions).judge(t, traj)
+
+
+def test_value_said_only_of_another_person_is_an_uncertain_extra():
+    t, sessions = _history_task(
+        pref("colour", "purple"),
+        turns=["My husband wants brown waterproof hiking boots.", "For my girl: purple, please."],
+    )
+    v = _stage1(t, sessions, [pref("colour", "purple"), pref("waterproof", "yes")])
+    item = next(i for i in v.items if i["kind"] == "grounding")
+    assert item["ok"] and not item["confident"] and item["reason"] == "indirect_statement"
+    assert not v.success  # under no_credit an uncertain extra withholds success
+    # the user's own wish, said in a turn that also names a family member, stays grounded
+    t, sessions = _history_task(
+        pref("colour", "purple"), turns=["We're doing up the nursery; it has to be waterproof and purple."]
+    )
+    v = _stage1(t, sessions, [pref("colour", "purple"), pref("waterproof", "yes")])
+    item = next(i for i in v.items if i["kind"] == "grounding")
+    assert item["ok"] and item["confident"]
+
+
+def test_gloss_alone_grounds_nothing():
+    t, sessions = _history_task(pref("colour", "blue"), turns=["Blue ink, and a medium point please."])
+    v = _stage1(t, sessions, [pref("colour", "blue"), pref("point", "0.5 mm (medium)")])
+    item = next(i for i in v.items if i["kind"] == "grounding")
+    assert not item["confident"]
+
+
+def test_a_volume_under_a_key_that_cannot_hold_it_names_the_one_volume_of_the_request():
+    # "size: max 0.5 oz" for a dropper bottle: the unit says which property (its capacity)
+    res = match_preferences(task(pref("capacity", "at most 15 ml")), [pref("size", "max 0.5 oz")])
+    assert res.matches == [0] and not res.unsure_gold
+    # two volume attributes in the request: the unit does not say which
+    two = task(pref("capacity", "at most 15 ml"), pref("net quantity", "at most 15 ml"))
+    assert match_preferences(two, [pref("size", "max 0.5 oz")]).matches == [None, None]
+    # a length names no one property (width, height, depth, length)
+    assert match_preferences(task(pref("width", "at most 150 cm")), [pref("size", "at most 150 cm")]).matches == [None]
