@@ -217,3 +217,156 @@ def test_observation_ids_equal_the_whole_text_encode_over_real_episodes(setup, c
         for text, ids, decoded in records:
             assert ids == t.encode(text, add_special_tokens=False)
             assert decoded == t.decode(ids, skip_special_tokens=False)
+
+
+#: Qwen3's layout where it matters for incremental rendering: the last user query (not a wrapped
+#: tool response) decides which assistant turns keep their thinking, a thinking block in the
+#: content is re-laid out, consecutive tool messages share one user turn, and the generation
+#: prompt of ``enable_thinking=False`` ends with an empty thinking block.
+QWEN3_LAYOUT = (
+    "{%- if messages[0].role == 'system' %}{%- set sys = messages[0].content %}{%- else %}{%- set sys = '' %}{%- endif %}"
+    "{%- if tools %}{{ '<|im_start|>system\n' + (sys + '\n\n' if sys else '') + '# Tools\n\n<tools>' }}"
+    "{%- for tool in tools %}{{ '\n' + (tool | tojson) }}{%- endfor %}{{ '\n</tools><|im_end|>\n' }}"
+    "{%- elif sys %}{{ '<|im_start|>system\n' + sys + '<|im_end|>\n' }}{%- endif %}"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+    "{%- for m in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+    "{%- if ns.multi_step_tool and m.role == 'user' and not (m.content.startswith('<tool_response>')"
+    " and m.content.endswith('</tool_response>')) %}"
+    "{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+    "{%- if ns.multi_step_tool %}{{ raise_exception('No user query found in messages.') }}{%- endif %}"
+    "{%- for m in messages %}{%- set content = m.content %}"
+    "{%- if m.role == 'user' or (m.role == 'system' and not loop.first) %}"
+    "{{ '<|im_start|>' + m.role + '\n' + content + '<|im_end|>\n' }}"
+    "{%- elif m.role == 'assistant' %}{%- set reasoning = '' %}"
+    "{%- if '</think>' in content %}"
+    "{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning) %}"
+    "{{ '<|im_start|>assistant\n<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}"
+    "{%- else %}{{ '<|im_start|>assistant\n' + content }}{%- endif %}{{ '<|im_end|>\n' }}"
+    "{%- elif m.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{ '<|im_start|>user' }}{%- endif %}"
+    "{{ '\n<tool_response>\n' + content + '\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{ '<|im_end|>\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+#: rewrites the previous assistant turn once it is no longer the last message (as
+#: ``test_a_template_that_rewrites_past_turns_is_counted_not_fatal``)
+DROP_THINK = TOOL_CHAT_TEMPLATE.replace(
+    "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}",
+    "{%- elif m.role == 'assistant' and not loop.last %}"
+    "{{ '<|im_start|>assistant\n' + m.content.split('</think>')[-1].lstrip() + '<|im_end|>\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}",
+)
+
+
+def _fuzz_policy(tok, task, words, seed: str, thinking: str):
+    """A policy that mixes, at random, searches with catalog title words (one to three calls per
+    turn, so tool messages come in groups), broken JSON (an error observation), turns without a
+    call (a user message: the environment's feedback), turns cut without a stop token, and
+    ``thinking`` blocks laid out as ``"qwen3"`` writes them or ``"plain"``; after six turns it
+    follows the gold path."""
+    import random
+
+    rng = random.Random(seed)
+    gold = GoldPolicy(task)
+    turns = {True: 0, False: 0}
+
+    async def generate(ids, sp):
+        text = tok.decode(ids)
+        stage_text = text[text.rfind("<|im_start|>system") :]
+        stage1 = '"name": "mem_search"' in stage_text.split("</tools>")[0]
+        names = [tool_schema(n) for n in (MEMORY_TOOLS if stage1 else PRODUCT_TOOLS)]
+        k = turns[stage1]
+        turns[stage1] += 1
+        think = "<think>\nlooking\n</think>\n\n" if thinking == "qwen3" else "<think>look</think>\n"
+        kind = rng.choice(["search", "search", "search", "broken", "silent", "cut"]) if k < 6 else "gold"
+        if kind == "gold":
+            reply = gold.chat([{"role": "assistant"}] * (k - 6), names).content
+        elif kind == "broken":
+            reply = think + '<tool_call>{"name": "product_search", "arguments": {"query": </tool_call>'
+        elif kind == "silent":
+            reply = "Let me think about " + " ".join(rng.sample(words, 2))
+        else:
+            calls = []
+            for _ in range(rng.randint(1, 3)):
+                q = " ".join(rng.sample(words, 3))
+                call = (
+                    {"name": "mem_search", "arguments": {"queries": [q], "top_k": rng.randint(1, 10)}}
+                    if stage1
+                    else {"name": "product_search", "arguments": {"query": q, "top_k": rng.randint(1, 10)}}
+                )
+                calls.append("<tool_call>" + json.dumps(call, ensure_ascii=rng.random() < 0.5) + "</tool_call>")
+            reply = think + "\n".join(calls)
+        out = tok.encode(reply, add_special_tokens=False)
+        if kind == "cut":  # a generation that used its whole max_tokens: no stop token
+            return Generation(out[: max(1, len(out) // 2)])
+        return Generation((out + [tok.eos_token_id])[: sp["max_tokens"]])
+
+    return generate
+
+
+@pytest.mark.parametrize("layout", ["qwen25", "qwen3", "qwen3_no_thinking", "drop_think", "clipped"])
+def test_incremental_rendering_is_token_identical_to_whole_renders_over_real_episodes(
+    layout, setup, catalog_products, monkeypatch
+):
+    """Proof by comparison for :meth:`ChatTokens.render_added`: real episodes of both stages
+    (stage 1 played by the gold policy or by the fuzz policy) are run twice, rendering the whole
+    chat every turn (``incremental=False``) and rendering only the new messages with no sampled
+    comparison, and give the same prompt, response ids, mask, mismatch count and chat. Layouts:
+    Qwen2.5's, Qwen3's (with and without thinking), one that rewrites past turns, and Qwen2.5's
+    with an environment that clips old observations (``max_prompt_tokens``)."""
+    from shopping_companion.trainers import episode
+
+    res, task, tok = setup
+    words = sorted({w for p in catalog_products[:3000] for w in p.title.split() if len(w) > 3})
+    words += ["caf\u00e9", "\u4e2d\u6587", "na\u00efve", "\U0001f600"]
+    template, kwargs, thinking = {
+        "qwen25": (TOOL_CHAT_TEMPLATE, {}, "plain"),
+        "qwen3": (QWEN3_LAYOUT, {}, "qwen3"),
+        "qwen3_no_thinking": (QWEN3_LAYOUT, {"enable_thinking": False}, "plain"),
+        "drop_think": (DROP_THINK, {}, "plain"),
+        "clipped": (TOOL_CHAT_TEMPLATE, {}, "plain"),
+    }[layout]
+    monkeypatch.setattr(episode, "_CHECK_FIRST", 0)  # no comparison: the incremental rendering alone
+    monkeypatch.setattr(episode, "_CHECK_EVERY", 10**9)
+    added = []
+
+    class Counting(ChatTokens):
+        def render_added(self, messages, k):
+            got = super().render_added(messages, k)
+            added.append(got is not None)
+            return got
+
+    saved = tok.chat_template
+    tok.chat_template = template
+    try:
+        for stage, stage1, rollout in [
+            (1, "gold", 0),
+            (1, "gold", 1),
+            (2, "gold", 2),
+            (2, "policy", 3),
+            (2, "policy", 4),
+        ]:
+            runs = []
+            for incremental in (False, True):
+                env = res.make_env(task)
+                if layout == "clipped":
+                    env.config.max_prompt_tokens = 1500
+                chat = Counting(tok, kwargs, incremental=incremental)
+                policy = _fuzz_policy(tok, task, words, f"{layout}-{stage}-{rollout}", thinking)
+                runs.append(asyncio.run(run_row_episode(env, stage, chat, policy, {}, 4096, stage1=stage1)))
+            whole, inc = runs
+            for name in ("prompt_ids", "response_ids", "response_mask"):
+                assert getattr(inc.tokens, name) == getattr(whole.tokens, name), (layout, stage, rollout, name)
+            assert inc.prefix_mismatches == whole.prefix_mismatches, (layout, stage, rollout)
+            assert inc.messages == whole.messages and inc.termination == whole.termination
+    finally:
+        tok.chat_template = saved
+    assert any(added)  # the incremental rendering was used
+    if layout in ("qwen25", "qwen3"):
+        assert added.count(True) > 20
