@@ -389,7 +389,7 @@ class ChatTokens:
         Equal to the whole chat's rendering minus that of ``messages[:k]`` for templates that
         render a message from itself, its neighbours, the system message and the last user
         message (Qwen2.5 and Qwen3 layouts, proved over real episodes in
-        ``tests/integration/test_grpo_episode.py``); :meth:`check_due` samples the others.
+        ``tests/trainers/test_grpo_episode.py``); :meth:`check_due` samples the others.
         None when the short chat's rendering does not extend that of its first messages with
         the generation prompt, or the template refuses it."""
         head: list[dict[str, Any]] = []

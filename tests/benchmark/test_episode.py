@@ -236,7 +236,7 @@ def test_a_custom_reward_named_in_yaml_changes_the_runner_total(
     cfg = tmp_path / "rubric.yaml"
     cfg.write_text(
         "rewards:\n  - {name: outcome, weight: 1}\n  - {name: tool_wise, weight: 1}\n"
-        "  - {name: format, weight: 1}\n  - {path: 'tests.integration.test_episode:brevity_bonus', weight: 1}\n"
+        "  - {name: format, weight: 1}\n  - {path: 'tests.benchmark.test_episode:brevity_bonus', weight: 1}\n"
     )
     task = bench.tasks[0]
     base = run_episode(task, policy, product_search, _memory(bench, task, embedder), judge, EvalSettings())

@@ -256,7 +256,7 @@ def _stage2(steps, recs, answer):
 
 
 # The taxonomy's rules (one hand-built trajectory per class, precedence, 'other') are tested in
-# tests/unit/test_taxonomy.py; the LLM attribution and the report's taxonomy table here.
+# tests/benchmark/test_taxonomy.py; the LLM attribution and the report's taxonomy table here.
 
 
 def test_llm_attribution_through_the_scripted_server():

@@ -28,7 +28,7 @@ from shopping_companion.errors import ConfigError
 from shopping_companion.llm.base import BackendError, CircuitOpenError, Sampling
 from shopping_companion.llm.openai_backend import OpenAIBackend
 from shopping_companion.types import Step
-from tests.integration.test_run_files import AnswerAtOnce, embedder, kit, make_tasks, run  # noqa: F401
+from tests.benchmark.test_run_files import AnswerAtOnce, embedder, kit, make_tasks, run  # noqa: F401
 from tests.openai_server import ScriptedOpenAIServer
 
 KEY = "sk-SECRETKEY1234567890abcdef"

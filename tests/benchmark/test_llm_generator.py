@@ -18,7 +18,7 @@ from shopping_companion.benchmark.synthesis.llm_generator import LLMGenerator
 from shopping_companion.llm.replies import extract_json
 from shopping_companion.benchmark.synthesis.verify import gold_accepted, leaked_values, unstated_features
 from tests.openai_server import ScriptedOpenAIServer
-from tests.unit.test_synthesis import amazon_products
+from tests.benchmark.test_synthesis import amazon_products
 
 
 def _prompt(body):

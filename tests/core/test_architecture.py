@@ -20,6 +20,7 @@ upward import and a private import, and asserts all three are reported.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -290,8 +291,34 @@ def test_the_docs_show_the_layers_of_layers_py():
         "the table in docs/architecture.md, Layers, is not the one of shopping_companion/layers.py; "
         f"replace it with the output of `python -m shopping_companion.layers`:\n{want}"
     )
-    assert "pytest -q tests/unit/test_architecture.py" in section
+    assert "pytest -q tests/core/test_architecture.py" in section
     assert "There is no import cycle between modules" not in text or not find_cycles(FILES, IMPORTS)
+
+
+_ROUND_NAME = re.compile(r"(issue|round|finding|review)s?_?\d|_\d+\.py$")
+
+
+def misplaced_tests(tests: Path, package: Path) -> list[str]:
+    """Test files (``test_*.py``) of ``tests`` that break docs/architecture.md, Tests: outside
+    ``tests/<package>/``, ``tests/core/``, ``tests/scripts/`` and ``tests/extras/<stack>/``, or
+    named after an issue or a review round. Each entry: the path relative to ``tests``, a colon,
+    why."""
+    homes = {p.name for p in package.iterdir() if (p / "__init__.py").is_file()} | {"core", "scripts"}
+    out = []
+    for f in sorted(tests.rglob("test_*.py")):
+        rel = f.relative_to(tests)
+        parts = rel.parts
+        placed = (len(parts) == 2 and parts[0] in homes) or (len(parts) == 3 and parts[0] == "extras")
+        if not placed:
+            out.append(f"{rel.as_posix()}: not in tests/<package>/, core/, scripts/ or extras/<stack>/")
+        elif _ROUND_NAME.search(f.name):
+            out.append(f"{rel.as_posix()}: named after an issue or a review round")
+    return out
+
+
+def test_tests_mirror_the_package():
+    bad = misplaced_tests(ROOT / "tests", ROOT / "shopping_companion")
+    assert not bad, "test files that break docs/architecture.md, Tests:\n" + "\n".join(bad)
 
 
 # --------------------------------------------------------------------------- the checks can fail
@@ -320,3 +347,30 @@ def test_the_checks_report_a_cycle_an_upward_and_a_private_import(tmp_path):
     assert [(i.importer, i.target, i.names) for i in up] == [("toy.low.a", "toy.high.c", ("C",))]
     assert upward_imports(imports, package_of, layer.__getitem__, {"high.c": (("low",), (), "a protocol leaf")}) == []
     assert [(i.importer, n) for i, n in private_imports(imports, package_of)] == [("toy.high.c", "_hidden")]
+
+
+def test_the_test_layout_check_reports_misplaced_and_round_named_files(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "catalog").mkdir(parents=True)
+    (pkg / "catalog" / "__init__.py").write_text("")
+    tests = tmp_path / "tests"
+    for rel in [
+        "catalog/test_cache.py",
+        "core/test_runs.py",
+        "scripts/test_run_grpo.py",
+        "extras/rl/test_trl.py",
+        "unit/test_x.py",
+        "test_top.py",
+        "catalog/test_break_findings_14.py",
+        "core/test_issue32_defects.py",
+        "extras/rl/deep/test_y.py",
+    ]:
+        (tests / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tests / rel).write_text("")
+    assert [b.split(":")[0] for b in misplaced_tests(tests, pkg)] == [
+        "catalog/test_break_findings_14.py",
+        "core/test_issue32_defects.py",
+        "extras/rl/deep/test_y.py",
+        "test_top.py",
+        "unit/test_x.py",
+    ]

@@ -253,7 +253,7 @@ class _Echo:
 def test_make_simulator_by_name_and_dotted_path():
     assert isinstance(make_simulator("scripted", seed=4), ScriptedSimulator)
     assert make_simulator("scripted", seed=4).seed == 4
-    sim = make_simulator("tests.unit.test_env_simulator:_Echo", seed=9)
+    sim = make_simulator("tests.envs.test_env_simulator:_Echo", seed=9)
     assert type(sim).__name__ == "_Echo" and sim.seed == 9  # (pytest may import this file twice)
     with pytest.raises(ValueError, match="unknown user simulator"):
         make_simulator("nope")

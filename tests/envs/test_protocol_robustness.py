@@ -7,7 +7,7 @@ arguments or in a stage-1 answer decoded to a lone surrogate that crashed the ne
 encoding and the result writer; tool calls written only in the reasoning channel went unnoticed;
 ``product_view`` with one empty id failed the whole call. These tests use the parser, the format
 reward and the tools on their own (no index, no server); the episode tests over a real index and a
-real HTTP server are in ``tests/integration/test_episode_robustness.py``.
+real HTTP server are in ``tests/benchmark/test_episode_robustness.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tool-call ids are given out in one place, :func:`parse_action`, unique within a turn (issue 32,
 item 5): a server's duplicate, empty or missing ids, ids that collide with generated ones, text
 calls mixed with structured calls and malformed calls of either kind. The environment copies these
-ids into the assistant message and its tool messages (tests/integration/test_eval_issue32_defects.py
+ids into the assistant message and its tool messages (tests/benchmark/test_eval_unanswered_stages_and_tool_call_ids.py
 runs that against an OpenAI-strict server)."""
 
 from __future__ import annotations

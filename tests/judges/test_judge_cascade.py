@@ -23,7 +23,7 @@ _REPO = str(Path(__file__).resolve().parents[2])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 from tests.openai_server import ScriptedOpenAIServer  # noqa: E402
-from tests.unit.test_selective_verdicts import SESSIONS, lookup, s1, s2, task  # noqa: E402
+from tests.judges.test_selective_verdicts import SESSIONS, lookup, s1, s2, task  # noqa: E402
 
 
 def judge_server(matched: list[int] | None = None, h1: int = 0, q2: int = 1):

@@ -13,7 +13,7 @@ from shopping_companion.judges.rule import RuleJudge
 from shopping_companion.rewards import compute_reward, outcome_reward, safe_reward
 from shopping_companion.types import Step, ToolCall, ToolResult, Trajectory
 from tests.openai_server import ScriptedOpenAIServer
-from tests.unit.test_llm_judge import GOOD1, addon_task, judge_for, lookup, single_task, stage1_traj
+from tests.judges.test_llm_judge import GOOD1, addon_task, judge_for, lookup, single_task, stage1_traj
 
 
 def unanswered(stage: int, termination: str = "max_turns", answer: str | None = None) -> Trajectory:

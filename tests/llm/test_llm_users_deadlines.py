@@ -20,7 +20,7 @@ from shopping_companion.personalization.llmjson import JSONAsker, JSONAskError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.openai_server import ScriptedOpenAIServer  # noqa: E402
-from tests.unit.test_llm_judge import GOOD1, lookup, single_task, stage1_traj  # noqa: E402
+from tests.judges.test_llm_judge import GOOD1, lookup, single_task, stage1_traj  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +126,7 @@ def test_llm_simulator_propagates_an_open_circuit_but_falls_back_on_other_errors
 
 # --------------------------------------------------------------------------- the LLM task generator
 
-from tests.unit.test_llm_generator import llm_config, pool, products  # noqa: E402,F401 - fixtures
+from tests.benchmark.test_llm_generator import llm_config, pool, products  # noqa: E402,F401 - fixtures
 
 
 def test_llm_generator_stops_with_a_synth_error_when_the_circuit_is_open(products, pool, tmp_path):  # noqa: F811

@@ -196,7 +196,7 @@ def test_checkpoints_of_two_runs_are_named_apart_and_viewed_apart(bench, tiny, c
     import httpx
 
     from shopping_companion.config import config_hash
-    from tests.integration.test_viewer_server import Server
+    from tests.viewer.test_viewer_server import Server
 
     bench_dir = write_benchmark(bench, tmp_path / "bench")
     runs_dir = tmp_path / "runs"

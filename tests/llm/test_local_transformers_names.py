@@ -1,7 +1,7 @@
 """The default policy name of :class:`LocalTransformersBackend` (issue 31, item 5): a training
 checkpoint is named by its run and step, so two checkpoints of the same step in different runs are
-two policies. Pure path rules: nothing is loaded (the backend itself: tests/integration/
-test_local_transformers.py)."""
+two policies. Pure path rules: nothing is loaded (the backend itself:
+tests/llm/test_local_transformers.py)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 
 from shopping_companion.sft.export import tied_embeddings_report
 from tests.tiny_model import build_tiny_model
-from tests.unit.test_sft_export_lengths import _examples, _export
+from tests.sft.test_sft_export_lengths import _examples, _export
 
 
 @pytest.fixture(scope="module")

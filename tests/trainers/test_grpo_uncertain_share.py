@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from shopping_companion.judges.rule import RuleJudge
 from shopping_companion.judges.selective import judging_stats
 from shopping_companion.trainers.trl_rollout import _log_unscored
-from tests.unit.test_selective_verdicts import SESSIONS, lookup, s1, s2, task
+from tests.judges.test_selective_verdicts import SESSIONS, lookup, s1, s2, task
 
 
 def test_trl_logs_the_uncertain_share_and_llm_calls_per_batch() -> None:

@@ -20,7 +20,7 @@ from shopping_companion.viewer.app import TOO_DEEP, Clipper, _show, create_app, 
 from shopping_companion.viewer.export import MARKER, export_run
 from shopping_companion.viewer.web import LOCAL_HOST_NAMES, allowed_hosts_for
 from shopping_companion.viewer.store import RunCatalog
-from tests.unit.test_viewer_app import LOCAL, hostile_episode, local_client, make_task, write_run
+from tests.viewer.test_viewer_app import LOCAL, hostile_episode, local_client, make_task, write_run
 
 DEPTH = 100_000  # far past any recursion limit: json.loads / json.dumps raise RecursionError at any stack depth
 DEEP_TEXT = "[" * DEPTH + "]" * DEPTH

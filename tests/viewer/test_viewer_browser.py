@@ -1,7 +1,7 @@
 """`shopcomp view` in a real browser: Playwright driving Debian's Chromium (/usr/bin/chromium)
 against the real server (the CLI in a subprocess on 127.0.0.1) over real runs.
 
-The real runs are built once per test session (tests/integration/viewer_runs.py, shared with
+The real runs are built once per test session (tests/viewer/viewer_runs.py, shared with
 test_viewer_store_real.py): a benchmark synthesised from the real catalog and SGD conversations,
 evaluated by the real ``shopcomp eval`` command twice on the same benchmark and strategy (the
 reference policy, and the scripted LLM policy of tests/scripted_policy.py served over HTTP by
@@ -87,7 +87,7 @@ def _artifacts() -> Path:
 @pytest.fixture(scope="module")
 def runs_dir(request) -> Path:
     """``runs/`` holding ``reference`` and ``scripted`` (real evals of one benchmark, 2 trials; the
-    session's :func:`~tests.integration.viewer_runs.viewer_runs`) and ``hostile`` (synthetic, 3
+    session's :func:`~tests.viewer.viewer_runs.viewer_runs`) and ``hostile`` (synthetic, 3
     episodes, the first carrying :data:`XSS`). The session's real runs (with the catalog index,
     about a minute) are asked for only once a browser is known to be there."""
     _need_browser()

@@ -1,6 +1,6 @@
 """Live refresh of the runs page and the episodes page's summary strip: the ``/api/runs`` answer
 and the rows API's summary follow a run file as episodes are appended, and the pages mark the
-cells the script updates (the browser test, tests/integration/test_viewer_browser.py, watches the
+cells the script updates (the browser test, tests/viewer/test_viewer_browser.py, watches the
 numbers change on screen)."""
 
 from __future__ import annotations

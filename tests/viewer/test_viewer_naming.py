@@ -28,8 +28,8 @@ from shopping_companion.viewer.benchmarks import declared_checkpoint, policy_ste
 from shopping_companion.viewer.compare import COMPARED_METRICS, compare
 from shopping_companion.viewer.export import export_run
 from shopping_companion.viewer.store import RunCatalog
-from tests.unit.test_viewer_app import local_client
-from tests.unit.test_viewer_store import episode, index_of, line, make_run, make_task, stage2
+from tests.viewer.test_viewer_app import local_client
+from tests.viewer.test_viewer_store import episode, index_of, line, make_run, make_task, stage2
 
 
 def scored(

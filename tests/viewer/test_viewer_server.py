@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from benchmarks.viewer_synth import write_synthetic_run
-from tests.unit.test_viewer_app import XSS, hostile_episode
+from tests.viewer.test_viewer_app import XSS, hostile_episode
 
 URL = re.compile(r"http://(\S+):(\d+)/")
 

@@ -17,7 +17,7 @@ import pytest
 
 from shopping_companion.errors import ConfigError
 from shopping_companion.viewer.store import RunCatalog, RunIndex, RunUnreadableError, compare
-from tests.unit.test_viewer_store import episode, index_of, line, make_run, make_task
+from tests.viewer.test_viewer_store import episode, index_of, line, make_run, make_task
 
 HUGE = "1" + "0" * 400  # a JSON integer too large for a float
 

@@ -24,7 +24,7 @@ def real_runs(viewer_runs):
     on the benchmark at ``root/bench`` (``ref-a``: 2 trials, at most 12 turns; ``ref-b``: at most 4),
     each with a ``config.yaml`` naming the benchmark relative to ``root``, the directory the runs were
     started from; ``results`` maps each run name to its episode results in file order. Built once per
-    session with the browser tests' runs (tests/integration/viewer_runs.py)."""
+    session with the browser tests' runs (tests/viewer/viewer_runs.py)."""
     return viewer_runs.root, viewer_runs.bench, viewer_runs.store_results
 
 

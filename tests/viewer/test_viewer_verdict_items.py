@@ -10,8 +10,8 @@ from shopping_companion.judges.rule import RuleJudge
 from shopping_companion.types import EpisodeResult, RewardBreakdown, StageResult
 from shopping_companion.viewer.app import create_app
 from shopping_companion.viewer.store import RunCatalog
-from tests.unit.test_selective_verdicts import SESSIONS, lookup, s1, s2, task
-from tests.unit.test_viewer_app import local_client, write_run
+from tests.judges.test_selective_verdicts import SESSIONS, lookup, s1, s2, task
+from tests.viewer.test_viewer_app import local_client, write_run
 
 XSS = "<b onclick=x>x"
 

@@ -1,5 +1,5 @@
 """Real runs for the viewer's integration tests (test_viewer_store_real.py, test_viewer_browser.py),
-built once per test session and shared by both modules (registered in tests/integration/conftest.py).
+built once per test session and shared by both modules (registered in tests/viewer/conftest.py).
 
 One benchmark is synthesised from the real catalog and SGD conversations (4 single-product tasks, 8
 haystack sessions per user: 523 memory turns to embed with MiniLM instead of the 2,200+ that 40
