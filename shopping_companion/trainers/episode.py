@@ -158,8 +158,8 @@ _ENCODE_CACHES_LOCK = threading.Lock()
 _TEMPLATE_CHECKS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[int]]]" = weakref.WeakKeyDictionary()
 #: of a template's incremental renderings, the first ``_CHECK_FIRST`` and every
 #: ``_CHECK_EVERY``-th after them are compared with the rendering of the whole chat
-_CHECK_FIRST = 32
-_CHECK_EVERY = 16
+_CHECK_FIRST = 16
+_CHECK_EVERY = 64
 #: methods a tokenizer class must inherit unchanged from the fast-tokenizer base for its Rust
 #: backend to stand in for ``encode`` / ``decode`` (a subclass overriding them may pre- or
 #: post-process text)
@@ -428,7 +428,7 @@ class ChatTokens:
     def check_due(self) -> bool:
         """Count one incremental rendering of this template (per tokenizer, template and kwargs, in
         this process) and say whether it must also be compared with the whole chat's: the first
-        32, then every 16th."""
+        16, then every 64th."""
         check = self._template_check()
         check[0] += 1
         return check[0] <= _CHECK_FIRST or check[0] % _CHECK_EVERY == 0
