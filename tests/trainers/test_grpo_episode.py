@@ -319,7 +319,10 @@ def test_incremental_rendering_is_token_identical_to_whole_renders_over_real_epi
     chat every turn (``incremental=False``) and rendering only the new messages with no sampled
     comparison, and give the same prompt, response ids, mask, mismatch count and chat. Layouts:
     Qwen2.5's, Qwen3's (with and without thinking), one that rewrites past turns, and Qwen2.5's
-    with an environment that clips old observations (``max_prompt_tokens``)."""
+    with an environment that clips old observations (``max_prompt_tokens``). Only the first two keep
+    the context equal to the chat's rendering, so only there most observations are incremental
+    (without thinking, Qwen3's generation prompt writes an empty thinking block that the rendered
+    history leaves out: every observation is a mismatch, in both ways)."""
     from shopping_companion.trainers import episode
 
     res, task, tok = setup
@@ -367,6 +370,5 @@ def test_incremental_rendering_is_token_identical_to_whole_renders_over_real_epi
             assert inc.messages == whole.messages and inc.termination == whole.termination
     finally:
         tok.chat_template = saved
-    assert any(added)  # the incremental rendering was used
-    if layout in ("qwen25", "qwen3"):
+    if layout in ("qwen25", "qwen3"):  # the context stays the chat's rendering: most observations are incremental
         assert added.count(True) > 20
