@@ -1,7 +1,7 @@
 """Hostile model output through the evaluation path: the fuzz figures of issue 14.
 
 Runs the seeded generator of ``tests/hostile_outputs.py`` (the same cases as
-``tests/integration/test_eval_fuzz.py``) through the real evaluation runner: each hostile turn is
+``tests/benchmark/test_eval_fuzz.py``) through the real evaluation runner: each hostile turn is
 served by the scripted OpenAI-compatible server on 127.0.0.1 inside an otherwise valid oracle
 episode, through the real ``OpenAIBackend``, environment, BM25 product index, MiniLM memory, rule
 judge and paper rewards; each is compared with its control episode (the same oracle episode

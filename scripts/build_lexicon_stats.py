@@ -8,7 +8,7 @@ resolve to no key. Nothing is written.
 
     python scripts/build_lexicon_stats.py [--catalog ../shared/data/catalog/products.jsonl.gz] [--all]
 
-The resolver is deliberately the same small one as tests/unit/test_lexicon_data.py (exact normalised
+The resolver is deliberately the same small one as tests/judges/test_lexicon_data.py (exact normalised
 form, then the form with the vocabulary's modifier words removed), not the matcher's, so the data can
 be reviewed on its own.
 """
@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
+sys.path.insert(0, str(ROOT / "tests" / "judges"))
 
 import test_lexicon_data as L  # noqa: E402  (the test's loader and normaliser)
 

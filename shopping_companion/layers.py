@@ -8,7 +8,7 @@ packages allowed to and why; :data:`SHIMS` are old import paths kept for users, 
 re-export and which nothing inside the package imports. No name with a leading ``_`` is imported
 across packages.
 
-``tests/unit/test_architecture.py`` builds the import graph of the package from its source (every
+``tests/core/test_architecture.py`` builds the import graph of the package from its source (every
 ``import``, function-local ones included) and holds it to these rules and to no import cycle at
 all; it also checks that the table in docs/architecture.md is :func:`layers_markdown` (print it
 with ``python -m shopping_companion.layers``). Imports nothing.

@@ -1,4 +1,4 @@
-"""Hostile-endpoint fault kinds shared by the fault suite (tests/integration/test_fault_suite.py)
+"""Hostile-endpoint fault kinds shared by the fault suite (tests/llm/test_fault_suite.py)
 and ``benchmarks/bench_faults.py``.
 
 Each :class:`Fault` names a misbehaving server (a :class:`~tests.openai_server.ScriptedOpenAIServer`

@@ -11,7 +11,7 @@ Two parts:
   (:func:`shopping_companion.benchmark.evaluate.run_evaluation`) with the real
   :class:`~shopping_companion.llm.openai_backend.OpenAIBackend` talking over HTTP to the scripted
   OpenAI-compatible server of ``tests/openai_server.py`` on 127.0.0.1, and checks every case
-  (:func:`check_cases`). It is shared by ``tests/integration/test_eval_fuzz.py`` and
+  (:func:`check_cases`). It is shared by ``tests/benchmark/test_eval_fuzz.py`` and
   ``benchmarks/bench_fuzz.py``.
 
 The episode around a hostile turn

@@ -770,7 +770,7 @@ class RuleJudge:
         unsure = sum(not it["confident"] for it in items)
         if unsure:
             reasons.append(f"{unsure} uncertain item(s), scored {self.uncertain}")
-        # built as validated by construction (tests/unit/test_selective_verdicts.py round-trips them):
+        # built as validated by construction (tests/judges/test_selective_verdicts.py round-trips them):
         # validation would copy every item into a container the garbage collector must track
         return Verdict.model_construct(
             **base,

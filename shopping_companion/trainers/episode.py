@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 import unicodedata
@@ -63,6 +64,8 @@ __all__ = [
     "stop_token_ids",
     "STAGE1_SOURCES",
 ]
+
+logger = logging.getLogger(__name__)
 
 STAGE1_SOURCES = ("gold", "policy")
 Stage1Source = Literal["gold", "policy"]
@@ -150,6 +153,13 @@ _SPLIT_SAFE_REGEXES = frozenset(
     {r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}
 )
 _ENCODE_CACHES_LOCK = threading.Lock()
+#: per tokenizer: ``{(chat template, template kwargs): [observations rendered incrementally,
+#: 1 while the incremental rendering is trusted]}`` (see :meth:`ChatTokens.check_due`)
+_TEMPLATE_CHECKS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[int]]]" = weakref.WeakKeyDictionary()
+#: of a template's incremental renderings, the first ``_CHECK_FIRST`` and every
+#: ``_CHECK_EVERY``-th after them are compared with the rendering of the whole chat
+_CHECK_FIRST = 16
+_CHECK_EVERY = 64
 #: methods a tokenizer class must inherit unchanged from the fast-tokenizer base for its Rust
 #: backend to stand in for ``encode`` / ``decode`` (a subclass overriding them may pre- or
 #: post-process text)
@@ -166,30 +176,28 @@ _CODEC_METHODS = (
 )
 
 
-def _encode_cache(tokenizer: Any, size: int) -> _LRU | None:
-    """The process-wide encode cache of ``tokenizer`` (a private one when the object cannot be
-    weakly referenced). Its size is that of the first ``ChatTokens`` made for the tokenizer."""
+def _per_tokenizer(registry: "weakref.WeakKeyDictionary[Any, Any]", tokenizer: Any, make: Callable[[], Any]) -> Any:
+    """``registry``'s process-wide object for ``tokenizer``, made by ``make()`` on first use (a
+    private one when the tokenizer cannot be weakly referenced)."""
     with _ENCODE_CACHES_LOCK:
         try:
-            cache = _ENCODE_CACHES.get(tokenizer)
-            if cache is None:
-                cache = _ENCODE_CACHES[tokenizer] = _LRU(size)
+            got = registry.get(tokenizer)
+            if got is None:
+                got = registry[tokenizer] = make()
         except TypeError:
-            return _LRU(size)
-        return cache
+            return make()
+        return got
+
+
+def _encode_cache(tokenizer: Any, size: int) -> _LRU:
+    """The process-wide encode cache of ``tokenizer``. Its size is that of the first
+    ``ChatTokens`` made for the tokenizer."""
+    return _per_tokenizer(_ENCODE_CACHES, tokenizer, lambda: _LRU(size))
 
 
 def _piece_cache(tokenizer: Any) -> _Pieces:
-    """The process-wide piece cache of ``tokenizer`` (a private one when the object cannot be
-    weakly referenced)."""
-    with _ENCODE_CACHES_LOCK:
-        try:
-            cache = _PIECE_CACHES.get(tokenizer)
-            if cache is None:
-                cache = _PIECE_CACHES[tokenizer] = _Pieces()
-        except TypeError:
-            return _Pieces()
-        return cache
+    """The process-wide piece cache of ``tokenizer``."""
+    return _per_tokenizer(_PIECE_CACHES, tokenizer, _Pieces)
 
 
 def _backend_agrees(tok: Any, backend: Any) -> bool:
@@ -341,10 +349,18 @@ class ChatTokens:
     about 40% of the observation text of a GRPO step repeats (``benchmarks/bench_grpo_env.py``).
     ``encode_cache_size`` texts are kept (least recently used evicted; 0 disables the cache and
     the piece cache of :meth:`encode_decoded`, which holds up to 65,536 pieces per tokenizer).
+
+    ``incremental``: an episode's observations are rendered with :meth:`render_added` (only the
+    new messages) while its token context equals the template's rendering of its chat; False:
+    the whole chat is rendered every turn.
     """
 
     def __init__(
-        self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None, encode_cache_size: int = 4096
+        self,
+        tokenizer: Any,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        encode_cache_size: int = 4096,
+        incremental: bool = True,
     ) -> None:
         if encode_cache_size < 0:
             raise ValueError(f"encode_cache_size: must be >= 0, got {encode_cache_size}")
@@ -355,6 +371,8 @@ class ChatTokens:
         self.eos_ids: set[int] = set(stop_token_ids(tokenizer))
         self.eos_text: str = tokenizer.eos_token or ""
         self._tail: str | None = None
+        self.incremental = incremental
+        self._head: tuple[list[dict[str, Any]], str] | None = None
 
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
@@ -362,6 +380,70 @@ class ChatTokens:
         return self.tok.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False, **self.kwargs
         )
+
+    def render_added(self, messages: list[dict[str, Any]], k: int) -> str | None:
+        """The text the template writes for ``messages[k:]`` and the generation prompt after
+        ``messages[:k]`` rendered with the generation prompt, from a short chat: the system
+        message, the last user message before ``k``, then ``messages[k:]`` (no tool schemas).
+
+        Equal to the whole chat's rendering minus that of ``messages[:k]`` for templates that
+        render a message from itself, its neighbours, the system message and the last user
+        message (Qwen2.5 and Qwen3 layouts, proved over real episodes in
+        ``tests/trainers/test_grpo_episode.py``); :meth:`check_due` samples the others.
+        None when the short chat's rendering does not extend that of its first messages with
+        the generation prompt, or the template refuses it."""
+        head: list[dict[str, Any]] = []
+        if k > 0 and messages[0].get("role") == "system":
+            head.append(messages[0])
+        for m in reversed(messages[len(head) : k]):
+            if m.get("role") == "user":
+                head.append(m)
+                break
+        try:
+            cached = self._head
+            if cached is not None and cached[0] == head:
+                opened = cached[1]
+            else:
+                opened = self.render(head, None, True)
+                self._head = (head, opened)
+            text = self.render(head + messages[k:], None, True)
+        except Exception:  # noqa: BLE001 - a template that refuses the short chat: render the whole one
+            return None
+        return text[len(opened) :] if text.startswith(opened) else None
+
+    def _template_check(self) -> list[int]:
+        """The shared ``[count, trusted]`` of this tokenizer's chat template and kwargs."""
+        checks = _per_tokenizer(_TEMPLATE_CHECKS, self.tok, dict)
+        key = (str(getattr(self.tok, "chat_template", None)), json.dumps(self.kwargs, sort_keys=True, default=str))
+        got = checks.get(key)
+        if got is None:
+            got = checks.setdefault(key, [0, 1])
+        return got
+
+    def incremental_trusted(self) -> bool:
+        """Whether :meth:`render_added` may stand in for the whole chat's rendering: ``incremental``
+        is on and no comparison (:meth:`check_due`) found a difference for this template."""
+        return self.incremental and bool(self._template_check()[1])
+
+    def check_due(self) -> bool:
+        """Count one incremental rendering of this template (per tokenizer, template and kwargs, in
+        this process) and say whether it must also be compared with the whole chat's: the first
+        16, then every 64th."""
+        check = self._template_check()
+        check[0] += 1
+        return check[0] <= _CHECK_FIRST or check[0] % _CHECK_EVERY == 0
+
+    def distrust_incremental(self) -> None:
+        """Render the whole chat every turn from now on for this template (a comparison found a
+        difference); logged once."""
+        check = self._template_check()
+        if check[1]:
+            check[1] = 0
+            logger.warning(
+                "the chat template renders a chat's new messages differently from the whole chat: "
+                "rendering the whole chat every turn from now on (template kwargs %s)",
+                self.kwargs,
+            )
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (special tokens written in it are parsed, none added); a new list."""
@@ -543,6 +625,8 @@ class TokenEpisode:
     has_logprobs: bool = True
     #: decoded text of ``context`` kept up to date by the observation check (None: not yet decoded)
     text: str | None = None
+    #: the chat whose rendering with the generation prompt ``text`` equals (None: not known to)
+    rendered: list[dict[str, Any]] | None = None
 
     @property
     def context(self) -> list[int]:
@@ -561,6 +645,16 @@ class TokenEpisode:
     def truncate(self, n: int) -> None:
         del self.response_ids[n:], self.response_mask[n:], self.response_logprobs[n:]
         self.text = None
+        self.rendered = None
+
+
+def _open_episode(chat: "ChatTokens", env: Any) -> TokenEpisode:
+    """The :class:`TokenEpisode` of the environment's current stage: its chat template rendering
+    with the tool schemas and the generation prompt as ``prompt_ids``."""
+    messages = env.messages
+    prompt = chat.render(messages, env.tool_schemas, True)
+    ids, text = chat.encode_decoded(prompt)
+    return TokenEpisode(list(ids), text=text, rendered=messages if text == prompt else None)
 
 
 @dataclass
@@ -678,8 +772,7 @@ async def _play_stage1(
             await env.astep(msg)
             turns += 1
     else:
-        ids0, text0 = chat.encode_decoded(chat.render(env.messages, env.tool_schemas, True))
-        ep = TokenEpisode(list(ids0), text=text0)
+        ep = _open_episode(chat, env)
         while env.stage == 1 and not env.done:
             budget = response_length - len(ep.response_ids)
             if budget <= 0:
@@ -714,35 +807,77 @@ def _append_observation(
     assistant turn. Returns True when the ids reproduce the template's rendering exactly.
 
     The decoded context is kept incrementally in ``ep.text`` (generated ids, then observation ids)
-    instead of decoding the whole context each turn. When the template's rendering of the new chat
-    extends that text (the usual case), the observation is exactly the rest of the rendering: one
-    render per turn. Otherwise (a template that rewrites earlier turns, e.g. one dropping past
-    thinking) the observation is the difference between the renderings with and without the new
-    messages, and the mismatch is reported (False)."""
+    instead of decoding the whole context each turn. While ``ep.text`` is the rendering of
+    ``ep.rendered`` (the chat before the assistant turn) and the environment only appended the
+    assistant message and tool messages to it, the observation is what
+    :meth:`ChatTokens.render_added` gives after the generated text: only the new messages are
+    rendered (sampled comparisons with the whole chat's rendering, :meth:`ChatTokens.check_due`,
+    switch a template that differs back to whole renders). Otherwise the whole chat is rendered:
+    when it extends ``ep.text`` (the usual case) the observation is the rest of it; else (a
+    template that rewrites earlier turns, e.g. one dropping past thinking, or an environment that
+    clipped earlier observations) the observation is the difference between the renderings with
+    and without the new messages, and the mismatch is reported (False)."""
     tools = env.tool_schemas
-    full = chat.render(env.messages, tools, True)
+    messages = env.messages
+    synced, ep.rendered = ep.rendered, None
+    gen_text = chat.decode(generated)
     if ep.text is None:
         ep.text = chat.decode(ep.context)
+        synced = None
     else:
-        ep.text += chat.decode(generated)
-    if full.startswith(ep.text):
-        obs_ids, obs_text_decoded = chat.encode_decoded(full[len(ep.text) :])
+        ep.text += gen_text
+    full = None
+    obs_text = None
+    if synced is not None and _appended_observations(synced, messages) and chat.incremental_trusted():
+        added = chat.render_added(messages, len(synced))
+        if added is not None and added.startswith(gen_text):
+            obs_text = added[len(gen_text) :]
+            if chat.check_due():
+                full = chat.render(messages, tools, True)
+                if full != ep.text + obs_text:
+                    chat.distrust_incremental()
+                    obs_text = None
+    if obs_text is not None:
+        obs_ids, obs_text_decoded = chat.encode_decoded(obs_text)
+        ep.add(list(obs_ids), 0)
+        ep.text += obs_text_decoded
+        ok = obs_text_decoded == obs_text
     else:
-        with_assistant = env.messages[: len(before) + 1]
-        prev = chat.render(with_assistant, tools, False)
-        obs_text = full[len(prev) :] if full.startswith(prev) else full[_common_prefix(full, prev) :]
-        tail = chat.assistant_tail
-        ended = bool(generated) and generated[-1] in chat.eos_ids
-        if ended and chat.eos_text and tail.startswith(chat.eos_text):
-            closing = tail[len(chat.eos_text) :]
-        elif ended:
-            closing = ""
+        if full is None:
+            full = chat.render(messages, tools, True)
+        if full.startswith(ep.text):
+            obs_ids, obs_text_decoded = chat.encode_decoded(full[len(ep.text) :])
         else:
-            closing = tail
-        obs_ids, obs_text_decoded = chat.encode_decoded(closing + obs_text)
-    ep.add(list(obs_ids), 0)
-    ep.text += obs_text_decoded
-    return ep.text == full
+            with_assistant = messages[: len(before) + 1]
+            prev = chat.render(with_assistant, tools, False)
+            obs_text = full[len(prev) :] if full.startswith(prev) else full[_common_prefix(full, prev) :]
+            tail = chat.assistant_tail
+            ended = bool(generated) and generated[-1] in chat.eos_ids
+            if ended and chat.eos_text and tail.startswith(chat.eos_text):
+                closing = tail[len(chat.eos_text) :]
+            elif ended:
+                closing = ""
+            else:
+                closing = tail
+            obs_ids, obs_text_decoded = chat.encode_decoded(closing + obs_text)
+        ep.add(list(obs_ids), 0)
+        ep.text += obs_text_decoded
+        ok = ep.text == full
+    if ok:
+        ep.rendered = messages
+    return ok
+
+
+def _appended_observations(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
+    """Whether ``new`` is ``old`` followed by one assistant message and tool messages only (a
+    user message may change how a template renders earlier turns, e.g. Qwen3's past thinking)."""
+    k = len(old)
+    return (
+        len(new) > k
+        and new[k].get("role") == "assistant"
+        and all(m.get("role") == "tool" for m in new[k + 1 :])
+        and new[:k] == old
+    )
 
 
 async def run_row_episode(
@@ -795,9 +930,7 @@ async def run_row_episode(
     try:
         if stage == 2:
             stage1_info = await _play_stage1(env, stage1, chat, generate, sampling, response_length)
-        messages0 = env.messages
-        ids0, text0 = chat.encode_decoded(chat.render(messages0, env.tool_schemas, True))
-        ep = TokenEpisode(list(ids0), text=text0)
+        ep = _open_episode(chat, env)
         env_s += time.perf_counter() - t
 
         while True:
@@ -830,8 +963,7 @@ async def run_row_episode(
     except ToolServiceError as e:  # the tool service failed after its retries: not the policy's doing
         env_s += time.perf_counter() - t
         if ep is None:  # before the trained stage started: its prompt, nothing generated
-            ids0, text0 = chat.encode_decoded(chat.render(env.messages, env.tool_schemas, True))
-            ep = TokenEpisode(list(ids0), text=text0)
+            ep = _open_episode(chat, env)
         msgs = env.messages
         return EpisodeOutput(
             tokens=ep,

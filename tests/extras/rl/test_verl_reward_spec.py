@@ -116,7 +116,7 @@ def test_llm_judge_verdicts_reach_R_z_and_the_step_metrics(setup, tool_model_dir
     results = {}
     for generous in (True, False):
         with ScriptedOpenAIServer(judge_reply(generous)) as srv:
-            # cascade off: every stage goes to the LLM judge (the cascade: tests/unit/test_judge_cascade.py)
+            # cascade off: every stage goes to the LLM judge (the cascade: tests/judges/test_judge_cascade.py)
             judge = {"kind": "llm", "model": "judge-x", "base_url": srv.base_url, "max_in_flight": 2, "cascade": False}
             spec = _spec(setup, judge)
             out, scores, extra = _rollout(setup, tool_model_dir, spec, n_repeat=2)

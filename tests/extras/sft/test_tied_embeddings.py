@@ -38,7 +38,7 @@ if _LF_ERROR is not None:
     pytest.skip(f"LLaMA-Factory not importable ({_LF_ERROR}); scripts/install_sft.sh", allow_module_level=True)
 
 from tests.tiny_model import build_tiny_model  # noqa: E402
-from tests.unit.test_sft_export_lengths import _examples, _export  # noqa: E402
+from tests.sft.test_sft_export_lengths import _examples, _export  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("llamafactory-cli"))
 LF_ENV = {
