@@ -64,14 +64,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ValidationError as CoreValidationError
 
-from shopping_companion.benchmark.synthesis.build import (
+from shopping_companion.benchmark.synthesis.build import CheckFailed, Synthesizer, verified_task
+from shopping_companion.benchmark.synthesis.directory import (
     FORMAT_VERSION,
     SynthOutput,
-    Synthesizer,
-    CheckFailed,
     stats_summary,
     task_counts,
-    verified_task,
     write_benchmark,
 )
 from shopping_companion.benchmark.synthesis.catalog_view import (
