@@ -56,14 +56,14 @@ import bisect
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ValidationError as CoreValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from shopping_companion.benchmark.import_files import Issue, load_session_file, read_task_file
 from shopping_companion.benchmark.synthesis.build import CheckFailed, Synthesizer, verified_task
 from shopping_companion.benchmark.synthesis.directory import (
     FORMAT_VERSION,
@@ -91,7 +91,6 @@ from shopping_companion.benchmark.synthesis.verify import (
     unstated_features,
 )
 from shopping_companion.benchmark.task_schema import TaskInput
-from shopping_companion.config import validation_message
 from shopping_companion.errors import DataError
 from shopping_companion.judges.matching import default_matcher, default_reader
 from shopping_companion.runs import file_sha256
@@ -158,24 +157,6 @@ class ImportSettings(BaseModel):
             sharegpt_share=self.sharegpt_share,
             minilm_tasks=0,
         )
-
-
-@dataclass
-class Issue:
-    """One problem of one input line: ``check`` names the test (module docstring), ``field`` the
-    path in the line (``preferences[1].value``; ``""`` for the whole line), ``severity`` is
-    ``error`` (the task is not imported) or ``warning`` (recorded, imported)."""
-
-    line: int
-    field: str
-    check: str
-    message: str
-    severity: Literal["error", "warning"] = "error"
-    task_id: str | None = None
-
-    def text(self) -> str:
-        where = f"line {self.line}" + (f", {self.field}" if self.field else "")
-        return f"{where}: {self.message} [{self.check}]"
 
 
 @dataclass
@@ -249,97 +230,6 @@ class ImportResult:
             f"{self.file}: {self.n_invalid} of {len(self.reports)} task line(s) are invalid ({shown}{more}); nothing "
             "was written (fix them, or pass --skip-invalid to import the valid ones)"
         )
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def _loc(loc: Sequence[Any]) -> str:
-    out = ""
-    for x in loc:
-        out += f"[{x}]" if isinstance(x, int) else (f".{x}" if out else str(x))
-    return out
-
-
-def _schema_issues(line: int, err: ValidationError) -> list[Issue]:
-    """One :class:`Issue` per pydantic error, worded by :func:`validation_message`."""
-    out = []
-    for e in err.errors():
-        one = {k: e[k] for k in ("type", "loc", "input", "ctx") if k in e}
-        try:
-            single = CoreValidationError.from_exception_data("TaskInput", [one])  # type: ignore[list-item]
-            msg = validation_message(TaskInput, single)
-        except Exception:  # noqa: BLE001 - an error type pydantic cannot rebuild: its own wording
-            msg = f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', 'invalid')}"
-        path = _loc(e.get("loc", ()))
-        plain = ".".join(str(x) for x in e.get("loc", ()))
-        if plain and msg.startswith(plain + ": "):
-            msg = msg[len(plain) + 2 :]
-        out.append(Issue(line, path, "schema", msg))
-    return out
-
-
-def read_task_file(path: str | Path) -> list[tuple[int, TaskInput | None, list[Issue]]]:
-    """``(line number, task or None, issues)`` for every non-blank line of ``path`` (1-based line
-    numbers). Raises :class:`DataError` when the file cannot be read or holds no task line."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"task file {p} not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"task file {p}: not UTF-8 text ({e})") from None
-    out: list[tuple[int, TaskInput | None, list[Issue]]] = []
-    for i, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            out.append((i, None, [Issue(i, "", "json", f"not valid JSON ({e})")]))
-            continue
-        if not isinstance(obj, dict):
-            out.append((i, None, [Issue(i, "", "json", f"a task line is a JSON object, got {type(obj).__name__}")]))
-            continue
-        try:
-            out.append((i, TaskInput.model_validate(obj), []))
-        except ValidationError as e:
-            out.append((i, None, _schema_issues(i, e)))
-            if isinstance(obj.get("task_id"), str):
-                raw_id = obj["task_id"]
-                for issue in out[-1][2]:
-                    issue.task_id = raw_id
-    if not out:
-        raise DataError(f"task file {p} holds no task line (one JSON object a line: see docs/tasks.md)")
-    return out
-
-
-def load_session_file(path: str | Path) -> list[Session]:
-    """Haystack sessions from a JSON-lines file: one :class:`~shopping_companion.types.Session`
-    a line (``{"session_id", "turns": [{"role", "content"}], "date"?, "source"?}``; dates are
-    ignored, the importer dates the history). Raises :class:`DataError` naming the line and field
-    of a bad record, repeated ids, or an empty file."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"--sessions file {p} not found") from None
-    out: list[Session] = []
-    seen: dict[str, int] = {}
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            s = Session.model_validate_json(raw)
-        except ValidationError as e:
-            raise DataError(validation_message(Session, e, source=f"{p} line {i}")) from None
-        if s.session_id in seen:
-            raise DataError(f"{p} line {i}: session_id {s.session_id!r} repeats line {seen[s.session_id]}")
-        seen[s.session_id] = i
-        out.append(s.model_copy(update={"source": s.source or f"import-sessions:{p.name}"}))
-    if not out:
-        raise DataError(f"--sessions file {p} holds no session (one Session JSON object a line)")
-    return out
 
 
 def refuse_other_finished(out: Path, generator: dict[str, Any], config: dict[str, Any]) -> None:
@@ -424,58 +314,11 @@ class Importer:
 
     # ------------------------------------------------------------------ per line
 
-    def check_line(self, line: int, src: TaskInput) -> _Checked | TaskReport:
-        """The per-line checks (module docstring) of one parsed line: a :class:`_Checked` when it
-        has no error so far, else its :class:`TaskReport`."""
-        tid = src.task_id or f"import-{line:05d}"
-        issues: list[Issue] = []
-
-        def err(fld: str, check: str, msg: str) -> None:
-            issues.append(Issue(line, fld, check, msg))
-
-        refs = list(src.reference_product_ids)
-        if not refs:
-            if not self.settings.allow_open:
-                err(
-                    "reference_product_ids",
-                    "slots",
-                    "empty: give one catalog product id per product slot (an open task without reference products "
-                    "needs --allow-open and product_types)",
-                )
-                return TaskReport(line, tid, src.task_type, "invalid", issues)
-            return self._check_open(line, tid, src)
-        n = len(refs)
-        if src.task_type == "single" and n != 1:
-            err("reference_product_ids", "slots", f"a single task has exactly 1 product slot, got {n}")
-        if src.task_type == "addon" and n < 2:
-            err("reference_product_ids", "slots", f"an add-on deal has at least 2 product slots, got {n}")
-        if src.product_types is not None and len(src.product_types) != n:
-            err("product_types", "slots", f"one product type per slot: {n} slot(s), {len(src.product_types)} type(s)")
-        for i, pid in enumerate(refs):
-            if pid in refs[:i]:
-                err(f"reference_product_ids[{i}]", "slots", f"{pid!r} is already slot {refs.index(pid)}")
-        products: list[Product | None] = []
-        for i, pid in enumerate(refs):
-            p = self.by_id.get(pid)
-            if p is None:
-                err(
-                    f"reference_product_ids[{i}]",
-                    "unknown_product",
-                    f"{pid!r} is not in {self.catalog_name} ({len(self.by_id)} products; ids are 'source:id', "
-                    "e.g. 'myntra_styles:15970')",
-                )
-            products.append(p)
-        if src.task_type == "single" and (src.voucher is not None or src.budget is not None):
-            err("voucher" if src.voucher is not None else "budget", "slots", "a single task has no voucher or budget")
-        if src.task_type == "addon":
-            if src.voucher is None:
-                err("voucher", "slots", "an add-on deal needs a voucher {shop_id, min_spend, discount}")
-            if src.budget is None:
-                err("budget", "slots", "an add-on deal needs a budget")
-        dated = [s.date is not None for s in src.needle_sessions]
-        if any(dated) and not all(dated):
-            err("needle_sessions", "dates", "give a date for every needle session of the task or for none")
-
+    def _slot_specs(
+        self, src: TaskInput, products: list[Product | None], err: Callable[[str, str, str], None]
+    ) -> list[SlotSpec]:
+        """One :class:`SlotSpec` per known reference product, its product type given or the catalog's;
+        ``err(field, check, message)`` records a slot without one."""
         # slots, product types
         specs: list[SlotSpec] = []
         for i, p in enumerate(products):
@@ -493,7 +336,14 @@ class Importer:
                 )
                 continue
             specs.append(SlotSpec(i, p, item, item_synonyms(p, item), domain_of(p), [], []))
+        return specs
 
+    def _check_preferences(
+        self, src: TaskInput, products: list[Product | None], err: Callable[[str, str, str], None]
+    ) -> tuple[list[Preference], list[Preference]]:
+        """``(preferences, does-not-matter features)`` of a line, each checked against its reference
+        product by the rule judge's reading; ``err(field, check, message)`` records each problem."""
+        n = len(products)
         # preferences against the reference products
         prefs: list[Preference] = []
         for j, g in enumerate(src.preferences):
@@ -560,7 +410,15 @@ class Importer:
                     continue
             if value is not None:
                 dont.append(Preference(slot=d.slot, attribute=d.attribute, value=value))
+        return prefs, dont
 
+    def _check_deal(
+        self, src: TaskInput, products: list[Product | None], err: Callable[[str, str, str], None]
+    ) -> tuple[list[Product], str | None]:
+        """``(known reference products, currency)``: one currency; for an add-on deal, the voucher's
+        shop, prices, ``min_spend`` and a feasible budget. ``err(field, check, message)`` records each
+        problem."""
+        n = len(products)
         # add-on deal: shop, prices, voucher, budget
         known = [p for p in products if p is not None]
         currency = src.currency
@@ -613,7 +471,18 @@ class Importer:
                             f"the reference bundle pays {total:g} − {v.discount:g} = {total - v.discount:g} > budget "
                             f"{src.budget:g}",
                         )
+        return known, currency
 
+    def _check_needles(
+        self,
+        line: int,
+        src: TaskInput,
+        prefs: list[Preference],
+        issues: list[Issue],
+        err: Callable[[str, str, str], None],
+    ) -> None:
+        """Every wanted preference is stated in a needle's user turn (else ``err``); an instruction
+        that states one is a warning in ``issues``."""
         # needles state every wanted preference
         needles = [
             Session(session_id=f"needle-{k}", turns=[Turn(role=t.role, content=t.content) for t in s.turns])
@@ -640,6 +509,66 @@ class Importer:
                     "warning",
                 )
             )
+
+    def check_line(self, line: int, src: TaskInput) -> _Checked | TaskReport:
+        """The per-line checks (module docstring) of one parsed line: a :class:`_Checked` when it
+        has no error so far, else its :class:`TaskReport`."""
+        tid = src.task_id or f"import-{line:05d}"
+        issues: list[Issue] = []
+
+        def err(fld: str, check: str, msg: str) -> None:
+            issues.append(Issue(line, fld, check, msg))
+
+        refs = list(src.reference_product_ids)
+        if not refs:
+            if not self.settings.allow_open:
+                err(
+                    "reference_product_ids",
+                    "slots",
+                    "empty: give one catalog product id per product slot (an open task without reference products "
+                    "needs --allow-open and product_types)",
+                )
+                return TaskReport(line, tid, src.task_type, "invalid", issues)
+            return self._check_open(line, tid, src)
+        n = len(refs)
+        if src.task_type == "single" and n != 1:
+            err("reference_product_ids", "slots", f"a single task has exactly 1 product slot, got {n}")
+        if src.task_type == "addon" and n < 2:
+            err("reference_product_ids", "slots", f"an add-on deal has at least 2 product slots, got {n}")
+        if src.product_types is not None and len(src.product_types) != n:
+            err("product_types", "slots", f"one product type per slot: {n} slot(s), {len(src.product_types)} type(s)")
+        for i, pid in enumerate(refs):
+            if pid in refs[:i]:
+                err(f"reference_product_ids[{i}]", "slots", f"{pid!r} is already slot {refs.index(pid)}")
+        products: list[Product | None] = []
+        for i, pid in enumerate(refs):
+            p = self.by_id.get(pid)
+            if p is None:
+                err(
+                    f"reference_product_ids[{i}]",
+                    "unknown_product",
+                    f"{pid!r} is not in {self.catalog_name} ({len(self.by_id)} products; ids are 'source:id', "
+                    "e.g. 'myntra_styles:15970')",
+                )
+            products.append(p)
+        if src.task_type == "single" and (src.voucher is not None or src.budget is not None):
+            err("voucher" if src.voucher is not None else "budget", "slots", "a single task has no voucher or budget")
+        if src.task_type == "addon":
+            if src.voucher is None:
+                err("voucher", "slots", "an add-on deal needs a voucher {shop_id, min_spend, discount}")
+            if src.budget is None:
+                err("budget", "slots", "an add-on deal needs a budget")
+        dated = [s.date is not None for s in src.needle_sessions]
+        if any(dated) and not all(dated):
+            err("needle_sessions", "dates", "give a date for every needle session of the task or for none")
+
+        specs = self._slot_specs(src, products, err)
+
+        prefs, dont = self._check_preferences(src, products, err)
+
+        known, currency = self._check_deal(src, products, err)
+
+        self._check_needles(line, src, prefs, issues, err)
         if any(i.severity == "error" for i in issues):
             return TaskReport(line, tid, src.task_type, "invalid", issues)
         for s in specs:
