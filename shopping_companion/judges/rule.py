@@ -262,6 +262,56 @@ def _is_attribute_value(value: str) -> bool:
     return len(tokens(value)) <= MAX_VALUE_WORDS and not _SENTENCE.search(value.strip())
 
 
+def _max_matching(adj: list[list[int]]) -> dict[int, int]:
+    """A maximum bipartite matching (augmenting paths): ``adj[i]`` lists the answers gold ``i`` may
+    match, in order of preference; returns ``{answer: gold}``."""
+    owner: dict[int, int] = {}
+
+    def augment(i: int, seen: set[int]) -> bool:
+        for j in adj[i]:
+            if j in seen:
+                continue
+            seen.add(j)
+            if j not in owner or augment(owner[j], seen):
+                owner[j] = i
+                return True
+        return False
+
+    for i in range(len(adj)):
+        augment(i, set())
+    return owner
+
+
+def _uncertain_misses(
+    out: Stage1Match,
+    gold: list[Preference],
+    identified: list[Preference],
+    owner: dict[int, int],
+    slot: Callable[[Preference], int],
+    eq3: Callable[[int, int], tuple[bool, str | None]],
+) -> None:
+    """Mark in ``out`` each missed gold preference that an unmatched, not confidently spurious answer
+    of its slot may state (``eq3`` gives a doubt): ``unsure_gold`` and ``candidates``."""
+    # a gold preference missed while an answer preference the lexicon could not compare with it
+    # (an unknown key, a value outside the vocabulary) may state it: an uncertain miss
+    confident_spurious = {j for j, _ in out.spurious if j not in out.unsure_answer}
+    open_answers = [(j, slot(q)) for j, q in enumerate(identified) if j not in owner and j not in confident_spurious]
+    for i, g in enumerate(gold):
+        if out.matches[i] is not None or not open_answers:
+            continue
+        cands = []
+        gs = slot(g)
+        for j, qs in open_answers:
+            if qs != gs:
+                continue
+            doubt = eq3(i, j)[1]
+            if doubt is not None:
+                cands.append(j)
+                out.unsure_gold.setdefault(i, doubt)
+        if cands:
+            out.candidates[i] = cands
+
+
 def match_preferences(
     task: Task,
     identified: list[Preference],
@@ -328,20 +378,7 @@ def match_preferences(
         adj.append(
             [j for j, q in enumerate(identified) if slot(q) == slot(g) and q.polarity == g.polarity and eq(i, j)]
         )
-    owner: dict[int, int] = {}
-
-    def augment(i: int, seen: set[int]) -> bool:
-        for j in adj[i]:
-            if j in seen:
-                continue
-            seen.add(j)
-            if j not in owner or augment(owner[j], seen):
-                owner[j] = i
-                return True
-        return False
-
-    for i in range(len(gold)):
-        augment(i, set())
+    owner = _max_matching(adj)
     matches: list[int | None] = [None] * len(gold)
     for j, i in owner.items():
         matches[i] = j
@@ -406,24 +443,7 @@ def match_preferences(
             if doubt is not None:
                 out.unsure_answer[j] = doubt
 
-    # a gold preference missed while an answer preference the lexicon could not compare with it
-    # (an unknown key, a value outside the vocabulary) may state it: an uncertain miss
-    confident_spurious = {j for j, _ in out.spurious if j not in out.unsure_answer}
-    open_answers = [(j, slot(q)) for j, q in enumerate(identified) if j not in owner and j not in confident_spurious]
-    for i, g in enumerate(gold):
-        if matches[i] is not None or not open_answers:
-            continue
-        cands = []
-        gs = slot(g)
-        for j, qs in open_answers:
-            if qs != gs:
-                continue
-            doubt = eq3(i, j)[1]
-            if doubt is not None:
-                cands.append(j)
-                out.unsure_gold.setdefault(i, doubt)
-        if cands:
-            out.candidates[i] = cands
+    _uncertain_misses(out, gold, identified, owner, slot, eq3)
     return out
 
 
