@@ -166,22 +166,9 @@ def _curves(arms: dict[str, dict[str, Any]], path: Path) -> list[str]:
     return sorted(set(drawn))
 
 
-def write_report(
-    pipe: Any,
-    bench: dict[str, Any],
-    collect: dict[str, Any],
-    base: dict[str, Any],
-    sft: dict[str, Any],
-    arms: dict[str, dict[str, Any]],
-    evals: dict[tuple[str, str], dict[str, Any]],
-    wall_s: float,
-) -> dict[str, Any]:
-    """Write ``report.md``, ``report.json`` and ``curves.png`` into ``pipe.run_dir`` (module
-    docstring); returns the report's data."""
-    cfg = pipe.cfg
-    run_dir: Path = pipe.run_dir
-    ks = list(cfg.eval.pass_k)
-    rows = [_eval_row(m, s, rec, ks) for (m, s), rec in evals.items()]
+def _learning(arms: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per GRPO arm: its rollout records' count, zero-std groups and the learning deltas of the
+    task reward, tool calls, R_z and R_tool (or a ``note`` why there are none)."""
     learning = {}
     for name, rec in arms.items():
         records = read_rollouts(Path(rec["outputs"].get("dir", "")) / "rollouts.jsonl")
@@ -194,7 +181,11 @@ def write_report(
         except ValueError as e:
             entry["note"] = str(e)
         learning[name] = entry
-    drawn = _curves(arms, run_dir / "curves.png") if arms else []
+    return learning
+
+
+def _handoffs(base: dict[str, Any], sft: dict[str, Any], arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The checkpoints handed from phase to phase (base, SFT, each GRPO arm) with their weights' hashes."""
     handoffs = [
         {
             "checkpoint": "base",
@@ -213,6 +204,28 @@ def write_report(
                 "first_rollout_weights_sha256": o.get("first_rollout_weights_sha256"),
             }
         )
+    return handoffs
+
+
+def write_report(
+    pipe: Any,
+    bench: dict[str, Any],
+    collect: dict[str, Any],
+    base: dict[str, Any],
+    sft: dict[str, Any],
+    arms: dict[str, dict[str, Any]],
+    evals: dict[tuple[str, str], dict[str, Any]],
+    wall_s: float,
+) -> dict[str, Any]:
+    """Write ``report.md``, ``report.json`` and ``curves.png`` into ``pipe.run_dir`` (module
+    docstring); returns the report's data."""
+    cfg = pipe.cfg
+    run_dir: Path = pipe.run_dir
+    ks = list(cfg.eval.pass_k)
+    rows = [_eval_row(m, s, rec, ks) for (m, s), rec in evals.items()]
+    learning = _learning(arms)
+    drawn = _curves(arms, run_dir / "curves.png") if arms else []
+    handoffs = _handoffs(base, sft, arms)
     phases = {p: r.get("wall_s") for p, r in pipe.records.items()}
     data = {
         "name": cfg.name,
