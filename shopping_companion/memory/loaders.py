@@ -59,7 +59,7 @@ from shopping_companion.memory.longterm_corpora import (
     parse_longmemeval_datetime,
 )
 from shopping_companion.memory.pool import SessionPool
-from shopping_companion.paths import resolve_data_dir
+from shopping_companion.paths import SGD_RELATIVE_PATH, resolve_data_dir
 from shopping_companion.types import Session, Turn
 
 __all__ = [
@@ -90,7 +90,6 @@ __all__ = [
     "strip_html",
 ]
 
-SGD_RELATIVE_PATH = Path("conversations") / "sgd_dialogues.jsonl.gz"
 TOPICALCHAT_RELATIVE_PATH = Path("conversations") / "topicalchat_test_freq.json.gz"
 
 #: Topical-Chat ``agent`` -> our role. ``agent_1`` opens every conversation of the dataset, so it
