@@ -370,9 +370,7 @@ def _main_metrics_section(s: dict[str, Any], strategies: list[str]) -> list[str]
     """Table 2: Acc and Succ per task type, per strategy."""
     from shopping_companion.benchmark.metrics import STRATEGY_LABELS
 
-    out: list[str] = []
-    # ---- Table 2 shape: Acc / Succ per task type, per strategy
-    out += ["## Main metrics (Acc, Succ)", ""]
+    out = ["## Main metrics (Acc, Succ)", ""]
     for name in strategies:
         st = s["strategies"][name]
         if len(strategies) > 1:
@@ -396,7 +394,6 @@ def _main_metrics_section(s: dict[str, Any], strategies: list[str]) -> list[str]
 def _source_section(s: dict[str, Any]) -> list[str]:
     """Succ by the catalog source of the reference products (nothing with one source)."""
     out: list[str] = []
-    # ---- Succ by the catalog source of the reference products
     by_source = {k: v for k, v in s.get("by_source", {}).items() if k != "all"}
     if len(by_source) > 1:
         out += [
@@ -419,7 +416,6 @@ def _strategies_section(s: dict[str, Any], strategies: list[str]) -> list[str]:
     from shopping_companion.benchmark.metrics import STRATEGY_LABELS, TASK_TYPE_LABELS
 
     out: list[str] = []
-    # ---- Table 3: strategies
     if len(strategies) > 1:
         types = sorted({tt for v in s["strategies"].values() for tt in v["by_task_type"]})
         head = " | ".join(TASK_TYPE_LABELS.get(t, t) for t in types)
@@ -440,9 +436,7 @@ def _strategies_section(s: dict[str, Any], strategies: list[str]) -> list[str]:
 
 def _pass_k_section(s: dict[str, Any]) -> list[str]:
     """pass@k and pass^k per strategy and k."""
-    out: list[str] = []
-    # ---- pass@k / pass^k
-    out += [
+    out = [
         "## pass@k and pass^k",
         "",
         "Per task with n scored trials and c successes: pass@k = 1 − C(n−c,k)/C(n,k), "
@@ -460,9 +454,7 @@ def _pass_k_section(s: dict[str, Any]) -> list[str]:
 
 def _behaviour_section(s: dict[str, Any]) -> list[str]:
     """Table 4: turns, tool uses and response length per strategy, and tool uses by tool."""
-    out: list[str] = []
-    # ---- Table 4: behaviour
-    out += [
+    out = [
         "## Behaviour (Table 4, means per episode)",
         "",
         "| strategy | Turns | Tool Uses | Resp. Len. (tokens) | Resp. Len. (chars) | tool-call rate |",
@@ -496,9 +488,7 @@ def _tool_calls_section(
     """Figure 3: tool calls per turn per strategy, as tables and (with ``plots``) PNGs in ``out_dir``."""
     from shopping_companion.benchmark.metrics import STRATEGY_LABELS, plot_tool_calls_per_turn
 
-    out: list[str] = []
-    # ---- Figure 3: tool calls per turn
-    out += ["## Tool calls per turn (Figure 3)", ""]
+    out = ["## Tool calls per turn (Figure 3)", ""]
     for name, data in s["tool_calls_per_turn"].items():
         if not data:
             continue
@@ -526,7 +516,6 @@ def _taxonomy_section(s: dict[str, Any], out_dir: Path, plots: bool) -> list[str
     from shopping_companion.benchmark.taxonomy import CATEGORY_LABELS
 
     out: list[str] = []
-    # ---- Table 7: error taxonomy
     tax = s["taxonomy"]
     out += ["## Error taxonomy of failed episodes (App. F.2, Table 7)", ""]
     if tax["primary"]["n_failures"]:
@@ -573,7 +562,6 @@ def _taxonomy_section(s: dict[str, Any], out_dir: Path, plots: bool) -> list[str
 def _errors_section(s: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     """The episodes not scored, and the results-file lines left out (``meta['results_file']``)."""
     out: list[str] = []
-    # ---- errors
     if s["errors"]:
         kinds = ", ".join(f"{v} {k}" for k, v in s["errors_by_kind"].items())
         out += [
@@ -618,8 +606,7 @@ def _errors_section(s: dict[str, Any], meta: dict[str, Any]) -> list[str]:
 
 def _means_section(s: dict[str, Any]) -> list[str]:
     """Reward component means, the judging counts and the other behaviour means."""
-    out: list[str] = []
-    out += ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
+    out = ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
     for k, v in s["reward_means"].items():
         out.append(f"| {k} | {_fmt(v)} |")
     judging = s.get("judging") or {}

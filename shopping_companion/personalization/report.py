@@ -172,7 +172,6 @@ def _paired_family(
 def _dataset_section(manifest: dict[str, Any]) -> list[str]:
     """Table 6: the dataset's statistics per category, its totals and image descriptions."""
     md: list[str] = []
-    # dataset statistics
     cats = manifest.get("categories", {})
     md += ["## Dataset statistics per category (Table 6 shape)", ""]
     md.append(
@@ -222,9 +221,7 @@ def _judge_section(
     main_j: dict, variants: list[str], by_v: dict[str, list[dict]], by_metric: dict[str, dict[str, dict[str, float]]]
 ) -> list[str]:
     """Table 3: mean judge scores per variant; fills ``by_metric[metric][variant][case_id]``."""
-    md: list[str] = []
-    # Table 3
-    md += ["## Automatic evaluation (Table 3 shape)", ""]
+    md = ["## Automatic evaluation (Table 3 shape)", ""]
     if main_j:
         rows = []
         for m in JUDGE_METRICS + ("overall",):
@@ -255,9 +252,7 @@ def _retrieval_section(
     variants: list[str], by_v: dict[str, list[dict]], by_metric: dict[str, dict[str, dict[str, float]]]
 ) -> list[str]:
     """Tables 4 and 9: retrieval accuracy and SR@all per variant; fills ``by_metric['title_overlap']``."""
-    md: list[str] = []
-    # Table 4 + 9
-    md += ["## Retrieval accuracy (Table 4 shape) and target-ASIN retrieval (Table 9 shape)", ""]
+    md = ["## Retrieval accuracy (Table 4 shape) and target-ASIN retrieval (Table 9 shape)", ""]
     rows = []
     for v in variants:
         ds_ = by_v[v]
@@ -313,9 +308,7 @@ def _calls_section(
     latency: dict[str, float] | None,
 ) -> list[str]:
     """Table 7: role calls per turn, the judge average and turn latency per variant."""
-    md: list[str] = []
-    # Table 7 + latency
-    md += ["## Role calls per turn (Table 7 shape) and per-turn latency", ""]
+    md = ["## Role calls per turn (Table 7 shape) and per-turn latency", ""]
     rows = []
     for v in variants:
         turns = [t for d in by_v[v] for t in d["turns"]]
@@ -353,9 +346,7 @@ def _calls_section(
 
 def _paired_section(variants: list[str], by_metric: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     """Table 8: paired Wilcoxon tests against the baseline (and Full vs Single), Holm-corrected."""
-    md: list[str] = []
-    # Table 8
-    md += ["## Paired comparisons (Table 8 shape)", ""]
+    md = ["## Paired comparisons (Table 8 shape)", ""]
     comps = [(v, "baseline") for v in variants if v != "baseline" and "baseline" in variants]
     if "full" in variants and "single" in variants:
         comps.append(("full", "single"))
@@ -388,7 +379,6 @@ def _paired_section(variants: list[str], by_metric: dict[str, dict[str, dict[str
 def _agreement_section(jsets: dict[str, dict]) -> list[str]:
     """Table 10: Spearman agreement of the first two judges (nothing with fewer)."""
     md: list[str] = []
-    # Table 10
     if len(jsets) >= 2:
         md += ["## Agreement between judges (Table 10 shape)", ""]
         names = list(jsets)
@@ -414,7 +404,6 @@ def _agreement_section(jsets: dict[str, dict]) -> list[str]:
 def _memory_section(ok: list[dict], main_j: dict) -> list[str]:
     """Table 11: the dialogue-memory ablation of Full (nothing with one memory mode)."""
     md: list[str] = []
-    # Table 11
     abl = [d for d in ok if d["variant"] == "full"]
     mems = [m for m in ("full", "none", "summary", "top1") if any(d["memory"] == m for d in abl)]
     if len(mems) > 1:
