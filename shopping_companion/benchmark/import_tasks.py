@@ -271,6 +271,14 @@ class _Checked:
     issues: list[Issue]
 
 
+def _slot_in_range(slot: int, n: int, fld: str, err: Callable[[str, str, str], None]) -> bool:
+    """Whether ``slot`` names one of the task's ``n`` product slots; if not, ``err`` says so for ``fld``."""
+    if slot < n:
+        return True
+    err(fld, "slot_out_of_range", f"slot {slot} is out of range: the task has {n} product slot(s) (allowed 0–{n - 1})")
+    return False
+
+
 class Importer:
     """Checks and builds imported tasks (module docstring).
 
@@ -344,15 +352,9 @@ class Importer:
         """``(preferences, does-not-matter features)`` of a line, each checked against its reference
         product by the rule judge's reading; ``err(field, check, message)`` records each problem."""
         n = len(products)
-        # preferences against the reference products
         prefs: list[Preference] = []
         for j, g in enumerate(src.preferences):
-            if g.slot >= n:
-                err(
-                    f"preferences[{j}].slot",
-                    "slot_out_of_range",
-                    f"slot {g.slot} is out of range: the task has {n} product slot(s) (allowed 0–{n - 1})",
-                )
+            if not _slot_in_range(g.slot, n, f"preferences[{j}].slot", err):
                 continue
             pref = Preference(slot=g.slot, attribute=g.attribute, value=g.value, polarity=g.polarity)
             prefs.append(pref)
@@ -386,12 +388,7 @@ class Importer:
         wanted_keys = {(g.slot, self.m.key(g.attribute).name) for g in prefs}
         dont: list[Preference] = []
         for j, d in enumerate(src.dont_care):
-            if d.slot >= n:
-                err(
-                    f"dont_care[{j}].slot",
-                    "slot_out_of_range",
-                    f"slot {d.slot} is out of range: the task has {n} product slot(s) (allowed 0–{n - 1})",
-                )
+            if not _slot_in_range(d.slot, n, f"dont_care[{j}].slot", err):
                 continue
             if (d.slot, self.m.key(d.attribute).name) in wanted_keys:
                 err(f"dont_care[{j}].attribute", "dont_care", f"{d.attribute!r} is also a preference of slot {d.slot}")
