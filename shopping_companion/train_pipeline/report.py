@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.runs import scan_jsonl
 from shopping_companion.train_pipeline.learning import (
     learning_delta,
     outcome_reward,
@@ -50,19 +51,14 @@ def format_valid_rate(results: str | Path) -> dict[str, Any]:
 
     turns = valid = 0
     p = Path(results)
-    if p.is_file():
-        with p.open(encoding="utf-8") as f:
-            for line in f:
-                try:
-                    ep = EpisodeResult.model_validate_json(line)
-                except ValueError:
-                    continue
-                if ep.error:
-                    continue
-                for st in ep.stages:
-                    flags = valid_action_turns(st.trajectory)
-                    turns += len(flags)
-                    valid += sum(flags)
+    episodes = scan_jsonl(p, EpisodeResult.model_validate_json).records if p.is_file() else []
+    for ep in episodes:
+        if ep.error:
+            continue
+        for st in ep.stages:
+            flags = valid_action_turns(st.trajectory)
+            turns += len(flags)
+            valid += sum(flags)
     return {"rate": (valid / turns) if turns else None, "turns": turns, "valid": valid}
 
 
