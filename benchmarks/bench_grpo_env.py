@@ -50,7 +50,7 @@ def _setup(args: argparse.Namespace, ready) -> None:
     from shopping_companion.paths import resolve_data_dir
     from shopping_companion.pipeline import make_embedder, open_product_search
     from shopping_companion.rewards.rubric import load_rubric
-    from shopping_companion.trainers.episode import ChatTokens
+    from shopping_companion.trainers.chat_tokens import ChatTokens
     from shopping_companion.trainers.resources import EnvResources
     from tests.env_support import EnvKit, make_single_tasks
     from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
@@ -144,7 +144,8 @@ def _run_share(
 ) -> tuple[float, float, list[tuple[float, int, float, float]]]:
     """Run this worker's trajectories (task index, stage, rollout) of one step concurrently on one
     event loop (tools in threads); returns (wall s, CPU s of the whole process, per-trajectory figures)."""
-    from shopping_companion.trainers.episode import clear_encode_caches, run_row_episode
+    from shopping_companion.trainers.chat_tokens import clear_encode_caches
+    from shopping_companion.trainers.episode import run_row_episode
 
     args, tasks, res, chat = _W["args"], _W["tasks"], _W["res"], _W["chat"]
     step, rows = step_rows
@@ -179,7 +180,8 @@ def _breakdown(rows: list[tuple[int, int, int]]) -> dict[str, float]:
     tokenising observations and prompts, decoding) for the given trajectories; ``token_cpu`` is the
     token work's CPU seconds of the worker's thread (what other processes on a shared machine do
     not inflate)."""
-    from shopping_companion.trainers.episode import ChatTokens, clear_encode_caches, run_row_episode
+    from shopping_companion.trainers.chat_tokens import ChatTokens, clear_encode_caches
+    from shopping_companion.trainers.episode import run_row_episode
 
     tasks, res, tok = _W["tasks"], _W["res"], _W["tok"]
     spent = {"env": 0.0, "render": 0.0, "encode": 0.0, "decode": 0.0, "token_cpu": 0.0}

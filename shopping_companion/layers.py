@@ -52,8 +52,18 @@ PROTOCOL_LEAVES: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     ),
     "envs.parsing": (
         ("judges", "rewards", "llm"),
-        ("types", "errors", "llm.base"),
+        ("types", "errors", "llm.base", "envs.answers", "envs.protocol_values"),
         "the action parser reads a turn for the judges, the format reward and the reference policy",
+    ),
+    "envs.answers": (
+        ("judges", "rewards", "llm"),
+        ("types", "envs.protocol_values"),
+        "the stage answers (recommended ids, stated preferences) the parser and the judges read",
+    ),
+    "envs.protocol_values": (
+        ("judges", "rewards", "llm"),
+        (),
+        "text cleaning and the strict JSON decoder of the protocol",
     ),
 }
 

@@ -18,6 +18,10 @@ from shopping_companion.errors import DataDirError  # noqa: F401 - re-exported
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+#: The SGD conversations (the built-in haystack pool) inside the data directory.
+SGD_RELATIVE_PATH = Path("conversations") / "sgd_dialogues.jsonl.gz"
+
+
 def resolve_data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """Return the data directory, or raise :class:`DataDirError` naming every place tried."""
     tried: list[str] = []

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from shopping_companion.console import console as _console
 from shopping_companion.errors import BenchmarkError, BenchmarkMissingError, ConfigError
-from shopping_companion.paths import DataDirError, cache_dir, resolve_data_dir
+from shopping_companion.paths import SGD_RELATIVE_PATH, DataDirError, cache_dir, resolve_data_dir
 from shopping_companion.runs import file_sha256
 from shopping_companion.types import Session, Task
 
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 CATALOG_RELPATH = Path("catalog") / "products.jsonl.gz"
-SGD_RELPATH = Path("conversations") / "sgd_dialogues.jsonl.gz"
+SGD_RELPATH = SGD_RELATIVE_PATH  #: the SGD conversations inside the data directory
 
 
 def catalog_file(data_dir: str | Path | None = None) -> Path:

@@ -31,7 +31,7 @@ def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str 
     or the results file holds no episode of the benchmark's tasks."""
     from shopping_companion.benchmark.report import read_results
     from shopping_companion.assembly.data import load_benchmark
-    from shopping_companion.benchmark.synthesis.build import write_manifest
+    from shopping_companion.benchmark.synthesis.directory import write_manifest
     from shopping_companion.benchmark.synthesis.stats import write_stats
 
     d = Path(bench_dir)

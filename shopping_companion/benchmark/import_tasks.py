@@ -62,22 +62,20 @@ import bisect
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ValidationError as CoreValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from shopping_companion.benchmark.synthesis.build import (
+from shopping_companion.benchmark.import_files import Issue, load_session_file, read_task_file
+from shopping_companion.benchmark.synthesis.build import CheckFailed, Synthesizer, verified_task
+from shopping_companion.benchmark.synthesis.directory import (
     FORMAT_VERSION,
     SynthOutput,
-    Synthesizer,
-    CheckFailed,
     stats_summary,
     task_counts,
-    verified_task,
     write_benchmark,
 )
 from shopping_companion.benchmark.synthesis.catalog_view import (
@@ -99,7 +97,6 @@ from shopping_companion.benchmark.synthesis.verify import (
     unstated_features,
 )
 from shopping_companion.benchmark.task_schema import EvidenceRef, TaskInput
-from shopping_companion.config import validation_message
 from shopping_companion.errors import DataError
 from shopping_companion.judges.matching import default_matcher, default_reader
 from shopping_companion.runs import file_sha256
@@ -167,24 +164,6 @@ class ImportSettings(BaseModel):
             sharegpt_share=self.sharegpt_share,
             minilm_tasks=0,
         )
-
-
-@dataclass
-class Issue:
-    """One problem of one input line: ``check`` names the test (module docstring), ``field`` the
-    path in the line (``preferences[1].value``; ``""`` for the whole line), ``severity`` is
-    ``error`` (the task is not imported) or ``warning`` (recorded, imported)."""
-
-    line: int
-    field: str
-    check: str
-    message: str
-    severity: Literal["error", "warning"] = "error"
-    task_id: str | None = None
-
-    def text(self) -> str:
-        where = f"line {self.line}" + (f", {self.field}" if self.field else "")
-        return f"{where}: {self.message} [{self.check}]"
 
 
 @dataclass
@@ -258,97 +237,6 @@ class ImportResult:
             f"{self.file}: {self.n_invalid} of {len(self.reports)} task line(s) are invalid ({shown}{more}); nothing "
             "was written (fix them, or pass --skip-invalid to import the valid ones)"
         )
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def _loc(loc: Sequence[Any]) -> str:
-    out = ""
-    for x in loc:
-        out += f"[{x}]" if isinstance(x, int) else (f".{x}" if out else str(x))
-    return out
-
-
-def _schema_issues(line: int, err: ValidationError) -> list[Issue]:
-    """One :class:`Issue` per pydantic error, worded by :func:`validation_message`."""
-    out = []
-    for e in err.errors():
-        one = {k: e[k] for k in ("type", "loc", "input", "ctx") if k in e}
-        try:
-            single = CoreValidationError.from_exception_data("TaskInput", [one])  # type: ignore[list-item]
-            msg = validation_message(TaskInput, single)
-        except Exception:  # noqa: BLE001 - an error type pydantic cannot rebuild: its own wording
-            msg = f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', 'invalid')}"
-        path = _loc(e.get("loc", ()))
-        plain = ".".join(str(x) for x in e.get("loc", ()))
-        if plain and msg.startswith(plain + ": "):
-            msg = msg[len(plain) + 2 :]
-        out.append(Issue(line, path, "schema", msg))
-    return out
-
-
-def read_task_file(path: str | Path) -> list[tuple[int, TaskInput | None, list[Issue]]]:
-    """``(line number, task or None, issues)`` for every non-blank line of ``path`` (1-based line
-    numbers). Raises :class:`DataError` when the file cannot be read or holds no task line."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"task file {p} not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"task file {p}: not UTF-8 text ({e})") from None
-    out: list[tuple[int, TaskInput | None, list[Issue]]] = []
-    for i, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            out.append((i, None, [Issue(i, "", "json", f"not valid JSON ({e})")]))
-            continue
-        if not isinstance(obj, dict):
-            out.append((i, None, [Issue(i, "", "json", f"a task line is a JSON object, got {type(obj).__name__}")]))
-            continue
-        try:
-            out.append((i, TaskInput.model_validate(obj), []))
-        except ValidationError as e:
-            out.append((i, None, _schema_issues(i, e)))
-            if isinstance(obj.get("task_id"), str):
-                raw_id = obj["task_id"]
-                for issue in out[-1][2]:
-                    issue.task_id = raw_id
-    if not out:
-        raise DataError(f"task file {p} holds no task line (one JSON object a line: see docs/tasks.md)")
-    return out
-
-
-def load_session_file(path: str | Path) -> list[Session]:
-    """Haystack sessions from a JSON-lines file: one :class:`~shopping_companion.types.Session`
-    a line (``{"session_id", "turns": [{"role", "content"}], "date"?, "source"?}``; dates are
-    ignored, the importer dates the history). Raises :class:`DataError` naming the line and field
-    of a bad record, repeated ids, or an empty file."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"--sessions file {p} not found") from None
-    out: list[Session] = []
-    seen: dict[str, int] = {}
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            s = Session.model_validate_json(raw)
-        except ValidationError as e:
-            raise DataError(validation_message(Session, e, source=f"{p} line {i}")) from None
-        if s.session_id in seen:
-            raise DataError(f"{p} line {i}: session_id {s.session_id!r} repeats line {seen[s.session_id]}")
-        seen[s.session_id] = i
-        out.append(s.model_copy(update={"source": s.source or f"import-sessions:{p.name}"}))
-    if not out:
-        raise DataError(f"--sessions file {p} holds no session (one Session JSON object a line)")
-    return out
 
 
 def refuse_other_finished(out: Path, generator: dict[str, Any], config: dict[str, Any]) -> None:
@@ -433,6 +321,14 @@ class _Checked:
     evidence: dict[int, int] = field(default_factory=dict)
 
 
+def _slot_in_range(slot: int, n: int, fld: str, err: Callable[[str, str, str], None]) -> bool:
+    """Whether ``slot`` names one of the task's ``n`` product slots; if not, ``err`` says so for ``fld``."""
+    if slot < n:
+        return True
+    err(fld, "slot_out_of_range", f"slot {slot} is out of range: the task has {n} product slot(s) (allowed 0–{n - 1})")
+    return False
+
+
 class Importer:
     """Checks and builds imported tasks (module docstring).
 
@@ -475,6 +371,171 @@ class Importer:
         )
 
     # ------------------------------------------------------------------ per line
+
+    def _slot_specs(
+        self, src: TaskInput, products: list[Product | None], err: Callable[[str, str, str], None]
+    ) -> list[SlotSpec]:
+        """One :class:`SlotSpec` per known reference product, its product type given or the catalog's;
+        ``err(field, check, message)`` records a slot without one."""
+        # slots, product types
+        specs: list[SlotSpec] = []
+        for i, p in enumerate(products):
+            if p is None:
+                continue
+            item = (src.product_types[i] if src.product_types and i < len(src.product_types) else None) or product_type(
+                p
+            )
+            if not item:
+                err(
+                    f"product_types[{i}]" if src.product_types else "product_types",
+                    "slots",
+                    f"the catalog names no product type for {p.product_id} (category {p.category_path}); give "
+                    "product_types",
+                )
+                continue
+            specs.append(SlotSpec(i, p, item, item_synonyms(p, item), domain_of(p), [], []))
+        return specs
+
+    def _check_preferences(
+        self, src: TaskInput, products: list[Product | None], err: Callable[[str, str, str], None]
+    ) -> tuple[list[Preference], list[Preference]]:
+        """``(preferences, does-not-matter features)`` of a line, each checked against its reference
+        product by the rule judge's reading; ``err(field, check, message)`` records each problem."""
+        n = len(products)
+        prefs: list[Preference] = []
+        for j, g in enumerate(src.preferences):
+            if not _slot_in_range(g.slot, n, f"preferences[{j}].slot", err):
+                continue
+            pref = Preference(slot=g.slot, attribute=g.attribute, value=g.value, polarity=g.polarity)
+            prefs.append(pref)
+            p = products[g.slot]
+            if p is None:
+                continue
+            key = self.m.key(g.attribute)
+            ev = self.reader.check(p, pref)
+            if not key.known and not self.reader.fields(p, key) and not ev.known:
+                have = ", ".join(sorted(p.attributes)) or "none"
+                err(
+                    f"preferences[{j}].attribute",
+                    "unknown_attribute",
+                    f"{g.attribute!r} is not an attribute the value matcher knows and {p.product_id} has no field or "
+                    f"text that states it (its attribute fields: {have})",
+                )
+                continue
+            if g.polarity == "want" and not ev.satisfied:
+                err(
+                    f"preferences[{j}].value",
+                    "unsatisfied_preference",
+                    f"the reference product {p.product_id} does not have {g.attribute}={g.value!r} by the rule "
+                    f"judge's reading ({ev.detail or 'no field or text states it'})",
+                )
+            if g.polarity == "avoid" and not ev.satisfied:
+                err(
+                    f"preferences[{j}].value",
+                    "avoided_present",
+                    f"the reference product {p.product_id} has the avoided {g.attribute}={g.value!r} ({ev.detail})",
+                )
+        wanted_keys = {(g.slot, self.m.key(g.attribute).name) for g in prefs}
+        dont: list[Preference] = []
+        for j, d in enumerate(src.dont_care):
+            if not _slot_in_range(d.slot, n, f"dont_care[{j}].slot", err):
+                continue
+            if (d.slot, self.m.key(d.attribute).name) in wanted_keys:
+                err(f"dont_care[{j}].attribute", "dont_care", f"{d.attribute!r} is also a preference of slot {d.slot}")
+                continue
+            value = d.value
+            p = products[d.slot]
+            if value is None and p is not None:
+                fields = self.reader.fields(p, self.m.key(d.attribute))
+                value = fields[0][0] if fields else None
+                if value is None:
+                    err(
+                        f"dont_care[{j}].value",
+                        "dont_care",
+                        f"{p.product_id} has no field for {d.attribute!r}; give the value",
+                    )
+                    continue
+            if value is not None:
+                dont.append(Preference(slot=d.slot, attribute=d.attribute, value=value))
+        return prefs, dont
+
+    def _check_deal(
+        self, src: TaskInput, products: list[Product | None], err: Callable[[str, str, str], None]
+    ) -> tuple[list[Product], str | None]:
+        """``(known reference products, currency)``: one currency; for an add-on deal, the voucher's
+        shop, prices, ``min_spend`` and a feasible budget. ``err(field, check, message)`` records each
+        problem."""
+        n = len(products)
+        # add-on deal: shop, prices, voucher, budget
+        known = [p for p in products if p is not None]
+        currency = src.currency
+        if known:
+            currencies = {p.currency for p in known}
+            if len(currencies) > 1:
+                err(
+                    "reference_product_ids",
+                    "currency",
+                    f"the reference products have different currencies {currencies}",
+                )
+            elif currency is None:
+                currency = known[0].currency
+            elif currency != known[0].currency:
+                err(
+                    "currency",
+                    "currency",
+                    f"{currency!r}, but the reference products are priced in {known[0].currency}",
+                )
+        if src.task_type == "addon" and src.voucher is not None and len(known) == n:
+            v = src.voucher
+            for i, p in enumerate(known):
+                if p.shop_id != v.shop_id:
+                    err(
+                        "voucher.shop_id",
+                        "voucher_shop",
+                        f"shop {v.shop_id!r} does not sell reference product {p.product_id} (its shop is {p.shop_id!r})",
+                    )
+                if p.price is None:
+                    err(f"reference_product_ids[{i}]", "no_price", f"{p.product_id} has no price")
+            if v.discount >= v.min_spend:
+                err("voucher.discount", "voucher", f"discount {v.discount:g} is not below min_spend {v.min_spend:g}")
+            if all(p.price is not None for p in known):
+                total = round(sum(float(p.price or 0) for p in known), 2)
+                if total + 1e-9 < v.min_spend:
+                    err(
+                        "voucher.min_spend",
+                        "voucher_min_spend",
+                        f"the reference bundle costs {total:g} < min_spend {v.min_spend:g}, so the voucher never "
+                        "applies to it",
+                    )
+                elif src.budget is not None:
+                    fits, _ = count_bundles(
+                        [[float(p.price or 0)] for p in known], v.min_spend, v.discount, src.budget, 1
+                    )
+                    if not fits:
+                        err(
+                            "budget",
+                            "budget_infeasible",
+                            f"the reference bundle pays {total:g} − {v.discount:g} = {total - v.discount:g} > budget "
+                            f"{src.budget:g}",
+                        )
+        return known, currency
+
+    def _check_needles(self, line: int, src: TaskInput, prefs: list[Preference], issues: list[Issue]) -> dict[int, int]:
+        """Every wanted preference is stated in a needle's user turn, or shown there by its evidence
+        (:meth:`_resolvability`, which appends to ``issues``); an instruction that states one is a
+        warning in ``issues``. Returns ``{preference index: needle index}`` of the evidence found."""
+        evidence = self._resolvability(line, src, prefs, issues)
+        for g in leaked_values([g for g in prefs if g.polarity == "want"], src.instruction):
+            issues.append(
+                Issue(
+                    line,
+                    "instruction",
+                    "instruction_leaks_preference",
+                    f"states the wanted {g.attribute}={g.value!r}, so memory is not needed for it",
+                    "warning",
+                )
+            )
+        return evidence
 
     def check_line(self, line: int, src: TaskInput) -> _Checked | TaskReport:
         """The per-line checks (module docstring) of one parsed line: a :class:`_Checked` when it
@@ -528,156 +589,13 @@ class Importer:
         if any(dated) and not all(dated):
             err("needle_sessions", "dates", "give a date for every needle session of the task or for none")
 
-        # slots, product types
-        specs: list[SlotSpec] = []
-        for i, p in enumerate(products):
-            if p is None:
-                continue
-            item = (src.product_types[i] if src.product_types and i < len(src.product_types) else None) or product_type(
-                p
-            )
-            if not item:
-                err(
-                    f"product_types[{i}]" if src.product_types else "product_types",
-                    "slots",
-                    f"the catalog names no product type for {p.product_id} (category {p.category_path}); give "
-                    "product_types",
-                )
-                continue
-            specs.append(SlotSpec(i, p, item, item_synonyms(p, item), domain_of(p), [], []))
+        specs = self._slot_specs(src, products, err)
 
-        # preferences against the reference products
-        prefs: list[Preference] = []
-        for j, g in enumerate(src.preferences):
-            if g.slot >= n:
-                err(
-                    f"preferences[{j}].slot",
-                    "slot_out_of_range",
-                    f"slot {g.slot} is out of range: the task has {n} product slot(s) (allowed 0–{n - 1})",
-                )
-                continue
-            pref = Preference(slot=g.slot, attribute=g.attribute, value=g.value, polarity=g.polarity)
-            prefs.append(pref)
-            p = products[g.slot]
-            if p is None:
-                continue
-            key = self.m.key(g.attribute)
-            ev = self.reader.check(p, pref)
-            if not key.known and not self.reader.fields(p, key) and not ev.known:
-                have = ", ".join(sorted(p.attributes)) or "none"
-                err(
-                    f"preferences[{j}].attribute",
-                    "unknown_attribute",
-                    f"{g.attribute!r} is not an attribute the value matcher knows and {p.product_id} has no field or "
-                    f"text that states it (its attribute fields: {have})",
-                )
-                continue
-            if g.polarity == "want" and not ev.satisfied:
-                err(
-                    f"preferences[{j}].value",
-                    "unsatisfied_preference",
-                    f"the reference product {p.product_id} does not have {g.attribute}={g.value!r} by the rule "
-                    f"judge's reading ({ev.detail or 'no field or text states it'})",
-                )
-            if g.polarity == "avoid" and not ev.satisfied:
-                err(
-                    f"preferences[{j}].value",
-                    "avoided_present",
-                    f"the reference product {p.product_id} has the avoided {g.attribute}={g.value!r} ({ev.detail})",
-                )
-        wanted_keys = {(g.slot, self.m.key(g.attribute).name) for g in prefs}
-        dont: list[Preference] = []
-        for j, d in enumerate(src.dont_care):
-            if d.slot >= n:
-                err(
-                    f"dont_care[{j}].slot",
-                    "slot_out_of_range",
-                    f"slot {d.slot} is out of range: the task has {n} product slot(s) (allowed 0–{n - 1})",
-                )
-                continue
-            if (d.slot, self.m.key(d.attribute).name) in wanted_keys:
-                err(f"dont_care[{j}].attribute", "dont_care", f"{d.attribute!r} is also a preference of slot {d.slot}")
-                continue
-            value = d.value
-            p = products[d.slot]
-            if value is None and p is not None:
-                fields = self.reader.fields(p, self.m.key(d.attribute))
-                value = fields[0][0] if fields else None
-                if value is None:
-                    err(
-                        f"dont_care[{j}].value",
-                        "dont_care",
-                        f"{p.product_id} has no field for {d.attribute!r}; give the value",
-                    )
-                    continue
-            if value is not None:
-                dont.append(Preference(slot=d.slot, attribute=d.attribute, value=value))
+        prefs, dont = self._check_preferences(src, products, err)
 
-        # add-on deal: shop, prices, voucher, budget
-        known = [p for p in products if p is not None]
-        currency = src.currency
-        if known:
-            currencies = {p.currency for p in known}
-            if len(currencies) > 1:
-                err(
-                    "reference_product_ids",
-                    "currency",
-                    f"the reference products have different currencies {currencies}",
-                )
-            elif currency is None:
-                currency = known[0].currency
-            elif currency != known[0].currency:
-                err(
-                    "currency",
-                    "currency",
-                    f"{currency!r}, but the reference products are priced in {known[0].currency}",
-                )
-        if src.task_type == "addon" and src.voucher is not None and len(known) == n:
-            v = src.voucher
-            for i, p in enumerate(known):
-                if p.shop_id != v.shop_id:
-                    err(
-                        "voucher.shop_id",
-                        "voucher_shop",
-                        f"shop {v.shop_id!r} does not sell reference product {p.product_id} (its shop is {p.shop_id!r})",
-                    )
-                if p.price is None:
-                    err(f"reference_product_ids[{i}]", "no_price", f"{p.product_id} has no price")
-            if v.discount >= v.min_spend:
-                err("voucher.discount", "voucher", f"discount {v.discount:g} is not below min_spend {v.min_spend:g}")
-            if all(p.price is not None for p in known):
-                total = round(sum(float(p.price or 0) for p in known), 2)
-                if total + 1e-9 < v.min_spend:
-                    err(
-                        "voucher.min_spend",
-                        "voucher_min_spend",
-                        f"the reference bundle costs {total:g} < min_spend {v.min_spend:g}, so the voucher never "
-                        "applies to it",
-                    )
-                elif src.budget is not None:
-                    fits, _ = count_bundles(
-                        [[float(p.price or 0)] for p in known], v.min_spend, v.discount, src.budget, 1
-                    )
-                    if not fits:
-                        err(
-                            "budget",
-                            "budget_infeasible",
-                            f"the reference bundle pays {total:g} − {v.discount:g} = {total - v.discount:g} > budget "
-                            f"{src.budget:g}",
-                        )
+        known, currency = self._check_deal(src, products, err)
 
-        # needles state every wanted preference (or the author shows where)
-        evidence = self._resolvability(line, src, prefs, issues)
-        for g in leaked_values([g for g in prefs if g.polarity == "want"], src.instruction):
-            issues.append(
-                Issue(
-                    line,
-                    "instruction",
-                    "instruction_leaks_preference",
-                    f"states the wanted {g.attribute}={g.value!r}, so memory is not needed for it",
-                    "warning",
-                )
-            )
+        evidence = self._check_needles(line, src, prefs, issues)
         if any(i.severity == "error" for i in issues):
             return TaskReport(line, tid, src.task_type, "invalid", issues)
         for s in specs:

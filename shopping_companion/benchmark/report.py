@@ -366,61 +366,11 @@ def _plot_taxonomy(table: dict[str, Any], path: Path) -> Path | None:
     return path
 
 
-def write_report(
-    results: list[EpisodeResult],
-    path: str | Path,
-    meta: dict[str, Any],
-    n_examples: int = 2,
-    *,
-    tasks: Mapping[str, Task] | None = None,
-    ks: Sequence[int] | None = None,
-    lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
-    taxonomy: list[Any] | None = None,
-    plots: bool = True,
-) -> dict[str, Any]:
-    """Write the Markdown report (and its PNG plots next to it); return :func:`summarize`'s dict.
+def _main_metrics_section(s: dict[str, Any], strategies: list[str]) -> list[str]:
+    """Table 2: Acc and Succ per task type, per strategy."""
+    from shopping_companion.benchmark.metrics import STRATEGY_LABELS
 
-    ``meta`` keys shown when present: ``run_name``, ``policy``, ``baseline_note``, ``benchmark``,
-    ``judge``, ``simulator``, ``endpoint`` (passed through :func:`scrub_url`), ``model``,
-    ``model_path``, ``adapter``, ``strategies``, ``trials``, ``seeds``, ``config`` (JSON),
-    ``results_file`` (``unreadable_lines``, ``unreadable_line_numbers``, ``left_out`` as returned by
-    :func:`left_out_results`: shown in a "Results file" section). Never
-    put secrets in ``meta``: it is written as given (except the endpoint, scrubbed).
-    """
-    from shopping_companion.benchmark.metrics import STRATEGY_LABELS, TASK_TYPE_LABELS, plot_tool_calls_per_turn
-    from shopping_companion.benchmark.taxonomy import CATEGORY_LABELS
-
-    results = final_results(results)
-    s = summarize(results, tasks=tasks, ks=ks, lookup=lookup, taxonomy=taxonomy)
-    out_path = Path(path)
-    out_dir = out_path.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
-    strategies = list(s["strategies"])
-    out = [f"# Shopping Companion evaluation: {meta.get('run_name', '')}", ""]
-    if meta.get("baseline_note"):
-        out += [f"> **{meta['baseline_note']}**", ""]
-    ident = [
-        ("policy", meta.get("policy", "")),
-        ("model", meta.get("model")),
-        ("endpoint", scrub_url(meta.get("endpoint"))),
-        ("local checkpoint", meta.get("model_path")),
-        ("LoRA adapter", meta.get("adapter")),
-        ("benchmark", meta.get("benchmark", "")),
-        ("judge", meta.get("judge", "")),
-        ("user simulator", meta.get("simulator")),
-        ("strategies", ", ".join(strategies) or meta.get("strategies")),
-        ("trials per task", meta.get("trials")),
-        ("seeds", meta.get("seeds")),
-        (
-            "episodes (scored / errors / judge failures)",
-            f"{s['n_episodes']} ({s['n_scored']} / {s['n_errors']} / {s['n_judge_failed']})",
-        ),
-        ("package version", __version__),
-    ]
-    out += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in ident if v not in (None, "")] + [""]
-
-    # ---- Table 2 shape: Acc / Succ per task type, per strategy
-    out += ["## Main metrics (Acc, Succ)", ""]
+    out = ["## Main metrics (Acc, Succ)", ""]
     for name in strategies:
         st = s["strategies"][name]
         if len(strategies) > 1:
@@ -438,8 +388,12 @@ def write_report(
         "Episodes with backend errors or failed judge verdicts are excluded, never scored as 0.",
         "",
     ]
+    return out
 
-    # ---- Succ by the catalog source of the reference products
+
+def _source_section(s: dict[str, Any]) -> list[str]:
+    """Succ by the catalog source of the reference products (nothing with one source)."""
+    out: list[str] = []
     by_source = {k: v for k, v in s.get("by_source", {}).items() if k != "all"}
     if len(by_source) > 1:
         out += [
@@ -454,8 +408,14 @@ def write_report(
             ]
             out.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("")
+    return out
 
-    # ---- Table 3: strategies
+
+def _strategies_section(s: dict[str, Any], strategies: list[str]) -> list[str]:
+    """Table 3: Succ per strategy and task type (nothing with one strategy)."""
+    from shopping_companion.benchmark.metrics import STRATEGY_LABELS, TASK_TYPE_LABELS
+
+    out: list[str] = []
     if len(strategies) > 1:
         types = sorted({tt for v in s["strategies"].values() for tt in v["by_task_type"]})
         head = " | ".join(TASK_TYPE_LABELS.get(t, t) for t in types)
@@ -471,9 +431,12 @@ def write_report(
                 f"| {STRATEGY_LABELS.get(name, name)} | {cells} | {_pct(v['avg']['succ'])} | {_pct(v['avg']['acc'])} |"
             )
         out.append("")
+    return out
 
-    # ---- pass@k / pass^k
-    out += [
+
+def _pass_k_section(s: dict[str, Any]) -> list[str]:
+    """pass@k and pass^k per strategy and k."""
+    out = [
         "## pass@k and pass^k",
         "",
         "Per task with n scored trials and c successes: pass@k = 1 − C(n−c,k)/C(n,k), "
@@ -486,9 +449,12 @@ def write_report(
         for k, v in tab["k"].items():
             out.append(f"| {name} | {k} | {v['n_tasks']} | {_fmt(v['pass@k'])} | {_fmt(v['pass^k'])} |")
     out.append("")
+    return out
 
-    # ---- Table 4: behaviour
-    out += [
+
+def _behaviour_section(s: dict[str, Any]) -> list[str]:
+    """Table 4: turns, tool uses and response length per strategy, and tool uses by tool."""
+    out = [
         "## Behaviour (Table 4, means per episode)",
         "",
         "| strategy | Turns | Tool Uses | Resp. Len. (tokens) | Resp. Len. (chars) | tool-call rate |",
@@ -513,9 +479,16 @@ def write_report(
         for name, b in s["behaviour"].items():
             out.append(f"| {name} | " + " | ".join(_fmt(b["tool_uses_by_tool"].get(t)) for t in tools) + " |")
         out.append("")
+    return out
 
-    # ---- Figure 3: tool calls per turn
-    out += ["## Tool calls per turn (Figure 3)", ""]
+
+def _tool_calls_section(
+    s: dict[str, Any], results: list[EpisodeResult], strategies: list[str], out_dir: Path, plots: bool
+) -> list[str]:
+    """Figure 3: tool calls per turn per strategy, as tables and (with ``plots``) PNGs in ``out_dir``."""
+    from shopping_companion.benchmark.metrics import STRATEGY_LABELS, plot_tool_calls_per_turn
+
+    out = ["## Tool calls per turn (Figure 3)", ""]
     for name, data in s["tool_calls_per_turn"].items():
         if not data:
             continue
@@ -535,8 +508,14 @@ def write_report(
         for tool, ys in data.items():
             out.append(f"| `{tool}` | " + " | ".join(str(y) for y in ys) + " |")
         out.append("")
+    return out
 
-    # ---- Table 7: error taxonomy
+
+def _taxonomy_section(s: dict[str, Any], out_dir: Path, plots: bool) -> list[str]:
+    """Table 7: the error taxonomy of failed episodes (and the LLM attribution, if any)."""
+    from shopping_companion.benchmark.taxonomy import CATEGORY_LABELS
+
+    out: list[str] = []
     tax = s["taxonomy"]
     out += ["## Error taxonomy of failed episodes (App. F.2, Table 7)", ""]
     if tax["primary"]["n_failures"]:
@@ -577,8 +556,12 @@ def write_report(
             out.append("")
     else:
         out += ["No failed episode.", ""]
+    return out
 
-    # ---- errors
+
+def _errors_section(s: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """The episodes not scored, and the results-file lines left out (``meta['results_file']``)."""
+    out: list[str] = []
     if s["errors"]:
         kinds = ", ".join(f"{v} {k}" for k, v in s["errors_by_kind"].items())
         out += [
@@ -618,8 +601,12 @@ def write_report(
             )
     if notes:
         out += ["## Results file", ""] + notes + [""]
+    return out
 
-    out += ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
+
+def _means_section(s: dict[str, Any]) -> list[str]:
+    """Reward component means, the judging counts and the other behaviour means."""
+    out = ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
     for k, v in s["reward_means"].items():
         out.append(f"| {k} | {_fmt(v)} |")
     judging = s.get("judging") or {}
@@ -650,6 +637,68 @@ def write_report(
     out.append(f"| mean episode wall time (s) | {_fmt(s['mean_wall_s'])} |")
     for k, v in s["terminations"].items():
         out.append(f"| terminations {k} | {v} |")
+    return out
+
+
+def write_report(
+    results: list[EpisodeResult],
+    path: str | Path,
+    meta: dict[str, Any],
+    n_examples: int = 2,
+    *,
+    tasks: Mapping[str, Task] | None = None,
+    ks: Sequence[int] | None = None,
+    lookup: Callable[[list[str]], Mapping[str, Any]] | None = None,
+    taxonomy: list[Any] | None = None,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Write the Markdown report (and its PNG plots next to it); return :func:`summarize`'s dict.
+
+    ``meta`` keys shown when present: ``run_name``, ``policy``, ``baseline_note``, ``benchmark``,
+    ``judge``, ``simulator``, ``endpoint`` (passed through :func:`scrub_url`), ``model``,
+    ``model_path``, ``adapter``, ``strategies``, ``trials``, ``seeds``, ``config`` (JSON),
+    ``results_file`` (``unreadable_lines``, ``unreadable_line_numbers``, ``left_out`` as returned by
+    :func:`left_out_results`: shown in a "Results file" section). Never
+    put secrets in ``meta``: it is written as given (except the endpoint, scrubbed).
+    """
+    results = final_results(results)
+    s = summarize(results, tasks=tasks, ks=ks, lookup=lookup, taxonomy=taxonomy)
+    out_path = Path(path)
+    out_dir = out_path.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    strategies = list(s["strategies"])
+    out = [f"# Shopping Companion evaluation: {meta.get('run_name', '')}", ""]
+    if meta.get("baseline_note"):
+        out += [f"> **{meta['baseline_note']}**", ""]
+    ident = [
+        ("policy", meta.get("policy", "")),
+        ("model", meta.get("model")),
+        ("endpoint", scrub_url(meta.get("endpoint"))),
+        ("local checkpoint", meta.get("model_path")),
+        ("LoRA adapter", meta.get("adapter")),
+        ("benchmark", meta.get("benchmark", "")),
+        ("judge", meta.get("judge", "")),
+        ("user simulator", meta.get("simulator")),
+        ("strategies", ", ".join(strategies) or meta.get("strategies")),
+        ("trials per task", meta.get("trials")),
+        ("seeds", meta.get("seeds")),
+        (
+            "episodes (scored / errors / judge failures)",
+            f"{s['n_episodes']} ({s['n_scored']} / {s['n_errors']} / {s['n_judge_failed']})",
+        ),
+        ("package version", __version__),
+    ]
+    out += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in ident if v not in (None, "")] + [""]
+
+    out += _main_metrics_section(s, strategies)
+    out += _source_section(s)
+    out += _strategies_section(s, strategies)
+    out += _pass_k_section(s)
+    out += _behaviour_section(s)
+    out += _tool_calls_section(s, results, strategies, out_dir, plots)
+    out += _taxonomy_section(s, out_dir, plots)
+    out += _errors_section(s, meta)
+    out += _means_section(s)
     out += ["", "## Configuration", "", "```json", json.dumps(meta.get("config", {}), indent=2, default=str), "```", ""]
     examples = [r for r in results if r.error is None][:n_examples]
     if examples:

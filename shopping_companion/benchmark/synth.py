@@ -37,15 +37,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from shopping_companion.benchmark.synthesis.build import (
-    FORMAT_VERSION,
-    SynthOutput,
-    Synthesizer,
-    build_benchmark,
-    file_sha256,
-    make_generator,
-    write_benchmark,
-)
+from shopping_companion.benchmark.synthesis.build import Synthesizer, build_benchmark, make_generator
+from shopping_companion.benchmark.synthesis.directory import FORMAT_VERSION, SynthOutput, write_benchmark
 from shopping_companion.benchmark.synthesis.common import (
     GenerationError,
     Searcher,
@@ -57,6 +50,7 @@ from shopping_companion.benchmark.synthesis.common import (
 from shopping_companion.benchmark.synthesis.config import GeneratorConfig, LLMEndpoint, SynthConfig, load_synth_config
 from shopping_companion.benchmark.synthesis.generators import Generator, TemplateGenerator
 from shopping_companion.assembly.data import Benchmark, load_benchmark, missing_gold_products  # noqa: F401 - re-exported
+from shopping_companion.runs import file_sha256
 from shopping_companion.types import Product, Session
 from shopping_companion.errors import BenchmarkError, BenchmarkMissingError  # noqa: F401 - re-exported
 

@@ -515,6 +515,58 @@ def build_index(
         )
 
 
+def _checked_cents(p: Product, seen: set[str]) -> int | None:
+    """The price of ``p`` in cents (None without a price), after checking its id is valid and new
+    (added to ``seen``). Raises ValueError for an empty, NUL-holding or repeated id or a price too
+    large to index."""
+    pid = p.product_id
+    if not pid or "\x00" in pid:
+        raise ValueError(f"products: invalid product_id {pid!r} (empty or with NUL)")
+    if pid in seen:
+        raise ValueError(f"products: duplicate product_id {pid!r}")
+    seen.add(pid)
+    cents = None
+    if p.price is not None:
+        cents = price_to_cents(p.price)
+        if cents > MAX_PRICE_CENTS:
+            raise ValueError(f"products: price of {pid!r} is too large to index")
+    return cents
+
+
+def _index_manifest(
+    tmp: Path,
+    lucene: Any,
+    catalog_hash: str,
+    catalog_path: Any,
+    source_format: Any,
+    n: int,
+    n_with_price: int,
+    build_seconds: float,
+    phases: dict[str, float],
+    threads: int,
+) -> IndexManifest:
+    """The manifest of the index built in ``tmp`` (its files listed)."""
+    return IndexManifest(
+        format_version=INDEX_FORMAT_VERSION,
+        loader_version=LOADER_VERSION,
+        catalog_hash=catalog_hash,
+        catalog_path=str(Path(catalog_path).resolve()) if catalog_path is not None else None,
+        source_format=source_format,
+        n_docs=n,
+        n_with_price=n_with_price,
+        analyzer=ANALYZER,
+        bm25_k1=BM25_K1,
+        bm25_b=BM25_B,
+        id_order=ID_ORDER,
+        build_seconds=round(build_seconds, 3),
+        phase_seconds={k: round(v, 3) for k, v in phases.items()},
+        threads=threads,
+        built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        lucene_version=_lucene_version(lucene),
+        files=_lucene_files(tmp),
+    )
+
+
 def _build_locked(products, target, threads, lucene, catalog_hash, catalog_path, source_format, batch_size):
     t0 = time.perf_counter()
     phases = {"serialise": 0.0}
@@ -587,16 +639,8 @@ def _build_locked(products, target, threads, lucene, catalog_hash, catalog_path,
             for p in products:
                 ts = time.perf_counter()
                 pid = p.product_id
-                if not pid or "\x00" in pid:
-                    raise ValueError(f"products: invalid product_id {pid!r} (empty or with NUL)")
-                if pid in seen:
-                    raise ValueError(f"products: duplicate product_id {pid!r}")
-                seen.add(pid)
-                cents = None
-                if p.price is not None:
-                    cents = price_to_cents(p.price)
-                    if cents > MAX_PRICE_CENTS:
-                        raise ValueError(f"products: price of {pid!r} is too large to index")
+                cents = _checked_cents(p, seen)
+                if cents is not None:
                     n_with_price += 1
                 raw = p.model_dump_json()
                 if catalog_hash is None:
@@ -643,24 +687,8 @@ def _build_locked(products, target, threads, lucene, catalog_hash, catalog_path,
         directory = None
         phases["commit"] = time.perf_counter() - t_merge - phases["merge"]
         build_seconds = time.perf_counter() - t0
-        manifest = IndexManifest(
-            format_version=INDEX_FORMAT_VERSION,
-            loader_version=LOADER_VERSION,
-            catalog_hash=catalog_hash,
-            catalog_path=str(Path(catalog_path).resolve()) if catalog_path is not None else None,
-            source_format=source_format,
-            n_docs=n,
-            n_with_price=n_with_price,
-            analyzer=ANALYZER,
-            bm25_k1=BM25_K1,
-            bm25_b=BM25_B,
-            id_order=ID_ORDER,
-            build_seconds=round(build_seconds, 3),
-            phase_seconds={k: round(v, 3) for k, v in phases.items()},
-            threads=threads,
-            built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            lucene_version=_lucene_version(lucene),
-            files=_lucene_files(tmp),
+        manifest = _index_manifest(
+            tmp, lucene, catalog_hash, catalog_path, source_format, n, n_with_price, build_seconds, phases, threads
         )
         _write_manifest_synced(tmp, manifest)
         _replace_dir(tmp, target)

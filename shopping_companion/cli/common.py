@@ -13,7 +13,7 @@ import typer.core
 from rich.text import Text
 
 from shopping_companion.console import console
-from shopping_companion.errors import EXIT_CRASH, ShopCompError
+from shopping_companion.errors import EXIT_CRASH, ConfigError, ShopCompError
 
 __all__ = [
     "Flag",
@@ -21,6 +21,7 @@ __all__ = [
     "app",
     "config_option",
     "console",
+    "deprecated_alias",
     "echo_error",
     "flag_command",
     "flag_names",
@@ -100,6 +101,20 @@ def option(default: Any, *names: str, help: str, **kw: Any) -> Any:
     """A ``typer.Option`` in the house style: ``help`` states the default in words ("(default 4)",
     "(paper; default)"), so click's ``[default: ...]`` suffix is off."""
     return typer.Option(default, *names, help=help, show_default=False, **kw)
+
+
+def deprecated_alias(
+    value: Optional[Path], alias: Optional[Path], name: str, old: str, why: str = ""
+) -> Optional[Path]:
+    """``value`` of option ``name``, or the deprecated ``old`` spelling's (printing a note that
+    ``old`` is deprecated, with ``why``); both given and different is a
+    :class:`~shopping_companion.errors.ConfigError`."""
+    if alias is None:
+        return value
+    console.print(f"[yellow]note:[/] {old} is deprecated; use {name}{why}", soft_wrap=True)
+    if value is not None and Path(value) != Path(alias):
+        raise ConfigError(f"{name} {value} and {old} {alias} disagree; give {name} only")
+    return alias
 
 
 def sets_of(values: Optional[list[str]]) -> list[str]:

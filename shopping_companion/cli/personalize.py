@@ -21,34 +21,9 @@ import typer
 
 from shopping_companion.cli.common import Flag, console, flag_command, flag_names, new_app, option
 from shopping_companion.errors import ConfigError
+from shopping_companion.personalization.llmjson import openai_chat
 
 app = new_app(help="Personalised multi-agent RAG over Amazon Reviews 2023 (Personalization Matters).")
-
-
-def _endpoint(
-    model: Optional[str],
-    base_url: Optional[str],
-    api_key_env: str,
-    option: str,
-    *,
-    ping: bool = True,
-    timeout_s: float = 120.0,
-    max_retries: int = 3,
-) -> Any:
-    """An OpenAI-compatible backend; with ``ping`` an endpoint that cannot be reached is a
-    :class:`~shopping_companion.errors.BackendError` naming ``option`` at once."""
-    from shopping_companion.assembly.endpoints import check_reachable
-    from shopping_companion.llm.openai_backend import OpenAIBackend
-
-    backend = OpenAIBackend(
-        model=model or "",
-        base_url=base_url,
-        api_key_env=api_key_env,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        send_top_k=False,
-    )
-    return check_reachable(backend, option) if ping else backend
 
 
 # --------------------------------------------------------------------------- build
@@ -143,14 +118,14 @@ def _build(
     if "llm" in (profile_builder, query_generator):
         if not llm_model:
             raise ConfigError("--llm-model: required with --profile-builder llm or --query-generator llm")
-        asker = JSONAsker(_endpoint(llm_model, llm_base_url, llm_api_key_env, "--llm-base-url"))
+        asker = JSONAsker(openai_chat(llm_model, llm_base_url, llm_api_key_env, "--llm-base-url"))
     pb = LLMProfileBuilder(asker) if profile_builder == "llm" else RuleProfileBuilder()
     qg = LLMQueryGenerator(asker) if query_generator == "llm" else TemplateQueryGenerator(cfg.seed)
     describe = None
     if vlm_model:
         from shopping_companion.personalization.vision import describe_images
 
-        vb = _endpoint(vlm_model, vlm_base_url, llm_api_key_env, "--vlm-base-url")
+        vb = openai_chat(vlm_model, vlm_base_url, llm_api_key_env, "--vlm-base-url")
         describe = lambda items: describe_images(items, vb)  # noqa: E731
     man = build_dataset(
         cfg, data, out, profile_builder=pb, query_generator=qg, describe=describe, progress=lambda s: typer.echo(s)
@@ -213,7 +188,7 @@ def _run(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> 
     cfg = load_run_config(config, sets, overrides, names=flag_names(RUN_FLAGS))
     if cfg.roles == "llm":
         engine: Any = LLMRoles(
-            _endpoint(
+            openai_chat(
                 cfg.model,
                 cfg.base_url,
                 cfg.api_key_env,
@@ -273,55 +248,6 @@ flag_command(
 )
 
 
-# --------------------------------------------------------------------------- eval
+from shopping_companion.cli.personalize_eval import eval_cmd  # noqa: E402 - judge the dialogues, write the report
 
-
-@app.command("eval")
-def eval_cmd(
-    run_dir: Path = typer.Option(..., "--run", metavar="DIR", help="Run directory of `personalize run`."),
-    dataset: Path = typer.Option(..., metavar="DIR", help="Dataset directory."),
-    judge_model: Optional[str] = typer.Option(
-        None,
-        metavar="NAME",
-        help="Judge model (OpenAI-compatible endpoint); omitted: the judge is reported as not run.",
-    ),
-    judge_base_url: Optional[str] = typer.Option(None, metavar="URL", help="Judge endpoint."),
-    second_judge_model: Optional[str] = typer.Option(
-        None, metavar="NAME", help="A second judge for agreement (Table 10)."
-    ),
-    second_judge_base_url: Optional[str] = typer.Option(None, metavar="URL", help="Endpoint of the second judge."),
-    api_key_env: str = option(
-        "OPENAI_API_KEY", metavar="VAR", help="Variable holding the API key (default OPENAI_API_KEY)."
-    ),
-    concurrency: int = option(4, min=1, metavar="N", help="Judge calls in flight (default 4)."),
-) -> None:
-    """Judge the dialogues (when an endpoint is given) and write report.md, parquet and PNGs."""
-    from shopping_companion.errors import BackendError, JudgeFailedError
-    from shopping_companion.paths import cache_dir
-    from shopping_companion.personalization.judge import TrajectoryJudge
-    from shopping_companion.personalization.llmjson import JSONAsker
-    from shopping_companion.personalization.report import judge_run, read_judgments, write_report
-
-    paths = []
-    for m, u, url_flag in (
-        (judge_model, judge_base_url, "--judge-base-url"),
-        (second_judge_model, second_judge_base_url, "--second-judge-base-url"),
-    ):
-        if not m:
-            continue
-        asker = JSONAsker(
-            _endpoint(m, u, api_key_env, url_flag, ping=False), cache_path=cache_dir() / "personalization_judge.sqlite"
-        )
-        try:
-            jp = judge_run(run_dir, dataset, TrajectoryJudge(asker), tag=m, concurrency=concurrency)
-        except BackendError as e:  # judge_run pings the endpoint only when dialogues are left to judge
-            raise BackendError(f"{url_flag}: {e}") from None
-        js = list(read_judgments(jp).values())
-        if js and all(j.get("error") for j in js):
-            raise JudgeFailedError(
-                f"judge {m}: all {len(js)} judgments failed (first: {str(js[0]['error'])[:300]}); "
-                f"check {url_flag} / the API key; a rerun retries them"
-            )
-        paths.append(jp)
-    rp = write_report(run_dir, dataset, paths or None)
-    typer.echo(f"report: {rp}")
+app.command("eval")(eval_cmd)

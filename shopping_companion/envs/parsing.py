@@ -49,14 +49,24 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shopping_companion.envs.answers import MAX_PREFERENCES, REC_ID_CHARS, extract_rec_ids, parse_preferences
+from shopping_companion.envs.protocol_values import (
+    STRICT_DECODER,
+    ArgumentLimits,
+    as_text,
+    bound_and_clean,
+    clean_text,
+    json_error,
+    snippet,
+    strict_json_loads,
+)
 from shopping_companion.llm.base import StructuredToolCall
-from shopping_companion.types import FormatFlags, Preference, ToolCall
+from shopping_companion.types import FormatFlags, ToolCall
 
 __all__ = [
     "ArgumentLimits",
@@ -70,115 +80,21 @@ __all__ = [
     "format_tool_call",
     "REC_ID_CHARS",
     "split_thinking",
+    "MAX_PREFERENCES",
+    "bound_and_clean",
+    "strict_json_loads",
 ]
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 
-#: Characters allowed in a product id inside a ``@REC::…@`` marker.
-REC_ID_CHARS = r"A-Za-z0-9:_.\-"
-_REC_OK = re.compile(r"@REC::([" + REC_ID_CHARS + r"]+)@")
-_REC_START = re.compile(r"@rec", re.IGNORECASE)
-
 _THINK_TAG = re.compile(r"</?think>")
 _ANSWER_TAG = re.compile(r"</?answer>")
 _TOOL_TAG = re.compile(r"</?tool_call>")
 
-_MAX_SNIPPET = 80
-
 #: The prefix of the format error for tool calls found only in the reasoning channel.
 REASONING_CALL_ERROR = "tool_call_in_reasoning"
-
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def clean_text(text: Any) -> str:
-    """Any value as ``str`` without lone UTF-16 surrogates (each replaced by U+FFFD).
-
-    ``None`` is ``""``; bytes are decoded as UTF-8 with replacement; other objects go through
-    ``str()`` (``""`` when that fails). Never raises. Such a string always encodes to UTF-8, so
-    ``json.dumps(..., ensure_ascii=False).encode("utf-8")`` and pydantic's JSON writer accept it."""
-    if text is None:
-        return ""
-    if isinstance(text, (bytes, bytearray, memoryview)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        try:
-            text = str(text)
-        except Exception:
-            return ""
-    return _SURROGATES.sub("\ufffd", text) if _SURROGATES.search(text) else text
-
-
-class ArgumentLimits(BaseModel):
-    """Bounds on the decoded ``arguments`` object of one tool call (``EnvConfig`` sets them).
-
-    ``max_depth``: nesting levels of objects/lists, the arguments object itself being level 1
-    (``{"ids": ["a"]}`` is 2), 1..64, default 16. ``max_chars``: length in characters of the
-    arguments' compact JSON encoding, >= 64, default 65,536 (64 KiB). ``max_items``: the number of
-    list elements plus object entries over the whole arguments value, >= 1, default 1,000. A call
-    over a limit is not run; its error names the limit (by its ``EnvConfig`` field) and value.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    max_depth: int = Field(default=16, ge=1, le=64)
-    max_chars: int = Field(default=65_536, ge=64)
-    max_items: int = Field(default=1_000, ge=1)
-
-
-_DEFAULT_LIMITS = ArgumentLimits()
-
-
-def bound_and_clean(
-    value: dict[str, Any], limits: ArgumentLimits | None = None
-) -> tuple[dict[str, Any] | None, str | None]:
-    """Check decoded ``arguments`` against ``limits`` and clean every key and string.
-
-    Returns ``(cleaned, None)`` or ``(None, error)``: the error names the limit
-    (``max_tool_arg_depth``, ``max_tool_arg_items``, ``max_tool_arg_chars``) and its value.
-    Non-finite numbers (JSON ``1e400`` decodes to infinity) are also an error. Iterative, so any
-    depth is safe. Never raises."""
-    lim = limits or _DEFAULT_LIMITS
-    try:
-        stack: list[tuple[Any, int]] = [(value, 1)]
-        items = 0
-        while stack:
-            node, depth = stack.pop()
-            if isinstance(node, (dict, list)):
-                if depth > lim.max_depth:
-                    return None, (
-                        f"arguments nest more than {lim.max_depth} levels deep (limit "
-                        f"max_tool_arg_depth = {lim.max_depth}); use a flat JSON object"
-                    )
-                items += len(node)
-                if items > lim.max_items:
-                    return None, (
-                        f"arguments hold more than {lim.max_items} items (list elements and object "
-                        f"entries; limit max_tool_arg_items = {lim.max_items})"
-                    )
-                children = node.values() if isinstance(node, dict) else node
-                stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, float)))
-            elif isinstance(node, float) and not math.isfinite(node):
-                return None, "arguments hold a number out of range (not a finite number)"
-        cleaned = _clean_value(value)
-        size = len(json.dumps(cleaned, ensure_ascii=False, separators=(",", ":")))
-        if size > lim.max_chars:
-            return None, (f"arguments are {size} characters long as JSON (limit max_tool_arg_chars = {lim.max_chars})")
-        return cleaned, None
-    except Exception as e:  # pragma: no cover - defensive: the parser must be total
-        return None, f"arguments could not be checked ({type(e).__name__})"
-
-
-def _clean_value(v: Any) -> Any:
-    """A copy of a decoded JSON value with every string (and key) cleaned (depth already bounded)."""
-    if isinstance(v, str):
-        return clean_text(v)
-    if isinstance(v, dict):
-        return {clean_text(k): _clean_value(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_clean_value(x) for x in v]
-    return v
 
 
 class ParsedAction(BaseModel):
@@ -233,51 +149,8 @@ class ParsedAction(BaseModel):
 # --------------------------------------------------------------------------- helpers
 
 
-class _NonStandardConstant(ValueError):
-    """Raised by the strict decoder for ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON)."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise _NonStandardConstant(f"non-standard JSON constant {name} (strict JSON has no NaN, Infinity or -Infinity)")
-
-
-#: The one decoder of the protocol: standard JSON only (Python's ``json`` accepts NaN/Infinity).
-_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
 _WS = re.compile(r"\s*")
 _FENCE_OPEN = re.compile(r"```[a-zA-Z]*\s*")
-
-
-def strict_json_loads(s: str) -> Any:
-    """``json.loads`` for the protocol: strict JSON (``NaN``/``Infinity`` raise ``ValueError``).
-    Raises ``json.JSONDecodeError`` / ``ValueError`` / ``RecursionError`` like ``json.loads``."""
-    return _STRICT.decode(s)
-
-
-def _json_error(e: BaseException) -> str:
-    if isinstance(e, json.JSONDecodeError):
-        return f"{e.msg} at line {e.lineno} column {e.colno} (char {e.pos})"
-    if isinstance(e, RecursionError):
-        return "nested too deeply"
-    return str(e)
-
-
-def _snippet(s: str, n: int = _MAX_SNIPPET) -> str:
-    s = s.strip().replace("\n", "\\n")
-    return s if len(s) <= n else s[:n] + "…"
-
-
-def _as_text(text: Any) -> str:
-    """Coerce any input to ``str`` (bytes are decoded with replacement; None is empty)."""
-    if text is None:
-        return ""
-    if isinstance(text, str):
-        return text
-    if isinstance(text, (bytes, bytearray, memoryview)):
-        return bytes(text).decode("utf-8", errors="replace")
-    try:
-        return str(text)
-    except Exception:  # pragma: no cover - pathological __str__
-        return ""
 
 
 def _json_block_spans(text: str) -> list[tuple[int, int]]:
@@ -387,7 +260,7 @@ def _decode_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         try:
             val = strict_json_loads(raw)
         except (ValueError, RecursionError) as e:
-            return None, f'"arguments" is a string but not valid JSON: {_json_error(e)}'
+            return None, f'"arguments" is a string but not valid JSON: {json_error(e)}'
         if isinstance(val, dict):
             return val, None
         return None, f'"arguments" must be a JSON object, got a string holding {type(val).__name__}'
@@ -408,7 +281,7 @@ def _call_from_obj(obj: Any) -> tuple[tuple[str, dict[str, Any]] | None, str | N
     if name is None:
         return None, 'missing "name"'
     if not isinstance(name, str) or not name.strip():
-        return None, f'"name" must be a non-empty string, got {_snippet(json.dumps(name, default=str))}'
+        return None, f'"name" must be a non-empty string, got {snippet(json.dumps(name, default=str))}'
     raw_args = obj["arguments"] if "arguments" in obj else obj.get("parameters")
     args, err = _decode_arguments(raw_args)
     if err is not None or args is None:
@@ -444,7 +317,7 @@ def _parse_block(body: str) -> tuple[list[tuple[str, dict[str, Any]]], str | Non
     try:
         obj = strict_json_loads(s)
     except (ValueError, RecursionError) as e:
-        return [], f"invalid JSON in <tool_call>: {_json_error(e)}; got {_snippet(s)!r}"
+        return [], f"invalid JSON in <tool_call>: {json_error(e)}; got {snippet(s)!r}"
     return _calls_from_value(obj)
 
 
@@ -464,7 +337,7 @@ def _read_block(text: str, start: int) -> tuple[int, Any] | None:
     if p >= n or text.startswith(TOOL_CLOSE, p):
         return None
     try:
-        obj, e = _STRICT.raw_decode(text, p)
+        obj, e = STRICT_DECODER.raw_decode(text, p)
     except (ValueError, RecursionError):
         return None
     q = _WS.match(text, e).end()  # type: ignore[union-attr]
@@ -486,7 +359,7 @@ def _decoded_end(text: str, start: int) -> int:
     if not text.startswith(("{", "["), p):
         return start
     try:
-        return _STRICT.raw_decode(text, p)[1]
+        return STRICT_DECODER.raw_decode(text, p)[1]
     except (ValueError, RecursionError):
         return start
 
@@ -540,7 +413,7 @@ def _extract_tool_blocks(text: str) -> tuple[list[tuple[str, dict[str, Any]]], l
         j = text.find(TOOL_CLOSE, _decoded_end(text, start))
         if j == -1:
             errors.append(
-                f"tool-call block #{block}: unclosed {TOOL_OPEN} (no {TOOL_CLOSE}); got {_snippet(text[start:])!r}"
+                f"tool-call block #{block}: unclosed {TOOL_OPEN} (no {TOOL_CLOSE}); got {snippet(text[start:])!r}"
             )
             pos = n
             break
@@ -663,7 +536,7 @@ def parse_action(
     try:
         return _parse_action(text, structured, call_id_prefix, reasoning, limits)
     except Exception as e:  # pragma: no cover - defensive: the parser must be total
-        msg = f"internal parser error: {type(e).__name__}: {_snippet(str(e))}"
+        msg = f"internal parser error: {type(e).__name__}: {snippet(str(e))}"
         cid = f"{call_id_prefix if isinstance(call_id_prefix, str) and call_id_prefix else 'call'}-invalid0"
         return ParsedAction(think_ok=False, tool_json_ok=False, tool_errors=[msg], tool_error_ids=[cid], errors=[msg])
 
@@ -675,8 +548,8 @@ def _parse_action(
     reasoning: Any = None,
     limits: ArgumentLimits | None = None,
 ) -> ParsedAction:
-    text = clean_text(_as_text(text))
-    prefix = clean_text(_as_text(call_id_prefix)) or "call"
+    text = clean_text(as_text(text))
+    prefix = clean_text(as_text(call_id_prefix)) or "call"
     think_ok, spans, outside, think_errors = split_thinking(text)
     raw_calls, raw_pos, tool_errors, block_pos, no_tools = _extract_tool_blocks(outside)
     # bound and clean decoded arguments: a call over a limit is kept with {} and its error
@@ -709,9 +582,9 @@ def _parse_action(
     holders: list[tuple[str, int, str, str]] = []
     for k, sc in enumerate(structured or []):
         try:
-            name = _as_text(getattr(sc, "name", "")).strip()
+            name = as_text(getattr(sc, "name", "")).strip()
             raw_args = getattr(sc, "arguments", None)
-            sid = _as_text(getattr(sc, "id", "")).strip()
+            sid = as_text(getattr(sc, "id", "")).strip()
         except Exception as e:  # pragma: no cover - defensive
             tool_errors.append(f"structured tool call #{k}: unreadable ({type(e).__name__})")
             error_ids.append(None)
@@ -786,7 +659,7 @@ def _parse_action(
     n_reasoning = 0
     reasoning_errors: list[str] = []
     if reasoning is not None and not calls and not tool_errors and answer is None:
-        n_reasoning = clean_text(_as_text(reasoning)).count(TOOL_OPEN)
+        n_reasoning = clean_text(as_text(reasoning)).count(TOOL_OPEN)
         if n_reasoning:
             reasoning_errors.append(
                 f"{REASONING_CALL_ERROR}: {n_reasoning} tool call(s) were written in the reasoning "
@@ -817,211 +690,6 @@ def _canon(args: dict[str, Any]) -> str:
         return json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
     except Exception:  # pragma: no cover - defensive
         return repr(args)
-
-
-def extract_rec_ids(answer: str | None) -> tuple[list[str], list[str]]:
-    """Product ids in ``@REC::product_id@`` markers, and malformed markers. Never raises.
-
-    A well-formed marker is ``@REC::`` + one or more of ``A-Z a-z 0-9 : _ . -`` + ``@``. Every
-    other occurrence of ``@REC`` (any case) is malformed, e.g. ``@REC::@`` (empty id), ``@REC:id@``
-    (single colon), ``@rec::id@`` (lower case), ``@REC::two words@`` or an unterminated
-    ``@REC::id``; it is reported as the marker text up to its closing ``@`` (or 40 characters).
-    Ids are deduplicated preserving first-occurrence order.
-    """
-    try:
-        text = _as_text(answer)
-        ids: list[str] = []
-        malformed: list[str] = []
-        for m in _REC_START.finditer(text):
-            ok = _REC_OK.match(text, m.start())
-            if ok is not None:
-                pid = ok.group(1)
-                if pid not in ids:
-                    ids.append(pid)
-                continue
-            end = text.find("@", m.end())
-            stop = min(end + 1 if end != -1 else len(text), m.start() + 40)
-            malformed.append(text[m.start() : stop])
-        return ids, malformed
-    except Exception as e:  # pragma: no cover - defensive
-        return [], [f"internal error: {type(e).__name__}"]
-
-
-_POLARITY = {
-    "want": "want",
-    "wants": "want",
-    "like": "want",
-    "likes": "want",
-    "prefer": "want",
-    "prefers": "want",
-    "positive": "want",
-    "+": "want",
-    "yes": "want",
-    "avoid": "avoid",
-    "avoids": "avoid",
-    "dislike": "avoid",
-    "dislikes": "avoid",
-    "negative": "avoid",
-    "not": "avoid",
-    "no": "avoid",
-    "-": "avoid",
-}
-
-
-def _scalar_text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, (int, float, str)):
-        s = clean_text(str(v)).strip()
-        return s or None
-    return None
-
-
-def _json_candidates(s: str) -> list[str]:
-    """The texts to try decoding: a fenced block's content, the whole text, the outermost {...}/[...]."""
-    out: list[str] = []
-    m = re.search(r"```[a-zA-Z]*\s*\n?(.*?)```", s, re.DOTALL)
-    if m:
-        out.append(m.group(1).strip())
-    out.append(s.strip())
-    for o, c in ("{}", "[]"):
-        i, j = s.find(o), s.rfind(c)
-        if i != -1 and j > i:
-            out.append(s[i : j + 1])
-    return out
-
-
-#: Most preferences a stage-1 answer may list (more makes the answer invalid).
-MAX_PREFERENCES = 200
-
-
-def parse_preferences(answer: str | None) -> tuple[list[Preference], str | None]:
-    """Parse a stage-1 answer into preferences. Returns ``(prefs, None)`` or ``([], error)``.
-
-    The answer is strict JSON (``NaN``/``Infinity`` are invalid), optionally inside a Markdown
-    ```json fence or surrounded by prose (the first fenced block, else the whole text, else the
-    outermost ``{…}`` / ``[…]`` is decoded).
-    Accepted shapes:
-
-    - ``{"preferences": [item, ...]}`` or a bare list ``[item, ...]`` where an item is
-      ``{"attribute": str, "value": str | number | list, "polarity"?: "want"|"avoid", "slot"?: int}``
-      (``key``/``name`` are aliases of ``attribute``; ``product``/``product_index`` of ``slot``);
-    - a flat object ``{"colour": "navy", "size": ["M", "L"]}`` (nested objects are flattened
-      one level: ``{"shirt": {"colour": "navy"}}`` → colour=navy).
-
-    A list value yields one preference per element. Polarity words: want/like/prefer/positive →
-    ``want``; avoid/dislike/negative/not/no → ``avoid``; missing → ``want``; anything else makes the
-    item invalid. Items without attribute or value are skipped; if every item of a non-empty list is
-    invalid the whole answer is invalid. ``{"preferences": []}`` is valid and empty. An answer
-    with more than :data:`MAX_PREFERENCES` preferences (after list values are expanded) is invalid:
-    no real user has that many, and judging them is quadratic in their number.
-    """
-    try:
-        prefs, err = _parse_preferences(answer)
-        if err is None and len(prefs) > MAX_PREFERENCES:
-            return [], (
-                f"{len(prefs)} preferences in the answer; at most {MAX_PREFERENCES} are read "
-                "(list the user's preferences, not every possible value)"
-            )
-        return prefs, (None if err is None else clean_text(err))
-    except Exception as e:  # pragma: no cover - defensive
-        return [], f"internal error while parsing preferences: {type(e).__name__}"
-
-
-def _parse_preferences(answer: Any) -> tuple[list[Preference], str | None]:
-    text = _as_text(answer)
-    if not text.strip():
-        return [], "empty answer: expected a JSON list of preferences"
-    obj: Any = None
-    last_err = "no JSON found"
-    for cand in _json_candidates(text):
-        try:
-            obj = strict_json_loads(cand)
-            break
-        except (ValueError, RecursionError) as e:
-            last_err = _json_error(e)
-    else:
-        return [], f"answer is not valid JSON: {last_err}"
-
-    items: list[Any]
-    wrapped = isinstance(obj, dict) and "preferences" in obj  # {"preferences": [...] or {...}}
-    if wrapped:
-        obj = obj["preferences"]
-    if isinstance(obj, list):
-        items = obj
-    elif isinstance(obj, dict):
-        items = _flat_items(obj)
-    elif wrapped:
-        return [], f'"preferences" must be a list, got {type(obj).__name__}'
-    else:
-        return [], f"answer JSON must be an object or a list, got {type(obj).__name__}"
-
-    prefs: list[Preference] = []
-    problems: list[str] = []
-    for k, it in enumerate(items):
-        got, err = _item_prefs(it)
-        if err:
-            problems.append(f"item {k}: {err}")
-        prefs.extend(got)
-    if items and not prefs:
-        return [], "no valid preference in the answer (" + "; ".join(problems[:3]) + ")"
-    return prefs, None
-
-
-def _flat_items(d: dict[str, Any]) -> list[Any]:
-    items: list[Any] = []
-    for k, v in d.items():
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
-                items.append({"attribute": k2, "value": v2})
-        else:
-            items.append({"attribute": k, "value": v})
-    return items
-
-
-def _item_prefs(it: Any) -> tuple[list[Preference], str | None]:
-    if not isinstance(it, dict):
-        return [], f"expected an object, got {type(it).__name__}"
-    attr = None
-    for key in ("attribute", "key", "name"):
-        attr = _scalar_text(it.get(key))
-        if attr:
-            break
-    if not attr:
-        return [], 'missing "attribute"'
-    raw_val = it.get("value", it.get("values"))
-    vals = raw_val if isinstance(raw_val, list) else [raw_val]
-    texts = [t for t in (_scalar_text(v) for v in vals) if t]
-    if not texts:
-        return [], f'attribute {attr!r}: missing or empty "value"'
-    pol_raw = it.get("polarity")
-    if pol_raw is None:
-        polarity = "want"
-    else:
-        polarity = _POLARITY.get(str(pol_raw).strip().lower(), "")
-        if not polarity:
-            return [], f"attribute {attr!r}: unknown polarity {_snippet(str(pol_raw))!r}"
-    slot_raw = it.get("slot", it.get("product_index", it.get("product")))
-    slot = 0
-    if slot_raw is not None:
-        # an integer, or a string / whole float holding one ("1", 1.0); not true/false, 1.9 or 1e400
-        ok = not isinstance(slot_raw, bool)
-        try:
-            as_float = float(slot_raw) if ok else 0.0
-            ok = ok and as_float == as_float and abs(as_float) < 1e6 and as_float == int(as_float)
-            slot = int(as_float) if ok else 0
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if not ok:
-            return (
-                [],
-                f"attribute {attr!r}: slot must be an integer (0 for the first product), got {_snippet(str(slot_raw))!r}",
-            )
-        if slot < 0:
-            return [], f"attribute {attr!r}: slot must be >= 0"
-    return [Preference(slot=slot, attribute=attr, value=t, polarity=polarity) for t in texts], None  # type: ignore[arg-type]
 
 
 def format_flags(parsed: ParsedAction) -> FormatFlags:

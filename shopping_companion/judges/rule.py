@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shopping_companion.judges.base import no_answer_verdict
-from shopping_companion.judges.matching import ProductReader, ValueMatcher, default_matcher, default_reader
+from shopping_companion.judges.matching import ProductReader, ResolvedKey, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
 from shopping_companion.judges.matching.values import split_gloss, split_negation, yes_no
 from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
@@ -280,6 +280,112 @@ def _is_attribute_value(value: str) -> bool:
     return len(tokens(value)) <= MAX_VALUE_WORDS and not _SENTENCE.search(value.strip())
 
 
+def _max_matching(adj: list[list[int]]) -> dict[int, int]:
+    """A maximum bipartite matching (augmenting paths): ``adj[i]`` lists the answers gold ``i`` may
+    match, in order of preference; returns ``{answer: gold}``."""
+    owner: dict[int, int] = {}
+
+    def augment(i: int, seen: set[int]) -> bool:
+        for j in adj[i]:
+            if j in seen:
+                continue
+            seen.add(j)
+            if j not in owner or augment(owner[j], seen):
+                owner[j] = i
+                return True
+        return False
+
+    for i in range(len(adj)):
+        augment(i, set())
+    return owner
+
+
+def _uncertain_misses(
+    out: Stage1Match,
+    gold: list[Preference],
+    identified: list[Preference],
+    owner: dict[int, int],
+    slot: Callable[[Preference], int],
+    eq3: Callable[[int, int], tuple[bool, str | None]],
+) -> None:
+    """Mark in ``out`` each missed gold preference that an unmatched, not confidently spurious answer
+    of its slot may state (``eq3`` gives a doubt): ``unsure_gold`` and ``candidates``."""
+    # a gold preference missed while an answer preference the lexicon could not compare with it
+    # (an unknown key, a value outside the vocabulary) may state it: an uncertain miss
+    confident_spurious = {j for j, _ in out.spurious if j not in out.unsure_answer}
+    open_answers = [(j, slot(q)) for j, q in enumerate(identified) if j not in owner and j not in confident_spurious]
+    for i, g in enumerate(gold):
+        if out.matches[i] is not None or not open_answers:
+            continue
+        cands = []
+        gs = slot(g)
+        for j, qs in open_answers:
+            if qs != gs:
+                continue
+            doubt = eq3(i, j)[1]
+            if doubt is not None:
+                cands.append(j)
+                out.unsure_gold.setdefault(i, doubt)
+        if cands:
+            out.candidates[i] = cands
+
+
+def _names_one_quantity(
+    m: ValueMatcher, gold: list[Preference], gkeys: list[ResolvedKey], i: int, value: str, single: bool
+) -> bool:
+    """``value`` is a quantity of a dimension that names one property (a volume, a mass, a
+    storage size) and gold preference ``i`` (of ``gold``, keys ``gkeys``) is the only one of its
+    slot on a quantity key of that dimension (every preference is slot 0 when ``single``)."""
+    spec = gkeys[i].spec
+    if spec is None or spec.kind != "quantity":
+        return False
+    c = m.parse(gkeys[i], value).constraint
+    if c is None:
+        return False
+    dim = next((d for d in spec.dimension or () if _ONE_PROPERTY_DIMS.get(d) == c.dim), None)
+    if dim is None:
+        return False
+    return not any(
+        k != i
+        and (single or gold[k].slot == gold[i].slot)
+        and gkeys[k].spec is not None
+        and gkeys[k].spec.kind == "quantity"
+        and dim in (gkeys[k].spec.dimension or ())
+        for k in range(len(gold))
+    )
+
+
+def _compat(
+    m: ValueMatcher, gold: list[Preference], gkeys: list[ResolvedKey], qk: ResolvedKey, value: str, i: int, single: bool
+) -> tuple[bool, str | None]:
+    """(same attribute, doubt): doubt ``unknown_key`` when a key the lexicon does not know
+    keeps the answer (key ``qk``, ``value``) from being read as a value of gold preference ``i``."""
+    gk = gkeys[i]
+    if gk.same_key(qk):
+        return True, None
+    vocab = m.vocab_for(gk)
+    if qk.known:
+        own = m.vocab_for(qk)
+        if (
+            qk.kind != "quantity"
+            and not (own is not None and own.find(value))
+            and _names_one_quantity(m, gold, gkeys, i, value, single)
+        ):
+            return True, None  # "size: max 0.5 oz" for capacity: the unit names the property
+        if vocab is not None and vocab.lookup(value) is not None and (own is None or not own.find(value)):
+            # "finish: white", "strap: non-leather" for strap material: a value its own key
+            # cannot hold (or has no vocabulary to say), exactly one of the gold's — a misnamed
+            # attribute or another property: not for the rules to say
+            return False, "value_outside_vocabulary"
+        return False, None if gk.known else "unknown_key"
+    if vocab is not None:
+        if vocab.lookup(value) is not None:
+            return True, None
+        if not vocab.find(value) and m.names_other_property(gk, value):
+            return False, None  # exactly a value of another vocabulary or another dimension
+    return False, "unknown_key"
+
+
 def match_preferences(
     task: Task,
     identified: list[Preference],
@@ -305,53 +411,6 @@ def match_preferences(
     gkeys = [m.key(g.attribute) for g in gold]
     ikeys = [m.key(q.attribute) for q in identified]
 
-    def compat(i: int, j: int) -> tuple[bool, str | None]:
-        """(same attribute, doubt): doubt ``unknown_key`` when a key the lexicon does not know
-        keeps the answer from being read as a value of the gold attribute."""
-        gk, qk = gkeys[i], ikeys[j]
-        if gk.same_key(qk):
-            return True, None
-        vocab = m.vocab_for(gk)
-        value = identified[j].value
-        if qk.known:
-            own = m.vocab_for(qk)
-            if qk.kind != "quantity" and not (own is not None and own.find(value)) and _names_one_quantity(i, value):
-                return True, None  # "size: max 0.5 oz" for capacity: the unit names the property
-            if vocab is not None and vocab.lookup(value) is not None and (own is None or not own.find(value)):
-                # "finish: white", "strap: non-leather" for strap material: a value its own key
-                # cannot hold (or has no vocabulary to say), exactly one of the gold's — a misnamed
-                # attribute or another property: not for the rules to say
-                return False, "value_outside_vocabulary"
-            return False, None if gk.known else "unknown_key"
-        if vocab is not None:
-            if vocab.lookup(value) is not None:
-                return True, None
-            if not vocab.find(value) and m.names_other_property(gk, value):
-                return False, None  # exactly a value of another vocabulary or another dimension
-        return False, "unknown_key"
-
-    def _names_one_quantity(i: int, value: str) -> bool:
-        """``value`` is a quantity of a dimension that names one property (a volume, a mass, a
-        storage size) and gold preference ``i`` is the only one of its slot on a quantity key of
-        that dimension."""
-        spec = gkeys[i].spec
-        if spec is None or spec.kind != "quantity":
-            return False
-        c = m.parse(gkeys[i], value).constraint
-        if c is None:
-            return False
-        dim = next((d for d in spec.dimension or () if _ONE_PROPERTY_DIMS.get(d) == c.dim), None)
-        if dim is None:
-            return False
-        return not any(
-            k != i
-            and slot(gold[k]) == slot(gold[i])
-            and gkeys[k].spec is not None
-            and gkeys[k].spec.kind == "quantity"
-            and dim in (gkeys[k].spec.dimension or ())
-            for k in range(len(gold))
-        )
-
     eq_cache: dict[tuple[int, int], tuple[bool, str | None]] = {}
 
     def eq3(i: int, j: int) -> tuple[bool, str | None]:
@@ -360,7 +419,7 @@ def match_preferences(
         k = (i, j)
         hit = eq_cache.get(k)
         if hit is None:
-            ok, doubt = compat(i, j)
+            ok, doubt = _compat(m, gold, gkeys, ikeys[j], identified[j].value, i, single)
             if ok:
                 d = m.compare(gkeys[i], gold[i].value, identified[j].value)
                 hit = (d.holds, None if d.explicit else "value_outside_vocabulary")
@@ -377,20 +436,7 @@ def match_preferences(
         adj.append(
             [j for j, q in enumerate(identified) if slot(q) == slot(g) and q.polarity == g.polarity and eq(i, j)]
         )
-    owner: dict[int, int] = {}
-
-    def augment(i: int, seen: set[int]) -> bool:
-        for j in adj[i]:
-            if j in seen:
-                continue
-            seen.add(j)
-            if j not in owner or augment(owner[j], seen):
-                owner[j] = i
-                return True
-        return False
-
-    for i in range(len(gold)):
-        augment(i, set())
+    owner = _max_matching(adj)
     matches: list[int | None] = [None] * len(gold)
     for j, i in owner.items():
         matches[i] = j
@@ -425,7 +471,7 @@ def match_preferences(
                     i
                     for s, i in sorted(gold_keys)
                     if s == slot(q)
-                    and (gkeys[i].same_key(qk) or (not qk.known and compat(i, j)[0]))
+                    and (gkeys[i].same_key(qk) or (not qk.known and _compat(m, gold, gkeys, qk, q.value, i, single)[0]))
                     and (
                         q.polarity == "want"
                         or gold[i].polarity == "avoid"
@@ -466,24 +512,7 @@ def match_preferences(
             if doubt is not None:
                 out.unsure_answer[j] = doubt
 
-    # a gold preference missed while an answer preference the lexicon could not compare with it
-    # (an unknown key, a value outside the vocabulary) may state it: an uncertain miss
-    confident_spurious = {j for j, _ in out.spurious if j not in out.unsure_answer}
-    open_answers = [(j, slot(q)) for j, q in enumerate(identified) if j not in owner and j not in confident_spurious]
-    for i, g in enumerate(gold):
-        if matches[i] is not None or not open_answers:
-            continue
-        cands = []
-        gs = slot(g)
-        for j, qs in open_answers:
-            if qs != gs:
-                continue
-            doubt = eq3(i, j)[1]
-            if doubt is not None:
-                cands.append(j)
-                out.unsure_gold.setdefault(i, doubt)
-        if cands:
-            out.candidates[i] = cands
+    _uncertain_misses(out, gold, identified, owner, slot, eq3)
     return out
 
 

@@ -25,9 +25,36 @@ from shopping_companion.judges.llm import bounded_call, ReplyCache, ask_strict_j
 from shopping_companion.llm.base import ChatBackend, Sampling
 from shopping_companion.errors import JSONAskError  # noqa: F401 - re-exported
 
-__all__ = ["JSONAsker", "JSONAskError"]
+__all__ = ["JSONAsker", "JSONAskError", "openai_chat"]
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def openai_chat(
+    model: str | None,
+    base_url: str | None,
+    api_key_env: str,
+    option: str,
+    *,
+    ping: bool = True,
+    timeout_s: float = 120.0,
+    max_retries: int = 3,
+) -> Any:
+    """An OpenAI-compatible chat backend of ``model`` at ``base_url`` (key in ``$api_key_env``;
+    top-k not sent); with ``ping`` an endpoint that cannot be reached is a
+    :class:`~shopping_companion.errors.BackendError` naming the command-line ``option`` at once."""
+    from shopping_companion.assembly.endpoints import check_reachable
+    from shopping_companion.llm.openai_backend import OpenAIBackend
+
+    backend = OpenAIBackend(
+        model=model or "",
+        base_url=base_url,
+        api_key_env=api_key_env,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
+        send_top_k=False,
+    )
+    return check_reachable(backend, option) if ping else backend
 
 
 class JSONAsker:

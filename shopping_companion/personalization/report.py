@@ -169,43 +169,9 @@ def _paired_family(
     return rows
 
 
-def write_report(
-    run_dir: str | os.PathLike[str],
-    dataset_dir: str | os.PathLike[str],
-    judgments: list[str | os.PathLike[str]] | None = None,
-    latency: dict[str, float] | None = None,
-) -> Path:
-    """Write ``report.md``, parquet files and PNGs into ``run_dir`` (module docstring)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    run = Path(run_dir)
-    ds = Path(dataset_dir)
-    _check_inputs(run, ds)
-    manifest = json.loads((ds / "manifest.json").read_text()) if (ds / "manifest.json").exists() else {}
-    dialogues = [d for d in read_dialogues(run / "dialogues.jsonl")]
-    ident = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
-    jpaths = [Path(p) for p in (judgments or [])]
-    if not jpaths:
-        jpaths = sorted(run.glob("judgments*.jsonl"))
-    jsets = {p.stem: read_judgments(p) for p in jpaths}
-    main_j = next(iter(jsets.values()), {})
-    ok = [d for d in dialogues if not d.get("error")]
-    md: list[str] = ["# Personalised shopping RAG benchmark — report", ""]
-    md += ["Paper: *Personalization Matters* (Gao et al., 2026). Shapes of Tables 3, 4, 7, 8, 9, 11 and 6.", ""]
-    md += ["## Run identity", "", "```json", json.dumps(ident, indent=2), "```", ""]
-    if ident.get("engine_kind") == "extractive":
-        md += [
-            "**Role engine: extractive rule-based baseline (not a language model).** Replies are assembled from the "
-            "retrieved evidence by fixed rules; judge scores of such replies do not measure an LLM.",
-            "",
-        ]
-    md += [f"Dialogues: {len(dialogues)} ({len(dialogues) - len(ok)} with errors).", ""]
-
-    # dataset statistics
+def _dataset_section(manifest: dict[str, Any]) -> list[str]:
+    """Table 6: the dataset's statistics per category, its totals and image descriptions."""
+    md: list[str] = []
     cats = manifest.get("categories", {})
     md += ["## Dataset statistics per category (Table 6 shape)", ""]
     md.append(
@@ -248,14 +214,14 @@ def write_report(
         ),
         "",
     ]
+    return md
 
-    base = [d for d in ok if d["memory"] == "full"]
-    variants = [v for v in VARIANTS if any(d["variant"] == v for d in base)]
-    by_v = {v: [d for d in base if d["variant"] == v] for v in variants}
 
-    # Table 3
-    md += ["## Automatic evaluation (Table 3 shape)", ""]
-    by_metric: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+def _judge_section(
+    main_j: dict, variants: list[str], by_v: dict[str, list[dict]], by_metric: dict[str, dict[str, dict[str, float]]]
+) -> list[str]:
+    """Table 3: mean judge scores per variant; fills ``by_metric[metric][variant][case_id]``."""
+    md = ["## Automatic evaluation (Table 3 shape)", ""]
     if main_j:
         rows = []
         for m in JUDGE_METRICS + ("overall",):
@@ -279,9 +245,14 @@ def write_report(
             "--judge-model M --judge-base-url URL`).",
             "",
         ]
+    return md
 
-    # Table 4 + 9
-    md += ["## Retrieval accuracy (Table 4 shape) and target-ASIN retrieval (Table 9 shape)", ""]
+
+def _retrieval_section(
+    variants: list[str], by_v: dict[str, list[dict]], by_metric: dict[str, dict[str, dict[str, float]]]
+) -> list[str]:
+    """Tables 4 and 9: retrieval accuracy and SR@all per variant; fills ``by_metric['title_overlap']``."""
+    md = ["## Retrieval accuracy (Table 4 shape) and target-ASIN retrieval (Table 9 shape)", ""]
     rows = []
     for v in variants:
         ds_ = by_v[v]
@@ -326,9 +297,18 @@ def write_report(
         "Recommended SR@all: the same for the agent's final ranking a_t.",
         "",
     ]
+    return md
 
-    # Table 7 + latency
-    md += ["## Role calls per turn (Table 7 shape) and per-turn latency", ""]
+
+def _calls_section(
+    variants: list[str],
+    by_v: dict[str, list[dict]],
+    by_metric: dict[str, dict[str, dict[str, float]]],
+    main_j: dict,
+    latency: dict[str, float] | None,
+) -> list[str]:
+    """Table 7: role calls per turn, the judge average and turn latency per variant."""
+    md = ["## Role calls per turn (Table 7 shape) and per-turn latency", ""]
     rows = []
     for v in variants:
         turns = [t for d in by_v[v] for t in d["turns"]]
@@ -361,9 +341,12 @@ def write_report(
         )
     )
     md.append("")
+    return md
 
-    # Table 8
-    md += ["## Paired comparisons (Table 8 shape)", ""]
+
+def _paired_section(variants: list[str], by_metric: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """Table 8: paired Wilcoxon tests against the baseline (and Full vs Single), Holm-corrected."""
+    md = ["## Paired comparisons (Table 8 shape)", ""]
     comps = [(v, "baseline") for v in variants if v != "baseline" and "baseline" in variants]
     if "full" in variants and "single" in variants:
         comps.append(("full", "single"))
@@ -390,8 +373,12 @@ def write_report(
         )
     )
     md.append("")
+    return md
 
-    # Table 10
+
+def _agreement_section(jsets: dict[str, dict]) -> list[str]:
+    """Table 10: Spearman agreement of the first two judges (nothing with fewer)."""
+    md: list[str] = []
     if len(jsets) >= 2:
         md += ["## Agreement between judges (Table 10 shape)", ""]
         names = list(jsets)
@@ -411,8 +398,12 @@ def write_report(
             )
         )
         md += ["", f"{names[0]} vs {names[1]}.", ""]
+    return md
 
-    # Table 11
+
+def _memory_section(ok: list[dict], main_j: dict) -> list[str]:
+    """Table 11: the dialogue-memory ablation of Full (nothing with one memory mode)."""
+    md: list[str] = []
     abl = [d for d in ok if d["variant"] == "full"]
     mems = [m for m in ("full", "none", "summary", "top1") if any(d["memory"] == m for d in abl)]
     if len(mems) > 1:
@@ -444,13 +435,12 @@ def write_report(
             "and the recommended ranking can differ.",
             "",
         ]
+    return md
 
-    # example
-    if ok:
-        d = next((x for x in ok if x["variant"] == "full"), ok[0])
-        md += ["## Example dialogue", "", f"{d['case_id']} / {d['variant']} / memory={d['memory']}", ""]
-        for t in d["turns"][:3]:
-            md += [f"**User:** {t['query']}", "", f"**Assistant:** {t['reply'][:700]}", ""]
+
+def _write_parquet(run: Path, dialogues: list[dict], main_j: dict) -> None:
+    """``dialogues.parquet`` (with the main judge's scores) and ``turns.parquet`` in ``run``."""
+    import pandas as pd
 
     # parquet + plots
     rows_d = [{k: v for k, v in d.items() if k != "turns"} for d in dialogues]
@@ -476,35 +466,106 @@ def write_report(
         for t in d["turns"]
     ]
     pd.DataFrame(rows_t).to_parquet(run / "turns.parquet", index=False)
-    if variants:
+
+
+def _write_plots(
+    run: Path,
+    variants: list[str],
+    by_v: dict[str, list[dict]],
+    by_metric: dict[str, dict[str, dict[str, float]]],
+    main_j: dict,
+) -> None:
+    """``retrieval.png`` and, with judge scores, ``judge_scores.png`` in ``run``."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = range(len(variants))
+    sr = [len([d for d in by_v[v] if d["first_hit_turn"] is not None]) / max(1, len(by_v[v])) for v in variants]
+    acc = [_mean([float(d["retrieval_correct"]) for d in by_v[v]]) or 0 for v in variants]
+    ax.bar([i - 0.2 for i in x], sr, 0.4, label="SR@all (target ASIN in K^p)")
+    ax.bar([i + 0.2 for i in x], acc, 0.4, label="retrieval accuracy (title overlap > 0.3)")
+    ax.set_xticks(list(x), variants)
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(run / "retrieval.png", dpi=120)
+    plt.close(fig)
+    if main_j:
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        x = range(len(variants))
-        sr = [len([d for d in by_v[v] if d["first_hit_turn"] is not None]) / max(1, len(by_v[v])) for v in variants]
-        acc = [_mean([float(d["retrieval_correct"]) for d in by_v[v]]) or 0 for v in variants]
-        ax.bar([i - 0.2 for i in x], sr, 0.4, label="SR@all (target ASIN in K^p)")
-        ax.bar([i + 0.2 for i in x], acc, 0.4, label="retrieval accuracy (title overlap > 0.3)")
-        ax.set_xticks(list(x), variants)
-        ax.set_ylim(0, 1)
+        w = 0.8 / len(JUDGE_METRICS)
+        for k, m in enumerate(JUDGE_METRICS):
+            ax.bar(
+                [i + k * w for i in x],
+                [_mean(list(by_metric[m][v].values())) or 0 for v in variants],
+                w,
+                label=m.upper(),
+            )
+        ax.set_xticks([i + 0.3 for i in x], variants)
+        ax.set_ylim(0, 5)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(run / "retrieval.png", dpi=120)
+        fig.savefig(run / "judge_scores.png", dpi=120)
         plt.close(fig)
-        if main_j:
-            fig, ax = plt.subplots(figsize=(6, 3.5))
-            w = 0.8 / len(JUDGE_METRICS)
-            for k, m in enumerate(JUDGE_METRICS):
-                ax.bar(
-                    [i + k * w for i in x],
-                    [_mean(list(by_metric[m][v].values())) or 0 for v in variants],
-                    w,
-                    label=m.upper(),
-                )
-            ax.set_xticks([i + 0.3 for i in x], variants)
-            ax.set_ylim(0, 5)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            fig.savefig(run / "judge_scores.png", dpi=120)
-            plt.close(fig)
+
+
+def write_report(
+    run_dir: str | os.PathLike[str],
+    dataset_dir: str | os.PathLike[str],
+    judgments: list[str | os.PathLike[str]] | None = None,
+    latency: dict[str, float] | None = None,
+) -> Path:
+    """Write ``report.md``, parquet files and PNGs into ``run_dir`` (module docstring)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    run = Path(run_dir)
+    ds = Path(dataset_dir)
+    _check_inputs(run, ds)
+    manifest = json.loads((ds / "manifest.json").read_text()) if (ds / "manifest.json").exists() else {}
+    dialogues = [d for d in read_dialogues(run / "dialogues.jsonl")]
+    ident = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
+    jpaths = [Path(p) for p in (judgments or [])]
+    if not jpaths:
+        jpaths = sorted(run.glob("judgments*.jsonl"))
+    jsets = {p.stem: read_judgments(p) for p in jpaths}
+    main_j = next(iter(jsets.values()), {})
+    ok = [d for d in dialogues if not d.get("error")]
+    md: list[str] = ["# Personalised shopping RAG benchmark — report", ""]
+    md += ["Paper: *Personalization Matters* (Gao et al., 2026). Shapes of Tables 3, 4, 7, 8, 9, 11 and 6.", ""]
+    md += ["## Run identity", "", "```json", json.dumps(ident, indent=2), "```", ""]
+    if ident.get("engine_kind") == "extractive":
+        md += [
+            "**Role engine: extractive rule-based baseline (not a language model).** Replies are assembled from the "
+            "retrieved evidence by fixed rules; judge scores of such replies do not measure an LLM.",
+            "",
+        ]
+    md += [f"Dialogues: {len(dialogues)} ({len(dialogues) - len(ok)} with errors).", ""]
+
+    md += _dataset_section(manifest)
+
+    base = [d for d in ok if d["memory"] == "full"]
+    variants = [v for v in VARIANTS if any(d["variant"] == v for d in base)]
+    by_v = {v: [d for d in base if d["variant"] == v] for v in variants}
+
+    by_metric: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    md += _judge_section(main_j, variants, by_v, by_metric)
+    md += _retrieval_section(variants, by_v, by_metric)
+    md += _calls_section(variants, by_v, by_metric, main_j, latency)
+    md += _paired_section(variants, by_metric)
+    md += _agreement_section(jsets)
+    md += _memory_section(ok, main_j)
+
+    # example
+    if ok:
+        d = next((x for x in ok if x["variant"] == "full"), ok[0])
+        md += ["## Example dialogue", "", f"{d['case_id']} / {d['variant']} / memory={d['memory']}", ""]
+        for t in d["turns"][:3]:
+            md += [f"**User:** {t['query']}", "", f"**Assistant:** {t['reply'][:700]}", ""]
+
+    _write_parquet(run, dialogues, main_j)
+    if variants:
+        _write_plots(run, variants, by_v, by_metric, main_j)
         md += ["![retrieval](retrieval.png)", ""]
     rp = run / "report.md"
     rp.write_text("\n".join(md), encoding="utf-8")

@@ -745,6 +745,77 @@ def drop_flagged_trajectories(
     return keep, dropped
 
 
+def _decontaminate(
+    examples: list[StepExample],
+    test_tasks: Iterable[Task],
+    train_tasks: Iterable[Task],
+    sessions: Mapping[str, Session] | None,
+    products: ProductsRule,
+    drop_flagged: bool,
+) -> tuple[list[StepExample], list[dict[str, Any]], dict[str, Any]]:
+    """``(examples kept, trajectories dropped, decontamination report)``. Raises
+    ContaminationError on a test task in the data unless ``drop_flagged`` (:func:`export_dataset`)."""
+    tests = [t for t in test_tasks if t.split == "test"]
+    violations, exposures, shared = find_contamination(
+        examples, tests, sessions, products=products, train_tasks=list(train_tasks)
+    )
+    dropped: list[dict[str, Any]] = []
+    if violations and not drop_flagged:
+        raise ContaminationError(violations)
+    if violations:
+        examples, dropped = drop_flagged_trajectories(examples, violations)
+        left = {e.example_id for e in examples}
+        exposures = [e for e in exposures if e.example_id in left]
+    report = decontamination_report(tests, len(examples), products, exposures, shared)
+    report["dropped_trajectories"] = len(dropped)
+    report["dropped_examples"] = sum(d["examples"] for d in dropped)
+    report["dropped_findings"] = len(violations)
+    return examples, dropped, report
+
+
+def _sharegpt_records(examples: list[StepExample]) -> tuple[list[dict[str, Any]], list[StepExample], Counter[str]]:
+    """``(ShareGPT records, their examples, skipped counts by reason)``: an example that does not
+    alternate or does not read back the same is skipped. Raises ConfigError when none is left."""
+    records, kept, skipped = [], [], Counter()
+    for ex in examples:
+        try:
+            rec = to_sharegpt(ex)
+        except ValueError:
+            skipped["bad_alternation"] += 1
+            continue
+        reason = round_trip_ok(ex, rec)
+        if reason is not None:
+            skipped["no_round_trip: " + reason.split(":")[0]] += 1
+            continue
+        records.append(rec)
+        kept.append(ex)
+    if not records:
+        raise ConfigError(
+            f"no example to export ({sum(skipped.values())} skipped: {dict(skipped)}); "
+            "collect more successful trajectories first"
+        )
+    return records, kept, skipped
+
+
+def _write_data(data_dir: Path, dataset: str, records: list[dict[str, Any]]) -> tuple[Path, str]:
+    """Write ``<dataset>.jsonl`` (atomically) and ``dataset_info.json`` into ``data_dir``; returns
+    the data file and its SHA-256."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_file = data_dir / f"{dataset}.jsonl"
+    h = hashlib.sha256()
+    tmp = data_file.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for rec in records:
+            line = json.dumps(rec, ensure_ascii=False) + "\n"
+            h.update(line.encode("utf-8"))
+            f.write(line)
+    tmp.replace(data_file)
+    (data_dir / "dataset_info.json").write_text(
+        json.dumps(dataset_info(dataset, data_file.name), indent=2), encoding="utf-8"
+    )
+    return data_file, h.hexdigest()
+
+
 def export_dataset(
     examples: Iterable[StepExample],
     out_dir: str | Path,
@@ -818,39 +889,8 @@ def export_dataset(
     if not 0.0 <= float(max_truncated_share) <= 1.0:
         raise ConfigError(f"max_truncated_share (--max-truncated-share): must be in [0, 1]; got {max_truncated_share}")
     examples = list(examples)
-    tests = [t for t in test_tasks if t.split == "test"]
-    violations, exposures, shared = find_contamination(
-        examples, tests, sessions, products=products, train_tasks=list(train_tasks)
-    )
-    dropped: list[dict[str, Any]] = []
-    if violations and not drop_flagged:
-        raise ContaminationError(violations)
-    if violations:
-        examples, dropped = drop_flagged_trajectories(examples, violations)
-        left = {e.example_id for e in examples}
-        exposures = [e for e in exposures if e.example_id in left]
-    report = decontamination_report(tests, len(examples), products, exposures, shared)
-    report["dropped_trajectories"] = len(dropped)
-    report["dropped_examples"] = sum(d["examples"] for d in dropped)
-    report["dropped_findings"] = len(violations)
-    records, kept, skipped = [], [], Counter()
-    for ex in examples:
-        try:
-            rec = to_sharegpt(ex)
-        except ValueError:
-            skipped["bad_alternation"] += 1
-            continue
-        reason = round_trip_ok(ex, rec)
-        if reason is not None:
-            skipped["no_round_trip: " + reason.split(":")[0]] += 1
-            continue
-        records.append(rec)
-        kept.append(ex)
-    if not records:
-        raise ConfigError(
-            f"no example to export ({sum(skipped.values())} skipped: {dict(skipped)}); "
-            "collect more successful trajectories first"
-        )
+    examples, dropped, report = _decontaminate(examples, test_tasks, train_tasks, sessions, products, drop_flagged)
+    records, kept, skipped = _sharegpt_records(examples)
     out = Path(out_dir).resolve()
     data_dir = out / "data"
     final = {**cfg, **parsed}
@@ -864,19 +904,7 @@ def export_dataset(
             f"p99 {p99}, max {mx} tokens. Raise it (--set cutoff_len={_round_up(mx)}), or pass --allow-truncation "
             "to write the config anyway (nothing was written)"
         )
-    data_dir.mkdir(parents=True, exist_ok=True)
-    data_file = data_dir / f"{dataset}.jsonl"
-    h = hashlib.sha256()
-    tmp = data_file.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for rec in records:
-            line = json.dumps(rec, ensure_ascii=False) + "\n"
-            h.update(line.encode("utf-8"))
-            f.write(line)
-    tmp.replace(data_file)
-    (data_dir / "dataset_info.json").write_text(
-        json.dumps(dataset_info(dataset, data_file.name), indent=2), encoding="utf-8"
-    )
+    data_file, sha256 = _write_data(data_dir, dataset, records)
     cfg["dataset_dir"] = str(data_dir)
     cfg["output_dir"] = str(out / "lora")
     cfg.update(parsed)
@@ -910,7 +938,7 @@ def export_dataset(
         skipped=dict(skipped),
         stats=stats,
         decontamination=report,
-        sha256=h.hexdigest(),
+        sha256=sha256,
         wall_s=0.0,
         lengths=lengths,
         dropped=dropped,

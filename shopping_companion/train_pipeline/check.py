@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +47,8 @@ def _lf_parse(python: str, lf: dict[str, Any]) -> tuple[int, str]:
         return _run([python, "-c", code, str(path)], 300)
 
 
-def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
-    """Check ``cfg`` (module docstring); returns the lines printed. Raises :class:`ConfigError`
-    listing every problem."""
-    from shopping_companion.config import load_model
-    from shopping_companion.train_pipeline.run import _python, phase_order
-
-    ok: list[str] = []
-    problems: list[str] = []
-
-    def good(line: str) -> None:
-        ok.append(line)
-        console.print(f"ok   {line}", soft_wrap=True, markup=False, highlight=False)
-
-    def bad(line: str) -> None:
-        problems.append(line)
-        console.print(f"FAIL {line}", soft_wrap=True, markup=False, highlight=False)
-
-    good(f"config: phases {', '.join(phase_order(cfg))}")
+def _check_benchmark(cfg: PipelineConfig, good: Callable[[str], None], bad: Callable[[str], None]) -> str | None:
+    """The benchmark (train and test tasks) or the synthesis settings and data directory; returns the benchmark path, if one is given and loads."""
     # benchmark
     bench_path = None
     if cfg.benchmark.path:
@@ -98,6 +83,11 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
             good(f"data: {resolve_data_dir(cfg.data_dir)}")
         except Exception as e:  # noqa: BLE001
             bad(f"data_dir: {e}")
+    return bench_path
+
+
+def _check_teacher(cfg: PipelineConfig, good: Callable[[str], None], bad: Callable[[str], None]) -> None:
+    """An OpenAI-compatible teacher answers a ping (the scripted one needs no check)."""
     # teacher
     t = cfg.teacher
     if t.kind == "openai":
@@ -110,6 +100,14 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
             bad(f"teacher.base_url: {t.base_url} does not answer ({' '.join(str(e).split())[:200]})")
     else:
         good("teacher: scripted (served on 127.0.0.1 during collection)")
+
+
+def _check_collect(
+    cfg: PipelineConfig, bench_path: str | None, good: Callable[[str], None], bad: Callable[[str], None]
+) -> None:
+    """The collection settings make a valid :class:`~shopping_companion.sft.config.CollectConfig`."""
+    from shopping_companion.config import load_model
+
     # collect config
     from shopping_companion.sft.config import CollectConfig
 
@@ -129,6 +127,12 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
         good(f"collect: {cfg.collect.trials} trials per train task, keep {cfg.collect.keep}")
     except ConfigError as e:
         bad(f"collect: {e}")
+
+
+def _check_interpreters(cfg: PipelineConfig, good: Callable[[str], None], bad: Callable[[str], None]) -> dict[str, str]:
+    """The SFT and RL interpreters import LLaMA-Factory and TRL or verl; returns ``{'sft'|'rl': python}`` of those that do."""
+    from shopping_companion.train_pipeline.run import _python
+
     # interpreters
     pys: dict[str, str] = {}
     for what, module in (("sft", "llamafactory"), ("rl", "trl" if cfg.grpo.backend == "trl" else "verl")):
@@ -145,6 +149,11 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
             bad(f"python.{what}: importing {module} with {py}: {out}")
         else:
             bad(f"python.{what}: {py} cannot import {module} ({out.strip().splitlines()[-1] if out.strip() else rc})")
+    return pys
+
+
+def _check_model(cfg: PipelineConfig, good: Callable[[str], None], bad: Callable[[str], None]) -> int | None:
+    """The model directory (or hub id, or the nano model); returns its context length when known."""
     # model and context
     ctx = None
     if cfg.model.path:
@@ -161,6 +170,13 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
         good(
             f"model: nano ({cfg.model.nano.num_hidden_layers} layers, hidden {cfg.model.nano.hidden_size}, context {ctx})"
         )
+    return ctx
+
+
+def _check_sft(
+    cfg: PipelineConfig, pys: dict[str, str], good: Callable[[str], None], bad: Callable[[str], None]
+) -> None:
+    """The SFT learning rate, and the training config through LLaMA-Factory's own parser (with its interpreter)."""
     # SFT config through LLaMA-Factory's own parser
     from shopping_companion.sft.export import paper_train_config
 
@@ -190,6 +206,17 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
                 )
     except ConfigError as e:
         bad(f"sft: {e}")
+
+
+def _check_grpo(
+    cfg: PipelineConfig,
+    ctx: int | None,
+    pys: dict[str, str],
+    bench_path: str | None,
+    good: Callable[[str], None],
+    bad: Callable[[str], None],
+) -> None:
+    """Each GRPO arm's reward spec and TRL config (room for the prompt in ``ctx``), or verl's ``grpo launch --check``."""
     # GRPO arms
     from shopping_companion.assembly.reward_spec import load_reward_spec
 
@@ -246,6 +273,12 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
             ]
         )
         (good if rc == 0 else bad)(f"grpo launch --check: {out.strip().splitlines()[-1] if out.strip() else rc}")
+
+
+def _check_eval(
+    cfg: PipelineConfig, bench_path: str | None, good: Callable[[str], None], bad: Callable[[str], None]
+) -> None:
+    """The evaluation settings make a valid :class:`~shopping_companion.benchmark.run_config.EvalConfig`."""
     # evaluation
     from shopping_companion.benchmark.run_config import EvalConfig
 
@@ -262,6 +295,33 @@ def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
         good(f"eval: splits {cfg.eval.splits}, {cfg.eval.trials} trials, pass^k for k in {cfg.eval.pass_k}")
     except ValueError as e:
         bad(f"eval: {' '.join(str(e).split())[:300]}")
+
+
+def check_pipeline(cfg: PipelineConfig, console: Any) -> list[str]:
+    """Check ``cfg`` (module docstring); returns the lines printed. Raises :class:`ConfigError`
+    listing every problem."""
+    from shopping_companion.train_pipeline.run import phase_order
+
+    ok: list[str] = []
+    problems: list[str] = []
+
+    def good(line: str) -> None:
+        ok.append(line)
+        console.print(f"ok   {line}", soft_wrap=True, markup=False, highlight=False)
+
+    def bad(line: str) -> None:
+        problems.append(line)
+        console.print(f"FAIL {line}", soft_wrap=True, markup=False, highlight=False)
+
+    good(f"config: phases {', '.join(phase_order(cfg))}")
+    bench_path = _check_benchmark(cfg, good, bad)
+    _check_teacher(cfg, good, bad)
+    _check_collect(cfg, bench_path, good, bad)
+    pys = _check_interpreters(cfg, good, bad)
+    ctx = _check_model(cfg, good, bad)
+    _check_sft(cfg, pys, good, bad)
+    _check_grpo(cfg, ctx, pys, bench_path, good, bad)
+    _check_eval(cfg, bench_path, good, bad)
     if problems:
         raise ConfigError(f"pipeline --check: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     console.print(f"pipeline --check: {len(ok)} checks passed", soft_wrap=True, markup=False)

@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.runs import scan_jsonl
+
 __all__ = [
     "learning_delta",
     "outcome_reward",
@@ -45,19 +47,9 @@ __all__ = [
 
 def read_rollouts(path: str | Path) -> list[dict[str, Any]]:
     """The scored records of a ``rollouts.jsonl`` (a torn last line is ignored)."""
-    out = []
-    p = Path(path)
-    if not p.is_file():
-        return out
-    with p.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and rec.get("reward"):
-                out.append(rec)
-    return out
+    if not Path(path).is_file():
+        return []
+    return [rec for rec in scan_jsonl(path, json.loads).records if isinstance(rec, dict) and rec.get("reward")]
 
 
 def task_reward(rec: dict[str, Any]) -> float:

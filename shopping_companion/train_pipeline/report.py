@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.runs import scan_jsonl
 from shopping_companion.train_pipeline.learning import (
     learning_delta,
     outcome_reward,
@@ -50,19 +51,14 @@ def format_valid_rate(results: str | Path) -> dict[str, Any]:
 
     turns = valid = 0
     p = Path(results)
-    if p.is_file():
-        with p.open(encoding="utf-8") as f:
-            for line in f:
-                try:
-                    ep = EpisodeResult.model_validate_json(line)
-                except ValueError:
-                    continue
-                if ep.error:
-                    continue
-                for st in ep.stages:
-                    flags = valid_action_turns(st.trajectory)
-                    turns += len(flags)
-                    valid += sum(flags)
+    episodes = scan_jsonl(p, EpisodeResult.model_validate_json).records if p.is_file() else []
+    for ep in episodes:
+        if ep.error:
+            continue
+        for st in ep.stages:
+            flags = valid_action_turns(st.trajectory)
+            turns += len(flags)
+            valid += sum(flags)
     return {"rate": (valid / turns) if turns else None, "turns": turns, "valid": valid}
 
 
@@ -166,22 +162,9 @@ def _curves(arms: dict[str, dict[str, Any]], path: Path) -> list[str]:
     return sorted(set(drawn))
 
 
-def write_report(
-    pipe: Any,
-    bench: dict[str, Any],
-    collect: dict[str, Any],
-    base: dict[str, Any],
-    sft: dict[str, Any],
-    arms: dict[str, dict[str, Any]],
-    evals: dict[tuple[str, str], dict[str, Any]],
-    wall_s: float,
-) -> dict[str, Any]:
-    """Write ``report.md``, ``report.json`` and ``curves.png`` into ``pipe.run_dir`` (module
-    docstring); returns the report's data."""
-    cfg = pipe.cfg
-    run_dir: Path = pipe.run_dir
-    ks = list(cfg.eval.pass_k)
-    rows = [_eval_row(m, s, rec, ks) for (m, s), rec in evals.items()]
+def _learning(arms: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per GRPO arm: its rollout records' count, zero-std groups and the learning deltas of the
+    task reward, tool calls, R_z and R_tool (or a ``note`` why there are none)."""
     learning = {}
     for name, rec in arms.items():
         records = read_rollouts(Path(rec["outputs"].get("dir", "")) / "rollouts.jsonl")
@@ -194,7 +177,11 @@ def write_report(
         except ValueError as e:
             entry["note"] = str(e)
         learning[name] = entry
-    drawn = _curves(arms, run_dir / "curves.png") if arms else []
+    return learning
+
+
+def _handoffs(base: dict[str, Any], sft: dict[str, Any], arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The checkpoints handed from phase to phase (base, SFT, each GRPO arm) with their weights' hashes."""
     handoffs = [
         {
             "checkpoint": "base",
@@ -213,6 +200,28 @@ def write_report(
                 "first_rollout_weights_sha256": o.get("first_rollout_weights_sha256"),
             }
         )
+    return handoffs
+
+
+def write_report(
+    pipe: Any,
+    bench: dict[str, Any],
+    collect: dict[str, Any],
+    base: dict[str, Any],
+    sft: dict[str, Any],
+    arms: dict[str, dict[str, Any]],
+    evals: dict[tuple[str, str], dict[str, Any]],
+    wall_s: float,
+) -> dict[str, Any]:
+    """Write ``report.md``, ``report.json`` and ``curves.png`` into ``pipe.run_dir`` (module
+    docstring); returns the report's data."""
+    cfg = pipe.cfg
+    run_dir: Path = pipe.run_dir
+    ks = list(cfg.eval.pass_k)
+    rows = [_eval_row(m, s, rec, ks) for (m, s), rec in evals.items()]
+    learning = _learning(arms)
+    drawn = _curves(arms, run_dir / "curves.png") if arms else []
+    handoffs = _handoffs(base, sft, arms)
     phases = {p: r.get("wall_s") for p, r in pipe.records.items()}
     data = {
         "name": cfg.name,

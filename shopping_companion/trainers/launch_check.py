@@ -532,29 +532,9 @@ def check_context(cfg: Any, model: str, problems: list[str], notes: list[str]) -
     }
 
 
-def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """Check the verl command built by :func:`~shopping_companion.trainers.launch.launch_command`.
-
-    Returns ``(problems, summary)``: ``problems`` is empty when the launch would pass every check
-    (each entry names the config key and what is wrong); ``summary`` has the composed settings a
-    user wants to see before spending GPU time (rows, steps, batch, rollouts, lengths, GPUs) and
-    ``notes`` on checks that could not run here (verl's LoRA-rank check needs vLLM installed) and
-    warnings (wandb's mode, a checkpoint directory that is not shared on several nodes); also
-    ``reward`` (:func:`check_reward`), ``checkpoint_dir``, ``wandb``, ``data_files`` and the
-    ``benchmarks`` the rows refer to.
-
-    Raises:
-        ConfigError: verl or hydra is not installed in this environment, or ``cmd`` is not a
-            command of :func:`~shopping_companion.trainers.launch.launch_command`.
-    """
-    try:
-        from verl.trainer.ppo.utils import need_critic, need_reference_policy
-        from verl.utils.config import validate_config
-    except ImportError as e:
-        raise ConfigError(
-            f"--check needs the verl extra in this environment ({e}); install it with "
-            "scripts/install_rl.sh and run .venv-rl/bin/shopcomp grpo launch --check"
-        ) from e
+def _hydra_args(cmd: list[str]) -> tuple[Path, str, list[str]]:
+    """``(config dir, config name, overrides)`` of a verl command of ``launch_command`` (Hydra's own
+    flags left out). Raises ConfigError without ``--config-path=`` / ``--config-name=``."""
     config_dir = name = None
     overrides = []
     args = iter(cmd[3:])
@@ -571,12 +551,14 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             overrides.append(a)
     if config_dir is None or name is None:
         raise ConfigError("cmd: expected --config-path= and --config-name= (from launch_command)")
-    problems: list[str] = []
-    try:
-        cfg = _compose(config_dir, name, overrides)
-    except Exception as e:  # noqa: BLE001 - a bad override is a problem to report
-        return [f"hydra overrides: the config does not compose ({type(e).__name__}: {e})"], {}
-    notes: list[str] = []
+    return config_dir, name, overrides
+
+
+def _validate(cfg: Any, problems: list[str], notes: list[str]) -> None:
+    """verl's ``validate_config`` on ``cfg``; without vLLM, on a copy without LoRA (said in ``notes``)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
     try:
         validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     except Exception as e:  # noqa: BLE001 - verl raises AssertionError/ValueError, odd values give TypeError
@@ -594,6 +576,10 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
         else:
             problems.append(f"verl validate_config: {type(e).__name__}: {e}")
 
+
+def _check_agent_loops(cfg: Any, problems: list[str]) -> tuple[set[str] | None, list[dict[str, Any]]]:
+    """Check the agent-loop registry file, its default loop and targets, and the loop manager class.
+    Returns ``(registry names or None when unreadable, the registry entries of our agent loop)``."""
     agent = cfg.actor_rollout_ref.rollout.agent
     loop_path = Path(str(agent.agent_loop_config_path))
     registry: set[str] | None = None
@@ -655,8 +641,12 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
                 "trainer.use_v1=true needs actor_rollout_ref.rollout.agent.agent_loop_manager_class=null "
                 "(ShoppingCompanionAgentLoopManager belongs to the RayPPOTrainer path)"
             )
+    return registry, ours
 
-    rf = cfg.reward.get("custom_reward_function") or {}
+
+def _check_reward_function(rf: Any, problems: list[str]) -> None:
+    """``reward.custom_reward_function``: its ``path`` (a file or ``pkg://module``) must give a
+    callable ``name``."""
     if rf.get("path"):
         path = str(rf.path)
         try:
@@ -673,6 +663,70 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
                 raise TypeError(f"{rf.name} is not callable")
         except Exception as e:  # noqa: BLE001
             problems.append(f"reward.custom_reward_function: {path}:{rf.get('name')} ({type(e).__name__}: {e})")
+
+
+def _check_model(cfg: Any, problems: list[str], notes: list[str]) -> str:
+    """``actor_rollout_ref.model.path``: set, and a Hugging Face model directory when local (or a
+    hub id, noted). Returns the path as given."""
+    model = str(cfg.actor_rollout_ref.model.path or "")
+    mp = Path(model).expanduser()
+    if not model or model in ("None", "???") or model == _VERL_DEFAULT_MODEL:
+        problems.append("actor_rollout_ref.model.path: not set (pass --model, a local model directory or a hub id)")
+    elif mp.exists():
+        if not (mp / "config.json").is_file():
+            problems.append(
+                f"actor_rollout_ref.model.path: {mp} has no config.json (a Hugging Face model directory is expected)"
+            )
+        elif not mp.is_absolute():
+            notes.append(
+                f"actor_rollout_ref.model.path {model} is relative: Ray actors may resolve it elsewhere; "
+                "give an absolute path"
+            )
+    elif mp.is_absolute() or model.startswith(("./", "../", "~")) or model.count("/") != 1:
+        problems.append(f"actor_rollout_ref.model.path: {model} does not exist")
+    else:
+        notes.append(
+            f"actor_rollout_ref.model.path {model} is not a local directory: it will be read from the "
+            "Hugging Face hub (or its cache) on every node"
+        )
+    return model
+
+
+def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Check the verl command built by :func:`~shopping_companion.trainers.launch.launch_command`.
+
+    Returns ``(problems, summary)``: ``problems`` is empty when the launch would pass every check
+    (each entry names the config key and what is wrong); ``summary`` has the composed settings a
+    user wants to see before spending GPU time (rows, steps, batch, rollouts, lengths, GPUs) and
+    ``notes`` on checks that could not run here (verl's LoRA-rank check needs vLLM installed) and
+    warnings (wandb's mode, a checkpoint directory that is not shared on several nodes); also
+    ``reward`` (:func:`check_reward`), ``checkpoint_dir``, ``wandb``, ``data_files`` and the
+    ``benchmarks`` the rows refer to.
+
+    Raises:
+        ConfigError: verl or hydra is not installed in this environment, or ``cmd`` is not a
+            command of :func:`~shopping_companion.trainers.launch.launch_command`.
+    """
+    try:  # verl must be installed here; _validate uses these
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: F401
+        from verl.utils.config import validate_config  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(
+            f"--check needs the verl extra in this environment ({e}); install it with "
+            "scripts/install_rl.sh and run .venv-rl/bin/shopcomp grpo launch --check"
+        ) from e
+    config_dir, name, overrides = _hydra_args(cmd)
+    problems: list[str] = []
+    try:
+        cfg = _compose(config_dir, name, overrides)
+    except Exception as e:  # noqa: BLE001 - a bad override is a problem to report
+        return [f"hydra overrides: the config does not compose ({type(e).__name__}: {e})"], {}
+    notes: list[str] = []
+    _validate(cfg, problems, notes)
+    registry, ours = _check_agent_loops(cfg, problems)
+
+    rf = cfg.reward.get("custom_reward_function") or {}
+    _check_reward_function(rf, problems)
     from omegaconf import OmegaConf
 
     reward = check_reward(OmegaConf.to_container(rf) if OmegaConf.is_config(rf) else rf, ours, problems)
@@ -712,27 +766,7 @@ def check_launch(cmd: list[str]) -> tuple[list[str], dict[str, Any]]:
             "train dataloader drops the incomplete last batch, so no step would run"
         )
 
-    model = str(cfg.actor_rollout_ref.model.path or "")
-    mp = Path(model).expanduser()
-    if not model or model in ("None", "???") or model == _VERL_DEFAULT_MODEL:
-        problems.append("actor_rollout_ref.model.path: not set (pass --model, a local model directory or a hub id)")
-    elif mp.exists():
-        if not (mp / "config.json").is_file():
-            problems.append(
-                f"actor_rollout_ref.model.path: {mp} has no config.json (a Hugging Face model directory is expected)"
-            )
-        elif not mp.is_absolute():
-            notes.append(
-                f"actor_rollout_ref.model.path {model} is relative: Ray actors may resolve it elsewhere; "
-                "give an absolute path"
-            )
-    elif mp.is_absolute() or model.startswith(("./", "../", "~")) or model.count("/") != 1:
-        problems.append(f"actor_rollout_ref.model.path: {model} does not exist")
-    else:
-        notes.append(
-            f"actor_rollout_ref.model.path {model} is not a local directory: it will be read from the "
-            "Hugging Face hub (or its cache) on every node"
-        )
+    model = _check_model(cfg, problems, notes)
 
     context: dict[str, Any] | str | None = None
     if not any(p.startswith("actor_rollout_ref.model.path:") for p in problems):

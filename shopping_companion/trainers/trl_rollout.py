@@ -38,7 +38,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode, stop_token_ids
+from shopping_companion.trainers.chat_tokens import ChatTokens, stop_token_ids
+from shopping_companion.trainers.episode import Generation, run_row_episode
 from shopping_companion.trainers.resources import DEFAULT_SCORING_DEADLINE_S, EnvResources, check_scoring_deadline
 from shopping_companion.trainers.reward import score_breakdown
 

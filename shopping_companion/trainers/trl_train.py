@@ -567,6 +567,100 @@ def _use_cpu(device: str) -> bool:
     return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
 
 
+def _task_rows(cfg: TrlGrpoConfig, resources: Any, bench: str) -> tuple[list[Any], list[dict[str, Any]]]:
+    """``(tasks, TRL dataset rows)`` of ``cfg.rows``' split. Raises DataError for a split without
+    tasks or rows that cannot be built."""
+    from shopping_companion.trainers.rows import build_rows
+    from shopping_companion.trainers.trl_rollout import trl_dataset_rows
+
+    tasks = [t for t in resources.tasks.values() if t.split == cfg.rows.split][: cfg.rows.limit]
+    if not tasks:
+        raise DataError(f"rows.split: the benchmark {bench} has no {cfg.rows.split!r} tasks")
+    try:
+        rows = trl_dataset_rows(
+            build_rows(
+                tasks,
+                benchmark=bench,
+                stages=cfg.rows.stages,
+                stage1=cfg.rows.stage1,
+                hint=cfg.rows.hint,
+                max_turns=cfg.env.max_turns,
+            )
+        )
+    except ValueError as e:
+        if isinstance(e, (ConfigError, DataError)):
+            raise
+        raise DataError(f"rows: {e}") from None
+    return tasks, rows
+
+
+def _grpo_config(cfg: TrlGrpoConfig, out: Path, weights: list[float], use_cpu: bool) -> Any:
+    """TRL's ``GRPOConfig`` of ``cfg.trainer`` (plus its ``extra_args``), writing to ``out``."""
+    from trl import GRPOConfig
+
+    t = cfg.trainer
+    args = GRPOConfig(
+        output_dir=str(out),
+        max_steps=t.max_steps if t.max_steps is not None else -1,
+        num_train_epochs=t.num_train_epochs,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_generations=t.num_generations,
+        learning_rate=t.learning_rate,
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
+        top_p=t.top_p,
+        top_k=t.top_k,
+        beta=t.beta,
+        seed=t.seed,
+        logging_steps=t.logging_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        report_to=t.loggers(),
+        run_name=t.run_name,
+        bf16=t.bf16,
+        use_cpu=use_cpu,
+        gradient_checkpointing=t.gradient_checkpointing,
+        reward_weights=weights,
+        **t.extra_args,
+    )
+    return args
+
+
+def _peft_config(cfg: TrlGrpoConfig) -> Any:
+    """peft's ``LoraConfig`` of ``cfg.lora`` (None: full fine-tuning)."""
+    peft_config = None
+    if cfg.lora is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.lora.rank,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=list(cfg.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
+    return peft_config
+
+
+def _rollout_state(out: Path, ckpt: Path | None) -> tuple[Path, dict[str, Any]]:
+    """``(the first-rollout file, the rollout state)``: a fresh run removes the file; a resumed run
+    keeps the weights hash its first invocation sampled from."""
+    first_path = out / FIRST_ROLLOUT_FILE
+    rollout_state: dict[str, Any] = {}
+    if ckpt is None:
+        first_path.unlink(missing_ok=True)
+    else:  # a resumed run keeps the proof of what its first invocation sampled from
+        from shopping_companion.runs import read_json
+
+        got = read_json(first_path)
+        earlier = got.get("first_rollout_weights_sha256") if isinstance(got, dict) else None
+        if earlier:
+            rollout_state["first_rollout_weights_sha256"] = earlier
+    return first_path, rollout_state
+
+
 def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
     """Run the GRPO training ``cfg`` describes (module docstring) and return its summary.
 
@@ -612,8 +706,7 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
     from trl import GRPOTrainer
 
     from shopping_companion.trainers.resources import ResourceSpec, build_resources
-    from shopping_companion.trainers.rows import build_rows
-    from shopping_companion.trainers.trl_rollout import make_rollout_func, reward_functions, trl_dataset_rows
+    from shopping_companion.trainers.trl_rollout import make_rollout_func, reward_functions
 
     bench = str(Path(cfg.bench).expanduser().resolve())
     console.print(f"loading the benchmark, index and embedder ({bench})", soft_wrap=True, markup=False)
@@ -627,81 +720,19 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
             **cfg.service.model_dump(exclude={"breaker_threshold"}),  # training goes on: a failed sample is unscored
         )
     )
-    tasks = [t for t in resources.tasks.values() if t.split == cfg.rows.split][: cfg.rows.limit]
-    if not tasks:
-        raise DataError(f"rows.split: the benchmark {bench} has no {cfg.rows.split!r} tasks")
-    try:
-        rows = trl_dataset_rows(
-            build_rows(
-                tasks,
-                benchmark=bench,
-                stages=cfg.rows.stages,
-                stage1=cfg.rows.stage1,
-                hint=cfg.rows.hint,
-                max_turns=cfg.env.max_turns,
-            )
-        )
-    except ValueError as e:
-        if isinstance(e, (ConfigError, DataError)):
-            raise
-        raise DataError(f"rows: {e}") from None
+    tasks, rows = _task_rows(cfg, resources, bench)
     rubric = resources.reward_fn  # the spec's rubric, the one the environment scores with
     funcs, weights = reward_functions(rubric)
     names = [f.__name__ for f in funcs]
     t = cfg.trainer
-    args = GRPOConfig(
-        output_dir=str(out),
-        max_steps=t.max_steps if t.max_steps is not None else -1,
-        num_train_epochs=t.num_train_epochs,
-        per_device_train_batch_size=t.per_device_train_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        num_generations=t.num_generations,
-        learning_rate=t.learning_rate,
-        max_completion_length=t.max_completion_length,
-        temperature=t.temperature,
-        top_p=t.top_p,
-        top_k=t.top_k,
-        beta=t.beta,
-        seed=t.seed,
-        logging_steps=t.logging_steps,
-        save_strategy="steps",
-        save_steps=t.save_steps,
-        save_total_limit=t.save_total_limit,
-        report_to=t.loggers(),
-        run_name=t.run_name,
-        bf16=t.bf16,
-        use_cpu=use_cpu,
-        gradient_checkpointing=t.gradient_checkpointing,
-        reward_weights=weights,
-        **t.extra_args,
-    )
+    args = _grpo_config(cfg, out, weights, use_cpu)
     model, tok = _load_model(cfg)
-    peft_config = None
-    if cfg.lora is not None:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=cfg.lora.rank,
-            lora_alpha=cfg.lora.alpha,
-            lora_dropout=cfg.lora.dropout,
-            target_modules=list(cfg.lora.target_modules),
-            task_type="CAUSAL_LM",
-        )
+    peft_config = _peft_config(cfg)
     logs: list[dict[str, Any]] = _earlier_logs(out) if ckpt is not None else []
     from shopping_companion.llm.weights import weights_sha256
 
     initial_sha = weights_sha256(model)  # what the run was given (before any adapter)
-    first_path = out / FIRST_ROLLOUT_FILE
-    rollout_state: dict[str, Any] = {}
-    if ckpt is None:
-        first_path.unlink(missing_ok=True)
-    else:  # a resumed run keeps the proof of what its first invocation sampled from
-        from shopping_companion.runs import read_json
-
-        got = read_json(first_path)
-        earlier = got.get("first_rollout_weights_sha256") if isinstance(got, dict) else None
-        if earlier:
-            rollout_state["first_rollout_weights_sha256"] = earlier
+    first_path, rollout_state = _rollout_state(out, ckpt)
     try:
         trainer = GRPOTrainer(
             model=model,

@@ -65,7 +65,8 @@ from uuid import uuid4
 import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopManager, AgentLoopMetrics, AgentLoopOutput
 
-from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
+from shopping_companion.trainers.chat_tokens import ChatTokens
+from shopping_companion.trainers.episode import Generation, run_row_episode
 from shopping_companion.trainers.launch import REWARD_CONFIG_KEY  # noqa: F401 - re-exported: the one key
 from shopping_companion.trainers.resources import (
     EnvResources,

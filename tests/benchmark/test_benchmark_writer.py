@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from shopping_companion.benchmark.synthesis.build import stats_summary, task_counts, write_manifest
+from shopping_companion.benchmark.synthesis.directory import stats_summary, task_counts, write_manifest
 from shopping_companion.types import Task
 
 

@@ -459,7 +459,8 @@ def test_grpo_rows_end_invalid_stages_early_and_never_run_a_cut_off_call(world, 
     from transformers import AutoTokenizer
 
     from shopping_companion.rewards.rubric import load_rubric
-    from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
+    from shopping_companion.trainers.chat_tokens import ChatTokens
+    from shopping_companion.trainers.episode import Generation, run_row_episode
     from shopping_companion.trainers.resources import EnvResources
     from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
 

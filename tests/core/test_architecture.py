@@ -11,10 +11,13 @@ when it is one). The tests fail on
   protocol leaves of ``layers.PROTOCOL_LEAVES`` by the packages named there;
 - a name with a leading ``_`` imported from another package;
 - a module of a package no layer names, a shim that does more than re-export or that code of the
-  package imports, and a docs/architecture.md table that is not ``layers_markdown()``.
+  package imports, and a docs/architecture.md table that is not ``layers_markdown()``;
+- a module over :data:`MAX_MODULE_LINES` lines (the data tables of :data:`DATA_TABLES` aside), a
+  ``cli/`` module over :data:`MAX_CLI_LINES`, a function or method over :data:`MAX_FUNCTION_LINES`.
 
-The last test runs the same checks on a tiny package written to ``tmp_path`` with a cycle, an
-upward import and a private import, and asserts all three are reported.
+The last tests run the same checks on a tiny package written to ``tmp_path`` with a cycle, an
+upward import and a private import, and with a long module, a long ``cli/`` module and a long
+function, and assert each is reported.
 """
 
 from __future__ import annotations
@@ -191,6 +194,27 @@ def private_imports(imports: Iterable[Import], package_of: Callable[[str], str])
     return out
 
 
+def long_modules(files: Mapping[str, Path], limit: int, exempt: Iterable[str] = ()) -> list[tuple[str, int]]:
+    """``(module, lines)`` of each module in ``files`` longer than ``limit`` lines, except those
+    in ``exempt`` (dotted names), longest first."""
+    skip = set(exempt)
+    sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in files.items() if m not in skip}
+    return sorted(((m, n) for m, n in sizes.items() if n > limit), key=lambda x: (-x[1], x[0]))
+
+
+def long_functions(files: Mapping[str, Path], limit: int) -> list[tuple[str, int]]:
+    """``("module:line name", lines)`` of each function or method (nested ones too) in ``files``
+    longer than ``limit`` lines, decorators excluded, longest first."""
+    out = []
+    for module, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if n > limit:
+                    out.append((f"{module}:{node.lineno} {node.name}", n))
+    return sorted(out, key=lambda x: (-x[1], x[0]))
+
+
 def _line(imp: Import, files: Mapping[str, Path], root: Path) -> str:
     return (
         f"{files[imp.importer].relative_to(root)}:{imp.line} imports {', '.join(imp.names) or 'the module'} "
@@ -202,6 +226,11 @@ def _line(imp: Import, files: Mapping[str, Path], root: Path) -> str:
 
 FILES, IMPORTS = import_graph(ROOT, "shopping_companion")
 SHIMS = {f"shopping_companion.{m}" for m in layers.SHIMS}
+
+#: Longest module, ``cli/`` module and function (lines, blank lines and docstrings included).
+MAX_MODULE_LINES, MAX_CLI_LINES, MAX_FUNCTION_LINES = 1000, 300, 150
+#: Modules that are data tables (phrasing banks), not logic: exempt from the module limit.
+DATA_TABLES = ("shopping_companion.benchmark.templates",)
 
 
 def test_the_graph_is_read():
@@ -321,6 +350,30 @@ def test_tests_mirror_the_package():
     assert not bad, "test files that break docs/architecture.md, Tests:\n" + "\n".join(bad)
 
 
+def test_no_module_over_the_line_limit():
+    assert all(m in FILES for m in DATA_TABLES), f"DATA_TABLES names a module that is not there: {DATA_TABLES}"
+    long = long_modules(FILES, MAX_MODULE_LINES, DATA_TABLES)
+    assert not long, f"modules over {MAX_MODULE_LINES} lines; split them along their seams:\n" + "\n".join(
+        f"  {m}: {n}" for m, n in long
+    )
+
+
+def test_no_cli_module_over_the_line_limit():
+    cli = {m: p for m, p in FILES.items() if m.startswith("shopping_companion.cli.")}
+    long = long_modules(cli, MAX_CLI_LINES)
+    assert not long, (
+        f"cli/ modules over {MAX_CLI_LINES} lines; a command module parses, calls and prints (move the work "
+        "down, or a command group into its own module):\n" + "\n".join(f"  {m}: {n}" for m, n in long)
+    )
+
+
+def test_no_function_over_the_line_limit():
+    long = long_functions(FILES, MAX_FUNCTION_LINES)
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines; split them into named steps:\n" + "\n".join(
+        f"  {f}: {n}" for f, n in long
+    )
+
+
 # --------------------------------------------------------------------------- the checks can fail
 
 
@@ -374,3 +427,21 @@ def test_the_test_layout_check_reports_misplaced_and_round_named_files(tmp_path)
         "test_top.py",
         "unit/test_x.py",
     ]
+
+
+def test_the_size_checks_report_a_long_module_cli_module_and_function(tmp_path):
+    pkg = tmp_path / "toy"
+    (pkg / "cli").mkdir(parents=True)
+    for d in (pkg, pkg / "cli"):
+        (d / "__init__.py").write_text("")
+    (pkg / "big.py").write_text("X = 1\n" * 20)
+    (pkg / "table.py").write_text("X = 1\n" * 20)
+    (pkg / "cli" / "cmd.py").write_text("X = 1\n" * 6)
+    body = "".join(f"        x{i} = {i}\n" for i in range(8))
+    (pkg / "fn.py").write_text(f"def short():\n    return 1\n\n\nclass C:\n    def long(self):\n{body}")
+    files = module_files(tmp_path, "toy")
+    assert long_modules(files, 15, ("toy.table",)) == [("toy.big", 20)]  # fn.py has 14 lines
+    cli = {m: p for m, p in files.items() if m.startswith("toy.cli.")}
+    assert long_modules(cli, 5) == [("toy.cli.cmd", 6)]
+    assert long_functions(files, 8) == [("toy.fn:6 long", 9)]
+    assert long_functions(files, 9) == []

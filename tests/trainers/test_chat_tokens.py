@@ -1,12 +1,12 @@
-"""ChatTokens' shared encode cache and Rust-backend fast path (trainers/episode.py), on the tiny
+"""ChatTokens' shared encode cache and Rust-backend fast path (trainers/chat_tokens.py), on the tiny
 test tokenizer (byte-level BPE, Qwen special tokens)."""
 
 from __future__ import annotations
 
 import pytest
 
-from shopping_companion.trainers import episode
-from shopping_companion.trainers.episode import ChatTokens, clear_encode_caches
+from shopping_companion.trainers import chat_tokens as episode
+from shopping_companion.trainers.chat_tokens import ChatTokens, clear_encode_caches
 from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
 
 TEXTS = [

@@ -12,7 +12,8 @@ import pytest
 from shopping_companion.envs.scripted import GoldPolicy
 from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS, tool_schema
 from shopping_companion.rewards.rubric import load_rubric
-from shopping_companion.trainers.episode import ChatTokens, Generation, run_row_episode
+from shopping_companion.trainers.chat_tokens import ChatTokens
+from shopping_companion.trainers.episode import Generation, run_row_episode
 from shopping_companion.trainers.resources import EnvResources
 from tests.env_support import EnvKit, make_single_tasks
 from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
@@ -155,7 +156,7 @@ def test_a_template_that_rewrites_past_turns_is_counted_not_fatal(setup):
 
 
 def test_observation_ids_equal_the_whole_text_encode_over_real_episodes(setup, catalog_products):
-    """The piece-wise encode (trainers/episode.py ``_pieces``) and the skipped decode, proved on
+    """The piece-wise encode (trainers/chat_tokens.py ``_pieces``) and the skipped decode, proved on
     real observations: rows of both stages whose policy first makes searches with catalog title
     words (varied results: products, sessions, non-ASCII text), for the tiny tokenizer (GPT-2
     byte-level regex) and a Qwen2/Qwen3-laid-out one (NFC, Qwen2's Split regex) trained on these
@@ -163,7 +164,7 @@ def test_observation_ids_equal_the_whole_text_encode_over_real_episodes(setup, c
     episodes' token checks hold."""
     import random
 
-    from shopping_companion.trainers import episode
+    from shopping_companion.trainers import chat_tokens as episode
     from tests.tiny_model import build_qwen_like_tokenizer
 
     res, task, tok = setup
@@ -323,7 +324,7 @@ def test_incremental_rendering_is_token_identical_to_whole_renders_over_real_epi
     the context equal to the chat's rendering, so only there most observations are incremental
     (without thinking, Qwen3's generation prompt writes an empty thinking block that the rendered
     history leaves out: every observation is a mismatch, in both ways)."""
-    from shopping_companion.trainers import episode
+    from shopping_companion.trainers import chat_tokens as episode
 
     res, task, tok = setup
     words = sorted({w for p in catalog_products[:3000] for w in p.title.split() if len(w) > 3})

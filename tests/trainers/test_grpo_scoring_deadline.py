@@ -12,7 +12,8 @@ import time
 import pytest
 
 from shopping_companion.rewards.rubric import load_rubric
-from shopping_companion.trainers.episode import ChatTokens, run_row_episode
+from shopping_companion.trainers.chat_tokens import ChatTokens
+from shopping_companion.trainers.episode import run_row_episode
 from shopping_companion.trainers.resources import EnvResources, ScoringDeadline, ScoringDeadlineError
 from tests.env_support import EnvKit, SlowJudge, make_single_tasks
 from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model

@@ -471,6 +471,112 @@ def _calibration_md(cal: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _findability_rows(st: dict[str, Any]) -> list[str]:
+    """The rows of the needle-findability table, then the verbatim-needle share and the calibration (when known)."""
+    lines: list[str] = []
+    for name in ("bm25", "minilm"):
+        for label, key in (
+            ("bare top-1", "needle_top1"),
+            ("bare top-10", "needle_top10"),
+            ("topic top-10", "needle_topic_top10"),
+        ):
+            x = st.get(key, {}).get(name)
+            if not x:
+                continue
+            lines.append(
+                f"| {name} | {label} | {_share(x.get('single', {}))} | {_share(x.get('addon', {}))} | "
+                f"{_share(x['all'])} |"
+            )
+    vb = st.get("needle_verbatim") or {}
+    if vb:
+        lines += [
+            "",
+            f"Needle sessions that state a wanted gold value verbatim: {100 * vb['needle_sessions']:.1f}% of "
+            f"{vb['n_needle_sessions']}; wanted preferences stated verbatim: {100 * vb['wanted_preferences']:.1f}% of "
+            f"{vb['n_wanted_preferences']} (lower = preferences said the way people talk).",
+        ]
+    cal = st.get("calibration")
+    if cal:
+        lines += ["", _calibration_md(cal)]
+    return lines
+
+
+def _category_tables(st: dict[str, Any]) -> list[str]:
+    """The top-20 category tables of the product pool and the reference products, and their plot."""
+    lines: list[str] = []
+    for title, ka, kb in (
+        ("Top-level categories", "catalog_top_level_top20", "reference_top_level"),
+        ("Finest categories", "catalog_top20", "reference_top20"),
+    ):
+        lines += [f"{title}:", "", "| product pool | n | reference products | n |", "|---|---|---|---|"]
+        cat, ref = st["categories"][ka], st["categories"][kb]
+        for i in range(max(len(cat), len(ref))):
+            a = cat[i] if i < len(cat) else ("", "")
+            b = ref[i] if i < len(ref) else ("", "")
+            lines.append(f"| {a[0]} | {a[1]} | {b[0]} | {b[1]} |")
+        lines.append("")
+    lines += ["![categories](categories.png)", ""]
+    return lines
+
+
+def _source_sections(st: dict[str, Any]) -> list[str]:
+    """The sources, departments and attribute-provenance sections (each when the statistics have it)."""
+    lines: list[str] = []
+    src = st.get("sources")
+    if src:
+        lines += [
+            "## Sources",
+            "",
+            f"Reference products come from {src['sources_used']} of {len(src['by_source'])} catalog "
+            f"source{'s' if len(src['by_source']) != 1 else ''}; the largest holds {100 * src['max_share']:.1f}% "
+            "of the tasks (a build restricted to fewer sources than 1 / max_source_share cannot meet the cap).",
+            "",
+            "| source | products in the catalog | tasks | share | single | add-on |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, r in src["by_source"].items():
+            lines.append(
+                f"| {name} | {r['catalog']:,} | {r['tasks']} | {100 * r['share']:.1f}% | {r['single']} | {r['addon']} |"
+            )
+        lines.append("")
+    deps = st.get("departments")
+    if deps:
+        cat, ref = dict(deps["catalog"]), dict(deps["reference"])
+        lines += [
+            "## Departments (top level, the same for every source)",
+            "",
+            f"Departments among the reference products (not counting Other): "
+            f"{sum(1 for k, v in ref.items() if v and k != 'Other')}.",
+            "",
+            "| department | products in the pool | reference products |",
+            "|---|---|---|",
+        ]
+        for name in DEPARTMENTS:
+            if cat.get(name) or ref.get(name):
+                lines.append(f"| {name} | {cat.get(name, 0):,} | {ref.get(name, 0)} |")
+        lines.append("")
+    prov = st.get("provenance")
+    if prov and prov.get("wanted_preferences"):
+        lines += [
+            "## Attribute provenance of wanted preferences",
+            "",
+            "Where the reference product's value comes from, as the rule judge reads it (`structured`: the "
+            "source's own field; `extracted:<field>`: the attribute extractor read it from that field).",
+            "",
+            "| provenance | preferences | share |",
+            "|---|---|---|",
+        ]
+        for k, v in prov["by_provenance"].items():
+            lines.append(f"| {k} | {v['n']} | {100 * v['share']:.1f}% |")
+        lines += [
+            "",
+            f"Extracted: {100 * (prov['extracted_share'] or 0):.1f}%; numeric limits: "
+            f"{100 * (prov['numeric_share'] or 0):.1f}% of {prov['wanted_preferences']} wanted preferences.",
+            "",
+        ]
+    return lines
+
+
 def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[str, Any] | None = None) -> list[str]:
     """Write ``stats.json``, ``stats.md`` and the PNGs into ``directory``; returns the file names."""
     d = Path(directory)
@@ -531,30 +637,8 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         "| retriever | measure | single | addon | all |",
         "|---|---|---|---|---|",
     ]
-    for name in ("bm25", "minilm"):
-        for label, key in (
-            ("bare top-1", "needle_top1"),
-            ("bare top-10", "needle_top10"),
-            ("topic top-10", "needle_topic_top10"),
-        ):
-            x = st.get(key, {}).get(name)
-            if not x:
-                continue
-            lines.append(
-                f"| {name} | {label} | {_share(x.get('single', {}))} | {_share(x.get('addon', {}))} | "
-                f"{_share(x['all'])} |"
-            )
-    vb = st.get("needle_verbatim") or {}
-    if vb:
-        lines += [
-            "",
-            f"Needle sessions that state a wanted gold value verbatim: {100 * vb['needle_sessions']:.1f}% of "
-            f"{vb['n_needle_sessions']}; wanted preferences stated verbatim: {100 * vb['wanted_preferences']:.1f}% of "
-            f"{vb['n_wanted_preferences']} (lower = preferences said the way people talk).",
-        ]
-    cal = st.get("calibration")
-    if cal:
-        lines += ["", _calibration_md(cal)]
+    lines += _findability_rows(st)
+
     lines += [
         "",
         "## Alternatives (other products / bundles the rule judge accepts)",
@@ -576,70 +660,10 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         "## Categories (top 20)",
         "",
     ]
-    for title, ka, kb in (
-        ("Top-level categories", "catalog_top_level_top20", "reference_top_level"),
-        ("Finest categories", "catalog_top20", "reference_top20"),
-    ):
-        lines += [f"{title}:", "", "| product pool | n | reference products | n |", "|---|---|---|---|"]
-        cat, ref = st["categories"][ka], st["categories"][kb]
-        for i in range(max(len(cat), len(ref))):
-            a = cat[i] if i < len(cat) else ("", "")
-            b = ref[i] if i < len(ref) else ("", "")
-            lines.append(f"| {a[0]} | {a[1]} | {b[0]} | {b[1]} |")
-        lines.append("")
-    lines += ["![categories](categories.png)", ""]
-    src = st.get("sources")
-    if src:
-        lines += [
-            "## Sources",
-            "",
-            f"Reference products come from {src['sources_used']} of {len(src['by_source'])} catalog "
-            f"source{'s' if len(src['by_source']) != 1 else ''}; the largest holds {100 * src['max_share']:.1f}% "
-            "of the tasks (a build restricted to fewer sources than 1 / max_source_share cannot meet the cap).",
-            "",
-            "| source | products in the catalog | tasks | share | single | add-on |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, r in src["by_source"].items():
-            lines.append(
-                f"| {name} | {r['catalog']:,} | {r['tasks']} | {100 * r['share']:.1f}% | {r['single']} | {r['addon']} |"
-            )
-        lines.append("")
-    deps = st.get("departments")
-    if deps:
-        cat, ref = dict(deps["catalog"]), dict(deps["reference"])
-        lines += [
-            "## Departments (top level, the same for every source)",
-            "",
-            f"Departments among the reference products (not counting Other): "
-            f"{sum(1 for k, v in ref.items() if v and k != 'Other')}.",
-            "",
-            "| department | products in the pool | reference products |",
-            "|---|---|---|",
-        ]
-        for name in DEPARTMENTS:
-            if cat.get(name) or ref.get(name):
-                lines.append(f"| {name} | {cat.get(name, 0):,} | {ref.get(name, 0)} |")
-        lines.append("")
-    prov = st.get("provenance")
-    if prov and prov.get("wanted_preferences"):
-        lines += [
-            "## Attribute provenance of wanted preferences",
-            "",
-            "Where the reference product's value comes from, as the rule judge reads it (`structured`: the "
-            "source's own field; `extracted:<field>`: the attribute extractor read it from that field).",
-            "",
-            "| provenance | preferences | share |",
-            "|---|---|---|",
-        ]
-        for k, v in prov["by_provenance"].items():
-            lines.append(f"| {k} | {v['n']} | {100 * v['share']:.1f}% |")
-        lines += [
-            "",
-            f"Extracted: {100 * (prov['extracted_share'] or 0):.1f}%; numeric limits: "
-            f"{100 * (prov['numeric_share'] or 0):.1f}% of {prov['wanted_preferences']} wanted preferences.",
-            "",
-        ]
+    lines += _category_tables(st)
+
+    lines += _source_sections(st)
+
     if verification is not None:
         lines += ["## Verification", "", "```json", json.dumps(verification, indent=2, sort_keys=True), "```", ""]
     (d / "stats.md").write_text("\n".join(lines), encoding="utf-8")

@@ -104,7 +104,7 @@ def test_agent_loop_runs_two_stage_episodes_with_a_tiny_model(setup, tool_model_
     """Stage-2 rows with stage1='policy': the tiny model plays stage 1, the simulator runs, then
     stage 2 is the trajectory. Masks are 0 exactly on observation tokens, and the decoded ids are
     the chat the environment saw."""
-    from shopping_companion.trainers.episode import ChatTokens
+    from shopping_companion.trainers.chat_tokens import ChatTokens
 
     cfg = verl_config(tool_model_dir, setup["loop_yaml"], max_turns=4)
     ds, tok = _dataset(setup, tool_model_dir, cfg)
