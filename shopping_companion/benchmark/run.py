@@ -27,7 +27,7 @@ from shopping_companion.assembly.endpoints import scrub_url
 from shopping_companion.benchmark.kit import build_kit
 from shopping_companion.benchmark.run_config import EvalConfig
 from shopping_companion.console import console as _stderr
-from shopping_companion.errors import CircuitOpenError
+from shopping_companion.errors import CircuitOpenError, ConfigError
 from shopping_companion.phases import phase
 
 __all__ = ["REFERENCE_NOTE", "RunOutcome", "attribute_failures", "run_benchmark", "write_run_report"]
@@ -192,6 +192,24 @@ def _meta(
     }
 
 
+def _refuse_rescored(results_path: Path, identity: dict[str, Any]) -> None:
+    """Raise :class:`ConfigError` when ``results_path`` holds a run written by ``shopcomp rescore``
+    (its identity names ``rescored_from``) and ``identity`` is not such a run: evaluating there
+    would move the re-scored results aside (``resume.archive_stale``) or refuse them later."""
+    from shopping_companion.runs import identity_path
+
+    try:
+        stored = json.loads(identity_path(results_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(stored, dict) and stored.get("rescored_from") and not identity.get("rescored_from"):
+        raise ConfigError(
+            f"{results_path.parent}: holds a run re-scored by `shopcomp rescore` (from "
+            f"{stored['rescored_from']}); `shopcomp eval` does not run a policy into it: evaluate under "
+            "another output name (output.name / --name), or rerun `shopcomp rescore` to resume it"
+        )
+
+
 def run_benchmark(
     cfg: EvalConfig, console: Console | None = None, progress: bool = True, *, _episodes: Any = None
 ) -> RunOutcome:
@@ -222,6 +240,7 @@ def run_benchmark(
     kit = build_kit(cfg, run_dir, console)
     res, policy, judge, settings, identity = kit.resources, kit.policy, kit.judge, kit.settings, kit.identity
     results_path = run_dir / "results.jsonl"
+    _refuse_rescored(results_path, identity)
     if cfg.resume.archive_stale:
         moved = archive_stale(results_path, identity)
         config_yaml = run_dir / "config.yaml"

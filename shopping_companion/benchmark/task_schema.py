@@ -21,7 +21,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 __all__ = [
     "DatesInput",
@@ -56,7 +56,7 @@ class EvidenceRef(_Input):
     whose ``session_id`` is ``session_id``; that turn must be a user turn."""
 
     session_id: str = Field(pattern=_ID_PATTERN, description="the session_id of a needle session of this task")
-    turn_index: int = Field(ge=0, description="0-based index into that needle's turns (a user turn)")
+    turn_index: StrictInt = Field(ge=0, description="0-based index into that needle's turns (a user turn)")
 
 
 class PreferenceInput(_Input):
@@ -78,6 +78,17 @@ class PreferenceInput(_Input):
         "aside) or {session_id, turn_index}; with it, a value the matcher cannot read from the needles is a "
         "warning instead of an error",
     )
+
+    @field_validator("evidence", mode="before")
+    @classmethod
+    def _evidence_form(cls, v: Any) -> Any:
+        """One clear message for evidence of the wrong form (a number, a list, blank text)."""
+        if v is None or isinstance(v, dict) or (isinstance(v, str) and v.strip()):
+            return v
+        raise ValueError(
+            "evidence must be a verbatim quote of a needle's user turn (non-empty text) or "
+            f'{{"session_id": "<needle session id>", "turn_index": <0-based int>}}, got {v!r}'
+        )
 
 
 class DontCareInput(_Input):

@@ -575,6 +575,25 @@ def test_evidence_is_checked_against_the_needles(importer, tmp_path, evidence, c
         assert (e.field, e.check) == ("preferences[1].evidence", check) and words in e.message, e.message
 
 
+@pytest.mark.parametrize(
+    "evidence, words",
+    [
+        (42, "verbatim quote of a needle's user turn"),
+        ("   ", "verbatim quote of a needle's user turn"),
+        (["a list"], "verbatim quote of a needle's user turn"),
+        ({"session_id": "itch", "turn_index": True}, "valid integer"),  # a bool is not turn 1
+        ({"session_id": "itch", "turn_index": "0"}, "valid integer"),  # nor a string turn 0
+    ],
+)
+def test_evidence_of_the_wrong_form_is_refused_with_the_allowed_forms(importer, tmp_path, evidence, words):
+    reports, tasks, _ = _run(importer, tmp_path, _evidence_task(evidence))
+    (r,) = reports
+    assert r.status == "invalid" and not tasks
+    assert any(e.field.startswith("preferences[1].evidence") and words in e.message for e in r.errors), [
+        i.text() for i in r.issues
+    ]
+
+
 def test_evidence_contradicted_by_another_needle_is_refused(importer, tmp_path):
     other = {
         "session_id": "later",

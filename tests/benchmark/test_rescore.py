@@ -111,6 +111,16 @@ def test_rescore_resumes_and_refuses_another_rubric_under_its_name(rescored):
     assert out.exit_code == 2 and "a name of its own" in " ".join(out.output.split()), out.output
 
 
+def test_eval_refuses_to_run_a_policy_into_a_rescored_run(rescored):
+    runs, _, _, _ = rescored
+    run = runs / "reference-outcome"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    out = CliRunner().invoke(app, ["eval", "--config", str(run / "config.yaml")])
+    assert out.exit_code == 2, out.output
+    assert "re-scored by `shopcomp rescore`" in " ".join(out.output.split()), out.output
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # nothing moved or rewritten
+
+
 def test_compare_page_shows_source_and_rescored_run(rescored):
     from starlette.testclient import TestClient
 
