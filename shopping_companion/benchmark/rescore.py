@@ -24,6 +24,7 @@ an error, not scored). One that ended with a judge error is judged again.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,8 +189,14 @@ def rescore_run(
     src_identity = src_identity if isinstance(src_identity, dict) else {}
     policy = _Policy(str(src_identity.get("policy") or next((r.policy for r in stored.values()), "unknown policy")))
     res = build_resources(cfg, console, embed=False)
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    judge_obj, judge_desc, rubric = build_scoring(cfg, res, run_dir)
+    try:
+        judge_obj, judge_desc, rubric = build_scoring(cfg, res, run_dir)
+    except BaseException:
+        if created and all(p.name.startswith("judge_cache.sqlite") for p in run_dir.iterdir()):
+            shutil.rmtree(run_dir, ignore_errors=True)  # a refused spec leaves no empty run behind
+        raise
     origin = {"run": str(src.resolve()), "config_sha256": src_identity.get("config_sha256")}
     identity = run_identity(cfg, policy.name, rubric, benchmark_tasks_sha256(res.benchmark.tasks), rescored_from=origin)
     results_path = run_dir / "results.jsonl"

@@ -111,6 +111,17 @@ def test_rescore_resumes_and_refuses_another_rubric_under_its_name(rescored):
     assert out.exit_code == 2 and "a name of its own" in " ".join(out.output.split()), out.output
 
 
+def test_a_refused_reward_spec_leaves_no_run_behind(rescored, tmp_path):
+    runs, _, _, _ = rescored
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nrewards:\n  - {name: no_such_reward, weight: 1}\n", encoding="utf-8")
+    out = CliRunner().invoke(
+        app, ["rescore", str(runs / "reference"), "--reward-config", str(bad), "--name", "reference-bad"]
+    )
+    assert out.exit_code == 2, out.output
+    assert not (runs / "reference-bad").exists()
+
+
 def test_eval_refuses_to_run_a_policy_into_a_rescored_run(rescored):
     runs, _, _, _ = rescored
     run = runs / "reference-outcome"
