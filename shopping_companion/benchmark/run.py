@@ -196,12 +196,9 @@ def _refuse_rescored(results_path: Path, identity: dict[str, Any]) -> None:
     """Raise :class:`ConfigError` when ``results_path`` holds a run written by ``shopcomp rescore``
     (its identity names ``rescored_from``) and ``identity`` is not such a run: evaluating there
     would move the re-scored results aside (``resume.archive_stale``) or refuse them later."""
-    from shopping_companion.runs import identity_path
+    from shopping_companion.runs import identity_path, read_json
 
-    try:
-        stored = json.loads(identity_path(results_path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
+    stored = read_json(identity_path(results_path))
     if isinstance(stored, dict) and stored.get("rescored_from") and not identity.get("rescored_from"):
         raise ConfigError(
             f"{results_path.parent}: holds a run re-scored by `shopcomp rescore` (from "
