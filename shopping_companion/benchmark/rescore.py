@@ -104,14 +104,21 @@ class RescoreExecutor:
 
 
 def rescore_config(
-    source: Path, reward_config: str, name: str, runs_dir: Path | None = None, judge: dict[str, Any] | None = None
+    source: Path,
+    reward_config: str,
+    name: str,
+    runs_dir: Path | None = None,
+    judge: dict[str, Any] | None = None,
+    bench: Path | None = None,
 ) -> Any:
     """The :class:`EvalConfig` of the rescored run: ``source/config.yaml`` with ``rubric`` =
     ``reward_config``, ``output.name`` = ``name`` and ``output.runs_dir`` = ``runs_dir`` (default:
     the source's parent), the tools local and no Ray. ``judge``: ``judge.*`` keys to set (None
     values ignored); without them the judge is the reward spec's when it names one, else the
-    source's. Raises :class:`DataError` when the source has no ``config.yaml``, and
-    :class:`ConfigError` for a bad value."""
+    source's. ``bench``: the benchmark directory, instead of the source's ``bench.path`` (which,
+    when relative, is relative to the directory ``shopcomp eval`` ran in). Raises
+    :class:`DataError` when the source has no ``config.yaml`` or its relative ``bench.path`` is
+    no directory from here, and :class:`ConfigError` for a bad value."""
     from shopping_companion.assembly.reward_spec import load_reward_spec
     from shopping_companion.benchmark.run_config import EvalConfig
     from shopping_companion.config import load_config, load_model
@@ -127,6 +134,16 @@ def rescore_config(
         raise ConfigError(f"--reward-config {reward_config}: {e}") from None
     if not flags and names_judge:
         data.pop("judge", None)  # the spec's judge replaces the source's
+    if bench is not None:
+        flags["bench.path"] = str(bench)
+    else:
+        given = (data.get("bench") or {}).get("path") if isinstance(data.get("bench"), dict) else None
+        if isinstance(given, str) and not Path(given).expanduser().is_absolute() and not Path(given).is_dir():
+            raise DataError(
+                f"bench.path {given!r} of {path} is relative to the directory `shopcomp eval` ran in, and from "
+                f"here ({Path.cwd()}) it is no directory: run rescore from that directory, or give the "
+                "benchmark with --bench DIR"
+            )
     flags |= {
         "rubric": reward_config,
         "output.name": name,
@@ -159,11 +176,14 @@ def rescore_run(
     *,
     runs_dir: Path | None = None,
     judge: dict[str, Any] | None = None,
+    bench: Path | None = None,
     console: Console | None = None,
     progress: bool = True,
 ) -> RunOutcome:
     """Re-score every stored trajectory of the run directory ``source`` under ``reward_config``
-    into ``RUNS_DIR/name`` (module docstring; :func:`rescore_config` for the configuration).
+    into ``RUNS_DIR/name`` (module docstring; :func:`rescore_config` for the configuration). Lines
+    of the source's ``results.jsonl`` that cannot be read back are named in a note on ``console``
+    and their episodes recorded as missing.
 
     Raises :class:`DataError` when ``source`` is not a run (no ``config.yaml`` or
     ``results.jsonl``) or is the target itself, :class:`~shopping_companion.errors.RunIdentityError`
@@ -180,11 +200,21 @@ def rescore_run(
     src_results = src / "results.jsonl"
     if not src_results.is_file():
         raise DataError(f"{src} is not an evaluation run: it has no results.jsonl")
-    cfg = rescore_config(src, reward_config, name, runs_dir, judge)
+    cfg = rescore_config(src, reward_config, name, runs_dir, judge, bench)
     run_dir = cfg.output.run_dir
     if run_dir.resolve() == src.resolve():
         raise DataError(f"--name {name}: that is the source run {src}; a rescored run needs a name of its own")
-    stored = {result_key(r): r for r in final_results(scan_results(src_results).results)}
+    scan = scan_results(src_results)
+    if scan.unreadable or scan.torn_tail:
+        bad = [scan.describe_unreadable()] if scan.unreadable else []
+        bad += ["its last line has no newline (an interrupted write?): it counts only if it reads back whole"] * (
+            scan.torn_tail
+        )
+        console.print(
+            f"[yellow]note:[/] {escape(str(src_results))}: {escape('; '.join(bad))}; an episode with no readable "
+            "line counts as missing below"
+        )
+    stored = {result_key(r): r for r in final_results(scan.results)}
     src_identity = read_json(identity_path(src_results))
     src_identity = src_identity if isinstance(src_identity, dict) else {}
     policy = _Policy(str(src_identity.get("policy") or next((r.policy for r in stored.values()), "unknown policy")))

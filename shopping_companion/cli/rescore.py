@@ -29,6 +29,12 @@ def rescore_cmd(
     runs_dir: Optional[Path] = option(
         None, "--runs-dir", metavar="DIR", help="Parent of the new run (default: the source run's parent)."
     ),
+    bench: Optional[Path] = option(
+        None,
+        "--bench",
+        metavar="DIR",
+        help="The benchmark directory (default: the source run's bench.path, relative to where it ran).",
+    ),
     judge: Optional[str] = option(
         None, "--judge", metavar="KIND", help="rule | llm (default: the spec's judge, else the source run's)."
     ),
@@ -46,6 +52,8 @@ def rescore_cmd(
 
     judge_keys = {"kind": judge, "model": judge_model, "base_url": judge_base_url, "api_key_env": judge_api_key_env}
     console.print(f"[bold]rescore[/] {escape(str(run))} under {escape(reward_config)} → {escape(name)}")
-    outcome = rescore_run(Path(run), reward_config, name, runs_dir=runs_dir, judge=judge_keys, console=console)
+    outcome = rescore_run(
+        Path(run), reward_config, name, runs_dir=runs_dir, judge=judge_keys, bench=bench, console=console
+    )
     print_summary(outcome)
     exit_for(outcome)

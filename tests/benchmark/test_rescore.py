@@ -148,3 +148,33 @@ def test_compare_page_shows_source_and_rescored_run(rescored):
     client = TestClient(create_app(cat), base_url="http://127.0.0.1:8765")
     page = client.get("/compare", params={"a": "reference", "b": "reference-outcome"})
     assert page.status_code == 200 and "reference-outcome" in page.text and "S2 total" in page.text
+
+
+def test_relative_bench_path_and_unreadable_lines_are_named(rescored, tmp_path, monkeypatch):
+    """A source whose ``bench.path`` is relative to another working directory is refused with the
+    way out (``--bench``), not a hint to synthesise; with ``--bench`` it re-scores, and a line of
+    the source that cannot be read back is named in a note instead of being skipped silently."""
+    import shutil
+
+    import yaml
+
+    runs, source, _, _ = rescored
+    src = tmp_path / "runs" / "moved"
+    shutil.copytree(runs / "reference", src)
+    cfg = yaml.safe_load((src / "config.yaml").read_text(encoding="utf-8"))
+    bench = Path(cfg["bench"]["path"]).resolve()
+    cfg["bench"]["path"] = "elsewhere/bench"
+    (src / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    with open(src / "results.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"task_id": "garbage"\n')
+    monkeypatch.chdir(tmp_path)
+    args = ["rescore", str(src), "--reward-config", str(REWARDS / "paper.yaml"), "--name", "moved-paper"]
+    out = CliRunner().invoke(app, args)
+    text = " ".join(out.output.split())
+    assert out.exit_code == 2 and "'elsewhere/bench'" in text and "--bench DIR" in text, out.output
+    assert "shopcomp synth" not in text and not (src.parent / "moved-paper").exists()
+    out = CliRunner().invoke(app, [*args, "--bench", str(bench)])
+    text = " ".join(out.output.split())
+    assert out.exit_code == 0, out.output + repr(out.exception)
+    assert "1 line(s) (line numbers" in text, out.output
+    assert _by_key(src.parent / "moved-paper" / "results.jsonl").keys() == source.keys()
