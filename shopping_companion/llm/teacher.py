@@ -9,7 +9,9 @@ and never a baseline: reports name it as what it is.
 It plays the two-stage protocol with real tool calls, varied by the request's sampling seed (so
 rejection sampling has something to reject and the student something to choose between):
 
-- stage 1: ``mem_search`` for the product type (``top_k`` drawn from ``top_k``), then ``mem_view``
+- stage 1: ``mem_search`` for the product type (``top_k`` drawn from ``top_k``) or, with
+  probability ``p_attribute_queries``, one query per preference it looks for (``<product type>
+  <attribute>``, as a reader asking about each attribute would), then ``mem_view``
   of one retrieved session (a needle session when one was retrieved, except with probability
   ``p_stray`` another retrieved session), then the gold preferences — with probability ``p_slip``
   one of them dropped (a failure that rejection sampling removes);
@@ -95,6 +97,8 @@ class ScriptedTeacher:
         top_k: ``top_k`` values drawn for searches (each >= 1).
         p_stray: probability of viewing a retrieved item other than the gold one, in [0, 1].
         p_slip: probability of dropping one gold preference from a stage-1 answer, in [0, 1].
+        p_attribute_queries: probability that a stage-1 search asks one query per gold
+            preference's attribute instead of one for the product type, in [0, 1].
         seed: base of the per-request random draws, mixed with the request's sampling seed.
         answer_from: ``gold`` (the stage-1 answer is the gold preferences) or ``evidence`` (only
             the gold preferences the viewed sessions state; module docstring).
@@ -113,6 +117,7 @@ class ScriptedTeacher:
         top_k: Sequence[int] = (1, 2, 3),
         p_stray: float = 0.25,
         p_slip: float = 0.15,
+        p_attribute_queries: float = 0.0,
         seed: int = 0,
         answer_from: str = "gold",
         states: Callable[[Preference, str], bool] | None = None,
@@ -120,12 +125,13 @@ class ScriptedTeacher:
         self.tasks = {t.instruction: t for t in tasks}
         if not top_k or any(int(k) < 1 for k in top_k):
             raise ValueError(f"top_k: must be a non-empty list of integers >= 1, got {list(top_k)!r}")
-        for name, p in (("p_stray", p_stray), ("p_slip", p_slip)):
+        for name, p in (("p_stray", p_stray), ("p_slip", p_slip), ("p_attribute_queries", p_attribute_queries)):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name}: must be in [0, 1], got {p!r}")
         self.top_k = [int(k) for k in top_k]
         self.p_stray = float(p_stray)
         self.p_slip = float(p_slip)
+        self.p_attribute_queries = float(p_attribute_queries)
         self.seed = int(seed)
         if answer_from not in ("gold", "evidence"):
             raise ValueError(f"answer_from: must be 'gold' or 'evidence', got {answer_from!r}")
@@ -160,8 +166,11 @@ class ScriptedTeacher:
         k = rng.choice(self.top_k)
         stray = rng.random() < self.p_stray
         slip = rng.random() < self.p_slip
+        per_attribute = self.p_attribute_queries > 0 and rng.random() < self.p_attribute_queries
         if turn == 0:
-            return format_tool_call("mem_search", {"queries": [task.slots[0].product_type], "top_k": k})
+            kind = task.slots[0].product_type
+            queries = [f"{kind} {p.attribute}" for p in task.preferences] if per_attribute else []
+            return format_tool_call("mem_search", {"queries": list(dict.fromkeys(queries)) or [kind], "top_k": k})
         if turn == 1:
             hits = [r.get("session_id") for r in _last_tool(messages, "mem_search").get("results", [])]
             hits = [h for h in dict.fromkeys(hits) if isinstance(h, str)]

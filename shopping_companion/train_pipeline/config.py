@@ -59,13 +59,19 @@ class EnvSettings(BaseModel):
     max_tokens_per_turn: int = Field(default=4096, ge=1)
 
 
+#: teacher settings added after pipeline runs existed, with their defaults (left out of the collect
+#: phase's identity at that default, so those runs resume)
+_TEACHER_KEYS_ADDED: dict[str, Any] = {"p_attribute_queries": 0.0}
+
+
 class TeacherSettings(BaseModel):
     """The SFT teacher. ``kind: openai``: any OpenAI-compatible endpoint (``model``, ``base_url``,
     ``api_key_env``; the paper's GPT-4.1, or a vLLM server). ``kind: scripted``: the scripted,
     gold-knowing :class:`~shopping_companion.llm.teacher.ScriptedTeacher`, served by the pipeline
     on 127.0.0.1 and collected from through the same OpenAI client (for CPU runs; the report says
-    so); ``top_k`` / ``p_stray`` / ``p_slip`` / ``seed`` / ``answer_from`` (``gold`` | ``evidence``:
-    stage-1 answers hold only what the viewed sessions state) are its settings."""
+    so); ``top_k`` / ``p_stray`` / ``p_slip`` / ``p_attribute_queries`` / ``seed`` /
+    ``answer_from`` (``gold`` | ``evidence``: stage-1 answers hold only what the viewed sessions
+    state) are its settings."""
 
     model_config = STRICT
     kind: Literal["scripted", "openai"] = "scripted"
@@ -75,6 +81,7 @@ class TeacherSettings(BaseModel):
     top_k: list[int] = Field(default_factory=lambda: [1, 2, 3])
     p_stray: float = Field(default=0.25, ge=0, le=1)
     p_slip: float = Field(default=0.15, ge=0, le=1)
+    p_attribute_queries: float = Field(default=0.0, ge=0, le=1)
     seed: int = 0
     answer_from: Literal["gold", "evidence"] = "gold"
 
@@ -315,7 +322,9 @@ class PipelineConfig(BaseModel):
         if phase == "bench":
             return {"benchmark": d["benchmark"]}
         if phase == "collect":
-            return {**common, "teacher": d["teacher"], "collect": d["collect"]}
+            # a teacher key added later counts only away from its default: runs made before it keep their identity
+            teacher = {k: v for k, v in d["teacher"].items() if _TEACHER_KEYS_ADDED.get(k, object()) != v}
+            return {**common, "teacher": teacher, "collect": d["collect"]}
         if phase == "model":
             return {"model": d["model"], "env": d["env"]}
         if phase == "sft":

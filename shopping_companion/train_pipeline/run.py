@@ -398,6 +398,7 @@ class Pipeline:
             top_k=t.top_k,
             p_stray=t.p_stray,
             p_slip=t.p_slip,
+            p_attribute_queries=t.p_attribute_queries,
             seed=t.seed,
             answer_from=t.answer_from,
             states=lambda p, text: states_value(p.attribute, p.value, text),

@@ -182,3 +182,20 @@ def test_evidence_teacher_settings_are_checked() -> None:
         ScriptedTeacher([_task()], answer_from="evidence")
     with pytest.raises(ValueError, match="answer_from"):
         ScriptedTeacher([_task()], answer_from="memory", states=_states)
+
+
+def _first_queries(teacher: ScriptedTeacher, seed: int) -> list[str]:
+    first = teacher.chat(_msgs(1), _tools("mem_search", "mem_view"), Sampling(seed=seed)).content
+    return json.loads(first.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]["queries"]
+
+
+def test_teacher_asks_one_query_per_attribute_at_the_configured_rate() -> None:
+    always = ScriptedTeacher([_two_needle_task()], top_k=[3], p_stray=0.0, p_slip=0.0, p_attribute_queries=1.0)
+    assert _first_queries(always, 0) == ["socks colour", "socks pattern"]
+    never = ScriptedTeacher([_two_needle_task()], top_k=[3], p_stray=0.0, p_slip=0.0)
+    assert {tuple(_first_queries(never, s)) for s in range(20)} == {("socks",)}
+    half = ScriptedTeacher([_two_needle_task()], top_k=[3], p_stray=0.0, p_slip=0.0, p_attribute_queries=0.5)
+    kinds = [len(_first_queries(half, s)) for s in range(60)]
+    assert 15 <= kinds.count(2) <= 45 and kinds.count(1) + kinds.count(2) == 60
+    with pytest.raises(ValueError, match="p_attribute_queries"):
+        ScriptedTeacher([_task()], p_attribute_queries=1.5)

@@ -32,6 +32,17 @@ def test_shipped_configs_load_and_name_every_phase(tmp_path: Path) -> None:
     assert paper.grpo.backend == "verl" and paper.sft.finetuning == "lora" and paper.model.path
 
 
+def test_a_teacher_key_added_later_keeps_older_runs_identity_at_its_default() -> None:
+    """``teacher.p_attribute_queries`` came after pipeline runs existed: at its default (0) the
+    collect identity is what it was before the key (no such key), away from it the phase changes."""
+    base = load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [], {})
+    assert "p_attribute_queries" not in base.phase_identity("collect")["teacher"]
+    assert base.phase_identity("collect")["teacher"]["p_stray"] == base.teacher.p_stray
+    other = load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", ["teacher.p_attribute_queries=0.5"], {})
+    assert other.phase_identity("collect")["teacher"]["p_attribute_queries"] == 0.5
+    assert other.phase_identity("collect") != base.phase_identity("collect")
+
+
 @pytest.mark.parametrize(
     ("sets", "needle"),
     [
