@@ -63,6 +63,7 @@ from shopping_companion.judges.matching.values import split_gloss, split_negatio
 from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
 from shopping_companion.envs.tools import PRODUCT_TOOLS
 from shopping_companion.registry import JUDGES
+from shopping_companion.sentences import ends_sentence, split_sentences
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict, VerdictItem
 
 __all__ = [
@@ -98,7 +99,6 @@ RULE_JUDGE_VERSION = 5
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
 MAX_VALUE_WORDS = 6
-_SENTENCE = re.compile(r"[.!?;]\s+\S|[.!?]$")
 #: Dimensions (keys.yaml names → pint's) a product has one property of: a quantity of one, under an
 #: answer key that cannot hold it, names the request's attribute of that dimension.
 _ONE_PROPERTY_DIMS = {"volume": "[length] ** 3", "mass": "[mass]", "information": "[information]"}
@@ -277,7 +277,10 @@ class Stage1Match:
 
 
 def _is_attribute_value(value: str) -> bool:
-    return len(tokens(value)) <= MAX_VALUE_WORDS and not _SENTENCE.search(value.strip())
+    """A short value that is one sentence at most and does not close one: "U.S. Polo Assn.", "Dr.
+    Martens" are values, "Nice. Good." and "Love it!" are not."""
+    v = value.strip()
+    return len(tokens(v)) <= MAX_VALUE_WORDS and len(split_sentences(v, semicolons=True)) <= 1 and not ends_sentence(v)
 
 
 def _max_matching(adj: list[list[int]]) -> dict[int, int]:

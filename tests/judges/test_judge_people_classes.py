@@ -9,7 +9,7 @@ from __future__ import annotations
 from shopping_companion.judges.matching import default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import phrase_occurs, tokens
 from shopping_companion.judges.matching.values import readings, split_gloss, yes_no
-from shopping_companion.judges.rule import RuleJudge, match_preferences
+from shopping_companion.judges.rule import RuleJudge, match_preferences, structural_spurious
 from shopping_companion.types import Preference, Product, ProductSlot, Session, SessionRef, Task, Trajectory, Turn
 
 M = default_matcher()
@@ -229,3 +229,19 @@ def test_a_volume_under_a_key_that_cannot_hold_it_names_the_one_volume_of_the_re
     assert match_preferences(two, [pref("size", "max 0.5 oz")]).matches == [None, None]
     # a length names no one property (width, height, depth, length)
     assert match_preferences(task(pref("width", "at most 150 cm")), [pref("size", "at most 150 cm")]).matches == [None]
+
+
+def test_brand_values_with_full_stops_are_values_and_padding_is_not():
+    # an abbreviation's full stop is part of the value, not the end of a pasted sentence
+    not_a_value = "is not an attribute value (a sentence or a long quote)"
+    for brand in ["U.S. Polo Assn.", "Dr. Martens", "St. John"]:
+        assert structural_spurious(task(pref("brand", brand)), [pref("brand", brand)]) == []
+        res = match_preferences(task(pref("colour", "black")), [pref("colour", "black"), pref("brand", brand)])
+        assert res.matches == [0] and not_a_value not in [reason for _, reason in res.spurious]
+    # two sentences, or one that ends with its own full stop, stay padding
+    for padding in ["Nice. Good.", "Love it!", "Nice."]:
+        assert [r for _, r in structural_spurious(task(pref("style", "casual")), [pref("style", padding)])] == [
+            not_a_value
+        ]
+        res = match_preferences(task(pref("colour", "black")), [pref("colour", "black"), pref("style", padding)])
+        assert res.matches == [0] and [reason for _, reason in res.spurious] == [not_a_value]
