@@ -31,7 +31,11 @@ as scored (the rule judge: ``uncertain: no_credit``):
 - overall agreement: stage success equals the label (and the count, m1 / m2);
 - confident coverage: share of stages with no uncertain item (and share of items confident);
 - agreement on confident items: success agreement over those stages;
-- confusion: false accepts (judge success, label failure) and false rejects, all and confident.
+- confusion: false accepts (judge success, label failure) and false rejects, all and confident;
+- decided stages (the rule judge): stages whose success is the same whether the uncertain items
+  earn nothing or full credit (``uncertain: credit``, judged a second time): no reading of them
+  changes the outcome. Confident stages are decided; so is a stage an explicit miss already fails.
+  Their coverage, agreement and confusion are reported beside the confident ones.
 
 Fixes are made from the ``dev`` half only, so disagreements are printed for ``old`` and the
 ``people`` dev half (``--show-half``); the test half is reported in totals.
@@ -281,6 +285,9 @@ class Row:
     source: str
     verdict: Verdict | None
     error: str | None = None
+    #: the same judge's verdict with every uncertain item counted for the agent (``uncertain:
+    #: credit``): the most favourable reading of the uncertain items (None: not judged that way)
+    credit_verdict: Verdict | None = None
 
     @property
     def judge_count(self) -> float | None:
@@ -311,14 +318,18 @@ class Row:
         return self.judge_h1 == self.probe.label.h1
 
 
-def run_agreement(judge: Any, fx: Fixture) -> list[Row]:
-    """Judge every probe; a judge exception is recorded on the row (and counts as disagreement)."""
+def run_agreement(judge: Any, fx: Fixture, credit_judge: Any = None) -> list[Row]:
+    """Judge every probe (and with ``credit_judge``, the same judge under ``uncertain: credit``,
+    for :func:`_decided`); a judge exception is recorded on the row (and counts as disagreement)."""
     rows: list[Row] = []
     for p in fx.probes:
         task = fx.tasks[p.task_id]
         try:
-            v = judge.judge(task, build_trajectory(p))
-            rows.append(Row(p, task, fx.source_of(p), v))
+            traj = build_trajectory(p)
+            v = judge.judge(task, traj)
+            rows.append(
+                Row(p, task, fx.source_of(p), v, credit_verdict=credit_judge and credit_judge.judge(task, traj))
+            )
         except Exception as e:  # noqa: BLE001 - reported, never hidden
             rows.append(Row(p, task, fx.source_of(p), None, f"{type(e).__name__}: {e}"))
     return rows
@@ -358,6 +369,16 @@ def _confident(r: Row) -> bool:
     return r.verdict is not None and not r.verdict.failed and not any(not it["confident"] for it in r.verdict.items)
 
 
+def _decided(r: Row) -> bool:
+    """The stage's success does not depend on its uncertain items: it is confident, or the verdict
+    scored with no credit for them and the one scored with full credit (``credit_verdict``) agree.
+    Success is monotone in the credit, so no reading of those items changes it."""
+    if _confident(r):
+        return True
+    c = r.credit_verdict
+    return r.verdict is not None and c is not None and not c.failed and c.success == r.verdict.success
+
+
 def selective_block(rows: list[Row]) -> dict[str, Any]:
     """Agreement of stage success overall and on confident stages, confident coverage (stages and
     items), and the confusion counts (``fa``: judge success on a label failure; ``fr``: the other
@@ -383,6 +404,8 @@ def selective_block(rows: list[Row]) -> dict[str, Any]:
 
     agree = sum(r.success_ok for r in rows)
     conf_agree = sum(r.success_ok for r in conf)
+    dec = [r for r in rows if _decided(r)]
+    dec_agree = sum(r.success_ok for r in dec)
     n_items_conf = sum(bool(it["confident"]) for it in items)
     return {
         "n": n,
@@ -402,6 +425,12 @@ def selective_block(rows: list[Row]) -> dict[str, Any]:
         "false_rejects": fr(rows),
         "false_accepts_confident": fa(conf),
         "false_rejects_confident": fr(conf),
+        "decided_n": len(dec),
+        "decided_coverage": rate(len(dec), n),
+        "decided_agree_n": dec_agree,
+        "decided_success": rate(dec_agree, len(dec)),
+        "false_accepts_decided": fa(dec),
+        "false_rejects_decided": fr(dec),
     }
 
 
@@ -432,13 +461,16 @@ def make_lookup(products: Mapping[str, Product]) -> Callable[[list[str]], dict[s
     return lookup
 
 
-def make_judge(spec: str, products: Mapping[str, Product], sessions: Mapping[str, Session]) -> Any:
-    """``rule`` → :class:`RuleJudge` (``lookup``, ``sessions``); ``llm:MODEL[@URL]`` → LLMJudge."""
+def make_judge(
+    spec: str, products: Mapping[str, Product], sessions: Mapping[str, Session], uncertain: str = "no_credit"
+) -> Any:
+    """``rule`` → :class:`RuleJudge` (``lookup``, ``sessions``, the ``uncertain`` policy);
+    ``llm:MODEL[@URL]`` → LLMJudge."""
     lookup = make_lookup(products)
     if spec == "rule":
         from shopping_companion.judges.rule import RuleJudge
 
-        return RuleJudge(lookup, sessions=dict(sessions))
+        return RuleJudge(lookup, sessions=dict(sessions), uncertain=uncertain)
     if spec.startswith("llm:") and len(spec) > 4:
         from shopping_companion.judges.llm import LLMJudge
 
@@ -521,6 +553,16 @@ def print_selective_table(blocks: Mapping[str, Mapping[str, Mapping[str, Any]]],
         "uncertain items per uncertain stage)",
         file=out,
     )
+    print("\nDecided stages (success the same whether uncertain items earn nothing or full credit):", file=out)
+    print(f"  {'set':<7}{'half':<5}{'decided coverage':>22}{'decided agreement':>22}{'FA/FR dec':>11}", file=out)
+    for name, halves in blocks.items():
+        for half, b in halves.items():
+            print(
+                f"  {name:<7}{half:<5}{_ratio(b['decided_n'], b['n']):>22}"
+                f"{_ratio(b['decided_agree_n'], b['decided_n']):>22}"
+                f"{b['false_accepts_decided']:>8}/{b['false_rejects_decided']:<2}",
+                file=out,
+            )
 
 
 def result_fields(blocks: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, str]:
@@ -531,6 +573,8 @@ def result_fields(blocks: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict
         "conf_agree": "confident_success",
         "conf_cov": "confident_coverage",
         "item_cov": "item_coverage",
+        "dec_agree": "decided_success",
+        "dec_cov": "decided_coverage",
     }
     fields: dict[str, str] = {}
     for name, halves in blocks.items():
@@ -543,6 +587,8 @@ def result_fields(blocks: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict
             fields[f"{p}_fr"] = str(b["false_rejects"])
             fields[f"{p}_fa_conf"] = str(b["false_accepts_confident"])
             fields[f"{p}_fr_conf"] = str(b["false_rejects_confident"])
+            fields[f"{p}_fa_dec"] = str(b["false_accepts_decided"])
+            fields[f"{p}_fr_dec"] = str(b["false_rejects_decided"])
     return fields
 
 
@@ -588,7 +634,8 @@ def main(argv: list[str] | None = None) -> int:
             f"[{name}] {len(fx.tasks)} tasks, {len(fx.probes)} probes"
             + (f", {len(missing)} ids not in the catalog: {', '.join(missing)}" if missing else "")
         )
-        rows = run_agreement(make_judge(args.judge, products, fx.sessions), fx)
+        credit = make_judge(args.judge, products, fx.sessions, uncertain="credit") if args.judge == "rule" else None
+        rows = run_agreement(make_judge(args.judge, products, fx.sessions), fx, credit)
         parts = split_rows(rows, load_halves(dirs[name]))
         blocks[name] = {h: selective_block(parts[h]) for h in ("dev", "test", "all") if h in parts}
         shown = parts.get(args.show_half, parts["all"]) if len(parts) > 1 else parts["all"]

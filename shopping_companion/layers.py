@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("policies", ("retry", "tool_args"), "the one retry policy of HTTP callers; the tools' argument limits"),
     (
         "base",
-        ("types", "errors", "console", "resources", "phases", "layers", "__init__"),
+        ("types", "errors", "console", "resources", "phases", "layers", "sentences", "__init__"),
         "shared models, the error tree, the stderr console, small leaves",
     ),
 )
@@ -114,6 +114,7 @@ _MODULES = frozenset(
         "retry",
         "tool_args",
         "layers",
+        "sentences",
     }
 )
 

@@ -63,6 +63,7 @@ from shopping_companion.judges.matching.values import split_gloss, split_negatio
 from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
 from shopping_companion.envs.tools import PRODUCT_TOOLS
 from shopping_companion.registry import JUDGES
+from shopping_companion.sentences import ends_sentence, split_sentences
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Task, Trajectory, Verdict, VerdictItem
 
 __all__ = [
@@ -92,13 +93,16 @@ __all__ = [
 #: value, glossed values, negated phrases in product text, field/text conflicts of avoids, food groups;
 #: uncertain where the evidence is not explicit: a gloss that is another value, a value said only of
 #: another person or only as a gloss, an avoided food group no member of which is named, a value named
-#: only in an "X/Y" pair, a gold value under a misnamed or unknown answer key.
-RULE_JUDGE_VERSION = 5
+#: only in an "X/Y" pair, a gold value under a misnamed or unknown answer key. 6: values with an
+#: abbreviation's full stop ("U.S. Polo Assn.") are values; comparative bounds after the number ("2 m
+#: or longer") and negated before it ("no shorter than"); one quantity in two units and a colour with
+#: kinds of it ("purple / lilac") are no hedges; uncertain where not explicit: a unit the table does
+#: not read ("10 bar"), a gold concept named under another known key; "laces: none" read as no laces.
+RULE_JUDGE_VERSION = 6
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
 MAX_VALUE_WORDS = 6
-_SENTENCE = re.compile(r"[.!?;]\s+\S|[.!?]$")
 #: Dimensions (keys.yaml names → pint's) a product has one property of: a quantity of one, under an
 #: answer key that cannot hold it, names the request's attribute of that dimension.
 _ONE_PROPERTY_DIMS = {"volume": "[length] ** 3", "mass": "[mass]", "information": "[information]"}
@@ -277,7 +281,10 @@ class Stage1Match:
 
 
 def _is_attribute_value(value: str) -> bool:
-    return len(tokens(value)) <= MAX_VALUE_WORDS and not _SENTENCE.search(value.strip())
+    """A short value that is one sentence at most and does not close one: "U.S. Polo Assn.", "Dr.
+    Martens" are values, "Nice. Good." and "Love it!" are not."""
+    v = value.strip()
+    return len(tokens(v)) <= MAX_VALUE_WORDS and len(split_sentences(v, semicolons=True)) <= 1 and not ends_sentence(v)
 
 
 def _max_matching(adj: list[list[int]]) -> dict[int, int]:
@@ -355,6 +362,18 @@ def _names_one_quantity(
     )
 
 
+def _same_dimension_narrower_key(
+    m: ValueMatcher, gk: ResolvedKey, gold_value: str, qk: ResolvedKey, value: str
+) -> bool:
+    """The answer key ``qk`` names the gold key ``gk`` and more ("cable length" for "length") and
+    both values are quantities of one dimension: whether it is the same property is not explicit."""
+    g_words, q_words = set(tokens(gk.name)), set(tokens(qk.name))
+    if not g_words or not g_words < q_words:
+        return False
+    a, b = m.parse(gk, gold_value).constraint, m.parse(qk, value).constraint
+    return a is not None and b is not None and a.dim == b.dim
+
+
 def _compat(
     m: ValueMatcher, gold: list[Preference], gkeys: list[ResolvedKey], qk: ResolvedKey, value: str, i: int, single: bool
 ) -> tuple[bool, str | None]:
@@ -372,10 +391,17 @@ def _compat(
             and _names_one_quantity(m, gold, gkeys, i, value, single)
         ):
             return True, None  # "size: max 0.5 oz" for capacity: the unit names the property
-        if vocab is not None and vocab.lookup(value) is not None and (own is None or not own.find(value)):
-            # "finish: white", "strap: non-leather" for strap material: a value its own key
-            # cannot hold (or has no vocabulary to say), exactly one of the gold's — a misnamed
-            # attribute or another property: not for the rules to say
+        if _same_dimension_narrower_key(m, gk, gold[i].value, qk, value):
+            return False, "unknown_key"  # "cable length: 6.5 ft or longer" for length: perhaps the same
+        if (
+            vocab is not None
+            and (vocab.lookup(value) is not None or vocab.find(value))
+            and (own is None or not own.find(value))
+        ):
+            # "finish: white", "strap: non-leather" for strap material, "type: loafers / slip-ons"
+            # for fastening: a value its own key cannot hold (or has no vocabulary to say) that
+            # names one of the gold's concepts — a misnamed attribute or another property: not for
+            # the rules to say
             return False, "value_outside_vocabulary"
         return False, None if gk.known else "unknown_key"
     if vocab is not None:
@@ -520,7 +546,8 @@ def _denegate(m: ValueMatcher, q: Preference) -> Preference:
     """Polarity written inside a value, read out of it (docs/judge.md, stage 1):
 
     - a bare yes / no names the attribute itself: want ``glass: no`` is avoid glass, want
-      ``waterproof: yes`` is want waterproof;
+      ``waterproof: yes`` is want waterproof (and the avoid is read on by the last rule: want
+      ``laces: none`` is avoid laces, i.e. want "no laces");
     - a value written as its own negation flips the polarity: want "not navy" is avoid navy —
       unless the whole value is a vocabulary form of its own ("no print" is a solid pattern);
     - avoiding a thing whose absence a vocabulary names is wanting that concept: avoid laces is
@@ -530,8 +557,12 @@ def _denegate(m: ValueMatcher, q: Preference) -> Preference:
     flip = "avoid" if q.polarity == "want" else "want"
     yn = yes_no(q.value)
     if yn is not None and tokens(q.attribute):
-        return q.model_copy(update={"value": q.attribute, "polarity": q.polarity if yn else flip})
-    negated, rest = split_negation(q.value)
+        q = q.model_copy(update={"value": q.attribute, "polarity": q.polarity if yn else flip})
+        if q.polarity == "want":
+            return q
+        negated, rest = False, q.value  # "laces: none" is avoid laces, read on as an absence below
+    else:
+        negated, rest = split_negation(q.value)
     key = m.key(q.attribute)
     vocab = m.vocab_for(key)
     if negated and not (vocab is not None and vocab.lookup(q.value) is not None):

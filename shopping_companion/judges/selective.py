@@ -77,20 +77,23 @@ def stage1_fields(items: Sequence[VerdictItem], *, F: int, N: int, addon: bool, 
     with a counted match, at most N."""
     used: set[int] = set()
     matches = [it for it in items if it["kind"] == "match"]
-    flags: list[bool] = []
     for it in matches:
         r = resolve(it, policy)
         if r and it["ok"] and it["answer"]:
             used.add(it["answer"][0])
-    for it in matches:
-        r = resolve(it, policy)
-        if r and not it["ok"]:  # credit for an uncertain miss: one answer preference per gold preference
-            free = [j for j in it["answer"] if j not in used]
-            if free:
-                used.add(free[0])
-            flags.append(bool(free))
-        else:
-            flags.append(bool(r))
+    # credit for uncertain misses: one answer preference per gold preference, as many as can be
+    # (a maximum matching of the misses to their free candidates)
+    credited = _assign(
+        {
+            k: [j for j in it["answer"] if j not in used]
+            for k, it in enumerate(matches)
+            if resolve(it, policy) and not it["ok"]
+        }
+    )
+    flags = [
+        k in credited if (resolve(it, policy) and not it["ok"]) else bool(resolve(it, policy))
+        for k, it in enumerate(matches)
+    ]
     grounding = [resolve(it, policy) for it in items if it["kind"] == "grounding"]
     m1 = sum(flags)
     h1 = sum(r is False for r in grounding)
@@ -105,6 +108,25 @@ def stage1_fields(items: Sequence[VerdictItem], *, F: int, N: int, addon: bool, 
         "success": m1 == F and clear,
         "matched": [it["label"] for it, f in zip(matches, flags) if f],
     }
+
+
+def _assign(options: dict[int, list[int]]) -> set[int]:
+    """The keys of ``options`` (key -> the values it may take) in a maximum matching of keys to
+    distinct values (augmenting paths, keys in order)."""
+    owner: dict[int, int] = {}
+
+    def augment(k: int, seen: set[int]) -> bool:
+        for j in options[k]:
+            if j not in seen:
+                seen.add(j)
+                if j not in owner or augment(owner[j], seen):
+                    owner[j] = k
+                    return True
+        return False
+
+    for k in options:
+        augment(k, set())
+    return set(owner.values())
 
 
 def stage2_fields(items: Sequence[VerdictItem], *, F: int, N: int, addon: bool, p2: int, policy: str) -> dict[str, Any]:

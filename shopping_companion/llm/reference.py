@@ -31,6 +31,7 @@ from typing import Any, Iterable
 from shopping_companion.envs.parsing import format_tool_call as _call
 from shopping_companion.envs.parsing import parse_action
 from shopping_companion.llm.base import AssistantMessage, Messages, Sampling, StructuredToolCall, ToolSchemas
+from shopping_companion.sentences import split_sentences
 from shopping_companion.types import Product
 
 _CUES = re.compile(
@@ -366,7 +367,7 @@ def _product_phrases(request: str, n: int) -> list[str]:
     cap and a unisex wallet" → three phrases), read from the sentence listing the most items (items
     introduced by an article; else the list after the last buying verb, "I want to buy bras and
     backpacks"); [] when no sentence lists ``n`` items."""
-    sentences = re.split(r"(?<=[.!?])\s+", request.split("\n", 1)[0])
+    sentences = split_sentences(request.split("\n", 1)[0])
     best: list[str] = []
     for sent in sentences:
         items = []

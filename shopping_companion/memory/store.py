@@ -12,7 +12,6 @@ once, as one turn of its session. :data:`MEMORY_INDEX_VERSION` names this layout
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from shopping_companion.tool_args import (  # the limits are re-exported (public
     check_id_list,
     check_top_k,
 )
+from shopping_companion.sentences import split_sentences
 from shopping_companion.types import Session, SessionRef
 
 __all__ = [
@@ -44,8 +44,6 @@ __all__ = [
 #: model's length (1 was one vector per turn, cut at 256 word pieces). Nothing cached goes stale
 #: across the change: the embedder's cache is keyed by text, and a window is keyed by its own text.
 MEMORY_INDEX_VERSION = 2
-#: Where a window is cut into sentences to find the passage a snippet shows.
-_SENTENCE_CUT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 #: Appended to a snippet cut at ``snippet_chars``.
 TRUNCATION_MARKER = " …[truncated]"
@@ -384,7 +382,7 @@ class MemoryStore:
     def _best_passage(self, window: str, qv: np.ndarray) -> str:
         """The sentences of ``window`` around the one most similar to the query vector ``qv``,
         up to ``snippet_chars`` (at most 32 sentences are scored, with the query encoder)."""
-        parts = [p for p in _SENTENCE_CUT.split(window) if p.strip()][:32]
+        parts = split_sentences(window)[:32]
         if len(parts) < 2 or len(window) <= self.snippet_chars:
             return window.strip()
         sims = self._encode_queries(parts) @ qv

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from shopping_companion.personalization.data import ItemRecord, Review
 from shopping_companion.personalization.llmjson import JSONAsker
-from shopping_companion.personalization.text import STYLE_WORDS, aspects_in, sentences, tokens
+from shopping_companion.personalization.text import STYLE_WORDS, aspects_in, tokens
+from shopping_companion.sentences import split_sentences
 
 __all__ = ["LLMProfileBuilder", "ProfileBuilder", "RuleProfileBuilder", "UserProfile", "PROFILE_FIELDS"]
 
@@ -135,7 +136,7 @@ class RuleProfileBuilder:
 
         size_sents = []
         for r in reviews:
-            for s in sentences(r.text):
+            for s in split_sentences(r.text):
                 if set(tokens(s)) & {"size", "fit", "fits", "fitted", "tight", "loose", "inch", "inches", "oz"}:
                     size_sents.append(f'"{s[:100]}" ({r.rating:g} stars)')
                     break

@@ -16,7 +16,6 @@ __all__ = [
     "STOPWORDS",
     "content_tokens",
     "product_type",
-    "sentences",
     "singular",
     "tokens",
     "with_article",
@@ -157,11 +156,6 @@ def tokens(text: str) -> list[str]:
 def content_tokens(text: str) -> list[str]:
     """:func:`tokens` without stop words and one-character tokens."""
     return [t for t in tokens(text) if t not in STOPWORDS and len(t) > 1]
-
-
-def sentences(text: str) -> list[str]:
-    """Split on sentence punctuation; strips; drops empty pieces."""
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text or "") if s.strip()]
 
 
 def aspects_in(text: str) -> Counter:

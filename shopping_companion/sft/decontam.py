@@ -45,6 +45,7 @@ from typing import Any, Iterable, Literal, Mapping, get_args
 from pydantic import BaseModel, ConfigDict
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.sentences import split_sentences
 from shopping_companion.types import Session, Task
 from shopping_companion.errors import ContaminationError  # noqa: F401 - re-exported
 
@@ -58,14 +59,12 @@ __all__ = [
     "PRODUCT_RULES",
     "ProductsRule",
     "TrainMatch",
-    "sentences",
 ]
 
 MIN_NEEDLE_WORDS = 5
 _SHINGLE = 5
 _WORD = re.compile(r"[a-z0-9]+")
 _ID_TOKEN = re.compile(r"[A-Za-z0-9:_.\-]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 #: Where a reference product id counts as a violation (module docstring).
 ProductsRule = Literal["assistant", "all", "none"]
@@ -91,11 +90,6 @@ class Contamination(BaseModel):
 
 def _norm_words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
-
-
-def sentences(text: str) -> list[str]:
-    """``text`` split after ``.``, ``!`` or ``?`` followed by whitespace (non-empty pieces)."""
-    return [p for p in (x.strip() for x in _SENTENCE_END.split(text)) if p]
 
 
 def _message_texts(example: Any) -> list[tuple[int, str, str]]:
@@ -215,7 +209,7 @@ def find_contamination(
                 w = _norm_words(turn.content)
                 if len(w) >= MIN_NEEDLE_WORDS:
                     patterns.append((w, t.task_id, "needle_session", label))
-                parts = [_norm_words(x) for x in sentences(turn.content)]
+                parts = [_norm_words(x) for x in split_sentences(turn.content)]
                 if contained and len(parts) > 1:
                     patterns += [(p, t.task_id, "needle_session", label) for p in parts if len(p) >= MIN_NEEDLE_WORDS]
         if products != "none":

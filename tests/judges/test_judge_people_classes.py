@@ -9,7 +9,7 @@ from __future__ import annotations
 from shopping_companion.judges.matching import default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import phrase_occurs, tokens
 from shopping_companion.judges.matching.values import readings, split_gloss, yes_no
-from shopping_companion.judges.rule import RuleJudge, match_preferences
+from shopping_companion.judges.rule import RuleJudge, match_preferences, structural_spurious
 from shopping_companion.types import Preference, Product, ProductSlot, Session, SessionRef, Task, Trajectory, Turn
 
 M = default_matcher()
@@ -229,3 +229,95 @@ def test_a_volume_under_a_key_that_cannot_hold_it_names_the_one_volume_of_the_re
     assert match_preferences(two, [pref("size", "max 0.5 oz")]).matches == [None, None]
     # a length names no one property (width, height, depth, length)
     assert match_preferences(task(pref("width", "at most 150 cm")), [pref("size", "at most 150 cm")]).matches == [None]
+
+
+def test_brand_values_with_full_stops_are_values_and_padding_is_not():
+    # an abbreviation's full stop is part of the value, not the end of a pasted sentence
+    not_a_value = "is not an attribute value (a sentence or a long quote)"
+    for brand in ["U.S. Polo Assn.", "Dr. Martens", "St. John"]:
+        assert structural_spurious(task(pref("brand", brand)), [pref("brand", brand)]) == []
+        res = match_preferences(task(pref("colour", "black")), [pref("colour", "black"), pref("brand", brand)])
+        assert res.matches == [0] and not_a_value not in [reason for _, reason in res.spurious]
+    # two sentences, or one that ends with its own full stop, stay padding
+    for padding in ["Nice. Good.", "Love it!", "Nice."]:
+        assert [r for _, r in structural_spurious(task(pref("style", "casual")), [pref("style", padding)])] == [
+            not_a_value
+        ]
+        res = match_preferences(task(pref("colour", "black")), [pref("colour", "black"), pref("style", padding)])
+        assert res.matches == [0] and [reason for _, reason in res.spurious] == [not_a_value]
+
+
+def test_comparative_bounds_after_and_negated_before_the_number():
+    at_least_2m = M.parse(M.key("length"), "at least 2 m").constraint
+    for text in ["2 metres or longer", "no shorter than 2 metres", "2 m and over"]:
+        c = M.parse(M.key("length"), text).constraint
+        assert c is not None and c.op == ">=" and c.same_as(at_least_2m), text
+    c = M.parse(M.key("length"), "1.5 m or shorter").constraint
+    assert c is not None and c.op == "<="
+    assert M.compare(M.key("length"), "at least 2 m", "2 metres or longer").holds
+
+
+def test_one_quantity_in_two_units_is_no_hedge_and_an_unread_unit_is_not_explicit():
+    width = M.key("width")
+    assert M.is_hedge(width, 'max 81 cm / 32"') is False
+    assert M.compare(width, "at most 81 cm (32 inches)", 'max 81 cm / 32"').holds
+    assert M.is_hedge(M.key("weight"), "500 g or 1 kg") is True  # two quantities: alternatives
+    assert not M.compare(M.key("weight"), "500 g", "500 g or 1 kg").holds
+    d = M.compare(M.key("water resistance"), "at least 100 m", "100m / 10 ATM")  # ATM: no unit of the table
+    assert not d.holds and not d.explicit
+
+
+def test_a_colour_and_kinds_of_it_state_the_colour_but_a_broader_alternative_does_not():
+    colour = M.key("colour")
+    assert M.compare(colour, "Purple", "purple / lilac") == (True, True)
+    assert M.compare(colour, "Purple", "violet/lilac shades").holds
+    assert not M.compare(colour, "navy", "navy or blue").holds  # blue is broader than navy: a hedge
+    assert not M.compare(colour, "lavender", "purple / lilac").holds
+    assert not M.compare(colour, "navy", "something like navy, roughly").holds  # words left unread
+
+
+def test_a_gold_value_named_under_another_known_key_is_an_uncertain_miss():
+    # "type" cannot hold a fastening; its value names slip-on: the miss is not explicit
+    res = match_preferences(task(pref("fastening", "Slip-On")), [pref("type", "loafers / slip-ons")])
+    assert res.matches == [None] and 0 in res.unsure_gold and res.candidates[0] == [0]
+
+
+def test_none_as_a_value_names_the_absence_of_the_attribute():
+    res = match_preferences(task(pref("fastening", "Slip-On")), [pref("laces", "none")])
+    assert res.matches == [0] and not res.unsure_gold
+
+
+def test_a_number_in_a_unit_the_table_does_not_read_is_not_explicitly_another_value():
+    d = M.compare(M.key("water resistance"), "at least 100 m", "10 bar")
+    assert not d.holds and not d.explicit
+    assert M.compare(M.key("length"), "at least 2 m", "1 m") == (False, True)  # a unit it reads: explicit
+
+
+def test_credit_goes_to_as_many_uncertain_misses_as_their_candidates_allow():
+    from shopping_companion.judges.selective import stage1_fields
+
+    def miss(label: str, answer: tuple[int, ...]) -> dict:
+        return {
+            "kind": "match",
+            "label": label,
+            "slot": 0,
+            "ok": False,
+            "confident": False,
+            "reason": "unknown_key",
+            "decided_by": "rule",
+            "answer": answer,
+            "detail": "missing",
+        }
+
+    # the first miss may take answer 0 or 1, the second only 0: both are credited
+    items = [miss("a=1", (0, 1)), miss("b=2", (0,))]
+    assert stage1_fields(items, F=2, N=1, addon=False, policy="credit")["m1"] == 2
+    assert stage1_fields(items, F=2, N=1, addon=False, policy="no_credit")["m1"] == 0
+
+
+def test_a_quantity_under_a_longer_name_of_the_gold_key_is_an_uncertain_miss():
+    gold = [pref("length", "at least 2 m (6.6 ft)")]
+    res = match_preferences(task(*gold), [pref("cable length", "6.5 ft or longer")])
+    assert res.matches == [None] and res.unsure_gold == {0: "unknown_key"}
+    res = match_preferences(task(*gold), [pref("width", "6.5 ft or longer")])  # another property
+    assert res.matches == [None] and not res.unsure_gold

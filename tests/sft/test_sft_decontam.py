@@ -10,7 +10,8 @@ import pytest
 
 from shopping_companion.benchmark import templates as T
 from shopping_companion.errors import ConfigError
-from shopping_companion.sft.decontam import find_contamination, sentences
+from shopping_companion.sentences import split_sentences
+from shopping_companion.sft.decontam import find_contamination
 from shopping_companion.sft.examples import StepExample
 from shopping_companion.types import Preference, ProductSlot, Session, SessionRef, Task, Turn
 
@@ -134,7 +135,7 @@ def test_a_test_needle_turn_no_train_text_contains_is_still_caught(world):
 
 def test_a_template_sentence_of_a_longer_test_turn_owned_by_train_is_not_a_finding(world):
     test, train, sessions = world
-    first, second = sentences(OPENER)
+    first, second = split_sentences(OPENER)
     assert first.endswith("?") and second.endswith(".")
     # a train needle holds the opener's second sentence inside its own longer turn
     train_needle = _session("sess-train-needle", [TRAIN_STATEMENT + " " + second])

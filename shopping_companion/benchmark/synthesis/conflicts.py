@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from shopping_companion.judges.rule import normalize_tokens
+from shopping_companion.sentences import split_sentences
 from shopping_companion.types import Session
 
 __all__ = ["Conflict", "ConflictDetector", "Statement", "WantedFeature"]
@@ -60,7 +61,6 @@ _NEG = _cues(
     r"not a fan|allergic|stay away|won'?t|refuse|can'?t wear|cannot wear|not into|sick of|tired of|"
     r"can'?t bear|loathe"
 )
-_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _SIZE_CLAIM = re.compile(
     r"\b(?:my size is|i(?:'m| am)(?: a)? size|i wear(?: a| an)? size|i take(?: a)? size|size)\s+"
     r"(?:(?:uk|us|eu|euro)\s?)?(xxs|xs|s|m|l|xl|xxl|xxxl|\d{1,2}(?:\.5)?)\b",
@@ -194,7 +194,7 @@ class ConflictDetector:
             if turn.role != "user":
                 continue
             turn_scope: frozenset[str] | None = None
-            for sent in _SPLIT.split(turn.content):
+            for sent in split_sentences(turn.content):
                 sent = sent.strip()
                 if not sent or len(sent) > _MAX_SENTENCE or not _FIRST_PERSON.search(sent):
                     continue

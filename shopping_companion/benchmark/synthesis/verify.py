@@ -75,6 +75,7 @@ from shopping_companion.benchmark.synthesis.catalog_view import is_wearable_size
 from shopping_companion.judges.matching import Constraint, ResolvedKey, default_matcher, parse_constraint
 from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP
 from shopping_companion.judges.rule import RuleJudge, is_relevant, normalize_tokens, product_satisfies
+from shopping_companion.sentences import split_sentences
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Step, Task, ToolResult, Trajectory
 
 __all__ = [
@@ -124,22 +125,6 @@ def stated_in(value: str, text: str) -> bool:
 
 
 _ONE_LETTER = re.compile(r"(?<![A-Za-z0-9])[A-Za-z](?![A-Za-z0-9])")
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-
-
-def _sentences(text: str, value: str) -> list[str]:
-    """The sentences of ``text`` (split after ``.!?;`` and at line breaks), never split inside a
-    mention of ``value`` itself (case-insensitive): "U.S. Polo Assn." is one brand, not three
-    sentences."""
-    spans = [m.span() for m in re.finditer(re.escape(value.strip()), text, re.IGNORECASE)] if value.strip() else []
-    out, start = [], 0
-    for m in _SENTENCE.finditer(text):
-        if any(a < m.start() < b for a, b in spans):
-            continue
-        out.append(text[start : m.start()])
-        start = m.end()
-    out.append(text[start:])
-    return [x.strip() for x in out if x.strip()]
 
 
 class _Gold(NamedTuple):
@@ -223,7 +208,7 @@ def how_stated(attribute: str, value: str, text: str) -> str | None:
     if not text or not value.strip():
         return None
     g = _gold(attribute, value)
-    sentences = _sentences(text, value)
+    sentences = split_sentences(text, value, semicolons=True)
     for sent in sentences:
         toks = normalize_tokens(sent)
         at = _find(toks, g.evidence)

@@ -14,7 +14,8 @@ wider/taller/longer/deeper/heavier/bigger than``       ``≤ 150 cm``
 ``< 150 cm``, ``under``, ``less than``, ``below``,
 ``smaller/lighter/narrower/shorter than``              ``< 150 cm``
 ``>= 64 GB``, ``at least``, ``min``, ``minimum``, ``no
-less than``, ``or more`` / ``or above`` (after)        ``≥ 64 GB``
+less/shorter/smaller than``, ``or more`` / ``or
+above`` / ``or longer`` (after)                        ``≥ 64 GB``
 ``> 2 m``, ``over``, ``more than``, ``above``,
 ``bigger/larger/wider/longer/heavier than``            ``> 2 m``
 ``between 100 and 150 cm``, ``100-150 cm``,
@@ -165,6 +166,7 @@ _LT = re.compile(
 )
 _GE = re.compile(
     r"\b(?:at\s+least|min(?:imum)?|no\s+less\s+than|not\s+less\s+than|or\s+more|or\s+above|"
+    r"no\s+(?:shorter|smaller|narrower|lighter|lower|fewer|thinner|shallower)\s+than|"
     r"or\s+bigger|or\s+larger|and\s+above|"
     r"(?:nothing|not|never|can'?t\s+be|cannot\s+be|mustn'?t\s+be|shouldn'?t\s+be)\s+(?:any\s+)?"
     r"(?:under|below|less\s+than|fewer\s+than|(?:smaller|narrower|shorter|lighter|lower)(?:\s+than)?))\b|>=|≥|=>"
@@ -344,14 +346,20 @@ def parse_constraint(text: str, default_unit: str | None = None, volume: bool = 
     if _LE.search(before):
         op = "<="
     elif _GE.search(before) or re.search(
-        r"\b(?:or\s+more|or\s+above|and\s+above|or\s+bigger|or\s+larger)\b|\+\s*$", after
+        r"\b(?:or\s+(?:more|above|over|bigger|larger|longer|taller|wider|higher|greater|heavier|deeper|thicker)|"
+        r"and\s+(?:above|over|up))\b|\+\s*$",
+        after,
     ):
         op = ">="
     elif _LT.search(before):
         op = "<"
     elif _GT.search(before):
         op = ">"
-    elif re.search(r"\b(?:or\s+less|or\s+below|or\s+under|or\s+smaller|max(?:imum)?|at\s+most|tops)\b", after):
+    elif re.search(
+        r"\b(?:or\s+(?:less|below|under|smaller|shorter|narrower|lighter|lower|fewer|thinner)|max(?:imum)?|"
+        r"at\s+most|tops)\b",
+        after,
+    ):
         op = "<="
     elif re.search(r"\bat\s+least\b", after):
         op = ">="

@@ -51,7 +51,13 @@ from typing import NamedTuple
 from shopping_companion.judges.matching.lexicon import Lexicon, ResolvedKey, Vocabulary, load_lexicon
 from shopping_companion.judges.matching.normalize import compact, padded, phrase, tokens
 from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP as _HAS_UNIT_OR_OP
-from shopping_companion.judges.matching.quantity import REL_TOL, Constraint, parse_constraint, parse_quantities
+from shopping_companion.judges.matching.quantity import (
+    REL_TOL,
+    UNIT_ALIASES,
+    Constraint,
+    parse_constraint,
+    parse_quantities,
+)
 
 __all__ = [
     "Decision",
@@ -69,10 +75,22 @@ __all__ = [
 Similarity = Callable[[str, str], float]
 
 _HEDGE = re.compile(
-    r"\s+(?:or|and/or)\s+(?!(?:less|more|above|below|under|over|smaller|bigger|larger|so)\b)"
+    r"\s+(?:or|and/or)\s+(?!(?:less|more|above|below|under|over|smaller|bigger|larger|longer|shorter|taller|"
+    r"wider|narrower|higher|lower|greater|fewer|heavier|lighter|deeper|thicker|thinner|so)\b)"
     r"|[,;|]|(?<!\d)/(?!\d)",
     re.IGNORECASE,
 )
+#: a number followed by a word of letters: a unit, when the table reads it
+_NUMBER_WORD = re.compile(r"\d\s*([a-z]+)\b", re.IGNORECASE)
+#: words after a number that are not units
+_NOT_UNITS = frozenset({"x", "by", "or", "and", "to", "plus", "per", "max", "min", "pack", "pcs", "pieces", "set"})
+
+
+def _unread_unit(text: str) -> bool:
+    """``text`` has a number followed by a word the unit table does not read ("10 bar", "10 ATM")."""
+    return any(w.lower() not in UNIT_ALIASES and w.lower() not in _NOT_UNITS for w in _NUMBER_WORD.findall(text or ""))
+
+
 #: "not navy", "no cotton", "anything but Nike", "cotton-free" — but not "no wider than 150 cm"
 _NEGATION = re.compile(
     r"^\s*(?:not|no|non|never|without|anything\s+but|anything\s+except|except|avoid|avoiding|"
@@ -280,10 +298,25 @@ class ValueMatcher:
             return False
         if va.phrase == vb.phrase or (va.phrase and compact(va.text) == compact(vb.text)):
             return True
-        if self.is_hedge(key, vb.text) and not self.is_hedge(key, va.text):
-            return False  # "Nike or Adidas", "navy, blue", "at most 150 cm or at least 200 cm": a hedge
+        if (
+            va.concepts
+            and not (va.partial or vb.partial)
+            and vb.concepts
+            and (named := self._part_concepts(key, vb.text))
+        ):
+            vocab = self.vocab_for(key)
+            assert vocab is not None
+            if set(va.concepts) <= named and all(any(vocab.is_a(x, g) for g in va.concepts) for x in named):
+                return True  # "purple / lilac" for purple: the value and kinds of it, no alternative
+        hedge_b = self.is_hedge(key, vb.text)
+        if hedge_b is not False and self.is_hedge(key, va.text) is False:
+            # "Nike or Adidas", "navy, blue", "at most 150 cm or at least 200 cm": a hedge; None:
+            # quantities in a unit the table does not read ("100 m / 10 ATM"), not known
+            return False if hedge_b else None
         if va.constraint is not None and vb.constraint is not None:
             same = va.constraint.same_as(vb.constraint)
+            if not same and va.constraint.dim and (_unread_unit(va.text) or _unread_unit(vb.text)):
+                return None  # "10 bar" for "100 m": a unit the table does not read (the number got the key's unit)
             plain = va if va.constraint.op == "=" else vb
             if (
                 not same
@@ -326,25 +359,51 @@ class ValueMatcher:
                 return ca == cb
         return None
 
-    def is_hedge(self, key: ResolvedKey, text: str) -> bool:
+    def is_hedge(self, key: ResolvedKey, text: str) -> bool | None:
         """The value offers alternatives ("navy or blue", "Nike, Adidas", "500 g or 1 kg",
-        "iPhone 7, iPhone 8"): several parts naming different concepts, several quantities, or —
-        without a vocabulary — several parts. Synonyms ("wallet/folio"), negated elaborations
-        ("step-in, no straps") and "15 ml or less" are not hedges."""
+        "iPhone 7, iPhone 8"): several parts naming different concepts, several different
+        quantities, or — without a vocabulary — several parts. Synonyms ("wallet/folio"), negated
+        elaborations ("step-in, no straps"), "15 ml or less" and one quantity in two units
+        ("max 81 cm / 32\"", within 2 %) are not hedges. None: several quantities, one of them in a
+        unit the table does not read ("100 m / 10 ATM"), so whether they differ is not known."""
         if not text or not _HEDGE.search(text):
             return False
         parts = [p.strip() for p in _HEDGE.split(text) if p and p.strip()]
         parts = [p for p in parts if not _NEGATION.match(p)]
         if len(parts) < 2:
             return False
-        if sum(1 for p in parts if any(ch.isdigit() for ch in p)) >= 2:
-            return True
-        vocab = self.vocab_for(key)
-        if vocab is not None:
-            named = {c for p in parts for c in ((vocab.lookup(p),) if vocab.lookup(p) else vocab.find(p)[:1])}
-            if named:
-                return len(named) >= 2
+        numeric = [p for p in parts if any(ch.isdigit() for ch in p)]
+        if len(numeric) >= 2:
+            return self._several_quantities(key, numeric)
+        named = self._part_concepts(key, text)
+        if named:
+            return len(named) >= 2
         return True
+
+    def _part_concepts(self, key: ResolvedKey, text: str) -> set[str]:
+        """The concepts the parts of a listed value name (:data:`_HEDGE` splits it; negated parts
+        left out), one per part; empty without a vocabulary, a list or a named concept."""
+        vocab = self.vocab_for(key)
+        if vocab is None or not _HEDGE.search(text):
+            return set()
+        parts = [p.strip() for p in _HEDGE.split(text) if p and p.strip() and not _NEGATION.match(p.strip())]
+        return {c for p in parts for c in ((vocab.lookup(p),) if vocab.lookup(p) else vocab.find(p)[:1])}
+
+    def _several_quantities(self, key: ResolvedKey, parts: list[str]) -> bool | None:
+        """Whether the parts with numbers of one value are different values (:meth:`is_hedge`):
+        False when each is a quantity in a unit the table reads and all are one magnitude within
+        2 %, None when a number is followed by a word the unit table does not read ("10 ATM")."""
+        if any(_unread_unit(p) for p in parts):
+            return None
+        if not all(any(q.dim for q in parse_quantities(p)) for p in parts):
+            return True  # "iPhone 7, iPhone 8": numbers, not quantities
+        cs = [self.parse(key, p).constraint for p in parts]
+        if any(c is None or c.hi is not None for c in cs):
+            return True
+        first = cs[0]
+        assert first is not None
+        same = all(c is not None and c.dim == first.dim and abs(c.lo - first.lo) <= REL_TOL * abs(first.lo) for c in cs)
+        return not same
 
     # ------------------------------------------------------------------ satisfaction (stage 2)
     def satisfies(self, key: ResolvedKey, gold: str, product_value: str, *, fallback: bool = True) -> bool:
