@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         if kind not in ("crash", "hang", "silent_drop", "reward_increase"):
             print(f"{kind + ':':18s}{report.count(kind)}")
     print(
-        f"time:             {report.seconds:.1f} s for {2 * len(picked)} episodes (hostile + control), "
+        f"time:             {report.seconds:.1f} s for {len(picked) + report.control_episodes} episodes "
+        f"({len(picked)} hostile + {report.control_episodes} control), "
         f"setup {t_setup:.1f} s"
     )
     print()

@@ -15,6 +15,11 @@
 #                            directory: tests/conftest.py, session_dir); 0: one process; default:
 #                            2 on a machine with 2 or more cores (the reference CI machine has 2:
 #                            670 s instead of 845 s for the main suite), else 0
+#   SHOPCOMP_TEST_SHARED_DIR the session fixtures' directory, shared by every suite of this run
+#                            (tests/conftest.py, session_dir): the main suite builds the catalog
+#                            cache, the BM25 index and the MiniLM encodings once, the extras suites
+#                            reuse them (keyed by content hash and code versions: a stale entry is
+#                            rebuilt). Default: a fresh temporary directory, removed at the end
 #   extra arguments          passed to every pytest call (e.g. -x, -k name)
 # Every phase (each install, lint, each suite) prints "== phase NAME: 12.3 s (exit 0)" as it ends,
 # and all of them again with the total at the end, so a slow phase shows in the log the day it
@@ -41,7 +46,16 @@ summary() {
     for line in "${phase_lines[@]}"; do echo "   ${line#== phase }"; done
     awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "   total: %.1f s\n", b - a }'
 }
-trap summary EXIT
+shared_dir=""
+if [ -z "${SHOPCOMP_TEST_SHARED_DIR:-}" ]; then
+    shared_dir=$(mktemp -d "${TMPDIR:-/tmp}/shopcomp-test-run.XXXXXX")
+    export SHOPCOMP_TEST_SHARED_DIR=$shared_dir
+fi
+finish() {
+    summary
+    if [ -n "$shared_dir" ]; then rm -rf "$shared_dir"; fi
+}
+trap finish EXIT
 export SHOPCOMP_REQUIRE_EXTRAS=1  # inside tests/extras a missing stack fails instead of skipping
 if [ -n "${CI:-}" ]; then
     export COLUMNS=80

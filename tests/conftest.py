@@ -1,7 +1,8 @@
 """Shared fixtures: real data from ../shared/data, built once per test session.
 
-The full-catalog BM25 index is built once into a session temp directory (about a minute on two
-cores) and shared by every test that needs product search.
+The full-catalog BM25 index is built once into the session's cache directory (about a minute on
+two cores) and shared by every test that needs product search; under ``scripts/test.sh`` the extras
+suites reuse the main suite's (``session_dir``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,17 @@ def session_dir(tmp_path_factory, name: str) -> Path:
     pytest-xdist (``-n N``), one directory shared by the session's workers (each worker is a
     process with its own base temporary directory, all under one parent), so what a session fixture
     builds into it (the catalog cache, the BM25 index, the MiniLM encodings) is built once and
-    reused by the other workers. The builders are safe across processes: the index build holds a
-    file lock, the catalog cache is written to a temporary file and renamed, the encodings are an
-    SQLite database."""
+    reused by the other workers. With ``$SHOPCOMP_TEST_SHARED_DIR`` set (``scripts/test.sh`` sets
+    it to a fresh directory per run), ``<that dir>/<name>``: shared by every session of the run,
+    so the extras suites reuse what the main suite built. The builders are safe across processes:
+    the index build holds a file lock, the catalog cache is written to a temporary file and
+    renamed, the encodings are an SQLite database; the index and the catalog cache are keyed by
+    the catalog's content hash and the code's versions, so a stale entry is rebuilt, never used."""
+    shared = os.environ.get("SHOPCOMP_TEST_SHARED_DIR")
+    if shared:
+        d = Path(shared) / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
     if os.environ.get("PYTEST_XDIST_WORKER"):
         d = tmp_path_factory.getbasetemp().parent / name
         d.mkdir(exist_ok=True)
@@ -33,7 +42,8 @@ def session_dir(tmp_path_factory, name: str) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def shopcomp_cache_dir(tmp_path_factory) -> Path:
     """Every test session gets its own cache directory (indexes, embeddings, the parsed catalog),
-    shared by its xdist workers; never ~/.cache."""
+    shared by its xdist workers (and by the run's sessions under ``$SHOPCOMP_TEST_SHARED_DIR``:
+    :func:`session_dir`); never ~/.cache."""
     d = session_dir(tmp_path_factory, "shopcomp-cache")
     os.environ["SHOPCOMP_CACHE_DIR"] = str(d)
     return d
@@ -62,11 +72,16 @@ def catalog_products(catalog_path: Path):
 
 
 @pytest.fixture(scope="session")
-def catalog_index_dir(catalog_path: Path, tmp_path_factory) -> Path:
-    """The full real catalog indexed once per test session (once for all its xdist workers)."""
+def catalog_index_dir(catalog_path: Path, shopcomp_cache_dir: Path) -> Path:
+    """The full real catalog indexed once per test session (once for all its xdist workers), at
+    the commands' default index location in the session's cache directory, so a command run
+    without ``--index-dir`` (in-process or as a subprocess) uses this index instead of building
+    another."""
+    from shopping_companion.assembly.data import default_index_dir
     from shopping_companion.catalog.index import open_or_build
 
-    d = session_dir(tmp_path_factory, "bm25") / "products"
+    d = default_index_dir()
+    assert d.is_relative_to(shopcomp_cache_dir), (d, shopcomp_cache_dir)
     open_or_build(catalog_path, d)
     return d
 

@@ -24,9 +24,11 @@ The episode around a hostile turn
 
 The control episode (what "hostile output cannot raise the reward" compares against)
     The same task, trial, seeds and settings, without the hostile turn: the oracle episode itself.
-    The control is run for every case (a second ``run_evaluation`` over the same keys), so the
-    comparison is per episode, never against an average. Every control stage earns the maximum,
-    3.0 (R_z = R_tool = R_fmt = 1: its calls return only gold ids, its answers are the gold ones);
+    Every category's batch uses the same keys ``(task_id, trial)`` (episode i = task i % 3, trial
+    i // 3), and the control episode of a key does not depend on the case, so the controls are run
+    once (one ``run_evaluation`` over the keys of the largest category) and each hostile episode is
+    compared with the control of its own key: per episode, never against an average. Every
+    control stage earns the maximum, 3.0 (R_z = R_tool = R_fmt = 1: its calls return only gold ids, its answers are the gold ones);
     :attr:`FuzzReport.control_totals` records this and the test asserts it, so "not more than
     the control" means "not more than a perfect stage", and for a turn that must be rejected the
     stricter "the outcome reward R_z of both stages is exactly the control's". (The control used
@@ -1133,6 +1135,7 @@ class FuzzReport:
     seconds: float = 0.0
     episode_s: dict[str, float] = field(default_factory=dict)  # max seconds of one episode per category
     control_totals: Counter = field(default_factory=Counter)  # stage reward totals of the control episodes
+    control_episodes: int = 0  # control episodes run (one per key, shared by the categories)
 
     def count(self, kind: str) -> int:
         return len({(f.category, f.label) for f in self.failures if f.kind == kind})
@@ -1299,10 +1302,11 @@ def run_fuzz(
     timeout_s: float = 60.0,
     log: Callable[[str], None] | None = None,
 ) -> FuzzReport:
-    """Run every case (hostile and control episode) through ``run_evaluation``, one batch per
-    category, and check them (module docstring). A batch that raises is re-run one case per
-    file, so a crash is attributed to the cases that cause it and the other cases are still
-    checked. Never raises for a failing case: failures are in the report."""
+    """Run every case through ``run_evaluation``, one batch per category, beside one batch of
+    control episodes shared by the categories, and check them (module docstring). A batch that
+    raises is re-run one case per file, so a crash is attributed to the cases that cause it and
+    the other cases are still checked. Never raises for a failing case: failures are in the
+    report."""
     from shopping_companion.benchmark.evaluate import EvalSettings
     from shopping_companion.benchmark.report import read_results
     from shopping_companion.envs.env import EnvConfig
@@ -1326,7 +1330,7 @@ def run_fuzz(
     for c in cases:
         by_cat[c.category].append(c)
 
-    def run_group(name: str, group: list[Case], control: bool, tasks_: list[Task] | None = None):
+    def run_group(name: str, group: list[Case | None], control: bool, tasks_: list[Task] | None = None):
         path = workdir / ("control" if control else "hostile") / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         exc, timed_out, times, by_key = _run_batch(
@@ -1345,21 +1349,24 @@ def run_fuzz(
         )
         return path, exc, timed_out, times, by_key
 
+    # the control episodes: one batch over the keys of the largest category (module docstring)
+    n_keys = max((len(g) for g in by_cat.values()), default=0)
+    ctl_path, ctl_exc, ctl_to, _, _ = run_group("all", [None] * n_keys, control=True)
+    shared_controls = {} if (ctl_exc or ctl_to) else {(r.task_id, r.trial): r for r in read_results(ctl_path)}
+    report.control_episodes = len(shared_controls)
+    for r in shared_controls.values():
+        report.control_totals.update(round(st.reward.total, 6) for st in r.stages)
     for cat, group in by_cat.items():
         t0 = time.perf_counter()
         if log:
             log(f"fuzz: {cat}: {len(group)} cases")
-        ctl_path, ctl_exc, ctl_to, _, ctl_keys = run_group(cat, group, control=True)
         if ctl_exc is not None or ctl_to:
             for c in group:
                 fail("crash" if ctl_exc else "hang", c, f"CONTROL run failed: {ctl_exc!r}")
             continue
-        controls = {(r.task_id, r.trial): r for r in read_results(ctl_path)}
-        for r in controls.values():
-            report.control_totals.update(round(st.reward.total, 6) for st in r.stages)
         path, exc, timed_out, times, by_key = run_group(cat, group, control=False)
         units: list[tuple[Path, dict, dict, BaseException | None, bool, dict]] = [
-            (path, by_key, times, exc, timed_out, controls)
+            (path, by_key, times, exc, timed_out, shared_controls)
         ]
         if exc is not None and not timed_out:  # attribute the crash: each case alone, with its own control
             units = []

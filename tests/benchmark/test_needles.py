@@ -329,7 +329,10 @@ def test_paraphrase_probability_zero_keeps_catalog_words():
 
 @pytest.fixture(scope="module")
 def view(catalog_products):
-    return CatalogView(catalog_products)
+    """The real catalog's view: the one synthesis over it uses in this process (``reuse.py``)."""
+    from shopping_companion.benchmark.synthesis.reuse import view_and_matcher
+
+    return view_and_matcher(catalog_products, 2, True).view
 
 
 def _real_specs(view: CatalogView, n: int, seed: int) -> list[TaskSpec]:

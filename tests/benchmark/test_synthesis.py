@@ -339,6 +339,27 @@ def test_same_seed_same_bytes_and_resume_after_interrupt(products, pool, tmp_pat
     assert loaded.manifest["counts"]["tasks"] == 8 and loaded.manifest["files"]["tasks.jsonl"]
 
 
+def test_builds_over_one_catalog_list_share_its_view_and_matcher(products, pool, tmp_path):
+    from shopping_companion.benchmark.synthesis.build import Synthesizer
+    from shopping_companion.benchmark.synthesis.reuse import view_and_matcher
+
+    cfg = small_config(n_tasks=4)
+    settings = (cfg.min_attributes, cfg.allow_unpriced)
+    catalog = list(products)  # a list no build has seen yet
+    write_benchmark(synthesize(catalog, pool, cfg), tmp_path / "first")  # builds its view and matcher
+    kept = view_and_matcher(catalog, *settings)
+    assert view_and_matcher(catalog, *settings) is kept
+    again = Synthesizer(catalog, pool, cfg)
+    assert again.view is kept.view and again.matcher is kept.matcher
+    # the second build starts from the kept view and the matcher's filled caches: same bytes
+    write_benchmark(synthesize(catalog, pool, cfg), tmp_path / "second")
+    assert _files(tmp_path / "second") == _files(tmp_path / "first")
+    # another list object, or other settings: a view of its own
+    other = view_and_matcher(list(products), *settings)
+    assert other.view is not kept.view and other.matcher is not kept.matcher
+    assert view_and_matcher(catalog, cfg.min_attributes + 1, cfg.allow_unpriced).view is not kept.view
+
+
 def test_partial_build_from_other_settings_is_refused(products, pool, tmp_path):
     cfg = small_config(n_tasks=4)
 

@@ -46,7 +46,6 @@ from typing import Any
 
 from shopping_companion.benchmark.synthesis.breadth import source_quotas
 from shopping_companion.benchmark.synthesis.catalog_view import (
-    CatalogView,
     Feature,
     ShopGroup,
     domain_of,
@@ -74,6 +73,7 @@ from shopping_companion.benchmark.synthesis.directory import (
 from shopping_companion.benchmark.synthesis.conflicts import Conflict, ConflictDetector, WantedFeature
 from shopping_companion.benchmark.synthesis.generators import Generator, SlotSpec, TaskSpec, TemplateGenerator
 from shopping_companion.benchmark.synthesis.haystack import HaystackPool, PoolSession, assign_dates, session_tokens
+from shopping_companion.benchmark.synthesis.reuse import view_and_matcher
 from shopping_companion.benchmark.synthesis.verify import (
     CatalogMatcher,
     count_bundles,
@@ -240,11 +240,12 @@ class Synthesizer:
         self.embedder = embedder
         self.sources = sources or {}
         self.generator = generator or make_generator(config)
-        self.view = CatalogView(products, config.min_attributes, allow_unpriced=config.allow_unpriced)
+        shared = view_and_matcher(products, config.min_attributes, config.allow_unpriced)  # once per catalog
+        self.view = shared.view
         self.shortfall: dict[str, str] = {}
         if plan:
             self._check_catalog()
-        self.matcher = matcher or CatalogMatcher(self.view.products)
+        self.matcher = matcher or shared.matcher
         spu = config.sessions_per_user
         self.pool = HaystackPool(
             pool,

@@ -1,6 +1,7 @@
 """What synthesis needs to know about the catalog (Shopping Companion §4 step 1).
 
-:class:`CatalogView` is built once per build from the product list. It decides, for every product:
+:class:`CatalogView` is built from the product list, once per process and catalog (``reuse.py``). It
+decides, for every product:
 
 * its **product type** as a shopper says it (:func:`product_type`): the curated name of its finest
   category when known (Myntra), otherwise a phrase derived from the finest non-generic category level
@@ -550,6 +551,10 @@ class CatalogView:
                 if len(types) >= 2:
                     ordered = {k: sorted(v, key=lambda x: x.product_id) for k, v in sorted(types.items())}
                     self.addon_groups.append(ShopGroup(shop, aud, ordered, source))
+        # plain dicts from here on: a view shared by several builds (reuse.py) never grows a key on a read
+        self.single_types = dict(self.single_types)
+        self.by_source = {s: dict(types) for s, types in self.by_source.items()}
+        self.vocab = dict(self.vocab)
 
     def item(self, p: Product) -> str:
         """The product type of an eligible product."""

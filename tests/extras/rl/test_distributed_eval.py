@@ -4,10 +4,10 @@ one writer of the results file.
 Real Ray (a 2-CPU local cluster started by this module), real benchmark, index, memory, judge and
 rubric in every worker; the policy is the scripted OpenAI-compatible server on 127.0.0.1 (a pure
 function of each request, so runs for the same seeds are comparable). Covers: 2 workers' results
-equal a local run's (everything except wall times and latencies); the driver killed with SIGKILL
-mid-run, then resumed: complete, no duplicate keys, equal to local; a worker actor killed mid-run:
-its episodes are resubmitted, the run completes with every episode, equal to local; a bad ``--ray``
-address: exit 2 with a clear message.
+equal a local run's (everything except wall times and latencies); the driver (one worker) killed
+with SIGKILL mid-run, then resumed: complete, no duplicate keys, equal to local; a worker actor
+killed mid-run: its episodes are resubmitted, the run completes with every episode, equal to
+local; a bad ``--ray`` address: exit 2 with a clear message.
 """
 
 from __future__ import annotations
@@ -164,7 +164,10 @@ def test_driver_killed_then_resumed_equals_local(
     bench_dir, catalog_index_dir, server, ray_address, local_run, tmp_path
 ):
     runs = tmp_path / "runs"
+    # one episode worker: the driver's death and the resume are what is tested (each worker builds
+    # its own kit, the slow part; two workers are covered by the tests around this one)
     args = [*_args(bench_dir, catalog_index_dir, runs, "killed", server.base_url), "--ray", ray_address]
+    args += ["--ray-workers", "1"]
     results = runs / "killed" / "results.jsonl"
     log = open(tmp_path / "child.log", "w")
     proc = subprocess.Popen(
