@@ -451,7 +451,7 @@ REVISION_REASONS: list[str] = [
 ]
 
 #: Temporal: a sentence of the request pointing to a past conversation by its date (``{when}``: e.g.
-#: "March 2023").
+#: "March 2023"); for an add-on deal it follows "For the <product type>, ".
 TEMPORAL_REFS: list[str] = [
     "Go by what I told you about it when we talked in {when}.",
     "Stick to what I said I wanted for it in our chat from {when}.",

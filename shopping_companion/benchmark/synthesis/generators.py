@@ -518,11 +518,10 @@ class TemplateGenerator:
         ]
 
     def temporal_reference(self, spec: TaskSpec, when: str, rng: random.Random) -> str:
-        return rng.choice(T.TEMPORAL_REFS).format(when=when)
+        return _for_slot(spec, spec.slots[0], rng.choice(T.TEMPORAL_REFS).format(when=when))
 
     def abstention_request(self, spec: TaskSpec, slot: SlotSpec, label: str, rng: random.Random) -> str:
-        text = rng.choice(T.ABSTENTION_ASKS).format(label=label)
-        return f"For the {slot.product_type}, {text[:1].lower()}{text[1:]}" if spec.task_type == "addon" else text
+        return _for_slot(spec, slot, rng.choice(T.ABSTENTION_ASKS).format(label=label))
 
     # ------------------------------------------------------------------ topic distractors
 
@@ -569,6 +568,11 @@ class TemplateGenerator:
 
     def find_conflicts(self, spec: TaskSpec, sessions: list[Session]) -> list[Conflict]:
         return []
+
+
+def _for_slot(spec: TaskSpec, slot: SlotSpec, text: str) -> str:
+    """``text`` scoped to the slot's product in an add-on deal ("For the men's shirt, pick ...")."""
+    return f"For the {slot.product_type}, {text[:1].lower()}{text[1:]}" if spec.task_type == "addon" else text
 
 
 def _contains_tokens(hay: tuple[str, ...], needle: tuple[str, ...]) -> bool:
