@@ -14,7 +14,7 @@ it as follows; every task still passes every check of :mod:`.build`:
     revision session (:meth:`~.generators.Generator.revision`) says the user no longer wants *o*,
     with a reason, and states *f*. Gold: *f* (the latest); *o* is recorded in ``Task.superseded``.
     Checked: the stale session states *o* and not *f*; every conflict the rule detector finds in it
-    is revised later (:func:`~.conflicts.drop_superseded`).
+    is revised later (:func:`~.conflicts.drop_superseded`), so it contradicts nothing else.
 ``multi_session``
     The first product has at least three wanted features, stated in three sessions (the other
     products' features in their own needles).
@@ -23,7 +23,8 @@ it as follows; every task still passes every check of :mod:`.build`:
     the request points to the needle stating *f* by its month
     (:meth:`~.generators.Generator.temporal_reference`, e.g. "It should match what I told you in
     March 2023."). The gold needle may come before or after the other conversation, so neither the
-    first nor the latest mention is always right; only the dates decide.
+    first nor the latest mention is always right; only the dates decide. Checked: the two months differ
+    and the other conversation conflicts with no other wanted feature.
 ``abstention``
     A does-not-matter attribute *a* of the first product (a real attribute, not wanted) is left out
     of the dialogues, and the request asks for "my usual *a*"
@@ -243,16 +244,20 @@ def check_dated(
     feats: list[WantedFeature],
 ) -> None:
     """The checks that need the dates (module docstring); raises :class:`~.common.CheckFailed`:
-    ``stale_conflict_unrevised`` (knowledge update), ``temporal_ambiguous`` (the other conversation
-    falls in the target's month), ``abstention_stated`` (the unstated attribute is named)."""
+    ``stale_conflict_unrevised`` (a stale session conflicts with a wanted feature other than the
+    one it states, or, for a knowledge update, with that one without a later revision),
+    ``temporal_ambiguous`` (the other conversation falls in the target's month),
+    ``abstention_stated`` (the unstated attribute is named)."""
     dates = {h.session_id: h.date for h in history}
-    if parts.revision is not None:
+    if parts.feature is not None:
         f = parts.feature
-        assert f is not None
-        rev = needles[parts.revision].session_id
-        which = [w for w in feats if w.slot == 0 and w.label == f.label and w.value == f.value]
-        found = [c for s in stale for c in detector.find(s, which, cache=False)]
-        left = drop_superseded(found, dates, {w.describe(): [rev] for w in which})
+        which = {w.describe() for w in feats if w.slot == 0 and (w.label, w.value) == (f.label, f.value)}
+        found = [c for s in stale for c in detector.find(s, feats, cache=False)]
+        if parts.revision is not None:  # the stale value is revised later: no conflict left
+            rev = needles[parts.revision].session_id
+            left = drop_superseded(found, dates, {w: [rev] for w in which})
+        else:  # temporal: the other conversation contradicts f on purpose, nothing else
+            left = [c for c in found if c.feature not in which]
         if left:
             raise CheckFailed("stale_conflict_unrevised", left[0].describe())
     if parts.target is not None:
