@@ -1,6 +1,7 @@
 """Ability-tagged synthesis, the dated-revision rule of the conflict detector, stress variants and
 the per-ability / per-variant metrics, on a small benchmark built from a test catalog and real SGD
-conversations, with real environments (BM25 index, memory store, rule judge) and scripted policies.
+conversations, played in real environments by scripted policies (the gold-knowing policy, with
+the preferences of a history reader or of the original task).
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from shopping_companion.benchmark.synthesis.conflicts import (
     drop_superseded,
 )
 from shopping_companion.benchmark.synthesis.verify import states_value, unstated_features
-from shopping_companion.catalog.index import build_index
-from shopping_companion.catalog.search import ProductSearch
+from benchmarks.reward_hacking_policies import InMemoryMemory, InMemoryProducts
+from shopping_companion.envs.env import EnvConfig, ShoppingCompanionEnv
 from shopping_companion.envs.scripted import GoldPolicy
+from shopping_companion.envs.tools import ToolBox
 from shopping_companion.errors import DataError
-from shopping_companion.types import ABILITIES, Preference, Session, Task, Turn
+from shopping_companion.judges.rule import RuleJudge
+from shopping_companion.types import ABILITIES, EpisodeResult, Preference, Session, Task, Turn
 from tests.benchmark.test_synthesis import amazon_products, small_config
-from tests.env_support import EnvKit, run
+from tests.env_support import run
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +45,26 @@ def built(products, sgd_sessions, tmp_path_factory):
     return d, build_benchmark(d, products, sgd_sessions[:600], cfg)
 
 
+class Kit:
+    """Real environments over in-process tool backends (keyword search over the products and over
+    the task's history, benchmarks/reward_hacking_policies.py) and the rule judge with the
+    benchmark's sessions (its grounding rule: a preference stated in no user turn is spurious)."""
+
+    def __init__(self, products, sessions):
+        self.products = InMemoryProducts(products)
+        self.by_id = {p.product_id: p for p in products}
+        self.sessions = dict(sessions)
+
+    def run(self, task: Task, policy) -> EpisodeResult:
+        judge = RuleJudge(lambda ids: {i: self.by_id[i] for i in ids if i in self.by_id}, sessions=self.sessions)
+        memory = InMemoryMemory([self.sessions[h.session_id] for h in task.history])
+        env = ShoppingCompanionEnv(task, ToolBox(self.products, memory), judge, EnvConfig())
+        return run(env, policy)
+
+
 @pytest.fixture(scope="module")
-def kit(products, built, embedder, tmp_path_factory):
-    d = tmp_path_factory.mktemp("abilities-bm25")
-    build_index(products, d, threads=1)
-    search = ProductSearch(d)
-    out = built[1]
-    pool = dict(out.sessions)
-    yield EnvKit(search, embedder, pool)
-    search.close()
+def kit(products, built):
+    return Kit(products, built[1].sessions)
 
 
 def _user(s: Session) -> list[str]:
@@ -163,7 +177,7 @@ def test_reading_the_first_mention_fails_knowledge_updates_reading_the_latest_do
     ku = [t for t in out.tasks if "knowledge_update" in t.abilities]
     acc = {}
     for latest in (False, True):
-        rs = [run(kit.env(t), GoldPolicy(t, preferences=_reader(t, out.sessions, latest))) for t in ku]
+        rs = [kit.run(t, GoldPolicy(t, preferences=_reader(t, out.sessions, latest))) for t in ku]
         acc[latest] = group_table({t.task_id: t for t in ku}, rs, task_abilities)["two_stage:none"]["knowledge_update"]
     assert acc[True]["acc"] == 1.0 and acc[True]["succ1"] == 1.0
     assert acc[False]["acc"] < acc[True]["acc"] and acc[False]["succ1"] == 0.0
@@ -190,9 +204,9 @@ def test_stress_variants_keep_the_gold_policy_and_catch_invented_preferences(bui
             sid = t.stale_session_ids[-1]
             pos = [h.session_id for h in t.history]
             assert pos.index(sid) < min(pos.index(n) for n in t.needle_session_ids)
-    kit.pool.update(sout.sessions)
+    kit.sessions.update(sout.sessions)
     tasks = {t.task_id: t for t in sout.tasks}
-    gold = [run(kit.env(t), GoldPolicy(t)) for t in sout.tasks]
+    gold = [kit.run(t, GoldPolicy(t)) for t in sout.tasks]
     by = group_table(tasks, gold, task_stress)["two_stage:none"]
     assert by["original"]["succ"] > 0
     for v in ("needle_removed", "stale_before", "needle_oldest"):
@@ -200,7 +214,7 @@ def test_stress_variants_keep_the_gold_policy_and_catch_invented_preferences(bui
     assert all(x["succ"] is None or x["succ"] >= 0 for x in stress_drops({"gold": by})["gold"].values())
     removed = [t for t in variants if t.stress == "needle_removed"]
     always = [
-        run(kit.env(t), GoldPolicy(t, preferences=tasks[t.variant_of].preferences)) for t in removed
+        kit.run(t, GoldPolicy(t, preferences=tasks[t.variant_of].preferences)) for t in removed
     ]  # reports the preferences the history no longer holds
     assert [stage1_success(r) for r in always] == [False] * len(removed)
     cell = group_table(tasks, always, task_stress)["two_stage:none"]["needle_removed"]

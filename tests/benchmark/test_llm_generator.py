@@ -48,7 +48,10 @@ def answer(body, conflict_word: str | None = None) -> str:
         turns = [
             {"role": "user", "content": "Guess what, I changed jobs."},
             {"role": "assistant", "content": "Congratulations! How is it going?"},
-            {"role": "user", "content": f"Good. I used to go for {old}, but not anymore: it's {new} for me now."},
+            {
+                "role": "user",
+                "content": f"Good. I used to go for {old}, but not anymore. These days it's {new} for me.",
+            },
             {"role": "assistant", "content": "Makes sense, tastes change."},
         ]
         return json.dumps({"turns": turns})

@@ -393,7 +393,8 @@ class LLMGenerator:
             "- In one user turn the user says they used to go for the old value and no longer do (use the "
             "words 'used to', 'no longer' or 'not anymore'), gives a reason a person would give (a bad "
             "experience, a new job, a move, a friend's remark), and says what they want now. Say the new "
-            "value with the quoted words or a close everyday synonym.\n"
+            "value in a sentence of its own with no negation in it, with the quoted words or a close "
+            "everyday synonym.\n"
             "- No shop names, prices or plans to buy something.\n"
             'Return {"turns": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}'
         )
