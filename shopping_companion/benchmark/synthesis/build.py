@@ -21,6 +21,9 @@ Per task (index *i*, RNG seeded from ``(seed, i)`` only), up to ``max_attempts``
    most ``max_conflict_rounds`` rounds (**conflict-free** check). Needles are inserted at random
    positions; dates increase along the history.
 
+The memory ability of each task (``SynthConfig.abilities``: knowledge update, multi-session,
+temporal, abstention besides extraction) shapes steps 1, 3 and 4 as :mod:`.abilities` describes.
+
 An attempt that fails a check is counted under the check's name and the task is re-drawn; after
 ``max_attempts`` the task is dropped (counted in the manifest). Verification results are stored
 in every task (:class:`~shopping_companion.types.Verification`).
