@@ -17,6 +17,18 @@ Split = Literal["train", "test"]
 Role = Literal["system", "user", "assistant", "tool"]
 Stage = Literal[1, 2]
 Polarity = Literal["want", "avoid"]
+#: The memory ability a task tests (LongMemEval's abilities, for preferences): ``extraction``: each
+#: preference stated once; ``knowledge_update``: a later-dated session revises a value an earlier one
+#: stated (gold: the latest); ``multi_session``: one product's preferences spread over three or more
+#: sessions; ``temporal``: the request points to a past conversation by its date; ``abstention``: the
+#: request invites a preference the user never stated (none may be invented).
+Ability = Literal["extraction", "knowledge_update", "multi_session", "temporal", "abstention"]
+ABILITIES: tuple[Ability, ...] = ("extraction", "knowledge_update", "multi_session", "temporal", "abstention")
+#: A counterfactual variant of a task (``Task.stress``): ``needle_removed``: the needle sessions are
+#: gone (gold: no preference); ``stale_before``: a session contradicting a preference is added before
+#: the needles; ``needle_oldest``: the needles are moved to the start of the history.
+Stress = Literal["needle_removed", "stale_before", "needle_oldest"]
+STRESS_VARIANTS: tuple[Stress, ...] = ("needle_removed", "stale_before", "needle_oldest")
 #: How a stage ended. ``answered``: a parsable answer; ``max_turns``: the turn limit;
 #: ``token_budget``: the GRPO token budget; ``invalid_output``: N consecutive invalid turns
 #: (``EnvConfig.max_invalid_turns``); ``length``: the same, when truncation (finish_reason
@@ -239,6 +251,21 @@ class Task(_Model):
     n_alternatives: int | None = Field(default=None, ge=0, description="other accepted products/bundles (capped)")
     verification: Verification | None = None
     changes: list[Change] = Field(default_factory=list)
+    # Memory abilities and stress variants (docs/benchmark.md, "Abilities and stress variants").
+    abilities: list[Ability] = Field(default_factory=list, description="what the task tests; empty: not tagged")
+    superseded: list[Preference] = Field(
+        default_factory=list,
+        description="values the history states for a gold attribute that are not the answer: revised "
+        "(knowledge_update) or said in another dated conversation (temporal, stale_before); named distractors",
+    )
+    stale_session_ids: list[str] = Field(default_factory=list, description="the sessions stating ``superseded``")
+    unstated: list[Preference] = Field(
+        default_factory=list,
+        description="abstention: attributes the request invites a preference on that the user never stated "
+        "(value: the reference product's, the one a guessing agent would name)",
+    )
+    stress: Stress | None = Field(default=None, description="the stress variant this task is, if any")
+    variant_of: str | None = Field(default=None, description="a stress variant's original task_id")
 
     @property
     def n_products(self) -> int:

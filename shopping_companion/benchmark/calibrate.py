@@ -1,10 +1,13 @@
-"""Difficulty calibration of a built benchmark by a policy's results: Succ by source and task type.
+"""Difficulty calibration of a built benchmark by a policy's results: Succ by source and task type,
+and Acc / Succ / pass^k per memory ability and stress variant.
 
 A benchmark's ``stats.md`` reports how findable its needles are (:mod:`.synthesis.stats`); this
 module adds how hard its tasks are for a known policy.
 :func:`~shopping_companion.benchmark.metrics.succ_by_source` groups the episodes of
 an evaluation run by the catalog source of each task's reference products (the part of a product id
-before the first ``:``, e.g. ``ikea_sa``) and by task type; :func:`calibrate_benchmark` records it in
+before the first ``:``, e.g. ``ikea_sa``) and by task type,
+:func:`~shopping_companion.benchmark.metrics.group_table` by ability and stress variant;
+:func:`calibrate_benchmark` records both in
 ``stats.json`` / ``stats.md`` of the benchmark directory and refreshes the file hashes of
 ``manifest.json``, so the directory stays loadable. ``shopcomp quickstart`` calibrates its benchmark
 with the reference policy's run.
@@ -16,14 +19,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shopping_companion.benchmark.metrics import succ_by_source, task_source  # noqa: F401 - task_source re-exported
+from shopping_companion.benchmark.metrics import group_table, succ_by_source, task_abilities, task_stress
+from shopping_companion.benchmark.metrics import task_source  # noqa: F401 - task_source re-exported
 from shopping_companion.errors import DataError
 
 __all__ = ["calibrate_benchmark", "succ_by_source", "task_source"]  # the last two: metrics.py
 
 
 def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str = "reference") -> dict[str, Any]:
-    """Record ``policy``'s Succ by source and task type (from the run's ``results`` JSONL) in the
+    """Record ``policy``'s Succ by source and task type, and its Acc / Succ / pass^1 per ability and
+    stress variant (``by_ability``, ``by_stress``: per strategy), from the run's ``results`` JSONL, in the
     benchmark at ``bench_dir``: ``stats.json`` gains ``calibration``, ``stats.md`` is rewritten with
     the table, and ``manifest.json``'s file hashes are refreshed. Returns the calibration dict.
 
@@ -49,6 +54,9 @@ def calibrate_benchmark(bench_dir: str | Path, results: str | Path, policy: str 
     if not cal["episodes"]:
         raise DataError(f"{results}: no finished episode of a task of {d} (a run on another benchmark?)")
     cal["policy"] = policy
+    by_id = {t.task_id: t for t in bench.tasks}
+    cal["by_ability"] = group_table(by_id, episodes, task_abilities)
+    cal["by_stress"] = group_table(by_id, episodes, task_stress)
     st = json.loads(stats_path.read_text(encoding="utf-8"))
     verification = st.pop("verification", None)
     st["calibration"] = cal

@@ -22,6 +22,11 @@ Acc and Succ (paper §4)
     unweighted mean of the per-type means (the paper's "Avg." column); "all" is the mean over
     all scored episodes (equal to "avg" when the types have equally many episodes).
 
+Abilities and stress variants
+    :func:`group_table` gives Acc, Succ and pass^k per strategy and per task group: the memory
+    abilities of ``Task.abilities`` (:func:`task_abilities`) or the stress variant of ``Task.stress``
+    (:func:`task_stress`); :func:`stress_drops` is each variant's Succ minus the original tasks'.
+
 pass@k and pass^k (k trials per task)
     For a task with n scored trials of which c succeeded, ``pass@k = 1 - C(n-c, k) / C(n, k)``
     (probability that at least one of k trials drawn without replacement succeeds) and
@@ -48,7 +53,7 @@ import math
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS
 from shopping_companion.types import EpisodeResult, Task
@@ -70,6 +75,11 @@ __all__ = [
     "plot_tool_calls_per_turn",
     "succ_by_source",
     "task_source",
+    "task_abilities",
+    "task_stress",
+    "group_table",
+    "stage1_success",
+    "stress_drops",
 ]
 
 #: Display names of the strategies of Table 3.
@@ -388,3 +398,77 @@ def succ_by_source(tasks: list[Task], episodes: list[EpisodeResult]) -> dict[str
         "errored": errored,
         "by_source": {s: {k: cell(cells[s][k]) for k in ("single", "addon", "all")} for s in order},
     }
+
+
+# --------------------------------------------------------------------------- abilities and stress variants
+
+
+def task_abilities(task: Task) -> list[str]:
+    """The abilities a task tests (``Task.abilities``; ``["untagged"]`` when it records none)."""
+    return list(task.abilities) or ["untagged"]
+
+
+def task_stress(task: Task) -> list[str]:
+    """The stress variant of a task as a one-item list (``["original"]`` for an unstressed task)."""
+    return [task.stress or "original"]
+
+
+def stage1_success(r: EpisodeResult) -> bool | None:
+    """The stage-1 verdict's success of an episode (every gold preference found, none spurious:
+    ``m1 == F`` and ``h1 == 0``; the ``preference_verdict`` in ``one_stage`` mode); None when it has
+    none (``oracle``)."""
+    v = next((st.verdict for st in r.stages if st.trajectory.stage == 1), None) or r.preference_verdict
+    return None if v is None else bool(v.success)
+
+
+def group_table(
+    tasks: Mapping[str, Task],
+    results: Iterable[EpisodeResult],
+    groups_of: Callable[[Task], list[str]],
+    ks: Sequence[int] = (1,),
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Acc, Succ and pass^k per strategy and task group (:func:`task_abilities` or
+    :func:`task_stress`; a task in several groups counts in each), over scored episodes of tasks in
+    ``tasks``. Returns ``{strategy: {group: {"n", "n_tasks", "acc", "succ", "succ1", "pass^k": {k:
+    value}}}}``; Acc / Succ / ``succ1`` (:func:`stage1_success`: nothing invented, everything found —
+    what abstention and ``needle_removed`` tasks test) in [0, 1] (None when nothing applies),
+    pass^k as in :func:`pass_k_table` (None when no task of the group has k trials)."""
+    cells: dict[str, dict[str, list[EpisodeResult]]] = defaultdict(lambda: defaultdict(list))
+    for r in scored(results):
+        task = tasks.get(r.task_id)
+        if task is None:
+            continue
+        for g in groups_of(task):
+            cells[strategy_of(r)][g].append(r)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for strategy in [s for s in STRATEGY_LABELS if s in cells] + sorted(s for s in cells if s not in STRATEGY_LABELS):
+        out[strategy] = {}
+        for g, rs in cells[strategy].items():
+            pk = pass_k_table(rs, ks)["k"]
+            out[strategy][g] = {
+                "n": len(rs),
+                "n_tasks": len({r.task_id for r in rs}),
+                "acc": _mean(r.acc for r in rs if acc_applies(r)),
+                "succ": _mean(float(r.succ) for r in rs),
+                "succ1": _mean(float(s) for s in map(stage1_success, rs) if s is not None),
+                "pass^k": {int(k): pk[k]["pass^k"] for k in pk},
+            }
+    return out
+
+
+def stress_drops(by_stress: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per strategy and stress variant, ``{"succ", "succ1"}``: the variant's Succ and stage-1
+    success minus the original tasks' (negative = the policy drops), from :func:`group_table` with
+    :func:`task_stress`; None where either is missing."""
+    out: dict[str, dict[str, Any]] = {}
+    for strategy, row in by_stress.items():
+        base = row.get("original") or {}
+        out[strategy] = {
+            v: {
+                m: (None if base.get(m) is None or cell.get(m) is None else round(cell[m] - base[m], 4))
+                for m in ("succ", "succ1")
+            }
+            for v, cell in row.items()
+            if v != "original"
+        }
+    return out

@@ -185,7 +185,10 @@ def summarize(
     Top-level ``acc`` / ``succ`` / ``by_task_type`` pool all strategies (Acc: mean m1/F, paper §4;
     Succ: fraction of stage-2 successes, Eq. 5); ``strategies`` has them per strategy (Table 3);
     ``by_source`` (with ``tasks``) has Succ by the catalog source of each task's reference products
-    and task type (:func:`~shopping_companion.benchmark.metrics.succ_by_source`).
+    and task type (:func:`~shopping_companion.benchmark.metrics.succ_by_source`); ``by_ability`` and
+    ``by_stress`` have Acc, Succ and pass^k per strategy and memory ability / stress variant, and
+    ``stress_drops`` each variant's Succ minus the original tasks'
+    (:func:`~shopping_companion.benchmark.metrics.group_table`, ``stress_drops``).
     Episodes with a backend error or a failed judge verdict are counted apart (``n_errors``,
     ``n_judge_failed``; ``errors_by_kind``: backend / judge / episode, :func:`error_kind`) and
     excluded from every metric, never scored as 0. ``ks``: the k values of
@@ -242,6 +245,9 @@ def summarize(
         },
         "strategies": strategies,
         "by_source": succ_by_source(list(tasks.values()), ok)["by_source"] if tasks else {},
+        "by_ability": M.group_table(tasks, ok, M.task_abilities, ks) if tasks else {},
+        "by_stress": M.group_table(tasks, ok, M.task_stress, ks) if tasks else {},
+        "stress_drops": M.stress_drops(M.group_table(tasks, ok, M.task_stress, ks)) if tasks else {},
         "pass_k": {s: M.pass_k_table(by_strategy[s], ks) for s in strategies},
         "behaviour": {s: M.behaviour(by_strategy[s]) for s in strategies},
         "tool_calls_per_turn": {s: M.tool_calls_per_turn(by_strategy[s]) for s in strategies},
@@ -409,6 +415,35 @@ def _source_section(s: dict[str, Any]) -> list[str]:
             out.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("")
     return out
+
+
+def _group_section(s: dict[str, Any], key: str, title: str, trivial: str) -> list[str]:
+    """Acc, Succ and pass^k per strategy and group (``key``: ``by_ability`` or ``by_stress``);
+    nothing when every task is in the ``trivial`` group (untagged / original)."""
+    table = s.get(key) or {}
+    if all(set(row) <= {trivial} for row in table.values()):
+        return []
+    ks = sorted({k for row in table.values() for cell in row.values() for k in cell["pass^k"]})
+    out = [
+        f"## {title}",
+        "",
+        "| strategy | group | episodes | tasks | Acc | S1 | Succ | " + " | ".join(f"pass^{k}" for k in ks) + " |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(ks),
+    ]
+    drops = s.get("stress_drops", {}) if key == "by_stress" else {}
+    for strategy, row in table.items():
+        for g, c in row.items():
+            hat = " | ".join(_fmt(c["pass^k"].get(k)) for k in ks)
+            drop = drops.get(strategy, {}).get(g) or {}
+            succ, s1 = (
+                _fmt(c.get(m)) + (f" ({100 * drop[m]:+.1f} pts)" if drop.get(m) is not None else "")
+                for m in ("succ", "succ1")
+            )
+            out.append(f"| {strategy} | {g} | {c['n']} | {c['n_tasks']} | {_fmt(c['acc'])} | {s1} | {succ} | {hat} |")
+    out += ["", "S1: stage-1 success (every preference found, none invented: what abstention and needle_removed test)."]
+    if drops:
+        out += ["In brackets: the variant's S1 / Succ minus the original tasks' (the policy's drop)."]
+    return [*out, ""]
 
 
 def _strategies_section(s: dict[str, Any], strategies: list[str]) -> list[str]:
@@ -692,6 +727,8 @@ def write_report(
 
     out += _main_metrics_section(s, strategies)
     out += _source_section(s)
+    out += _group_section(s, "by_ability", "Per memory ability", "untagged")
+    out += _group_section(s, "by_stress", "Per stress variant", "original")
     out += _strategies_section(s, strategies)
     out += _pass_k_section(s)
     out += _behaviour_section(s)
@@ -739,10 +776,22 @@ def _json_or_none(x: Any) -> str | None:
     return None if x is None else json.dumps(x, sort_keys=True, default=str)
 
 
-def episode_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
+def _group_columns(tasks: Mapping[str, Task] | None, task_id: str) -> dict[str, Any]:
+    """``abilities`` (comma-joined, ``untagged`` when none) and ``stress`` (``original`` when none)
+    of the episode's task; None for both without ``tasks`` or for a task not in it."""
+    from shopping_companion.benchmark.metrics import task_abilities, task_stress
+
+    t = tasks.get(task_id) if tasks else None
+    if t is None:
+        return {"abilities": None, "stress": None}
+    return {"abilities": ",".join(task_abilities(t)), "stress": task_stress(t)[0]}
+
+
+def episode_rows(results: Iterable[EpisodeResult], tasks: Mapping[str, Task] | None = None) -> list[dict[str, Any]]:
     """One flat dict per final result: identity, Acc/Succ, error and its kind, ``simulator`` (JSON
     text), then ``stage<s>_*`` columns (turns, tool uses, tokens, termination, reward total, verdict
-    success, reward components). Score columns (``acc``, ``succ``, ``stage<s>_reward_*``,
+    success, reward components); with ``tasks``, the task's ``abilities`` and ``stress`` variant.
+    Score columns (``acc``, ``succ``, ``stage<s>_reward_*``,
     ``stage<s>_success``) are None for episodes that are not scored (``scored`` False: an error or
     a failed judge verdict), never 0 / False."""
     from shopping_companion.benchmark.metrics import strategy_of
@@ -753,6 +802,7 @@ def episode_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "task_id": r.task_id,
             "task_type": r.task_type,
+            **_group_columns(tasks, r.task_id),
             "strategy": strategy_of(r),
             "mode": r.mode,
             "hint": r.hint,
@@ -782,11 +832,11 @@ def episode_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
 _SCORE_STATS = ("reward_total", "success")
 
 
-def stage_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
+def stage_rows(results: Iterable[EpisodeResult], tasks: Mapping[str, Task] | None = None) -> list[dict[str, Any]]:
     """One flat dict per stage of every final result: identity, stage statistics, every verdict
     field (``verdict_*``), reward components (``reward_*``), identified preferences (JSON) and
-    recommended ids. ``success`` and the reward columns are None for stages of episodes that are
-    not scored (``scored`` False)."""
+    recommended ids; with ``tasks``, the task's ``abilities`` and ``stress``. ``success`` and the
+    reward columns are None for stages of episodes that are not scored (``scored`` False)."""
     from shopping_companion.benchmark.metrics import strategy_of
 
     rows = []
@@ -798,6 +848,7 @@ def stage_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
             row: dict[str, Any] = {
                 "task_id": r.task_id,
                 "task_type": r.task_type,
+                **_group_columns(tasks, r.task_id),
                 "strategy": strategy_of(r),
                 "trial": r.trial,
                 "policy": r.policy,
@@ -825,17 +876,20 @@ def stage_rows(results: Iterable[EpisodeResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_parquet(results: Iterable[EpisodeResult], out_dir: str | Path) -> tuple[Path, Path]:
+def write_parquet(
+    results: Iterable[EpisodeResult], out_dir: str | Path, tasks: Mapping[str, Task] | None = None
+) -> tuple[Path, Path]:
     """Write ``results.parquet`` (per episode) and ``results_stages.parquet`` (per stage) into
-    ``out_dir``; returns both paths. Needs pandas and pyarrow."""
+    ``out_dir`` (with ``tasks``: ``abilities`` and ``stress`` columns); returns both paths. Needs
+    pandas and pyarrow."""
     import pandas as pd
 
     results = list(results)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     ep, st = d / "results.parquet", d / "results_stages.parquet"
-    _frame(pd, episode_rows(results)).to_parquet(ep, engine="pyarrow", index=False)
-    _frame(pd, stage_rows(results)).to_parquet(st, engine="pyarrow", index=False)
+    _frame(pd, episode_rows(results, tasks)).to_parquet(ep, engine="pyarrow", index=False)
+    _frame(pd, stage_rows(results, tasks)).to_parquet(st, engine="pyarrow", index=False)
     return ep, st
 
 

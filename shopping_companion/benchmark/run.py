@@ -353,7 +353,7 @@ def write_run_report(
         summary = write_report(
             results, run_dir / "report.md", meta, tasks=tasks_by_id, ks=cfg.pass_k, lookup=res.lookup, taxonomy=items
         )
-        write_parquet(results, run_dir)
+        write_parquet(results, run_dir, tasks_by_id)
         with open(run_dir / "taxonomy.jsonl", "w", encoding="utf-8") as f:
             for it in items:
                 f.write(json.dumps(it.to_dict()) + "\n")

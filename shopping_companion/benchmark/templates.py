@@ -423,6 +423,52 @@ NEEDLE_CLOSERS: list[tuple[str, str]] = [
     ("Good chat, I feel more organised already.", "Glad to hear it!"),
 ]
 
+# --------------------------------------------------------------------------- memory abilities
+
+#: Knowledge update: the user turn that revises an earlier value. ``{old}``: the earlier value as
+#: spoken, ``{item}``: the product (plural), ``{reason}``: a clause from :data:`REVISION_REASONS`;
+#: the statement of the new value follows in the same turn. Every lead has a past cue ("used to",
+#: "back then", "not anymore", ...), which the conflict detector reads as a revision.
+REVISION_LEADS: list[str] = [
+    "I used to go for {old} {item} without thinking, but {reason}, so that's changed.",
+    "Back then I always picked {old} {item}; {reason}, and I've moved on from that.",
+    "Small update about {item}: I used to be all about {old}, but {reason}.",
+    "You know how I used to stick with {old} {item}? Well, {reason}, so not anymore.",
+    "I've changed my mind about {item}. {reason_cap}, and {old} is not for me anymore.",
+    "Funny, I used to swear by {old} {item}, but {reason}.",
+]
+
+#: Reasons a person gives for changing a preference (lower-case clauses).
+REVISION_REASONS: list[str] = [
+    "a friend pointed out it never really suited me",
+    "the last ones I bought were a disappointment",
+    "I started a new job and my days look different now",
+    "my taste has shifted since I moved",
+    "I got tired of the same thing after years of it",
+    "I tried something else on holiday and never looked back",
+    "I finally admitted it wasn't practical for the way I live",
+    "a few bad experiences changed my mind",
+]
+
+#: Temporal: a sentence of the request pointing to a past conversation by its date (``{when}``: e.g.
+#: "March 2023"); for an add-on deal it follows "For the <product type>, ".
+TEMPORAL_REFS: list[str] = [
+    "Go by what I told you about it when we talked in {when}.",
+    "Stick to what I said I wanted for it in our chat from {when}.",
+    "Use what I described to you back in {when}, not anything else I said about it.",
+    "It should match what I told you in {when}.",
+    "Remember our conversation in {when}? Go with what I said then.",
+]
+
+#: Abstention: a sentence of the request inviting a preference the user never stated (``{label}``:
+#: the attribute as spoken, e.g. "colour"); for an add-on deal it follows "For the <product type>, ".
+ABSTENTION_ASKS: list[str] = [
+    "Pick the {label} I usually go for.",
+    "Make sure it's my usual {label}.",
+    "Go with the {label} you know I like.",
+    "You remember what {label} I like, so use that.",
+]
+
 # --------------------------------------------------------------------------- instructions
 
 #: Single-product requests ({item} with article, e.g. "a men's t-shirt").

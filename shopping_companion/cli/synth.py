@@ -103,6 +103,18 @@ def synth(
     addon_share: Optional[float] = typer.Option(
         None, min=0.0, max=1.0, metavar="SHARE", help="Share of add-on deals (default 0.5)."
     ),
+    abilities: Optional[str] = typer.Option(
+        None,
+        metavar="LIST",
+        help="Memory abilities the tasks test: 'all' or a comma list of extraction, knowledge_update, "
+        "multi_session, temporal, abstention (default extraction).",
+    ),
+    stress: Optional[Path] = typer.Option(
+        None,
+        metavar="DIR",
+        help="Also write the benchmark with the stress variants of its tasks (needle removed, a stale "
+        "contradicting session before the needle, needle moved to the oldest session) to DIR.",
+    ),
     llm_model: Optional[str] = typer.Option(
         None, metavar="NAME", help="Write texts with this LLM instead of the templates."
     ),
@@ -124,7 +136,13 @@ def synth(
     Resumable: rerun the same command after an interruption."""
     from shopping_companion.benchmark.synth import build_from_data, load_synth_config
 
-    flags = {"n_tasks": n_tasks, "seed": seed, "sessions_per_user": sessions_per_user, "addon_share": addon_share}
+    flags = {
+        "n_tasks": n_tasks,
+        "seed": seed,
+        "sessions_per_user": sessions_per_user,
+        "addon_share": addon_share,
+        "abilities": abilities,
+    }
     sets = sets_of(set_)
     if llm_model:
         sets += [
@@ -146,6 +164,14 @@ def synth(
         console=console,
     )
     print_build(target, result)
+    if stress is not None:
+        from shopping_companion.benchmark.stress import write_stress_benchmark
+
+        st = write_stress_benchmark(target, stress).manifest["stress"]
+        console.print(
+            f"stress benchmark written to {escape(str(stress))}: variants {st['variants']}, skipped {st['skipped']}",
+            soft_wrap=True,
+        )
 
 
 def _yaml_list(item: dict[str, Any]) -> str:

@@ -607,8 +607,9 @@ def make_env() -> Environment:
 
 def episode_query(params: Mapping[str, str], facets: Mapping[str, list[str]]) -> dict[str, Any]:
     """The episodes page's query parameters checked: ``{"failed_only", "task_type", "taxonomy",
-    "strategy", "status", "q", "sort", "desc", "page", "per_page"}``. Raises :class:`BadParam` naming the
-    parameter and its allowed values (``task_type`` / ``taxonomy`` / ``strategy``: the run's facet
+    "strategy", "ability", "stress", "status", "q", "sort", "desc", "page", "per_page"}``. Raises
+    :class:`BadParam` naming the parameter and its allowed values (``task_type`` / ``taxonomy`` /
+    ``strategy`` / ``ability`` / ``stress``: the run's facet
     values; ``status``: :data:`STATUSES`; ``sort``: :data:`SORT_KEYS`; ``page`` >= 1; ``per_page``
     1..500)."""
     sort = params.get("sort") or "line"
@@ -622,6 +623,7 @@ def episode_query(params: Mapping[str, str], facets: Mapping[str, list[str]]) ->
         "task_type": param_choice(params, "task_type", facets.get("task_type", [])),
         "taxonomy": param_choice(params, "taxonomy", facets.get("taxonomy", [])),
         "strategy": param_choice(params, "strategy", facets.get("strategy", [])),
+        **{k: param_choice(params, k, facets.get(k, [])) for k in ("ability", "stress")},
         "status": param_choice(params, "status", STATUSES),
         "q": q,
         "sort": sort,
@@ -686,7 +688,7 @@ class Pages:
         """The episodes page of one run for a checked ``query`` (see :func:`episode_query`)."""
         summary = index.summary
         per_page = query["per_page"]
-        keys = ("failed_only", "task_type", "taxonomy", "strategy", "status", "q", "sort", "desc")
+        keys = ("failed_only", "task_type", "taxonomy", "strategy", "ability", "stress", "status", "q", "sort", "desc")
         kwargs = {k: query[k] for k in keys}
         page = index.query(**kwargs, offset=(query["page"] - 1) * per_page, limit=per_page)
         n_pages = max(1, -(-page.total // per_page))
@@ -697,13 +699,16 @@ class Pages:
             "task_type": query["task_type"],
             "taxonomy": query["taxonomy"],
             "strategy": query["strategy"],
+            **{k: query[k] for k in ("ability", "stress")},
             "status": query["status"],
             "q": query["q"],
             "sort": None if query["sort"] == "line" else query["sort"],
             "desc": "1" if query["desc"] else None,
             "per_page": None if per_page == 50 else per_page,
         }
-        filtered = any(query[k] for k in ("failed_only", "task_type", "taxonomy", "strategy", "status", "q"))
+        filtered = any(
+            query[k] for k in ("failed_only", "task_type", "taxonomy", "strategy", "ability", "stress", "status", "q")
+        )
         filtered = filtered or query["sort"] != "line"
         last_line = max((r.line for r in page.rows), default=0)
         live = {

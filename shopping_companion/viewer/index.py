@@ -477,6 +477,8 @@ class RunIndex:
         strategy: str | None = None,
         q: str | None = None,
         sort: str = "line",
+        ability: str | None = None,
+        stress: str | None = None,
         desc: bool = False,
         offset: int = 0,
         limit: int = 50,
@@ -486,7 +488,8 @@ class RunIndex:
         """Filter, sort and page the rows (in memory; nothing is read from disk).
 
         ``failed_only``: scored episodes that did not succeed. ``task_type`` / ``taxonomy`` /
-        ``strategy`` / ``status``: exact values (see :meth:`facets`); the taxonomy filter and sort
+        ``strategy`` / ``stress`` / ``status``: exact values (see :meth:`facets`); ``ability``: one of
+        the task's abilities; the taxonomy filter and sort
         see the classes known so far (``Page.unclassified`` failures are still being classified). ``q``:
         case-insensitive substring of the instruction or task id. ``sort``: one of
         :data:`~shopping_companion.viewer.models.SORT_FIELDS` (None values last in either direction). ``offset`` >=
@@ -502,6 +505,8 @@ class RunIndex:
                 task_type=task_type,
                 taxonomy=taxonomy,
                 strategy=strategy,
+                ability=ability,
+                stress=stress,
                 q=q,
                 sort=sort,
                 desc=desc,

@@ -133,7 +133,8 @@ class EpisodeRow:
     failure (None: a success, not scored, or not classified yet). ``scored``: counts toward the
     metrics (:func:`~shopping_companion.benchmark.metrics.scored`). ``superseded_by``: the line
     that replaced this attempt. ``components``: ``s<stage>.<name>`` -> value of every reward
-    component (scored lines only).
+    component (scored lines only). ``ability``: the task's memory abilities, comma-joined
+    (``untagged`` when it records none); ``stress``: its stress variant (``original`` when none).
     """
 
     line: int
@@ -143,6 +144,8 @@ class EpisodeRow:
     task_type: str | None = None
     source: str | None = None
     category: str | None = None
+    ability: str | None = None
+    stress: str | None = None
     strategy: str | None = None
     trial: int | None = None
     success: bool | None = None

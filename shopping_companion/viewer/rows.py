@@ -308,9 +308,11 @@ def _wanted(r: EpisodeRow, needle: str | None, keep: dict[str, Any]) -> bool:
         return False
     if keep.get("failed_only") and not (r.scored and r.success is False and r.status == "ok"):
         return False
-    for name in ("task_type", "strategy", "taxonomy"):
+    for name in ("task_type", "strategy", "taxonomy", "stress"):
         if keep.get(name) is not None and getattr(r, name) != keep[name]:
             return False
+    if keep.get("ability") is not None and keep["ability"] not in (r.ability or "").split(","):
+        return False
     return needle is None or needle in (r.task_id or "").casefold() or needle in (r.instruction or "").casefold()
 
 
@@ -319,7 +321,7 @@ def select_rows(
 ) -> list[EpisodeRow]:
     """``rows`` filtered and sorted as :meth:`~shopping_companion.viewer.index.RunIndex.query`
     describes (arguments checked there): ``q`` and ``keep`` (``failed_only``, ``task_type``,
-    ``taxonomy``, ``strategy``, ``status``, ``include_superseded``) filter, ``sort`` / ``desc``
+    ``taxonomy``, ``strategy``, ``ability``, ``stress``, ``status``, ``include_superseded``) filter, ``sort`` / ``desc``
     order; rows whose ``sort`` value is None come last either way."""
     needle = q.casefold() if q else None
     out = [r for r in rows if _wanted(r, needle, keep)]
@@ -341,12 +343,14 @@ def task_category(task: Task) -> str:
 
 
 def annotate_task(row: EpisodeRow, task: Task | None) -> None:
-    """Fill ``row``'s instruction, source and category (and a missing task type) from its task
-    (None: left as it is)."""
+    """Fill ``row``'s instruction, source, category, abilities and stress variant (and a missing
+    task type) from its task (None: left as it is)."""
     if task is None:
         return
-    from shopping_companion.benchmark.metrics import task_source
+    from shopping_companion.benchmark.metrics import task_abilities, task_source, task_stress
 
+    row.ability = ",".join(task_abilities(task))
+    row.stress = task_stress(task)[0]
     row.instruction = task.instruction
     row.task_type = row.task_type or task.task_type
     row.source = task_source(task)
@@ -369,7 +373,7 @@ def check_query(*, sort: str, offset: int, limit: int, status: str | None) -> No
 
 
 def row_facets(rows: Sequence[EpisodeRow]) -> dict[str, list[str]]:
-    """Values for the filter menus: ``task_type``, ``strategy``, ``status`` (those present),
+    """Values for the filter menus: ``task_type``, ``strategy``, ``ability``, ``stress``, ``status`` (those present),
     ``taxonomy`` (every category of :data:`~shopping_companion.benchmark.taxonomy.CATEGORY_LABELS`
     plus ``other``, and any other class found)."""
     from shopping_companion.benchmark.taxonomy import CATEGORY_LABELS, OTHER
@@ -380,5 +384,7 @@ def row_facets(rows: Sequence[EpisodeRow]) -> dict[str, list[str]]:
         "task_type": sorted({r.task_type for r in rows if r.task_type}),
         "taxonomy": tax,
         "strategy": sorted({r.strategy for r in rows if r.strategy}),
+        "ability": sorted({a for r in rows if r.ability for a in r.ability.split(",")}),
+        "stress": sorted({r.stress for r in rows if r.stress}),
         "status": sorted({r.status for r in rows}),
     }

@@ -362,3 +362,47 @@ def test_report_and_parquet(tmp_path):
     assert len(sdf) == sum(len(r.stages) for r in rs) and {"verdict_m1", "reward_R_z", "stage"} <= set(sdf.columns)
     assert len(episode_rows(rs)) == 13 and len(stage_rows(rs)) == len(sdf)
     assert summarize(rs, ks=[1])["pass_k"]["two_stage:high"]["k"][1]["pass@k"] == 0.5
+
+
+def test_per_ability_and_per_stress_variant_tables_report_and_parquet(tmp_path):
+    import pandas as pd
+
+    a = task("a").model_copy(update={"abilities": ["extraction"]})
+    b = task("b").model_copy(update={"abilities": ["knowledge_update"]})
+    b_nr = b.model_copy(update={"task_id": "b~needle_removed", "stress": "needle_removed", "variant_of": "b"})
+    tasks = {t.task_id: t for t in (a, b, b_nr)}
+
+    def ep(tid, trial, s1, succ):
+        return episode(
+            tid,
+            succ=succ,
+            acc=1.0 if s1 else 0.5,
+            trial=trial,
+            stages=[stage(1, [step()], success=s1, task_id=tid), stage(2, [step()], success=succ, task_id=tid)],
+        )
+
+    rs = [ep("a", 0, True, True), ep("a", 1, True, False), ep("b", 0, False, True), ep("b", 1, False, True)]
+    rs += [ep("b~needle_removed", 0, True, False), ep("b~needle_removed", 1, False, False)]
+    by = M.group_table(tasks, rs, M.task_abilities, ks=[1, 2])["two_stage:none"]
+    assert by["extraction"] == {"n": 2, "n_tasks": 1, "acc": 1.0, "succ": 0.5, "succ1": 1.0, "pass^k": {1: 0.5, 2: 0.0}}
+    assert by["knowledge_update"]["n"] == 4 and by["knowledge_update"]["n_tasks"] == 2
+    assert by["knowledge_update"]["succ"] == 0.5 and by["knowledge_update"]["succ1"] == 0.25
+    st = M.group_table(tasks, rs, M.task_stress, ks=[1])
+    assert st["two_stage:none"]["original"]["succ"] == 0.75 and st["two_stage:none"]["needle_removed"]["succ1"] == 0.5
+    assert M.stress_drops(st) == {"two_stage:none": {"needle_removed": {"succ": -0.75, "succ1": 0.0}}}
+    s = write_report(rs, tmp_path / "report.md", {"run_name": "r"}, tasks=tasks, ks=[1, 2], plots=False)
+    md = (tmp_path / "report.md").read_text()
+    assert s["by_ability"]["two_stage:none"]["extraction"]["pass^k"] == {1: 0.5, 2: 0.0}
+    assert (
+        "## Per memory ability" in md
+        and "| two_stage:none | extraction | 2 | 1 | 1.0000 | 1.0000 | 0.5000 | 0.5000 | 0.0000 |" in md
+    )
+    assert "| two_stage:none | needle_removed | 2 | 1 | 0.7500 | 0.5000 (+0.0 pts) | 0.0000 (-75.0 pts) |" in md
+    ep_path, st_path = write_parquet(rs, tmp_path, tasks)
+    df = pd.read_parquet(ep_path)
+    assert sorted(zip(df["task_id"], df["abilities"], df["stress"])) == sorted(
+        (r.task_id, tasks[r.task_id].abilities[0], tasks[r.task_id].stress or "original") for r in rs
+    )
+    assert set(pd.read_parquet(st_path)["stress"]) == {"original", "needle_removed"}
+    plain = write_report(rs, tmp_path / "plain.md", {"run_name": "r"}, plots=False)  # no tasks: no tables
+    assert plain["by_ability"] == {} and "Per memory ability" not in (tmp_path / "plain.md").read_text()

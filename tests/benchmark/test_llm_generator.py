@@ -42,6 +42,25 @@ def answer(body, conflict_word: str | None = None) -> str:
             item = re.search(r"exactly one item: (.*)\.\n", p).group(1)
             text = f"Could you find me a {item}? You know my taste."
         return json.dumps({"instruction": text})
+    if p.startswith("Write one past conversation between a user and an AI assistant in which the user changes"):
+        old = re.search(r'^Before: the user liked .*? "(.*)"\.$', p, flags=re.M).group(1)
+        new = re.search(r'^Now: the user wants .*? "(.*)"\.$', p, flags=re.M).group(1)
+        turns = [
+            {"role": "user", "content": "Guess what, I changed jobs."},
+            {"role": "assistant", "content": "Congratulations! How is it going?"},
+            {
+                "role": "user",
+                "content": f"Good. I used to go for {old}, but not anymore. These days it's {new} for me.",
+            },
+            {"role": "assistant", "content": "Makes sense, tastes change."},
+        ]
+        return json.dumps({"turns": turns})
+    if p.startswith("Write one sentence a shopper adds"):
+        when = re.search(r"in their conversation of (.*?)\.\n", p)
+        if when:
+            return json.dumps({"sentence": f"Go by what I told you back in {when.group(1)}."})
+        label = re.search(r"pick the (.*?) the shopper usually likes", p).group(1)
+        return json.dumps({"sentence": f"And use the {label} I always like."})
     if p.startswith("Write "):
         blocks = re.split(r"Conversation \d+ must reveal:\n", p)[1:]
         sessions = []
@@ -200,3 +219,21 @@ def test_llm_conflict_check_replaces_sessions_and_records_it(products, pool, tmp
         for c in t.changes:
             assert c.session_id in pool_ids and c.replacement_id in pool_ids and "llm" in c.detail
     assert out.stats["changes"]["sessions_replaced"] == len(changes)
+
+
+def test_llm_generator_writes_every_ability(products, pool, tmp_path):
+    with ScriptedOpenAIServer(lambda body: answer(body)) as srv:
+        cfg = llm_config(srv, tmp_path, n_tasks=5, abilities="all")
+        out = build_benchmark(tmp_path / "a", products, pool, cfg, generator=LLMGenerator(cfg.generator))
+        prompts = [_prompt(b) for b in srv.bodies]
+    by = {t.abilities[0]: t for t in out.tasks}
+    assert sorted(by) == sorted(["extraction", "knowledge_update", "multi_session", "temporal", "abstention"])
+    assert any(p.startswith("Write one past conversation") and "changes a preference" in p for p in prompts)
+    ku = by["knowledge_update"]
+    revision = [out.sessions[s] for s in ku.needle_session_ids if out.sessions[s].turns[0].content.startswith("Guess")]
+    assert revision and "used to go for" in revision[0].turns[2].content
+    assert "Go by what I told you back in" in by["temporal"].instruction
+    assert f"use the {by['abstention'].unstated[0].attribute}" in by["abstention"].instruction.lower()
+    for t in out.tasks:
+        assert t.verification.resolvable and t.verification.conflict_free
+        assert not unstated_features(t.preferences, [out.sessions[s] for s in t.needle_session_ids])

@@ -372,6 +372,22 @@ def test_query_filters_sort_paging_and_bad_parameters(tmp_path):
         idx.query(status="great")
 
 
+def test_ability_and_stress_filters_and_facets(tmp_path):
+    abilities = ["extraction", "knowledge_update", "temporal"]
+    tasks = [make_task(f"t{i}").model_copy(update={"abilities": [abilities[i % 3]]}) for i in range(6)]
+    tasks.append(tasks[1].model_copy(update={"task_id": "t1~needle_removed", "stress": "needle_removed"}))
+    tasks.append(make_task("t9"))  # untagged
+    run = make_run(tmp_path, "ab", [line(episode(t.task_id)) for t in tasks], tasks)
+    idx = index_of(run)
+    facets = idx.facets()
+    assert facets["ability"] == ["extraction", "knowledge_update", "temporal", "untagged"]
+    assert facets["stress"] == ["needle_removed", "original"]
+    assert [r.task_id for r in idx.query(ability="knowledge_update").rows] == ["t1", "t4", "t1~needle_removed"]
+    assert [r.task_id for r in idx.query(stress="needle_removed").rows] == ["t1~needle_removed"]
+    assert idx.query(ability="temporal", stress="original").total == 2
+    assert idx.query(ability="untagged").rows[0].task_id == "t9"
+
+
 def test_taxonomy_from_file_else_from_the_rules(tmp_path):
     results = [episode("t1", succ=False, rec=OTHER), episode("t2", succ=False, rec="myntra:404"), episode("t3")]
     run = make_run(tmp_path, "tx", [line(r) for r in results], [make_task(t) for t in ("t1", "t2", "t3")])

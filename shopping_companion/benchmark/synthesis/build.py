@@ -21,6 +21,9 @@ Per task (index *i*, RNG seeded from ``(seed, i)`` only), up to ``max_attempts``
    most ``max_conflict_rounds`` rounds (**conflict-free** check). Needles are inserted at random
    positions; dates increase along the history.
 
+The memory ability of each task (``SynthConfig.abilities``: knowledge update, multi-session,
+temporal, abstention besides extraction) shapes steps 1, 3 and 4 as :mod:`.abilities` describes.
+
 An attempt that fails a check is counted under the check's name and the task is re-drawn; after
 ``max_attempts`` the task is dropped (counted in the manifest). Verification results are stored
 in every task (:class:`~shopping_companion.types.Verification`).
@@ -44,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.benchmark.synthesis import abilities as A
 from shopping_companion.benchmark.synthesis.breadth import source_quotas
 from shopping_companion.benchmark.synthesis.catalog_view import (
     Feature,
@@ -53,8 +57,10 @@ from shopping_companion.benchmark.synthesis.catalog_view import (
     shop_display_name,
 )
 from shopping_companion.benchmark.synthesis.common import (
+    CheckFailed,
     GenerationError,
     SynthError,
+    nice_unit,
     opaque_id,
     run_search,
     searchable_query,
@@ -97,15 +103,6 @@ __all__ = [
 ]
 
 _GENERIC_ITEM_WORDS = frozenset(normalize_tokens("pair of pack men's women's boys' girls' unisex kids"))
-
-
-class CheckFailed(Exception):
-    """A task attempt failed the verification check named ``check`` (``detail`` says why)."""
-
-    def __init__(self, check: str, detail: str = "") -> None:
-        super().__init__(check)
-        self.check = check
-        self.detail = detail
 
 
 def verified_task(
@@ -184,18 +181,6 @@ def _max_wanted(feats: list[Feature]) -> int:
     return len(feats) - max(0, n_num - 1)
 
 
-def _nice_unit(x: float) -> float:
-    """A round step for amounts around ``x``: ≈ x/20 as 1, 2 or 5 × 10^k (at least 1)."""
-    if x <= 20:
-        return 1.0
-    raw = x / 20
-    base = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 5, 10):
-        if m * base >= raw:
-            return float(max(1, m * base))
-    return float(max(1, 10 * base))
-
-
 def _round2(x: float) -> float:
     return round(x + 0.0, 2)
 
@@ -265,6 +250,7 @@ class Synthesizer:
         }
         self.source_capacity = self._source_capacity()
         self.plan = self._make_plan() if plan else []
+        self.ability_of = A.ability_plan(config.abilities, len(self.plan), config.seed)
         self.timings: dict[str, float] = {"setup_s": round(time.perf_counter() - t0, 2)}
 
     # ------------------------------------------------------------------ preflight and plan
@@ -367,7 +353,9 @@ class Synthesizer:
 
     # ------------------------------------------------------------------ step 1: sampling
 
-    def _sample_single(self, rng: random.Random, source: str | None = None) -> tuple[list[SlotSpec], dict[str, Any]]:
+    def _sample_single(
+        self, rng: random.Random, source: str | None = None, min_k: int = 1
+    ) -> tuple[list[SlotSpec], dict[str, Any]]:
         cfg = self.config
         if source is not None and source in self._source_types:
             types, weights = self._source_types[source]
@@ -378,7 +366,7 @@ class Synthesizer:
             p = rng.choice(self.view.single_types[item])
         item_toks = set(normalize_tokens(item))
         feats = [f for f in self.view.features(p, allow_brand=True) if not set(normalize_tokens(f.value)) <= item_toks]
-        k = min(_weighted(rng, cfg.single_preferences), _max_wanted(feats))
+        k = min(max(min_k, _weighted(rng, cfg.single_preferences)), _max_wanted(feats))
         if k < min(cfg.single_preferences):
             raise CheckFailed("too_few_features", p.product_id)
         wanted = _weighted_sample(rng, self._favour_indirect(feats), k)
@@ -400,7 +388,9 @@ class Synthesizer:
     def _slot(self, i: int, p: Product, item: str, wanted: list[Feature], dont: list[Feature]) -> SlotSpec:
         return SlotSpec(i, p, item, item_synonyms(p, item), domain_of(p), wanted, dont)
 
-    def _sample_addon(self, rng: random.Random, source: str | None = None) -> tuple[list[SlotSpec], dict[str, Any]]:
+    def _sample_addon(
+        self, rng: random.Random, source: str | None = None, min_k: int = 1
+    ) -> tuple[list[SlotSpec], dict[str, Any]]:
         cfg = self.config
         n = _weighted(rng, cfg.addon_products)
         pool = [g for g in self.view.addon_groups if source is None or g.source == source] or self.view.addon_groups
@@ -433,7 +423,7 @@ class Synthesizer:
         for i, (p, item) in enumerate(zip(products, items)):
             # a value the instruction will say anyway (product types, shop name) cannot be a preference
             feats = [f for f in self.view.features(p, allow_brand=False) if not set(normalize_tokens(f.value)) <= said]
-            k = min(_weighted(rng, cfg.addon_preferences), _max_wanted(feats))
+            k = min(max(min_k if i == 0 else 1, _weighted(rng, cfg.addon_preferences)), _max_wanted(feats))
             if k < 1:
                 raise CheckFailed("too_few_features", p.product_id)
             wanted = _weighted_sample(rng, self._favour_indirect(feats), k)
@@ -446,7 +436,7 @@ class Synthesizer:
         lo = total - min(prices)
         u = rng.uniform(0.85, 1.0)
         min_spend = None
-        unit = _nice_unit(total)
+        unit = nice_unit(total)
         for div in (1, 2, 5, 10, 20, 50, 100):  # the roundest amount in (total - cheapest, total]
             step = max(1.0, unit / div) if div < 100 else 0.01
             m = math.floor(max(total * u, lo + step) / step) * step
@@ -457,7 +447,7 @@ class Synthesizer:
                 break
         if min_spend is None:
             raise CheckFailed("voucher_infeasible", f"total {total}, cheapest {min(prices)}")
-        d_unit = _nice_unit(min_spend * 0.1)
+        d_unit = nice_unit(min_spend * 0.1)
         share = rng.uniform(*cfg.discount_share)
         discount = max(d_unit, round(min_spend * share / d_unit) * d_unit)
         if discount >= min_spend:
@@ -677,8 +667,11 @@ class Synthesizer:
         self, index: int, task_type: str, split: str, rng: random.Random, source: str | None = None
     ) -> dict[str, Any]:
         cfg = self.config
-        slots, meta = self._sample_single(rng, source) if task_type == "single" else self._sample_addon(rng, source)
+        ability = self.ability_of[index] if index < len(self.ability_of) else "extraction"
+        sample = self._sample_single if task_type == "single" else self._sample_addon
+        slots, meta = sample(rng, source, 3 if ability == "multi_session" else 1)
         task = self._task_shell(index, task_type, split, slots, meta)
+        parts = A.prepare(ability, self.view, slots, rng)
 
         # step 5 (early): searchable, gold accepted, alternatives
         searchable, queries, ranks = self.searchable(task)
@@ -708,7 +701,7 @@ class Synthesizer:
         )
         try:
             instruction = self.generator.instruction(spec, rng).strip()
-            dialogues = self.generator.dialogues(spec, rng)
+            A.write_sessions(self.generator, spec, parts, rng)
         except GenerationError as e:
             raise CheckFailed("generator_invalid_output", str(e)) from None
         if leaked_values(task.preferences, instruction):
@@ -719,7 +712,15 @@ class Synthesizer:
                 turns=turns,
                 source=f"{self.generator.name}-needle:{task.task_id}:{j}",
             )
-            for j, turns in enumerate(dialogues)
+            for j, turns in enumerate(parts.needles)
+        ]
+        stale = [
+            Session(
+                session_id=opaque_id(task.task_id, "stale", str(j)),
+                turns=turns,
+                source=f"{self.generator.name}-stale:{task.task_id}:{j}",
+            )
+            for j, turns in enumerate(parts.stale)
         ]
         missing = unstated_features(task.preferences, needles)
         if missing:
@@ -742,7 +743,7 @@ class Synthesizer:
             target = (
                 rng.gauss(cfg.tokens_per_user, cfg.tokens_std) if cfg.tokens_std > 0 else float(cfg.tokens_per_user)
             )
-        needle_tokens = sum(session_tokens(s) for s in needles + distractors)
+        needle_tokens = sum(session_tokens(s) for s in needles + distractors + stale)
         chosen = self.pool.select(rng, n_sess, target, needle_tokens, cfg.token_tolerance)
         chosen, changes, conflicts = self.denoise(spec, chosen, feats, rng)
         if conflicts:
@@ -750,9 +751,17 @@ class Synthesizer:
 
         hay_ids = [opaque_id(ps.session.source or "pool", ps.session.session_id) for ps in chosen]
         order = list(hay_ids)
-        for n in distractors + needles:
+        for n in distractors:
             order.insert(rng.randint(0, len(order)), n.session_id)
+        order = A.place_sessions(rng, order, [n.session_id for n in needles], [s.session_id for s in stale], parts)
         history = assign_dates(rng, order, cfg.start_date, cfg.max_gap_days)
+        A.check_dated(parts, history, needles, stale, distractors, self.detector, feats)
+        try:
+            instruction = A.finish_instruction(
+                self.generator, spec, parts, instruction, history, needles, task.preferences, rng
+            )
+        except GenerationError as e:
+            raise CheckFailed("generator_invalid_output", str(e)) from None
         task = verified_task(
             task,
             history=history,
@@ -762,10 +771,13 @@ class Synthesizer:
             alternatives=(n_alt, capped, slack, over),
             gold_accepted=True,
             instruction=instruction,
+            stale_session_ids=[s.session_id for s in stale],
+            **parts.record(),
         )
         return {
             "task": task.model_dump(mode="json"),
             "needles": [n.model_dump(mode="json") for n in needles],
+            "stale": [s.model_dump(mode="json") for s in stale],
             "distractors": [d.model_dump(mode="json") for d in distractors],
             "haystack": [[hid, ps.session.session_id] for hid, ps in zip(hay_ids, chosen)],
         }
@@ -875,7 +887,7 @@ class Synthesizer:
                 continue
             task = Task.model_validate(rec["task"])
             tasks.append(task)
-            for n in rec["needles"] + rec.get("distractors", []):
+            for n in rec["needles"] + rec.get("distractors", []) + rec.get("stale", []):
                 s = Session.model_validate(n)
                 sessions[s.session_id] = s
             for hid, src in rec["haystack"]:

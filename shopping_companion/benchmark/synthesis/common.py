@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 import random
 import re
 from collections.abc import Iterable
@@ -15,16 +16,39 @@ from shopping_companion.types import Preference
 from shopping_companion.errors import SynthError, GenerationError  # noqa: F401 - re-exported
 
 __all__ = [
+    "CheckFailed",
     "GenerationError",
     "SynthError",
     "TOKEN_RE",
     "count_tokens",
+    "nice_unit",
     "opaque_id",
     "run_search",
     "searchable_query",
     "stable_hash",
     "task_rng",
 ]
+
+
+class CheckFailed(Exception):
+    """A task attempt failed the verification check named ``check`` (``detail`` says why)."""
+
+    def __init__(self, check: str, detail: str = "") -> None:
+        super().__init__(check)
+        self.check = check
+        self.detail = detail
+
+
+def nice_unit(x: float) -> float:
+    """A round step for amounts around ``x``: ≈ x/20 as 1, 2 or 5 × 10^k (at least 1)."""
+    if x <= 20:
+        return 1.0
+    raw = x / 20
+    base = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * base >= raw:
+            return float(max(1, m * base))
+    return float(max(1, 10 * base))
 
 
 def opaque_id(*parts: str) -> str:

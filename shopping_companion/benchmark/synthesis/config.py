@@ -13,8 +13,25 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shopping_companion.benchmark.synthesis.common import SynthError
+from shopping_companion.types import ABILITIES, Ability
 
-__all__ = ["GeneratorConfig", "LLMEndpoint", "SynthConfig", "load_synth_config"]
+__all__ = ["GeneratorConfig", "LLMEndpoint", "SynthConfig", "load_synth_config", "resolve_abilities"]
+
+
+def resolve_abilities(value: Any) -> list[Ability]:
+    """``"all"`` → every ability; a list (or comma-separated text) of ability names → those, in
+    :data:`~shopping_companion.types.ABILITIES` order. Raises ``ValueError`` naming the field and the
+    allowed values for an unknown name or an empty list."""
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    names = [str(v) for v in (value or [])]
+    if names == ["all"]:
+        return list(ABILITIES)
+    bad = [v for v in names if v not in ABILITIES]
+    if bad or not names:
+        what = f"unknown {bad}" if bad else "empty"
+        raise ValueError(f"abilities: {what}; allowed: 'all' or a list of {', '.join(ABILITIES)}")
+    return [a for a in ABILITIES if a in names]
 
 
 class _Cfg(BaseModel):
@@ -145,6 +162,10 @@ class SynthConfig(_Cfg):
         ``allow_shortfall``: when a task type cannot be built at all from the inputs (e.g. no shop
         has enough products for add-on deals) build the rest and record the shortfall instead of
         stopping.
+    Abilities
+        ``abilities``: the memory abilities the tasks test (``all`` or a list of ``extraction``,
+        ``knowledge_update``, ``multi_session``, ``temporal``, ``abstention``; default extraction
+        only): each task gets one, as many of each as possible (:mod:`.abilities`).
     Statistics
         ``minilm_tasks``: tasks (a seeded sample) on which the MiniLM needle top-1 share is
         measured (default 10; None = all, 0 = off; needs an embedder).
@@ -189,8 +210,15 @@ class SynthConfig(_Cfg):
     max_attempts: int = Field(default=30, ge=1)
     max_conflict_rounds: int = Field(default=5, ge=1)
     allow_shortfall: bool = False
+    # abilities
+    abilities: list[Ability] = Field(default_factory=lambda: ["extraction"])
     # statistics
     minilm_tasks: int | None = Field(default=10, ge=0)
+
+    @field_validator("abilities", mode="before")
+    @classmethod
+    def _abilities(cls, v: Any) -> list[Ability]:
+        return resolve_abilities(v)
 
     @field_validator("single_preferences", "addon_preferences", "single_needles")
     @classmethod

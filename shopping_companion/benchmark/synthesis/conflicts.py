@@ -27,6 +27,12 @@ the judge, over the *user* turns of a session:
 
    A statement whose turn names another requested product's type and not slot *s*'s is about that
    product and never conflicts with slot *s*'s features.
+3. A **revision** is not a conflict. A sentence about a past preference (a past cue: "used to",
+   "no longer", "not anymore", "changed my mind", "went off", "moved on from", "back then") states
+   no preference of today and never gives an ``other_value`` conflict; and
+   :func:`drop_superseded` drops the conflicts of a session dated before a session that states the
+   wanted value with such a cue (an earlier value the user later revised, as in a
+   ``knowledge_update`` task, where the gold is the latest value).
 
 Tokens are the rule judge's normalised tokens. Each session's statements are extracted once and
 cached by session id.
@@ -43,7 +49,15 @@ from shopping_companion.judges.rule import normalize_tokens
 from shopping_companion.sentences import split_sentences
 from shopping_companion.types import Session
 
-__all__ = ["Conflict", "ConflictDetector", "Statement", "WantedFeature"]
+__all__ = [
+    "Conflict",
+    "ConflictDetector",
+    "Statement",
+    "WantedFeature",
+    "contradicts",
+    "drop_superseded",
+    "is_revision",
+]
 
 
 def _cues(alternatives: str) -> re.Pattern[str]:
@@ -60,6 +74,10 @@ _NEG = _cues(
     r"hate|hates|dislike|dislikes|can'?t stand|cannot stand|never|avoid|don'?t like|do not like|"
     r"not a fan|allergic|stay away|won'?t|refuse|can'?t wear|cannot wear|not into|sick of|tired of|"
     r"can'?t bear|loathe"
+)
+_PAST = _cues(
+    r"used to|no longer|not any ?more|anymore|changed my mind|went off|gone off|moved on from|"
+    r"back then|switched (?:from|away from)"
 )
 _SIZE_CLAIM = re.compile(
     r"\b(?:my size is|i(?:'m| am)(?: a)? size|i wear(?: a| an)? size|i take(?: a)? size|size)\s+"
@@ -81,7 +99,7 @@ class Statement:
     ``negative``: it has a negative cue; ``negated``: the normalised tokens of the text right
     after each negative cue (up to 60 characters), where an aversion names its object;
     ``scope``: tokens of the whole turn (of the sentence for turns over 2,000 characters), used to
-    tell which requested product the statement is about.
+    tell which requested product the statement is about; ``past``: it has a past cue (rule 3).
     """
 
     turn_index: int
@@ -90,6 +108,7 @@ class Statement:
     negative: bool
     negated: tuple[tuple[str, ...], ...] = ()
     scope: frozenset[str] = frozenset()
+    past: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,7 +223,8 @@ class ConflictDetector:
                 toks = normalize_tokens(sent)
                 if turn_scope is None:
                     turn_scope = frozenset(normalize_tokens(turn.content)) if len(turn.content) <= 2000 else frozenset()
-                out.append(Statement(ti, sent, toks, bool(negs), negs, turn_scope or frozenset(toks)))
+                past = bool(_PAST.search(sent))
+                out.append(Statement(ti, sent, toks, bool(negs), negs, turn_scope or frozenset(toks), past))
         if cache:
             self._cache[session.session_id] = out
         return out
@@ -258,7 +278,7 @@ class ConflictDetector:
             return None
         if _contains(st.tokens, wanted):
             return "aversion" if any(_contains(n, wanted) for n in st.negated) else None
-        if st.negative or f.label in ("size", "brand"):
+        if st.negative or st.past or f.label in ("size", "brand"):
             return None
         if not (mine or toks & set(normalize_tokens(f.label)) or toks & _CONTEXT):
             return None
@@ -292,3 +312,42 @@ class ConflictDetector:
         if offered and claim not in offered:
             return "size"
         return None
+
+
+def is_revision(text: str) -> bool:
+    """Whether ``text`` has a past cue (rule 3 of the module docstring: "used to", "no longer",
+    "these days", ...), i.e. can revise an earlier preference."""
+    return bool(_PAST.search(text))
+
+
+def drop_superseded(
+    conflicts: Sequence[Conflict], dates: dict[str, str], revisions: dict[str, list[str]]
+) -> list[Conflict]:
+    """``conflicts`` less those revised later (rule 3): a conflict with feature ``f`` in a session
+    dated before a session that revises ``f``. ``dates``: session id → ISO date;
+    ``revisions``: :meth:`WantedFeature.describe` of ``f`` → ids of the sessions whose user turns
+    state ``f``'s value in a revision (a turn with a past cue). A conflict in an undated session is kept."""
+    out = []
+    for c in conflicts:
+        when = dates.get(c.session_id)
+        later = [dates[r] for r in revisions.get(c.feature, []) if r in dates and r != c.session_id]
+        if when is not None and any(d > when for d in later):
+            continue
+        out.append(c)
+    return out
+
+
+def contradicts(label: str, value: str, other: str) -> bool:
+    """Whether ``other`` is a value of ``label`` that contradicts ``value``: the value matcher's
+    vocabulary for ``label`` knows both, neither's tokens contain the other's, and neither is the
+    other or a kind of it (``"blue"`` does not contradict navy). False when there is no vocabulary."""
+    from shopping_companion.judges.matching import default_matcher
+
+    a, b = set(normalize_tokens(value)), set(normalize_tokens(other))
+    if not a or not b or a <= b or b <= a:
+        return False
+    m = default_matcher()
+    vocab = m.vocab_for(m.key(label))
+    if vocab is None or not vocab.find(value) or not vocab.find(other):
+        return False
+    return not _compatible(label, value, other)

@@ -13,6 +13,9 @@ voucher, budget) into text:
 * :meth:`Generator.distractors` — sessions on the same product type or domain that state no
   preference (care, history, buying advice), so that the bare instruction matches several sessions
   of the history, as in LongMemEval's haystacks;
+* :meth:`Generator.revision`, :meth:`Generator.temporal_reference`, :meth:`Generator.abstention_request`
+  — the pieces of memory-ability tasks (:mod:`.abilities`): a session revising an earlier value with
+  a reason, a sentence pointing to a dated conversation, a sentence inviting an unstated preference;
 * :meth:`Generator.find_conflicts` — extra conflict checks of haystack sessions against the wanted
   and does-not-matter features (the rule detector always runs; the LLM generator adds its own).
 
@@ -124,6 +127,22 @@ class Generator(Protocol):
 
     def find_conflicts(self, spec: TaskSpec, sessions: list[Session]) -> list[Conflict]:
         """Conflicts this generator finds beyond the rule detector (may be empty)."""
+        ...
+
+    def revision(self, spec: TaskSpec, slot: SlotSpec, old: Feature, new: Feature, rng: random.Random) -> list[Turn]:
+        """A session, alternating user/assistant and user first, in which the user says they no
+        longer want ``old`` (said with a past cue: "used to", "not anymore", ...), gives a reason a
+        person would give, and states ``new`` so that :func:`~.verify.how_stated` reads it."""
+        ...
+
+    def temporal_reference(self, spec: TaskSpec, when: str, rng: random.Random) -> str:
+        """One sentence for the end of the request asking to go by what the user said in the
+        conversation of ``when`` (e.g. ``"March 2023"``, written exactly); it states no preference."""
+        ...
+
+    def abstention_request(self, spec: TaskSpec, slot: SlotSpec, label: str, rng: random.Random) -> str:
+        """One sentence for the end of the request asking for the user's usual ``label`` (e.g.
+        ``"colour"``, written exactly) of the slot's product, naming no value."""
         ...
 
     def distractors(self, spec: TaskSpec, rng: random.Random, n: int = 2) -> list[list[Turn]]:
@@ -479,6 +498,31 @@ class TemplateGenerator:
         turns += [Turn(role="user", content=u), Turn(role="assistant", content=a)]
         return turns
 
+    # ------------------------------------------------------------------ memory abilities
+
+    def revision(self, spec: TaskSpec, slot: SlotSpec, old: Feature, new: Feature, rng: random.Random) -> list[Turn]:
+        item = rng.choice(slot.synonyms) if slot.synonyms else slot.product_type
+        reason = rng.choice(T.REVISION_REASONS)
+        lead = rng.choice(T.REVISION_LEADS).format(
+            old=_spoken_value(old), item=item, reason=reason, reason_cap=_cap_first(reason)
+        )
+        opener = self._opener(slot.domain, rng)
+        u, a = rng.choice(T.NEEDLE_CLOSERS)
+        return [
+            Turn(role="user", content=opener[0]),
+            Turn(role="assistant", content=opener[1]),
+            Turn(role="user", content=_sentence_case(_cap_first(lead) + " " + self._statement(new, rng))),
+            Turn(role="assistant", content=rng.choice(T.ASSISTANT_ACKS)),
+            Turn(role="user", content=u),
+            Turn(role="assistant", content=a),
+        ]
+
+    def temporal_reference(self, spec: TaskSpec, when: str, rng: random.Random) -> str:
+        return _for_slot(spec, spec.slots[0], rng.choice(T.TEMPORAL_REFS).format(when=when))
+
+    def abstention_request(self, spec: TaskSpec, slot: SlotSpec, label: str, rng: random.Random) -> str:
+        return _for_slot(spec, slot, rng.choice(T.ABSTENTION_ASKS).format(label=label))
+
     # ------------------------------------------------------------------ topic distractors
 
     def distractors(self, spec: TaskSpec, rng: random.Random, n: int = 2) -> list[list[Turn]]:
@@ -524,6 +568,11 @@ class TemplateGenerator:
 
     def find_conflicts(self, spec: TaskSpec, sessions: list[Session]) -> list[Conflict]:
         return []
+
+
+def _for_slot(spec: TaskSpec, slot: SlotSpec, text: str) -> str:
+    """``text`` scoped to the slot's product in an add-on deal ("For the men's shirt, pick ...")."""
+    return f"For the {slot.product_type}, {text[:1].lower()}{text[1:]}" if spec.task_type == "addon" else text
 
 
 def _contains_tokens(hay: tuple[str, ...], needle: tuple[str, ...]) -> bool:

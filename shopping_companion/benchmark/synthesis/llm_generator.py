@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shopping_companion.benchmark.synthesis.common import GenerationError, SynthError
 from shopping_companion.benchmark.synthesis.config import GeneratorConfig, LLMEndpoint
-from shopping_companion.benchmark.synthesis.conflicts import Conflict
+from shopping_companion.benchmark.synthesis.catalog_view import Feature
+from shopping_companion.benchmark.synthesis.conflicts import Conflict, is_revision
 from shopping_companion.benchmark.synthesis.generators import SlotSpec, TaskSpec, format_money
 from shopping_companion.benchmark.synthesis.verify import evidence_text, states_value
 from shopping_companion.llm.replies import LLMCache, extract_json  # noqa: F401 - LLMCache re-exported (tests, plug-ins)
@@ -77,6 +78,10 @@ class SessionOut(_Out):
 
 class DialoguesOut(_Out):
     sessions: list[SessionOut] = Field(min_length=1, max_length=8)
+
+
+class SentenceOut(_Out):
+    sentence: str = Field(min_length=5, max_length=400)
 
 
 class ConflictOut(_Out):
@@ -373,6 +378,73 @@ class LLMGenerator:
             return sessions
 
         return self._call(spec, "dialogues", prompt, parse)
+
+    # ------------------------------------------------------------------ memory abilities
+
+    def revision(self, spec: TaskSpec, slot: SlotSpec, old: Feature, new: Feature, rng: random.Random) -> list[Turn]:
+        item = slot.synonyms[0] if slot.synonyms else slot.product_type
+        prompt = (
+            "Write one past conversation between a user and an AI assistant in which the user changes a "
+            f"preference about {item}.\n"
+            f'Before: the user liked {old.spoken_label} "{evidence_text(old.label, old.value)}".\n'
+            f'Now: the user wants {new.spoken_label} "{evidence_text(new.label, new.value)}".\n'
+            "Rules:\n"
+            "- 4 to 8 turns, alternating user and assistant, starting with the user.\n"
+            "- In one user turn the user says they used to go for the old value and no longer do (use the "
+            "words 'used to', 'no longer' or 'not anymore'), gives a reason a person would give (a bad "
+            "experience, a new job, a move, a friend's remark), and says what they want now. Say the new "
+            "value in a sentence of its own with no negation in it, with the quoted words or a close "
+            "everyday synonym.\n"
+            "- No shop names, prices or plans to buy something.\n"
+            'Return {"turns": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}'
+        )
+
+        def parse(obj: dict[str, Any]) -> list[Turn]:
+            turns = [Turn(role=t.role, content=t.content.strip()) for t in SessionOut.model_validate(obj).turns]
+            if turns[0].role != "user" or any(a.role == b.role for a, b in zip(turns, turns[1:])):
+                raise ValueError("turns must alternate, starting with the user")
+            users = [t.content for t in turns if t.role == "user"]
+            if not any(states_value(new.label, new.value, u) and is_revision(u) for u in users):
+                raise ValueError(
+                    f"no user turn says 'used to' / 'no longer' / 'not anymore' and states "
+                    f'"{evidence_text(new.label, new.value)}" in a way that can be checked'
+                )
+            return turns
+
+        return self._call(spec, f"revision:{slot.index}:{new.label}", prompt, parse)
+
+    def _sentence(self, spec: TaskSpec, purpose: str, prompt: str, must: str) -> str:
+        """One sentence from the model that contains ``must`` and states no wanted value."""
+
+        def parse(obj: dict[str, Any]) -> str:
+            out = SentenceOut.model_validate(obj).sentence.strip()
+            if must.lower() not in out.lower():
+                raise ValueError(f"the sentence must contain {must!r} exactly")
+            leaked = [f.value for _, f in spec.wanted if states_value(f.label, f.value, out)]
+            if leaked:
+                raise ValueError(f"the sentence states preferences it must not state: {leaked}")
+            return out
+
+        return self._call(spec, purpose, prompt, parse)
+
+    def temporal_reference(self, spec: TaskSpec, when: str, rng: random.Random) -> str:
+        prompt = (
+            "Write one sentence a shopper adds to a request to an online shopping assistant, asking it to go "
+            f"by what the shopper said about the item in their conversation of {when}.\n"
+            f"Rules: first person, casual; write '{when}' exactly; name no colour, material, size, brand or "
+            'other preference.\nReturn {"sentence": "<the sentence>"}.'
+        )
+        return self._sentence(spec, f"temporal:{when}", prompt, when)
+
+    def abstention_request(self, spec: TaskSpec, slot: SlotSpec, label: str, rng: random.Random) -> str:
+        about = f" for the {slot.product_type}" if spec.task_type == "addon" else ""
+        prompt = (
+            "Write one sentence a shopper adds to a request to an online shopping assistant, asking it to "
+            f"pick the {label} the shopper usually likes{about}, as if the assistant knew it.\n"
+            f"Rules: first person, casual; write the word '{label}' exactly; name no value of it and no "
+            'other preference.\nReturn {"sentence": "<the sentence>"}.'
+        )
+        return self._sentence(spec, f"abstention:{slot.index}:{label}", prompt, label)
 
     # ------------------------------------------------------------------ topic distractors
 

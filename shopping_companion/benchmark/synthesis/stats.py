@@ -214,6 +214,29 @@ def _provenance_share(tasks: list[Task], by_id: dict[str, Product]) -> dict[str,
     }
 
 
+def _ability_counts(tasks: list[Task]) -> dict[str, Any]:
+    """Tasks per ability (in :data:`~shopping_companion.types.ABILITIES` order; ``untagged``: none)
+    and per stress variant (``original``: none), each as ``{"single", "addon", "all"}`` counts."""
+    from shopping_companion.types import ABILITIES, STRESS_VARIANTS
+
+    def count(names: list[str], of: Any) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for name in names:
+            sub = [t for t in tasks if name in of(t)]
+            if sub:
+                out[name] = {
+                    "single": sum(t.task_type == "single" for t in sub),
+                    "addon": sum(t.task_type == "addon" for t in sub),
+                    "all": len(sub),
+                }
+        return out
+
+    return {
+        "abilities": count([*ABILITIES, "untagged"], lambda t: t.abilities or ["untagged"]),
+        "stress": count(["original", *STRESS_VARIANTS], lambda t: [t.stress or "original"]),
+    }
+
+
 def _sample(tasks: list[Task], k: int | None, seed: int) -> list[Task]:
     if k is None or k >= len(tasks):
         return list(tasks)
@@ -319,6 +342,7 @@ def compute_stats(
             "by_split": dict(sorted(Counter(t.split for t in tasks).items())),
             "by_type_split": dict(sorted(Counter(f"{t.task_type}/{t.split}" for t in tasks).items())),
             "products_per_addon": _summary([t.n_products for t in by_type.get("addon", [])]),
+            "by_ability": _ability_counts(tasks),
         },
         "categories": {
             "catalog_top20": Counter(p.category or "(none)" for p in catalog).most_common(20),
@@ -468,7 +492,33 @@ def _calibration_md(cal: dict[str, Any]) -> str:
 
     for name, r in cal.get("by_source", {}).items():
         rows.append(f"| {name} | {cell(r.get('single'))} | {cell(r.get('addon'))} | {cell(r.get('all'))} |")
+    for key, what in (("by_ability", "memory ability"), ("by_stress", "stress variant")):
+        table = cal.get(key) or {}
+        if all(set(row) <= {"untagged", "original"} for row in table.values()):
+            continue
+        rows += [
+            "",
+            f"Reference policy Acc and Succ per {what}:",
+            "",
+            f"| strategy | {what} | Acc | Succ |",
+            "|---|---|---|---|",
+        ]
+        for strategy, row in table.items():
+            for g, c in row.items():
+                acc = "–" if c.get("acc") is None else f"{100 * c['acc']:.1f}%"
+                rows.append(f"| {strategy} | {g} | {acc} | {cell(c)} |")
     return "\n".join(rows)
+
+
+def _ability_rows(by: dict[str, Any]) -> list[str]:
+    """The tasks-per-ability (and per stress variant, when there are variants) table of stats.md."""
+    rows = ["## Abilities", "", "| ability | single | addon | all |", "|---|---|---|---|"]
+    rows += [f"| {k} | {v['single']} | {v['addon']} | {v['all']} |" for k, v in by.get("abilities", {}).items()]
+    stress = by.get("stress", {})
+    if set(stress) - {"original"}:
+        rows += ["", "| stress variant | single | addon | all |", "|---|---|---|---|"]
+        rows += [f"| {k} | {v['single']} | {v['addon']} | {v['all']} |" for k, v in stress.items()]
+    return [*rows, ""] if len(rows) > 4 else []
 
 
 def _findability_rows(st: dict[str, Any]) -> list[str]:
@@ -599,6 +649,7 @@ def write_stats(directory: str | Path, st: dict[str, Any], verification: dict[st
         + ", ".join(f"{k} {v}" for k, v in t["by_split"].items())
         + ".",
         "",
+        *_ability_rows(t.get("by_ability") or {}),
         "## Wanted attributes per task",
         "",
         "| task type | attributes per task |",

@@ -275,6 +275,7 @@
     function val(name) { var el = form.elements[name]; return el ? (el.type === "checkbox" ? el.checked : el.value) : ""; }
     function render() {
       var failed = val("failed"), type = val("task_type"), tax = val("taxonomy"), strat = val("strategy");
+      var ability = val("ability"), stress = val("stress");
       var q = String(val("q") || "").toLowerCase();
       while (body.firstChild) body.removeChild(body.firstChild);
       var n = 0;
@@ -284,6 +285,8 @@
         if (type && r.task_type !== type) continue;
         if (tax && r.taxonomy !== tax) continue;
         if (strat && r.strategy !== strat) continue;
+        if (ability && String(r.ability || "").split(",").indexOf(ability) < 0) continue;
+        if (stress && r.stress !== stress) continue;
         if (q && String(r.instruction || "").toLowerCase().indexOf(q) < 0 &&
             String(r.task_id || "").toLowerCase().indexOf(q) < 0) continue;
         body.appendChild(rowElement(r, function (row) { return "episodes/" + row.line + ".html"; }));
