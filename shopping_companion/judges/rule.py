@@ -56,6 +56,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from shopping_companion.judges.assignment import max_matching
 from shopping_companion.judges.base import no_answer_verdict
 from shopping_companion.judges.matching import ProductReader, ResolvedKey, ValueMatcher, default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import padded, tokens
@@ -287,26 +288,6 @@ def _is_attribute_value(value: str) -> bool:
     return len(tokens(v)) <= MAX_VALUE_WORDS and len(split_sentences(v, semicolons=True)) <= 1 and not ends_sentence(v)
 
 
-def _max_matching(adj: list[list[int]]) -> dict[int, int]:
-    """A maximum bipartite matching (augmenting paths): ``adj[i]`` lists the answers gold ``i`` may
-    match, in order of preference; returns ``{answer: gold}``."""
-    owner: dict[int, int] = {}
-
-    def augment(i: int, seen: set[int]) -> bool:
-        for j in adj[i]:
-            if j in seen:
-                continue
-            seen.add(j)
-            if j not in owner or augment(owner[j], seen):
-                owner[j] = i
-                return True
-        return False
-
-    for i in range(len(adj)):
-        augment(i, set())
-    return owner
-
-
 def _uncertain_misses(
     out: Stage1Match,
     gold: list[Preference],
@@ -462,7 +443,7 @@ def match_preferences(
         adj.append(
             [j for j, q in enumerate(identified) if slot(q) == slot(g) and q.polarity == g.polarity and eq(i, j)]
         )
-    owner = _max_matching(adj)
+    owner = max_matching(adj)
     matches: list[int | None] = [None] * len(gold)
     for j, i in owner.items():
         matches[i] = j

@@ -162,7 +162,7 @@ def test_quickstart_errors_name_the_section_key():
     for change, msg in (
         ("eval.trials=0", r"^eval\.trials: Input should be greater than or equal to 1"),
         ("name=..", r"^name: must be one directory name"),
-        ("synth.bogus=1", r"^synth\.bogus: unknown field; allowed: addon_preferences, "),
+        ("synth.bogus=1", r"^synth\.bogus: unknown field; allowed: abilities, addon_preferences, "),
     ):
         with pytest.raises(ConfigError, match=msg):
             load_model(QuickstartConfig, None, [change])
