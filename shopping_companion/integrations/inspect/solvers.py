@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from inspect_ai.log import transcript
 from inspect_ai.model import (
     ChatMessage,
     ChatMessageAssistant,
@@ -91,8 +92,8 @@ class EpisodeSetup:
 class Episodes:
     """The running environments of one task's samples, by sample run (``TaskState.uuid``): what
     the solver steps of one episode share. The first step that sees a sample builds its
-    environment; the step that ends the episode stores the result (:data:`RESULT_KEY`) and drops
-    it."""
+    environment; the step that ends the episode stores the result (:data:`RESULT_KEY`); the
+    task's cleanup (:meth:`drop`) forgets it."""
 
     def __init__(self, setup: EpisodeSetup) -> None:
         self.setup = setup
@@ -130,13 +131,13 @@ class Episodes:
         self.history[state.uuid] = self.history[state.uuid] + inspect_messages(env.messages)
 
     def finish(self, state: TaskState) -> None:
-        env, seed, _ = self.envs.pop(state.uuid)
-        self.history.pop(state.uuid, None)
+        env, seed, _ = self.envs[state.uuid]  # kept (done) until the task's cleanup drops it
         result = env.episode_result(policy=self.setup.policy, trial=state.epoch - 1, seed=seed)
         state.store.set(RESULT_KEY, result.model_dump(mode="json"))
 
     def drop(self, state: TaskState) -> None:
-        """Forget the sample's environment (the task's cleanup, after a failed sample)."""
+        """Forget the sample's environment (the task's cleanup, after the sample is scored or
+        failed)."""
         self.envs.pop(state.uuid, None)
         self.history.pop(state.uuid, None)
 
@@ -250,6 +251,11 @@ def user_simulator(episodes: Episodes) -> Solver:
         if env.awaiting_handover:
             async with span("user simulator"):
                 await asyncio.to_thread(env.hand_over)
+                fb = env.feedback
+                transcript().info(
+                    {"hint": env.config.hint, "feedback": fb.text if fb else None, "source": fb.source if fb else None},
+                    source="user simulator",
+                )
             episodes.show(state, env)
         return state
 
