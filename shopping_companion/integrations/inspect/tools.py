@@ -3,9 +3,9 @@
 :func:`tool_infos` gives what the model is shown: one Inspect ``ToolInfo`` per tool, made from the
 environment's own function schema (:func:`~shopping_companion.envs.tools.tool_schema`). Inspect's
 JSON-schema model keeps the types, descriptions, defaults, ``minimum`` / ``maximum`` and
-``required`` of our schemas and drops ``minItems`` / ``maxItems`` and the top-level description
-(the function's description carries the same text); the list bounds still hold, because every call
-is checked by the same argument models when it runs.
+``required`` of our schemas and drops ``minItems`` / ``maxItems``, ``null`` defaults and the
+top-level description (the function's description carries the same text); the list bounds still
+hold, because every call is checked by the same argument models when it runs.
 
 :func:`inspect_tools` gives runnable Inspect ``ToolDef`` objects over a
 :class:`~shopping_companion.envs.tools.ToolBox`, for Inspect agents of your own (``react()``,
