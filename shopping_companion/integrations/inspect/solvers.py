@@ -50,7 +50,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, chain, solver
 from inspect_ai.tool import ToolCall as InspectToolCall
 from inspect_ai.util import span
 
-from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, derive_seed, prepare_episode
+from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, prepare_episode
 from shopping_companion.envs.env import ShoppingCompanionEnv
 from shopping_companion.integrations.inspect.tools import tool_infos
 from shopping_companion.llm.base import AssistantMessage, StructuredToolCall
@@ -76,16 +76,16 @@ _FINISH = {"max_tokens": "length", "tool_calls": "tool_calls", "stop": "stop", "
 class EpisodeSetup:
     """What every episode of one Inspect task shares: ``tasks`` (``task_id -> Task``), the product
     backend ``products``, ``memory`` (``task -> memory store``), the ``judge``, the runner
-    ``settings`` (environment config, base seed, the rubric as ``reward_fn``), ``send_seed``
-    (send the per-episode sampling seed ``derive_seed(seed, task_id, trial)``, as ``shopcomp
-    eval`` does by default) and ``policy`` (the name recorded as the episode's policy)."""
+    ``settings`` (environment config, base seed, the rubric as ``reward_fn``; ``settings.sampling``
+    None, or a :class:`~shopping_companion.llm.base.Sampling` whose ``seed`` is the base of the
+    per-episode sampling seeds sent with each request — its other fields are not used: the
+    generation config is Inspect's) and ``policy`` (the name recorded as the episode's policy)."""
 
     tasks: dict[str, Task]
     products: Any
     memory: Callable[[Task], Any]
     judge: Any
     settings: EvalSettings
-    send_seed: bool = True
     policy: str = "inspect"
 
 
@@ -108,7 +108,7 @@ class Episodes:
             s, meta = self.setup, state.metadata
             task = s.tasks[meta["task_id"]]
             trial = state.epoch - 1
-            env, _sampling, seed = prepare_episode(
+            env, sampling, seed = prepare_episode(
                 task,
                 s.products,
                 s.memory(task),
@@ -118,7 +118,7 @@ class Episodes:
                 Strategy(meta["mode"], meta["hint"]),
                 hold_handover=True,
             )
-            sampling_seed = derive_seed(s.settings.seed, task.task_id, trial) if s.send_seed else None
+            sampling_seed = sampling.seed if sampling is not None else None
             self.envs[state.uuid] = (env, seed, sampling_seed)
             self.history[state.uuid] = []
         return self.envs[state.uuid]

@@ -37,6 +37,7 @@ from shopping_companion.benchmark.kit import build_env_config, build_resources, 
 from shopping_companion.benchmark.run_config import BenchmarkSelection, EpisodeConfig
 from shopping_companion.errors import ConfigError
 from shopping_companion.integrations.inspect.scorer import shopping_scorer
+from shopping_companion.llm.base import Sampling
 from shopping_companion.integrations.inspect.solvers import EpisodeSetup, Episodes, shopping_episode
 from shopping_companion.paths import cache_dir
 from shopping_companion.types import Task
@@ -159,7 +160,8 @@ def build_task(cfg: BenchConfig, send_seed: bool = True) -> InspectTask:
     res = build_resources(cfg)
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     judge, _judge_desc, rubric = build_scoring(cfg, res, cfg.work_dir)
-    settings = EvalSettings(env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric)
+    sampling = Sampling(seed=cfg.seed) if send_seed else None  # only its seed is used (EpisodeSetup)
+    settings = EvalSettings(env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric, sampling=sampling)
     tasks = {t.task_id: t for t in res.tasks}
     setup = EpisodeSetup(
         tasks=tasks,
@@ -167,7 +169,6 @@ def build_task(cfg: BenchConfig, send_seed: bool = True) -> InspectTask:
         memory=memory_factory(res.benchmark.sessions, res.embedder),
         judge=judge,
         settings=settings,
-        send_seed=send_seed,
     )
     episodes = Episodes(setup)
 
