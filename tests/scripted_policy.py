@@ -16,12 +16,14 @@ user message and plays a competent but imperfect agent in every mode:
 - one_stage (all tools): the memory steps, then the product steps, then an answer with a fenced
   JSON preference block and the ``@REC::`` marker.
 
-Tool calls are Hermes text blocks (no server-generated ids, so runs are byte-comparable).
+Tool calls are Hermes text blocks (no server-generated ids, so runs are byte-comparable). A tool
+message without a ``name`` (Inspect's OpenAI client sends none) is matched to the call it answers.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable
 
 from shopping_companion.types import Task
@@ -35,10 +37,44 @@ def _call(name: str, args: dict[str, Any]) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
 
 
+_TEXT_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+
+
+def _tool_names_of_messages(messages: list[dict[str, Any]]) -> list[str | None]:
+    """The tool name of each message (None for other roles): its ``name``, or, when a client sends
+    none (Inspect's OpenAI client does not), the name of the call it answers: by id among the
+    structured calls of the assistant turn before it, else by position among that turn's
+    ``<tool_call>`` text blocks."""
+    out: list[str | None] = []
+    calls: list[tuple[str | None, str]] = []
+    k = 0
+    for m in messages:
+        if m.get("role") == "assistant":
+            calls = [(c.get("id"), c["function"]["name"]) for c in m.get("tool_calls") or []]
+            for block in _TEXT_CALL.findall(m.get("content") or ""):
+                try:
+                    calls.append((None, json.loads(block)["name"]))
+                except (ValueError, KeyError, TypeError):
+                    calls.append((None, ""))
+            k = 0
+            out.append(None)
+        elif m.get("role") == "tool":
+            name = m.get("name")
+            if name is None:
+                by_id = [n for cid, n in calls if cid is not None and cid == m.get("tool_call_id")]
+                name = by_id[0] if by_id else (calls[k][1] if k < len(calls) else None)
+            k += 1
+            out.append(name)
+        else:
+            out.append(None)
+    return out
+
+
 def _tool_json(body: dict[str, Any], name: str) -> dict[str, Any]:
     """The last observation of tool ``name`` as JSON ({} when absent or not JSON)."""
-    for m in reversed(body["messages"]):
-        if m.get("role") == "tool" and m.get("name") == name:
+    messages = body["messages"]
+    for m, tool in reversed(list(zip(messages, _tool_names_of_messages(messages)))):
+        if m.get("role") == "tool" and tool == name:
             try:
                 return json.loads(m["content"])
             except ValueError:

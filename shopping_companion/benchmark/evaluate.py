@@ -108,6 +108,7 @@ __all__ = [
     "supported_strategies",
     "parse_strategies",
     "derive_seed",
+    "prepare_episode",
     "run_episode",
     "arun_episode",
     "run_evaluation",
@@ -291,7 +292,7 @@ def derive_seed(base: int, task_id: str, trial: int) -> int:
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 
-def _prepare(
+def prepare_episode(
     task: Task,
     products: ProductBackend,
     memory: MemoryBackend,
@@ -300,13 +301,22 @@ def _prepare(
     trial: int,
     strategy: Strategy | str | None,
     simulator: Any = None,
-):
+    hold_handover: bool = False,
+) -> tuple[ShoppingCompanionEnv, Sampling | None, int]:
+    """The episode :func:`run_episode` plays, before its first turn: ``(env, sampling, seed)`` —
+    the environment of ``strategy`` (default: ``settings.env``'s mode and hint) over ``task``'s
+    tools, reset with the episode seed ``derive_seed(settings.seed, task_id, trial)``, and the
+    sampling with its per-episode seed (``derive_seed(sampling.seed, task_id, trial)`` when
+    ``settings.sampling.seed`` is set). ``hold_handover``: see :class:`ShoppingCompanionEnv`.
+    Raises :class:`ConfigError` for an unknown strategy name."""
     if isinstance(strategy, str):
         strategy = Strategy.parse(strategy)
     env_cfg = strategy.env_config(settings.env) if strategy is not None else (settings.env or EnvConfig())
     extra: dict[str, Any] = {"simulator": simulator} if simulator is not None else {}
     if settings.reward_fn is not None:
         extra["reward_fn"] = settings.reward_fn
+    if hold_handover:
+        extra["hold_handover"] = True
     env = ShoppingCompanionEnv(task, ToolBox(products, memory, env_cfg.max_observation_chars), judge, env_cfg, **extra)
     seed = derive_seed(settings.seed, task.task_id, trial)
     env.reset(seed=seed)
@@ -342,7 +352,7 @@ async def arun_episode(
     ``simulator`` (a user-simulator object, e.g. an LLM simulator) replaces the one the
     environment would build from ``EnvConfig.simulator``.
     """
-    env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
+    env, sampling, seed = prepare_episode(task, products, memory, judge, settings, trial, strategy, simulator)
     await _play(
         env, sampling, functools.partial(asyncio.to_thread, backend.chat), env.astep, env.aend_stage_model_failure
     )
@@ -362,7 +372,7 @@ def run_episode(
 ) -> EpisodeResult:
     """:func:`arun_episode` in the calling thread, without an event loop or worker threads: the
     same parameters, failure handling and result."""
-    env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
+    env, sampling, seed = prepare_episode(task, products, memory, judge, settings, trial, strategy, simulator)
     _run_inline(_play(env, sampling, _inline(backend.chat), _inline(env.step), _inline(env.end_stage_model_failure)))
     return env.episode_result(policy=backend.name, trial=trial, seed=seed)
 

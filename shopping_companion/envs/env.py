@@ -277,6 +277,10 @@ class ShoppingCompanionEnv:
         token_counter: optional ``(messages, tool_schemas) -> int`` prompt-length counter (e.g.
             a tokenizer's chat template) for ``max_prompt_tokens``; default the tokenizer-free
             estimate of :meth:`estimate_prompt_tokens`.
+        hold_handover: in ``two_stage`` mode, stop after stage 1 is judged instead of asking the
+            user simulator and opening stage 2 in the same step: that step returns no messages
+            and ``info["handover"] = True``, and :meth:`hand_over` (e.g. a separate solver step of
+            an eval framework) does the rest. Same episode either way.
 
     Raises ``ValueError`` for an unknown simulator name and (at :meth:`reset`) for an ``oracle``
     episode whose needle sessions cannot be found.
@@ -292,8 +296,11 @@ class ShoppingCompanionEnv:
         simulator: Any = None,
         sessions: Mapping[str, Session] | None = None,
         token_counter: Callable[[list[dict[str, Any]], list[dict[str, Any]]], int] | None = None,
+        hold_handover: bool = False,
     ) -> None:
         self.task = task
+        self.hold_handover = hold_handover
+        self.awaiting_handover = False
         self.token_counter = token_counter
         self.tools = tools
         self.judge = judge
@@ -374,6 +381,7 @@ class ShoppingCompanionEnv:
         """
         self.results = []
         self.done = False
+        self.awaiting_handover = False
         self._started = True
         self._t0 = time.perf_counter()
         self._abort_error = None
@@ -412,6 +420,8 @@ class ShoppingCompanionEnv:
             raise RuntimeError("call reset() before step()")
         if self.done:
             raise RuntimeError("episode is over; call reset() to start a new one")
+        if self.awaiting_handover:
+            raise RuntimeError("stage 1 has ended; call hand_over() before the next step")
         msg = _as_message(action)
         cfg = self.config
         traj = self._traj
@@ -513,6 +523,8 @@ class ShoppingCompanionEnv:
             raise RuntimeError("call reset() before end_stage_model_failure()")
         if self.done:
             raise RuntimeError("episode is over; call reset() to start a new one")
+        if self.awaiting_handover:
+            raise RuntimeError("stage 1 has ended; call hand_over() before the next step")
         allowed = ("context_length", "length", "invalid_output", "max_turns", "token_budget")
         if reason not in allowed:
             raise ValueError(f"reason: must be one of {allowed} (a model failure), got {reason!r}")
@@ -804,17 +816,36 @@ class ShoppingCompanionEnv:
         info["reward_breakdown"] = reward.model_dump()
         truncated = reason == "max_turns"
         if self.stage == 1 and self.mode == "two_stage":
-            self._feedback = (
-                simulator_feedback(self.simulator, self.task, traj.identified_preferences, self.config.hint)
-                if self.config.hint != "none"
-                else SimulatorFeedback(text=None, source="none")
-            )
-            self._start_stage(2)
+            self.awaiting_handover = True
+            if self.hold_handover:
+                info["handover"] = True
+                return StepResult([], reward.total, False, truncated, info)
+            info["feedback"] = self._hand_over()
             info["next_stage"] = 2
-            info["feedback"] = self._feedback.text
             return StepResult(self.messages, reward.total, False, truncated, info)
         self.done = True
         return StepResult([], reward.total, True, truncated, info)
+
+    def hand_over(self) -> list[dict[str, Any]]:
+        """Between the stages of a ``hold_handover`` episode: ask the user simulator (at the
+        configured hint level; nothing is asked at ``none``) and open stage 2. Returns stage 2's
+        opening messages; the feedback is :attr:`feedback`. Raises ``RuntimeError`` when the
+        episode is not waiting at the stage boundary."""
+        if not self.awaiting_handover:
+            raise RuntimeError("hand_over(): the episode is not at the end of stage 1")
+        self._hand_over()
+        return self.messages
+
+    def _hand_over(self) -> str | None:
+        prev = self.results[-1].trajectory
+        self._feedback = (
+            simulator_feedback(self.simulator, self.task, prev.identified_preferences, self.config.hint)
+            if self.config.hint != "none"
+            else SimulatorFeedback(text=None, source="none")
+        )
+        self.awaiting_handover = False
+        self._start_stage(2)
+        return self._feedback.text
 
 
 _SCHEMA_CHARS: dict[tuple[str, ...], int] = {}

@@ -86,6 +86,35 @@ def test_perfect_stage_one_gets_a_confirmation(tasks, kit):
     assert "nothing" in res.simulator["feedback"].lower()  # "... nothing missing or wrong"
 
 
+@pytest.mark.parametrize("hint", ["none", "high"])
+def test_held_handover_is_the_same_episode_in_two_steps(tasks, kit, hint):
+    """hold_handover: stage 1's last step stops at the boundary; hand_over() asks the simulator and
+    opens stage 2; the episode equals the one played without the hold."""
+    task = tasks[2]
+    policy = GoldPolicy(task, preferences=task.preferences[:1])
+    plain = run(kit.env(task, hint=hint, simulator_seed=5), policy)
+    env = kit.env(task, hint=hint, simulator_seed=5)
+    env.hold_handover = True
+    env.reset(seed=0)
+    while not env.awaiting_handover:
+        out = env.step(policy.chat(env.messages, env.tool_schemas))
+    assert out.observations == [] and out.info["handover"] and out.info["stage_done"] and env.stage == 1
+    assert env.feedback is None and not out.terminated
+    with pytest.raises(RuntimeError, match="call hand_over"):
+        env.step("<answer>too early</answer>")
+    opening = env.hand_over()
+    assert env.stage == 2 and not env.awaiting_handover and opening == env.messages and len(opening) == 2
+    with pytest.raises(RuntimeError, match="not at the end of stage 1"):
+        env.hand_over()
+    while not env.done:
+        env.step(policy.chat(env.messages, env.tool_schemas))
+    held = env.episode_result(policy=policy.name, seed=0)
+    a, b = held.model_dump(mode="json"), plain.model_dump(mode="json")
+    for d in (a, b):
+        d.pop("wall_s")
+    assert a == b and (hint == "none") == (held.simulator["feedback"] is None)
+
+
 def test_llm_simulator_in_the_environment_records_its_model_and_seed(tasks, kit):
     task = tasks[0]
     with ScriptedOpenAIServer(["Some preferences are missing from what you listed."], model="sim-llm") as srv:
