@@ -108,6 +108,7 @@ __all__ = [
     "supported_strategies",
     "parse_strategies",
     "derive_seed",
+    "prepare_episode",
     "run_episode",
     "arun_episode",
     "run_evaluation",
@@ -291,7 +292,7 @@ def derive_seed(base: int, task_id: str, trial: int) -> int:
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 
-def _prepare(
+def prepare_episode(
     task: Task,
     products: ProductBackend,
     memory: MemoryBackend,
@@ -300,7 +301,12 @@ def _prepare(
     trial: int,
     strategy: Strategy | str | None,
     simulator: Any = None,
-):
+) -> tuple[ShoppingCompanionEnv, Sampling | None, int]:
+    """The environment of one episode, reset, as :func:`run_episode` plays it: ``(env, sampling,
+    seed)`` with the strategy's mode and hint over ``settings.env``, ``settings.reward_fn``, the
+    episode seed :func:`derive_seed` ``(settings.seed, task_id, trial)`` and the sampling with its
+    per-episode seed. Adapters that drive the turns themselves (shopping_companion.integrations)
+    start their episodes here. Raises :class:`ConfigError` for an unknown strategy."""
     if isinstance(strategy, str):
         strategy = Strategy.parse(strategy)
     env_cfg = strategy.env_config(settings.env) if strategy is not None else (settings.env or EnvConfig())
@@ -342,7 +348,7 @@ async def arun_episode(
     ``simulator`` (a user-simulator object, e.g. an LLM simulator) replaces the one the
     environment would build from ``EnvConfig.simulator``.
     """
-    env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
+    env, sampling, seed = prepare_episode(task, products, memory, judge, settings, trial, strategy, simulator)
     await _play(
         env, sampling, functools.partial(asyncio.to_thread, backend.chat), env.astep, env.aend_stage_model_failure
     )
@@ -362,7 +368,7 @@ def run_episode(
 ) -> EpisodeResult:
     """:func:`arun_episode` in the calling thread, without an event loop or worker threads: the
     same parameters, failure handling and result."""
-    env, sampling, seed = _prepare(task, products, memory, judge, settings, trial, strategy, simulator)
+    env, sampling, seed = prepare_episode(task, products, memory, judge, settings, trial, strategy, simulator)
     _run_inline(_play(env, sampling, _inline(backend.chat), _inline(env.step), _inline(env.end_stage_model_failure)))
     return env.episode_result(policy=backend.name, trial=trial, seed=seed)
 
