@@ -21,6 +21,7 @@ __all__ = ["LAYERS", "PROTOCOL_LEAVES", "SHIMS", "layer_of", "layers_markdown", 
 #: ``(layer, packages, what they hold)``, top down.
 LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("commands", ("cli",), "one module per command group: parse, call, print"),
+    ("integrations", ("integrations",), "adapters to verifiers, skyrl-gym and Inspect AI"),
     ("applications", ("viewer", "train_pipeline"), "the run viewer; benchmark → SFT → GRPO → evaluation → report"),
     ("training", ("sft", "trainers"), "rejection sampling and SFT export; GRPO on verl and TRL"),
     ("evaluation", ("benchmark",), "synthesis and import of tasks, the eval's kit, the run, reports"),
