@@ -164,7 +164,13 @@ class ShoppingTasksetConfig(vf.TasksetConfig):
     @classmethod
     def _comma_list(cls, v: Any) -> Any:
         """``--env.taskset.strategies two_stage:none,oracle`` as on the eval's command line."""
-        return [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else v
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list):
+            return v
+        out: list[Any] = []
+        for it in items:
+            out += [p.strip() for p in it.split(",") if p.strip()] if isinstance(it, str) else [it]
+        return out
 
     def source_settings(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~shopping_companion.integrations.episodes.load_source`."""
@@ -213,8 +219,10 @@ class ShoppingHarnessConfig(vf.HarnessConfig):
 
 class ShoppingHarness(vf.Harness[ShoppingHarnessConfig]):
     """Plays one episode in process with the eval's loop, every model call through verifiers'
-    endpoint (module docstring). A backend failure the eval would record as an episode error
-    raises :class:`verifiers.v1.HarnessError` with the eval's message."""
+    endpoint (module docstring). A model-call failure after the backend's retries (what the eval
+    records as a backend error and retries on resume) raises :class:`verifiers.v1.HarnessError`
+    with the eval's message, so verifiers marks the rollout errored; a judge failure is kept on
+    the trace (metric ``scored`` 0.0, no reward items)."""
 
     APPENDS_SYSTEM_PROMPT = True
     EXECUTES_CODE = False
@@ -231,6 +239,7 @@ class ShoppingHarness(vf.Harness[ShoppingHarnessConfig]):
         data: vf.TaskData,
         **_: Any,
     ) -> ProgramResult:
+        from shopping_companion.benchmark.report import error_kind
         from shopping_companion.llm.openai_backend import OpenAIBackend
 
         if not isinstance(data, ShoppingData):
@@ -245,7 +254,7 @@ class ShoppingHarness(vf.Harness[ShoppingHarnessConfig]):
         )
         result = await source.run(data.task_id, data.strategy, backend)
         trace.info[INFO_KEY] = outcome(result, source)
-        if result.error is not None and not result.stages:
+        if error_kind(result) == "backend":  # the eval records it as an error, retried on resume
             raise vf.HarnessError(f"episode {data.task_id} ({data.strategy}): {result.error}")
         return ProgramResult(exit_code=0, stdout="", stderr="")
 
