@@ -18,7 +18,8 @@ prompts, user simulator, judge and rubric). skyrl-gym's conventions:
     Returns the episode's opening messages (system and user of the first stage; the row's prompt
     is replaced by them, so a stale dataset cannot change the episode) and metadata with
     ``task_id``, ``strategy``, ``stage`` and ``tools``: the OpenAI tool schemas of the first stage,
-    which the generator's chat template must receive (the prompts do not list the tools).
+    which the generator's chat template should receive as ``shopcomp eval``'s requests carry them
+    (the system prompt describes the tools in words only).
 ``step(action)``
     ``action`` is the model's turn as text (tool calls as Hermes ``<tool_call>`` blocks, the answer in
     ``<answer>``, as in ``shopcomp eval``). ``observations``: the messages the environment appended
