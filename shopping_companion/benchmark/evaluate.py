@@ -303,12 +303,13 @@ def prepare_episode(
     simulator: Any = None,
     hold_handover: bool = False,
 ) -> tuple[ShoppingCompanionEnv, Sampling | None, int]:
-    """The episode :func:`run_episode` plays, before its first turn: ``(env, sampling, seed)`` —
-    the environment of ``strategy`` (default: ``settings.env``'s mode and hint) over ``task``'s
-    tools, reset with the episode seed ``derive_seed(settings.seed, task_id, trial)``, and the
+    """The environment of one episode, reset, as :func:`run_episode` plays it: ``(env, sampling,
+    seed)`` with the strategy's mode and hint (default: ``settings.env``'s) over ``task``'s tools,
+    ``settings.reward_fn``, the episode seed ``derive_seed(settings.seed, task_id, trial)`` and the
     sampling with its per-episode seed (``derive_seed(sampling.seed, task_id, trial)`` when
     ``settings.sampling.seed`` is set). ``hold_handover``: see :class:`ShoppingCompanionEnv`.
-    Raises :class:`ConfigError` for an unknown strategy name."""
+    Adapters that drive the turns themselves (shopping_companion.integrations) start their
+    episodes here. Raises :class:`ConfigError` for an unknown strategy name."""
     if isinstance(strategy, str):
         strategy = Strategy.parse(strategy)
     env_cfg = strategy.env_config(settings.env) if strategy is not None else (settings.env or EnvConfig())

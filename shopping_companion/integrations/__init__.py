@@ -1,5 +1,9 @@
-"""Adapters that run the Shopping Companion benchmark and environment inside other tools: Inspect AI
-(:mod:`shopping_companion.integrations.inspect`), verifiers and skyrl-gym. Each is built on the same
-environment, tools, judge and reward spec as ``shopcomp eval``, and each needs its optional extra
-(docs/integrations.md); nothing here is imported by the rest of the package.
+"""Adapters that run the Shopping Companion benchmark inside other people's tools: Inspect AI
+(:mod:`shopping_companion.integrations.inspect`), PrimeIntellect's verifiers
+(:mod:`~shopping_companion.integrations.verifiers`) and skyrl-gym
+(:mod:`~shopping_companion.integrations.skyrl`). Each is built on the same environment, eval
+builders, judge and rubric as ``shopcomp eval``, needs its optional extra
+(``pip install -e ".[inspect]"``, ``".[verifiers]"``, ``".[skyrl]"``) and is described in
+docs/integrations.md. Nothing is imported here, so importing one adapter never needs another's
+stack.
 """
