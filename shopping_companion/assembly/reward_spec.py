@@ -51,7 +51,7 @@ from shopping_companion.config import STRICT
 from shopping_companion.errors import ConfigError
 from shopping_companion.types import UncertainPolicy
 
-__all__ = ["RewardSpec", "build_rubric", "load_reward_spec"]
+__all__ = ["RewardSpec", "build_rubric", "check_reward_spec", "load_reward_spec"]
 
 
 class RewardSpec(BaseModel):
@@ -302,6 +302,14 @@ def load_reward_spec(value: Any = None) -> RewardSpec:
         f"reward config {text!r}: not a built-in rubric ({', '.join(sorted(BUILTIN_RUBRICS))}), an existing YAML "
         "file, nor 'package.module:attr'"
     )
+
+
+def check_reward_spec(value: str) -> str:
+    """``value`` unchanged once it loads as a reward spec (:func:`load_reward_spec`): the field
+    validator of every config that names one (``field_validator(name)(check_reward_spec)``), so a
+    missing file or a bad spec is refused naming the field. Raises :class:`ConfigError`."""
+    load_reward_spec(value)
+    return value
 
 
 def build_rubric(spec: str | None, lookup: Callable | None = None) -> Any:

@@ -57,15 +57,12 @@ class RunOutcome:
 
 
 def _attribution_cache(path: Path, model: str) -> dict[tuple, dict]:
+    from shopping_companion.runs import scan_jsonl
+
     cached: dict[tuple, dict] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                d = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(d, dict) and d.get("model") == f"attribution:{model}" and d.get("category"):
-                cached[(d.get("task_id"), d.get("trial"), d.get("strategy"))] = d
+    for d in scan_jsonl(path, json.loads).records:  # unreadable lines are skipped
+        if isinstance(d, dict) and d.get("model") == f"attribution:{model}" and d.get("category"):
+            cached[(d.get("task_id"), d.get("trial"), d.get("strategy"))] = d
     return cached
 
 

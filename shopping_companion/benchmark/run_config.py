@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 
 from shopping_companion.assembly.endpoints import Endpoint, ServiceConfig, check_tools
 from shopping_companion.assembly.judging import JudgeSpec
-from shopping_companion.assembly.reward_spec import load_reward_spec
+from shopping_companion.assembly.reward_spec import check_reward_spec, load_reward_spec
 from shopping_companion.assembly.settings import BackendConfig, DataConfig, RayConfig, SamplingConfig
 from shopping_companion.config import STRICT
 from shopping_companion.envs.env import EnvConfig
@@ -169,12 +169,7 @@ class EpisodeConfig(BaseModel):
         parse_strategies(",".join(v))  # raises ConfigError naming the allowed values
         return v
 
-    @field_validator("rubric")
-    @classmethod
-    def _reward_spec_loads(cls, v: str) -> str:
-        """The reward spec must load (a missing file or a bad spec is refused naming ``rubric``)."""
-        load_reward_spec(v)
-        return v
+    _reward_spec_loads = field_validator("rubric")(check_reward_spec)
 
     @model_validator(mode="after")
     def _judge_of_reward_spec(self) -> "EpisodeConfig":

@@ -80,14 +80,10 @@ def load_catalog(
     (module docstring). ``disk_cache``: None follows ``$SHOPCOMP_CATALOG_CACHE`` (on unless ``0``).
     The list is shared by every caller: do not change it or its products. Raises what
     :func:`~shopping_companion.catalog.sources.load_catalog_file` raises."""
-    from shopping_companion.catalog.sources import _mapping_json, resolve_format
-
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"catalog file {str(p)!r} does not exist")
-    fmt = resolve_format(p, format, mapping)
-    category = _category(p, fmt, category)
-    settings = (fmt, _mapping_json(mapping), category or "", bool(extract))
+    fmt, category, settings = _settings(p, format, mapping, category, extract)
     key = _key(p, fmt, mapping, category, settings)  # hashes the file: a rewrite is never a stale hit
     mkey = (str(p.resolve()), key)
     with _lock:  # one parse even when threads ask at once
@@ -102,6 +98,17 @@ def load_catalog(
         while len(_memory) > MEMORY_ENTRIES:
             _memory.popitem(last=False)
         return got
+
+
+def _settings(p: Path, format: str, mapping: Any, category: str | None, extract: bool) -> tuple[str, str | None, tuple]:
+    """``(format, category, settings)`` of a read of ``p``: the format as resolved, the category
+    as the loader uses it (:func:`_category`) and the parse settings that are part of the disk key
+    and name the cache file (:func:`_cache_path`)."""
+    from shopping_companion.catalog.sources import _mapping_json, resolve_format
+
+    fmt = resolve_format(p, format, mapping)
+    category = _category(p, fmt, category)
+    return fmt, category, (fmt, _mapping_json(mapping), category or "", bool(extract))
 
 
 def _category(p: Path, fmt: str, category: str | None) -> str | None:
@@ -137,12 +144,8 @@ def cache_file(
     extract: bool = True,
 ) -> Path:
     """The disk-cache file of a catalog file read with these settings (it may not exist)."""
-    from shopping_companion.catalog.sources import _mapping_json, resolve_format
-
     p = Path(path)
-    fmt = resolve_format(p, format, mapping)
-    settings = (fmt, _mapping_json(mapping), _category(p, fmt, category) or "", bool(extract))
-    return _cache_path(p, settings)
+    return _cache_path(p, _settings(p, format, mapping, category, extract)[2])
 
 
 def _cache_path(p: Path, settings: tuple) -> Path:

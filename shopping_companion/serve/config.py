@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from shopping_companion.config import STRICT
+from shopping_companion.assembly.reward_spec import check_reward_spec
 from shopping_companion.assembly.settings import DataConfig
 from shopping_companion.serve.api import DEFAULT_TOKEN_ENV
 
@@ -216,14 +217,7 @@ class ServeConfig(BaseModel):
                 )
         return v
 
-    @field_validator("reward_config")
-    @classmethod
-    def _reward_spec_loads(cls, v: str) -> str:
-        """The reward spec must load (a missing file or a bad spec is refused naming the field)."""
-        from shopping_companion.assembly.reward_spec import load_reward_spec
-
-        load_reward_spec(v)
-        return v
+    _reward_spec_loads = field_validator("reward_config")(check_reward_spec)
 
     _numbers = field_validator("port", "memory_cache", mode="before")(_no_bool)
 

@@ -488,16 +488,10 @@ FIRST_ROLLOUT_FILE = "first_rollout.json"
 def _earlier_logs(out: Path) -> list[dict[str, Any]]:
     """The step logs of earlier invocations (``metrics.jsonl`` as :func:`_align_step_logs` left it),
     so a resumed run's summary covers every step."""
-    path, logs = out / "metrics.jsonl", []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and "step" in rec:
-                logs.append(rec)
-    return logs
+    from shopping_companion.runs import scan_jsonl
+
+    records = scan_jsonl(out / "metrics.jsonl", json.loads).records  # unreadable lines are skipped
+    return [rec for rec in records if isinstance(rec, dict) and "step" in rec]
 
 
 def _step_of(ckpt: Path | None) -> int:

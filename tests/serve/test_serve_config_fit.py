@@ -101,3 +101,10 @@ def test_an_unquoted_ipv6_host_in_a_set_names_the_fix(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"host \(--host\): must be a host name or address string.*quote an IPv6"):
         load_serve_config({"benchmarks": {"b": str(tmp_path)}}, ["host=::"])  # YAML: {':': None}
     assert load_serve_config({"benchmarks": {"b": str(tmp_path)}}, ['host="::"']).host == "::"
+
+
+def test_a_reward_spec_that_does_not_load_is_refused_naming_reward_config(tmp_path):
+    cfg = {"benchmarks": {"b": str(tmp_path)}, "reward_config": str(tmp_path / "missing.yaml")}
+    with pytest.raises(ConfigError, match=r"reward_config.*missing\.yaml' does not exist"):
+        load_serve_config(cfg)
+    assert load_serve_config({**cfg, "reward_config": "outcome_only"}).reward_config == "outcome_only"
