@@ -11,9 +11,10 @@ is ``shopcomp eval`` on it with the scripted policy server (:func:`eval_results`
 
 from __future__ import annotations
 
-import os
 
 import pytest
+
+from tests.extras_support import require_modules
 import yaml
 
 #: tasks of the suite's benchmark and the strategies every parity test plays
@@ -24,16 +25,8 @@ ENV = {"max_turns": 6}
 
 
 def require(*modules: str) -> None:
-    """Import ``modules`` or skip (fail under ``SHOPCOMP_REQUIRE_EXTRAS=1``)."""
-    import importlib
-
-    for m in modules:
-        try:
-            importlib.import_module(m)
-        except ImportError as e:
-            if os.environ.get("SHOPCOMP_REQUIRE_EXTRAS") == "1":
-                pytest.fail(f"{m} is required (SHOPCOMP_REQUIRE_EXTRAS=1) but cannot be imported: {e}")
-            pytest.skip(f"{m} not installed (run scripts/install_agents.sh and use .venv-agents)")
+    """Import ``modules`` or skip (fail under ``SHOPCOMP_REQUIRE_EXTRAS=1``): :func:`~tests.extras_support.require_modules`."""
+    require_modules("scripts/install_agents.sh and use .venv-agents", *modules)
 
 
 @pytest.fixture(scope="session")

@@ -10,22 +10,15 @@ platform directories for this session.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
+from tests.extras_support import require_modules
+
 
 def require(*modules: str) -> None:
-    """Import ``modules`` or skip (fail under ``SHOPCOMP_REQUIRE_EXTRAS=1``)."""
-    import importlib
-
-    for m in modules:
-        try:
-            importlib.import_module(m)
-        except ImportError as e:
-            if os.environ.get("SHOPCOMP_REQUIRE_EXTRAS") == "1":
-                pytest.fail(f"{m} is required (SHOPCOMP_REQUIRE_EXTRAS=1) but cannot be imported: {e}")
-            pytest.skip(f"{m} not installed (run scripts/install_inspect.sh and use .venv-inspect)")
+    """Import ``modules`` or skip (fail under ``SHOPCOMP_REQUIRE_EXTRAS=1``): :func:`~tests.extras_support.require_modules`."""
+    require_modules("scripts/install_inspect.sh and use .venv-inspect", *modules)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,7 +16,6 @@ they are missing, and FAILS when ``SHOPCOMP_REQUIRE_EXTRAS=1`` (CI sets it).
 
 from __future__ import annotations
 
-import os
 import sys
 import types
 from pathlib import Path
@@ -42,18 +41,12 @@ def _bind_our_tests_package() -> None:
 
 _bind_our_tests_package()
 
+from tests.extras_support import require_modules  # noqa: E402  (after the binding above)
+
 
 def require(*modules: str) -> None:
-    """Import ``modules`` or skip (fail under ``SHOPCOMP_REQUIRE_EXTRAS=1``)."""
-    import importlib
-
-    for m in modules:
-        try:
-            importlib.import_module(m)
-        except ImportError as e:
-            if os.environ.get("SHOPCOMP_REQUIRE_EXTRAS") == "1":
-                pytest.fail(f"{m} is required (SHOPCOMP_REQUIRE_EXTRAS=1) but cannot be imported: {e}")
-            pytest.skip(f"{m} not installed (run scripts/install_rl.sh and use .venv-rl)")
+    """Import ``modules`` or skip (fail under ``SHOPCOMP_REQUIRE_EXTRAS=1``): :func:`~tests.extras_support.require_modules`."""
+    require_modules("scripts/install_rl.sh and use .venv-rl", *modules)
 
 
 @pytest.fixture(scope="session")
