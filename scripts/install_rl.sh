@@ -10,15 +10,6 @@
 # needs datasets >=4.7; neither conflicts with the other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${VENV:-.venv-rl}"
-PYTHON="${PYTHON:-python3}"
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-PIP="$VENV/bin/python -m pip"
-$PIP install -q --upgrade pip
-# 1. CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
-$PIP install -q torch==2.13.0
-# 2. Pyserini without its dependency tree (see scripts/install.sh).
-$PIP install -q --no-deps "pyserini==1.6.0"
-# 3. The package with both RL stacks; constraints.txt keeps the CPU torch.
-$PIP install -q -c constraints.txt -e ".[test,lora,verl,trl,serve]"
-echo "installed into $VENV"
+export VENV="${VENV:-.venv-rl}"
+# CPU torch, Pyserini without its dependency tree, then the package: scripts/install.sh
+EXTRAS=test,lora,verl,trl,serve bash scripts/install.sh
