@@ -186,7 +186,8 @@ def rescore_run(
     and their episodes recorded as missing.
 
     Raises :class:`DataError` when ``source`` is not a run (no ``config.yaml`` or
-    ``results.jsonl``) or is the target itself, :class:`~shopping_companion.errors.RunIdentityError`
+    ``results.jsonl``), is the target itself, or was run on other tasks than the benchmark's,
+    :class:`~shopping_companion.errors.RunIdentityError`
     when the target holds results of another identity, what loading the benchmark and data raises,
     and ``CircuitOpenError`` when an LLM judge's endpoint goes down (rerun to resume)."""
     from shopping_companion.assembly.data import benchmark_tasks_sha256
@@ -219,6 +220,13 @@ def rescore_run(
     src_identity = src_identity if isinstance(src_identity, dict) else {}
     policy = _Policy(str(src_identity.get("policy") or next((r.policy for r in stored.values()), "unknown policy")))
     res = build_resources(cfg, console, embed=False)
+    tasks_sha = benchmark_tasks_sha256(res.benchmark.tasks)
+    ran_on = src_identity.get("benchmark_tasks_sha256")
+    if isinstance(ran_on, str) and ran_on != tasks_sha:
+        raise DataError(
+            f"{cfg.bench.path}: its tasks (sha256 {tasks_sha[:16]}) are not the tasks {src} was run on (sha256 "
+            f"{ran_on[:16]}, its results.identity.json); give the benchmark that run used (--bench DIR)"
+        )
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -228,7 +236,7 @@ def rescore_run(
             shutil.rmtree(run_dir, ignore_errors=True)  # a refused spec leaves no empty run behind
         raise
     origin = {"run": str(src.resolve()), "config_sha256": src_identity.get("config_sha256")}
-    identity = run_identity(cfg, policy.name, rubric, benchmark_tasks_sha256(res.benchmark.tasks), rescored_from=origin)
+    identity = run_identity(cfg, policy.name, rubric, tasks_sha, rescored_from=origin)
     results_path = run_dir / "results.jsonl"
     check_identity(results_path, identity, cfg.resume.force)
     dump_yaml(

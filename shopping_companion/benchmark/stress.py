@@ -41,7 +41,7 @@ from shopping_companion.benchmark.synthesis.verify import states_value
 from shopping_companion.errors import DataError
 from shopping_companion.types import STRESS_VARIANTS, Preference, Session, SessionRef, Stress, Task
 
-__all__ = ["stress_tasks", "write_stress_benchmark"]
+__all__ = ["check_stress_target", "stress_tasks", "write_stress_benchmark"]
 
 
 def _check_variants(variants: Sequence[str]) -> list[Stress]:
@@ -184,18 +184,46 @@ def stress_tasks(
     return out, new_sessions, {v: dict(c) for v, c in skipped.items()}
 
 
+def check_stress_target(source: str | Path, out_dir: str | Path) -> None:
+    """Refuse an ``out_dir`` the stress benchmark of ``source`` would clobber: ``source`` itself, a
+    file, or a non-empty directory that holds anything but an earlier stress benchmark of the same
+    source (which is rewritten). Raises :class:`~shopping_companion.errors.DataError` naming the
+    directory."""
+    import json
+
+    src, out = Path(source).expanduser().resolve(), Path(out_dir).expanduser()
+    if out.resolve() == src:
+        raise DataError(f"{out}: that is the source benchmark; the stress benchmark needs a directory of its own")
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: not a directory; give a new or empty directory for the stress benchmark")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        earlier = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("stress") or {}
+    except (OSError, ValueError, AttributeError):
+        earlier = {}
+    made_from = earlier.get("source") if isinstance(earlier, dict) else None
+    if not isinstance(made_from, str) or Path(made_from).expanduser().resolve() != src:
+        raise DataError(
+            f"{out}: not empty and not a stress benchmark of {source}; give a new or empty directory "
+            "(nothing in it was changed)"
+        )
+
+
 def write_stress_benchmark(
     source: str | Path, out_dir: str | Path, variants: Sequence[str] = STRESS_VARIANTS
 ) -> SynthOutput:
     """Write the benchmark at ``source`` (loaded and checked) with the stress variants of its tasks
     to ``out_dir``: its tasks first, then the variants; the sessions of both; a manifest recording
     ``stress`` (source manifest hash, variants per kind, skipped tasks per reason) and the counts.
-    Raises :class:`~shopping_companion.errors.DataError` for an unknown variant or a source that is
-    not a benchmark directory, or when no task can carry any variant."""
+    Raises :class:`~shopping_companion.errors.DataError` for an unknown variant, a source that is
+    not a benchmark directory, an ``out_dir`` that :func:`check_stress_target` refuses, or when no
+    task can carry any variant."""
     from shopping_companion.assembly.data import load_benchmark
     from shopping_companion.runs import file_sha256
 
     src = Path(source)
+    check_stress_target(src, out_dir)
     bench = load_benchmark(src)
     tasks, extra, skipped = stress_tasks(bench.tasks, bench.sessions, variants)
     if not tasks:

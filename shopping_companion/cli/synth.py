@@ -152,6 +152,10 @@ def synth(
         ]
     cfg, extras = load_synth_config(config, flags, sets)
     target = Path(out or extras.get("out") or Path("runs") / "bench")
+    if stress is not None:  # a stress directory that would be refused is refused before the build
+        from shopping_companion.benchmark.stress import check_stress_target
+
+        check_stress_target(target, stress)
     result = build_from_data(
         target,
         cfg,

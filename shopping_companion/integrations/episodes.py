@@ -66,7 +66,12 @@ class EpisodeSource:
         for t in self.resources.tasks:
             if t.task_id == task_id:
                 return t
-        raise ConfigError(f"task_id: {task_id!r} is not a selected task of {self.config.bench.path}")
+        ids = [t.task_id for t in self.resources.tasks]
+        raise ConfigError(
+            f"task_id: {task_id!r} is not a selected task of {self.config.bench.path} ({len(ids)} selected"
+            + (f", e.g. {ids[0]!r}" if ids else "")
+            + ")"
+        )
 
     def new_episode(
         self, task_id: str, strategy: str | Strategy, trial: int = 0

@@ -219,3 +219,29 @@ def test_stress_variants_keep_the_gold_policy_and_catch_invented_preferences(bui
     assert [stage1_success(r) for r in always] == [False] * len(removed)
     cell = group_table(tasks, always, task_stress)["two_stage:none"]["needle_removed"]
     assert cell["succ1"] == 0.0
+
+
+def test_a_stress_directory_that_holds_something_else_is_refused_untouched(built, tmp_path):
+    """``--stress DIR`` never clobbers: the source itself, a file, a directory holding other
+    things or another benchmark are refused with nothing changed; an earlier stress benchmark of
+    the same source is rewritten."""
+    from shopping_companion.benchmark.stress import check_stress_target
+
+    d, _ = built
+    with pytest.raises(DataError, match="that is the source benchmark"):
+        write_stress_benchmark(d, d)
+    afile = tmp_path / "afile"
+    afile.write_text("x", encoding="utf-8")
+    with pytest.raises(DataError, match="not a directory"):
+        check_stress_target(d, afile)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tasks.jsonl").write_text("mine\n", encoding="utf-8")
+    with pytest.raises(DataError, match="not empty and not a stress benchmark of"):
+        write_stress_benchmark(d, other)
+    assert (other / "tasks.jsonl").read_text(encoding="utf-8") == "mine\n"
+    with pytest.raises(DataError, match="not a stress benchmark"):
+        check_stress_target(d, d.parent)  # a directory holding the source: not its stress output
+    again = tmp_path / "again"
+    first = write_stress_benchmark(d, again)
+    assert write_stress_benchmark(d, again).manifest["stress"] == first.manifest["stress"]

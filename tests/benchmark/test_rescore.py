@@ -178,3 +178,23 @@ def test_relative_bench_path_and_unreadable_lines_are_named(rescored, tmp_path, 
     assert out.exit_code == 0, out.output + repr(out.exception)
     assert "1 line(s) (line numbers" in text, out.output
     assert _by_key(src.parent / "moved-paper" / "results.jsonl").keys() == source.keys()
+
+
+def test_a_benchmark_with_other_tasks_is_refused(rescored, tmp_path):
+    """The stored trajectories are judged against the benchmark's gold: a benchmark whose tasks are
+    not the ones the run was made on (another build with the same task ids, say) is refused
+    before anything is written."""
+    import shutil
+
+    runs, _, _, _ = rescored
+    src = tmp_path / "runs" / "other-tasks"
+    shutil.copytree(runs / "reference", src)
+    ident = json.loads((src / "results.identity.json").read_text(encoding="utf-8"))
+    ident["benchmark_tasks_sha256"] = "0" * 64  # the run was made on other tasks
+    (src / "results.identity.json").write_text(json.dumps(ident), encoding="utf-8")
+    out = CliRunner().invoke(
+        app, ["rescore", str(src), "--reward-config", str(REWARDS / "paper.yaml"), "--name", "other-paper"]
+    )
+    text = " ".join(out.output.split())
+    assert out.exit_code == 2 and "are not the tasks" in text and "0000000000000000" in text, out.output
+    assert not (src.parent / "other-paper").exists()
