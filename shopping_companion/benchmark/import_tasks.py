@@ -737,6 +737,7 @@ class Importer:
             budget=src.budget,
             currency=c.currency,
             seed=self.settings.seed,
+            abilities=list(dict.fromkeys(src.abilities)),
         )
 
         def err(fld: str, check: str, msg: str, severity: Literal["error", "warning"] = "error") -> None:

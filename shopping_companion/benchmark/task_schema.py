@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from shopping_companion.types import Ability
+
 __all__ = [
     "DatesInput",
     "DontCareInput",
@@ -172,6 +174,11 @@ class TaskInput(_Input):
     user_id: str | None = Field(default=None, min_length=1, description="default 'user-<task_id>'")
     dates: DatesInput | None = Field(default=None, description="where the dated history starts")
     split: Literal["train", "test"] = Field(default="test", description="'train' or 'test'")
+    abilities: list[Ability] = Field(
+        default_factory=list,
+        description="the memory abilities the task tests, for per-ability results (extraction, "
+        "knowledge_update, multi_session, temporal, abstention); default: not tagged",
+    )
 
 
 def task_json_schema() -> dict[str, Any]:

@@ -514,6 +514,25 @@ def test_indirect_tasks_import_cleanly_with_evidence(products, pool, tmp_path):
     assert len(bench.tasks) == 10 and all(t.verification.gold_accepted for t in bench.tasks)
 
 
+def test_ability_tags_are_imported_and_a_bad_one_is_refused(products, pool, tmp_path):
+    """A task may carry the memory abilities it tests (for the per-ability results); an unknown
+    ability is refused naming the field and the allowed values."""
+    from shopping_companion.benchmark.synth import load_benchmark
+
+    first = json.loads(INDIRECT.read_text(encoding="utf-8").splitlines()[0])
+    tagged = tmp_path / "tagged.jsonl"
+    tagged.write_text(json.dumps({**first, "abilities": ["multi_session", "temporal"]}) + "\n", encoding="utf-8")
+    settings = ImportSettings(search=False, sessions_per_user=8)
+    res = import_tasks(tagged, tmp_path / "bench", products, pool, settings)
+    assert res.ok, [i.text() for r in res.reports for i in r.errors]
+    assert load_benchmark(tmp_path / "bench").tasks[0].abilities == ["multi_session", "temporal"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**first, "abilities": ["recall"]}) + "\n", encoding="utf-8")
+    res = import_tasks(bad, tmp_path / "bench-bad", products, pool, settings)
+    errors = [i for r in res.reports for i in r.errors]
+    assert not res.ok and errors[0].field == "abilities[0]" and "knowledge_update" in errors[0].message, errors
+
+
 def test_without_evidence_the_refusal_names_the_preference_and_suggests_evidence(importer, tmp_path):
     reports, tasks, _ = _run(importer, tmp_path, _without_evidence(INDIRECT.read_text(encoding="utf-8")))
     refused = [r for r in reports if r.errors]
