@@ -108,6 +108,7 @@ __all__ = [
     "supported_strategies",
     "parse_strategies",
     "derive_seed",
+    "error_record",
     "prepare_episode",
     "run_episode",
     "arun_episode",
@@ -471,7 +472,7 @@ def _is_service_error(e: BaseException) -> bool:
     return isinstance(e, ToolServiceError)
 
 
-def _error_record(
+def error_record(
     task: Task,
     trial: int,
     strategy: Strategy,
@@ -712,12 +713,12 @@ async def _run_todo(
                 if _is_service_error(e):  # the tool service failed before the episode could start
                     # (memory of the task, the first observation): a backend error, retried on resume
                     _log_error(log_path, key, seed, "tool service error", e)
-                    res = _error_record(
+                    res = error_record(
                         task, trial, strategy, policy, seed, time.perf_counter() - t0, f"tool service: {msg}", ""
                     )
                 else:
                     _log_error(log_path, key, seed, "episode error", e)
-                    res = _error_record(task, trial, strategy, policy, seed, time.perf_counter() - t0, msg)
+                    res = error_record(task, trial, strategy, policy, seed, time.perf_counter() - t0, msg)
             if on_event:
                 on_event("end", key, time.monotonic())
             return res

@@ -33,7 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, derive_seed
+from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, derive_seed, error_record
 from shopping_companion.benchmark.report import error_kind, final_results, result_key, scan_results
 from shopping_companion.benchmark.run import RunOutcome, write_run_report
 from shopping_companion.console import console as _stderr
@@ -86,19 +86,15 @@ class RescoreExecutor:
         key = (task.task_id, trial, strategy.mode, strategy.hint)
         stored = self.stored.get(key)
         if stored is None:  # an error record a rerun retries (not an episode error: the source may be completed)
-            return EpisodeResult(
-                task_id=task.task_id,
-                task_type=task.task_type,
-                mode=strategy.mode,
-                hint=strategy.hint,
-                policy=self.policy,
-                trial=trial,
-                seed=derive_seed(self.seed, task.task_id, trial),
-                stages=[],
-                acc=0.0,
-                succ=False,
-                wall_s=0.0,
-                error=f"no stored trajectory: {self.source} has no result for this episode",
+            return error_record(
+                task,
+                trial,
+                strategy,
+                self.policy,
+                derive_seed(self.seed, task.task_id, trial),
+                0.0,
+                f"no stored trajectory: {self.source} has no result for this episode",
+                prefix="",
             )
         return await asyncio.to_thread(rescore_result, stored, task, self.judge, self.reward_fn)
 
