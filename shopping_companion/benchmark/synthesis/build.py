@@ -706,22 +706,18 @@ class Synthesizer:
             raise CheckFailed("generator_invalid_output", str(e)) from None
         if leaked_values(task.preferences, instruction):
             raise CheckFailed("instruction_leaks_preference", instruction)
-        needles = [
-            Session(
-                session_id=opaque_id(task.task_id, "needle", str(j)),
-                turns=turns,
-                source=f"{self.generator.name}-needle:{task.task_id}:{j}",
-            )
-            for j, turns in enumerate(parts.needles)
-        ]
-        stale = [
-            Session(
-                session_id=opaque_id(task.task_id, "stale", str(j)),
-                turns=turns,
-                source=f"{self.generator.name}-stale:{task.task_id}:{j}",
-            )
-            for j, turns in enumerate(parts.stale)
-        ]
+
+        def sessions(kind: str, dialogues: list) -> list[Session]:
+            return [
+                Session(
+                    session_id=opaque_id(task.task_id, kind, str(j)),
+                    turns=turns,
+                    source=f"{self.generator.name}-{kind}:{task.task_id}:{j}",
+                )
+                for j, turns in enumerate(dialogues)
+            ]
+
+        needles, stale = sessions("needle", parts.needles), sessions("stale", parts.stale)
         missing = unstated_features(task.preferences, needles)
         if missing:
             raise CheckFailed("not_resolvable", ", ".join(f"{p.attribute}={p.value}" for p in missing))
