@@ -159,13 +159,26 @@ def _dir_name(v: str) -> str:
     return v
 
 
+class SelectSettings(BaseModel):
+    """Which training tasks GRPO trains on (the ``select`` phase; docs/pipeline.md, "Choosing the
+    GRPO prompts"). ``by: spread``: the SFT model plays every train-split task ``trials`` times
+    (>= 2) at the GRPO arms' sampling settings, and the ``grpo.rows.limit`` tasks whose outcome
+    reward R_z varied most across those trials are trained (a group whose rewards are all equal
+    gives GRPO no advantage to learn from; DAPO filters such prompts too)."""
+
+    model_config = STRICT
+    by: Literal["spread"] = "spread"
+    trials: int = Field(default=4, ge=2)
+
+
 class GrpoSettings(BaseModel):
     """GRPO after SFT. ``backend``: ``trl`` (one node, ``shopcomp grpo trl``) or ``verl`` (a Ray
     cluster, ``shopcomp grpo launch``; needs GPUs). ``arms``: the runs compared (the paper's
     outcome-only vs outcome + tool-wise rubric; same seed and budget). ``trainer`` /
     ``rows`` / ``lora`` / ``guards``: keys of ``shopcomp grpo trl``'s config (TrlGrpoConfig),
     shared by the arms; ``extra``: dotted keys set last on every arm's TRL config. ``verl``:
-    Hydra overrides for the verl launch."""
+    Hydra overrides for the verl launch. ``select``: choose the trained tasks by the SFT model's
+    reward spread (:class:`SelectSettings`; needs ``rows.limit``); None: the first ``rows.limit``."""
 
     model_config = STRICT
     backend: Literal["trl", "verl"] = "trl"
@@ -182,6 +195,17 @@ class GrpoSettings(BaseModel):
     guards: dict[str, Any] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
     verl: list[str] = Field(default_factory=list)
+    select: SelectSettings | None = None
+
+    @model_validator(mode="after")
+    def _select_needs_limit(self) -> GrpoSettings:
+        if self.select is not None and not isinstance(self.rows.get("limit"), int):
+            raise ValueError("grpo.select needs grpo.rows.limit: how many of the train tasks GRPO trains on")
+        if self.select is not None and self.backend != "trl":
+            raise ValueError("grpo.select needs backend trl (verl trains on every row `grpo prepare` writes)")
+        if self.select is not None and "task_ids" in self.rows:
+            raise ValueError("grpo.rows.task_ids and grpo.select both choose the tasks: set one of them")
+        return self
 
     @field_validator("arms")
     @classmethod
@@ -280,10 +304,13 @@ class PipelineConfig(BaseModel):
                 raise ValueError(f"arm {arm.name}: reward_config: {e}") from None
         return self
 
-    def trl_arm_config(self, arm: ArmConfig, *, model: str, bench: str, output_dir: str) -> dict[str, Any]:
+    def trl_arm_config(
+        self, arm: ArmConfig, *, model: str, bench: str, output_dir: str, task_ids: list[str] | None = None
+    ) -> dict[str, Any]:
         """The ``shopcomp grpo trl`` config (TrlGrpoConfig keys) of one arm: the shared
         ``grpo.trainer`` then the arm's ``trainer`` over the run's seed and device, ``grpo.rows``
-        on the train split, ``lora``, ``guards``, the run's ``env``; ``grpo.extra``'s dotted keys
+        on the train split (only ``task_ids`` when given: the ``select`` phase's choice), ``lora``,
+        ``guards``, the run's ``env``; ``grpo.extra``'s dotted keys
         are set last."""
         g = self.grpo
         trainer = {
@@ -300,7 +327,7 @@ class PipelineConfig(BaseModel):
             "data_dir": self.data_dir,
             "index_dir": self.index_dir,
             "reward_config": arm.reward_config,
-            "rows": {"split": "train", **g.rows},
+            "rows": {"split": "train", **g.rows, **({"task_ids": list(task_ids)} if task_ids else {})},
             "trainer": trainer,
             "env": {"max_turns": self.env.max_turns, "max_tokens_per_turn": self.env.max_tokens_per_turn},
             "lora": g.lora,
@@ -313,6 +340,14 @@ class PipelineConfig(BaseModel):
                 node = node.setdefault(h, {})
             node[last] = value
         return conf
+
+    def grpo_sampling(self) -> dict[str, Any]:
+        """The GRPO arms' rollout sampling (``temperature``, ``top_p``, ``top_k``): ``grpo.trainer``
+        over ``shopcomp grpo trl``'s defaults (the ``select`` phase samples the same way)."""
+        from shopping_companion.trainers.trl_train import TrlTrainerSettings
+
+        defaults = TrlTrainerSettings.model_fields
+        return {k: self.grpo.trainer.get(k, defaults[k].default) for k in ("temperature", "top_p", "top_k")}
 
     def phase_identity(self, phase: str) -> dict[str, Any]:
         """The settings phase ``phase`` depends on (besides its inputs' hashes, which the runner
@@ -331,8 +366,16 @@ class PipelineConfig(BaseModel):
             return {**common, "sft": d["sft"]}
         if phase.startswith("grpo:"):
             arm = next(a for a in d["grpo"]["arms"] if a["name"] == phase[5:])
-            g = {k: v for k, v in d["grpo"].items() if k != "arms"}
+            # ``select`` was added after pipeline runs existed: left out at its default (None)
+            g = {k: v for k, v in d["grpo"].items() if k != "arms" and not (k == "select" and v is None)}
             return {**common, "grpo": g, "arm": arm}
+        if phase == "select":
+            return {
+                **common,
+                "select": d["grpo"]["select"],
+                "sampling": self.grpo_sampling(),
+                "rows": d["grpo"]["rows"],
+            }
         if phase.startswith("eval:"):  # what changes one evaluation, not which evaluations run
             ev = {k: v for k, v in d["eval"].items() if k not in _EVAL_SELECTION}
             return {**common, "eval": ev}

@@ -235,6 +235,12 @@ def write_report(
         "curves": "curves.png" if drawn else None,
         "wall_s": {"total_this_invocation": round(wall_s, 1), "phases": phases},
         "note": PLUMBING_NOTE if base["outputs"].get("kind") == "nano" else None,
+        "select": {
+            k: pipe.records["select"]["outputs"].get(k)
+            for k in ("task_ids", "candidates", "stages_with_spread", "stages_with_spread_all")
+        }
+        if "select" in pipe.records
+        else None,
     }
     (run_dir / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True, default=str), encoding="utf-8")
 
@@ -259,6 +265,16 @@ def write_report(
             else "not run (base model not local)"
         ),
         f"- GRPO ({cfg.grpo.backend}): arms " + ", ".join(f"`{a.name}` ({a.reward_config})" for a in cfg.grpo.arms),
+    ]
+    if data["select"]:
+        o = data["select"]
+        L.append(
+            f"- GRPO tasks: {len(o['task_ids'])} of {o['candidates']} train tasks, chosen by the SFT model's "
+            f"reward spread over {cfg.grpo.select.trials} trials (R_z varied in {o['stages_with_spread']} of their "
+            f"{2 * len(o['task_ids'])} stages; {o['stages_with_spread_all']} of {2 * o['candidates']} over all): "
+            + ", ".join(f"`{t}`" for t in o["task_ids"])
+        )
+    L += [
         "",
         "## Hand-offs (content hashes of the weights)",
         "",

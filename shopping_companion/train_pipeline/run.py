@@ -54,7 +54,7 @@ _REPO = Path(__file__).resolve().parents[2]
 
 def phase_order(cfg: PipelineConfig) -> list[str]:
     """Every phase of ``cfg`` in the order they run."""
-    arms = [f"grpo:{a.name}" for a in cfg.grpo.arms]
+    arms = (["select"] if cfg.grpo.select is not None else []) + [f"grpo:{a.name}" for a in cfg.grpo.arms]
     models = (["base"] if cfg.eval.include_base else []) + ["sft"] + [a.name for a in cfg.grpo.arms]
     evals = [f"eval:{m}:{s}" for m in models for s in cfg.eval.splits]
     return ["bench", "collect", "model", "sft", *arms, *evals]
@@ -532,15 +532,55 @@ class Pipeline:
         inputs = {"kept": collect["outputs"]["kept_sha256"], "base": base["outputs"].get("weights_sha256")}
         return self._phase("sft", inputs, body)
 
+    def phase_select(self, bench: dict[str, Any], sft: dict[str, Any]) -> dict[str, Any]:
+        """The ``select`` phase (``grpo.select``): the SFT model plays every train task ``trials``
+        times at the GRPO sampling settings (the evaluation code); the ``rows.limit`` tasks whose
+        R_z varied most are the ones GRPO trains on (:func:`~shopping_companion.train_pipeline.select.select_by_spread`)."""
+        from shopping_companion.train_pipeline.select import select_by_spread
+
+        if "select" in self.records:  # one choice for every arm of this invocation
+            return self.records["select"]
+        sel = self.cfg.grpo.select
+        assert sel is not None
+        expected = sft["outputs"]["weights_sha256"]
+        sampling = self.cfg.grpo_sampling()
+
+        def body(d: Path) -> dict[str, Any]:
+            run_dir, loaded, _ = self._play(sft["outputs"]["path"], "train", sel.trials, sampling, bench, d)
+            if expected and loaded != expected:
+                raise HandoffError(
+                    f"select: the probe loaded weights {short(loaded)} from {sft['outputs']['path']}, not the "
+                    f"SFT model's {short(expected)}"
+                )
+            chosen = select_by_spread(run_dir / "results.jsonl", int(self.cfg.grpo.rows["limit"]))
+            self.say(
+                f"[select] GRPO trains on {len(chosen['task_ids'])} of {chosen['candidates']} train tasks "
+                f"(R_z varied across {sel.trials} trials in {chosen['stages_with_spread']} of their "
+                f"{2 * len(chosen['task_ids'])} stages; {chosen['stages_with_spread_all']} of "
+                f"{2 * chosen['candidates']} over all train tasks)"
+            )
+            return {**chosen, "run_dir": str(run_dir), "weights_sha256": loaded}
+
+        return self._phase("select", {"sft": expected, "bench": bench["outputs"]["tasks_sha256"]}, body)
+
     def phase_grpo(self, arm: Any, bench: dict[str, Any], sft: dict[str, Any]) -> dict[str, Any]:
         g = self.cfg.grpo
         expected = sft["outputs"]["weights_sha256"]
+        inputs: dict[str, Any] = {"sft": expected, "bench": bench["outputs"]["tasks_sha256"]}
+        task_ids = None
+        if g.select is not None:
+            task_ids = self.phase_select(bench, sft)["outputs"]["task_ids"]
+            inputs["task_ids"] = task_ids
 
         def body(d: Path) -> dict[str, Any]:
             if g.backend == "verl":
                 return self._grpo_verl(arm, bench, sft, d)
             conf = self.cfg.trl_arm_config(
-                arm, model=sft["outputs"]["path"], bench=bench["outputs"]["path"], output_dir=str(d / "trl")
+                arm,
+                model=sft["outputs"]["path"],
+                bench=bench["outputs"]["path"],
+                output_dir=str(d / "trl"),
+                task_ids=task_ids,
             )
             conf_path = d / "trl.yaml"
             dump_yaml(conf, conf_path, header=f"shopcomp pipeline {self.cfg.name}: GRPO arm {arm.name}")
@@ -583,7 +623,7 @@ class Pipeline:
                 "wall_s": summary.get("wall_s"),
             }
 
-        return self._phase(f"grpo:{arm.name}", {"sft": expected, "bench": bench["outputs"]["tasks_sha256"]}, body)
+        return self._phase(f"grpo:{arm.name}", inputs, body)
 
     def _grpo_verl(self, arm: Any, bench: dict[str, Any], sft: dict[str, Any], d: Path) -> dict[str, Any]:
         """verl on a Ray cluster: prepare the rows, then ``shopcomp grpo launch`` (needs GPUs)."""
@@ -656,42 +696,47 @@ class Pipeline:
             "steps": int(steps[-1].name.split("_")[-1]),
         }
 
+    def _play(
+        self, model_path: str, split: str, trials: int, sampling: dict[str, Any], bench: dict[str, Any], d: Path
+    ) -> tuple[Path, str | None, Any]:
+        """Play ``model_path`` on ``split`` with the evaluation code (``shopcomp eval``), ``trials``
+        episodes per task, into ``d/run``; returns ``(run_dir, weights_sha256 it loaded, the run's
+        outcome)``."""
+        from shopping_companion.benchmark.run import run_benchmark
+        from shopping_companion.benchmark.run_config import EvalConfig
+
+        e = self.cfg.eval
+        cfg = EvalConfig.model_validate(
+            {
+                "bench": {"path": bench["outputs"]["path"], "split": split},
+                "output": {"name": "run", "runs_dir": str(d)},
+                "backend": {
+                    "kind": "local",
+                    "model_path": model_path,
+                    "device": e.device,
+                    "batch_size": e.concurrency,
+                    "sampling": {**sampling, "max_tokens": self.cfg.env.max_tokens_per_turn},
+                },
+                "trials": trials,
+                "pass_k": [k for k in e.pass_k if k <= trials] or [1],
+                "seed": self.cfg.seed,
+                "concurrency": e.concurrency,
+                "env": {"max_turns": self.cfg.env.max_turns},
+                "data": {"data_dir": self.cfg.data_dir, "index_dir": self.cfg.index_dir},
+            }
+        )
+        outcome = run_benchmark(cfg, self.console, progress=False)
+        run_dir = d / "run"
+        meta = (read_json(run_dir / "summary.json") or {}).get("meta", {})
+        return run_dir, meta.get("weights_sha256"), outcome
+
     def phase_eval(self, model: str, split: str, out: dict[str, Any], bench: dict[str, Any]) -> dict[str, Any]:
         e = self.cfg.eval
         expected = out.get("weights_sha256")
 
         def body(d: Path) -> dict[str, Any]:
-            from shopping_companion.benchmark.run import run_benchmark
-            from shopping_companion.benchmark.run_config import EvalConfig
-
-            cfg = EvalConfig.model_validate(
-                {
-                    "bench": {"path": bench["outputs"]["path"], "split": split},
-                    "output": {"name": "run", "runs_dir": str(d)},
-                    "backend": {
-                        "kind": "local",
-                        "model_path": out["path"],
-                        "device": e.device,
-                        "batch_size": e.concurrency,
-                        "sampling": {
-                            "temperature": e.temperature,
-                            "top_p": e.top_p,
-                            "top_k": 0,
-                            "max_tokens": self.cfg.env.max_tokens_per_turn,
-                        },
-                    },
-                    "trials": e.trials,
-                    "pass_k": e.pass_k,
-                    "seed": self.cfg.seed,
-                    "concurrency": e.concurrency,
-                    "env": {"max_turns": self.cfg.env.max_turns},
-                    "data": {"data_dir": self.cfg.data_dir, "index_dir": self.cfg.index_dir},
-                }
-            )
-            outcome = run_benchmark(cfg, self.console, progress=False)
-            run_dir = d / "run"
-            meta = (read_json(run_dir / "summary.json") or {}).get("meta", {})
-            loaded = meta.get("weights_sha256")
+            sampling = {"temperature": e.temperature, "top_p": e.top_p, "top_k": 0}
+            run_dir, loaded, outcome = self._play(out["path"], split, e.trials, sampling, bench, d)
             if expected and loaded != expected:
                 raise HandoffError(
                     f"eval {model} ({split}): the evaluation loaded weights {short(loaded)} from {out['path']}, but "

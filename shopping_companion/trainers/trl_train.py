@@ -90,14 +90,16 @@ class TrlRows(BaseModel):
     ``split``: the benchmark split (``train``; ``test`` only for debugging). ``stages``: the
     stages to make rows for (paper: both). ``stage1``: who plays stage 1 of a stage-2 row
     (``gold``: the gold preferences are handed over; ``policy``: the model plays both stages).
-    ``hint``: the user simulator's hint between the stages. ``limit``: only the first N tasks of
-    the split (>= 1; None: all)."""
+    ``hint``: the user simulator's hint between the stages. ``task_ids``: only these tasks of the
+    split, in this order (None: every task, in benchmark order; ``shopcomp pipeline``'s ``select``
+    phase writes them). ``limit``: only the first N of those tasks (>= 1; None: all)."""
 
     model_config = STRICT
     split: Literal["train", "test"] = "train"
     stages: list[int] = Field(default_factory=lambda: [1, 2])
     stage1: Literal["gold", "policy"] = "gold"
     hint: Literal["none", "low", "high"] = "none"
+    task_ids: list[str] | None = Field(default=None, min_length=1)
     limit: int | None = Field(default=None, ge=1)
 
     @field_validator("stages")
@@ -567,7 +569,17 @@ def _task_rows(cfg: TrlGrpoConfig, resources: Any, bench: str) -> tuple[list[Any
     from shopping_companion.trainers.rows import build_rows
     from shopping_companion.trainers.trl_rollout import trl_dataset_rows
 
-    tasks = [t for t in resources.tasks.values() if t.split == cfg.rows.split][: cfg.rows.limit]
+    tasks = [t for t in resources.tasks.values() if t.split == cfg.rows.split]
+    if cfg.rows.task_ids is not None:
+        by_id = {t.task_id: t for t in tasks}
+        missing = [i for i in cfg.rows.task_ids if i not in by_id]
+        if missing:
+            raise DataError(
+                f"rows.task_ids: {missing[:5]} are not {cfg.rows.split!r} tasks of the benchmark {bench} "
+                f"(it has {len(by_id)}, e.g. {sorted(by_id)[:3]})"
+            )
+        tasks = [by_id[i] for i in dict.fromkeys(cfg.rows.task_ids)]
+    tasks = tasks[: cfg.rows.limit]
     if not tasks:
         raise DataError(f"rows.split: the benchmark {bench} has no {cfg.rows.split!r} tasks")
     try:

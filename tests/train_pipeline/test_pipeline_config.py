@@ -19,6 +19,9 @@ from shopping_companion.train_pipeline.run import Pipeline, phase_order
 ROOT = Path(__file__).resolve().parents[2]
 
 
+SELECT = "grpo.select={by: spread, trials: 4}"
+
+
 def _cfg(tmp_path: Path, **sets: object) -> PipelineConfig:
     flags = {"runs_dir": str(tmp_path), **sets}
     return load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [], flags)
@@ -28,6 +31,8 @@ def test_shipped_configs_load_and_name_every_phase(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     assert phase_order(cfg)[:6] == ["bench", "collect", "model", "sft", "grpo:outcome_only", "grpo:outcome_tool"]
     assert len(phase_order(cfg)) == 6 + 4 * 2
+    chosen = load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [SELECT], {})
+    assert phase_order(chosen)[3:6] == ["sft", "select", "grpo:outcome_only"]
     paper = load_model(PipelineConfig, ROOT / "configs/pipeline/paper.yaml")
     assert paper.grpo.backend == "verl" and paper.sft.finetuning == "lora" and paper.model.path
 
@@ -118,6 +123,23 @@ def test_arm_names_cannot_collide_or_leave_the_run(name: str) -> None:
         load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [f"grpo.arms=[{{name: '{name}'}}]"])
 
 
+def test_grpo_select_added_later_keeps_older_arms_identity_when_off() -> None:
+    """``grpo.select`` came after pipeline runs existed: off (null, the shipped value) an arm's
+    identity has no such key, as before; the select phase's identity holds the arms' sampling."""
+    shipped = load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [], {})
+    assert shipped.grpo.select is None
+    assert "select" not in shipped.phase_identity("grpo:outcome_only")["grpo"]
+    chosen = load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [SELECT], {})
+    assert chosen.phase_identity("grpo:outcome_only")["grpo"]["select"] == {"by": "spread", "trials": 4}
+    assert chosen.phase_identity("select")["sampling"] == {"temperature": 1.0, "top_p": 0.95, "top_k": 20}
+    hotter = load_model(
+        PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [SELECT, "grpo.trainer.temperature=1.2"], {}
+    )
+    assert hotter.phase_identity("select") != chosen.phase_identity("select")
+    with pytest.raises(ConfigError, match="grpo.select needs backend trl"):
+        load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", [SELECT, "grpo.backend=verl"], {})
+
+
 def test_eval_identity_holds_what_changes_an_evaluation_not_which_ones_run() -> None:
     """Which evaluations run (splits and their order, include_base, checkpoints) leaves the
     evaluations already made reusable (bench_learning after the pipeline); sampling settings do not."""
@@ -142,6 +164,10 @@ def test_eval_identity_holds_what_changes_an_evaluation_not_which_ones_run() -> 
         (["grpo.arms=[{name: a, reward_config: outcom_only}]"], "outcom_only"),
         (["grpo.extra={trainer.max_stepz: 2}"], "trainer.max_stepz"),
         (["grpo.rows={limit: 0}"], "rows.limit"),
+        ([SELECT, "grpo.rows={stages: [1, 2]}"], "grpo.select needs grpo.rows.limit"),
+        ([SELECT, "grpo.rows.task_ids=[sc-0-00001]"], "set one of them"),
+        (["grpo.select={by: spread, trials: 1}"], "grpo.select.trials"),
+        (["grpo.select={by: mean}"], "grpo.select.by"),
     ],
 )
 def test_grpo_arm_settings_are_checked_when_the_config_loads(tmp_path: Path, sets: list[str], needle: str) -> None:

@@ -174,3 +174,27 @@ def test_cli_prepare_failure_leaves_an_existing_output_directory_untouched(tmp_p
     fresh = tmp_path / "fresh"
     assert CliRunner().invoke(app, ["prepare", "--bench", str(train_only), "--out", str(fresh)]).exit_code == 2
     assert not fresh.exists() or not any(fresh.iterdir())
+
+
+def test_trl_rows_train_only_the_named_tasks_in_their_order():
+    """``rows.task_ids`` (the pipeline's select phase) picks the split's tasks by id, in the given
+    order, before ``limit``; an id the split lacks is refused naming the field."""
+    from types import SimpleNamespace
+
+    from shopping_companion.errors import DataError
+    from shopping_companion.trainers.trl_train import TrlGrpoConfig, _task_rows
+
+    tasks = [_task(i) for i in range(4)] + [_task(9, split="test")]
+    resources = SimpleNamespace(tasks={t.task_id: t for t in tasks})
+
+    def rows_of(rows: dict) -> tuple[list[str], list[tuple[str, int]]]:
+        cfg = TrlGrpoConfig.model_validate({"model": "m", "bench": "/b", "rows": rows})
+        chosen, dataset = _task_rows(cfg, resources, "/b")
+        return [t.task_id for t in chosen], [(r["task_id"], r["stage"]) for r in dataset]
+
+    ids, dataset = rows_of({"task_ids": ["t3", "t1", "t2"], "limit": 2})
+    assert ids == ["t3", "t1"]
+    assert dataset == [("t3", 1), ("t3", 2), ("t1", 1), ("t1", 2)]
+    assert rows_of({"limit": 2})[0] == ["t0", "t1"]  # without task_ids: benchmark order
+    with pytest.raises(DataError, match=r"rows\.task_ids: \['t9'\] are not 'train' tasks"):
+        rows_of({"task_ids": ["t1", "t9"]})

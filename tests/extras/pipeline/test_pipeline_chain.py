@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 SFT_PY = ROOT / ".venv-sft" / "bin" / "python"
@@ -39,6 +40,7 @@ SETS = [
     "grpo.trainer.num_generations=2",
     "grpo.trainer.max_completion_length=768",
     "grpo.rows.limit=2",
+    "grpo.select={by: spread, trials: 2}",  # the select phase (off in the shipped config)
     "env.max_turns=3",
     "env.max_tokens_per_turn=24",
     "eval.trials=2",
@@ -88,9 +90,18 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
 
 def test_every_phase_finished_with_its_outputs(chain: tuple[Path, subprocess.CompletedProcess]) -> None:
     run, _ = chain
-    for phase in ("bench", "collect", "model", "sft", "grpo/outcome_only", "grpo/outcome_tool"):
+    for phase in ("bench", "collect", "model", "sft", "select", "grpo/outcome_only", "grpo/outcome_tool"):
         rec = json.loads((run / phase / "phase.json").read_text())
         assert rec["status"] == "done" and rec["wall_s"] > 0, phase
+    # the select phase chose rows.limit of the train tasks, and each arm trained on exactly those
+    chosen = json.loads((run / "select" / "phase.json").read_text())["outputs"]
+    n_train = json.loads((run / "bench" / "phase.json").read_text())["outputs"]["train"]
+    assert len(chosen["task_ids"]) == 2 and chosen["candidates"] == n_train
+    for arm in ("outcome_only", "outcome_tool"):
+        conf = yaml.safe_load((run / "grpo" / arm / "trl.yaml").read_text())
+        assert conf["rows"]["task_ids"] == chosen["task_ids"], arm
+        trained = {json.loads(line)["task_id"] for line in (run / "grpo" / arm / "trl" / "rollouts.jsonl").open()}
+        assert trained <= set(chosen["task_ids"]), (arm, trained)
     for model in ("base", "sft", "outcome_only", "outcome_tool"):
         for split in ("test", "train"):
             rec = json.loads((run / "eval" / model / split / "phase.json").read_text())
@@ -166,7 +177,7 @@ def test_rerun_reuses_every_phase(chain: tuple[Path, subprocess.CompletedProcess
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
     out = res.stdout + res.stderr
     assert "] running" not in out
-    assert out.count("reused") == 6 + 6 * 2  # 4 phases, 2 arms, 6 models x 2 splits
+    assert out.count("reused") == 7 + 6 * 2  # 4 phases, select, 2 arms, 6 models x 2 splits
 
 
 def test_changed_settings_are_refused_not_mixed(chain: tuple[Path, subprocess.CompletedProcess]) -> None:
