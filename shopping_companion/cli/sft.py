@@ -19,13 +19,12 @@ from typing import Any, Optional
 
 from rich.markup import escape
 
-from shopping_companion.cli.common import Flag, console, flag_command, flag_names, new_app
+from shopping_companion.cli.common import Flag, console, flag_command, flag_names, new_app, pick
 from shopping_companion.cli.eval import EVAL_FLAGS, LIMITS_HELP
 
 app = new_app(help="SFT (paper §6.1, App. D): rejection sampling, step-level examples, LLaMA-Factory export.")
 
-_HEAD = [
-    Flag("--bench DIR", "bench.path", Path, "Benchmark directory written by `shopcomp synth`."),
+_HEAD = pick(EVAL_FLAGS, "bench.path") + [
     Flag("--out DIR", "out", Path, "Collect directory (default runs/sft/collect)."),
     Flag("--trials, -n N", "trials", int, "Samples (episodes) per task (default 1)."),
     Flag("--strategies LIST", "strategies", str, "Environment mode[:hint], comma-separated (default two_stage:none)."),

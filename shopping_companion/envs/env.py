@@ -416,15 +416,9 @@ class ShoppingCompanionEnv:
         Raises ``RuntimeError`` only for API misuse: before :meth:`reset` or after the episode
         ended.
         """
-        if not self._started or self._traj is None:
-            raise RuntimeError("call reset() before step()")
-        if self.done:
-            raise RuntimeError("episode is over; call reset() to start a new one")
-        if self.awaiting_handover:
-            raise RuntimeError("stage 1 has ended; call hand_over() before the next step")
+        traj = self._open_stage("step()")
         msg = _as_message(action)
         cfg = self.config
-        traj = self._traj
         turn = len(traj.steps)
         prefix = f"s{self.stage}t{turn}"
         parsed = parse_action(
@@ -507,6 +501,17 @@ class ShoppingCompanionEnv:
             return result
         return StepResult(observations, 0.0, False, False, base_info)
 
+    def _open_stage(self, caller: str) -> Trajectory:
+        """The trajectory of the stage in progress; ``RuntimeError`` naming ``caller`` before
+        :meth:`reset`, after the episode ended, or at the end of stage 1 before :meth:`hand_over`."""
+        if not self._started or self._traj is None:
+            raise RuntimeError(f"call reset() before {caller}")
+        if self.done:
+            raise RuntimeError("episode is over; call reset() to start a new one")
+        if self.awaiting_handover:
+            raise RuntimeError("stage 1 has ended; call hand_over() before the next step")
+        return self._traj
+
     def end_stage_model_failure(self, reason: TerminationReason, message: str) -> StepResult:
         """End the current stage because the model could not go on, e.g. the server refused the
         prompt as longer than the model's context (``reason="context_length"``).
@@ -519,16 +524,11 @@ class ShoppingCompanionEnv:
         ``invalid_output``, ``max_turns`` or ``token_budget`` (``ValueError`` otherwise);
         ``RuntimeError`` before :meth:`reset` or after the episode ended.
         """
-        if not self._started or self._traj is None:
-            raise RuntimeError("call reset() before end_stage_model_failure()")
-        if self.done:
-            raise RuntimeError("episode is over; call reset() to start a new one")
-        if self.awaiting_handover:
-            raise RuntimeError("stage 1 has ended; call hand_over() before the next step")
+        traj = self._open_stage("end_stage_model_failure()")
         allowed = ("context_length", "length", "invalid_output", "max_turns", "token_budget")
         if reason not in allowed:
             raise ValueError(f"reason: must be one of {allowed} (a model failure), got {reason!r}")
-        stage, turn = self.stage, len(self._traj.steps)
+        stage, turn = self.stage, len(traj.steps)
         result = self._end_stage(reason)
         result.info = {"stage": stage, "turn": turn, **result.info, "model_failure": _clean(message)[:500]}
         return result

@@ -53,6 +53,7 @@ import yaml
 from shopping_companion.envs.parsing import parse_action
 from shopping_companion.errors import ConfigError
 from shopping_companion.errors import ContaminationError
+from shopping_companion.llm.model_files import model_config
 from shopping_companion.sft.decontam import Contamination, ProductsRule, decontamination_report, find_contamination
 from shopping_companion.sft.examples import StepExample, example_stats, with_reasoning
 from shopping_companion.types import Session, Task
@@ -401,35 +402,6 @@ def load_tokenizer(name_or_path: str) -> Any:
 #: ``word_embeddings``; InternLM ``tok_embeddings``): what a tie couples
 EMBEDDING_MODULES = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_in", "embed_out", "tok_embeddings")
 _HEAD_MODULES = ("lm_head", "embed_out")
-
-
-def model_config(name_or_path: str) -> tuple[dict[str, Any] | None, str]:
-    """The ``config.json`` of a local model directory, or of a hub id in the local Hugging Face
-    cache (never downloads), and where it was read; ``(None, why)`` when there is none here."""
-    name = str(name_or_path)
-    p = Path(name).expanduser()
-    f: Path | None = None
-    if p.is_dir():
-        f = p / "config.json"
-        if not f.is_file():
-            return None, f"{p} has no config.json"
-    elif name.count("/") == 1 and not name.startswith(("/", "./", "../", "~")):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            hit = try_to_load_from_cache(name, "config.json")
-        except Exception:  # noqa: BLE001 - an odd id or cache: not readable, never a crash
-            hit = None
-        if not isinstance(hit, str):
-            return None, f"{name} is not a local directory and its config.json is not in the Hugging Face cache"
-        f = Path(hit)
-    else:
-        return None, f"{name} does not exist here"
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return None, f"{f} is not readable JSON ({e})"
-    return (data, str(f)) if isinstance(data, dict) else (None, f"{f} is not a JSON object")
 
 
 def _names(value: Any) -> list[str]:

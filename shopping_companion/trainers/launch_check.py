@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.llm.model_files import model_config
 from shopping_companion.trainers.launch import REWARD_CONFIG_KEY
 
 __all__ = [
@@ -405,26 +406,6 @@ def check_checkpoint_dir(path: Any, nnodes: int | None, notes: list[str]) -> str
     return d
 
 
-def _config_json(model: str) -> tuple[Path | None, str]:
-    """The ``config.json`` of ``model`` on this machine: a local directory's, else (a hub id) the
-    one in the local Hugging Face cache; ``(None, why)`` when there is none. Nothing is downloaded."""
-    mp = Path(model).expanduser()
-    if mp.is_dir():
-        f = mp / "config.json"
-        return (f, "") if f.is_file() else (None, f"{mp} has no config.json")
-    if model.count("/") == 1 and not model.startswith(("/", "./", "../", "~")):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            hit = try_to_load_from_cache(model, "config.json")
-        except Exception:  # noqa: BLE001 - an odd id or cache: not checkable, never a crash
-            hit = None
-        if isinstance(hit, str) and Path(hit).is_file():
-            return Path(hit), ""
-        return None, f"{model} is not a local directory and its config.json is not in the Hugging Face cache here"
-    return None, f"{model} does not exist here"
-
-
 def _positive_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
@@ -449,21 +430,15 @@ def model_context(model: str, override_config: Any = None) -> tuple[int | None, 
         n = _positive_int(oc["max_position_embeddings"])
         key = "actor_rollout_ref.model.override_config.max_position_embeddings"
         return (n, key) if n else (None, f"{key}: not a positive integer ({oc['max_position_embeddings']!r})")
-    f, why = _config_json(model)
-    if f is None:
-        return None, why
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return None, f"{f} is not readable JSON ({e})"
-    if not isinstance(data, dict):
-        return None, f"{f} is not a JSON object"
+    data, path = model_config(model)
+    if data is None:
+        return None, path
     for where, d in (("", data), ("text_config.", data.get("text_config"))):
         if isinstance(d, dict) and d.get("max_position_embeddings") is not None:
             n = _positive_int(d["max_position_embeddings"])
             if n:
-                return n, f"{where}max_position_embeddings in {f}"
-    return None, f"{f} has no max_position_embeddings"
+                return n, f"{where}max_position_embeddings in {path}"
+    return None, f"{path} has no max_position_embeddings"
 
 
 def check_context(cfg: Any, model: str, problems: list[str], notes: list[str]) -> dict[str, Any] | str:

@@ -1,5 +1,6 @@
 """The viewer's data layer under its former name: every public name it had, re-exported from the
-module that now holds it (kept for code that imports ``shopping_companion.viewer.store``).
+module that now holds it (kept for code that imports ``shopping_companion.viewer.store``): the
+package's own public names and a few caps and :class:`RunUnreadableError`.
 
 - :mod:`~shopping_companion.viewer.models`: the view models (:class:`RunSummary`,
   :class:`EpisodeRow`, :class:`EpisodeView`, ...);
@@ -16,51 +17,12 @@ module that now holds it (kept for code that imports ``shopping_companion.viewer
 
 from __future__ import annotations
 
+from shopping_companion import viewer
+from shopping_companion.viewer import *  # noqa: F403 - the package's public names are this module's too
 from shopping_companion.viewer.benchmarks import TASKS_FILE_CAP
-from shopping_companion.viewer.compare import Comparison, MetricDelta, TaskPair, compare
-from shopping_companion.viewer.discovery import RunCatalog
 from shopping_companion.viewer.files import LIVE_WINDOW_S, SIDE_FILE_CAP, RunUnreadableError
-from shopping_companion.viewer.index import RunIndex
-from shopping_companion.viewer.models import (
-    MAX_LIMIT,
-    RAW_CAP,
-    SORT_FIELDS,
-    CallView,
-    EpisodeRow,
-    EpisodeView,
-    Mark,
-    Page,
-    ProductCard,
-    RowStatus,
-    RunKind,
-    RunSummary,
-    StageView,
-    TurnView,
-)
+from shopping_companion.viewer.models import RAW_CAP
 
-__all__ = [
-    "RunKind",
-    "Mark",
-    "RowStatus",
-    "SORT_FIELDS",
-    "MAX_LIMIT",
-    "RAW_CAP",
-    "LIVE_WINDOW_S",
-    "SIDE_FILE_CAP",
-    "TASKS_FILE_CAP",
-    "RunCatalog",
-    "RunSummary",
-    "RunUnreadableError",
-    "RunIndex",
-    "Page",
-    "EpisodeRow",
-    "EpisodeView",
-    "StageView",
-    "TurnView",
-    "CallView",
-    "ProductCard",
-    "compare",
-    "Comparison",
-    "TaskPair",
-    "MetricDelta",
-]
+#: The package's public names (:data:`shopping_companion.viewer.__all__`) and the caps and error
+#: this module also held.
+__all__ = [*viewer.__all__, "RAW_CAP", "LIVE_WINDOW_S", "SIDE_FILE_CAP", "TASKS_FILE_CAP", "RunUnreadableError"]
