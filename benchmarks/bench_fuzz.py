@@ -72,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=4, help="episodes in flight (>= 1)")
     ap.add_argument("--categories", default="all", help=f"comma-separated subset of: {', '.join(CATEGORIES)}")
     ap.add_argument("--per-category", type=int, default=0, help="at most N cases per category (0: all)")
-    ap.add_argument("--episode-bound-s", type=float, default=60.0, help="an episode longer than this is a hang")
+    ap.add_argument(
+        "--episode-bound-s",
+        type=float,
+        default=60.0,
+        help="an episode longer than this and than 10 times its batch's median episode is a hang",
+    )
     ap.add_argument("--batch-timeout-s", type=float, default=600.0, help="a category batch longer than this is a hang")
     ap.add_argument("--show", type=int, default=3, help="failures listed per (kind, category)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when any check failed")

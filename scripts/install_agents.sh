@@ -12,6 +12,8 @@ export VENV="${VENV:-.venv-agents}"
 # CPU torch, Pyserini without its dependency tree, then the package: scripts/install.sh
 EXTRAS=test,verifiers,skyrl bash scripts/install.sh
 # the verifiers environment package that vf-eval loads by its id (docs/integrations.md)
-"$VENV/bin/python" -m pip install -q --no-deps -e environments/shopping_companion_bench
+source scripts/installer.sh
+venv_create "$VENV" python3  # exists already: only chooses the installer again
+venv_install "$VENV" --no-deps -e environments/shopping_companion_bench
 "$VENV/bin/python" -c "import verifiers, skyrl_gym, shopping_companion_bench; \
 print('verifiers', verifiers.__version__, 'skyrl-gym ok')"

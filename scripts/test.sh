@@ -15,6 +15,8 @@
 #                            directory: tests/conftest.py, session_dir); 0: one process; default:
 #                            2 on a machine with 2 or more cores (the reference CI machine has 2:
 #                            670 s instead of 845 s for the main suite), else 0
+#   SHOPCOMP_EXTRAS_LANES=1  run the extras suites one after another (default: tests/extras/rl beside
+#                            the others, two lanes at once; each lane's output printed as it ends)
 #   SHOPCOMP_TEST_SHARED_DIR the session fixtures' directory, shared by every suite of this run
 #                            (tests/conftest.py, session_dir): the main suite builds the catalog
 #                            cache, the BM25 index and the MiniLM encodings once, the extras suites
@@ -119,30 +121,70 @@ if [ "$SHOPCOMP_TEST_WORKERS" != 0 ]; then
 fi
 echo "== main suite in .venv${workers:+ (${SHOPCOMP_TEST_WORKERS} workers)}"
 timed "main suite" .venv/bin/python -m pytest -q --durations=25 "${workers[@]}" "$@" || status=$?
+# run_extra NAME: the suite tests/extras/NAME in its environment (.venv-NAME; pipeline: .venv, driving
+# .venv-sft and .venv-rl), installing a missing environment first
+run_extra() {
+    local name=$1 venv=".venv-$1"
+    shift
+    if [ "$name" = pipeline ]; then
+        echo "== tests/extras/pipeline in .venv (with .venv-sft and .venv-rl)"
+        timed "tests/extras/pipeline" .venv/bin/python -m pytest -q --durations=10 tests/extras/pipeline "$@"
+        return
+    fi
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "== installing $venv for tests/extras/$name (scripts/install_$name.sh)"
+        timed "install $venv" bash "scripts/install_$name.sh"
+    fi
+    echo "== tests/extras/$name in $venv"
+    timed "tests/extras/$name" "$venv/bin/python" -m pytest -q --durations=10 "tests/extras/$name" "$@"
+}
+# lane LOG PYTEST_ARGS...: run_extra for each suite of lane_suites in turn, the output into LOG and
+# the phase lines into LOG.phases; exits non-zero when any suite failed
+lane() {
+    local log=$1 name rc=0
+    shift
+    phase_lines=()
+    for name in "${lane_suites[@]}"; do run_extra "$name" "$@" || rc=$?; done >"$log" 2>&1
+    printf '%s\n' "${phase_lines[@]}" >"$log.phases"
+    return $rc
+}
+# end_lane PID LOG: wait for the lane, print its output, take its phase lines; its exit status
+end_lane() {
+    local rc=0 line
+    wait "$1" || rc=$?
+    cat "$2"
+    while IFS= read -r line; do [ -z "$line" ] || phase_lines+=("$line"); done <"$2.phases"
+    return $rc
+}
 if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
+    # every environment first (the background installs end long before the main suite does)
     for dir in tests/extras/*/; do
         name=$(basename "$dir")
-        [ "$name" = pipeline ] && continue  # needs every stack: runs last, below
-        venv=".venv-$name"
-        wait_install "$name" || status=$?
-        if [ ! -x "$venv/bin/python" ]; then
-            echo "== installing $venv for tests/extras/$name (scripts/install_$name.sh)"
-            timed "install $venv" bash "scripts/install_$name.sh"
-        fi
-        echo "== tests/extras/$name in $venv"
-        timed "tests/extras/$name" "$venv/bin/python" -m pytest -q --durations=10 "$dir" "$@" || status=$?
+        [ "$name" = pipeline ] || wait_install "$name" || status=$?
     done
-    # the whole training chain (shopcomp pipeline) runs in .venv and drives .venv-sft and .venv-rl
-    if [ -d tests/extras/pipeline ]; then
-        for name in sft rl; do
-            wait_install "$name" || status=$?
-            if [ ! -x ".venv-$name/bin/python" ]; then
-                echo "== installing .venv-$name for tests/extras/pipeline (scripts/install_$name.sh)"
-                timed "install .venv-$name" bash "scripts/install_$name.sh"
-            fi
-        done
-        echo "== tests/extras/pipeline in .venv (with .venv-sft and .venv-rl)"
-        timed "tests/extras/pipeline" .venv/bin/python -m pytest -q --durations=10 tests/extras/pipeline "$@" || status=$?
+    # The extras suites run in two lanes at once (SHOPCOMP_EXTRAS_LANES=1: one after another):
+    # tests/extras/rl (Ray clusters and Serve replicas: much of its time is spent waiting) in one,
+    # the others one after another in the second, the pipeline last (it needs .venv-sft and
+    # .venv-rl, nothing of the other suites). Each lane's output is printed when the lane ends.
+    lane_a=() lane_b=()
+    for dir in tests/extras/*/; do
+        name=$(basename "$dir")
+        if [ "$name" = rl ]; then lane_a+=("$name"); elif [ "$name" != pipeline ]; then lane_b+=("$name"); fi
+    done
+    [ -d tests/extras/pipeline ] && lane_b+=(pipeline)
+    if [ "${SHOPCOMP_EXTRAS_LANES:-2}" = 1 ]; then
+        for name in "${lane_a[@]}" "${lane_b[@]}"; do run_extra "$name" "$@" || status=$?; done
+    else
+        mkdir -p .cache
+        lane_suites=("${lane_a[@]}")
+        lane .cache/test-lane-a.log "$@" &
+        pid_a=$!
+        lane_suites=("${lane_b[@]}")
+        lane .cache/test-lane-b.log "$@" &
+        pid_b=$!
+        echo "== tests/extras: ${lane_a[*]} beside ${lane_b[*]} (logs .cache/test-lane-a.log, .cache/test-lane-b.log)"
+        end_lane "$pid_a" .cache/test-lane-a.log || status=$?
+        end_lane "$pid_b" .cache/test-lane-b.log || status=$?
     fi
 fi
 exit $status

@@ -39,7 +39,9 @@ The control episode (what "hostile output cannot raise the reward" compares agai
 The checks per case (a failure is recorded under one of :data:`FAILURE_KINDS`)
     ``crash``: an exception escaped ``run_evaluation`` (the run did not complete);
     ``hang``: the batch did not finish within its wall-clock bound, or one episode took longer
-    than ``episode_bound_s`` (measured between the runner's ``start`` and ``end`` events);
+    than ``episode_bound_s`` and than :data:`HANG_FACTOR` times its batch's median episode
+    (measured between the runner's ``start`` and ``end`` events: a loaded machine slows every
+    episode of a batch alike, a case that makes the loop stall stands out from the others);
     ``silent_drop``: the results file does not have exactly one line for the episode's key,
     a line is not valid strict UTF-8 + JSON, or ``read_results`` does not re-load every line;
     ``recorded``: the episode's result has an ``error``, or the hostile turn is missing from
@@ -69,6 +71,7 @@ import hashlib
 import json
 import math
 import random
+import statistics
 import threading
 import time
 from collections import Counter, defaultdict
@@ -97,6 +100,8 @@ CATEGORIES = (
     "garbage_structured",
 )
 
+# an episode is a hang only when it also took this many times its batch's median episode
+HANG_FACTOR = 10.0
 FAILURE_KINDS = ("crash", "hang", "silent_drop", "recorded", "utf8", "range", "reward_increase", "observation")
 
 PLAIN_INVALID_TURN = "I need a moment to weigh the options before I decide what to do."
@@ -1379,6 +1384,9 @@ def run_fuzz(
                 p, e, to, tm, bk = run_group(f"{cat}-{i:04d}", [c], control=False, tasks_=one_task)
                 units.append((p, bk, tm, e, to, ctl_one))
         for upath, ukeys, utimes, uexc, uto, uctl in units:
+            bound_s = (
+                max(episode_bound_s, HANG_FACTOR * statistics.median(utimes.values())) if utimes else episode_bound_s
+            )
             lines, problems = _read_lines(upath)
             try:
                 reloaded = read_results(upath)
@@ -1398,8 +1406,8 @@ def run_fuzz(
                 secs = utimes.get(key)
                 if secs is not None:
                     report.episode_s[c.category] = max(report.episode_s.get(c.category, 0.0), secs)
-                    if secs > episode_bound_s:
-                        fail("hang", c, f"episode took {secs:.1f} s > {episode_bound_s:.0f} s")
+                    if secs > bound_s:
+                        fail("hang", c, f"episode took {secs:.1f} s > {bound_s:.0f} s")
                 got = lines.get(key, [])
                 if len(got) != 1 or problems:
                     if (uexc is None and not uto) or got or problems:

@@ -243,23 +243,23 @@ def test_worker_killed_mid_run_resubmits_its_episodes(
     assert "were lost with their Ray worker" in " ".join(out.output.split()) and "resubmitted" in out.output
 
 
-def test_bad_ray_address_exits_2(bench_dir, catalog_index_dir, tmp_path):
-    base = _args(bench_dir, catalog_index_dir, tmp_path / "runs", "bad", "http://127.0.0.1:9/v1")
+def test_bad_ray_address_exits_2(tmp_path):
+    # the benchmark and the index do not exist: the address is refused before either is read
+    # (were they read first, the refusal would name them instead)
+    base = _args(tmp_path / "no-bench", tmp_path / "no-index", tmp_path / "runs", "bad", "http://127.0.0.1:9/v1")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     for address, says in (
         ("127.0.0.1:9", "ray.address (--ray): nothing answers at 127.0.0.1:9"),
         ("not an address", "ray.address (--ray): 'not an address' is not an address"),
     ):
-        t0 = time.monotonic()
         r = subprocess.run(
             [sys.executable, "-m", "shopping_companion.cli", *base, "--ray", address],
             cwd=REPO,
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=300,
         )
         assert r.returncode == 2, r.stdout + r.stderr
         assert says in " ".join(r.stderr.split()), r.stderr
-        assert time.monotonic() - t0 < 60  # refused at once, before anything loads
     assert not (tmp_path / "runs" / "bad" / "results.jsonl").exists()
