@@ -377,8 +377,9 @@ class ProductReader:
     def _parts_counted(self, key: ResolvedKey, gold: Value, fields: list[tuple[str, str]]) -> Evidence | None:
         """How many of a part a page states, for a wish on the number of that part ("number of
         wheels: 4", "USB ports: at least 2"): a number right before the key's part noun ("2 USB
-        Ports", "four wheels", "4-drawer"), in the title, features or description; None when the
-        key names no part or the wish is no count. Every stated count must agree, else uncertain."""
+        Ports", "four wheels", "4-drawer") in the first of the title, features and description that
+        states one; counts there that disagree leave it uncertain. None when the key names no part,
+        the wish is no count or the page states none."""
         part = tuple(t for t in tokens(key.name) if t not in _COUNT_WORDS)
         if not part:
             return None
