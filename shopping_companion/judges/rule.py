@@ -99,7 +99,10 @@ __all__ = [
 #: or longer") and negated before it ("no shorter than"); one quantity in two units and a colour with
 #: kinds of it ("purple / lilac") are no hedges; uncertain where not explicit: a unit the table does
 #: not read ("10 bar"), a gold concept named under another known key; "laces: none" read as no laces.
-RULE_JUDGE_VERSION = 6
+#: 7: a negation carries over "and" / "or" ("SLS & Paraben Free"); a wish written as an absence
+#: ("latex-free") is met by the page saying so; counts of a part ("2 USB Ports"); a gold value that
+#: lists names of one thing is matched by one of them.
+RULE_JUDGE_VERSION = 7
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).

@@ -321,3 +321,66 @@ def test_a_quantity_under_a_longer_name_of_the_gold_key_is_an_uncertain_miss():
     assert res.matches == [None] and res.unsure_gold == {0: "unknown_key"}
     res = match_preferences(task(*gold), [pref("width", "6.5 ft or longer")])  # another property
     assert res.matches == [None] and not res.unsure_gold
+
+
+def test_a_negation_carries_over_words_joined_by_and_or():
+    assert phrase_occurs("SLS", "Herbal Neem Face Wash - SLS & Paraben Free") is False
+    assert phrase_occurs("paraben", "Herbal Neem Face Wash - SLS & Paraben Free") is False
+    assert phrase_occurs("powder", "free from latex and powder") is False
+    assert phrase_occurs("powder", "without latex or powder") is False
+    # after "no" only over "or": "no pockets and a zip" says nothing against the zip
+    assert phrase_occurs("zip", "no pockets and a zip") is True
+    # a comma list is not carried over ("Cookies, Sugar Free" has cookies)
+    assert phrase_occurs("chocolate", "Dark Chocolate, Sugar Free") is True
+
+
+def test_a_wish_written_as_an_absence_is_met_by_the_page_saying_so():
+    gloves = product("Nitrile Gloves, Latex Free, Powder-Free, 100 Count")
+    for value in ("latex-free", "powder-free", "no latex"):
+        ev = R.check(gloves, pref("allergens", value))
+        assert ev.satisfied and ev.confident, value
+    wash = product("Herbal Neem & Tea Tree Face Wash - SLS & Paraben Free")
+    ev = R.check(wash, pref("SLS", "SLS / sulphate-free"))  # one of the names the wish lists
+    assert ev.satisfied and ev.confident
+    # the page says nothing: a wish, so not met, and not for the rules to say
+    ev = R.check(product("Neem Face Wash"), pref("SLS", "SLS / sulphate-free"))
+    assert not ev.satisfied and not ev.confident
+    # the title names it without a negation: explicitly not met
+    ev = R.check(product("Neem Face Wash with SLS"), pref("SLS", "SLS-free"))
+    assert not ev.satisfied and ev.confident
+    # only the prose names it: not met, not explicitly
+    ev = R.check(product("Neem Face Wash", "Cleans with SLS."), pref("SLS", "SLS-free"))
+    assert not ev.satisfied and not ev.confident
+
+
+def test_an_answer_naming_one_of_the_names_a_gold_value_lists_matches_it():
+    t = task(pref("SLS", "SLS / sulphate-free"), pref("size", "cabin / carry-on"))
+    for answer in ("sulfate free", "SLS-free", "sulphate-free"):
+        out = match_preferences(t, [pref("SLS", answer)])
+        assert out.matches[0] == 0 and 0 not in out.unsure_gold, answer
+    # a gold listing different concepts stays a hedge: "navy or black" is not navy
+    out = match_preferences(task(pref("colour", "navy or black")), [pref("colour", "navy")])
+    assert out.matches[0] is None
+
+
+def test_how_many_of_a_part_is_read_from_a_number_right_before_the_part():
+    ev = R.check(product("17W Vehicle Charger with 2 USB Ports - Black"), pref("USB ports", "at least 2"))
+    assert ev.satisfied and ev.confident
+    ev = R.check(product("Charger", "One USB port."), pref("USB ports", "at least 2"))
+    assert not ev.satisfied and ev.confident
+    assert R.check(product("MALM 4-drawer chest"), pref("number of drawers", "4")).satisfied
+    ev = R.check(product("KULLEN Chest of 3 drawers"), pref("number of drawers", "four"))
+    assert not ev.satisfied and ev.confident
+    # a number not right before the part ("360 degree-wheels") counts nothing
+    ev = R.check(product("Trolley", "four corner mounted 360 degree-wheels"), pref("number of wheels", "4"))
+    assert not ev.confident
+    # two different counts stated: not for the rules to say
+    ev = R.check(product("Hub with 2 USB ports", "Adds 4 USB ports to a desk."), pref("USB ports", "at least 3"))
+    assert ev.source == "title" and not ev.satisfied
+
+
+def test_different_counts_of_one_unknown_key_are_explicitly_different():
+    out = match_preferences(task(pref("number of drawers", "4")), [pref("number of drawers", "6")])
+    assert out.matches[0] is None and 0 not in out.unsure_gold
+    out = match_preferences(task(pref("number of drawers", "4")), [pref("number of drawers", "four")])
+    assert out.matches[0] == 0 and 0 not in out.unsure_gold

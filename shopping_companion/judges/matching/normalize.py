@@ -34,6 +34,7 @@ __all__ = [
     "contains_phrase",
     "negated_positions",
     "phrase_occurs",
+    "distribute_negation",
 ]
 
 STOP_WORDS = frozenset({"a", "an", "the", "of", "and", "or", "for", "with", "in", "on", "to"})
@@ -269,11 +270,57 @@ def negated_positions(toks: tuple[str, ...]) -> frozenset[int]:
     return frozenset(out)
 
 
+_W = r"[A-Za-z][\w'-]*"
+#: "SLS & Paraben Free", "gluten and sugar free" (not a comma list: "Cookies, Sugar Free")
+_FREE_AFTER = re.compile(rf"\b((?:{_W}\s*(?:&|\band\b|\bor\b)\s*)+)({_W})[\s-]+free\b", re.IGNORECASE)
+#: "free from latex and powder", "free of SLS"
+_FREE_BEFORE = re.compile(rf"\bfree\s+(?:from|of)\s+({_W}(?:\s*(?:&|\band\b|\bor\b)\s*{_W})*)", re.IGNORECASE)
+#: "without latex or powder"; "no sugar or salt" (after *no* only *or*: "no pockets and a zip")
+_NEG_LIST = re.compile(rf"\b(without|no)\s+({_W}(?:\s*(?:&|\band\b|\bor\b|\bnor\b)\s*{_W})+)", re.IGNORECASE)
+_JOIN = re.compile(r"\s*(?:&|\band\b|\bor\b|\bnor\b)\s*", re.IGNORECASE)
+
+
+def _free_list(m: re.Match) -> str:
+    words = [w for w in _JOIN.split(m.group(1)) if w.strip()] + [m.group(2)]
+    return " and ".join(f"{w.strip()} free" for w in words)
+
+
+def _free_from(m: re.Match) -> str:
+    return " and ".join(f"{w.strip()} free" for w in _JOIN.split(m.group(1)) if w.strip())
+
+
+def _neg_list(m: re.Match) -> str:
+    neg = m.group(1)
+    parts = re.split(r"(\s*(?:&|\band\b|\bor\b|\bnor\b)\s*)", m.group(2), flags=re.IGNORECASE)
+    out = [f"{neg} {parts[0]}"]
+    for sep, word in zip(parts[1::2], parts[2::2], strict=True):
+        if neg.lower() == "no" and sep.strip().lower() not in ("or", "nor"):
+            out.append(f"{sep}{word}")
+            neg = ""  # "no pockets and a zip": the negation stops at *and*
+        else:
+            out.append(f"{sep}{neg} {word}" if neg else f"{sep}{word}")
+    return "".join(out)
+
+
+def distribute_negation(text: str) -> str:
+    """``text`` with a negation repeated over the words it covers through *and* / *or* / ``&``, so
+    that :func:`negated_positions` sees each: "SLS & Paraben Free" → "SLS free and Paraben free",
+    "free from latex and powder" → "latex free and powder free", "without latex or powder" →
+    "without latex or without powder" (after *no*, only over *or* / *nor*). Single words only."""
+    low = text.lower()
+    if "free" not in low and "without" not in low and "no " not in low:
+        return text
+    if "free" in low:
+        text = _FREE_AFTER.sub(_free_list, text)
+        text = _FREE_BEFORE.sub(_free_from, text)
+    return _NEG_LIST.sub(_neg_list, text)
+
+
 def phrase_occurs(value: str | None, text: str | None) -> bool | None:
     """Whether prose ``text`` states ``value`` (normalised tokens as a contiguous phrase): True
     when some occurrence is not negated, False when every occurrence is ("latex-free", "no latex",
     "without latex"), None when it does not occur (or ``value`` has no tokens)."""
-    v, t = tokens(value or ""), tokens(text or "")
+    v, t = tokens(value or ""), tokens(distribute_negation(text or ""))
     n = len(v)
     if not n or n > len(t):
         return None

@@ -45,11 +45,22 @@ from dataclasses import dataclass
 
 from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
 from shopping_companion.judges.matching.normalize import phrase, phrase_occurs, tokens
-from shopping_companion.judges.matching.quantity import parse_quantities
-from shopping_companion.judges.matching.values import ValueMatcher, default_matcher, is_amount, readings
+from shopping_companion.judges.matching.quantity import Constraint, Quantity, parse_quantities
+from shopping_companion.judges.matching.values import (
+    Value,
+    ValueMatcher,
+    default_matcher,
+    is_amount,
+    listed_names,
+    readings,
+    split_negation,
+)
 from shopping_companion.types import Preference, Product, ProductSlot
 
 __all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
+
+#: words of a key that name the count rather than the part counted ("number of wheels")
+_COUNT_WORDS = frozenset({"number", "count", "no", "num", "qty", "quantity", "total"})
 
 UNINFORMATIVE = frozenset(
     {
@@ -285,6 +296,12 @@ class ProductReader:
         vocab = self.m.vocab_for(key)
         gold = self.m.parse(key, pref.value)
         fields = self._text_fields(product)
+        if not key.known and (counted := self._parts_counted(key, gold, fields)) is not None:
+            if not want:
+                counted = Evidence(
+                    not counted.satisfied, counted.source, counted.detail, counted.confident, counted.reason
+                )
+            return counted
         if gold.constraint is not None and (key.kind == "quantity" or gold.constraint.op != "="):
             for source, text in fields:
                 qs = self._quantities_for(
@@ -323,9 +340,18 @@ class ProductReader:
                     return Evidence(True, "none", "no member of the group is named", False, "not_stated")
             return _unknown(want, "no field or text states it", "not_stated")
         # free-text key: the gold phrase itself, not negated ("latex-free", "no latex" do not state latex)
+        if want:
+            free, rest = split_negation(pref.value)
+            if free:
+                return self._free_of(key, rest, fields, vocab is not None)
         negated = None
+        parts = listed_names(pref.value)
         for source, text in fields:
             said = phrase_occurs(pref.value, text)
+            if said is None and parts:
+                # "SLS / sulphate": a list of names of one thing, stated by any of them
+                found = [phrase_occurs(p, text) for p in parts]
+                said = True if True in found else (False if False in found else None)
             if said:
                 ev = Evidence(want, source, f"{source} mentions {pref.value!r}")
                 if not key.known and source in ("description", "features"):
@@ -347,6 +373,59 @@ class ProductReader:
         if negated is not None:
             return Evidence(not want, negated, f"{negated} states it is free of {pref.value!r}")
         return _unknown(want, "no field or text states it", _unread_reason(key, vocab is not None))
+
+    def _parts_counted(self, key: ResolvedKey, gold: Value, fields: list[tuple[str, str]]) -> Evidence | None:
+        """How many of a part a page states, for a wish on the number of that part ("number of
+        wheels: 4", "USB ports: at least 2"): a number right before the key's part noun ("2 USB
+        Ports", "four wheels", "4-drawer") in the first of the title, features and description that
+        states one; counts there that disagree leave it uncertain. None when the key names no part,
+        the wish is no count or the page states none."""
+        part = tuple(t for t in tokens(key.name) if t not in _COUNT_WORDS)
+        if not part:
+            return None
+        c = gold.constraint
+        if c is None:
+            n = tokens(gold.text)
+            if len(n) != 1 or not n[0].isdigit():
+                return None
+            c = Constraint("=", float(n[0]), None, "", gold.text)
+        elif c.dim != "" or c.op == "=":
+            return None
+        L = len(part)
+        for source, text in fields:
+            if source in ("options", "category"):
+                continue
+            t = tokens(text)
+            counts = {float(t[i]) for i in range(len(t) - L) if t[i].isdigit() and t[i + 1 : i + 1 + L] == part}
+            if counts:
+                ok = {c.admits(Quantity(n, "")) for n in counts}
+                detail = f"{source} states {', '.join(f'{n:g}' for n in sorted(counts))} {' '.join(part)}"
+                if len(ok) > 1:
+                    return Evidence(False, source, detail, False, "field_text_conflict")
+                return Evidence(ok.pop(), source, detail)
+        return None
+
+    def _free_of(self, key: ResolvedKey, rest: str, fields: list[tuple[str, str]], has_vocab: bool) -> Evidence:
+        """A wish written as an absence ("latex-free", "SLS / sulphate-free", "no glass") on a key
+        without a vocabulary: met when the page says so ("Latex Free", "SLS & Paraben Free", "free
+        from SLS"); not met when the title names the thing without a negation (uncertain when only
+        the prose does, or the page says both); unknown otherwise (a wish, so not met)."""
+        names = listed_names(rest) or (rest,)
+        free = present = None
+        for source, text in fields:
+            if source in ("options", "category"):
+                continue
+            found = [phrase_occurs(n, text) for n in names]
+            if False in found and free is None:
+                free = source
+            if True in found and present is None:
+                present = source
+        if free is not None and present is None:
+            return Evidence(True, free, f"{free} states it is free of {rest!r}")
+        if present is not None:
+            ev = Evidence(False, present, f"{present} mentions {rest!r}")
+            return ev if present == "title" and free is None else _unsure(ev, key)
+        return _unknown(True, "no field or text states it", _unread_reason(key, has_vocab))
 
     def _quantities_for(self, key: ResolvedKey, text: str, dim: str, *, title: bool, volume: bool = False) -> list:
         qs = [q for q in parse_quantities(text, None, volume) if q.dim == dim]

@@ -68,6 +68,7 @@ __all__ = [
     "readings",
     "split_gloss",
     "split_negation",
+    "listed_names",
     "yes_no",
 ]
 
@@ -309,6 +310,8 @@ class ValueMatcher:
             if set(va.concepts) <= named and all(any(vocab.is_a(x, g) for g in va.concepts) for x in named):
                 return True  # "purple / lilac" for purple: the value and kinds of it, no alternative
         hedge_b = self.is_hedge(key, vb.text)
+        if hedge_b is False and self._one_of_names(key, va.text, vb.text):
+            return True  # "sulphate-free" for "SLS / sulphate-free": one of the names the gold lists
         if hedge_b is not False and self.is_hedge(key, va.text) is False:
             # "Nike or Adidas", "navy, blue", "at most 150 cm or at least 200 cm": a hedge; None:
             # quantities in a unit the table does not read ("100 m / 10 ATM"), not known
@@ -335,6 +338,8 @@ class ValueMatcher:
         ta, tb = set(tokens(va.text)), set(tokens(vb.text))
         if ta == tb:
             return True
+        if not key.known and _bare_count(va.text) is not None and _bare_count(vb.text) is not None:
+            return False  # "number of drawers": 6 is not 4 (equal counts have equal words)
         if (
             ta
             and ta <= tb
@@ -379,6 +384,16 @@ class ValueMatcher:
         if named:
             return len(named) >= 2
         return True
+
+    def _one_of_names(self, key: ResolvedKey, gold: str, other: str) -> bool:
+        """``gold`` lists names of one thing outside every concept of the key's vocabulary ("SLS /
+        sulphate", "cabin / carry-on") and ``other`` is exactly one of them (normalised words): a
+        list whose parts name different concepts ("navy or black") stays a hedge."""
+        parts = listed_names(gold)
+        if not parts or self._part_concepts(key, gold):
+            return False
+        o = tokens(other)
+        return bool(o) and any(tokens(p) == o for p in parts)
 
     def _part_concepts(self, key: ResolvedKey, text: str) -> set[str]:
         """The concepts the parts of a listed value name (:data:`_HEDGE` splits it; negated parts
@@ -564,6 +579,23 @@ def readings(text: str) -> tuple[str, ...]:
 
 _AFFIRM = frozenset({"yes", "y", "true", "required", "needed", "wanted", "must", "must have", "please", "yes please"})
 _DENY = frozenset({"no", "none", "nope", "false", "not needed", "not wanted", "not required", "no thanks", "nil"})
+
+
+def _bare_count(text: str) -> int | None:
+    """The whole number ``text`` is ("4", "four"), else None."""
+    t = tokens(text)
+    return int(t[0]) if len(t) == 1 and t[0].isdigit() else None
+
+
+def listed_names(text: str | None) -> tuple[str, ...]:
+    """The parts of a value that lists two or more names ("SLS / sulphate", "cabin / carry-on",
+    "wallet or folio"); empty when it lists none, or a part has a number or is negated."""
+    if not text or not _HEDGE.search(text) or any(ch.isdigit() for ch in text):
+        return ()
+    parts = tuple(p.strip() for p in _HEDGE.split(text) if p and p.strip())
+    if len(parts) < 2 or any(_NEGATION.match(p) for p in parts):
+        return ()
+    return parts
 
 
 def yes_no(text: str | None) -> bool | None:
