@@ -293,13 +293,14 @@ def test_server_errors_are_retried_with_backoff_but_bad_requests_are_not():
 
 
 def test_attempt_timeout_then_retry():
-    with ScriptedOpenAIServer([{"delay_s": 2.0, "content": GOOD1}, GOOD1]) as srv:
+    with ScriptedOpenAIServer([{"delay_s": 10.0, "content": GOOD1}, GOOD1]) as srv:
         judge = judge_for(srv, timeout_s=0.4, max_retries=1)
         t = time.perf_counter()
         v = judge.judge(single_task(), stage1_traj())
         elapsed = time.perf_counter() - t
+        assert len(srv.bodies) == 2  # the slow attempt was abandoned and retried
     assert not v.failed and v.m1 == 2
-    assert 0.4 <= elapsed < 1.8
+    assert 0.4 <= elapsed < 8.0  # waited for the attempt timeout, never for the 10 s reply
     with ScriptedOpenAIServer([{"delay_s": 2.0, "content": GOOD1}]) as srv:
         v = judge_for(srv, timeout_s=0.3, max_retries=0).judge(single_task(), stage1_traj())
     assert v.failed and "timeout" in v.reasons[1] and "0.3s" in v.reasons[1]
@@ -375,12 +376,9 @@ def test_judge_many_bounded_concurrency_keeps_order():
         items.append((t, stage1_traj()))
     with ScriptedOpenAIServer(script) as srv:
         judge = judge_for(srv, concurrency=3, max_retries=0)
-        t0 = time.perf_counter()
         verdicts = judge.judge_many(items)
-        elapsed = time.perf_counter() - t0
         assert len(srv.bodies) == 10
-    assert 2 <= state["max"] <= 3
-    assert elapsed < 10 * 0.15  # ran concurrently
+    assert 2 <= state["max"] <= 3  # ran concurrently, never more than 3 at once
     for k, v in enumerate(verdicts):
         if k == 5:
             assert v.failed
