@@ -624,3 +624,44 @@ def test_evidence_contradicted_by_another_needle_is_refused(importer, tmp_path):
     (e,) = r.errors
     assert (e.field, e.check) == ("preferences[1].evidence", "evidence_contradicted")
     assert "needle later contradicts" in e.message and "aversion" in e.message
+
+
+def _update_task(old_date: str | None, new_date: str | None) -> str:
+    """A knowledge update written by hand: one needle refuses cotton, another (the evidence) asks for it."""
+    old = {"session_id": "old", "turns": [{"role": "user", "content": "I hate cotton shirts, they crease; never cotton."}]}
+    new = {
+        "session_id": "new",
+        "turns": [{"role": "user", "content": "Polyester made me sweat all summer. Cotton shirts from now on."}],
+    }
+    for s, d in ((old, old_date), (new, new_date)):
+        if d:
+            s["date"] = d
+    prefs = [
+        {"attribute": "pattern", "value": "Checked"},
+        {"attribute": "fabric", "value": "Cotton", "evidence": {"session_id": "new", "turn_index": 0}},
+    ]
+    checks = {"session_id": "checks", "turns": [{"role": "user", "content": "Half my wardrobe is checked shirts."}]}
+    if old_date:
+        checks["date"] = old_date
+    return _shirt_task(preferences=prefs, needle_sessions=[checks, old, new], dont_care=[]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "old_date, new_date, imported",
+    [
+        ("2023-03-01", "2023-06-01", True),  # a dated revision: the later needle wins, no conflict
+        (None, None, False),  # undated: a real contradiction
+        ("2023-06-01", "2023-03-01", False),  # the contradiction is the later statement
+    ],
+)
+def test_a_dated_revision_between_needles_imports(importer, tmp_path, old_date, new_date, imported):
+    reports, tasks, _ = _run(importer, tmp_path, _update_task(old_date, new_date))
+    (r,) = reports
+    if imported:
+        assert r.status == "imported" and len(tasks) == 1, [i.text() for i in r.issues]
+        assert not [i for i in r.issues if "contradict" in i.check], [i.text() for i in r.issues]
+    else:
+        assert not tasks and r.status == "invalid"
+        (e,) = r.errors
+        assert (e.field, e.check) == ("preferences[1].evidence", "evidence_contradicted")
+        assert "needle old contradicts" in e.message
