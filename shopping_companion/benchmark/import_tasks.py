@@ -42,14 +42,13 @@ the BM25 top-k for its slot's query; recorded as ``Verification.searchable=False
 (the conflict detector reads a needle as contradicting a wanted value).
 
 Valid tasks then get what synthesis gives its own (§4 steps 4–5, through
-:class:`~.synthesis.build.Synthesizer`'s own methods): a haystack of real sessions (the built-in
-conversation pool, or ``--sessions``), drawn by :class:`~.synthesis.haystack.HaystackPool`,
-denoised by the :class:`~.synthesis.conflicts.ConflictDetector` (conflicting sessions swapped,
-each swap recorded as a :class:`~shopping_companion.types.Change`), the needles put at seeded
-random positions (or by their dates) and increasing dates (:func:`~.synthesis.haystack.assign_dates`);
-and a :class:`~shopping_companion.types.Verification` (resolvable, searchable, conflict-free,
-gold accepted, alternatives counted by :class:`~.synthesis.verify.CatalogMatcher` /
-:func:`~.synthesis.verify.count_bundles`).
+:class:`~.synthesis.build.Synthesizer`'s own methods): a haystack of real sessions (the built-in conversation
+pool, or ``--sessions``), drawn by :class:`~.synthesis.haystack.HaystackPool`, denoised by the
+:class:`~.synthesis.conflicts.ConflictDetector` (conflicting sessions swapped, each swap recorded as a
+:class:`~shopping_companion.types.Change`), the needles put at seeded random positions (or by their dates) and
+increasing dates (:func:`~.synthesis.haystack.assign_dates`); and a
+:class:`~shopping_companion.types.Verification` (resolvable, searchable, conflict-free, gold accepted,
+alternatives counted by :class:`~.synthesis.verify.CatalogMatcher` / :func:`~.synthesis.verify.count_bundles`).
 
 Output: :func:`~.synthesis.build.write_benchmark` (``tasks.jsonl``, ``sessions.jsonl``, stats,
 ``manifest.json`` with SHA-256 hashes, ``generator: {kind: import, file, sha256}``) plus
@@ -812,6 +811,7 @@ class Importer:
             search=(searchable, queries, ranks, cfg.searchable_top_k),
             alternatives=(n_alt, capped, slack, over),
             gold_accepted=gold_ok,
+            by_evidence=unstated_features([p for p in task.preferences if p.polarity == "want"], needles),
         )
         needles = [n.model_copy(update={"date": None}) for n in needles]  # the history carries the dates
         return task, needles, chosen, issues
