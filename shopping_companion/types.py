@@ -197,7 +197,9 @@ class Change(_Model):
 class Verification(_Model):
     """The automatic checks of one task (§4 step 5), recorded with the task.
 
-    ``resolvable``: every wanted feature is stated in a user turn of a needle session.
+    ``resolvable``: the value matcher reads every wanted feature in a user turn of a needle session;
+    ``accepted_by_evidence``: those it does not, accepted on the task author's evidence quote
+    (``shopcomp import-tasks``; ``resolvable`` is then False), as ``attribute=value (slot i)``.
     ``searchable``: every reference product is in the BM25 top ``search_top_k`` for the query in
     ``search_queries`` (one per slot; ``search_ranks`` are 1-based ranks, None = not found);
     None when no search engine was given. ``conflict_free``: no haystack statement contradicts a
@@ -211,6 +213,7 @@ class Verification(_Model):
     """
 
     resolvable: bool
+    accepted_by_evidence: list[str] = Field(default_factory=list)
     searchable: bool | None = None
     conflict_free: bool
     gold_accepted: bool | None

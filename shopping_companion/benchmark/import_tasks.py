@@ -26,7 +26,8 @@ path (:class:`Issue`):
   case aside), or its ``{session_id, turn_index}`` names no needle's user turn
   (:func:`locate_evidence`); ``evidence_contradicted``: another needle contradicts a preference
   that has evidence (the conflict detector; haystack sessions that do are swapped, as for every
-  task);
+  task). A dated revision is no conflict: a needle's statement dated before a needle that states
+  the wanted value (its evidence, or a user turn) is dropped (:func:`~.synthesis.conflicts.drop_superseded`);
 * ``gold_rejected``: the rule judge does not accept the reference products
   (:func:`~.synthesis.verify.gold_accepted`); ``overlapping_product_types``: one product could fill
   two slots of an add-on deal; ``conflicting_haystack``: haystack conflicts remained after
@@ -41,14 +42,13 @@ the BM25 top-k for its slot's query; recorded as ``Verification.searchable=False
 (the conflict detector reads a needle as contradicting a wanted value).
 
 Valid tasks then get what synthesis gives its own (§4 steps 4–5, through
-:class:`~.synthesis.build.Synthesizer`'s own methods): a haystack of real sessions (the built-in
-conversation pool, or ``--sessions``), drawn by :class:`~.synthesis.haystack.HaystackPool`,
-denoised by the :class:`~.synthesis.conflicts.ConflictDetector` (conflicting sessions swapped,
-each swap recorded as a :class:`~shopping_companion.types.Change`), the needles put at seeded
-random positions (or by their dates) and increasing dates (:func:`~.synthesis.haystack.assign_dates`);
-and a :class:`~shopping_companion.types.Verification` (resolvable, searchable, conflict-free,
-gold accepted, alternatives counted by :class:`~.synthesis.verify.CatalogMatcher` /
-:func:`~.synthesis.verify.count_bundles`).
+:class:`~.synthesis.build.Synthesizer`'s own methods): a haystack of real sessions (the built-in conversation
+pool, or ``--sessions``), drawn by :class:`~.synthesis.haystack.HaystackPool`, denoised by the
+:class:`~.synthesis.conflicts.ConflictDetector` (conflicting sessions swapped, each swap recorded as a
+:class:`~shopping_companion.types.Change`), the needles put at seeded random positions (or by their dates) and
+increasing dates (:func:`~.synthesis.haystack.assign_dates`); and a
+:class:`~shopping_companion.types.Verification` (resolvable, searchable, conflict-free, gold accepted,
+alternatives counted by :class:`~.synthesis.verify.CatalogMatcher` / :func:`~.synthesis.verify.count_bundles`).
 
 Output: :func:`~.synthesis.build.write_benchmark` (``tasks.jsonl``, ``sessions.jsonl``, stats,
 ``manifest.json`` with SHA-256 hashes, ``generator: {kind: import, file, sha256}``) plus
@@ -86,6 +86,7 @@ from shopping_companion.benchmark.synthesis.catalog_view import (
     product_type,
 )
 from shopping_companion.benchmark.synthesis.common import opaque_id, task_rng
+from shopping_companion.benchmark.synthesis.conflicts import drop_superseded
 from shopping_companion.benchmark.synthesis.config import SynthConfig
 from shopping_companion.benchmark.synthesis.generators import SlotSpec, TaskSpec, TemplateGenerator
 from shopping_companion.benchmark.synthesis.haystack import PoolSession, assign_dates
@@ -94,6 +95,7 @@ from shopping_companion.benchmark.synthesis.verify import (
     count_bundles,
     gold_accepted,
     leaked_values,
+    states_value,
     unstated_features,
 )
 from shopping_companion.benchmark.task_schema import EvidenceRef, TaskInput
@@ -791,22 +793,7 @@ class Importer:
         ]
         feats = self.checks.wanted_features(c.slot_specs)
         spec = TaskSpec(task.task_id, c.line, task.task_type, c.slot_specs, len(needles), 0, voucher, src.budget)
-        backed = {}  # a preference with evidence: no needle but its own may contradict it
-        for j, k in c.evidence.items():
-            g = src.preferences[j]
-            backed[f"{label_for(g.attribute)}={g.value} (slot {g.slot})"] = (j, k)
-        for n, s in enumerate(needles):
-            for conflict in self.checks.detector.find(s, feats, [], cache=False):
-                j, k = backed.get(conflict.feature, (None, n))
-                if k == n:
-                    err("needle_sessions", "needle_conflict", conflict.describe(), "warning")
-                else:
-                    name = src.needle_sessions[n].session_id or str(n)
-                    err(
-                        f"preferences[{j}].evidence",
-                        "evidence_contradicted",
-                        f"needle {name} contradicts the preference its evidence states: {conflict.describe()}",
-                    )
+        self._needle_conflicts(src, c.evidence, needles, feats, err)
         if any(i.severity == "error" for i in issues):
             return task, [], [], issues
 
@@ -824,9 +811,30 @@ class Importer:
             search=(searchable, queries, ranks, cfg.searchable_top_k),
             alternatives=(n_alt, capped, slack, over),
             gold_accepted=gold_ok,
+            by_evidence=unstated_features([p for p in task.preferences if p.polarity == "want"], needles),
         )
         needles = [n.model_copy(update={"date": None}) for n in needles]  # the history carries the dates
         return task, needles, chosen, issues
+
+    def _needle_conflicts(self, src: TaskInput, evidence: dict[int, int], needles: list, feats: list, err) -> None:
+        """Report the needles' conflicts (module docstring), less those a later-dated needle revises."""
+        backed = {f"{label_for(src.preferences[j].attribute)}={src.preferences[j].value} "
+                  f"(slot {src.preferences[j].slot})": (j, k) for j, k in evidence.items()}  # fmt: skip
+        revisions = {  # the evidence needle, and every needle whose user turns state the value
+            f.describe(): [n.session_id for i, n in enumerate(needles) if backed.get(f.describe(), (0, -1))[1] == i
+                           or any(t.role == "user" and states_value(f.label, f.value, t.content) for t in n.turns)]
+            for f in feats
+        }  # fmt: skip
+        dates = {n.session_id: n.date for n in needles if n.date}
+        for n, s in enumerate(needles):
+            for conflict in drop_superseded(self.checks.detector.find(s, feats, [], cache=False), dates, revisions):
+                j, k = backed.get(conflict.feature, (None, n))
+                if k == n:
+                    err("needle_sessions", "needle_conflict", conflict.describe(), "warning")
+                else:
+                    name = src.needle_sessions[n].session_id or str(n)
+                    msg = f"needle {name} contradicts the preference its evidence states: {conflict.describe()}"
+                    err(f"preferences[{j}].evidence", "evidence_contradicted", msg)
 
     def _haystack(
         self, rng: random.Random, spec: TaskSpec, feats: list

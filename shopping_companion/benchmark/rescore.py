@@ -56,7 +56,7 @@ def rescore_result(result: EpisodeResult, task: Task, judge: Any, reward_fn: Any
         stages.append(scored.result)
         pref = scored.preference_verdict or pref
         error = scored.error or error
-    acc, succ = episode_scores(result.mode, stages, pref)
+    acc, succ = episode_scores(result.mode, stages, pref, task)
     return result.model_copy(
         update={"stages": stages, "acc": acc, "succ": succ, "error": error, "preference_verdict": pref}
     )

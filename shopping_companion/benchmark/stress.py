@@ -8,7 +8,9 @@ products and haystack:
     The needle sessions (and any stale sessions) are gone from the history; the gold has no
     preference (F = 0) and the original preferences go to ``unstated``: an agent must report none.
     Reporting one is spurious (the rule judge's grounding rule: stated in no user turn), so stage-1
-    success falls; stage 2 (Succ) then asks only for the right kind of product.
+    success falls. Stage 2 asks only for the right kind of product, so on this variant Succ also
+    needs stage 1 right (:func:`~shopping_companion.envs.env.episode_scores`): a policy that always
+    reports preferences scores 0.
 ``stale_before``
     A session stating a value of one gold attribute that contradicts the gold value
     (:func:`~.synthesis.conflicts.contradicts`, a value another task of the benchmark wants) is

@@ -17,7 +17,8 @@ Entry points:
 * :func:`synthesize` — build in memory (returns :class:`SynthOutput`); :func:`write_benchmark`
   writes it to a directory;
 * :func:`build_benchmark` — resumable directory build; :func:`build_from_data` — the same from a
-  data directory (what ``shopcomp synth`` and ``quickstart`` run);
+  data directory (what ``shopcomp synth`` and ``quickstart`` run; a finished build with the same
+  settings, :func:`finished_build`, is returned as it is);
 * :func:`load_benchmark` — read a complete directory (refuses one without ``manifest.json``, files
   that do not match its SHA-256, duplicate task ids, missing sessions); :func:`missing_gold_products`
   — gold ids a catalog lacks;
@@ -37,8 +38,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+from rich.markup import escape
+
 from shopping_companion.benchmark.synthesis.build import Synthesizer, build_benchmark, make_generator
-from shopping_companion.benchmark.synthesis.directory import FORMAT_VERSION, SynthOutput, write_benchmark
+from shopping_companion.benchmark.synthesis.directory import FORMAT_VERSION, SynthOutput, kept_parts, write_benchmark
 from shopping_companion.benchmark.synthesis.common import (
     GenerationError,
     Searcher,
@@ -70,6 +73,7 @@ __all__ = [
     "TemplateGenerator",
     "build_benchmark",
     "build_from_data",
+    "finished_build",
     "same_build",
     "count_tokens",
     "load_benchmark",
@@ -119,12 +123,37 @@ def synthesize(
 
 def same_build(manifest: dict[str, Any], cfg: SynthConfig) -> bool:
     """Whether a benchmark's ``manifest.json`` records a build with ``cfg`` (and this format). A
-    build that had to relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same."""
-    built = dict(manifest.get("config") or {})
+    build that had to relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same;
+    a setting the manifest lacks (added after that build) counts as its default."""
     want = cfg.model_dump(mode="json")
+    defaults = type(cfg).model_construct().model_dump(mode="json", warnings=False)
+    built = {k: v for k, v in defaults.items() if k in want} | dict(manifest.get("config") or {})
     if built.get("min_attributes") == 1:
         built["min_attributes"] = want.get("min_attributes")
     return manifest.get("format_version") == FORMAT_VERSION and built == want
+
+
+def finished_build(out: str | Path, cfg: SynthConfig, console: Any = None) -> SynthOutput | None:
+    """The benchmark at ``out`` when it is complete (its files match the manifest's SHA-256) and
+    was built with ``cfg`` (:func:`same_build`), else None; an inconsistent one is noted on
+    ``console`` (it will be rebuilt). What a rerun of a finished build returns instead of building
+    again (the data are not re-read: ``--fresh`` rebuilds after they change)."""
+    try:
+        bench = load_benchmark(out)
+    except FileNotFoundError:
+        return None
+    except BenchmarkError as e:
+        if console is not None:
+            console.print(f"[yellow]note:[/] {escape(str(e))}; rebuilding the benchmark", soft_wrap=True)
+        return None
+    if not same_build(bench.manifest, cfg):
+        return None
+    try:
+        log = json.loads((Path(out) / "build_log.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        log = {}
+    log.setdefault("timings", {})
+    return SynthOutput(tasks=bench.tasks, sessions=bench.sessions, manifest=bench.manifest, build_log=log)
 
 
 def _refuse_other_finished(out: Path, cfg: SynthConfig) -> None:
@@ -186,6 +215,14 @@ def build_from_data(
     out = Path(out)
     if keep_other_finished:
         _refuse_other_finished(out, cfg)
+    if not fresh:
+        done = finished_build(out, cfg, console)
+        if done is not None:
+            console.print(
+                f"{escape(str(out))} already holds this build (same settings): nothing to do (--fresh rebuilds it)",
+                soft_wrap=True,
+            )
+            return done
     sources = resolve_sources(data_dir, console=console)
     with phase("BM25 index (built and cached on first use)"):
         search = open_product_search(index_dir=index_dir, console=console, sources=sources)
@@ -220,6 +257,14 @@ def build_from_data(
         )
         try:
             return build(cfg, fresh=fresh)
+        except KeyboardInterrupt:
+            kept, parts = kept_parts(out)
+            console.print(
+                f"interrupted: {kept} of {cfg.n_tasks} tasks are kept in {escape(str(parts))}; rerun the same "
+                "command to resume from them (--fresh discards them)",
+                soft_wrap=True,
+            )
+            raise
         except SynthError as e:
             if not relax_min_attributes or cfg.min_attributes == 1 or not str(e).startswith("no product can be"):
                 raise

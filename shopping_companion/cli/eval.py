@@ -99,9 +99,9 @@ def load_eval_config(config: Optional[Path], sets: list[str], overrides: dict[st
     return load_model(EvalConfig, config, sets, overrides, names=flag_names(EVAL_FLAGS))
 
 
-def print_summary(outcome: Any) -> None:
+def print_summary(outcome: Any, retry: str | None = None) -> None:
     """The headline per strategy (Acc, Succ), the report's path and, when episodes errored, how to
-    retry them."""
+    retry them (``retry``: that sentence for a command other than ``shopcomp eval``)."""
     from shopping_companion.benchmark.evaluate import errors_log_path
 
     summary = outcome.summary
@@ -120,14 +120,17 @@ def print_summary(outcome: Any) -> None:
         console.print(
             f"[yellow]{summary['n_errors']} episode(s) ended with an error[/] ("
             + ", ".join(f"{v} {k}" for k, v in kinds.items())
-            + "): not scored. Rerunning the same command retries "
-            "backend and judge errors (--no-retry-errors skips them)"
+            + "): not scored. "
             + (
-                "; episode errors (tracebacks in "
-                + escape(str(errors_log_path(outcome.results_path)))
-                + ") are retried only with --retry-failed"
-                if kinds.get("episode")
-                else ""
+                retry
+                or "Rerunning the same command retries backend and judge errors (--no-retry-errors skips them)"
+                + (
+                    "; episode errors (tracebacks in "
+                    + escape(str(errors_log_path(outcome.results_path)))
+                    + ") are retried only with --retry-failed"
+                    if kinds.get("episode")
+                    else ""
+                )
             )
             + f". Exit status {EXIT_EPISODE_ERRORS}.",
             soft_wrap=True,

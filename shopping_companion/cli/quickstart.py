@@ -25,19 +25,11 @@ QUICKSTART_FLAGS[-1] = Flag("--runs-dir DIR", "runs_dir", Path, QUICKSTART_FLAGS
 
 
 def _reusable(bench: Path, cfg: Any) -> bool:
-    """A benchmark already at ``bench`` built with the same synthesis settings (a build that had to
-    relax ``min_attributes`` to 1 on an attribute-poor catalog counts as the same)."""
-    from shopping_companion.assembly.data import load_benchmark
-    from shopping_companion.benchmark.synth import BenchmarkError, same_build
+    """A complete benchmark already at ``bench`` built with the same synthesis settings
+    (:func:`~shopping_companion.benchmark.synth.finished_build`; an inconsistent one is noted and rebuilt)."""
+    from shopping_companion.benchmark.synth import finished_build
 
-    try:
-        existing = load_benchmark(bench)
-    except FileNotFoundError:
-        return False
-    except BenchmarkError as e:  # a changed or inconsistent directory is rebuilt
-        console.print(f"[yellow]note:[/] {escape(str(e))}; rebuilding the benchmark", soft_wrap=True)
-        return False
-    return same_build(existing.manifest, cfg)
+    return finished_build(bench, cfg, console) is not None
 
 
 def _calibrate(bench: Path, results: Path) -> None:

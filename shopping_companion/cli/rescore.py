@@ -55,5 +55,10 @@ def rescore_cmd(
     outcome = rescore_run(
         Path(run), reward_config, name, runs_dir=runs_dir, judge=judge_keys, bench=bench, console=console
     )
-    print_summary(outcome)
+    print_summary(
+        outcome,
+        retry="Rerunning the same rescore command judges judge errors again; backend and episode errors "
+        f"come from the source run: rerun `shopcomp eval --config {escape(str(Path(run) / 'config.yaml'))}` "
+        "(add --retry-failed for episode errors), then this rescore command",
+    )
     exit_for(outcome)

@@ -123,7 +123,8 @@ def synth(
     fresh: bool = typer.Option(
         False,
         "--fresh",
-        help="Discard an unfinished build in OUT, or replace a finished one built with other settings.",
+        help="Build from scratch: discard an unfinished build in OUT, or replace a finished one (a rerun "
+        "without it leaves a finished build with the same settings as it is).",
     ),
     data_dir: Optional[Path] = typer.Option(
         None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."

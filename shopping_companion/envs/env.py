@@ -570,11 +570,12 @@ class ShoppingCompanionEnv:
 
         ``acc``: two_stage → stage-1 m1/F; one_stage → m1/F of ``preference_verdict``; oracle →
         1.0 (not applicable, module docstring); 0.0 when the episode ended before it could be
-        judged (then ``error`` is set). ``succ``: the stage-2 verdict's success. ``simulator``:
+        judged (then ``error`` is set). ``succ``: the stage-2 verdict's success (and stage 1's on a
+        ``needle_removed`` variant, :func:`episode_scores`). ``simulator``:
         name, model, seed, hint, whether it was consulted, its feedback and how it was produced.
         """
         error = self._abort_error or self._judge_error
-        acc, succ = episode_scores(self.mode, self.results, self._pref_verdict)
+        acc, succ = episode_scores(self.mode, self.results, self._pref_verdict, self.task)
         sim: dict[str, Any] = {
             **describe_simulator(self.simulator),
             "hint": self.config.hint,
@@ -923,19 +924,25 @@ def score_episode_stage(judge: Judge, reward_fn: RewardFn, task: Task, traj: Tra
     return ScoredStage(StageResult(trajectory=traj, verdict=verdict, reward=reward), pref, error)
 
 
-def episode_scores(mode: str, results: list[StageResult], preference_verdict: Verdict | None) -> tuple[float, bool]:
+def episode_scores(
+    mode: str, results: list[StageResult], preference_verdict: Verdict | None, task: Task | None = None
+) -> tuple[float, bool]:
     """``(acc, succ)`` of an episode from its stage results (:meth:`ShoppingCompanionEnv.episode_result`):
     Acc is m1/F of stage 1 (two_stage), of ``preference_verdict`` (one_stage) or 1.0 (oracle);
-    Succ is the stage-2 verdict's success; a missing or failed verdict gives 0.0 / False."""
+    Succ is the stage-2 verdict's success; a missing or failed verdict gives 0.0 / False.
+
+    On a ``needle_removed`` stress variant of ``task`` (no preference left in the history: what it
+    tests is reporting none) Succ also needs the stage-1 verdict's success (``preference_verdict``
+    in one_stage; oracle has no stage 1): stage 2 asks only for the product type, which an agent
+    that invented preferences in stage 1 still gets right (docs/benchmark.md, "Stress variants")."""
     stage1 = next((r for r in results if r.trajectory.stage == 1), None)
     stage2 = next((r for r in results if r.trajectory.stage == 2), None)
-    if mode == "oracle":
-        acc = 1.0
-    elif mode == "one_stage":
-        acc = _acc(preference_verdict)
-    else:
-        acc = _acc(stage1.verdict if stage1 else None)
-    return acc, stage2 is not None and not stage2.verdict.failed and success(stage2.verdict)
+    v1 = preference_verdict if mode == "one_stage" else (stage1.verdict if stage1 else None)
+    acc = 1.0 if mode == "oracle" else _acc(v1)
+    succ = stage2 is not None and not stage2.verdict.failed and success(stage2.verdict)
+    if succ and task is not None and task.stress == "needle_removed" and mode != "oracle":
+        succ = v1 is not None and not v1.failed and bool(v1.success)
+    return acc, succ
 
 
 def _acc(v: Verdict | None) -> float:

@@ -25,8 +25,15 @@ from typing import Any, Callable, Mapping
 from pydantic import ValidationError
 
 from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, arun_episode, prepare_episode
-from shopping_companion.benchmark.kit import Resources, build_env_config, build_resources, build_sampling, build_scoring
-from shopping_companion.benchmark.run_config import EvalConfig
+from shopping_companion.benchmark.kit import (
+    Resources,
+    build_env_config,
+    build_resources,
+    build_sampling,
+    build_scoring,
+    check_simulator,
+)
+from shopping_companion.benchmark.run_config import EpisodeConfig, EvalConfig
 from shopping_companion.config import validation_message
 from shopping_companion.envs.env import ShoppingCompanionEnv
 from shopping_companion.errors import ConfigError
@@ -34,7 +41,7 @@ from shopping_companion.llm.base import Sampling
 from shopping_companion.paths import cache_dir
 from shopping_companion.types import EpisodeResult, Task
 
-__all__ = ["EpisodeSource", "load_source", "shared_source", "stage_key"]
+__all__ = ["EpisodeSource", "load_source", "shared_source", "source_from_config", "stage_key"]
 
 
 def stage_key(stage: int, key: str) -> str:
@@ -44,12 +51,13 @@ def stage_key(stage: int, key: str) -> str:
 
 @dataclass
 class EpisodeSource:
-    """A loaded benchmark and what its episodes share (:func:`load_source`): the eval ``config``,
+    """A loaded benchmark and what its episodes share (:func:`load_source`): the eval ``config``
+    (an :class:`~shopping_companion.benchmark.run_config.EvalConfig`, or the Inspect task's),
     the ``resources`` (tasks, product index, session pool, embedder), the ``judge``, the
     ``rubric`` (the reward spec's :class:`~shopping_companion.rewards.rubric.Rubric`) and the runner
     ``settings`` (sampling, environment limits, seed, reward function)."""
 
-    config: EvalConfig
+    config: EpisodeConfig
     resources: Resources
     judge: Any
     rubric: Any
@@ -74,13 +82,21 @@ class EpisodeSource:
         )
 
     def new_episode(
-        self, task_id: str, strategy: str | Strategy, trial: int = 0
+        self, task_id: str, strategy: str | Strategy, trial: int = 0, hold_handover: bool = False
     ) -> tuple[ShoppingCompanionEnv, Sampling | None, int]:
         """``(env, sampling, seed)`` of one episode, reset, exactly as ``shopcomp eval`` starts it
-        (:func:`~shopping_companion.benchmark.evaluate.prepare_episode`)."""
+        (:func:`~shopping_companion.benchmark.evaluate.prepare_episode`, whose ``hold_handover``
+        leaves the user simulator's step between the stages to the caller)."""
         task = self.task(task_id)
         return prepare_episode(
-            task, self.resources.search, self.memory(task), self.judge, self.settings, trial, strategy
+            task,
+            self.resources.search,
+            self.memory(task),
+            self.judge,
+            self.settings,
+            trial,
+            strategy,
+            hold_handover=hold_handover,
         )
 
     async def run(self, task_id: str, strategy: str | Strategy, backend: Any, trial: int = 0) -> EpisodeResult:
@@ -152,16 +168,30 @@ def load_source(
         cfg = EvalConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(validation_message(EvalConfig, e, "shopping_companion.integrations")) from None
-    res = build_resources(cfg, console)
-    where = Path(run_dir) if run_dir else cfg.output.run_dir
-    where.mkdir(parents=True, exist_ok=True)
-    judge_obj, _desc, rubric = build_scoring(cfg, res, where)
-    settings = EvalSettings(
-        trials=1, sampling=build_sampling(cfg), env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric
-    )
-    from shopping_companion.assembly.data import memory_factory
+    return source_from_config(cfg, Path(run_dir) if run_dir else cfg.output.run_dir, build_sampling(cfg), console)
 
-    return EpisodeSource(cfg, res, judge_obj, rubric, settings, memory_factory(res.benchmark.sessions, res.embedder))
+
+def source_from_config(
+    cfg: EpisodeConfig, work_dir: Path, sampling: Sampling | None, console: Any = None
+) -> EpisodeSource:
+    """The :class:`EpisodeSource` of a validated ``cfg`` (:func:`load_source`'s, and the Inspect
+    task's), loaded in the order that fails fastest: the reward spec, the user simulator, an LLM
+    judge's endpoint, then the data (:func:`~shopping_companion.benchmark.kit.build_resources`) and
+    the judge and rubric (:func:`~shopping_companion.benchmark.kit.build_scoring`; an LLM judge's
+    cache in ``work_dir``). ``sampling``: the runner's (its ``seed`` is the base of the
+    per-episode seeds; None sends none). Raises :class:`ConfigError` / what loading raises."""
+    from shopping_companion.assembly.data import memory_factory
+    from shopping_companion.assembly.judging import ping_judge
+    from shopping_companion.assembly.reward_spec import build_rubric
+
+    build_rubric(cfg.rubric)
+    check_simulator(cfg)
+    ping_judge(cfg.judge)
+    res = build_resources(cfg, console)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    judge, _desc, rubric = build_scoring(cfg, res, work_dir)
+    settings = EvalSettings(trials=1, sampling=sampling, env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric)
+    return EpisodeSource(cfg, res, judge, rubric, settings, memory_factory(res.benchmark.sessions, res.embedder))
 
 
 def _path(p: str | Path | None) -> str | None:

@@ -217,8 +217,9 @@ def test_stress_variants_keep_the_gold_policy_and_catch_invented_preferences(bui
         kit.run(t, GoldPolicy(t, preferences=tasks[t.variant_of].preferences)) for t in removed
     ]  # reports the preferences the history no longer holds
     assert [stage1_success(r) for r in always] == [False] * len(removed)
+    assert all(r.stages[-1].verdict.success for r in always)  # stage 2 asks only for the product type...
     cell = group_table(tasks, always, task_stress)["two_stage:none"]["needle_removed"]
-    assert cell["succ1"] == 0.0
+    assert cell["succ1"] == 0.0 and cell["succ"] == 0.0  # ...but Succ needs stage 1 right on this variant
 
 
 def test_a_stress_directory_that_holds_something_else_is_refused_untouched(built, tmp_path):

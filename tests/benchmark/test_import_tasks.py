@@ -512,6 +512,10 @@ def test_indirect_tasks_import_cleanly_with_evidence(products, pool, tmp_path):
     assert len(warned) >= n_prefs // 2 and all("accepted on its evidence in needle" in i.message for i in warned)
     bench = load_benchmark(tmp_path / "bench")
     assert len(bench.tasks) == 10 and all(t.verification.gold_accepted for t in bench.tasks)
+    by_ev = [p for t in bench.tasks for p in t.verification.accepted_by_evidence]
+    assert len(by_ev) == len(warned) and all(
+        t.verification.resolvable == (not t.verification.accepted_by_evidence) for t in bench.tasks
+    )
 
 
 def test_ability_tags_are_imported_and_a_bad_one_is_refused(products, pool, tmp_path):
@@ -589,6 +593,8 @@ def test_evidence_is_checked_against_the_needles(importer, tmp_path, evidence, c
         assert r.status == "imported" and len(tasks) == 1, [i.text() for i in r.issues]
         (w,) = [i for i in r.warnings if i.check == "not_resolvable"]
         assert w.field == "preferences[1]" and "accepted on its evidence in needle itch" in w.message
+        v = tasks[0].verification  # recorded as accepted on evidence, not as resolvable by the matcher
+        assert not v.resolvable and v.accepted_by_evidence == ["fabric=Cotton (slot 0)"]
     else:
         (e,) = r.errors
         assert (e.field, e.check) == ("preferences[1].evidence", check) and words in e.message, e.message
@@ -624,3 +630,47 @@ def test_evidence_contradicted_by_another_needle_is_refused(importer, tmp_path):
     (e,) = r.errors
     assert (e.field, e.check) == ("preferences[1].evidence", "evidence_contradicted")
     assert "needle later contradicts" in e.message and "aversion" in e.message
+
+
+def _update_task(old_date: str | None, new_date: str | None) -> str:
+    """A knowledge update written by hand: one needle refuses cotton, another (the evidence) asks for it."""
+    old = {
+        "session_id": "old",
+        "turns": [{"role": "user", "content": "I hate cotton shirts, they crease; never cotton."}],
+    }
+    new = {
+        "session_id": "new",
+        "turns": [{"role": "user", "content": "Polyester made me sweat all summer. Cotton shirts from now on."}],
+    }
+    for s, d in ((old, old_date), (new, new_date)):
+        if d:
+            s["date"] = d
+    prefs = [
+        {"attribute": "pattern", "value": "Checked"},
+        {"attribute": "fabric", "value": "Cotton", "evidence": {"session_id": "new", "turn_index": 0}},
+    ]
+    checks = {"session_id": "checks", "turns": [{"role": "user", "content": "Half my wardrobe is checked shirts."}]}
+    if old_date:
+        checks["date"] = old_date
+    return _shirt_task(preferences=prefs, needle_sessions=[checks, old, new], dont_care=[]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "old_date, new_date, imported",
+    [
+        ("2023-03-01", "2023-06-01", True),  # a dated revision: the later needle wins, no conflict
+        (None, None, False),  # undated: a real contradiction
+        ("2023-06-01", "2023-03-01", False),  # the contradiction is the later statement
+    ],
+)
+def test_a_dated_revision_between_needles_imports(importer, tmp_path, old_date, new_date, imported):
+    reports, tasks, _ = _run(importer, tmp_path, _update_task(old_date, new_date))
+    (r,) = reports
+    if imported:
+        assert r.status == "imported" and len(tasks) == 1, [i.text() for i in r.issues]
+        assert not [i for i in r.issues if "contradict" in i.check], [i.text() for i in r.issues]
+    else:
+        assert not tasks and r.status == "invalid"
+        (e,) = r.errors
+        assert (e.field, e.check) == ("preferences[1].evidence", "evidence_contradicted")
+        assert "needle old contradicts" in e.message

@@ -198,3 +198,24 @@ def test_a_benchmark_with_other_tasks_is_refused(rescored, tmp_path):
     text = " ".join(out.output.split())
     assert out.exit_code == 2 and "are not the tasks" in text and "0000000000000000" in text, out.output
     assert not (src.parent / "other-paper").exists()
+
+
+def test_errors_are_explained_with_what_rescore_can_retry(rescored, tmp_path):
+    """An episode the source lacks is an error of the rescored run; the summary says how to get it
+    (the source's eval, then this command again), not an eval-only flag."""
+    import shutil
+
+    from shopping_companion.errors import EXIT_EPISODE_ERRORS
+
+    runs, _, _, _ = rescored
+    src = tmp_path / "runs" / "short"
+    shutil.copytree(runs / "reference", src)
+    lines = (src / "results.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (src / "results.jsonl").write_text("".join(lines[1:]), encoding="utf-8")  # one trajectory fewer
+    out = CliRunner().invoke(
+        app, ["rescore", str(src), "--reward-config", str(REWARDS / "paper.yaml"), "--name", "short-paper"]
+    )
+    text = " ".join(out.output.split())
+    assert out.exit_code == EXIT_EPISODE_ERRORS, out.output + repr(out.exception)
+    assert "--no-retry-errors" not in text and "--retry-failed" in text, out.output
+    assert f"rerun `shopcomp eval --config {src / 'config.yaml'}`" in text and "then this rescore command" in text

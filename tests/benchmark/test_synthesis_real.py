@@ -159,9 +159,13 @@ def test_synth_refuses_to_replace_a_finished_benchmark_built_with_other_settings
     flat = " ".join(res.output.split())
     assert "holds a finished benchmark built with other settings (seed: 5 → 6)" in flat and "--fresh" in flat
     assert (out / "manifest.json").read_bytes() == manifest
-    # the same settings rebuild it (byte-identical); --fresh replaces it
-    assert CliRunner().invoke(app, [*base, "--seed", "5"]).exit_code == 0
-    assert (out / "manifest.json").read_bytes() == manifest
+    # the same settings: nothing to do, nothing rewritten (never a moment without a manifest)
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    res = CliRunner().invoke(app, [*base, "--seed", "5"])
+    assert res.exit_code == 0 and "already holds this build (same settings): nothing to do" in res.output, res.output
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
+    assert "benchmark written to" in res.output  # the counts are still shown
+    # --fresh replaces it
     res = CliRunner().invoke(app, [*base, "--seed", "6", "--fresh"])
     assert res.exit_code == 0, res.output
     assert json.loads((out / "manifest.json").read_text())["config"]["seed"] == 6

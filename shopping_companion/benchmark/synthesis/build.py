@@ -114,13 +114,15 @@ def verified_task(
     search: tuple[bool | None, list[str], list[int | None], int],
     alternatives: tuple[int, bool, float | None, float | None],
     gold_accepted: bool | None,
+    by_evidence: tuple[Preference, ...] | list[Preference] = (),
     **update: Any,
 ) -> Task:
     """``task`` with its history, needle ids, denoising changes and the
     :class:`~shopping_companion.types.Verification` of a task that passed every check (step 5):
     ``search`` = ``(searchable, queries, ranks, top_k)`` from :meth:`Synthesizer.searchable`,
     ``alternatives`` = ``(n, capped, budget_slack, over_budget_share)`` from
-    :meth:`Synthesizer.alternatives`; ``update`` holds other fields to set (``instruction``)."""
+    :meth:`Synthesizer.alternatives`; ``by_evidence``: preferences accepted on their evidence alone
+    (import-tasks; Verification ``accepted_by_evidence``); ``update``: other fields (``instruction``)."""
     searchable, queries, ranks, top_k = search
     n_alt, capped, slack, over = alternatives
     return task.model_copy(
@@ -131,7 +133,8 @@ def verified_task(
             "n_alternatives": n_alt,
             "changes": changes,
             "verification": Verification(
-                resolvable=True,
+                resolvable=not by_evidence,
+                accepted_by_evidence=[f"{p.attribute}={p.value} (slot {p.slot})" for p in by_evidence],
                 searchable=searchable,
                 conflict_free=True,
                 gold_accepted=gold_accepted,
@@ -389,7 +392,7 @@ class Synthesizer:
         return SlotSpec(i, p, item, item_synonyms(p, item), domain_of(p), wanted, dont)
 
     def _sample_addon(
-        self, rng: random.Random, source: str | None = None, min_k: int = 1
+        self, rng: random.Random, source: str | None = None, min_k: int = 1, rich_first: bool = False
     ) -> tuple[list[SlotSpec], dict[str, Any]]:
         cfg = self.config
         n = _weighted(rng, cfg.addon_products)
@@ -420,9 +423,15 @@ class Synthesizer:
         said = set(normalize_tokens(shop_display_name(products[0]) + " " + products[0].shop_id.replace("-", " ")))
         for it in items:
             said.update(normalize_tokens(it))
-        for i, (p, item) in enumerate(zip(products, items)):
-            # a value the instruction will say anyway (product types, shop name) cannot be a preference
-            feats = [f for f in self.view.features(p, allow_brand=False) if not set(normalize_tokens(f.value)) <= said]
+        # a value the instruction will say anyway (product types, shop name) cannot be a preference
+        feats_of = [
+            [f for f in self.view.features(p, allow_brand=False) if not set(normalize_tokens(f.value)) <= said]
+            for p in products
+        ]
+        if rich_first:  # the product richest in features first: multi_session / abstention build on it
+            order = sorted(range(n), key=lambda j: -len(feats_of[j]))
+            products, items, feats_of = ([x[j] for j in order] for x in (products, items, feats_of))
+        for i, (p, item, feats) in enumerate(zip(products, items, feats_of)):
             k = min(max(min_k if i == 0 else 1, _weighted(rng, cfg.addon_preferences)), _max_wanted(feats))
             if k < 1:
                 raise CheckFailed("too_few_features", p.product_id)
@@ -669,7 +678,8 @@ class Synthesizer:
         cfg = self.config
         ability = self.ability_of[index] if index < len(self.ability_of) else "extraction"
         sample = self._sample_single if task_type == "single" else self._sample_addon
-        slots, meta = sample(rng, source, 3 if ability == "multi_session" else 1)
+        rich = {"rich_first": ability in ("multi_session", "abstention")} if task_type == "addon" else {}
+        slots, meta = sample(rng, source, 3 if ability == "multi_session" else 1, **rich)
         task = self._task_shell(index, task_type, split, slots, meta)
         parts = A.prepare(ability, self.view, slots, rng)
 
@@ -805,19 +815,16 @@ class Synthesizer:
         task_type, split, source = self.plan[index]
         failures: Counter[str] = Counter()
         if task_type in self.shortfall:
-            return {
-                "index": index,
-                "task_type": task_type,
-                "status": "dropped",
-                "failures": {},
-                "attempts": 0,
-                "drop_reason": "infeasible_task_type",
-            }
+            head = {"index": index, "task_type": task_type, "status": "dropped", "failures": {}, "attempts": 0}
+            return {**head, "drop_reason": "infeasible_task_type"}
         rng = task_rng(self.config.seed, index)
         last = ""
+        # multi_session / abstention need a product rich in features: half the attempts in the planned source, then any
+        relax = index < len(self.ability_of) and self.ability_of[index] in ("multi_session", "abstention")
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                rec = self._attempt(index, task_type, split, rng, source)
+                src = None if relax and attempt > self.config.max_attempts // 2 else source
+                rec = self._attempt(index, task_type, split, rng, src)
             except CheckFailed as f:
                 failures[f.check] += 1
                 last = f"{f.check}: {f.detail}"[:300]

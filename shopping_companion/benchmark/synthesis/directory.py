@@ -21,6 +21,7 @@ from shopping_companion.types import Session, Task
 __all__ = [
     "FORMAT_VERSION",
     "PARTIAL_DIR",
+    "kept_parts",
     "PartStore",
     "SynthOutput",
     "stats_summary",
@@ -110,6 +111,13 @@ def write_benchmark(out: SynthOutput, directory: str | Path) -> Path:
         (d / "build_log.json").write_text(json.dumps(out.build_log, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     write_manifest(d, out.manifest, files)
     return d
+
+
+def kept_parts(out_dir: str | Path) -> tuple[int, Path]:
+    """``(finished task records, their directory)`` of the unfinished build in ``out_dir``
+    (:class:`PartStore`'s ``.partial/parts``; 0 when there is none)."""
+    parts = Path(out_dir) / PARTIAL_DIR / "parts"
+    return (len(list(parts.glob("*.json"))) if parts.is_dir() else 0), parts
 
 
 class PartStore:

@@ -9,7 +9,8 @@ stage ends, so a scorer of the same judge and rubric gives the environment's num
 
 - ``acc``: the stage-1 preference accuracy m1/F (NaN for ``oracle`` episodes, where it does not
   apply, as in ``shopcomp eval``'s report);
-- ``succ``: 1.0 when the stage-2 recommendation succeeded (Eq. 5), else 0.0;
+- ``succ``: 1.0 when the stage-2 recommendation succeeded (Eq. 5; on a ``needle_removed`` stress
+  variant stage 1 must succeed too, :func:`~shopping_companion.envs.env.episode_scores`), else 0.0;
 - ``reward``, ``R_z``, ``R_tool``, ``R_fmt``: the final stage's total (Eq. 12, or the rubric's)
   and components (missing components are NaN);
 - ``reward_s1``, ``R_z_s1``, ``R_tool_s1``, ``R_fmt_s1``: the same for stage 1 (NaN when the
@@ -79,15 +80,15 @@ def _metadata(result: EpisodeResult) -> dict[str, Any]:
 @scorer(metrics={key: [mean(), stderr()] for key in SCORE_KEYS})
 def shopping_scorer(episodes: Episodes) -> Scorer:
     """Judge and reward the stored episode (module docstring) with the judge and rubric of
-    ``episodes.setup`` (the task's)."""
-    setup = episodes.setup
+    ``episodes.source`` (the task's)."""
+    src = episodes.source
 
     async def score(state: TaskState, target: Target) -> Score:
         stored = state.store.get(RESULT_KEY)
         if stored is None:
             return Score(value=_NAN, explanation="the episode did not finish (no result stored)")
         result = EpisodeResult.model_validate(stored)
-        result = rescore_result(result, setup.tasks[result.task_id], setup.judge, setup.settings.reward_fn)
+        result = rescore_result(result, src.task(result.task_id), src.judge, src.settings.reward_fn)
         if result.error is not None:
             return Score(value=_NAN, explanation=f"not scored: {result.error}", metadata=_metadata(result))
         value = score_value(result)

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
-from typing import Any, Callable
+import os
+from typing import Any
+from urllib.parse import urlparse
 
 from inspect_ai.log import transcript
 from inspect_ai.model import (
@@ -43,6 +44,7 @@ from inspect_ai.model import (
     ContentReasoning,
     ContentText,
     GenerateConfig,
+    Model,
     ModelOutput,
     get_model,
 )
@@ -50,17 +52,17 @@ from inspect_ai.solver import Generate, Solver, TaskState, chain, solver
 from inspect_ai.tool import ToolCall as InspectToolCall
 from inspect_ai.util import span
 
-from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, prepare_episode
+from shopping_companion.benchmark.evaluate import Strategy
 from shopping_companion.envs.env import ShoppingCompanionEnv
+from shopping_companion.integrations.episodes import EpisodeSource
 from shopping_companion.integrations.inspect.tools import tool_infos
 from shopping_companion.llm.base import AssistantMessage, StructuredToolCall
-from shopping_companion.types import Task
 
 __all__ = [
     "RESULT_KEY",
-    "EpisodeSetup",
     "Episodes",
     "action_from_output",
+    "chat_completions_off_openai",
     "inspect_messages",
     "play_stage",
     "shopping_episode",
@@ -72,51 +74,26 @@ RESULT_KEY = "shopping_companion:episode"
 _FINISH = {"max_tokens": "length", "tool_calls": "tool_calls", "stop": "stop", "content_filter": "content_filter"}
 
 
-@dataclass
-class EpisodeSetup:
-    """What every episode of one Inspect task shares: ``tasks`` (``task_id -> Task``), the product
-    backend ``products``, ``memory`` (``task -> memory store``), the ``judge``, the runner
-    ``settings`` (environment config, base seed, the rubric as ``reward_fn``; ``settings.sampling``
-    None, or a :class:`~shopping_companion.llm.base.Sampling` whose ``seed`` is the base of the
-    per-episode sampling seeds sent with each request — its other fields are not used: the
-    generation config is Inspect's) and ``policy`` (the name recorded as the episode's policy)."""
-
-    tasks: dict[str, Task]
-    products: Any
-    memory: Callable[[Task], Any]
-    judge: Any
-    settings: EvalSettings
-    policy: str = "inspect"
-
-
 class Episodes:
     """The running environments of one task's samples, by sample run (``TaskState.uuid``): what
     the solver steps of one episode share. The first step that sees a sample builds its
     environment; the step that ends the episode stores the result (:data:`RESULT_KEY`); the
     task's cleanup (:meth:`drop`) forgets it."""
 
-    def __init__(self, setup: EpisodeSetup) -> None:
-        self.setup = setup
+    def __init__(self, source: EpisodeSource, policy: str = "inspect") -> None:
+        self.source = source
+        self.policy = policy
         self.envs: dict[str, tuple[ShoppingCompanionEnv, int, int | None]] = {}
         self.history: dict[str, list[ChatMessage]] = {}
 
     def __repr__(self) -> str:  # how Inspect's log names the solver's and scorer's argument
-        return f"Episodes({len(self.setup.tasks)} tasks)"
+        return f"Episodes({len(self.source.resources.tasks)} tasks)"
 
     def get(self, state: TaskState) -> tuple[ShoppingCompanionEnv, int, int | None]:
         if state.uuid not in self.envs:
-            s, meta = self.setup, state.metadata
-            task = s.tasks[meta["task_id"]]
-            trial = state.epoch - 1
-            env, sampling, seed = prepare_episode(
-                task,
-                s.products,
-                s.memory(task),
-                s.judge,
-                s.settings,
-                trial,
-                Strategy(meta["mode"], meta["hint"]),
-                hold_handover=True,
+            meta = state.metadata
+            env, sampling, seed = self.source.new_episode(
+                meta["task_id"], Strategy(meta["mode"], meta["hint"]), state.epoch - 1, hold_handover=True
             )
             sampling_seed = sampling.seed if sampling is not None else None
             self.envs[state.uuid] = (env, seed, sampling_seed)
@@ -132,7 +109,7 @@ class Episodes:
 
     def finish(self, state: TaskState) -> None:
         env, seed, _ = self.envs[state.uuid]  # kept (done) until the task's cleanup drops it
-        result = env.episode_result(policy=self.setup.policy, trial=state.epoch - 1, seed=seed)
+        result = env.episode_result(policy=self.policy, trial=state.epoch - 1, seed=seed)
         state.store.set(RESULT_KEY, result.model_dump(mode="json"))
 
     def drop(self, state: TaskState) -> None:
@@ -211,6 +188,24 @@ def action_from_output(output: ModelOutput) -> AssistantMessage:
     )
 
 
+def chat_completions_off_openai(model: Model) -> bool:
+    """Switch Inspect's ``openai/`` provider to Chat Completions when its base URL is not OpenAI's
+    (``-M responses_api=false`` done for the user); returns whether it switched. That provider takes
+    a model name it does not know (any local model) for OpenAI's newest and sends it to the
+    Responses API (``/v1/responses``), which OpenAI-compatible servers (vLLM, SGLang) lack. Azure,
+    Bedrock and other providers are left as they are."""
+    api = model.api
+    if type(api).__name__ != "OpenAIAPI" or not getattr(api, "responses_api", False):
+        return False
+    if api.is_azure() or api.is_bedrock():
+        return False
+    url = api.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("INSPECT_EVAL_MODEL_BASE_URL") or ""
+    if not url or urlparse(url).hostname == "api.openai.com":
+        return False
+    api.responses_api = False
+    return True
+
+
 @solver
 def play_stage(episodes: Episodes) -> Solver:
     """Play the episode's current stage to its end (module docstring, step 1); nothing when the
@@ -221,6 +216,7 @@ def play_stage(episodes: Episodes) -> Solver:
         if env.done or env.awaiting_handover:
             return state
         model = get_model()
+        chat_completions_off_openai(model)
         config = GenerateConfig(seed=sampling_seed) if sampling_seed is not None else GenerateConfig()
         async with span(f"stage {env.stage}"):
             while not env.done and not env.awaiting_handover:

@@ -1,10 +1,9 @@
 """The benchmark as an Inspect task: ``inspect eval shopping_companion/bench`` (docs/integrations.md,
 "Inspect AI").
 
-:func:`bench` loads a benchmark directory as ``shopcomp eval`` does
-(:func:`~shopping_companion.benchmark.kit.build_resources`: split, limit, the BM25 index, the
-memory embeddings, the gold-product check) and builds the judge and rubric of the reward spec
-(:func:`~shopping_companion.benchmark.kit.build_scoring`). Its dataset has one sample per task and
+:func:`bench` loads a benchmark directory as ``shopcomp eval`` does (split, limit, the BM25
+index, the memory embeddings, the gold-product check) and builds the judge and rubric of the reward
+spec, through :func:`~shopping_companion.integrations.episodes.source_from_config` as every adapter. Its dataset has one sample per task and
 strategy (id ``<task_id>@<strategy>``, e.g. ``t0001@two_stage:none``; input: the shopping request;
 target: the reference product ids; metadata: task id, task type, strategy, mode, hint); its solver
 is :func:`~.solvers.shopping_episode`, its scorer :func:`~.scorer.shopping_scorer`. Inspect's
@@ -17,6 +16,7 @@ override it.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +26,17 @@ from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import GenerateConfig
 from inspect_ai.solver import TaskState
 from inspect_ai.util import registry_info
-from pydantic import Field
+from inspect_ai._util.error import PrerequisiteError  # the error ``inspect eval`` prints without a traceback
+from pydantic import Field, ValidationError
 
-from shopping_companion.assembly.data import memory_factory
-from shopping_companion.assembly.judging import JudgeSpec, ping_judge
-from shopping_companion.assembly.reward_spec import build_rubric
-from shopping_companion.assembly.settings import DataConfig
-from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, parse_strategies
-from shopping_companion.benchmark.kit import build_env_config, build_resources, build_scoring, check_simulator
+from shopping_companion.benchmark.evaluate import Strategy, parse_strategies
 from shopping_companion.benchmark.run_config import BenchmarkSelection, EpisodeConfig
-from shopping_companion.errors import ConfigError
+from shopping_companion.config import validation_message
+from shopping_companion.errors import ConfigError, ShopCompError
+from shopping_companion.integrations.episodes import source_from_config
 from shopping_companion.integrations.inspect.scorer import shopping_scorer
 from shopping_companion.llm.base import Sampling
-from shopping_companion.integrations.inspect.solvers import EpisodeSetup, Episodes, shopping_episode
+from shopping_companion.integrations.inspect.solvers import Episodes, shopping_episode
 from shopping_companion.paths import cache_dir
 from shopping_companion.types import Task
 
@@ -65,7 +63,7 @@ def strategy_list(strategies: str | list[str], hint: str | None) -> list[Strateg
     if hint is not None:
         allowed = ("none", "low", "high")
         if hint not in allowed:
-            raise ConfigError(f"hint: must be one of {', '.join(allowed)}, got {hint!r}")
+            raise ConfigError(f"-T hint: must be one of {', '.join(allowed)}, got {hint!r}")
         items = [f"{s}:{hint}" if s == "two_stage" else s for s in items]
     return parse_strategies(items)
 
@@ -90,6 +88,33 @@ def bench_samples(tasks: list[Task], strategies: list[Strategy]) -> list[Sample]
     ]
 
 
+#: The dotted config keys of :class:`BenchConfig` the task parameters set, for error messages.
+_PARAM_OF = {
+    "bench.path": "-T bench",
+    "bench.split": "-T split",
+    "bench.limit": "-T limit",
+    "bench.skip_missing_gold": "-T skip_missing_gold",
+    "strategies": "-T strategies",
+    "seed": "-T seed",
+    "simulator": "-T simulator",
+    "rubric": "-T reward_config",
+    "judge": "-T judge",
+    "data.data_dir": "-T data_dir",
+    "data.index_dir": "-T index_dir",
+    "env.max_turns": "-T max_turns",
+    "work_dir": "-T work_dir",
+}
+
+
+class TaskParameterError(ConfigError, PrerequisiteError):
+    """A bad task parameter or benchmark: a :class:`ConfigError` that ``inspect eval`` prints as its
+    message alone (Inspect prints a traceback for any other exception raised by a task)."""
+
+    def __init__(self, message: str) -> None:
+        ConfigError.__init__(self, message)
+        self.message = f"shopping_companion/bench: {message}"
+
+
 def bench(
     bench: str | None = None,
     split: str | None = None,
@@ -106,6 +131,7 @@ def bench(
     max_turns: int = 20,
     skip_missing_gold: bool = False,
     work_dir: str | None = None,
+    **unknown: Any,
 ) -> InspectTask:
     """The Shopping Companion benchmark (module docstring). Parameters (``-T name=value``):
 
@@ -121,24 +147,40 @@ def bench(
     ``index_dir``: the data and the BM25 index (defaults as ``shopcomp eval``); ``max_turns``:
     assistant turns per stage; ``work_dir``: the LLM judge's cache.
 
-    Raises :class:`ConfigError` (bad parameter, naming it) or what loading the data raises."""
-    if not bench:
-        raise ConfigError("bench: the benchmark directory is required (-T bench=PATH)")
-    fields: dict[str, Any] = {
-        "bench": BenchmarkSelection(path=Path(bench), split=split, limit=limit, skip_missing_gold=skip_missing_gold),
-        "strategies": [s.name for s in strategy_list(strategies, hint)],
-        "seed": seed,
-        "simulator": simulator,
-        "rubric": reward_config,
-        "data": DataConfig(data_dir=data_dir, index_dir=index_dir),
-        "env": {"max_turns": max_turns},
-    }
-    if judge is not None:
-        fields["judge"] = JudgeSpec.model_validate({"kind": judge} if isinstance(judge, str) else judge)
-    if work_dir is not None:
-        fields["work_dir"] = Path(work_dir)
-    return build_task(BenchConfig.model_validate(fields), send_seed=send_seed)
+    Raises :class:`TaskParameterError` (a :class:`ConfigError`) naming the parameter and its allowed
+    values for an unknown or bad parameter, and with the message of what loading the data raises
+    (a missing benchmark directory, say)."""
+    unknown.pop("model", None)  # Inspect passes the model to every task that takes keywords
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        raise TaskParameterError(f"unknown task parameter(s) {names}; allowed: {', '.join(_PARAMS)}")
+    try:
+        if not bench:
+            raise ConfigError("-T bench: the benchmark directory is required (-T bench=PATH)")
+        fields: dict[str, Any] = {
+            "bench": {"path": bench, "split": split, "limit": limit, "skip_missing_gold": skip_missing_gold},
+            "strategies": [s.name for s in strategy_list(strategies, hint)],
+            "seed": seed,
+            "simulator": simulator,
+            "rubric": reward_config,
+            "data": {"data_dir": data_dir, "index_dir": index_dir},
+            "env": {"max_turns": max_turns},
+        }
+        if judge is not None:
+            fields["judge"] = {"kind": judge} if isinstance(judge, str) else judge
+        if work_dir is not None:
+            fields["work_dir"] = work_dir
+        try:
+            cfg = BenchConfig.model_validate(fields)
+        except ValidationError as e:
+            raise ConfigError(validation_message(BenchConfig, e, names=_PARAM_OF)) from None
+        return build_task(cfg, send_seed=send_seed)
+    except ShopCompError as e:
+        raise TaskParameterError(str(e)) from None
 
+
+#: The task parameters, in order (what an unknown one is told).
+_PARAMS = [p for p in inspect.signature(bench).parameters if p != "unknown"]
 
 #: The name ``inspect eval`` knows the task by.
 TASK_NAME = "shopping_companion/bench"
@@ -152,31 +194,18 @@ if registry_info(bench).name != TASK_NAME:
 
 
 def build_task(cfg: BenchConfig, send_seed: bool = True) -> InspectTask:
-    """The Inspect task of ``cfg`` (module docstring), loaded in the order that fails fastest (the
-    rubric, the simulator, an LLM judge's endpoint, then the data)."""
-    build_rubric(cfg.rubric)
-    check_simulator(cfg)
-    ping_judge(cfg.judge)
-    res = build_resources(cfg)
-    cfg.work_dir.mkdir(parents=True, exist_ok=True)
-    judge, _judge_desc, rubric = build_scoring(cfg, res, cfg.work_dir)
-    sampling = Sampling(seed=cfg.seed) if send_seed else None  # only its seed is used (EpisodeSetup)
-    settings = EvalSettings(env=build_env_config(cfg), seed=cfg.seed, reward_fn=rubric, sampling=sampling)
-    tasks = {t.task_id: t for t in res.tasks}
-    setup = EpisodeSetup(
-        tasks=tasks,
-        products=res.search,
-        memory=memory_factory(res.benchmark.sessions, res.embedder),
-        judge=judge,
-        settings=settings,
-    )
-    episodes = Episodes(setup)
+    """The Inspect task of ``cfg`` (module docstring) over the benchmark and judge that
+    :func:`~shopping_companion.integrations.episodes.source_from_config` loads (as every adapter does)."""
+    sampling = Sampling(seed=cfg.seed) if send_seed else None  # only its seed is used (Inspect samples)
+    episodes = Episodes(source_from_config(cfg, cfg.work_dir, sampling))
 
     async def cleanup(state: TaskState) -> None:
         episodes.drop(state)
 
     return InspectTask(
-        dataset=MemoryDataset(bench_samples(res.tasks, parse_strategies(cfg.strategies)), name=cfg.bench.path.name),
+        dataset=MemoryDataset(
+            bench_samples(episodes.source.tasks, parse_strategies(cfg.strategies)), name=cfg.bench.path.name
+        ),
         solver=shopping_episode(episodes),
         scorer=shopping_scorer(episodes),
         config=DEFAULT_GENERATE,

@@ -99,9 +99,7 @@ def runs(bench, bench_dir, catalog_index_dir, tmp_path_factory):
             "shopping_companion/bench",
             model="openai/m",
             model_base_url=srv.base_url,
-            # Inspect sends requests for a model name it does not know to OpenAI's Responses API
-            # (which a vLLM-style server lacks); -M responses_api=false on the command line
-            model_args={"responses_api": False},
+            # no -M responses_api=false: the task sends Chat Completions to a server that is not OpenAI's
             task_args={
                 "bench": str(bench_dir),
                 "index_dir": str(catalog_index_dir),

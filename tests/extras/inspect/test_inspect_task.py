@@ -31,8 +31,56 @@ def test_bad_task_parameters_are_refused_naming_them(tmp_path):
         bench(bench=str(tmp_path), hint="medium")
     with pytest.raises(ConfigError, match="supported: .*two_stage:high"):
         bench(bench=str(tmp_path), strategies="three_stage")
-    with pytest.raises(Exception, match="split"):
+    with pytest.raises(ConfigError, match=r"-T split\): Input should be 'train' or 'test'"):
         bench(bench=str(tmp_path), split="validation")
+    with pytest.raises(ConfigError, match=r"unknown task parameter\(s\) limt; allowed: bench, split, limit"):
+        bench(bench=str(tmp_path), limt=3)
+    with pytest.raises(ConfigError, match="benchmark"):  # what loading raises, as one message
+        bench(bench=str(tmp_path / "missing"))
+
+
+def test_a_bad_parameter_is_one_line_under_inspect_eval(tmp_path):
+    """``inspect eval`` prints a bad parameter as its message alone, without a traceback; an
+    unknown parameter is an error, not Inspect's warning."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    inspect_cli = Path(sys.executable).parent / "inspect"
+    for args, words in [
+        (["-T", f"bench={tmp_path / 'missing'}"], "shopping_companion/bench:"),
+        (["-T", f"bench={tmp_path}", "-T", "split=validation"], "-T split"),
+        (["-T", f"bench={tmp_path}", "-T", "limt=3"], "unknown task parameter(s) limt"),
+    ]:
+        out = subprocess.run(
+            [str(inspect_cli), "eval", "shopping_companion/bench", "--model", "mockllm/model", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if k != "INSPECT_DISPLAY"},  # as a user runs it
+        )
+        text = out.stdout + out.stderr
+        assert out.returncode != 0 and words in text and "Traceback" not in text, text
+
+
+def test_openai_provider_uses_chat_completions_off_openai(monkeypatch):
+    """``--model openai/<name>`` with a local server's base URL sends Chat Completions (Inspect would
+    send a name it does not know to the Responses API, which such servers lack); OpenAI's own
+    endpoint is left to Inspect."""
+    from inspect_ai.model import get_model
+
+    from shopping_companion.integrations.inspect.solvers import chat_completions_off_openai
+
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    local = get_model("openai/my-model", base_url="http://127.0.0.1:8000/v1", memoize=False)
+    assert local.api.responses_api and chat_completions_off_openai(local) and not local.api.responses_api
+    theirs = get_model("openai/my-model", memoize=False)
+    assert not chat_completions_off_openai(theirs) and theirs.api.responses_api
+    plain = get_model("openai-api/local/my-model", base_url="http://127.0.0.1:8000/v1", api_key="x", memoize=False)
+    assert not chat_completions_off_openai(plain)
 
 
 def test_hint_applies_to_two_stage_entries_without_one():
