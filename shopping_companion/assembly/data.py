@@ -31,6 +31,7 @@ __all__ = [
     "SGD_RELPATH",
     "Benchmark",
     "DataSources",
+    "TASK_FIELDS_ADDED_LATER",
     "benchmark_tasks_sha256",
     "catalog_file",
     "default_index_dir",
@@ -439,7 +440,42 @@ def missing_gold_products(tasks: list[Task], lookup: Callable[[list[str]], Any])
     return out
 
 
+#: Task fields (``""``) and fields of a task's nested models (by attribute name) that joined the
+#: schema after benchmarks and runs existed. While one holds its default it is left out of
+#: :func:`benchmark_tasks_sha256`, so a growing schema keeps every recorded hash valid (run
+#: identities, rescore's check, pipeline phases, the serve client's check). A new field goes here.
+TASK_FIELDS_ADDED_LATER: dict[str, tuple[str, ...]] = {
+    "": ("abilities", "superseded", "stale_session_ids", "unstated", "stress", "variant_of"),
+    "verification": ("accepted_by_evidence",),
+}
+
+
+def _at_default(model: Any, name: str) -> bool:
+    field = type(model).model_fields.get(name)
+    return field is not None and getattr(model, name) == field.get_default(call_default_factory=True)
+
+
+def _added_fields_at_default(task: Any) -> dict[str, Any]:
+    """The ``exclude`` argument of ``model_dump_json`` leaving out :data:`TASK_FIELDS_ADDED_LATER`
+    fields that hold their defaults."""
+    exclude: dict[str, Any] = {}
+    for owner, names in TASK_FIELDS_ADDED_LATER.items():
+        model = task if not owner else getattr(task, owner, None)
+        if model is None or not hasattr(type(model), "model_fields"):
+            continue
+        gone = {n for n in names if _at_default(model, n)}
+        if not gone:
+            continue
+        if owner:
+            exclude[owner] = gone
+        else:
+            exclude.update(dict.fromkeys(gone, True))
+    return exclude
+
+
 def benchmark_tasks_sha256(tasks: list[Any]) -> str:
     """First 16 hex characters of SHA-256 over the tasks' JSON lines (tells benchmarks apart whose
-    task ids repeat)."""
-    return hashlib.sha256("\n".join(t.model_dump_json() for t in tasks).encode()).hexdigest()[:16]
+    task ids repeat). Fields added to the schema later are left out while they hold their default
+    (:data:`TASK_FIELDS_ADDED_LATER`), so a benchmark keeps its hash when the schema grows."""
+    lines = (t.model_dump_json(exclude=_added_fields_at_default(t) or None) for t in tasks)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
