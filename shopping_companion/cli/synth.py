@@ -157,18 +157,22 @@ def synth(
         from shopping_companion.benchmark.stress import check_stress_target
 
         check_stress_target(target, stress)
-    result = build_from_data(
-        target,
-        cfg,
-        data_dir=data_dir,
-        index_dir=index_dir,
-        sharegpt=sharegpt,
-        fresh=fresh,
-        relax_min_attributes=config is None,
-        keep_other_finished=not fresh,
-        console=console,
-    )
-    print_build(target, result)
+    if stress is not None and not fresh and _imported(target):
+        # tasks written by hand (shopcomp import-tasks) are stressed as they are, never rebuilt
+        console.print(f"{escape(str(target))} holds an imported benchmark: writing its stress variants", soft_wrap=True)
+    else:
+        result = build_from_data(
+            target,
+            cfg,
+            data_dir=data_dir,
+            index_dir=index_dir,
+            sharegpt=sharegpt,
+            fresh=fresh,
+            relax_min_attributes=config is None,
+            keep_other_finished=not fresh,
+            console=console,
+        )
+        print_build(target, result)
     if stress is not None:
         from shopping_companion.benchmark.stress import write_stress_benchmark
 
@@ -177,6 +181,19 @@ def synth(
             f"stress benchmark written to {escape(str(stress))}: variants {st['variants']}, skipped {st['skipped']}",
             soft_wrap=True,
         )
+
+
+def _imported(target: Path) -> bool:
+    """Whether ``target`` is a complete benchmark written by ``shopcomp import-tasks``."""
+    from shopping_companion.assembly.data import load_benchmark
+    from shopping_companion.benchmark.import_tasks import GENERATOR_KIND
+    from shopping_companion.errors import BenchmarkError
+
+    try:
+        manifest = load_benchmark(target).manifest
+    except (FileNotFoundError, BenchmarkError):
+        return False
+    return (manifest.get("generator") or {}).get("kind") == GENERATOR_KIND
 
 
 def _yaml_list(item: dict[str, Any]) -> str:

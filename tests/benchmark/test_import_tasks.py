@@ -516,6 +516,17 @@ def test_indirect_tasks_import_cleanly_with_evidence(products, pool, tmp_path):
     assert len(by_ev) == len(warned) and all(
         t.verification.resolvable == (not t.verification.accepted_by_evidence) for t in bench.tasks
     )
+    # an imported benchmark gets its stress variants as it is: synth never rebuilds hand-written tasks
+    from shopping_companion.cli import app
+
+    before = (tmp_path / "bench" / "tasks.jsonl").read_bytes()
+    r = CliRunner().invoke(app, ["synth", "--out", str(tmp_path / "bench"), "--stress", str(tmp_path / "stress")])
+    assert r.exit_code == 0, r.output
+    assert "holds an imported benchmark" in " ".join(r.output.split())
+    assert (tmp_path / "bench" / "tasks.jsonl").read_bytes() == before
+    stressed = load_benchmark(tmp_path / "stress")
+    variants = {t.variant_of for t in stressed.tasks if t.variant_of}
+    assert variants and variants <= {t.task_id for t in bench.tasks}
 
 
 def test_ability_tags_are_imported_and_a_bad_one_is_refused(products, pool, tmp_path):
