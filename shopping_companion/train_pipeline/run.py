@@ -559,6 +559,12 @@ class Pipeline:
                 f"{2 * len(chosen['task_ids'])} stages; {chosen['stages_with_spread_all']} of "
                 f"{2 * chosen['candidates']} over all train tasks)"
             )
+            if chosen["stages_with_spread"] == 0:
+                self.say(
+                    f"[select] warning: R_z was the same in all {sel.trials} trials of each of the "
+                    f"{chosen['candidates']} train tasks, so the choice is benchmark order and GRPO's groups will "
+                    "likely have no reward variance; raise grpo.select.trials or the sampling temperature"
+                )
             return {**chosen, "run_dir": str(run_dir), "weights_sha256": loaded}
 
         return self._phase("select", {"sft": expected, "bench": bench["outputs"]["tasks_sha256"]}, body)
