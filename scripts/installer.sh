@@ -10,6 +10,13 @@ UV_VERSION=0.13.10
 
 venv_create() {
     local venv=$1 python=$2 v
+    case "${SHOPCOMP_INSTALLER:-uv}" in
+        uv | pip) ;;
+        *)
+            echo "SHOPCOMP_INSTALLER: '${SHOPCOMP_INSTALLER}' is not an installer; allowed: uv, pip" >&2
+            return 2
+            ;;
+    esac
     [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
     INSTALL_UV=""
     if [ "${SHOPCOMP_INSTALLER:-uv}" = uv ]; then
@@ -33,6 +40,9 @@ venv_create() {
     while read -r v; do UV_ARGS+=(--default-index "$v"); done < <(_pip_setting "$conf" index-url)
     while read -r v; do UV_ARGS+=(--index "$v"); done < <(_pip_setting "$conf" extra-index-url)
     while read -r v; do UV_ARGS+=(--constraint "$v"); done < <(_pip_setting "$conf" constraint)
+    case "$(_pip_setting "$conf" no-index | head -n 1)" in
+        1 | true | yes | on) UV_ARGS+=(--no-index) ;;  # pip's no-index: the find-links only
+    esac
     v=$(_pip_setting "$conf" cert | head -n 1)
     [ -z "$v" ] || UV_ENV+=("SSL_CERT_FILE=$v")
     v=$(_pip_setting "$conf" default-timeout | head -n 1)
