@@ -38,13 +38,15 @@ prompts, user simulator, judge and rubric). skyrl-gym's conventions:
 
 from __future__ import annotations
 
+import inspect
+
 from typing import Any, Mapping
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.registration import register, registry
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.integrations.episodes import shared_source, stage_key
+from shopping_companion.integrations.episodes import load_source, shared_source, stage_key
 from shopping_companion.types import EpisodeResult
 
 __all__ = ["ENV_NAME", "ShoppingCompanionTextEnv", "dataset_rows"]
@@ -79,27 +81,40 @@ class ShoppingCompanionTextEnv(BaseTextEnv):
         settings.pop("env_class", None)
         if "bench" not in settings:
             raise ConfigError("env_config.bench: required (a benchmark directory of shopcomp synth / import-tasks)")
+        allowed = [p for p in inspect.signature(load_source).parameters if p != "console"]
+        unknown = sorted(set(settings) - set(allowed))
+        if unknown:
+            raise ConfigError(f"env_config.{unknown[0]}: unknown setting; allowed: {', '.join(allowed)}")
         row = dict(_plain(extras))
         info = dict(row.get("extra_info") or {})
         task_id = row.get("task_id", info.get("task_id"))
         if not task_id:
             raise ConfigError("extras.task_id (or extras.extra_info.task_id): required, the benchmark task to play")
         self.strategy = str(row.get("strategy", info.get("strategy", "two_stage:none")))
-        self.trial = int(row.get("trial", info.get("trial", 0)))
+        trial = row.get("trial", info.get("trial", 0))
+        try:
+            self.trial = int(trial)
+        except (TypeError, ValueError):
+            raise ConfigError(f"extras.trial: must be an integer >= 0, got {trial!r}") from None
         self.source = shared_source(**settings)
         self.env, self.sampling, self.seed = self.source.new_episode(str(task_id), self.strategy, self.trial)
         self.task_id = str(task_id)
         n_stages = 2 if self.env.mode == "two_stage" else 1
         self.max_turns = self.env.config.max_turns * n_stages
         self.result: EpisodeResult | None = None
+        self.started = False
 
     def init(self, prompt: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The first stage's opening messages (``prompt`` is not used) and the metadata above."""
+        self.started = True
         meta = {"task_id": self.task_id, "strategy": self.strategy, "stage": self.env.stage}
         return self.env.messages, {**meta, "tools": self.env.tool_schemas}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
-        """One assistant turn through :meth:`ShoppingCompanionEnv.step` (module docstring)."""
+        """One assistant turn through :meth:`ShoppingCompanionEnv.step` (module docstring). Raises
+        ``RuntimeError`` before :meth:`init` (skyrl-gym's order: ``init``, then ``step``)."""
+        if not self.started:
+            raise RuntimeError("call init() before step(): the episode has not been opened")
         self.turns += 1
         res = self.env.step(action)
         metadata = dict(res.info)

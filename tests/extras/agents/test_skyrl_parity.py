@@ -88,3 +88,10 @@ def test_skyrl_env_refuses_bad_settings(agents_bench, source_settings):
         skyrl_gym.make(sc_skyrl.ENV_NAME, env_config=source_settings, extras={"task_id": "nope"})
     with pytest.raises(ConfigError, match="supported: .*two_stage:high"):
         skyrl_gym.make(sc_skyrl.ENV_NAME, env_config=source_settings, extras={"task_id": task_id, "strategy": "x"})
+    with pytest.raises(ConfigError, match=r"env_config\.benchh: unknown setting; allowed: bench, reward_config"):
+        skyrl_gym.make(sc_skyrl.ENV_NAME, env_config={**source_settings, "benchh": "x"}, extras={"task_id": task_id})
+    with pytest.raises(ConfigError, match=r"extras\.trial: must be an integer"):
+        skyrl_gym.make(sc_skyrl.ENV_NAME, env_config=source_settings, extras={"task_id": task_id, "trial": "x"})
+    env = skyrl_gym.make(sc_skyrl.ENV_NAME, env_config=source_settings, extras={"task_id": task_id})
+    with pytest.raises(RuntimeError, match=r"call init\(\) before step\(\)"):
+        env.step("<answer>{}</answer>")
