@@ -6,22 +6,13 @@ from __future__ import annotations
 import hashlib
 
 from shopping_companion.assembly.data import TASK_FIELDS_ADDED_LATER, benchmark_tasks_sha256
-from shopping_companion.types import Preference, ProductSlot, SessionRef, Task, Verification
+from shopping_companion.types import Task, Verification
+from tests.task_support import shoe_task
 
 
 def _task(i: int, **extra: object) -> Task:
-    return Task(
-        task_id=f"t{i}",
-        split="test",
-        instruction=f"I need shoes number {i}.",
-        user_id=f"u{i}",
-        history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
-        needle_session_ids=[f"s{i}"],
-        preferences=[Preference(attribute="base_colour", value="Black")],
-        slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")],
-        verification=Verification(resolvable=True, conflict_free=True, gold_accepted=True, n_alternatives=3),
-        **extra,
-    )
+    verification = Verification(resolvable=True, conflict_free=True, gold_accepted=True, n_alternatives=3)
+    return shoe_task(i, split="test", verification=verification, **extra)
 
 
 def _schema_before_the_added_fields(t: Task) -> str:

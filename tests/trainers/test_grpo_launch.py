@@ -148,23 +148,13 @@ def _plugin_spec(root: Path, mod: str = "launch_plugin_rw") -> Path:
 
 
 def _bench(root: Path) -> Path:
-    from shopping_companion.types import Preference, ProductSlot, Session, SessionRef, Task, Turn
+    from shopping_companion.types import Session, Turn
 
     bench = root / "bench"
     bench.mkdir()
-    tasks = [
-        Task(
-            task_id=f"t{i}",
-            split="train" if i < 3 else "test",
-            instruction=f"I need shoes number {i}.",
-            user_id=f"u{i}",
-            history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
-            needle_session_ids=[f"s{i}"],
-            preferences=[Preference(attribute="base_colour", value="Black")],
-            slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")],
-        )
-        for i in range(4)
-    ]
+    from tests.task_support import shoe_task
+
+    tasks = [shoe_task(i, split="train" if i < 3 else "test") for i in range(4)]
     (bench / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
     sessions = [
         Session(session_id=f"s{i}", date="2024-01-01", turns=[Turn(role="user", content="hi")]) for i in range(4)

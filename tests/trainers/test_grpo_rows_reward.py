@@ -8,7 +8,8 @@ import pytest
 
 from shopping_companion.trainers.reward import LOGGED_KEYS, compute_score
 from shopping_companion.trainers.rows import build_rows, write_parquet
-from shopping_companion.types import Preference, ProductSlot, RewardBreakdown, SessionRef, Task
+from shopping_companion.types import RewardBreakdown
+from tests.task_support import shoe_task
 
 
 def _sessions_of(tasks) -> str:
@@ -25,17 +26,7 @@ def _sessions_of(tasks) -> str:
     )
 
 
-def _task(i: int, split: str = "train") -> Task:
-    return Task(
-        task_id=f"t{i}",
-        split=split,
-        instruction=f"I need shoes number {i}.",
-        user_id=f"u{i}",
-        history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
-        needle_session_ids=[f"s{i}"],
-        preferences=[Preference(attribute="base_colour", value="Black")],
-        slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")],
-    )
+_task = shoe_task
 
 
 def test_one_row_per_task_and_stage_with_chat_prompts_and_task_reference(tmp_path):

@@ -15,7 +15,6 @@ require("verl", "hydra")
 
 from shopping_companion.trainers.launch import launch_command  # noqa: E402
 from shopping_companion.trainers.launch_check import check_launch  # noqa: E402
-from shopping_companion.types import Preference, ProductSlot, SessionRef, Task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -37,19 +36,9 @@ def _sessions_of(tasks) -> str:
 def _bench(root: Path) -> Path:
     bench = root / "bench"
     bench.mkdir()
-    tasks = [
-        Task(
-            task_id=f"t{i}",
-            split="train" if i < 6 else "test",
-            instruction=f"I need shoes number {i}.",
-            user_id=f"u{i}",
-            history=[SessionRef(session_id=f"s{i}", date="2024-01-01")],
-            needle_session_ids=[f"s{i}"],
-            preferences=[Preference(attribute="base_colour", value="Black")],
-            slots=[ProductSlot(product_type="Shoes", reference_product_id=f"p:{i}")],
-        )
-        for i in range(8)
-    ]
+    from tests.task_support import shoe_task
+
+    tasks = [shoe_task(i, split="train" if i < 6 else "test") for i in range(8)]
     (bench / "tasks.jsonl").write_text("\n".join(t.model_dump_json() for t in tasks) + "\n")
     (bench / "sessions.jsonl").write_text(_sessions_of(tasks))
     (bench / "manifest.json").write_text("{}")
