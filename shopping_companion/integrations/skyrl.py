@@ -55,6 +55,10 @@ __all__ = ["ENV_NAME", "ShoppingCompanionTextEnv", "dataset_rows"]
 ENV_NAME = "shopping_companion"
 
 
+#: the ``env_config`` keys: :func:`load_source`'s settings
+_SOURCE_SETTINGS = tuple(p for p in inspect.signature(load_source).parameters if p != "console")
+
+
 def _plain(obj: Any) -> Any:
     """An OmegaConf node (what SkyRL passes) or a mapping -> plain Python containers."""
     if obj is None:
@@ -81,10 +85,9 @@ class ShoppingCompanionTextEnv(BaseTextEnv):
         settings.pop("env_class", None)
         if "bench" not in settings:
             raise ConfigError("env_config.bench: required (a benchmark directory of shopcomp synth / import-tasks)")
-        allowed = [p for p in inspect.signature(load_source).parameters if p != "console"]
-        unknown = sorted(set(settings) - set(allowed))
+        unknown = sorted(set(settings) - set(_SOURCE_SETTINGS))
         if unknown:
-            raise ConfigError(f"env_config.{unknown[0]}: unknown setting; allowed: {', '.join(allowed)}")
+            raise ConfigError(f"env_config.{unknown[0]}: unknown setting; allowed: {', '.join(_SOURCE_SETTINGS)}")
         row = dict(_plain(extras))
         info = dict(row.get("extra_info") or {})
         task_id = row.get("task_id", info.get("task_id"))

@@ -199,11 +199,13 @@ class GrpoSettings(BaseModel):
 
     @model_validator(mode="after")
     def _select_needs_limit(self) -> GrpoSettings:
-        if self.select is not None and not isinstance(self.rows.get("limit"), int):
+        if self.select is None:
+            return self
+        if not isinstance(self.rows.get("limit"), int):
             raise ValueError("grpo.select needs grpo.rows.limit: how many of the train tasks GRPO trains on")
-        if self.select is not None and self.backend != "trl":
+        if self.backend != "trl":
             raise ValueError("grpo.select needs backend trl (verl trains on every row `grpo prepare` writes)")
-        if self.select is not None and "task_ids" in self.rows:
+        if "task_ids" in self.rows:
             raise ValueError("grpo.rows.task_ids and grpo.select both choose the tasks: set one of them")
         return self
 

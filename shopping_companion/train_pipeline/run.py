@@ -546,12 +546,9 @@ class Pipeline:
         sampling = self.cfg.grpo_sampling()
 
         def body(d: Path) -> dict[str, Any]:
-            run_dir, loaded, _ = self._play(sft["outputs"]["path"], "train", sel.trials, sampling, bench, d)
-            if expected and loaded != expected:
-                raise HandoffError(
-                    f"select: the probe loaded weights {short(loaded)} from {sft['outputs']['path']}, not the "
-                    f"SFT model's {short(expected)}"
-                )
+            run_dir, loaded, _ = self._play(
+                "select (the SFT model)", sft["outputs"], "train", sel.trials, sampling, bench, d
+            )
             chosen = select_by_spread(run_dir / "results.jsonl", int(self.cfg.grpo.rows["limit"]))
             self.say(
                 f"[select] GRPO trains on {len(chosen['task_ids'])} of {chosen['candidates']} train tasks "
@@ -703,11 +700,19 @@ class Pipeline:
         }
 
     def _play(
-        self, model_path: str, split: str, trials: int, sampling: dict[str, Any], bench: dict[str, Any], d: Path
+        self,
+        what: str,
+        out: dict[str, Any],
+        split: str,
+        trials: int,
+        sampling: dict[str, Any],
+        bench: dict[str, Any],
+        d: Path,
     ) -> tuple[Path, str | None, Any]:
-        """Play ``model_path`` on ``split`` with the evaluation code (``shopcomp eval``), ``trials``
-        episodes per task, into ``d/run``; returns ``(run_dir, weights_sha256 it loaded, the run's
-        outcome)``."""
+        """Play the checkpoint ``out`` (``path``, ``weights_sha256``) on ``split`` with the
+        evaluation code (``shopcomp eval``), ``trials`` episodes per task, into ``d/run``; returns
+        ``(run_dir, weights_sha256 it loaded, the run's outcome)``. Raises :class:`HandoffError`
+        (naming ``what``) when the loaded weights are not the checkpoint's."""
         from shopping_companion.benchmark.run import run_benchmark
         from shopping_companion.benchmark.run_config import EvalConfig
 
@@ -718,7 +723,7 @@ class Pipeline:
                 "output": {"name": "run", "runs_dir": str(d)},
                 "backend": {
                     "kind": "local",
-                    "model_path": model_path,
+                    "model_path": out["path"],
                     "device": e.device,
                     "batch_size": e.concurrency,
                     "sampling": {**sampling, "max_tokens": self.cfg.env.max_tokens_per_turn},
@@ -733,8 +738,14 @@ class Pipeline:
         )
         outcome = run_benchmark(cfg, self.console, progress=False)
         run_dir = d / "run"
-        meta = (read_json(run_dir / "summary.json") or {}).get("meta", {})
-        return run_dir, meta.get("weights_sha256"), outcome
+        loaded = ((read_json(run_dir / "summary.json") or {}).get("meta") or {}).get("weights_sha256")
+        expected = out.get("weights_sha256")
+        if expected and loaded != expected:
+            raise HandoffError(
+                f"{what}: the evaluation loaded weights {short(loaded)} from {out['path']}, but the checkpoint "
+                f"is {short(expected)}: it played another model than it names"
+            )
+        return run_dir, loaded, outcome
 
     def phase_eval(self, model: str, split: str, out: dict[str, Any], bench: dict[str, Any]) -> dict[str, Any]:
         e = self.cfg.eval
@@ -742,12 +753,7 @@ class Pipeline:
 
         def body(d: Path) -> dict[str, Any]:
             sampling = {"temperature": e.temperature, "top_p": e.top_p, "top_k": 0}
-            run_dir, loaded, outcome = self._play(out["path"], split, e.trials, sampling, bench, d)
-            if expected and loaded != expected:
-                raise HandoffError(
-                    f"eval {model} ({split}): the evaluation loaded weights {short(loaded)} from {out['path']}, but "
-                    f"the {model} checkpoint is {short(expected)}: it evaluated another model than it names"
-                )
+            run_dir, loaded, outcome = self._play(f"eval {model} ({split})", out, split, e.trials, sampling, bench, d)
             return {
                 "run_dir": str(run_dir),
                 "results": str(run_dir / "results.jsonl"),
