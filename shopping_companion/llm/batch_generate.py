@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AsyncBatcher", "GenRequest", "ThreadBatcher", "generate_batch"]
+__all__ = ["AsyncBatcher", "GenRequest", "ThreadBatcher", "generate_batch", "sampling_support"]
 
 
 @dataclass
@@ -44,21 +44,37 @@ class GenRequest:
     seed: int | None = None
 
 
-def _filter(logits: Any, top_k: int | None, top_p: float) -> Any:
-    """Top-k then top-p (nucleus) filtering of one row of logits (a 1-D tensor), in place style."""
+def sampling_support(logits: Any, top_k: int | None, top_p: float) -> tuple[Any, Any]:
+    """The tokens a draw at these settings can pick: top-k, then top-p (nucleus) over what is left.
+
+    ``logits``: a float tensor of shape ``(..., V)``, already divided by the temperature. Returns
+    ``(idx, keep)``, both of shape ``(..., K)`` with ``K = min(top_k, V)`` (``V`` when ``top_k`` is
+    None or 0): ``idx`` the K most likely token ids in descending order of logit (ties broken by
+    ``torch.topk``), ``keep`` whether each is in the support (top-p keeps the smallest prefix whose
+    probability mass, renormalised over the K, reaches ``top_p``; the first token always stays).
+    ``top_p`` in (0, 1]. The sampler (:func:`generate_batch`) draws from exactly this support, and
+    GRPO's processed log-probabilities (:mod:`shopping_companion.trainers.processed_logprobs`)
+    normalise over it."""
     import torch
 
-    if top_k and 0 < top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+    k = logits.shape[-1] if not top_k or top_k >= logits.shape[-1] else int(top_k)
+    vals, idx = torch.topk(logits, k, dim=-1)  # sorted, descending
+    keep = torch.ones_like(idx, dtype=torch.bool)
     if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        cum = torch.cumsum(probs, dim=-1)
-        drop = cum - probs > top_p  # keep the smallest prefix whose mass reaches top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
-    return logits
+        probs = torch.softmax(vals, dim=-1)
+        keep = (torch.cumsum(probs, dim=-1) - probs) <= top_p
+    return idx, keep
+
+
+def _filter(logits: Any, top_k: int | None, top_p: float) -> Any:
+    """One row of logits (a 1-D tensor) with every token outside :func:`sampling_support` at -inf."""
+    import torch
+
+    if not top_k and top_p >= 1.0:
+        return logits
+    idx, keep = sampling_support(logits, top_k, top_p)
+    out = torch.full_like(logits, float("-inf"))
+    return out.scatter(-1, idx[keep], logits[idx[keep]])
 
 
 def _cache_arg(model: Any) -> str:

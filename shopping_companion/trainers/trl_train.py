@@ -128,6 +128,9 @@ class TrlTrainerSettings(BaseModel):
     environment) or ``none``; ``run_name`` names the run there. ``bf16``: bfloat16 mixed precision
     (GPUs; the base model is then loaded in bfloat16). ``device``: ``auto`` (the GPU when there is
     one), ``cpu`` or ``cuda``. ``gradient_checkpointing``: trade compute for memory.
+    ``processed_logprobs``: compute the GRPO loss, ratio and KL with log-probabilities renormalised
+    over the top-k / top-p support the rollouts are drawn from, not the full vocabulary
+    (:mod:`shopping_companion.trainers.processed_logprobs`; text-only models).
     ``extra_args``: any other ``GRPOConfig`` field by name (checked against TRL's fields at run
     time; the fields above cannot be set here)."""
 
@@ -153,6 +156,7 @@ class TrlTrainerSettings(BaseModel):
     bf16: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
     gradient_checkpointing: bool = False
+    processed_logprobs: bool = False
     extra_args: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("report_to", mode="before")
@@ -739,6 +743,10 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
 
     initial_sha = weights_sha256(model)  # what the run was given (before any adapter)
     first_path, rollout_state = _rollout_state(out, ckpt)
+    if t.processed_logprobs:
+        from shopping_companion.trainers.processed_logprobs import processed_grpo_trainer
+
+        GRPOTrainer = processed_grpo_trainer(GRPOTrainer)  # noqa: N806 - the trainer class in use
     try:
         trainer = GRPOTrainer(
             model=model,
