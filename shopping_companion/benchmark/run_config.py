@@ -91,6 +91,12 @@ class ResumeConfig(BaseModel):
     force: bool = False
     archive_stale: bool = False
 
+    def evaluation_options(self) -> dict[str, bool]:
+        """``retry_errors``, ``retry_failed`` and ``force`` as the keyword arguments of
+        :func:`~shopping_companion.benchmark.evaluate.run_evaluation` (``archive_stale`` is applied
+        before it runs)."""
+        return {"retry_errors": self.retry_errors, "retry_failed": self.retry_failed, "force": self.force}
+
 
 def run_name(v: str) -> str:
     """A run name is one directory name: 1..200 characters, no ``/`` or ``\\``, no control
