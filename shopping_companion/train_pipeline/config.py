@@ -84,6 +84,11 @@ class TeacherSettings(BaseModel):
     seed: int = 0
     answer_from: Literal["gold", "evidence"] = "gold"
 
+    def scripted_settings(self) -> dict[str, Any]:
+        """The scripted teacher's settings as keyword arguments of
+        :class:`~shopping_companion.llm.teacher.ScriptedTeacher` (``top_k`` ... ``answer_from``)."""
+        return self.model_dump(include={"top_k", "p_stray", "p_slip", "p_attribute_queries", "seed", "answer_from"})
+
     @model_validator(mode="after")
     def _endpoint(self) -> TeacherSettings:
         if self.kind == "openai" and not (self.model and self.base_url):
