@@ -26,6 +26,7 @@ from shopping_companion.errors import ConfigError
 
 __all__ = [
     "STRICT",
+    "RunDir",
     "apply_overrides",
     "config_hash",
     "dump_yaml",
@@ -39,6 +40,16 @@ __all__ = [
 #: The ``model_config`` of every config model: unknown keys refused, and no inf / nan where a
 #: number is meant.
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class RunDir:
+    """Mixin of a config model whose run writes into one directory: the model has a ``name``
+    (one directory name, validated by the model) and a ``runs_dir`` (``str`` or ``Path``)."""
+
+    @property
+    def run_dir(self) -> Path:
+        """``<runs_dir>/<name>``, as given (relative paths stay relative to the working directory)."""
+        return Path(self.runs_dir) / self.name  # type: ignore[attr-defined]
 
 
 def _strict_loader() -> Any:

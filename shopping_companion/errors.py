@@ -27,7 +27,7 @@ observation for the agent).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "ShopCompError",
@@ -71,6 +71,7 @@ __all__ = [
     "RunFileReplacedError",
     # inside an episode
     "ToolInputError",
+    "check_at_least",
     "check_tool_text",
     "VerdictMismatchError",
     "EXIT_OK",
@@ -333,4 +334,16 @@ def check_tool_text(field: str, value: str, item: int | None = None) -> str:
             f"{where}holds an unpaired surrogate code point (U+{ord(value[e.start]):04X} at character "
             f"{e.start}), which is not text; send valid Unicode",
         ) from None
+    return value
+
+
+_Number = TypeVar("_Number", int, float)
+
+
+def check_at_least(field: str, value: _Number, low: float, error: type[Exception] = ValueError) -> _Number:
+    """``value``; raises ``error("<field>: must be >= <low>, got <value>")`` when ``value < low``:
+    the one wording of a numeric parameter's lower bound (``error``: e.g. :class:`ConfigError` for
+    a config value)."""
+    if value < low:
+        raise error(f"{field}: must be >= {low}, got {value}")
     return value

@@ -402,12 +402,7 @@ def _source_section(s: dict[str, Any]) -> list[str]:
     out: list[str] = []
     by_source = {k: v for k, v in s.get("by_source", {}).items() if k != "all"}
     if len(by_source) > 1:
-        out += [
-            "## Succ by source of the reference products",
-            "",
-            "| source | single | addon | all |",
-            "|---|---|---|---|",
-        ]
+        out += _table_head("Succ by source of the reference products", ["source", "single", "addon", "all"])
         for name, row in by_source.items():
             cells = [
                 f"{_fmt(row[t]['succ'])} (n={row[t]['n']})" if row[t]["n"] else "–" for t in ("single", "addon", "all")
@@ -469,17 +464,20 @@ def _strategies_section(s: dict[str, Any], strategies: list[str]) -> list[str]:
     return out
 
 
+def _table_head(title: str, columns: list[str], intro: str | None = None) -> list[str]:
+    """The opening lines of a report section that is a Markdown table: ``## title``, a blank line,
+    ``intro`` and a blank line (when given), the header row of ``columns`` and its rule."""
+    head = [f"## {title}", ""] + ([intro, ""] if intro else [])
+    return [*head, "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def _pass_k_section(s: dict[str, Any]) -> list[str]:
     """pass@k and pass^k per strategy and k."""
-    out = [
-        "## pass@k and pass^k",
-        "",
+    intro = (
         "Per task with n scored trials and c successes: pass@k = 1 − C(n−c,k)/C(n,k), "
-        "pass^k = C(c,k)/C(n,k); means over tasks with n ≥ k.",
-        "",
-        "| strategy | k | tasks | pass@k | pass^k |",
-        "|---|---|---|---|---|",
-    ]
+        "pass^k = C(c,k)/C(n,k); means over tasks with n ≥ k."
+    )
+    out = _table_head("pass@k and pass^k", ["strategy", "k", "tasks", "pass@k", "pass^k"], intro)
     for name, tab in s["pass_k"].items():
         for k, v in tab["k"].items():
             out.append(f"| {name} | {k} | {v['n_tasks']} | {_fmt(v['pass@k'])} | {_fmt(v['pass^k'])} |")
@@ -489,12 +487,8 @@ def _pass_k_section(s: dict[str, Any]) -> list[str]:
 
 def _behaviour_section(s: dict[str, Any]) -> list[str]:
     """Table 4: turns, tool uses and response length per strategy, and tool uses by tool."""
-    out = [
-        "## Behaviour (Table 4, means per episode)",
-        "",
-        "| strategy | Turns | Tool Uses | Resp. Len. (tokens) | Resp. Len. (chars) | tool-call rate |",
-        "|---|---|---|---|---|---|",
-    ]
+    columns = ["strategy", "Turns", "Tool Uses", "Resp. Len. (tokens)", "Resp. Len. (chars)", "tool-call rate"]
+    out = _table_head("Behaviour (Table 4, means per episode)", columns)
     for name, b in s["behaviour"].items():
         tok = _fmt(b["resp_tokens"]) + (f" (n={b['n_resp_tokens']})" if b["n_resp_tokens"] != b["n"] else "")
         out.append(
@@ -599,18 +593,14 @@ def _errors_section(s: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     out: list[str] = []
     if s["errors"]:
         kinds = ", ".join(f"{v} {k}" for k, v in s["errors_by_kind"].items())
-        out += [
-            "## Episodes not scored (errors)",
-            "",
+        intro = (
             f"Recorded and excluded from every metric ({kinds}). Kinds: `backend` — the backend failed "
             "after its retries; `judge` — the judge failed; `episode` — an unexpected exception inside "
             "the episode (traceback in `<results stem>.errors.log`). Rerunning the same command retries "
             "backend and judge errors (`--no-retry-errors` skips them); episode errors are retried only "
-            "with `--retry-failed`.",
-            "",
-            "| task | trial | strategy | kind | error |",
-            "|---|---|---|---|---|",
-        ]
+            "with `--retry-failed`."
+        )
+        out += _table_head("Episodes not scored (errors)", ["task", "trial", "strategy", "kind", "error"], intro)
         for e in s["errors"][:50]:
             msg = (e["error"] or "").replace("|", "\\|").replace("\n", " ")[:300]
             out.append(f"| {e['task_id']} | {e['trial']} | {e['strategy']} | {e['kind']} | {msg} |")
@@ -641,7 +631,7 @@ def _errors_section(s: dict[str, Any], meta: dict[str, Any]) -> list[str]:
 
 def _means_section(s: dict[str, Any]) -> list[str]:
     """Reward component means, the judging counts and the other behaviour means."""
-    out = ["## Reward components (means)", "", "| component | mean |", "|---|---|"]
+    out = _table_head("Reward components (means)", ["component", "mean"])
     for k, v in s["reward_means"].items():
         out.append(f"| {k} | {_fmt(v)} |")
     judging = s.get("judging") or {}

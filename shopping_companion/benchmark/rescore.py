@@ -35,7 +35,7 @@ from rich.markup import escape
 
 from shopping_companion.benchmark.evaluate import EvalSettings, Strategy, derive_seed, error_record
 from shopping_companion.benchmark.report import error_kind, final_results, result_key, scan_results
-from shopping_companion.benchmark.run import RunOutcome, write_run_report
+from shopping_companion.benchmark.run import RunOutcome, record_run_config, write_run_report
 from shopping_companion.console import console as _stderr
 from shopping_companion.envs.env import episode_scores, score_episode_stage
 from shopping_companion.errors import ConfigError, DataError
@@ -189,8 +189,7 @@ def rescore_run(
     from shopping_companion.assembly.data import benchmark_tasks_sha256
     from shopping_companion.benchmark.evaluate import parse_strategies, run_evaluation
     from shopping_companion.benchmark.kit import build_resources, build_scoring, run_identity
-    from shopping_companion.config import dump_yaml
-    from shopping_companion.runs import check_identity, identity_path, read_json
+    from shopping_companion.runs import identity_path, read_json
 
     console = console or _stderr
     src = Path(source)
@@ -234,15 +233,11 @@ def rescore_run(
     origin = {"run": str(src.resolve()), "config_sha256": src_identity.get("config_sha256")}
     identity = run_identity(cfg, policy.name, rubric, tasks_sha, rescored_from=origin)
     results_path = run_dir / "results.jsonl"
-    check_identity(results_path, identity, cfg.resume.force)
-    dump_yaml(
+    record_run_config(
         cfg,
-        run_dir / "config.yaml",
-        header=(
-            f"The resolved configuration of run {cfg.output.name} (config_sha256 {identity['config_sha256']}),\n"
-            f"re-scored from the stored trajectories of {src}. Resume it with:\n"
-            f"shopcomp rescore {src} --reward-config {reward_config} --name {name} --runs-dir {cfg.output.runs_dir}"
-        ),
+        identity,
+        f",\nre-scored from the stored trajectories of {src}. Resume it with:\n"
+        f"shopcomp rescore {src} --reward-config {reward_config} --name {name} --runs-dir {cfg.output.runs_dir}",
     )
     strats = parse_strategies(",".join(cfg.strategies))
     requested = {(t.task_id, k, s.mode, s.hint) for s in strats for t in res.tasks for k in range(cfg.trials)}
@@ -264,10 +259,8 @@ def rescore_run(
         progress,
         concurrency=cfg.concurrency,
         strategies=strats,
-        retry_errors=cfg.resume.retry_errors,
-        retry_failed=cfg.resume.retry_failed,
+        **cfg.resume.evaluation_options(),
         identity=identity,
-        force=cfg.resume.force,
         executor=RescoreExecutor(stored, judge_obj, rubric, str(src), policy.name, cfg.seed),
     )
     wall = time.perf_counter() - t0

@@ -30,7 +30,14 @@ from shopping_companion.console import console as _stderr
 from shopping_companion.errors import CircuitOpenError, ConfigError
 from shopping_companion.phases import phase
 
-__all__ = ["REFERENCE_NOTE", "RunOutcome", "attribute_failures", "run_benchmark", "write_run_report"]
+__all__ = [
+    "REFERENCE_NOTE",
+    "RunOutcome",
+    "attribute_failures",
+    "record_run_config",
+    "run_benchmark",
+    "write_run_report",
+]
 
 REFERENCE_NOTE = (
     "Policy: the scripted reference policy, a rule-based baseline and smoke test (not an LLM). "
@@ -204,6 +211,24 @@ def _refuse_rescored(results_path: Path, identity: dict[str, Any]) -> None:
         )
 
 
+def record_run_config(cfg: EvalConfig, identity: dict[str, Any], how_to_resume: str) -> None:
+    """Write ``config.yaml`` into ``cfg.output.run_dir``: the resolved ``cfg`` under a header naming
+    the run and its ``config_sha256`` (from ``identity``), then ``how_to_resume`` (the header's rest).
+    A foreign results file there is refused first (:class:`~shopping_companion.errors.RunIdentityError`,
+    unless ``cfg.resume.force``), before config.yaml, the record of what ran there, is replaced."""
+    from shopping_companion.config import dump_yaml
+    from shopping_companion.runs import check_identity
+
+    run_dir = cfg.output.run_dir
+    check_identity(run_dir / "results.jsonl", identity, cfg.resume.force)
+    name, sha = cfg.output.name, identity["config_sha256"]
+    dump_yaml(
+        cfg,
+        run_dir / "config.yaml",
+        header=f"The resolved configuration of run {name} (config_sha256 {sha}){how_to_resume}",
+    )
+
+
 def run_benchmark(
     cfg: EvalConfig, console: Console | None = None, progress: bool = True, *, _episodes: Any = None
 ) -> RunOutcome:
@@ -222,8 +247,7 @@ def run_benchmark(
     """
     from shopping_companion.benchmark.evaluate import parse_strategies, run_evaluation
     from shopping_companion.benchmark.report import scan_results
-    from shopping_companion.config import dump_yaml
-    from shopping_companion.runs import archive_stale, check_identity
+    from shopping_companion.runs import archive_stale
 
     console = console or _stderr
     if cfg.ray is not None and _episodes is None:  # connect, launch the workers, run here, stop them
@@ -247,16 +271,7 @@ def run_benchmark(
                 f"(an older release or other settings); moved aside to "
                 f"{escape(', '.join(p.name for p in moved))}, starting afresh"
             )
-    # refuse a foreign results file before config.yaml (the record of what ran there) is replaced
-    check_identity(results_path, identity, cfg.resume.force)
-    dump_yaml(
-        cfg,
-        run_dir / "config.yaml",
-        header=(
-            f"The resolved configuration of run {cfg.output.name} (config_sha256 {identity['config_sha256']}).\n"
-            f"Rerun or resume it with: shopcomp eval --config {run_dir / 'config.yaml'}"
-        ),
-    )
+    record_run_config(cfg, identity, f".\nRerun or resume it with: shopcomp eval --config {run_dir / 'config.yaml'}")
     executor = _episodes.ready(identity) if _episodes is not None else None
     t0 = time.perf_counter()
     try:
@@ -272,10 +287,8 @@ def run_benchmark(
                 progress,
                 concurrency=cfg.concurrency,
                 strategies=strats,
-                retry_errors=cfg.resume.retry_errors,
-                retry_failed=cfg.resume.retry_failed,
+                **cfg.resume.evaluation_options(),
                 identity=identity,
-                force=cfg.resume.force,
                 executor=executor,
             )
     except CircuitOpenError as e:

@@ -34,7 +34,7 @@ from shopping_companion.assembly.endpoints import Endpoint, ServiceConfig, check
 from shopping_companion.assembly.judging import JudgeSpec
 from shopping_companion.assembly.reward_spec import check_reward_spec, load_reward_spec
 from shopping_companion.assembly.settings import BackendConfig, DataConfig, RayConfig, SamplingConfig
-from shopping_companion.config import STRICT
+from shopping_companion.config import STRICT, RunDir
 from shopping_companion.envs.env import EnvConfig
 
 __all__ = [
@@ -91,6 +91,12 @@ class ResumeConfig(BaseModel):
     force: bool = False
     archive_stale: bool = False
 
+    def evaluation_options(self) -> dict[str, bool]:
+        """``retry_errors``, ``retry_failed`` and ``force`` as the keyword arguments of
+        :func:`~shopping_companion.benchmark.evaluate.run_evaluation` (``archive_stale`` is applied
+        before it runs)."""
+        return {"retry_errors": self.retry_errors, "retry_failed": self.retry_failed, "force": self.force}
+
 
 def run_name(v: str) -> str:
     """A run name is one directory name: 1..200 characters, no ``/`` or ``\\``, no control
@@ -102,7 +108,7 @@ def run_name(v: str) -> str:
     return v
 
 
-class OutputConfig(BaseModel):
+class OutputConfig(RunDir, BaseModel):
     """Where results go: ``<runs_dir>/<name>/`` (``results.jsonl``, ``report.md``, ``summary.json``,
     ``config.yaml``, ...). ``name``: one directory name (:func:`run_name`)."""
 
@@ -115,10 +121,6 @@ class OutputConfig(BaseModel):
     @classmethod
     def _one_directory(cls, v: str) -> str:
         return run_name(v)
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.runs_dir) / self.name
 
 
 class EpisodeConfig(BaseModel):

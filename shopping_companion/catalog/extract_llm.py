@@ -209,16 +209,8 @@ class LLMExtractor:
         if backend is None:
             from shopping_companion.llm.openai_backend import OpenAIBackend
 
-            backend = OpenAIBackend(
-                model=model,
-                base_url=base_url,
-                api_key_env=api_key_env,
-                timeout_s=timeout_s,
-                max_retries=max_retries,
-                deadline_s=deadline_s,
-                send_top_k=False,
-                name=f"extract:{model}",
-            )
+            http = {"timeout_s": timeout_s, "max_retries": max_retries, "deadline_s": deadline_s}
+            backend = OpenAIBackend.for_role("extract", model, base_url=base_url, api_key_env=api_key_env, **http)
         self.backend = backend
         if cache_path is None:
             from shopping_companion.paths import cache_dir

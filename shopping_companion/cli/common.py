@@ -168,16 +168,20 @@ def flag_command(
     *,
     help: str,
     extra_params: list[tuple[str, Any, Any]] = (),
+    config_what: str = "the run",
 ) -> None:
-    """Register command ``name`` on ``app`` whose options are ``flags`` (plus ``--config`` and
-    ``--set``, and ``extra_params`` as ``(name, annotation, typer.Option(...))``); when run it calls
+    """Register command ``name`` on ``app`` whose options are ``flags`` (plus ``--config``, whose
+    help names ``config_what``, and ``--set``, and ``extra_params`` as
+    ``(name, annotation, typer.Option(...))``); when run it calls
     ``handler(config_path, sets, overrides, **extra)`` with ``overrides`` = ``{dotted key: value}``
     of the flags the user gave. One table instead of a parameter list copied from function to
     function."""
     import inspect
 
     params = [
-        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=config_option(), annotation=Optional[Path]),
+        inspect.Parameter(
+            "config", inspect.Parameter.KEYWORD_ONLY, default=config_option(config_what), annotation=Optional[Path]
+        ),
         inspect.Parameter("set_", inspect.Parameter.KEYWORD_ONLY, default=set_option(), annotation=Optional[list[str]]),
     ]
     for f in flags:

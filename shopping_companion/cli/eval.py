@@ -23,8 +23,9 @@ LIMITS_HELP = (
     "connection failures / timeouts stop the run (default 5, or $SHOPCOMP_BREAKER_THRESHOLD)."
 )
 
+# fmt: off
 #: Every ``shopcomp eval`` flag and the config key it overrides (``docs/evaluation.md`` lists the keys).
-EVAL_FLAGS = [
+EVAL_FLAGS: list[Flag] = [
     Flag("--bench DIR", "bench.path", Path, "Benchmark directory written by `shopcomp synth`."),
     Flag("--run-name, --name NAME", "output.name", str, "Run name: results go to RUNS_DIR/NAME/."),
     Flag("--runs-dir DIR", "output.runs_dir", Path, "Parent directory of run outputs (default runs)."),
@@ -49,12 +50,7 @@ EVAL_FLAGS = [
     Flag("--trials K", "trials", int, "Trials per task and strategy, for pass@k / pass^k (default 1)."),
     Flag("--pass-k LIST", "pass_k", str, "k values of pass@k / pass^k, e.g. 1,2,4 (default 1..trials)."),
     Flag("--concurrency N", "concurrency", int, "Episodes in flight at once, all workers together (default 8)."),
-    Flag(
-        "--ray ADDRESS",
-        "ray.address",
-        str,
-        "Run episodes on Ray workers: local (a private cluster here) | auto | HOST:PORT | ray://HOST:PORT.",
-    ),
+    Flag("--ray ADDRESS", "ray.address", str, "Run episodes on Ray workers: local (a private cluster here) | auto | HOST:PORT | ray://HOST:PORT."),
     Flag("--ray-workers N", "ray.workers", int, "Ray episode workers (default: one per CPU of the cluster; --ray)."),
     Flag("--tools WHERE", "tools", str, "local (default) | serve:URL (a `shopcomp serve` service: tools, judge)."),
     Flag("--seed N", "seed", int, "Base seed: episode seeds derive from (seed, task id, trial) (default 0)."),
@@ -68,18 +64,8 @@ EVAL_FLAGS = [
     Flag("--judge-model NAME", "judge.model", str, "Judge model name (--judge llm)."),
     Flag("--judge-base-url URL", "judge.base_url", str, "Judge endpoint (--judge llm)."),
     Flag("--judge-api-key-env VAR", "judge.api_key_env", str, "Variable holding the judge's API key."),
-    Flag(
-        "--judge-cascade/--no-judge-cascade",
-        "judge.cascade",
-        bool,
-        "--judge llm: only stages the rule judge is unsure of go to the LLM (default on).",
-    ),
-    Flag(
-        "--reward-config, --rubric SPEC",
-        "rubric",
-        str,
-        "paper (default) | outcome_only | spec/rubric YAML | module:attr (docs/rewards.md).",
-    ),
+    Flag("--judge-cascade/--no-judge-cascade", "judge.cascade", bool, "--judge llm: only stages the rule judge is unsure of go to the LLM (default on)."),
+    Flag("--reward-config, --rubric SPEC", "rubric", str, "paper (default) | outcome_only | spec/rubric YAML | module:attr (docs/rewards.md)."),
     Flag("--attribution-model NAME", "attribution.model", str, "Also attribute failures with this LLM (App. F.2)."),
     Flag("--attribution-base-url URL", "attribution.base_url", str, "Endpoint of the attribution LLM."),
     Flag("--attribution-api-key-env VAR", "attribution.api_key_env", str, "Variable holding its API key."),
@@ -89,6 +75,7 @@ EVAL_FLAGS = [
     Flag("--data-dir DIR", "data.data_dir", Path, "Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."),
     Flag("--index-dir DIR", "data.index_dir", Path, "BM25 index directory (default: the cache)."),
 ]
+# fmt: on
 
 
 def load_eval_config(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> Any:

@@ -23,7 +23,7 @@ from typing import Optional
 
 import typer
 
-from shopping_companion.cli.common import console, deprecated_alias, new_app, option
+from shopping_companion.cli.common import console, deprecated_alias, flag_command, new_app, option
 from shopping_companion.errors import ConfigError
 
 app = new_app(help="GRPO with verl (cluster): datasets, configs and launch (docs/grpo.md).")
@@ -86,12 +86,14 @@ def prepare(
 
 
 from shopping_companion.cli.grpo_launch import launch, submit  # noqa: E402 - the verl command: print, check, run, submit
-from shopping_companion.cli.grpo_trl import trl as _trl  # noqa: E402 - TRL on one node (imports TRL lazily)
+from shopping_companion.cli.grpo_trl import TRL_FLAGS, TRL_HELP, trl  # noqa: E402 - TRL on one node (imports TRL lazily)
 
 _EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 app.command(context_settings=_EXTRA_ARGS)(launch)
 app.command(context_settings=_EXTRA_ARGS)(submit)
-app.command("trl")(_trl)
+flag_command(
+    app, "trl", TRL_FLAGS, trl, help=TRL_HELP, config_what="the TRL GRPO run (configs/grpo/trl_cpu.yaml, trl_gpu.yaml)"
+)
 
 
 if __name__ == "__main__":  # scripts/run_grpo.sh: `python -m shopping_companion.cli.grpo launch ...`

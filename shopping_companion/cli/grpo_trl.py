@@ -14,70 +14,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
-from shopping_companion.cli.common import config_option, console, set_option, sets_of
+from shopping_companion.cli.common import Flag, console
 
-__all__ = ["trl"]
+__all__ = ["TRL_FLAGS", "TRL_HELP", "trl"]
 
-_NAMES = {
-    "model": "--model",
-    "bench": "--bench",
-    "trainer.output_dir": "--output-dir",
-    "trainer.max_steps": "--max-steps",
-    "reward_config": "--reward-config",
-    "resume": "--resume/--no-resume",
-}
+# fmt: off
+#: Every ``grpo trl`` flag and the :class:`~shopping_companion.trainers.trl_train.TrlGrpoConfig` key
+#: it overrides (registered by :mod:`shopping_companion.cli.grpo` with ``flag_command``).
+TRL_FLAGS: list[Flag] = [
+    Flag("--model PATH", "model", str, "Policy model: a local directory or a hub id (config key model)."),
+    Flag("--bench DIR", "bench", Path, "Benchmark directory written by `shopcomp synth` (config key bench)."),
+    Flag("--output-dir DIR", "trainer.output_dir", Path, "Checkpoints, logs, config.yaml, summary.json (trainer.output_dir)."),
+    Flag("--max-steps N", "trainer.max_steps", int, "Optimizer steps to train to (trainer.max_steps).", min=1),
+    Flag("--reward-config SPEC", "reward_config", str, "Reward spec: paper | outcome_only | a spec/rubric YAML | module:attr (config key reward_config)."),
+    Flag("--resume/--no-resume", "resume", bool, "Resume from the latest checkpoint in the output directory (one must exist) / start afresh; default: the config's resume (auto: resume when a checkpoint exists)."),
+]
+# fmt: on
+#: How the flags are named in error messages (the on/off pair in full).
+_NAMES = {f.key: f.usage.split()[0] for f in TRL_FLAGS}
 
-
-def trl(
-    config: Optional[Path] = config_option("the TRL GRPO run (configs/grpo/trl_cpu.yaml, trl_gpu.yaml)"),
-    set_: Optional[list[str]] = set_option(),
-    model: Optional[str] = typer.Option(
-        None, "--model", metavar="PATH", help="Policy model: a local directory or a hub id (config key model)."
-    ),
-    bench: Optional[Path] = typer.Option(
-        None, "--bench", metavar="DIR", help="Benchmark directory written by `shopcomp synth` (config key bench)."
-    ),
-    output_dir: Optional[Path] = typer.Option(
-        None, "--output-dir", metavar="DIR", help="Checkpoints, logs, config.yaml, summary.json (trainer.output_dir)."
-    ),
-    max_steps: Optional[int] = typer.Option(
-        None, "--max-steps", min=1, metavar="N", help="Optimizer steps to train to (trainer.max_steps)."
-    ),
-    reward_config: Optional[str] = typer.Option(
-        None,
-        "--reward-config",
-        metavar="SPEC",
-        help="Reward spec: paper | outcome_only | a spec/rubric YAML | module:attr (config key reward_config).",
-    ),
-    resume: Optional[bool] = typer.Option(
-        None,
-        "--resume/--no-resume",
-        help="Resume from the latest checkpoint in the output directory (one must exist) / start afresh; "
-        "default: the config's resume (auto: resume when a checkpoint exists).",
-        show_default=False,
-    ),
-) -> None:
-    """GRPO on one node with TRL: same tools, user simulator, judge and rubric as verl.
+TRL_HELP = """GRPO on one node with TRL: same tools, user simulator, judge and rubric as verl.
 
     Writes checkpoints, config.yaml and summary.json to trainer.output_dir and prints the summary
     (steps, wall time, the last logged reward components) as JSON. Exit status: 0 trained; 2 a bad
     config, a missing TRL or bad data."""
+
+
+def trl(config: Optional[Path], sets: list[str], overrides: dict[str, Any]) -> None:
+    """The ``grpo trl`` command (:data:`TRL_HELP`): ``overrides`` are the given flags by config key."""
     from shopping_companion.config import load_model
     from shopping_companion.trainers.trl_train import TrlGrpoConfig, require_trl, run_trl
 
-    flags = {
-        "model": model,
-        "bench": str(bench) if bench is not None else None,
-        "trainer.output_dir": str(output_dir) if output_dir is not None else None,
-        "trainer.max_steps": max_steps,
-        "reward_config": reward_config,
-        "resume": resume,
-    }
-    cfg = load_model(TrlGrpoConfig, config, sets_of(set_), flags, names=_NAMES)
+    flags = {k: str(v) if isinstance(v, Path) else v for k, v in overrides.items()}  # the config's paths are strings
+    cfg = load_model(TrlGrpoConfig, config, sets, flags, names=_NAMES)
     require_trl()
     summary = run_trl(cfg, console=console)
     last = summary.get("last") or {}

@@ -149,6 +149,7 @@ flag_command(
 
 # --------------------------------------------------------------------------- run
 
+# fmt: off
 #: Every ``personalize run`` flag and the :class:`PersonalizeRunConfig` key it overrides.
 RUN_FLAGS = [
     Flag("--dataset DIR", "dataset", Path, "Dataset directory written by `personalize build` (required)."),
@@ -159,18 +160,14 @@ RUN_FLAGS = [
     Flag("--model NAME", "model", str, "Model of the role agents (--roles llm)."),
     Flag("--base-url URL", "base_url", str, "OpenAI-compatible endpoint (--roles llm)."),
     Flag("--api-key-env VAR", "api_key_env", str, "Variable holding the API key (roles and embeddings)."),
-    Flag(
-        "--embedder NAME",
-        "embedder",
-        str,
-        "minilm (default) | openai:MODEL (an embeddings endpoint: --embed-base-url).",
-    ),
+    Flag("--embedder NAME", "embedder", str, "minilm (default) | openai:MODEL (an embeddings endpoint: --embed-base-url)."),
     Flag("--embed-base-url URL", "embed_base_url", str, "Embeddings endpoint of openai:<model>."),
     Flag("--categories LIST", "categories", str, "Only these categories (comma list)."),
     Flag("--max-cases N", "max_cases", int, "Only the first N cases."),
     Flag("--concurrency N", "concurrency", int, "Dialogues in flight (threads; default 1)."),
     Flag("--force", "force", bool, "Adopt this configuration for dialogues whose run.json is missing or corrupt."),
 ]
+# fmt: on
 
 
 #: :class:`PersonalizeRunConfig` fields passed to :func:`~shopping_companion.personalization.runner.run_dialogues`

@@ -75,15 +75,8 @@ class CascadeJudge:
         lv = self.llm.judge(task, trajectory)
         if lv.failed:
             self._count(llm_failures=1)
-            return v.model_copy(
-                update={
-                    "judge": self.name,
-                    "failed": True,
-                    "llm_calls": 1,
-                    "uncertain_policy": None,
-                    "reasons": [f"{v.uncertain} uncertain item(s) sent to {lv.judge}, which failed", *lv.reasons],
-                }
-            )
+            reasons = [f"{v.uncertain} uncertain item(s) sent to {lv.judge}, which failed", *lv.reasons]
+            return self._after_llm(v, failed=True, reasons=reasons)
         items = _decide(v, lv)
         F, N, addon = v.F, v.N, bool(v.b)
         if v.stage == 1:
@@ -96,18 +89,14 @@ class CascadeJudge:
         )
         reasons = [r for r in v.reasons if not r.endswith(f"scored {self.rule_policy}")] + [note]
         reasons += [f"{lv.judge}: {r}" for r in lv.reasons]
-        return v.model_copy(
-            update={
-                **fields,
-                "judge": self.name,
-                "items": items,
-                "llm_calls": 1,
-                "uncertain_policy": None,
-                "reasons": reasons,
-            }
-        )
+        return self._after_llm(v, **fields, items=items, reasons=reasons)
 
     __call__ = judge
+
+    def _after_llm(self, v: Verdict, **update: Any) -> Verdict:
+        """The rule verdict ``v`` as this cascade's, after its one LLM call: ``update`` (the fields
+        the LLM changed, ``reasons``) on top, no uncertain policy left to apply."""
+        return v.model_copy(update={**update, "judge": self.name, "llm_calls": 1, "uncertain_policy": None})
 
     @property
     def rule_policy(self) -> str:

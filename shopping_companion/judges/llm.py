@@ -709,20 +709,10 @@ class LLMJudge:
         to the judge. Raises :class:`ConfigError` for a bad setting."""
         from shopping_companion.llm.openai_backend import OpenAIBackend
 
-        extra: dict[str, Any] = {}
+        http: dict[str, Any] = {"timeout_s": http_timeout_s, "max_retries": http_retries, "deadline_s": http_deadline_s}
         if breaker_threshold is not None:
-            extra["breaker_threshold"] = breaker_threshold
-        backend = OpenAIBackend(
-            model,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            timeout_s=http_timeout_s,
-            max_retries=http_retries,
-            deadline_s=http_deadline_s,
-            send_top_k=False,
-            name=f"judge:{model}",
-            **extra,
-        )
+            http["breaker_threshold"] = breaker_threshold
+        backend = OpenAIBackend.for_role("judge", model, base_url=base_url, api_key_env=api_key_env, **http)
         return cls(backend, lookup, **kwargs)
 
     # ------------------------------------------------------------------ public API

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shopping_companion.errors import check_at_least
+
 __all__ = ["AsyncBatcher", "GenRequest", "ThreadBatcher", "generate_batch", "sampling_support"]
 
 
@@ -103,8 +105,7 @@ def generate_batch(
     for r in requests:
         if not r.ids:
             raise ValueError("ids: a request needs at least one prompt token")
-        if r.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: must be >= 1, got {r.max_new_tokens}")
+        check_at_least("max_new_tokens", r.max_new_tokens, 1)
     device = next(model.parameters()).device
     n = len(requests)
     width = max(len(r.ids) for r in requests)
@@ -166,10 +167,8 @@ class AsyncBatcher:
     the event loop's thread (the episodes have nothing else to do meanwhile)."""
 
     def __init__(self, run: Callable[[list[GenRequest]], list[list[int]]], max_batch: int = 64) -> None:
-        if max_batch < 1:
-            raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
         self.run = run
-        self.max_batch = max_batch
+        self.max_batch = check_at_least("max_batch", max_batch, 1)
         self.active = 0
         self._queue: list[tuple[GenRequest, asyncio.Future]] = []
         self.batches: list[int] = []  # the size of every batch run, for logs and tests
@@ -212,13 +211,9 @@ class ThreadBatcher:
     def __init__(
         self, run: Callable[[list[GenRequest]], list[list[int]]], max_batch: int = 16, max_wait_s: float = 0.02
     ) -> None:
-        if max_batch < 1:
-            raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
-        if max_wait_s < 0:
-            raise ValueError(f"max_wait_s: must be >= 0, got {max_wait_s}")
         self.run = run
-        self.max_batch = max_batch
-        self.max_wait_s = max_wait_s
+        self.max_batch = check_at_least("max_batch", max_batch, 1)
+        self.max_wait_s = check_at_least("max_wait_s", max_wait_s, 0)
         self._cv = threading.Condition()
         self._queue: list[dict[str, Any]] = []
         self._running = False

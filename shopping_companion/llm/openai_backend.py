@@ -366,6 +366,14 @@ class OpenAIBackend(Closeable):
         config = OpenAIBackendConfig.from_env(env, **{k: v for k, v in overrides.items() if k in fields})
         return config.build(**{k: v for k, v in overrides.items() if k not in fields})
 
+    @classmethod
+    def for_role(cls, role: str, model: str, **settings: Any) -> OpenAIBackend:
+        """A backend that serves a helper of the agent (``role``: ``judge``, ``extract``, ``synth``,
+        ...), not the policy: named ``<role>:<model>`` in records and errors, and sending no
+        ``top_k`` (the helper's sampling is its own); ``settings``: the constructor's other keyword
+        arguments (``base_url``, ``api_key_env``, ``timeout_s``, ...)."""
+        return cls(model, send_top_k=False, name=f"{role}:{model}", **settings)
+
     def close(self) -> None:
         """Close the underlying HTTP connection pool."""
         self._client.close()

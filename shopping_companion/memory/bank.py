@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from shopping_companion.errors import check_at_least
 from shopping_companion.memory.embedder import DIM, Embedder, finish_f16
 from shopping_companion.memory.store import MemoryStore
 from shopping_companion.types import Session, SessionRef, Task
@@ -42,14 +43,10 @@ class MemoryBank:
     def __init__(
         self, pool: Mapping[str, Session], embedder: Embedder, snippet_chars: int = 300, *, chunk: int = 2048
     ) -> None:
-        if snippet_chars < 1:
-            raise ValueError(f"snippet_chars must be >= 1, got {snippet_chars}")
-        if chunk < 1:
-            raise ValueError(f"chunk must be >= 1, got {chunk}")
         self.pool = pool
         self.embedder = embedder
-        self.snippet_chars = snippet_chars
-        self.chunk = chunk
+        self.snippet_chars = check_at_least("snippet_chars", snippet_chars, 1)
+        self.chunk = check_at_least("chunk", chunk, 1)
         self._vecs: dict[str, np.ndarray] = {}  # session id -> float16 [n_rows, 384]
         self._owner: dict[str, np.ndarray] = {}  # session id -> int64 [n_rows]: turn of each row
         self._lock = threading.RLock()

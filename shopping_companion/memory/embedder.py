@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from shopping_companion.errors import check_at_least
 from shopping_companion.paths import cache_dir
 from shopping_companion.resources import Closeable
 
@@ -277,10 +278,8 @@ class Embedder(Closeable):
     ) -> None:
         if batch_size is None:
             batch_size = 64 if str(device).startswith("cuda") else 16
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if commit_every < 1:
-            raise ValueError(f"commit_every must be >= 1, got {commit_every}")
+        check_at_least("batch_size", batch_size, 1)
+        check_at_least("commit_every", commit_every, 1)
         for name, val in (("precision", precision), ("query_precision", query_precision)):
             if val not in PRECISIONS:
                 raise ValueError(f"{name} must be one of {PRECISIONS}, got {val!r}")

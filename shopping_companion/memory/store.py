@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from shopping_companion.errors import ToolInputError, check_tool_text
+from shopping_companion.errors import ToolInputError, check_at_least, check_tool_text
 from shopping_companion.memory.embedder import DIM, Embedder, finish_f16
 from shopping_companion.tool_args import (  # the limits are re-exported (public names of this module)
     MAX_QUERIES,
@@ -79,10 +79,8 @@ class MemoryStore:
         embeddings: np.ndarray | None = None,
         window_turns: np.ndarray | Sequence[int] | None = None,
     ) -> None:
-        if snippet_chars < 1:
-            raise ValueError(f"snippet_chars must be >= 1, got {snippet_chars}")
         self.embedder = embedder
-        self.snippet_chars = snippet_chars
+        self.snippet_chars = check_at_least("snippet_chars", snippet_chars, 1)
         self._sessions: dict[str, Session] = {}
         for s in sessions:
             if s.session_id in self._sessions:

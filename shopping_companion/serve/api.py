@@ -15,9 +15,9 @@ Routes (all ``POST`` take and return JSON; ``GET`` routes take no body):
 ``GET  /v1/info``           :class:`InfoResponse`: loaded benchmarks, catalog, reward spec
 ``GET  /v1/openapi.json``   the OpenAPI schema of these routes
 ``GET  /v1/endpoints``      :class:`EndpointsResponse`: the replicas' direct endpoints
-``POST /v1/product_search`` :class:`ProductSearchRequest` -> :class:`ProductSearchResponse`
+``POST /v1/product_search`` :class:`ProductSearchRequest` -> :class:`SearchResponse`
 ``POST /v1/product_view``   :class:`ProductViewRequest` -> :class:`ProductViewResponse`
-``POST /v1/mem_search``     :class:`MemSearchRequest` -> :class:`MemSearchResponse`
+``POST /v1/mem_search``     :class:`MemSearchRequest` -> :class:`SearchResponse`
 ``POST /v1/mem_view``       :class:`MemViewRequest` -> :class:`MemViewResponse`
 ``POST /v1/judge``          :class:`JudgeRequest` -> :class:`JudgeResponse`
 ``POST /v1/reward``         :class:`RewardRequest` -> :class:`RewardResponse`
@@ -183,10 +183,15 @@ class ProductSearchRequest(_Body):
     top_k: StrictInt = 10
 
 
-class ProductSearchResponse(_Body):
-    """The hits exactly as :meth:`ProductSearch.search` returns them, best first."""
+class SearchResponse(_Body):
+    """The hits exactly as the search returns them, best first: :meth:`ProductSearch.search`
+    (``product_search``) or :meth:`MemoryStore.search` (``mem_search``)."""
 
     results: list[dict[str, Any]]
+
+
+#: The response of ``product_search``.
+ProductSearchResponse = SearchResponse
 
 
 class ProductViewRequest(_Body):
@@ -213,10 +218,8 @@ class MemSearchRequest(MemoryRequest):
     top_k: StrictInt = 10
 
 
-class MemSearchResponse(_Body):
-    """The hits exactly as :meth:`MemoryStore.search` returns them, best first."""
-
-    results: list[dict[str, Any]]
+#: The response of ``mem_search``.
+MemSearchResponse = SearchResponse
 
 
 class MemViewRequest(MemoryRequest):

@@ -8,12 +8,11 @@ decides whether a finished phase can be reused.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from shopping_companion.config import STRICT
+from shopping_companion.config import STRICT, RunDir
 from shopping_companion.trainers.nano import NanoModelConfig
 
 __all__ = [
@@ -84,6 +83,11 @@ class TeacherSettings(BaseModel):
     p_attribute_queries: float = Field(default=0.0, ge=0, le=1)
     seed: int = 0
     answer_from: Literal["gold", "evidence"] = "gold"
+
+    def scripted_settings(self) -> dict[str, Any]:
+        """The scripted teacher's settings as keyword arguments of
+        :class:`~shopping_companion.llm.teacher.ScriptedTeacher` (``top_k`` ... ``answer_from``)."""
+        return self.model_dump(include={"top_k", "p_stray", "p_slip", "p_attribute_queries", "seed", "answer_from"})
 
     @model_validator(mode="after")
     def _endpoint(self) -> TeacherSettings:
@@ -250,7 +254,7 @@ class EvalSettings(BaseModel):
         return self
 
 
-class PipelineConfig(BaseModel):
+class PipelineConfig(RunDir, BaseModel):
     """One pipeline run (module docstring): outputs in ``<runs_dir>/<name>/``."""
 
     model_config = STRICT
@@ -274,10 +278,6 @@ class PipelineConfig(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         return _dir_name(v)
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.runs_dir) / self.name
 
     @model_validator(mode="after")
     def _arms_run(self) -> PipelineConfig:

@@ -394,14 +394,7 @@ class Pipeline:
         from shopping_companion.benchmark.synthesis.verify import states_value
 
         teacher = ScriptedTeacher(
-            tasks,
-            top_k=t.top_k,
-            p_stray=t.p_stray,
-            p_slip=t.p_slip,
-            p_attribute_queries=t.p_attribute_queries,
-            seed=t.seed,
-            answer_from=t.answer_from,
-            states=lambda p, text: states_value(p.attribute, p.value, text),
+            tasks, **t.scripted_settings(), states=lambda p, text: states_value(p.attribute, p.value, text)
         )
         with PolicyServer(teacher, model="scripted-teacher") as srv:
             self.say(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -253,16 +253,8 @@ class EnvResources:
         lookup = product_lookup(self.products)
         judge = spec.build_judge(lookup, self.sessions, self.embedder)
         rubric = spec.build_rubric({"lookup": lookup})
-        new = EnvResources(
-            tasks=self.tasks,
-            sessions=self.sessions,
-            products=self.products,
-            embedder=self.embedder,
-            judge=judge,
-            reward_fn=rubric,
-            memory_cache=self.memory_cache,
-        )
-        new._mem, new._lock = self._mem, self._lock  # one memory-store cache for both
+        # the same services and one memory-store cache (``_mem``, ``_lock``) for both; its own specs
+        new = replace(self, judge=judge, reward_fn=rubric, _rewarded={})
         with self._lock:
             return self._rewarded.setdefault(key, new)
 

@@ -68,3 +68,13 @@ def test_the_argument_models_hold_the_same_limits():
     ):
         with pytest.raises(ValidationError):
             make()
+
+
+def test_check_at_least_returns_the_value_or_names_field_bound_and_value():
+    from shopping_companion.errors import ConfigError, check_at_least
+
+    assert check_at_least("max_batch", 1, 1) == 1 and check_at_least("max_wait_s", 0.5, 0) == 0.5
+    with pytest.raises(ValueError, match=r"^max_batch: must be >= 1, got 0$"):
+        check_at_least("max_batch", 0, 1)
+    with pytest.raises(ConfigError, match=r"^workers: must be >= 1, got -2$"):
+        check_at_least("workers", -2, 1, ConfigError)

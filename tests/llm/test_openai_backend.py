@@ -516,3 +516,10 @@ def test_ping_refuses_a_base_url_without_http_scheme_or_host():
     for url in ("127.0.0.1:8000/v1", "ftp://127.0.0.1:8000/v1", "http:///v1"):
         with pytest.raises(BackendError, match="http:// or https://"):
             OpenAIBackend("m", base_url=url, api_key="k").ping()
+
+
+def test_for_role_names_the_role_and_sends_no_top_k() -> None:
+    b = OpenAIBackend.for_role("judge", "m1", base_url="http://127.0.0.1:9/v1", timeout_s=7, max_retries=1)
+    with b:
+        assert (b.name, b.model, b.send_top_k, b.timeout_s, b.max_retries) == ("judge:m1", "m1", False, 7.0, 1)
+        assert "top_k" not in json.dumps(b._request_kwargs([{"role": "user", "content": "x"}], None, Sampling(top_k=5)))

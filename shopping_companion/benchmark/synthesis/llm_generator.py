@@ -156,14 +156,13 @@ class LLMGenerator:
     def _default_backend(self, e: LLMEndpoint) -> Any:
         from shopping_companion.llm.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(
-            model=e.model,
+        return OpenAIBackend.for_role(
+            "synth",
+            e.model,
             base_url=e.base_url,
             api_key_env=e.api_key_env,
             timeout_s=self.config.timeout_s,
             max_retries=self.config.http_retries,
-            send_top_k=False,
-            name=f"synth:{e.model}",
         )
 
     def describe(self) -> dict[str, Any]:
