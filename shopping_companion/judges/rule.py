@@ -107,6 +107,14 @@ RULE_JUDGE_VERSION = 7
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
 MAX_VALUE_WORDS = 6
+#: A value that opens with a person as its subject and goes on for two more words ("I swim lengths
+#: three mornings a week", "she's five and still can't tie a bow", "my nani swore by it"): a quoted
+#: chat clause, not an attribute value (no value of a product opens with a subject pronoun).
+_CLAUSE = re.compile(
+    r"^(?:i|i'm|i've|i'd|i'll|we|we're|we've|we'd|she|she's|he|he's|they|they're|they've|you|you're|my|our)"
+    r"(?=[\s,])(?:[\s,]+[\w'’-]+){2,}",
+    re.IGNORECASE,
+)
 #: Dimensions (keys.yaml names → pint's) a product has one property of: a quantity of one, under an
 #: answer key that cannot hold it, names the request's attribute of that dimension.
 _ONE_PROPERTY_DIMS = {"volume": "[length] ** 3", "mass": "[mass]", "information": "[information]"}
@@ -285,10 +293,16 @@ class Stage1Match:
 
 
 def _is_attribute_value(value: str) -> bool:
-    """A short value that is one sentence at most and does not close one: "U.S. Polo Assn.", "Dr.
-    Martens" are values, "Nice. Good." and "Love it!" are not."""
+    """A short value that is one sentence at most, does not close one and is no clause of a person
+    (:data:`_CLAUSE`): "U.S. Polo Assn.", "Dr. Martens" are values; "Nice. Good.", "Love it!" and
+    "I swim lengths three mornings a week" are not."""
     v = value.strip()
-    return len(tokens(v)) <= MAX_VALUE_WORDS and len(split_sentences(v, semicolons=True)) <= 1 and not ends_sentence(v)
+    return (
+        len(tokens(v)) <= MAX_VALUE_WORDS
+        and len(split_sentences(v, semicolons=True)) <= 1
+        and not ends_sentence(v)
+        and not _CLAUSE.match(v.replace("’", "'"))
+    )
 
 
 def _uncertain_misses(

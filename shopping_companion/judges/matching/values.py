@@ -250,9 +250,10 @@ class ValueMatcher:
         equivalent" for lack of a rule, is not). Values with a gloss in parentheses ("solar
         (light-powered)") are also compared by each of their :func:`readings`: equivalent when one
         pair is and every glossed value is :meth:`gloss_consistent` (else not equivalent, and not
-        explicitly), explicitly "no" only when every pair is explicitly not. Two quantities with the
-        same bound, one with an operator and one without ("100 m" for "at least 100 m"), are not
-        equivalent, and not explicitly: a rating may be stated without its "at least"."""
+        explicitly), explicitly "no" only when every pair is explicitly not. A plain quantity with its unit (or
+        a bare count) equal to the single bound of ``a`` ("100 m" for "at least 100 m", "2" for "at
+        least 2" ports) is equivalent: people state a rating or a minimum without its "at least";
+        the other way round (a bound for a plain ``a``) is not known (not explicit)."""
         d = self._compare(key, a, b)
         if d.holds or ("(" not in a and "(" not in b):
             return d
@@ -316,17 +317,26 @@ class ValueMatcher:
             # "Nike or Adidas", "navy, blue", "at most 150 cm or at least 200 cm": a hedge; None:
             # quantities in a unit the table does not read ("100 m / 10 ATM"), not known
             return False if hedge_b else None
+        if (
+            va.constraint is not None
+            and vb.constraint is None
+            and va.constraint.dim == ""
+            and va.constraint.op in (">=", "<=")
+            and _bare_count(vb.text) == va.constraint.lo
+        ):
+            return True  # "2" ports for "at least 2": the gold's bound without its operator (below)
         if va.constraint is not None and vb.constraint is not None:
             same = va.constraint.same_as(vb.constraint)
             if not same and va.constraint.dim and (_unread_unit(va.text) or _unread_unit(vb.text)):
                 return None  # "10 bar" for "100 m": a unit the table does not read (the number got the key's unit)
-            plain = va if va.constraint.op == "=" else vb
-            if (
-                not same
-                and _bound_without_operator(va.constraint, vb.constraint)
-                and _HAS_UNIT_OR_OP.search(plain.text)
-            ):
-                return None  # a bare number stays a different value (its unit is only the key's guess)
+            if not same and _bound_without_operator(va.constraint, vb.constraint):
+                if vb.constraint.op == "=" and (vb.constraint.dim == "" or _HAS_UNIT_OR_OP.search(vb.text)):
+                    # the gold's bound stated without its operator ("100 m" for "at least 100 m",
+                    # "2" ports for "at least 2"): people state a minimum or a rating so
+                    return True
+                plain = va if va.constraint.op == "=" else vb
+                if _HAS_UNIT_OR_OP.search(plain.text):
+                    return None  # a gold plain quantity answered as a bound: not known
             return same
         if va.concepts and vb.concepts and not (va.partial or vb.partial):
             ga, gb = set(va.concepts), set(vb.concepts)
