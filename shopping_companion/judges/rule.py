@@ -101,8 +101,13 @@ __all__ = [
 #: not read ("10 bar"), a gold concept named under another known key; "laces: none" read as no laces.
 #: 7: a negation carries over "and" / "or" ("SLS & Paraben Free"); a wish written as an absence
 #: ("latex-free") is met by the page saying so; counts of a part ("2 USB Ports"); a gold value that
-#: lists names of one thing is matched by one of them.
-RULE_JUDGE_VERSION = 7
+#: lists names of one thing is matched by one of them. 8: a plain quantity or bare count for the
+#: gold's single bound ("100 m" for "at least 100 m") matches; a prime after a number is feet; a
+#: clause with a person as subject is no value; run-together catalog sentences are separated; an
+#: unknown key's phrase of two or more words named outright in prose, or the feature of a "for
+#: <purpose>" wish, decides; counts across modifiers; power source read through the movement
+#: vocabulary.
+RULE_JUDGE_VERSION = 8
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).

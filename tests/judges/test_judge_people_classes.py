@@ -443,3 +443,19 @@ def test_a_purpose_after_for_is_the_shoppers_the_feature_is_the_pages():
     # a "for" part that names a model is the wish itself, not a purpose
     case = product("Wallet Case", "A slim leather case for iPhone 7 with card slot.")
     assert not R.check(case, pref("compatibility", "leather case for iPhone 8")).satisfied
+
+
+def test_a_size_written_without_its_unit_is_the_same_size():
+    key = M.key("mattress size")
+    assert M.compare(key, "140x200 cm", "140x200").holds
+    assert M.compare(key, "140x200 cm", "140 by 200").holds
+    d = M.compare(key, "140x200 cm", "90x200")
+    assert not d.holds and d.explicit
+    assert not M.compare(key, "140x200 cm", "king").explicit  # a size standard: not for the rules
+
+
+def test_power_source_is_read_through_the_movement_vocabulary():
+    watch = product("Analogue Watch", **{"Power Source": "Battery"})
+    ev = R.check(watch, pref("power source", "solar (light-powered)"))
+    assert not ev.satisfied and ev.confident
+    assert match_preferences(task(pref("power source", "solar")), [pref("power", "light powered")]).matches == [0]

@@ -350,6 +350,12 @@ class ValueMatcher:
             return True
         if not key.known and _bare_count(va.text) is not None and _bare_count(vb.text) is not None:
             return False  # "number of drawers": 6 is not 4 (equal counts have equal words)
+        if (da := _dimensions(va.text)) is not None and (db := _dimensions(vb.text)) is not None:
+            (na, ua), (nb, ub) = da, db
+            if ua == ub or not ua or not ub:
+                # "140x200" for "140x200 cm": one size written with and without its unit; "90x200"
+                # is another size
+                return na == nb
         if (
             ta
             and ta <= tb
@@ -595,6 +601,24 @@ def _bare_count(text: str) -> int | None:
     """The whole number ``text`` is ("4", "four"), else None."""
     t = tokens(text)
     return int(t[0]) if len(t) == 1 and t[0].isdigit() else None
+
+
+_DIMENSIONS = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?)(?:\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?))?"
+    r"\s*(cm|mm|m|in|inch|inches|\")?\s*$",
+    re.IGNORECASE,
+)
+
+
+def _dimensions(text: str) -> tuple[tuple[float, ...], str] | None:
+    """``((140.0, 200.0), "cm")`` for a value that is only a size of two or three numbers
+    ("140x200 cm", "140 x 200", "90 by 200"); the unit is "" when not written; None otherwise."""
+    m = _DIMENSIONS.match(text or "")
+    if m is None:
+        return None
+    unit = (m.group(4) or "").lower()
+    unit = {"inch": "in", "inches": "in", '"': "in"}.get(unit, unit)
+    return tuple(float(g) for g in m.groups()[:3] if g is not None), unit
 
 
 def listed_names(text: str | None) -> tuple[str, ...]:
