@@ -459,3 +459,11 @@ def test_power_source_is_read_through_the_movement_vocabulary():
     ev = R.check(watch, pref("power source", "solar (light-powered)"))
     assert not ev.satisfied and ev.confident
     assert match_preferences(task(pref("power source", "solar")), [pref("power", "light powered")]).matches == [0]
+
+
+def test_a_qualified_wish_whose_head_is_explicitly_not_met_is_not_met():
+    cable = product("6' Micro USB Charge-and-Sync Cable", connectivity="Micro USB")
+    ev = R.check(cable, pref("connector", "Lightning (for iPhone)"))
+    assert not ev.satisfied and ev.confident
+    ev = R.check(product("Lightning Cable", connectivity="Lightning"), pref("connector", "Lightning (for iPhone)"))
+    assert ev.satisfied and ev.confident

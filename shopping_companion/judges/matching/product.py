@@ -54,6 +54,7 @@ from shopping_companion.judges.matching.values import (
     is_amount,
     listed_names,
     readings,
+    split_gloss,
     split_negation,
 )
 from shopping_companion.types import Preference, Product, ProductSlot
@@ -174,6 +175,11 @@ class ProductReader:
                 detail = f"{best.detail}; another reading of the value is not met"
                 return Evidence(True, best.source, detail, False, "value_outside_vocabulary")
             return best
+        _, gloss = split_gloss(pref.value)
+        if want and gloss is None and len(evs) > 1 and evs[1].confident:
+            # a qualifying gloss ("Lightning (for iPhone)") narrows the wish: its head explicitly
+            # not met ("connectivity: Micro USB") is the wish not met
+            return evs[1]
         confident = all(e.confident for e in evs)
         first = evs[0]
         if confident or not first.confident:
