@@ -38,13 +38,16 @@ as scored (the rule judge: ``uncertain: no_credit``):
   Their coverage, agreement and confusion are reported beside the confident ones.
 
 Fixes are made from the ``dev`` half only, so disagreements are printed for ``old`` and the
-``people`` dev half (``--show-half``); the test half is reported in totals.
+``people`` dev half (``--show-half``); the test half is reported in totals. ``--blind`` leaves the
+test half (and ``all``, which holds it) out of every table, the ``RESULT`` line and ``--json``: the
+mode to fix rules in, reading the test half once at the end without it.
 
 Usage::
 
     python benchmarks/bench_judge_validity.py [--data-dir PATH] [--judge rule|llm:MODEL[@URL]]
                                               [--sets old,people] [--show N]
-                                              [--show-half dev|test|all] [--check] [--json OUT]
+                                              [--show-half dev|test|all] [--blind] [--check]
+                                              [--json OUT]
 
 The last line is machine-readable: ``RESULT key=value ...`` (``<set>_<half>_<measure>``).
 ``--check`` exits 1 when the old set's success agreement < 0.97 or count agreement < 0.95
@@ -608,9 +611,18 @@ def main(argv: list[str] | None = None) -> int:
         help="of a set with halves, the half whose breakdown and disagreements are printed (default dev: "
         "fixes are made from it; the test half is reported in totals only)",
     )
+    ap.add_argument(
+        "--blind",
+        action="store_true",
+        help="of a set with halves, report the dev half only: its test half and 'all' (which holds the test "
+        "half) are left out of the tables, the RESULT line, --json and --check, so a session fixing rules "
+        "from dev never sees test-half figures until it reads them once at the end",
+    )
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed (module docstring)")
     ap.add_argument("--json", default=None, help="write the summaries as JSON here")
     args = ap.parse_args(argv)
+    if args.blind and args.show_half != "dev":
+        raise SystemExit("--blind reports the dev half only: --show-half dev")
 
     if args.fixture_dir:
         dirs = {Path(args.fixture_dir).name: Path(args.fixture_dir)}
@@ -637,15 +649,17 @@ def main(argv: list[str] | None = None) -> int:
         credit = make_judge(args.judge, products, fx.sessions, uncertain="credit") if args.judge == "rule" else None
         rows = run_agreement(make_judge(args.judge, products, fx.sessions), fx, credit)
         parts = split_rows(rows, load_halves(dirs[name]))
+        if args.blind and "dev" in parts:
+            parts = {"dev": parts["dev"]}
         blocks[name] = {h: selective_block(parts[h]) for h in ("dev", "test", "all") if h in parts}
-        shown = parts.get(args.show_half, parts["all"]) if len(parts) > 1 else parts["all"]
-        half = args.show_half if len(parts) > 1 else "all"
+        half = "all" if set(parts) == {"all"} else args.show_half
+        shown = parts[half]
         summaries[name] = {h: summarize(rs) for h, rs in parts.items()}
         print_report(
             summarize(shown),
             shown,
             args.show,
-            title=f"the {name} set, {half} half" if len(parts) > 1 else f"the {name} set",
+            title=f"the {name} set, {half} half" if half != "all" else f"the {name} set",
         )
         print()
     print_selective_table(blocks)
@@ -664,7 +678,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"blocks": blocks, "summaries": summaries}, indent=2))
     fields = result_fields(blocks)
-    fields["targets_met"] = "1" if not fails else "0"
+    blind = args.blind and any("dev" in b and "test" not in b for b in blocks.values())
+    if blind:
+        print("(--blind: the test half is not reported, so issue 32's targets on it are not evaluated)")
+    fields["targets_met"] = "0" if fails else ("-" if blind else "1")
     print("RESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))
     return 1 if (args.check and fails) else 0
 

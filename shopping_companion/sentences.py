@@ -5,14 +5,17 @@ whitespace, or at a line break, except after an abbreviation's full stop: an ini
 more letters ("U.S.", "e.g."), a title or company word ("Dr.", "St.", "Mr.", "Assn.", "Inc.",
 "Ltd.", :data:`ABBREVIATIONS`), or "No." before a number. A mention of ``keep`` (case-insensitive)
 is never split either, so a value's own full stops stay with it ("Levi Strauss & Co. Jeans").
+Catalog descriptions often join sentences with no punctuation or space at all ("secured with a TSA
+lockOne handle on the top"): :func:`separate_run_together` puts the full stop back.
 Imports nothing of the package.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
-__all__ = ["ABBREVIATIONS", "ends_sentence", "split_sentences"]
+__all__ = ["ABBREVIATIONS", "ends_sentence", "separate_run_together", "split_sentences"]
 
 #: Words that end with a full stop as an abbreviation, not a sentence (lower case, no dot).
 ABBREVIATIONS = frozenset(
@@ -24,6 +27,9 @@ _BOUNDARY = re.compile(r"(?<=[.!?])\s+|\n+")
 _BOUNDARY_SEMI = re.compile(r"(?<=[.!?;])\s+|\n+")
 _LAST_WORD = re.compile(r"(?<![A-Za-z.])([A-Za-z.]*)\.$")
 _INITIALISM = re.compile(r"(?:[A-Za-z]\.){2,}")
+#: a word of two or more lower-case letters run into a capitalised word ("lockOne", "wheelsTwo"):
+#: camel-case names start with a capital ("ThinkPad") or one lower-case letter ("iPhone", "eBay")
+_RUN_TOGETHER = re.compile(r"(?<![A-Za-z])([a-z]{2,})([A-Z][a-z]+)")
 
 
 def _is_abbreviation(head: str, rest: str) -> bool:
@@ -67,3 +73,14 @@ def ends_sentence(text: str) -> bool:
     if not t or t[-1] not in ".!?":
         return False
     return t[-1] != "." or not _is_abbreviation(t, "")
+
+
+@lru_cache(maxsize=4096)
+def separate_run_together(text: str) -> str:
+    """``text`` with a full stop and a space put back where two sentences were joined without
+    punctuation: a word of two or more lower-case letters run into a capitalised word ("TSA
+    lockOne handle" → "TSA lock. One handle"). Camel-case names are left alone: they open with a
+    capital ("ThinkPad", "PlayStation") or with one lower-case letter ("iPhone", "eBay")."""
+    if not text:
+        return text
+    return _RUN_TOGETHER.sub(r"\1. \2", text)

@@ -101,12 +101,19 @@ __all__ = [
 #: not read ("10 bar"), a gold concept named under another known key; "laces: none" read as no laces.
 #: 7: a negation carries over "and" / "or" ("SLS & Paraben Free"); a wish written as an absence
 #: ("latex-free") is met by the page saying so; counts of a part ("2 USB Ports"); a gold value that
-#: lists names of one thing is matched by one of them.
-RULE_JUDGE_VERSION = 7
+#: lists names of one thing is matched by one of them. 8: docs/judge.md's "Version 8" (bounds without
+#: operator, feet, chat clauses, run-together text, prose phrases, purposes, counts, sizes, glosses).
+RULE_JUDGE_VERSION = 8
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
 MAX_VALUE_WORDS = 6
+#: A value opening with a person as subject and two more words ("I swim lengths three mornings a
+#: week", "my nani swore by it"): a quoted chat clause, not an attribute value.
+_CLAUSE = re.compile(
+    r"(?i)^(?:i|i'm|i've|i'd|i'll|we|we're|we've|we'd|she|she's|he|he's|they|they're|they've|you|you're|my|our)"
+    r"(?=[\s,])(?:[\s,]+[\w'’-]+){2,}"
+)
 #: Dimensions (keys.yaml names → pint's) a product has one property of: a quantity of one, under an
 #: answer key that cannot hold it, names the request's attribute of that dimension.
 _ONE_PROPERTY_DIMS = {"volume": "[length] ** 3", "mass": "[mass]", "information": "[information]"}
@@ -285,10 +292,11 @@ class Stage1Match:
 
 
 def _is_attribute_value(value: str) -> bool:
-    """A short value that is one sentence at most and does not close one: "U.S. Polo Assn.", "Dr.
-    Martens" are values, "Nice. Good." and "Love it!" are not."""
+    """A short value, one sentence at most, not closing one, no clause of a person (:data:`_CLAUSE`):
+    "U.S. Polo Assn.", "Dr. Martens" are values; "Nice. Good.", "Love it!", "I swim daily" are not."""
     v = value.strip()
-    return len(tokens(v)) <= MAX_VALUE_WORDS and len(split_sentences(v, semicolons=True)) <= 1 and not ends_sentence(v)
+    short = len(tokens(v)) <= MAX_VALUE_WORDS and len(split_sentences(v, semicolons=True)) <= 1
+    return short and not ends_sentence(v) and not _CLAUSE.match(v.replace("’", "'"))
 
 
 def _uncertain_misses(

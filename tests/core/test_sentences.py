@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shopping_companion.sentences import ends_sentence, split_sentences
+from shopping_companion.sentences import ends_sentence, separate_run_together, split_sentences
 
 PACKAGE = Path(__file__).resolve().parents[2] / "shopping_companion"
 
@@ -50,3 +50,14 @@ def test_no_module_keeps_its_own_sentence_splitter():
         if p.name != "sentences.py" and own.search(p.read_text(encoding="utf-8"))
     ]
     assert found == []
+
+
+def test_sentences_run_together_are_separated_and_camel_case_names_are_not():
+    text = "secured with a TSA lockOne handle on the top and four 360 degree-wheelsTwo main compartments"
+    assert split_sentences(separate_run_together(text)) == [
+        "secured with a TSA lock.",
+        "One handle on the top and four 360 degree-wheels.",
+        "Two main compartments",
+    ]
+    names = "iPhone ThinkPad PlayStation eBay macOS YouTube McDonald"
+    assert separate_run_together(names) == names

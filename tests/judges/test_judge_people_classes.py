@@ -85,10 +85,20 @@ def test_glossed_gold_value_matches_either_reading():
     assert match_preferences(gold, [pref("power source", "battery")]).matches == [None]
 
 
-def test_a_plain_quantity_for_a_bound_is_uncertain_a_bare_number_is_not():
+def test_a_plain_quantity_for_a_gold_bound_matches_a_bare_number_does_not():
     key = M.key("water resistance")
+    # people state a rating or a minimum without its "at least"
     d = M.compare(key, "at least 100 m", "100 m")
+    assert d.holds and d.explicit
+    assert M.compare(M.key("USB ports"), "at least 2", "2").holds
+    assert match_preferences(
+        task(pref("water resistance", "at least 100 m")), [pref("water resistance", "100 m")]
+    ).matches == [0]
+    # another number, or a bound for a plain gold, is not the gold
+    assert not M.compare(key, "at least 100 m", "50 m").holds
+    d = M.compare(key, "100 m", "at least 100 m")
     assert not d.holds and not d.explicit
+    # a bare number's unit is only the key's guess
     d = M.compare(M.key("width"), "at most 150 cm", "150")
     assert not d.holds and d.explicit
 
@@ -371,9 +381,13 @@ def test_how_many_of_a_part_is_read_from_a_number_right_before_the_part():
     assert R.check(product("MALM 4-drawer chest"), pref("number of drawers", "4")).satisfied
     ev = R.check(product("KULLEN Chest of 3 drawers"), pref("number of drawers", "four"))
     assert not ev.satisfied and ev.confident
-    # a number not right before the part ("360 degree-wheels") counts nothing
+    # modifiers between the count and the part, in one sentence; a measure ("360 degree") is no count
     ev = R.check(product("Trolley", "four corner mounted 360 degree-wheels"), pref("number of wheels", "4"))
-    assert not ev.confident
+    assert ev.satisfied and ev.confident
+    ev = R.check(product("Trolley", "has four corner mounted inline skate wheels"), pref("number of wheels", "8"))
+    assert not ev.satisfied and ev.confident
+    # a stop word between ends the count's modifiers: "3 bags with wheels" counts no wheels
+    assert not R.check(product("Set of 3 bags with wheels"), pref("number of wheels", "3")).confident
     # two different counts stated: not for the rules to say
     ev = R.check(product("Hub with 2 USB ports", "Adds 4 USB ports to a desk."), pref("USB ports", "at least 3"))
     assert ev.source == "title" and not ev.satisfied
@@ -384,3 +398,72 @@ def test_different_counts_of_one_unknown_key_are_explicitly_different():
     assert out.matches[0] is None and 0 not in out.unsure_gold
     out = match_preferences(task(pref("number of drawers", "4")), [pref("number of drawers", "four")])
     assert out.matches[0] == 0 and 0 not in out.unsure_gold
+
+
+def test_a_prime_after_a_number_is_feet():
+    ev = R.check(
+        product("Apple MFi Certified 10' Lightning Charge-and-Sync Cable"), pref("length", "at least 2 m (6.6 ft)")
+    )
+    assert ev.satisfied and ev.confident
+    ev = R.check(product("Apple MFi Certified 3' Lightning Cable"), pref("length", "at least 2 m (6.6 ft)"))
+    assert not ev.satisfied and ev.confident
+
+
+def test_a_quoted_chat_clause_is_no_attribute_value():
+    for clause in [
+        "I swim lengths three mornings a week",
+        "she's five and still can't tie a bow",
+        "my nani swore by it",
+    ]:
+        assert [r for _, r in structural_spurious(task(pref("colour", "black")), [pref("habit", clause)])] == [
+            "is not an attribute value (a sentence or a long quote)"
+        ]
+    for value in ["my size", "Ivory", "iPhone case"]:
+        assert structural_spurious(task(pref("colour", "black")), [pref("style", value)]) == []
+
+
+def test_an_unknown_key_phrase_named_outright_in_prose_decides():
+    trolley = product(
+        "IT Luggage Blue Cabin Trolley",
+        "Blue textured hard-sided cabin trolley bag, secured with a TSA lockOne handle on the top",
+    )
+    for value in ["hard-sided", "TSA lock"]:  # the second only once the run-together sentences are split
+        ev = R.check(trolley, pref(value.split()[-1], value))
+        assert ev.satisfied and ev.confident and ev.source == "description"
+    # a single word in prose, or a phrase offered as a choice, stays uncertain
+    pen = product("Gel Pen", "Available in black or blue ink. Blue/Black ink refills.")
+    assert not R.check(pen, pref("ink colour", "blue")).confident
+    assert not R.check(product("Pen", "Choose red ink or blue ink."), pref("ink colour", "blue ink")).confident
+
+
+def test_a_purpose_after_for_is_the_shoppers_the_feature_is_the_pages():
+    shoe = product("Trailmaker Hiking Shoes", "Durable, lightweight and with a grippy outsole, they provide comfort.")
+    ev = R.check(shoe, pref("outsole grip", "grippy outsole for wet ground"))
+    assert ev.satisfied and ev.confident
+    # a "for" part that names a model is the wish itself, not a purpose
+    case = product("Wallet Case", "A slim leather case for iPhone 7 with card slot.")
+    assert not R.check(case, pref("compatibility", "leather case for iPhone 8")).satisfied
+
+
+def test_a_size_written_without_its_unit_is_the_same_size():
+    key = M.key("mattress size")
+    assert M.compare(key, "140x200 cm", "140x200").holds
+    assert M.compare(key, "140x200 cm", "140 by 200").holds
+    d = M.compare(key, "140x200 cm", "90x200")
+    assert not d.holds and d.explicit
+    assert not M.compare(key, "140x200 cm", "king").explicit  # a size standard: not for the rules
+
+
+def test_power_source_is_read_through_the_movement_vocabulary():
+    watch = product("Analogue Watch", **{"Power Source": "Battery"})
+    ev = R.check(watch, pref("power source", "solar (light-powered)"))
+    assert not ev.satisfied and ev.confident
+    assert match_preferences(task(pref("power source", "solar")), [pref("power", "light powered")]).matches == [0]
+
+
+def test_a_qualified_wish_whose_head_is_explicitly_not_met_is_not_met():
+    cable = product("6' Micro USB Charge-and-Sync Cable", connectivity="Micro USB")
+    ev = R.check(cable, pref("connector", "Lightning (for iPhone)"))
+    assert not ev.satisfied and ev.confident
+    ev = R.check(product("Lightning Cable", connectivity="Lightning"), pref("connector", "Lightning (for iPhone)"))
+    assert ev.satisfied and ev.confident

@@ -44,8 +44,9 @@ import re
 from dataclasses import dataclass
 
 from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
-from shopping_companion.judges.matching.normalize import phrase, phrase_occurs, tokens
-from shopping_companion.judges.matching.quantity import Constraint, Quantity, parse_quantities
+from shopping_companion.judges.matching.normalize import STOP_WORDS, phrase, phrase_occurs, tokens
+from shopping_companion.judges.matching.quantity import UNIT_ALIASES, Constraint, Quantity, parse_quantities
+from shopping_companion.sentences import separate_run_together, split_sentences
 from shopping_companion.judges.matching.values import (
     Value,
     ValueMatcher,
@@ -53,6 +54,7 @@ from shopping_companion.judges.matching.values import (
     is_amount,
     listed_names,
     readings,
+    split_gloss,
     split_negation,
 )
 from shopping_companion.types import Preference, Product, ProductSlot
@@ -173,6 +175,11 @@ class ProductReader:
                 detail = f"{best.detail}; another reading of the value is not met"
                 return Evidence(True, best.source, detail, False, "value_outside_vocabulary")
             return best
+        _, gloss = split_gloss(pref.value)
+        if want and gloss is None and len(evs) > 1 and evs[1].confident:
+            # a qualifying gloss ("Lightning (for iPhone)") narrows the wish: its head explicitly
+            # not met ("connectivity: Micro USB") is the wish not met
+            return evs[1]
         confident = all(e.confident for e in evs)
         first = evs[0]
         if confident or not first.confident:
@@ -282,12 +289,12 @@ class ProductReader:
     def _text_fields(self, product: Product) -> list[tuple[str, str]]:
         out = [("title", product.title)]
         if product.features:
-            out.append(("features", " | ".join(product.features)))
+            out.append(("features", separate_run_together(" | ".join(product.features))))
         opts = [o for vs in product.options.values() for o in vs]
         if opts:
             out.append(("options", ", ".join(opts)))
         if product.description:
-            out.append(("description", product.description))
+            out.append(("description", separate_run_together(product.description)))
         if product.category_path:
             out.append(("category", " > ".join(product.category_path)))
         return out
@@ -302,6 +309,10 @@ class ProductReader:
                     not counted.satisfied, counted.source, counted.detail, counted.confident, counted.reason
                 )
             return counted
+        if not key.known and _names_part(key) and _is_count(pref.value):
+            # a count of a part no sentence states: a bare number elsewhere ("Set of 3 bags with
+            # wheels") counts something else
+            return _unknown(want, "no count of this part stated", "unknown_key")
         if gold.constraint is not None and (key.kind == "quantity" or gold.constraint.op != "="):
             for source, text in fields:
                 qs = self._quantities_for(
@@ -346,17 +357,23 @@ class ProductReader:
                 return self._free_of(key, rest, fields, vocab is not None)
         negated = None
         parts = listed_names(pref.value)
+        head = _purpose_head(pref.value)
         for source, text in fields:
             said = phrase_occurs(pref.value, text)
+            value = pref.value
             if said is None and parts:
                 # "SLS / sulphate": a list of names of one thing, stated by any of them
                 found = [phrase_occurs(p, text) for p in parts]
                 said = True if True in found else (False if False in found else None)
+            if said is None and head is not None and phrase_occurs(head, text):
+                # "grippy outsole for wet ground": the page states the feature; the purpose is the shopper's
+                said, value = True, head
             if said:
-                ev = Evidence(want, source, f"{source} mentions {pref.value!r}")
-                if not key.known and source in ("description", "features"):
+                ev = Evidence(want, source, f"{source} mentions {value!r}")
+                if not key.known and source in ("description", "features") and not _named_outright(value, text):
                     # an unknown property's value somewhere in prose ("blue" in "black or blue ink
-                    # versions"): what the prose says it of is not explicit
+                    # versions"): what the prose says it of is not explicit unless it is a phrase
+                    # of its own (below)
                     return _unsure(ev, key)
                 if _only_in_slash_pairs(pref.value, text):
                     # "Blue/Black": a two-tone, an assortment or a choice — not the value alone
@@ -397,6 +414,13 @@ class ProductReader:
                 continue
             t = tokens(text)
             counts = {float(t[i]) for i in range(len(t) - L) if t[i].isdigit() and t[i + 1 : i + 1 + L] == part}
+            if not counts:
+                # a count with modifiers before the part's noun, in one sentence
+                for sentence in split_sentences(text):
+                    w = _words(sentence)
+                    for i in range(1, len(w) - L + 1):
+                        if w[i : i + L] == part and (n := _count_before(w, i)) is not None:
+                            counts.add(n)
             if counts:
                 ok = {c.admits(Quantity(n, "")) for n in counts}
                 detail = f"{source} states {', '.join(f'{n:g}' for n in sorted(counts))} {' '.join(part)}"
@@ -558,6 +582,83 @@ def _only_in_slash_pairs(value: str, text: str) -> bool:
         if not (text[: m.start()].rstrip().endswith("/") or text[m.end() :].lstrip().startswith("/")):
             return False
     return seen
+
+
+#: words after a number that make it a measure, not a count of the part that follows ("360
+#: degree wheels", "15 inch laptop sleeve")
+_MEASURE_WORDS = frozenset(UNIT_ALIASES) | {"degree", "x", "by", "percent", "pct", "year", "month", "day", "hour"}
+#: at most this many words between a count and its part ("four corner mounted inline skate wheels")
+_COUNT_GAP = 4
+
+
+def _names_part(key: ResolvedKey) -> bool:
+    """``key`` names a part that can be counted ("number of wheels", "USB ports")."""
+    return any(t not in _COUNT_WORDS for t in tokens(key.name))
+
+
+def _is_count(value: str) -> bool:
+    """``value`` is a bare whole number ("4", "four")."""
+    t = tokens(value)
+    return len(t) == 1 and t[0].isdigit()
+
+
+def _words(sentence: str) -> tuple[str, ...]:
+    """The words of ``sentence`` normalised one by one like :func:`tokens` ("Wheels" → "wheel",
+    "four" → "4"), stop words kept as they are: they end a count's modifiers (below)."""
+    out: list[str] = []
+    for w in re.findall(r"[A-Za-z]+|\d+(?:\.\d+)?", sentence.lower()):
+        t = tokens(w)
+        out.append(t[0] if len(t) == 1 else w)
+    return tuple(out)
+
+
+def _count_before(w: tuple[str, ...], i: int) -> float | None:
+    """The count of the part whose noun starts at word ``i`` of :func:`_words`: the nearest number
+    at most :data:`_COUNT_GAP` words before it, none of the words between a stop word ("3 bags
+    with wheels" counts no wheels) or a number, the number no measure (:data:`_MEASURE_WORDS` after
+    it: "4 corner mounted 360 degree wheels" → 4); None when there is none."""
+    for j in range(i - 1, max(-1, i - 2 - _COUNT_GAP), -1):
+        if w[j] in STOP_WORDS:
+            return None
+        if w[j].replace(".", "", 1).isdigit():
+            if j + 1 < i and w[j + 1] in _MEASURE_WORDS:
+                continue
+            return float(w[j]) if w[j].isdigit() else None
+    return None
+
+
+_PURPOSE = re.compile(r"^(.+?)\s+for\s+([a-z][a-z\s-]*)$")
+
+
+def _purpose_head(value: str) -> str | None:
+    """The feature of a value that names it and then a purpose in plain words ("grippy outsole for
+    wet ground" → "grippy outsole"); None unless the feature has two or more words and the purpose
+    names no model, number or proper name ("case for iPhone 7", "charger for Galaxy": the *for*
+    part is the wish itself)."""
+    m = _PURPOSE.match(value.strip())
+    if m is None or len(tokens(m.group(1))) < 2:
+        return None
+    return m.group(1)
+
+
+def _named_outright(value: str, text: str) -> bool:
+    """``value`` is a phrase of two or more words ("hard-sided", "TSA lock", "card slot") that
+    ``text`` states, not negated, somewhere outside a choice: not joined by ``/`` or *or* to
+    another word ("black or blue ink", "Blue/Black"). A single word ("blue", "4") is never named
+    outright in prose: what the prose says it of is not explicit."""
+    words = tokens(value)
+    if len(words) < 2 or phrase_occurs(value, text) is not True:
+        return False
+    raw = value.split()
+    pat = re.compile(r"(?<!\w)" + r"[\s_-]+".join(map(re.escape, raw)) + r"(?!\w)", re.IGNORECASE)
+    for m in pat.finditer(text):
+        before, after = text[: m.start()].rstrip(), text[m.end() :].lstrip()
+        if before.endswith("/") or after.startswith("/"):
+            continue
+        if re.search(r"\bor$", before, re.IGNORECASE) or re.match(r"or\b", after, re.IGNORECASE):
+            continue
+        return True
+    return False
 
 
 def _unknown(want: bool, detail: str, reason: str) -> Evidence:

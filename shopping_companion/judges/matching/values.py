@@ -250,9 +250,10 @@ class ValueMatcher:
         equivalent" for lack of a rule, is not). Values with a gloss in parentheses ("solar
         (light-powered)") are also compared by each of their :func:`readings`: equivalent when one
         pair is and every glossed value is :meth:`gloss_consistent` (else not equivalent, and not
-        explicitly), explicitly "no" only when every pair is explicitly not. Two quantities with the
-        same bound, one with an operator and one without ("100 m" for "at least 100 m"), are not
-        equivalent, and not explicitly: a rating may be stated without its "at least"."""
+        explicitly), explicitly "no" only when every pair is explicitly not. A plain quantity with its unit (or
+        a bare count) equal to the single bound of ``a`` ("100 m" for "at least 100 m", "2" for "at
+        least 2" ports) is equivalent: people state a rating or a minimum without its "at least";
+        the other way round (a bound for a plain ``a``) is not known (not explicit)."""
         d = self._compare(key, a, b)
         if d.holds or ("(" not in a and "(" not in b):
             return d
@@ -316,17 +317,26 @@ class ValueMatcher:
             # "Nike or Adidas", "navy, blue", "at most 150 cm or at least 200 cm": a hedge; None:
             # quantities in a unit the table does not read ("100 m / 10 ATM"), not known
             return False if hedge_b else None
+        if (
+            va.constraint is not None
+            and vb.constraint is None
+            and va.constraint.dim == ""
+            and va.constraint.op in (">=", "<=")
+            and _bare_count(vb.text) == va.constraint.lo
+        ):
+            return True  # "2" ports for "at least 2": the gold's bound without its operator (below)
         if va.constraint is not None and vb.constraint is not None:
             same = va.constraint.same_as(vb.constraint)
             if not same and va.constraint.dim and (_unread_unit(va.text) or _unread_unit(vb.text)):
                 return None  # "10 bar" for "100 m": a unit the table does not read (the number got the key's unit)
-            plain = va if va.constraint.op == "=" else vb
-            if (
-                not same
-                and _bound_without_operator(va.constraint, vb.constraint)
-                and _HAS_UNIT_OR_OP.search(plain.text)
-            ):
-                return None  # a bare number stays a different value (its unit is only the key's guess)
+            if not same and _bound_without_operator(va.constraint, vb.constraint):
+                if vb.constraint.op == "=" and (vb.constraint.dim == "" or _HAS_UNIT_OR_OP.search(vb.text)):
+                    # the gold's bound stated without its operator ("100 m" for "at least 100 m",
+                    # "2" ports for "at least 2"): people state a minimum or a rating so
+                    return True
+                plain = va if va.constraint.op == "=" else vb
+                if _HAS_UNIT_OR_OP.search(plain.text):
+                    return None  # a gold plain quantity answered as a bound: not known
             return same
         if va.concepts and vb.concepts and not (va.partial or vb.partial):
             ga, gb = set(va.concepts), set(vb.concepts)
@@ -340,6 +350,12 @@ class ValueMatcher:
             return True
         if not key.known and _bare_count(va.text) is not None and _bare_count(vb.text) is not None:
             return False  # "number of drawers": 6 is not 4 (equal counts have equal words)
+        if (da := _dimensions(va.text)) is not None and (db := _dimensions(vb.text)) is not None:
+            (na, ua), (nb, ub) = da, db
+            if ua == ub or not ua or not ub:
+                # "140x200" for "140x200 cm": one size written with and without its unit; "90x200"
+                # is another size
+                return na == nb
         if (
             ta
             and ta <= tb
@@ -585,6 +601,24 @@ def _bare_count(text: str) -> int | None:
     """The whole number ``text`` is ("4", "four"), else None."""
     t = tokens(text)
     return int(t[0]) if len(t) == 1 and t[0].isdigit() else None
+
+
+_DIMENSIONS = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?)(?:\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?))?"
+    r"\s*(cm|mm|m|in|inch|inches|\")?\s*$",
+    re.IGNORECASE,
+)
+
+
+def _dimensions(text: str) -> tuple[tuple[float, ...], str] | None:
+    """``((140.0, 200.0), "cm")`` for a value that is only a size of two or three numbers
+    ("140x200 cm", "140 x 200", "90 by 200"); the unit is "" when not written; None otherwise."""
+    m = _DIMENSIONS.match(text or "")
+    if m is None:
+        return None
+    unit = (m.group(4) or "").lower()
+    unit = {"inch": "in", "inches": "in", '"': "in"}.get(unit, unit)
+    return tuple(float(g) for g in m.groups()[:3] if g is not None), unit
 
 
 def listed_names(text: str | None) -> tuple[str, ...]:
