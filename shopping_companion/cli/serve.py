@@ -128,6 +128,11 @@ def serve_cmd(
         return
     if ray_address.strip().lower() == "local":  # a private cluster: nothing of ours holds the port yet
         port_free(cfg.host, cfg.port)
+        # it never grows: replicas it cannot place are refused before Ray starts (deploy() would
+        # refuse them only after starting it), with the CPUs connect() gives it
+        short = fits_cluster(cfg.deployments, float(int(num_cpus or os.cpu_count() or 1)))
+        if short:
+            raise ConfigError(short)
     try:
         from shopping_companion.assembly.cluster import connect
         from shopping_companion.serve.app import deploy, shutdown

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def bench(synth_bench):
-    return synth_bench(3, seed=31, sessions_per_user=40)
+    return synth_bench(3, seed=31, sessions_per_user=10)  # a short haystack: nothing here depends on its length
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from shopping_companion.cli import app
 from shopping_companion.cli.serve import replica_cause
 from shopping_companion.errors import ConfigError
 from shopping_companion.serve.config import DeploymentsConfig, fits_cluster, is_loopback, load_serve_config
@@ -32,6 +36,23 @@ def test_too_many_cpus_named_per_deployment():
     assert "deployments.<name>.num_cpus" in msg
     assert fits_cluster(d, 4.35) is None  # exactly enough fits
     assert fits_cluster(d, 4.3) is not None
+
+
+def test_a_private_cluster_too_small_is_refused_before_ray_starts(tmp_path, data_dir, monkeypatch):
+    """``shopcomp serve --num-cpus 2`` whose replicas reserve 2.85 CPUs: exit 2 naming the
+    reservations, before Ray is imported (here ``import ray`` fails: had the command reached it, it
+    would name the missing Ray Serve instead)."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+    (tmp_path / "tasks.jsonl").write_text("")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["serve", "--bench", str(tmp_path), "--num-cpus", "2", "--port", str(port)]
+    args += ["--set", "deployments.products.num_replicas=3", "--set", f"data.data_dir={data_dir}"]
+    r = CliRunner().invoke(app, args)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert "reserve 2.85 CPUs" in text and "has 2" in text and "Ray Serve" not in text
 
 
 def test_replica_cause_finds_the_error_under_rays_wrappers():
