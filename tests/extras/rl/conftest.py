@@ -78,3 +78,35 @@ def rl_kit(catalog_products, sgd_sessions, product_search, embedder):
         judge=kit.judge,
         reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
     )
+
+
+def tiny_grpo(rl_kit, out_dir: Path, **overrides):
+    """The rows of the kit's first two tasks, our reward functions and a CPU ``GRPOConfig`` (4
+    completions per step, one group, no checkpoints) with ``overrides``: ``(rows, funcs, args)``."""
+    from trl import GRPOConfig
+
+    from shopping_companion.trainers.rows import build_rows
+    from shopping_companion.trainers.trl_rollout import reward_functions, trl_dataset_rows
+
+    rows = trl_dataset_rows(build_rows(list(rl_kit.tasks.values())[:2], benchmark="(test kit)"))
+    funcs, weights = reward_functions()
+    settings = {
+        "output_dir": str(out_dir),
+        "use_cpu": True,
+        "bf16": False,
+        "max_steps": 2,
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_completion_length": 1024,
+        "learning_rate": 1e-4,
+        "logging_steps": 1,
+        "report_to": [],
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "top_k": 20,
+        "reward_weights": weights,
+        "save_strategy": "no",
+        "seed": 0,
+        **overrides,
+    }
+    return rows, funcs, GRPOConfig(**settings)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 
-from tests.extras.rl.conftest import require
+from tests.extras.rl.conftest import require, tiny_grpo
 
 require("trl", "datasets")
 
@@ -16,32 +16,11 @@ require("trl", "datasets")
 def test_two_trl_grpo_steps_log_our_rewards(tmp_path, rl_kit, tool_model_dir):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from shopping_companion.trainers.rows import build_rows
-    from shopping_companion.trainers.trl_rollout import make_rollout_func, reward_functions, trl_dataset_rows
+    from shopping_companion.trainers.trl_rollout import make_rollout_func
 
-    tasks = list(rl_kit.tasks.values())[:2]
-    rows = trl_dataset_rows(build_rows(tasks, benchmark="(test kit)"))
-    funcs, weights = reward_functions()
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=1024,
-        learning_rate=1e-4,
-        logging_steps=1,
-        report_to=[],
-        temperature=0.6,
-        top_p=0.95,
-        top_k=20,
-        reward_weights=weights,
-        save_strategy="no",
-        seed=0,
-    )
+    rows, funcs, args = tiny_grpo(rl_kit, tmp_path / "out")
     tok = AutoTokenizer.from_pretrained(tool_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tool_model_dir)
     before = [p.detach().clone() for p in model.parameters()]

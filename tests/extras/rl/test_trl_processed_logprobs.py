@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from tests.extras.rl.conftest import require
+from tests.extras.rl.conftest import require, tiny_grpo
 
 require("trl", "datasets")
 
@@ -15,33 +15,13 @@ def test_grpo_step_uses_log_probs_over_the_sampling_support(tmp_path, rl_kit, to
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from shopping_companion.trainers.processed_logprobs import processed_grpo_trainer, processed_log_probs
-    from shopping_companion.trainers.rows import build_rows
-    from shopping_companion.trainers.trl_rollout import make_rollout_func, reward_functions, trl_dataset_rows
+    from shopping_companion.trainers.trl_rollout import make_rollout_func
 
-    tasks = list(rl_kit.tasks.values())[:2]
-    rows = trl_dataset_rows(build_rows(tasks, benchmark="(test kit)"))
-    funcs, weights = reward_functions()
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        max_steps=1,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=1024,
-        learning_rate=1e-3,
-        beta=0.04,
-        logging_steps=1,
-        report_to=[],
-        temperature=0.8,
-        top_p=0.9,
-        top_k=5,
-        reward_weights=weights,
-        save_strategy="no",
-        seed=0,
+    rows, funcs, args = tiny_grpo(
+        rl_kit, tmp_path / "out", max_steps=1, learning_rate=1e-3, beta=0.04, temperature=0.8, top_p=0.9, top_k=5
     )
     tok = AutoTokenizer.from_pretrained(tool_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tool_model_dir)
