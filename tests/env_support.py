@@ -241,6 +241,22 @@ class EnvKit:
             task, ToolBox(self.products, self.memory(task)), self.judge, EnvConfig(**cfg), simulator=simulator
         )
 
+    def resources(self, tasks: list[Task], rubric: str = "paper", **extra: Any) -> Any:
+        """``EnvResources`` over ``tasks`` with this kit's sessions, index, embedder and judge and
+        the named rubric (``extra``: any other EnvResources field, e.g. ``memory_cache``)."""
+        from shopping_companion.rewards.rubric import load_rubric
+        from shopping_companion.trainers.resources import EnvResources
+
+        return EnvResources(
+            tasks={t.task_id: t for t in tasks},
+            sessions=self.pool,
+            products=self.products,
+            embedder=self.embedder,
+            judge=self.judge,
+            reward_fn=load_rubric(rubric, resources={"lookup": self.lookup}),
+            **extra,
+        )
+
 
 def run(env: ShoppingCompanionEnv, policy: Any, seed: int = 0):
     """Drive ``env`` with ``policy.chat`` until done; return the EpisodeResult."""

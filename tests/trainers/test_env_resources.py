@@ -3,8 +3,6 @@ over the same tasks, index, embedder and memory-store cache."""
 
 from __future__ import annotations
 
-from shopping_companion.rewards.rubric import load_rubric
-from shopping_companion.trainers.resources import EnvResources
 from tests.env_support import EnvKit, make_single_tasks
 
 
@@ -13,16 +11,8 @@ def test_with_reward_shares_the_services_and_builds_each_spec_once(
 ):
     tasks, pool = make_single_tasks(catalog_products, sgd_sessions, n=1, seed=11, haystack_size=10)
     kit = EnvKit(product_search, embedder, pool)
-    paper = load_rubric("paper", resources={"lookup": kit.lookup})
-    res = EnvResources(
-        tasks={t.task_id: t for t in tasks},
-        sessions=pool,
-        products=product_search,
-        embedder=embedder,
-        judge=kit.judge,
-        reward_fn=paper,
-        memory_cache=3,
-    )
+    res = kit.resources(tasks, memory_cache=3)
+    paper = res.reward_fn
     other = res.with_reward("outcome_only")
     assert res.with_reward("outcome_only") is other  # once per spec
     assert other.reward_fn.describe() != paper.describe() and res.reward_fn is paper  # res unchanged

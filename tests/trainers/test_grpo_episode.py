@@ -11,10 +11,8 @@ import pytest
 
 from shopping_companion.envs.scripted import GoldPolicy
 from shopping_companion.envs.tools import MEMORY_TOOLS, PRODUCT_TOOLS, tool_schema
-from shopping_companion.rewards.rubric import load_rubric
 from shopping_companion.trainers.chat_tokens import ChatTokens
 from shopping_companion.trainers.episode import Generation, run_row_episode
-from shopping_companion.trainers.resources import EnvResources
 from tests.env_support import EnvKit, make_single_tasks
 from tests.tiny_model import TOOL_CHAT_TEMPLATE, build_tiny_model
 
@@ -25,14 +23,7 @@ def setup(tmp_path_factory, catalog_products, sgd_sessions, product_search, embe
 
     tasks, pool = make_single_tasks(catalog_products, sgd_sessions, n=1, seed=11, haystack_size=10)
     kit = EnvKit(product_search, embedder, pool)
-    res = EnvResources(
-        tasks={t.task_id: t for t in tasks},
-        sessions=pool,
-        products=product_search,
-        embedder=embedder,
-        judge=kit.judge,
-        reward_fn=load_rubric("paper", resources={"lookup": kit.lookup}),
-    )
+    res = kit.resources(tasks)
     tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path_factory.mktemp("tok")))
     tok.chat_template = TOOL_CHAT_TEMPLATE
     return res, tasks[0], tok
