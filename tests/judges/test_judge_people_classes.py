@@ -101,6 +101,14 @@ def test_a_plain_quantity_for_a_gold_bound_matches_a_bare_number_does_not():
     # a bare number's unit is only the key's guess
     d = M.compare(M.key("width"), "at most 150 cm", "150")
     assert not d.holds and d.explicit
+    # a strict bound excludes its own value: "4 kg" for "under 4 kg" is not known either way
+    for gold, answer in (("under 4 kg", "4 kg"), ("less than 4 kg", "4 kg"), ("more than 100 m", "100 m")):
+        d = M.compare(M.key("weight" if "kg" in gold else "water resistance"), gold, answer)
+        assert not (d.holds and d.explicit), (gold, answer)
+    # a count of another thing is not the gold's count
+    for answer in ("2 adults", "2 dogs"):
+        assert match_preferences(task(pref("capacity", "at most 2 kids")), [pref("capacity", answer)]).matches == [None]
+    assert match_preferences(task(pref("capacity", "at most 2 kids")), [pref("capacity", "2 kids")]).matches == [0]
 
 
 def test_free_of_is_not_containing():

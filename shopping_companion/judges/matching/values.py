@@ -330,9 +330,16 @@ class ValueMatcher:
             if not same and va.constraint.dim and (_unread_unit(va.text) or _unread_unit(vb.text)):
                 return None  # "10 bar" for "100 m": a unit the table does not read (the number got the key's unit)
             if not same and _bound_without_operator(va.constraint, vb.constraint):
-                if vb.constraint.op == "=" and (vb.constraint.dim == "" or _HAS_UNIT_OR_OP.search(vb.text)):
-                    # the gold's bound stated without its operator ("100 m" for "at least 100 m",
-                    # "2" ports for "at least 2"): people state a minimum or a rating so
+                if vb.constraint.op == "=" and va.constraint.dim == "" and not _counts_alike(va.text, vb.text):
+                    return None  # "2 adults" for "at most 2 kids": another thing counted, not known
+                if (
+                    vb.constraint.op == "="
+                    and va.constraint.op in (">=", "<=")
+                    and (vb.constraint.dim == "" or _HAS_UNIT_OR_OP.search(vb.text))
+                ):
+                    # the gold's inclusive bound stated without its operator ("100 m" for "at least
+                    # 100 m", "2" ports for "at least 2"): people state a minimum or a rating so. A
+                    # strict bound ("under 4 kg") excludes its own value: not known (below)
                     return True
                 plain = va if va.constraint.op == "=" else vb
                 if _HAS_UNIT_OR_OP.search(plain.text):
@@ -595,6 +602,19 @@ def readings(text: str) -> tuple[str, ...]:
 
 _AFFIRM = frozenset({"yes", "y", "true", "required", "needed", "wanted", "must", "must have", "please", "yes please"})
 _DENY = frozenset({"no", "none", "nope", "false", "not needed", "not wanted", "not required", "no thanks", "nil"})
+
+
+#: words of a count's value that say how it bounds, not what it counts
+_BOUND_WORDS = frozenset(
+    "at least most up to under over more less than fewer no max min maximum minimum exactly about".split()
+)
+
+
+def _counts_alike(gold: str, answer: str) -> bool:
+    """The answer's count names nothing the gold's does not ("2" or "2 kids" for "at most 2
+    kids"; not "2 adults")."""
+    words = {t for t in tokens(answer) if not t.isdigit() and t not in _BOUND_WORDS}
+    return words <= set(tokens(gold))
 
 
 def _bare_count(text: str) -> int | None:
