@@ -50,21 +50,29 @@ def sampling_support(logits: Any, top_k: int | None, top_p: float) -> tuple[Any,
     """The tokens a draw at these settings can pick: top-k, then top-p (nucleus) over what is left.
 
     ``logits``: a float tensor of shape ``(..., V)``, already divided by the temperature. Returns
-    ``(idx, keep)``, both of shape ``(..., K)`` with ``K = min(top_k, V)`` (``V`` when ``top_k`` is
-    None or 0): ``idx`` the K most likely token ids in descending order of logit (ties broken by
-    ``torch.topk``), ``keep`` whether each is in the support (top-p keeps the smallest prefix whose
-    probability mass, renormalised over the K, reaches ``top_p``; the first token always stays).
+    ``(idx, keep)``, both of shape ``(..., K)``: ``idx`` the K most likely token ids in descending
+    order of logit, ``keep`` whether each is in the support. Top-k keeps every token whose logit is
+    at least the k-th largest (ties with it included, as transformers' ``TopKLogitsWarper`` does;
+    ``K`` is the widest row's count, ``V`` when ``top_k`` is None or 0); top-p then keeps the
+    smallest prefix whose probability mass, renormalised over those, reaches ``top_p`` (the first
+    token always stays).
     ``top_p`` in (0, 1]. The sampler (:func:`generate_batch`) draws from exactly this support, and
     GRPO's processed log-probabilities (:mod:`shopping_companion.trainers.processed_logprobs`)
     normalise over it."""
     import torch
 
-    k = logits.shape[-1] if not top_k or top_k >= logits.shape[-1] else int(top_k)
-    vals, idx = torch.topk(logits, k, dim=-1)  # sorted, descending
-    keep = torch.ones_like(idx, dtype=torch.bool)
+    n = logits.shape[-1]
+    if not top_k or top_k >= n:
+        vals, idx = torch.sort(logits, dim=-1, descending=True)
+        keep = torch.ones_like(idx, dtype=torch.bool)
+    else:
+        kth = torch.topk(logits, int(top_k), dim=-1).values[..., -1:]
+        width = int((logits >= kth).sum(-1).max())  # ties with the k-th token stay in (as in transformers)
+        vals, idx = torch.topk(logits, width, dim=-1)
+        keep = vals >= kth
     if top_p < 1.0:
-        probs = torch.softmax(vals, dim=-1)
-        keep = (torch.cumsum(probs, dim=-1) - probs) <= top_p
+        probs = torch.softmax(vals.masked_fill(~keep, float("-inf")), dim=-1)
+        keep = keep & ((torch.cumsum(probs, dim=-1) - probs) <= top_p)
     return idx, keep
 
 

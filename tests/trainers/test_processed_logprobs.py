@@ -59,3 +59,13 @@ def test_gradient_stays_inside_the_support():
 def test_bad_temperature_named():
     with pytest.raises(ValueError, match="temperature"):
         processed_log_probs(torch.zeros(1, 4), torch.zeros(1, dtype=torch.long), temperature=0, top_k=2, top_p=1.0)
+
+
+def test_ties_with_the_kth_token_stay_in_the_support():
+    """As transformers' TopKLogitsWarper: every token tied with the k-th largest logit is drawable."""
+    logits = torch.tensor([[5.0, 4.0, 3.0, 3.0, 3.0, 1.0, 0.0], [7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0]])
+    idx, keep = sampling_support(logits, 3, 1.0)
+    assert sorted(idx[0][keep[0]].tolist()) == [0, 1, 2, 3, 4]
+    assert sorted(idx[1][keep[1]].tolist()) == [0, 1, 2]
+    lp, _ = processed_log_probs(logits[:1], torch.tensor([3]), temperature=1.0, top_k=3, top_p=1.0)
+    assert float(lp[0]) == pytest.approx(float(3.0 - torch.logsumexp(torch.tensor([5.0, 4.0, 3.0, 3.0, 3.0]), 0)))
