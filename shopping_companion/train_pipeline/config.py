@@ -284,6 +284,12 @@ class PipelineConfig(RunDir, BaseModel):
         """Each TRL arm's config as ``shopcomp grpo trl`` will read it, and its reward spec, are
         checked when the config loads (not after SFT)."""
         if self.grpo.backend != "trl":
+            given = sorted(self.grpo.trainer) + sorted(f"{a.name}: {k}" for a in self.grpo.arms for k in a.trainer)
+            if given:
+                raise ValueError(
+                    f"grpo.trainer and grpo.arms[].trainer are TRL settings, unused with grpo.backend: "
+                    f"{self.grpo.backend} (got {', '.join(given)}); set them as Hydra overrides in grpo.verl"
+                )
             return self
         from pydantic import ValidationError
 

@@ -247,3 +247,13 @@ def test_a_teacher_endpoint_that_does_not_answer_is_named_before_collection_load
     with pytest.raises(BackendError, match=rf"teacher\.base_url: .*127\.0\.0\.1:{port}") as e:
         Pipeline(cfg, Console(file=io.StringIO(), width=200)).phase_collect(bench)
     assert e.value.exit_code == 4
+
+
+def test_trl_trainer_settings_are_refused_with_the_verl_backend() -> None:
+    """verl reads only grpo.verl: TRL settings under grpo.trainer would be dropped without a word."""
+    with pytest.raises(
+        ConfigError, match=r"grpo\.trainer and grpo\.arms\[\]\.trainer are TRL settings.*processed_logprobs"
+    ):
+        load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", ["grpo.backend=verl"], {})
+    paper = load_model(PipelineConfig, ROOT / "configs/pipeline/paper.yaml", [], {})
+    assert paper.grpo.backend == "verl" and not paper.grpo.trainer
