@@ -25,7 +25,7 @@ __all__ = ["processed_grpo_trainer", "processed_log_probs"]
 
 
 def processed_log_probs(
-    logits: Any, labels: Any, *, temperature: float, top_k: int | None, top_p: float
+    logits: Any, labels: Any, *, temperature: float, top_k: int | None, top_p: float, entropy: bool = True
 ) -> tuple[Any, Any]:
     """Log-probability of each label under the truncated sampling distribution, and the entropy
     of the full temperature-scaled distribution.
@@ -36,7 +36,7 @@ def processed_log_probs(
     differentiable with respect to ``logits`` and normalised over :func:`sampling_support` plus the
     label itself (a label outside the support, possible only off-policy or at a floating-point
     near-tie, keeps a finite log-probability); ``entropy`` (nats, no gradient) is the full
-    distribution's. Raises ``ValueError`` for a temperature <= 0."""
+    distribution's, None with ``entropy=False`` (the softmax over the vocabulary is skipped). Raises ``ValueError`` for a temperature <= 0."""
     import torch
 
     if not temperature > 0:
@@ -48,11 +48,13 @@ def processed_log_probs(
         label_kept = ((idx == lab) & keep).any(-1, keepdim=True)
         cols = torch.cat([idx, lab], dim=-1)
         col_keep = torch.cat([keep, ~label_kept], dim=-1)
-        full = torch.log_softmax(scaled, dim=-1)
-        entropy = -(full.exp() * full).sum(-1)
+        ent = None
+        if entropy:
+            full = torch.log_softmax(scaled, dim=-1)
+            ent = -(full.exp() * full).sum(-1)
     support = scaled.gather(-1, cols).masked_fill(~col_keep, float("-inf"))
     log_z = torch.logsumexp(support, dim=-1)
-    return scaled.gather(-1, lab).squeeze(-1) - log_z, entropy
+    return scaled.gather(-1, lab).squeeze(-1) - log_z, ent
 
 
 def processed_grpo_trainer(base: type) -> type:
@@ -90,6 +92,7 @@ def processed_grpo_trainer(base: type) -> type:
                     temperature=self.temperature,
                     top_k=self.top_k,
                     top_p=self.top_p if self.top_p is not None else 1.0,
+                    entropy=compute_entropy,
                 )
                 logps.append(lp)
                 entropies.append(ent)
