@@ -21,7 +21,7 @@ from rich.console import Console
 from shopping_companion.console import console as _console
 from shopping_companion.errors import BenchmarkError, BenchmarkMissingError, ConfigError
 from shopping_companion.paths import SGD_RELATIVE_PATH, DataDirError, cache_dir, resolve_data_dir
-from shopping_companion.runs import file_sha256
+from shopping_companion.runs import file_sha256, write_text_atomic
 from shopping_companion.types import Session, Task
 
 __all__ = [
@@ -304,10 +304,8 @@ def memory_factory(sessions: dict[str, Session], embedder) -> Callable[[Task], A
 
 
 def write_json(path: str | Path, obj: Any) -> None:
-    p = Path(path)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    tmp.replace(p)
+    """Replace ``path`` with ``obj`` as indented JSON with sorted keys, atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 class Benchmark(BaseModel):

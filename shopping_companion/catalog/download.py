@@ -41,6 +41,7 @@ from typing import Iterator, Literal
 from shopping_companion.paths import cache_dir
 from shopping_companion.retry import Attempts, Backoff
 from shopping_companion.runs import file_sha256  # re-exported (public name of this module)
+from shopping_companion.runs import write_text_atomic
 from shopping_companion.errors import DownloadError  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -285,9 +286,7 @@ def _download_once(url: str, path: Path, want: str | None, progress: bool, timeo
             "verified_against": against,
             "downloaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        side_tmp = _sidecar(path).with_suffix(".tmp")
-        side_tmp.write_text(json.dumps(side, indent=2), encoding="utf-8")
-        os.replace(side_tmp, _sidecar(path))
+        write_text_atomic(_sidecar(path), json.dumps(side, indent=2))
         log.info("downloaded %s (%d bytes, sha256 %s, checked against: %s)", path, size, digest, against)
         return DownloadResult(path, digest, size, True, against)
     finally:

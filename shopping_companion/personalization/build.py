@@ -40,7 +40,7 @@ from shopping_companion.personalization.profiles import ProfileBuilder, RuleProf
 from shopping_companion.personalization.queries import QueryGenerator, QueryTrajectory, TemplateQueryGenerator
 from shopping_companion.personalization.selection import SelectionConfig, UserCase, select_cases, visible_corpus
 from shopping_companion.personalization.text import aspects_in, product_type
-from shopping_companion.runs import file_sha256
+from shopping_companion.runs import file_sha256, write_lines_atomic
 
 __all__ = [
     "BuildConfig",
@@ -182,11 +182,7 @@ def load_item_reviews(out_dir: str | os.PathLike[str], category: str) -> dict[st
 
 def _write_jsonl(path: Path, rows: list[BaseModel]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(r.model_dump_json() + "\n")
-    os.replace(tmp, path)
+    write_lines_atomic(path, (r.model_dump_json() for r in rows))
 
 
 def build_dataset(

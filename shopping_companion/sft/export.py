@@ -39,7 +39,6 @@ distribution (:func:`length_report`) and refuses a config that would cut more th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -54,6 +53,7 @@ from shopping_companion.envs.parsing import parse_action
 from shopping_companion.errors import ConfigError
 from shopping_companion.errors import ContaminationError
 from shopping_companion.llm.model_files import model_config
+from shopping_companion.runs import file_sha256, write_lines_atomic
 from shopping_companion.sft.decontam import Contamination, ProductsRule, decontamination_report, find_contamination
 from shopping_companion.sft.examples import StepExample, example_stats, with_reasoning
 from shopping_companion.types import Session, Task
@@ -774,18 +774,11 @@ def _write_data(data_dir: Path, dataset: str, records: list[dict[str, Any]]) -> 
     the data file and its SHA-256."""
     data_dir.mkdir(parents=True, exist_ok=True)
     data_file = data_dir / f"{dataset}.jsonl"
-    h = hashlib.sha256()
-    tmp = data_file.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for rec in records:
-            line = json.dumps(rec, ensure_ascii=False) + "\n"
-            h.update(line.encode("utf-8"))
-            f.write(line)
-    tmp.replace(data_file)
+    write_lines_atomic(data_file, (json.dumps(rec, ensure_ascii=False) for rec in records))
     (data_dir / "dataset_info.json").write_text(
         json.dumps(dataset_info(dataset, data_file.name), indent=2), encoding="utf-8"
     )
-    return data_file, h.hexdigest()
+    return data_file, file_sha256(data_file)
 
 
 def export_dataset(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.runs import write_text_atomic
 
 if TYPE_CHECKING:
     from shopping_companion.assembly.reward_spec import RewardSpec
@@ -90,9 +91,7 @@ def record_reward_spec(spec: "RewardSpec", rows_dir: str | Path) -> list[Path]:
     out = Path(rows_dir)
     out.mkdir(parents=True, exist_ok=True)
     js, ym = out / RECORDED_SPEC, out / "reward_config.yaml"
-    tmp = js.with_suffix(".json.tmp")
-    tmp.write_text(spec.to_json() + "\n")
-    tmp.replace(js)
+    write_text_atomic(js, spec.to_json() + "\n")
     header = "# The reward spec `shopcomp grpo prepare --reward-config` resolved (read: reward_config.json)\n"
     ym.write_text(header + yaml.safe_dump(json.loads(spec.to_json()), sort_keys=True))
     return [js, ym]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.benchmark.synthesis.common import SynthError
-from shopping_companion.runs import file_sha256, write_lines_atomic
+from shopping_companion.runs import file_sha256, write_lines_atomic, write_text_atomic
 from shopping_companion.types import Session, Task
 
 __all__ = [
@@ -166,10 +165,7 @@ class PartStore:
             return None  # a torn file (should not happen: writes are atomic); rebuild the task
 
     def put(self, index: int, record: dict[str, Any]) -> None:
-        p = self._path(index)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, sort_keys=True, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, p)
+        write_text_atomic(self._path(index), json.dumps(record, sort_keys=True, ensure_ascii=False))
 
     def close(self) -> None:
         if not self._lock.closed:
