@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from shopping_companion.cli.common import app, console
+from shopping_companion.cli.common import app, console, data_dir_option, index_dir_option
 
 
 @app.command("judge-agreement")
@@ -38,10 +38,8 @@ def judge_agreement(
     out: Optional[Path] = typer.Option(
         None, metavar="DIR", help="Output directory (default: the first results file's directory)."
     ),
-    data_dir: Optional[Path] = typer.Option(
-        None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
-    ),
-    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="BM25 index directory (default: the cache)."),
+    data_dir: Optional[Path] = data_dir_option(),
+    index_dir: Optional[Path] = index_dir_option(),
 ) -> None:
     """Re-judge finished episodes with several judges; write per-field agreement, Cohen's κ and OPC.
 

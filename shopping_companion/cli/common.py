@@ -16,15 +16,19 @@ from shopping_companion.console import console
 from shopping_companion.errors import EXIT_CRASH, ConfigError, ShopCompError
 
 __all__ = [
+    "DATA_DIR_HELP",
     "Flag",
+    "INDEX_DIR_HELP",
     "ShopCompGroup",
     "app",
     "config_option",
     "console",
+    "data_dir_option",
     "deprecated_alias",
     "echo_error",
     "flag_command",
     "flag_names",
+    "index_dir_option",
     "new_app",
     "option",
     "pick",
@@ -86,6 +90,22 @@ def config_option(what: str = "the run") -> Any:
     return typer.Option(
         None, "--config", "-c", metavar="YAML", help=f"YAML config of {what}; flags and --set override it."
     )
+
+
+#: The help of ``--data-dir`` (the raw data directory), the same in every command that takes it.
+DATA_DIR_HELP = "Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
+#: The help of ``--index-dir`` (the BM25 index) in the commands that search the catalog.
+INDEX_DIR_HELP = "BM25 index directory (default: the cache)."
+
+
+def data_dir_option() -> Any:
+    """``--data-dir DIR``: the raw data directory (:data:`DATA_DIR_HELP`), not given by default."""
+    return option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP)
+
+
+def index_dir_option() -> Any:
+    """``--index-dir DIR``: the BM25 index directory (:data:`INDEX_DIR_HELP`), not given by default."""
+    return option(None, "--index-dir", metavar="DIR", help=INDEX_DIR_HELP)
 
 
 def set_option() -> Any:

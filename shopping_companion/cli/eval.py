@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from shopping_companion.cli.common import Flag, app, console, flag_command, flag_names
+from shopping_companion.cli.common import DATA_DIR_HELP, INDEX_DIR_HELP, Flag, app, console, flag_command, flag_names
 from shopping_companion.errors import EXIT_EPISODE_ERRORS
 
 __all__ = ["EVAL_FLAGS", "LIMITS_HELP", "load_eval_config", "print_summary", "exit_for", "where_episodes_run"]
@@ -72,8 +72,8 @@ EVAL_FLAGS: list[Flag] = [
     Flag("--retry-errors/--no-retry-errors", "resume.retry_errors", bool, "Rerun backend / judge errors (default on)."),
     Flag("--retry-failed", "resume.retry_failed", bool, "Also rerun episode errors (tracebacks: results.errors.log)."),
     Flag("--force", "resume.force", bool, "Adopt this config where results.identity.json is missing or corrupt."),
-    Flag("--data-dir DIR", "data.data_dir", Path, "Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."),
-    Flag("--index-dir DIR", "data.index_dir", Path, "BM25 index directory (default: the cache)."),
+    Flag("--data-dir DIR", "data.data_dir", Path, DATA_DIR_HELP),
+    Flag("--index-dir DIR", "data.index_dir", Path, INDEX_DIR_HELP),
 ]
 # fmt: on
 

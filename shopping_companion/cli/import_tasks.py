@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from shopping_companion.cli.common import app, console, option
+from shopping_companion.cli.common import app, console, data_dir_option, option
 from shopping_companion.errors import DataError
 
 __all__ = ["import_tasks_cmd", "print_report"]
@@ -67,9 +67,7 @@ def import_tasks_cmd(
     catalog: Optional[Path] = option(
         None, "--catalog", metavar="PATH", help="Catalog file (default: the data directory's products.jsonl.gz)."
     ),
-    data_dir: Optional[Path] = option(
-        None, "--data-dir", metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
-    ),
+    data_dir: Optional[Path] = data_dir_option(),
     index_dir: Optional[Path] = option(
         None, "--index", metavar="DIR", help="BM25 index directory (default: the cache; built when missing)."
     ),

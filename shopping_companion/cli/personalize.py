@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import typer
 
-from shopping_companion.cli.common import Flag, console, flag_command, flag_names, new_app, option
+from shopping_companion.cli.common import Flag, console, data_dir_option, flag_command, flag_names, new_app, option
 from shopping_companion.errors import ConfigError
 from shopping_companion.personalization.llmjson import openai_chat
 
@@ -35,13 +35,7 @@ BUILD_FLAGS = [
 
 _BUILD_EXTRA = [
     ("out", Path, typer.Option(..., "--out", metavar="DIR", help="Output dataset directory.")),
-    (
-        "data_dir",
-        Optional[Path],
-        typer.Option(
-            None, "--data-dir", metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
-        ),
-    ),
+    ("data_dir", Optional[Path], data_dir_option()),
     ("profile_builder", str, option("rule", metavar="KIND", help="rule (offline, default) | llm.")),
     ("query_generator", str, option("template", metavar="KIND", help="template (offline, default) | llm.")),
     (

@@ -9,14 +9,20 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from shopping_companion.cli.common import app, config_option, console, set_option, sets_of
+from shopping_companion.cli.common import (
+    app,
+    config_option,
+    console,
+    data_dir_option,
+    index_dir_option,
+    set_option,
+    sets_of,
+)
 
 
 @app.command("build-index")
 def build_index(
-    data_dir: Optional[Path] = typer.Option(
-        None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
-    ),
+    data_dir: Optional[Path] = data_dir_option(),
     index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="Where the index lives (default: the cache)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild even a fresh index (replaces a foreign one)."),
 ) -> None:
@@ -126,10 +132,8 @@ def synth(
         help="Build from scratch: discard an unfinished build in OUT, or replace a finished one (a rerun "
         "without it leaves a finished build with the same settings as it is).",
     ),
-    data_dir: Optional[Path] = typer.Option(
-        None, metavar="DIR", help="Raw data directory (default $SHOPCOMP_DATA_DIR, ../shared/data)."
-    ),
-    index_dir: Optional[Path] = typer.Option(None, metavar="DIR", help="BM25 index directory (default: the cache)."),
+    data_dir: Optional[Path] = data_dir_option(),
+    index_dir: Optional[Path] = index_dir_option(),
     sharegpt: bool = typer.Option(True, help="Use ShareGPT conversations in the haystack."),
 ) -> None:
     """Build a benchmark (§4: products and vouchers, instructions, preference dialogues with
