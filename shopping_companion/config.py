@@ -233,7 +233,9 @@ def validation_message(
         msg = e.get("msg", "invalid")
         if msg.startswith(("Value error, ", "Assertion failed, ")):
             msg = msg.split(", ", 1)[1]
-            if msg.startswith(plain + "."):  # a nested section's own message, its paths already in it
+            if msg.startswith(plain + ".") or not (loc or prefix):
+                # a nested section's own message, its paths already in it; or a check over the
+                # whole model, whose message names the keys it compares
                 parts.append(msg)
                 continue
         if e.get("type") == "missing":

@@ -132,7 +132,18 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
-def connect(address: str, num_cpus: float | None = None, runtime_env: dict[str, Any] | None = None) -> RayConnection:
+def local_cpus(num_cpus: int | None = None) -> int:
+    """CPUs of a private cluster (``--ray local``): ``num_cpus`` (an integer >= 1, as Ray counts
+    a node's CPUs), default every CPU of this machine. Raises :class:`ConfigError` for a value
+    below 1 or not a whole number."""
+    if num_cpus is None:
+        return os.cpu_count() or 1
+    if isinstance(num_cpus, bool) or float(num_cpus) != int(num_cpus) or int(num_cpus) < 1:
+        raise ConfigError(f"num_cpus (--num-cpus): a whole number of CPUs >= 1, got {num_cpus!r}")
+    return int(num_cpus)
+
+
+def connect(address: str, num_cpus: int | None = None, runtime_env: dict[str, Any] | None = None) -> RayConnection:
     """Connect this process to Ray. ``address``: ``local`` (start a private cluster on this
     machine with ``num_cpus`` CPUs, default all of them), ``auto`` (the cluster this machine
     belongs to), ``HOST:PORT`` (a running cluster's head) or ``ray://HOST:PORT`` (Ray client).
@@ -154,7 +165,7 @@ def connect(address: str, num_cpus: float | None = None, runtime_env: dict[str, 
     if runtime_env:
         opts["runtime_env"] = runtime_env
     if address == "local":
-        opts.update(address="local", num_cpus=int(num_cpus or os.cpu_count() or 1))
+        opts.update(address="local", num_cpus=local_cpus(num_cpus))
     else:
         if address != "auto":
             _check_reachable(address)

@@ -251,7 +251,7 @@ class EpisodeConfig(BaseModel):
 
 class EvalConfig(EpisodeConfig):
     """Everything one evaluation run needs (module docstring): the :class:`EpisodeConfig` groups
-    plus ``bench`` (which tasks), ``output`` (where), ``pass_k`` (the k of pass@k / pass^k; default
+    plus ``bench`` (which tasks), ``output`` (where), ``pass_k`` (the k of pass@k / pass^k, each in 1..trials; default
     1..trials), ``resume``, ``attribution`` and ``ray`` (run the episodes on a Ray cluster; None:
     in this process)."""
 
@@ -280,6 +280,16 @@ class EvalConfig(EpisodeConfig):
         if v is not None and (not v or min(v) < 1):
             raise ValueError(f"values must be >= 1 (got {v})")
         return sorted(set(v)) if v else v
+
+    @model_validator(mode="after")
+    def _ks_fit_trials(self) -> EvalConfig:
+        """A k above ``trials`` has no task with k trials: its pass^k row would be empty."""
+        if self.pass_k and max(self.pass_k) > self.trials:
+            raise ValueError(
+                f"pass_k: values must be in 1..trials ({self.trials}); got {self.pass_k} "
+                f"(raise --trials or drop the larger k)"
+            )
+        return self
 
 
 #: What the quickstart builds unless told otherwise (merged under the config's ``synth`` keys).

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import time
@@ -68,8 +67,8 @@ def serve_cmd(
         metavar="ADDRESS",
         help="Ray cluster: local (a private one here; default) | auto | HOST:PORT | ray://HOST:PORT.",
     ),
-    num_cpus: Optional[float] = option(
-        None, "--num-cpus", metavar="N", min=0.5, help="CPUs of the private cluster (--ray local; default all)."
+    num_cpus: Optional[int] = option(
+        None, "--num-cpus", metavar="N", min=1, help="CPUs of the private cluster (--ray local; default all)."
     ),
     check: bool = option(False, "--check", help="Check the configuration (and print it) without starting anything."),
     set_: Optional[list[str]] = set_option(),
@@ -86,6 +85,7 @@ def serve_cmd(
 
     Runs until Ctrl-C or SIGTERM (exit 0, "stopped"); exit 2 for a configuration or data error, 1 a bug.
     Needs Ray Serve (pip install -e ".[serve]")."""
+    from shopping_companion.assembly.cluster import local_cpus
     from shopping_companion.serve.config import describe_reserved, fits_cluster, load_serve_config
 
     sets = sets_of(set_)
@@ -119,7 +119,7 @@ def serve_cmd(
         )
     if check:
         if ray_address.strip().lower() == "local":
-            short = fits_cluster(cfg.deployments, float(num_cpus or os.cpu_count() or 1))
+            short = fits_cluster(cfg.deployments, float(local_cpus(num_cpus)))
             if short:
                 console.print(
                     f"[yellow]warning[/]: on a private cluster of this machine: {escape(short)}", soft_wrap=True
@@ -130,7 +130,7 @@ def serve_cmd(
         port_free(cfg.host, cfg.port)
         # it never grows: replicas it cannot place are refused before Ray starts (deploy() would
         # refuse them only after starting it), with the CPUs connect() gives it
-        short = fits_cluster(cfg.deployments, float(int(num_cpus or os.cpu_count() or 1)))
+        short = fits_cluster(cfg.deployments, float(local_cpus(num_cpus)))
         if short:
             raise ConfigError(short)
     try:

@@ -9,7 +9,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["model_config"]
+__all__ = ["looks_like_path", "model_config"]
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether a model or tokenizer name is meant as a local path rather than a hub id
+    (``org/name``): it starts with ``/``, ``./``, ``../``, ``.\\`` or ``~``, has more than one
+    ``/``, or exists on disk."""
+    name = str(name)
+    return name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1 or Path(name).expanduser().exists()
 
 
 def _config_file(name: str) -> tuple[Path | None, str]:
@@ -18,7 +26,7 @@ def _config_file(name: str) -> tuple[Path | None, str]:
     if p.is_dir():
         f = p / "config.json"
         return (f, "") if f.is_file() else (None, f"{p} has no config.json")
-    if name.count("/") == 1 and not name.startswith(("/", "./", "../", "~")):
+    if not looks_like_path(name):
         try:
             from huggingface_hub import try_to_load_from_cache
 
@@ -28,7 +36,7 @@ def _config_file(name: str) -> tuple[Path | None, str]:
         if isinstance(hit, str) and Path(hit).is_file():
             return Path(hit), ""
         return None, f"{name} is not a local directory and its config.json is not in the Hugging Face cache here"
-    return None, f"{name} does not exist here"
+    return None, f"{name} is a file, not a model directory" if p.exists() else f"{name} does not exist here"
 
 
 def model_config(name_or_path: str) -> tuple[dict[str, Any] | None, str]:

@@ -52,7 +52,7 @@ import yaml
 from shopping_companion.envs.parsing import parse_action
 from shopping_companion.errors import ConfigError
 from shopping_companion.errors import ContaminationError
-from shopping_companion.llm.model_files import model_config
+from shopping_companion.llm.model_files import looks_like_path, model_config
 from shopping_companion.runs import file_sha256, write_lines_atomic
 from shopping_companion.sft.decontam import Contamination, ProductsRule, decontamination_report, find_contamination
 from shopping_companion.sft.examples import StepExample, example_stats, with_reasoning
@@ -373,8 +373,7 @@ def load_tokenizer(name_or_path: str) -> Any:
         raise ConfigError(f"tokenizer {name_or_path!r}: transformers is not installed ({e})") from None
     name = str(name_or_path)
     p = Path(name).expanduser()
-    looks_like_path = name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1 or p.exists()
-    if looks_like_path and not p.is_dir():
+    if looks_like_path(name) and not p.is_dir():
         raise ConfigError(
             f"tokenizer {name!r}: not a directory"
             + (" (it is a file)" if p.exists() else " (no such path)")

@@ -39,6 +39,7 @@ from shopping_companion.config import STRICT
 from shopping_companion.assembly.endpoints import ServiceConfig, check_tools
 from shopping_companion.errors import ConfigError, DataError, TrainingSignalError
 from shopping_companion.llm.breaker import deadline_or_none
+from shopping_companion.llm.model_files import looks_like_path
 
 __all__ = [
     "TrlEnvSettings",
@@ -691,6 +692,11 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
 
     console = console or _console()
     require_trl()
+    if looks_like_path(cfg.model) and not Path(cfg.model).expanduser().is_dir():  # before anything is written
+        raise ConfigError(
+            f"model: {cfg.model!r} is not a directory (give a local model directory, or a hub id org/name "
+            "already in the Hugging Face cache)"
+        )
     spec = load_reward_spec(cfg.reward_config)
     spec.build_rubric()  # a rubric that does not import fails here, before anything loads
     out = Path(cfg.trainer.output_dir)

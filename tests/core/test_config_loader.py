@@ -68,7 +68,7 @@ def test_config_hash_is_canonical_and_changes_with_any_value(tmp_path):
 
 def test_eval_config_groups_and_identity():
     base = {"bench": {"path": "b"}, "output": {"name": "r"}}
-    cfg = load_model(EvalConfig, base, ["strategies=oracle,two_stage:low", "pass_k=1,2"])
+    cfg = load_model(EvalConfig, base, ["strategies=oracle,two_stage:low", "pass_k=1,2", "trials=2"])
     assert cfg.strategies == ["oracle", "two_stage:low"] and cfg.pass_k == [1, 2]
     assert cfg.output.run_dir.as_posix() == "runs/r"
     ident = cfg.identity()
@@ -92,6 +92,9 @@ def test_eval_config_groups_and_identity():
         (["pass_k=0"], "pass_k"),
         (["output.name=../x"], "output.name"),
         (["trials=0"], "trials"),
+        # a k above trials has no task with k trials (its pass^k row would be empty); the
+        # whole-model check's message names its keys, with no "(top level)" before it
+        (["pass_k=1,3", "trials=2"], r"^pass_k: values must be in 1\.\.trials \(2\); got \[1, 3\]"),
     ):
         with pytest.raises(ConfigError, match=msg):
             load_model(EvalConfig, base, bad)

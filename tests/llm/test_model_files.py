@@ -3,7 +3,7 @@ Hugging Face cache, never downloaded; every miss is (None, why), never an except
 
 import json
 
-from shopping_companion.llm.model_files import model_config
+from shopping_companion.llm.model_files import looks_like_path, model_config
 
 
 def test_a_local_directory_config_is_read_and_each_bad_one_says_why(tmp_path):
@@ -37,3 +37,14 @@ def test_a_hub_id_is_read_from_the_local_cache_only(tmp_path, monkeypatch):
         {"tie_word_embeddings": True},
         str(repo / "snapshots" / "abc" / "config.json"),
     )
+
+
+def test_a_name_is_a_path_when_it_is_written_as_one_or_exists(tmp_path, monkeypatch):
+    for name in ("/abs/model", "./rel", "../up", "~/m", "a/b/c"):
+        assert looks_like_path(name), name
+    for name in ("Qwen/Qwen3-4B", "gpt2"):
+        assert not looks_like_path(name), name
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").write_text("x")  # a file of that name here: meant as a path
+    assert looks_like_path("gpt2")
+    assert model_config("gpt2") == (None, "gpt2 is a file, not a model directory")

@@ -55,6 +55,31 @@ def test_a_private_cluster_too_small_is_refused_before_ray_starts(tmp_path, data
     assert "reserve 2.85 CPUs" in text and "has 2" in text and "Ray Serve" not in text
 
 
+def test_check_and_run_count_the_private_cluster_the_same(tmp_path, data_dir, monkeypatch):
+    """``--num-cpus`` is a whole number (Ray counts a node's CPUs in integers): a fraction is
+    refused naming the flag, and ``--check`` warns exactly when the run refuses (it counted
+    ``1.5`` as 1.5 CPUs while the run started Ray with 1)."""
+    from shopping_companion.assembly.cluster import local_cpus
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    (tmp_path / "tasks.jsonl").write_text("")
+    base = ["serve", "--bench", str(tmp_path), "--set", f"data.data_dir={data_dir}"]
+    r = CliRunner().invoke(app, base + ["--num-cpus", "1.5", "--check"])
+    assert r.exit_code == 2 and "--num-cpus" in r.output, r.output
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # the defaults reserve 1.85 CPUs: a 1-CPU private cluster is too small, for --check and the run alike
+    check = CliRunner().invoke(app, base + ["--num-cpus", "1", "--check"])
+    run = CliRunner().invoke(app, base + ["--num-cpus", "1", "--port", str(port)])
+    assert check.exit_code == 0 and "warning" in check.output and "has 1" in " ".join(check.output.split())
+    assert run.exit_code == 2 and "has 1" in " ".join(run.output.split()), run.output
+    assert local_cpus(None) >= 1 and local_cpus(3) == 3
+    for bad in (0, 1.5, True):
+        with pytest.raises(ConfigError, match="num_cpus"):
+            local_cpus(bad)
+
+
 def test_replica_cause_finds_the_error_under_rays_wrappers():
     text = (
         "Deploying application shopcomp failed: Failed to update the deployments ['ProductTools'].\n"
