@@ -103,7 +103,10 @@ __all__ = [
 #: ("latex-free") is met by the page saying so; counts of a part ("2 USB Ports"); a gold value that
 #: lists names of one thing is matched by one of them. 8: docs/judge.md's "Version 8" (bounds without
 #: operator, feet, chat clauses, run-together text, prose phrases, purposes, counts, sizes, glosses).
-RULE_JUDGE_VERSION = 8
+#: 9: a product text denying the wish ("Not compatible with Xbox", "not suitable for …") is no
+#: statement of it; inch and foot marks are units; a count of another thing ("Pack of 2", "3 pockets
+#: each") is no count of the wished part.
+RULE_JUDGE_VERSION = 9
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 
 from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
-from shopping_companion.judges.matching.normalize import STOP_WORDS, phrase, phrase_occurs, tokens
+from shopping_companion.judges.matching.normalize import STOP_WORDS, phrase, phrase_occurs, split_denials, tokens
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES, Constraint, Quantity, parse_quantities
 from shopping_companion.sentences import separate_run_together, split_sentences
 from shopping_companion.judges.matching.values import (
@@ -300,18 +300,67 @@ class ProductReader:
         return out
 
     def _from_text(self, product: Product, key: ResolvedKey, pref: Preference, want: bool) -> Evidence:
+        """What the title, features, options and description say of ``pref`` (module docstring). A
+        wish the text denies ("Not compatible with Xbox", "not suitable for induction hobs") is
+        explicitly not met when nothing else states it, uncertain when the text also states it
+        (``field_text_conflict``) or the denial is loose (after a comma), never met."""
+        ev = self._read_text(product, key, pref, want)
+        if not want or (ev.known and not ev.satisfied):
+            return ev
+        if ev.satisfied and ev.confident:
+            negated = next(
+                (src for src, text in self._text_fields(product)[:-1] if phrase_occurs(pref.value, text) is False), None
+            )
+            if negated is not None:
+                # "Induction-ready" in the title, "Not induction compatible" in the description
+                detail = f"{ev.detail}; but the {negated} negates it"
+                return Evidence(True, ev.source, detail, False, "field_text_conflict")
+        denied = self._denied(product, key, pref.value)
+        if denied is None:
+            return ev
+        source, firm = denied
+        detail = f"{source} says it does not go with {pref.value!r}"
+        if ev.satisfied:
+            return Evidence(False, ev.source, f"{ev.detail}; but the {detail}", False, "field_text_conflict")
+        if firm and not ev.known:
+            return Evidence(False, source, f"the {detail}")
+        return Evidence(False, source, f"the {detail}", False, ev.reason or "not_stated")
+
+    def _denied(self, product: Product, key: ResolvedKey, value: str) -> tuple[str, bool] | None:
+        """``(source, firm)`` of the first text field that denies going with ``value``
+        (:func:`~shopping_companion.judges.matching.normalize.split_denials`), else None."""
+        vocab = self.m.vocab_for(key)
+        gold = self.m.parse(key, value) if vocab is not None else None
+        loose = None
+        for source, text in self._text_fields(product):
+            if source in ("options", "category"):
+                continue
+            for scope, firm in split_denials(text)[1]:
+                if gold is not None and gold.concepts and not gold.partial:
+                    found = vocab.find(scope, prose=True)
+                    hit = bool(found) and all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts)
+                else:
+                    hit = phrase_occurs(value, scope) is True
+                if hit and firm:
+                    return source, True
+                if hit and loose is None:
+                    loose = source
+        return (loose, False) if loose is not None else None
+
+    def _read_text(self, product: Product, key: ResolvedKey, pref: Preference, want: bool) -> Evidence:
         vocab = self.m.vocab_for(key)
         gold = self.m.parse(key, pref.value)
         fields = self._text_fields(product)
-        if not key.known and (counted := self._parts_counted(key, gold, fields)) is not None:
+        counts_parts = vocab is None and _counts_parts(key)
+        if counts_parts and (counted := self._parts_counted(key, gold, fields)) is not None:
             if not want:
                 counted = Evidence(
                     not counted.satisfied, counted.source, counted.detail, counted.confident, counted.reason
                 )
             return counted
-        if not key.known and _names_part(key) and _is_count(pref.value):
+        if counts_parts and _names_part(key) and _is_count(pref.value):
             # a count of a part no sentence states: a bare number elsewhere ("Set of 3 bags with
-            # wheels") counts something else
+            # wheels", "Pack of 2", "3 pockets each" for 3 shelves) counts something else
             return _unknown(want, "no count of this part stated", "unknown_key")
         if gold.constraint is not None and (key.kind == "quantity" or gold.constraint.op != "="):
             for source, text in fields:
@@ -401,19 +450,22 @@ class ProductReader:
         if not part:
             return None
         c = gold.constraint
-        if c is None:
-            n = tokens(gold.text)
-            if len(n) != 1 or not n[0].isdigit():
-                return None
+        n = tokens(gold.text)
+        if len(n) == 1 and n[0].isdigit():
             c = Constraint("=", float(n[0]), None, "", gold.text)
-        elif c.dim != "" or c.op == "=":
+        elif c is None or c.dim != "" or c.op == "=":
             return None
         L = len(part)
         for source, text in fields:
             if source in ("options", "category"):
                 continue
             t = tokens(text)
-            counts = {float(t[i]) for i in range(len(t) - L) if t[i].isdigit() and t[i + 1 : i + 1 + L] == part}
+            at = [i for i in range(len(t) - L) if t[i].isdigit() and t[i + 1 : i + 1 + L] == part]
+            counts = {float(t[i]) for i in at}
+            if any(i + 1 + L < len(t) and t[i + 1 + L] in ("each", "per") for i in at):
+                # "3 pockets each": a count per item of a set, not the wish's count stated
+                detail = f"{source} states {', '.join(f'{n:g}' for n in sorted(counts))} {' '.join(part)} per item"
+                return Evidence(False, source, detail, False, _unread_reason(key, False))
             if not counts:
                 # a count with modifiers before the part's noun, in one sentence
                 for sentence in split_sentences(text):
@@ -594,6 +646,15 @@ _COUNT_GAP = 4
 def _names_part(key: ResolvedKey) -> bool:
     """``key`` names a part that can be counted ("number of wheels", "USB ports")."""
     return any(t not in _COUNT_WORDS for t in tokens(key.name))
+
+
+def _counts_parts(key: ResolvedKey) -> bool:
+    """A bare number of ``key`` counts a part: the key is unknown ("shelves"), or known with no unit
+    and no dimension but a count ("pockets", "number of pockets"), not a measure ("screen size")."""
+    if not key.known:
+        return True
+    spec = key.spec
+    return spec is not None and spec.unit is None and spec.dimension in (None, ("dimensionless",))
 
 
 def _is_count(value: str) -> bool:

@@ -327,6 +327,8 @@ class ValueMatcher:
             return True  # "2" ports for "at least 2": the gold's bound without its operator (below)
         if va.constraint is not None and vb.constraint is not None:
             same = va.constraint.same_as(vb.constraint)
+            if same and va.constraint.dim == "" and not _counts_alike(va.text, vb.text, key.name):
+                return None  # "pack of 2" or "2 pockets" for 2 shelves: a count of something else, not known
             if not same and va.constraint.dim and (_unread_unit(va.text) or _unread_unit(vb.text)):
                 return None  # "10 bar" for "100 m": a unit the table does not read (the number got the key's unit)
             if not same and _bound_without_operator(va.constraint, vb.constraint):
@@ -369,6 +371,7 @@ class ValueMatcher:
             and len(tb - ta) <= 1
             and va.constraint is None
             and (not (va.concepts and vb.concepts) or va.partial or vb.partial)
+            and (_bare_count(va.text) is None or _counts_alike(va.text, vb.text, key.name))
         ):
             return True  # free text: one extra word naming the same thing ("Brother TN 660" for TN660)
         kt = set(tokens(key.name))
@@ -610,11 +613,12 @@ _BOUND_WORDS = frozenset(
 )
 
 
-def _counts_alike(gold: str, answer: str) -> bool:
-    """The answer's count names nothing the gold's does not ("2" or "2 kids" for "at most 2
-    kids"; not "2 adults")."""
+def _counts_alike(gold: str, answer: str, key: str | None = None) -> bool:
+    """The answer's count names nothing the gold's (or its attribute's name ``key``) does not ("2"
+    or "2 kids" for "at most 2 kids"; "2 shelves" for number of shelves: 2; not "2 adults", "pack
+    of 2", "3 each")."""
     words = {t for t in tokens(answer) if not t.isdigit() and t not in _BOUND_WORDS}
-    return words <= set(tokens(gold))
+    return words <= set(tokens(gold)) | set(tokens(key))
 
 
 def _bare_count(text: str) -> int | None:
