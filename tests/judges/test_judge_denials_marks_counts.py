@@ -213,3 +213,54 @@ def test_a_page_count_of_the_part_decides():
     assert not ev.satisfied and ev.confident  # the pockets are counted: 2, not the set's 3
     ev = R.check(product("Backpack 2 Pack, 4 pockets"), pref("pockets", "2"))
     assert not ev.satisfied and ev.confident
+
+
+# ---------------------------------------------------------------- attribute names (dev classes)
+
+
+@pytest.mark.parametrize(
+    "gold,answer,matched",
+    [
+        (("number of drawers", "4"), ("drawers", "four"), True),
+        (("number of drawers", "4"), ("drawer count", "4"), True),
+        (("number of wheels", "4"), ("wheels", "four wheels"), True),
+        (("usb ports", "at least 2"), ("number of usb ports", "2"), True),
+        (("number of drawers", "4"), ("drawers", "2"), False),
+        (("number of wheels", "4"), ("wheels", "spinner"), False),
+    ],
+)
+def test_a_count_named_with_or_without_its_count_words_is_one_attribute(gold, answer, matched):
+    res = match_preferences(task(pref(*gold)), [pref(*answer)])
+    assert (res.matches == [0]) is matched
+    if not matched and answer[1] == "2":
+        assert res.spurious and not res.unsure_answer  # explicitly another count
+
+
+@pytest.mark.parametrize(
+    "gold,answer,matched",
+    [
+        ("at most 81 cm (32 inches)", ("max width", "32 in"), True),
+        ("at most 81 cm", ("maximum width", "81 cm"), True),
+        ("at most 81 cm", ("max width", "90 cm"), False),
+        ("at least 81 cm", ("max width", "81 cm"), False),
+        ("at most 81 cm", ("min width", "81 cm"), False),
+    ],
+)
+def test_a_bound_in_the_attribute_name_is_the_values_bound(gold, answer, matched):
+    res = match_preferences(task(pref("width", gold)), [pref(*answer)])
+    assert (res.matches == [0]) is matched
+    assert not res.unsure_gold
+
+
+@pytest.mark.parametrize(
+    "gold,answer,matched",
+    [
+        (("outsole grip", "grippy outsole for wet ground"), ("outsole grip", "grippy outsole"), True),
+        (("colour", "White"), ("colour", "white to match the cot"), True),
+        (("colour", "Navy"), ("colour", "white to match the cot"), False),
+        (("material", "Suede"), ("upper", "suede (brushed leather)"), True),
+    ],
+)
+def test_a_value_with_its_purpose_or_gloss_names_the_gold(gold, answer, matched):
+    res = match_preferences(task(pref(*gold)), [pref(*answer)])
+    assert (res.matches == [0]) is matched

@@ -43,7 +43,27 @@ from shopping_companion.judges.matching.normalize import (
 )
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES
 
-__all__ = ["Concept", "Vocabulary", "KeySpec", "ResolvedKey", "Lexicon", "load_lexicon", "GENERIC_KEY_WORDS"]
+__all__ = [
+    "Concept",
+    "Vocabulary",
+    "KeySpec",
+    "ResolvedKey",
+    "Lexicon",
+    "load_lexicon",
+    "GENERIC_KEY_WORDS",
+    "COUNT_KEY_WORDS",
+    "counted_part",
+]
+
+#: Words of an attribute name that name the count rather than the part counted ("number of wheels").
+COUNT_KEY_WORDS = frozenset({"number", "count", "no", "num", "qty", "quantity", "total"})
+
+
+def counted_part(name: str | None) -> tuple[str, ...]:
+    """The part an attribute name counts, without its count words: "number of wheels", "wheels"
+    and "wheel count" all give ``("wheel",)``."""
+    return tuple(t for t in tokens(name) if t not in COUNT_KEY_WORDS)
+
 
 #: Words that qualify an attribute name without changing it ("neck type" is "neck").
 GENERIC_KEY_WORDS = frozenset(

@@ -43,7 +43,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
+from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary, counted_part
 from shopping_companion.judges.matching.normalize import STOP_WORDS, phrase, phrase_occurs, split_denials, tokens
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES, Constraint, Quantity, parse_quantities
 from shopping_companion.sentences import separate_run_together, split_sentences
@@ -53,6 +53,7 @@ from shopping_companion.judges.matching.values import (
     default_matcher,
     is_amount,
     listed_names,
+    purpose_head,
     readings,
     split_gloss,
     split_negation,
@@ -61,8 +62,6 @@ from shopping_companion.types import Preference, Product, ProductSlot
 
 __all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
 
-#: words of a key that name the count rather than the part counted ("number of wheels")
-_COUNT_WORDS = frozenset({"number", "count", "no", "num", "qty", "quantity", "total"})
 
 UNINFORMATIVE = frozenset(
     {
@@ -406,7 +405,7 @@ class ProductReader:
                 return self._free_of(key, rest, fields, vocab is not None)
         negated = None
         parts = listed_names(pref.value)
-        head = _purpose_head(pref.value)
+        head = purpose_head(pref.value)
         for source, text in fields:
             said = phrase_occurs(pref.value, text)
             value = pref.value
@@ -446,7 +445,7 @@ class ProductReader:
         Ports", "four wheels", "4-drawer") in the first of the title, features and description that
         states one; counts there that disagree leave it uncertain. None when the key names no part,
         the wish is no count or the page states none."""
-        part = tuple(t for t in tokens(key.name) if t not in _COUNT_WORDS)
+        part = counted_part(key.name)
         if not part:
             return None
         c = gold.constraint
@@ -645,7 +644,7 @@ _COUNT_GAP = 4
 
 def _names_part(key: ResolvedKey) -> bool:
     """``key`` names a part that can be counted ("number of wheels", "USB ports")."""
-    return any(t not in _COUNT_WORDS for t in tokens(key.name))
+    return bool(counted_part(key.name))
 
 
 def _counts_parts(key: ResolvedKey) -> bool:
@@ -686,20 +685,6 @@ def _count_before(w: tuple[str, ...], i: int) -> float | None:
                 continue
             return float(w[j]) if w[j].isdigit() else None
     return None
-
-
-_PURPOSE = re.compile(r"^(.+?)\s+for\s+([a-z][a-z\s-]*)$")
-
-
-def _purpose_head(value: str) -> str | None:
-    """The feature of a value that names it and then a purpose in plain words ("grippy outsole for
-    wet ground" → "grippy outsole"); None unless the feature has two or more words and the purpose
-    names no model, number or proper name ("case for iPhone 7", "charger for Galaxy": the *for*
-    part is the wish itself)."""
-    m = _PURPOSE.match(value.strip())
-    if m is None or len(tokens(m.group(1))) < 2:
-        return None
-    return m.group(1)
 
 
 def _named_outright(value: str, text: str) -> bool:

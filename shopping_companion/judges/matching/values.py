@@ -69,6 +69,7 @@ __all__ = [
     "split_gloss",
     "split_negation",
     "listed_names",
+    "purpose_head",
     "yes_no",
 ]
 
@@ -300,6 +301,8 @@ class ValueMatcher:
             return False
         if va.phrase == vb.phrase or (va.phrase and compact(va.text) == compact(vb.text)):
             return True
+        if (h := purpose_head(va.text) or purpose_head(vb.text)) is not None and phrase(h) in (va.phrase, vb.phrase):
+            return True  # "grippy outsole" for "grippy outsole for wet ground": the purpose is the shopper's
         if (
             va.concepts
             and not (va.partial or vb.partial)
@@ -654,6 +657,24 @@ def listed_names(text: str | None) -> tuple[str, ...]:
     if len(parts) < 2 or any(_NEGATION.match(p) for p in parts):
         return ()
     return parts
+
+
+_PURPOSE = re.compile(r"^(.+?)\s+for\s+([a-z][a-z\s-]*)$")
+#: a value and what it should go with: "white to match the cot", "black to go with the dashboard"
+_MATCHES = re.compile(r"^(.+?)\s+to\s+(?:match|go\s+with|suit|blend\s+(?:in\s+)?with)\b", re.IGNORECASE)
+
+
+def purpose_head(value: str) -> str | None:
+    """The feature of a value that names it and then a purpose in plain words ("grippy outsole for
+    wet ground" → "grippy outsole"; "white to match the cot" → "white"); None for a *for* purpose
+    unless the feature has two or more words and the purpose names no model, number or proper name
+    ("case for iPhone 7", "charger for Galaxy": the *for* part is the wish itself)."""
+    if (m := _MATCHES.match(value.strip())) is not None:
+        return m.group(1)  # "white to match the cot"
+    m = _PURPOSE.match(value.strip())
+    if m is None or len(tokens(m.group(1))) < 2:
+        return None
+    return m.group(1)
 
 
 def yes_no(text: str | None) -> bool | None:
