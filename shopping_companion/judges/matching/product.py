@@ -306,7 +306,7 @@ class ProductReader:
         ev = self._read_text(product, key, pref, want)
         if not want or (ev.known and not ev.satisfied):
             return ev
-        if ev.satisfied and ev.confident:
+        if ev.satisfied and ev.confident and not split_negation(pref.value)[0]:
             negated = next(
                 (src for src, text in self._text_fields(product)[:-1] if phrase_occurs(pref.value, text) is False), None
             )
