@@ -37,6 +37,7 @@ __all__ = [
     "distribute_negation",
     "split_denials",
     "denied_in",
+    "unit_marks",
 ]
 
 STOP_WORDS = frozenset({"a", "an", "the", "of", "and", "or", "for", "with", "in", "on", "to"})
@@ -177,14 +178,16 @@ _FOOT_MARK = re.compile(r"(?<![\d.\"“”‘])(\d+(?:\.\d+)?)\s?['’′](?![A-
 _MARKS = frozenset("'\"’′″”")
 
 
-def _unit_marks(text: str) -> str:
+def unit_marks(text: str) -> str:
+    """``text`` with a quote mark right after a number written as its unit word (``10"`` → ``10 inch``,
+    ``10'`` → ``10 ft``), as :func:`tokens` reads it."""
     if not _MARKS.intersection(text):
         return text
     return _FOOT_MARK.sub(r"\1 ft ", _INCH_MARK.sub(r"\1 inch ", text))
 
 
 def _tokens(text: str) -> tuple[str, ...]:
-    text = _unit_marks(text)
+    text = unit_marks(text)
     if text.isascii():
         s = text.lower()
     else:
