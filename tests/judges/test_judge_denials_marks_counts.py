@@ -264,3 +264,12 @@ def test_a_bound_in_the_attribute_name_is_the_values_bound(gold, answer, matched
 def test_a_value_with_its_purpose_or_gloss_names_the_gold(gold, answer, matched):
     res = match_preferences(task(pref(*gold)), [pref(*answer)])
     assert (res.matches == [0]) is matched
+
+
+def test_an_avoid_named_only_in_a_denial_is_uncertain_not_satisfied():
+    # "not suitable for people with a latex allergy" may well mean the gloves are latex
+    for key in ("material", "allergens"):
+        ev = R.check(product("Exam Gloves", "Not suitable for people with latex allergy."), pref(key, "latex", "avoid"))
+        assert not ev.confident and ev.reason == "field_text_conflict"
+    ev = R.check(product("Exam Gloves", "Soft and strong."), pref("allergens", "latex", "avoid"))
+    assert ev.satisfied and ev.confident  # nothing names it: the page's word (our convention)

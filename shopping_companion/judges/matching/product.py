@@ -250,7 +250,7 @@ class ProductReader:
                 return Evidence(
                     True, ev.source, f"{ev.detail}; but the {source} mentions it", False, "field_text_conflict"
                 )
-        return ev
+        return self._denial_of_avoid(product, key, pref, ev)
 
     def _title_agrees(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
         """``ev`` (decided by a structured field), made uncertain (``field_text_conflict``) when a
@@ -304,7 +304,9 @@ class ProductReader:
         explicitly not met when nothing else states it, uncertain when the text also states it
         (``field_text_conflict``) or the denial is loose (after a comma), never met."""
         ev = self._read_text(product, key, pref, want)
-        if not want or (ev.known and not ev.satisfied):
+        if not want:
+            return self._denial_of_avoid(product, key, pref, ev)
+        if ev.known and not ev.satisfied:
             return ev
         if ev.satisfied and ev.confident and not split_negation(pref.value)[0]:
             negated = next(
@@ -324,6 +326,15 @@ class ProductReader:
         if firm and not ev.known:
             return Evidence(False, source, f"the {detail}")
         return Evidence(False, source, f"the {detail}", False, ev.reason or "not_stated")
+
+    def _denial_of_avoid(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
+        """``ev`` (an avoid), made uncertain (``field_text_conflict``) when it is satisfied while the
+        text names the avoided thing inside a denial: "Not suitable for people with latex allergy"
+        says nothing is latex-free, it may say the opposite."""
+        if not (ev.satisfied and ev.confident) or (denied := self._denied(product, key, pref.value)) is None:
+            return ev
+        detail = f"{ev.detail}; but the {denied[0]} names it in a denial"
+        return Evidence(True, ev.source, detail, False, "field_text_conflict")
 
     def _denied(self, product: Product, key: ResolvedKey, value: str) -> tuple[str, bool] | None:
         """``(source, firm)`` of the first text field that denies going with ``value``
