@@ -59,7 +59,9 @@ from dataclasses import dataclass, field
 from shopping_companion.judges.assignment import max_matching
 from shopping_companion.judges.base import no_answer_verdict
 from shopping_companion.judges.matching import ProductReader, ResolvedKey, ValueMatcher, default_matcher, default_reader
+from shopping_companion.judges.matching.lexicon import counted_part
 from shopping_companion.judges.matching.normalize import padded, tokens
+from shopping_companion.judges.matching.quantity import parse_constraint
 from shopping_companion.judges.matching.values import split_gloss, split_negation, yes_no
 from shopping_companion.judges.selective import check_uncertain_policy, stage1_fields, stage2_fields
 from shopping_companion.envs.tools import PRODUCT_TOOLS
@@ -103,7 +105,10 @@ __all__ = [
 #: ("latex-free") is met by the page saying so; counts of a part ("2 USB Ports"); a gold value that
 #: lists names of one thing is matched by one of them. 8: docs/judge.md's "Version 8" (bounds without
 #: operator, feet, chat clauses, run-together text, prose phrases, purposes, counts, sizes, glosses).
-RULE_JUDGE_VERSION = 8
+#: 9: a product text denying the wish ("Not compatible with Xbox", "not suitable for …") is no
+#: statement of it; inch and foot marks are units; a count of another thing ("Pack of 2", "3 pockets
+#: each") is no count of the wished part.
+RULE_JUDGE_VERSION = 9
 
 #: An identified "value" with more words than this, or with sentence punctuation, is not an
 #: attribute value (e.g. a quoted sentence of the user).
@@ -397,11 +402,46 @@ def _compat(
             return False, "value_outside_vocabulary"
         return False, None if gk.known else "unknown_key"
     if vocab is not None:
-        if vocab.lookup(value) is not None:
-            return True, None
+        if vocab.lookup(value) is not None or ("(" in value and vocab.lookup(split_gloss(value)[0]) is not None):
+            return True, None  # "upper: suede (brushed leather)" for material: the value names the key
         if not vocab.find(value) and m.names_other_property(gk, value):
             return False, None  # exactly a value of another vocabulary or another dimension
+    if _counts_one_part(m, gk, gold[i].value, qk, value):
+        return True, None  # "drawers: four" for "number of drawers: 4"
     return False, "unknown_key"
+
+
+def _counts_one_part(m: ValueMatcher, gk: ResolvedKey, gold_value: str, qk: ResolvedKey, value: str) -> bool:
+    """Both keys count one part, named with or without count words ("drawers", "number of
+    drawers", "drawer count"), and both values are counts: the same attribute."""
+    if gk.known or qk.known:
+        return False
+    part = counted_part(gk.name)
+    if not part or part != counted_part(qk.name):
+        return False
+    a, b = parse_constraint(gold_value), parse_constraint(value)
+    return a is not None and b is not None and a.dim == "" and b.dim == ""
+
+
+#: first words of an attribute name that are a bound on it ("max width: 32 in")
+_KEY_BOUNDS = {"max": "at most", "maximum": "at most", "min": "at least", "minimum": "at least"}
+
+
+def _bound_from_key(m: ValueMatcher, q: Preference) -> Preference:
+    """A bound written in the attribute's name read into its value: "max width: 32 in" is "width:
+    at most 32 in" (a quantity key the lexicon knows, a value with no bound of its own)."""
+    first, _, rest = q.attribute.strip().partition(" ")
+    bound = _KEY_BOUNDS.get(first.lower().rstrip("."))
+    if bound is None or not rest.strip():
+        return q
+    k = m.key(rest)
+    if not k.known or k.kind != "quantity":
+        return q
+    c = m.parse(k, q.value).constraint
+    if c is None or not c.dim:
+        return q
+    value = q.value if c.op != "=" else f"{bound} {q.value}"
+    return q.model_copy(update={"attribute": rest.strip(), "value": value})
 
 
 def match_preferences(
@@ -420,8 +460,8 @@ def match_preferences(
     m = matcher or default_matcher()
     N = task.n_products
     single = N == 1
-    gold = [_denegate(m, g) for g in task.preferences]
-    identified = [_denegate(m, q) for q in identified]
+    gold = [_bound_from_key(m, _denegate(m, g)) for g in task.preferences]
+    identified = [_bound_from_key(m, _denegate(m, q)) for q in identified]
 
     def slot(p: Preference) -> int:
         return 0 if single else p.slot

@@ -74,6 +74,7 @@ from shopping_companion.benchmark.data.paraphrases import load_paraphrases
 from shopping_companion.benchmark.synthesis.catalog_view import is_wearable_size
 from shopping_companion.judges.matching import Constraint, ResolvedKey, default_matcher, parse_constraint
 from shopping_companion.judges.matching.quantity import HAS_UNIT_OR_OP
+from shopping_companion.judges.matching.normalize import unit_marks
 from shopping_companion.judges.rule import RuleJudge, is_relevant, normalize_tokens, product_satisfies
 from shopping_companion.sentences import split_sentences
 from shopping_companion.types import Preference, Product, ProductSlot, Session, Step, Task, ToolResult, Trajectory
@@ -363,6 +364,7 @@ class CatalogMatcher:
         adds a stray ``s``), so a token missing here is missing from the judge's tokens too."""
         if not text:
             return set()
+        text = unit_marks(text)  # as the judge: 10" is 10 inch
         if text.isascii():
             t = text.lower()
         else:  # as the judge: NFKD, drop combining marks, then lower-case

@@ -34,10 +34,36 @@ from typing import Any
 import yaml
 
 from shopping_companion.errors import ConfigError
-from shopping_companion.judges.matching.normalize import compact, distribute_negation, negated_positions, tokens
+from shopping_companion.judges.matching.normalize import (
+    compact,
+    distribute_negation,
+    negated_positions,
+    split_denials,
+    tokens,
+)
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES
 
-__all__ = ["Concept", "Vocabulary", "KeySpec", "ResolvedKey", "Lexicon", "load_lexicon", "GENERIC_KEY_WORDS"]
+__all__ = [
+    "Concept",
+    "Vocabulary",
+    "KeySpec",
+    "ResolvedKey",
+    "Lexicon",
+    "load_lexicon",
+    "GENERIC_KEY_WORDS",
+    "COUNT_KEY_WORDS",
+    "counted_part",
+]
+
+#: Words of an attribute name that name the count rather than the part counted ("number of wheels").
+COUNT_KEY_WORDS = frozenset({"number", "count", "no", "num", "qty", "quantity", "total"})
+
+
+def counted_part(name: str | None) -> tuple[str, ...]:
+    """The part an attribute name counts, without its count words: "number of wheels", "wheels"
+    and "wheel count" all give ``("wheel",)``."""
+    return tuple(t for t in tokens(name) if t not in COUNT_KEY_WORDS)
+
 
 #: Words that qualify an attribute name without changing it ("neck type" is "neck").
 GENERIC_KEY_WORDS = frozenset(
@@ -160,7 +186,8 @@ class Vocabulary:
         return self._scan(text, False)[1]
 
     def _scan_uncached(self, text: str, prose: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        toks = tokens(distribute_negation(text) if prose else text)
+        # prose: what a negation or a denial ("not compatible with …") covers is not stated
+        toks = tokens(distribute_negation(split_denials(text)[0]) if prose else text)
         n = len(toks)
         negated = negated_positions(toks) if prose else frozenset()
         cands: list[tuple[int, int, int, str]] = []  # (-length, -specificity, start, concept)

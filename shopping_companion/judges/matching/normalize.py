@@ -35,6 +35,9 @@ __all__ = [
     "negated_positions",
     "phrase_occurs",
     "distribute_negation",
+    "split_denials",
+    "denied_in",
+    "unit_marks",
 ]
 
 STOP_WORDS = frozenset({"a", "an", "the", "of", "and", "or", "for", "with", "in", "on", "to"})
@@ -167,7 +170,24 @@ def _singular(t: str) -> str:
     return t
 
 
+#: a quote mark right after a number is a unit: double (``10"``, ``10''``, curly ``10”``, ``10″``)
+#: inches, single (``10'``, ``10’``, ``10′``; not ``90's``) feet — read before Unicode folding, which
+#: turns ``″`` into two primes
+_INCH_MARK = re.compile(r"(?<![\d.\"“”‘])(\d+(?:\.\d+)?)\s?(?:''|’’|′′|\"|”|″)")
+_FOOT_MARK = re.compile(r"(?<![\d.\"“”‘])(\d+(?:\.\d+)?)\s?['’′](?![A-Za-z])")
+_MARKS = frozenset("'\"’′″”")
+
+
+def unit_marks(text: str) -> str:
+    """``text`` with a quote mark right after a number written as its unit word (``10"`` → ``10 inch``,
+    ``10'`` → ``10 ft``), as :func:`tokens` reads it."""
+    if not _MARKS.intersection(text):
+        return text
+    return _FOOT_MARK.sub(r"\1 ft ", _INCH_MARK.sub(r"\1 inch ", text))
+
+
 def _tokens(text: str) -> tuple[str, ...]:
+    text = unit_marks(text)
     if text.isascii():
         s = text.lower()
     else:
@@ -316,10 +336,92 @@ def distribute_negation(text: str) -> str:
     return _NEG_LIST.sub(_neg_list, text)
 
 
+_NEG = r"(?:not|never|cannot|(?:can|won|don|doesn|isn|aren|wouldn|didn|shouldn)['’]?t)"
+#: a product denying that it goes with what follows: "Not compatible with Xbox", "does not work
+#: with", "won't fit", "not suitable / recommended for", "do not use on", "not for use with",
+#: "incompatible with", "except"
+_DENIAL = re.compile(
+    rf"\b{_NEG}\s+(?:be\s+|been\s+)?(?:compatible|suitable|recommended|designed|intended|meant|made|"
+    r"appropriate|safe|approved|usable|used|for\s+use)\s+(?:(?:for|with|on|in|by|to|into)\b|w/)"
+    rf"|\b{_NEG}\s+(?:work|fit|support|connect|pair|suit)s?\b(?:\s+(?:(?:with|on|in|into|for)\b|w/))?"
+    r"|\bno\s+(?:compatibility|support)\s+(?:for|with)\b"
+    rf"|\b(?:{_NEG}|avoid)\s+(?:use|using)\b(?:\s+(?:it|this|them))?\s+(?:on|for|with|in)\b"
+    r"|\bnot\s+for\b(?!\s+(?:only|just)\b)"
+    r"|\b(?:incompatible|unsuitable|unfit)\s+(?:for|with|on|in)\b"
+    r"|\bexcept(?:\s+for)?\b|\bexcluding\b",
+    re.IGNORECASE,
+)
+#: a denial after what it denies: "USB-C not supported", "Induction: not suitable"
+_DENIAL_AFTER = re.compile(
+    r"(?:\s*[:–-]\s*|\s+)(?:is\s+|are\s+)?(?:not|never)\s+(?:supported|compatible|suitable|recommended)\b"
+    r"(?!\s+(?:with|for|on|in|by|to|into)\b)",
+    re.IGNORECASE,
+)
+#: where a denial's scope ends: a sentence or clause mark, or a turn ("but", "however", "only")
+_DENIAL_END = re.compile(r"[.;:!?|()\[\]\n]|\b(?:but|however|only|instead)\b", re.IGNORECASE)
+_DENIAL_START = re.compile(r"[.;!?|()\[\],\n]")
+_DENIAL_CUES = ("not", "never", "n't", "n’t", "incompat", "unsuit", "unfit", "except", "excluding", "cannot", "no ")
+
+
+@lru_cache(maxsize=8192)
+def split_denials(text: str) -> tuple[str, tuple[tuple[str, bool], ...]]:
+    """``text`` with every denial cut out — "Not compatible with Xbox One or PS4." (:data:`_DENIAL`,
+    up to the end of its clause) or "USB-C not supported" (:data:`_DENIAL_AFTER`, back to the start
+    of its clause) — and the denied scopes as ``(words, firm)``; ``firm`` is false for the part of a
+    forward scope after a first comma ("Not compatible with Xbox, works with PS5": only Xbox is
+    firmly denied). What a product denies is neither stated nor stated absent."""
+    low = text.lower()
+    if not any(c in low for c in _DENIAL_CUES):
+        return text, ()
+    cuts: list[tuple[int, int]] = []
+    scopes: list[tuple[str, bool]] = []
+    for m in _DENIAL.finditer(text):
+        end = _DENIAL_END.search(text, m.end())
+        stop = end.start() if end else len(text)
+        firm, _, loose = text[m.end() : stop].partition(",")
+        scopes.append((firm, True))
+        if loose.strip():
+            scopes.append((loose, False))
+        cuts.append((m.start(), stop))
+    for m in _DENIAL_AFTER.finditer(text):
+        start = max((b.end() for b in _DENIAL_START.finditer(text, 0, m.start())), default=0)
+        if text[start : m.start()].strip():
+            scopes.append((text[start : m.start()], True))
+            cuts.append((start, m.end()))
+    if not scopes:
+        return text, ()
+    out: list[str] = []
+    pos = 0
+    for a, b in sorted(cuts):
+        if a >= pos:
+            out.append(text[pos:a])
+            out.append(" ; ")
+        pos = max(pos, b)
+    out.append(text[pos:])
+    return "".join(out), tuple(scopes)
+
+
+def denied_in(value: str | None, text: str | None) -> bool | None:
+    """Whether ``text`` denies going with ``value`` (:func:`split_denials`): True when a firm
+    scope names it, False when only a loose one does (after a comma), None when none does."""
+    if not value or not text:
+        return None
+    loose = False
+    for scope, firm in split_denials(text)[1]:
+        if phrase_occurs(value, scope):
+            if firm:
+                return True
+            loose = True
+    return False if loose else None
+
+
 def phrase_occurs(value: str | None, text: str | None) -> bool | None:
     """Whether prose ``text`` states ``value`` (normalised tokens as a contiguous phrase): True
     when some occurrence is not negated, False when every occurrence is ("latex-free", "no latex",
-    "without latex"), None when it does not occur (or ``value`` has no tokens)."""
+    "without latex"), None when it does not occur (or ``value`` has no tokens). An occurrence
+    inside a denial ("not compatible with …", :func:`split_denials`) is no occurrence."""
+    if text and len(text) > 2:
+        text = split_denials(text)[0]
     v, t = tokens(value or ""), tokens(distribute_negation(text or ""))
     n = len(v)
     if not n or n > len(t):

@@ -43,8 +43,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary
-from shopping_companion.judges.matching.normalize import STOP_WORDS, phrase, phrase_occurs, tokens
+from shopping_companion.judges.matching.lexicon import ResolvedKey, Vocabulary, counted_part
+from shopping_companion.judges.matching.normalize import STOP_WORDS, phrase, phrase_occurs, split_denials, tokens
 from shopping_companion.judges.matching.quantity import UNIT_ALIASES, Constraint, Quantity, parse_quantities
 from shopping_companion.sentences import separate_run_together, split_sentences
 from shopping_companion.judges.matching.values import (
@@ -53,6 +53,7 @@ from shopping_companion.judges.matching.values import (
     default_matcher,
     is_amount,
     listed_names,
+    purpose_head,
     readings,
     split_gloss,
     split_negation,
@@ -61,8 +62,6 @@ from shopping_companion.types import Preference, Product, ProductSlot
 
 __all__ = ["Evidence", "ProductReader", "default_reader", "UNINFORMATIVE"]
 
-#: words of a key that name the count rather than the part counted ("number of wheels")
-_COUNT_WORDS = frozenset({"number", "count", "no", "num", "qty", "quantity", "total"})
 
 UNINFORMATIVE = frozenset(
     {
@@ -251,7 +250,7 @@ class ProductReader:
                 return Evidence(
                     True, ev.source, f"{ev.detail}; but the {source} mentions it", False, "field_text_conflict"
                 )
-        return ev
+        return self._denial_of_avoid(product, key, pref, ev)
 
     def _title_agrees(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
         """``ev`` (decided by a structured field), made uncertain (``field_text_conflict``) when a
@@ -300,18 +299,78 @@ class ProductReader:
         return out
 
     def _from_text(self, product: Product, key: ResolvedKey, pref: Preference, want: bool) -> Evidence:
+        """What the title, features, options and description say of ``pref`` (module docstring). A
+        wish the text denies ("Not compatible with Xbox", "not suitable for induction hobs") is
+        explicitly not met when nothing else states it, uncertain when the text also states it
+        (``field_text_conflict``) or the denial is loose (after a comma), never met."""
+        ev = self._read_text(product, key, pref, want)
+        if not want:
+            return self._denial_of_avoid(product, key, pref, ev)
+        if ev.known and not ev.satisfied:
+            return ev
+        if ev.satisfied and ev.confident and not split_negation(pref.value)[0]:
+            negated = next(
+                (src for src, text in self._text_fields(product)[:-1] if phrase_occurs(pref.value, text) is False), None
+            )
+            if negated is not None:
+                # "Induction-ready" in the title, "Not induction compatible" in the description
+                detail = f"{ev.detail}; but the {negated} negates it"
+                return Evidence(True, ev.source, detail, False, "field_text_conflict")
+        denied = self._denied(product, key, pref.value)
+        if denied is None:
+            return ev
+        source, firm = denied
+        detail = f"{source} says it does not go with {pref.value!r}"
+        if ev.satisfied:
+            return Evidence(False, ev.source, f"{ev.detail}; but the {detail}", False, "field_text_conflict")
+        if firm and not ev.known:
+            return Evidence(False, source, f"the {detail}")
+        return Evidence(False, source, f"the {detail}", False, ev.reason or "not_stated")
+
+    def _denial_of_avoid(self, product: Product, key: ResolvedKey, pref: Preference, ev: Evidence) -> Evidence:
+        """``ev`` (an avoid), made uncertain (``field_text_conflict``) when it is satisfied while the
+        text names the avoided thing inside a denial: "Not suitable for people with latex allergy"
+        says nothing is latex-free, it may say the opposite."""
+        if not (ev.satisfied and ev.confident) or (denied := self._denied(product, key, pref.value)) is None:
+            return ev
+        detail = f"{ev.detail}; but the {denied[0]} names it in a denial"
+        return Evidence(True, ev.source, detail, False, "field_text_conflict")
+
+    def _denied(self, product: Product, key: ResolvedKey, value: str) -> tuple[str, bool] | None:
+        """``(source, firm)`` of the first text field that denies going with ``value``
+        (:func:`~shopping_companion.judges.matching.normalize.split_denials`), else None."""
+        vocab = self.m.vocab_for(key)
+        gold = self.m.parse(key, value) if vocab is not None else None
+        loose = None
+        for source, text in self._text_fields(product):
+            if source in ("options", "category"):
+                continue
+            for scope, firm in split_denials(text)[1]:
+                if gold is not None and gold.concepts and not gold.partial:
+                    found = vocab.find(scope, prose=True)
+                    hit = bool(found) and all(any(vocab.is_a(c, g) for c in found) for g in gold.concepts)
+                else:
+                    hit = phrase_occurs(value, scope) is True
+                if hit and firm:
+                    return source, True
+                if hit and loose is None:
+                    loose = source
+        return (loose, False) if loose is not None else None
+
+    def _read_text(self, product: Product, key: ResolvedKey, pref: Preference, want: bool) -> Evidence:
         vocab = self.m.vocab_for(key)
         gold = self.m.parse(key, pref.value)
         fields = self._text_fields(product)
-        if not key.known and (counted := self._parts_counted(key, gold, fields)) is not None:
+        counts_parts = vocab is None and _counts_parts(key)
+        if counts_parts and (counted := self._parts_counted(key, gold, fields)) is not None:
             if not want:
                 counted = Evidence(
                     not counted.satisfied, counted.source, counted.detail, counted.confident, counted.reason
                 )
             return counted
-        if not key.known and _names_part(key) and _is_count(pref.value):
+        if counts_parts and _names_part(key) and _is_count(pref.value):
             # a count of a part no sentence states: a bare number elsewhere ("Set of 3 bags with
-            # wheels") counts something else
+            # wheels", "Pack of 2", "3 pockets each" for 3 shelves) counts something else
             return _unknown(want, "no count of this part stated", "unknown_key")
         if gold.constraint is not None and (key.kind == "quantity" or gold.constraint.op != "="):
             for source, text in fields:
@@ -357,7 +416,7 @@ class ProductReader:
                 return self._free_of(key, rest, fields, vocab is not None)
         negated = None
         parts = listed_names(pref.value)
-        head = _purpose_head(pref.value)
+        head = purpose_head(pref.value)
         for source, text in fields:
             said = phrase_occurs(pref.value, text)
             value = pref.value
@@ -397,23 +456,26 @@ class ProductReader:
         Ports", "four wheels", "4-drawer") in the first of the title, features and description that
         states one; counts there that disagree leave it uncertain. None when the key names no part,
         the wish is no count or the page states none."""
-        part = tuple(t for t in tokens(key.name) if t not in _COUNT_WORDS)
+        part = counted_part(key.name)
         if not part:
             return None
         c = gold.constraint
-        if c is None:
-            n = tokens(gold.text)
-            if len(n) != 1 or not n[0].isdigit():
-                return None
+        n = tokens(gold.text)
+        if len(n) == 1 and n[0].isdigit():
             c = Constraint("=", float(n[0]), None, "", gold.text)
-        elif c.dim != "" or c.op == "=":
+        elif c is None or c.dim != "" or c.op == "=":
             return None
         L = len(part)
         for source, text in fields:
             if source in ("options", "category"):
                 continue
             t = tokens(text)
-            counts = {float(t[i]) for i in range(len(t) - L) if t[i].isdigit() and t[i + 1 : i + 1 + L] == part}
+            at = [i for i in range(len(t) - L) if t[i].isdigit() and t[i + 1 : i + 1 + L] == part]
+            counts = {float(t[i]) for i in at}
+            if any(i + 1 + L < len(t) and t[i + 1 + L] in ("each", "per") for i in at):
+                # "3 pockets each": a count per item of a set, not the wish's count stated
+                detail = f"{source} states {', '.join(f'{n:g}' for n in sorted(counts))} {' '.join(part)} per item"
+                return Evidence(False, source, detail, False, _unread_reason(key, False))
             if not counts:
                 # a count with modifiers before the part's noun, in one sentence
                 for sentence in split_sentences(text):
@@ -593,7 +655,16 @@ _COUNT_GAP = 4
 
 def _names_part(key: ResolvedKey) -> bool:
     """``key`` names a part that can be counted ("number of wheels", "USB ports")."""
-    return any(t not in _COUNT_WORDS for t in tokens(key.name))
+    return bool(counted_part(key.name))
+
+
+def _counts_parts(key: ResolvedKey) -> bool:
+    """A bare number of ``key`` counts a part: the key is unknown ("shelves"), or known with no unit
+    and no dimension but a count ("pockets", "number of pockets"), not a measure ("screen size")."""
+    if not key.known:
+        return True
+    spec = key.spec
+    return spec is not None and spec.unit is None and spec.dimension in (None, ("dimensionless",))
 
 
 def _is_count(value: str) -> bool:
@@ -625,20 +696,6 @@ def _count_before(w: tuple[str, ...], i: int) -> float | None:
                 continue
             return float(w[j]) if w[j].isdigit() else None
     return None
-
-
-_PURPOSE = re.compile(r"^(.+?)\s+for\s+([a-z][a-z\s-]*)$")
-
-
-def _purpose_head(value: str) -> str | None:
-    """The feature of a value that names it and then a purpose in plain words ("grippy outsole for
-    wet ground" → "grippy outsole"); None unless the feature has two or more words and the purpose
-    names no model, number or proper name ("case for iPhone 7", "charger for Galaxy": the *for*
-    part is the wish itself)."""
-    m = _PURPOSE.match(value.strip())
-    if m is None or len(tokens(m.group(1))) < 2:
-        return None
-    return m.group(1)
 
 
 def _named_outright(value: str, text: str) -> bool:

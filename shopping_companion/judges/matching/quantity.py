@@ -22,8 +22,8 @@ above`` / ``or longer`` (after)                        ``≥ 64 GB``
 ``100 to 150 cm``                                      ``100 cm ≤ x ≤ 150 cm``
 ====================================================  ====================
 
-Units are read by a small alias table (``cm``, ``mm``, ``m``, ``in``/``inch``/``"``, ``ft``/``'`` (a prime after a number:
-``10' cable``; ``10's`` is no unit), ``kg``,
+Units are read by a small alias table (``cm``, ``mm``, ``m``, ``in``/``inch``/``"`` (also ``''``, ``”``, ``″``), ``ft``/``'`` (a prime after a number:
+``10' cable``; ``10's`` is no unit; also ``’``, ``′``), ``kg``,
 ``g``/``gm``/``gms``, ``mg``, ``lb``/``lbs``, ``oz``, ``ml``, ``l``/``ltr``/``litre``, ``gb``, ``tb``,
 ``mb``, ``mah``, ``w``, ``v``, ``hz``) mapped to pint units; magnitudes are converted to pint's base
 units once, so comparisons are float comparisons. A number without a unit takes ``default_unit``
@@ -75,6 +75,11 @@ UNIT_ALIASES: dict[str, str] = {
     "inches": "inch",
     '"': "inch",
     "″": "inch",
+    "''": "inch",
+    "’’": "inch",
+    "′′": "inch",
+    "”": "inch",
+    "“": "inch",
     "ft": "foot",
     "'": "foot",
     "′": "foot",
@@ -136,7 +141,7 @@ UNIT_ALIASES: dict[str, str] = {
 
 _NUM = r"(\d{1,12}(?:[.,]\d{1,6})?)"  # bounded digit runs: no quadratic backtracking on "1111…"
 _UNIT = (
-    r"(mm|millimet(?:er|re)s?|cms?|centimet(?:er|re)s?|km|met(?:er|re)s?|mtr|m|inch(?:es)?|in|\"|″|ft|feet|foot|'|′|’|"
+    r"(mm|millimet(?:er|re)s?|cms?|centimet(?:er|re)s?|km|met(?:er|re)s?|mtr|m|inch(?:es)?|in|''|’’|′′|\"|″|”|“|ft|feet|foot|'|′|’|"
     r"mg|kgs?|kilos?|kilograms?|grams?|gms?|gr|g|lbs?|pounds?|ounces?|oz|ml|millilit(?:er|re)s?|cl|ltrs?|"
     r"lit(?:er|re)s?|l|kb|mb|gb|tb|mah|ah|kw|watts?|w|volts?|v|khz|mhz|ghz|hz)(?![a-z])"
 )

@@ -69,6 +69,7 @@ __all__ = [
     "split_gloss",
     "split_negation",
     "listed_names",
+    "purpose_head",
     "yes_no",
 ]
 
@@ -300,6 +301,8 @@ class ValueMatcher:
             return False
         if va.phrase == vb.phrase or (va.phrase and compact(va.text) == compact(vb.text)):
             return True
+        if (h := purpose_head(va.text) or purpose_head(vb.text)) is not None and phrase(h) in (va.phrase, vb.phrase):
+            return True  # "grippy outsole" for "grippy outsole for wet ground": the purpose is the shopper's
         if (
             va.concepts
             and not (va.partial or vb.partial)
@@ -327,6 +330,8 @@ class ValueMatcher:
             return True  # "2" ports for "at least 2": the gold's bound without its operator (below)
         if va.constraint is not None and vb.constraint is not None:
             same = va.constraint.same_as(vb.constraint)
+            if same and va.constraint.dim == "" and not _counts_alike(va.text, vb.text, key.name):
+                return None  # "pack of 2" or "2 pockets" for 2 shelves: a count of something else, not known
             if not same and va.constraint.dim and (_unread_unit(va.text) or _unread_unit(vb.text)):
                 return None  # "10 bar" for "100 m": a unit the table does not read (the number got the key's unit)
             if not same and _bound_without_operator(va.constraint, vb.constraint):
@@ -369,6 +374,7 @@ class ValueMatcher:
             and len(tb - ta) <= 1
             and va.constraint is None
             and (not (va.concepts and vb.concepts) or va.partial or vb.partial)
+            and (_bare_count(va.text) is None or _counts_alike(va.text, vb.text, key.name))
         ):
             return True  # free text: one extra word naming the same thing ("Brother TN 660" for TN660)
         kt = set(tokens(key.name))
@@ -610,11 +616,12 @@ _BOUND_WORDS = frozenset(
 )
 
 
-def _counts_alike(gold: str, answer: str) -> bool:
-    """The answer's count names nothing the gold's does not ("2" or "2 kids" for "at most 2
-    kids"; not "2 adults")."""
+def _counts_alike(gold: str, answer: str, key: str | None = None) -> bool:
+    """The answer's count names nothing the gold's (or its attribute's name ``key``) does not ("2"
+    or "2 kids" for "at most 2 kids"; "2 shelves" for number of shelves: 2; not "2 adults", "pack
+    of 2", "3 each")."""
     words = {t for t in tokens(answer) if not t.isdigit() and t not in _BOUND_WORDS}
-    return words <= set(tokens(gold))
+    return words <= set(tokens(gold)) | set(tokens(key))
 
 
 def _bare_count(text: str) -> int | None:
@@ -650,6 +657,24 @@ def listed_names(text: str | None) -> tuple[str, ...]:
     if len(parts) < 2 or any(_NEGATION.match(p) for p in parts):
         return ()
     return parts
+
+
+_PURPOSE = re.compile(r"^(.+?)\s+for\s+([a-z][a-z\s-]*)$")
+#: a value and what it should go with: "white to match the cot", "black to go with the dashboard"
+_MATCHES = re.compile(r"^(.+?)\s+to\s+(?:match|go\s+with|suit|blend\s+(?:in\s+)?with)\b", re.IGNORECASE)
+
+
+def purpose_head(value: str) -> str | None:
+    """The feature of a value that names it and then a purpose in plain words ("grippy outsole for
+    wet ground" → "grippy outsole"; "white to match the cot" → "white"); None for a *for* purpose
+    unless the feature has two or more words and the purpose names no model, number or proper name
+    ("case for iPhone 7", "charger for Galaxy": the *for* part is the wish itself)."""
+    if (m := _MATCHES.match(value.strip())) is not None:
+        return m.group(1)  # "white to match the cot"
+    m = _PURPOSE.match(value.strip())
+    if m is None or len(tokens(m.group(1))) < 2:
+        return None
+    return m.group(1)
 
 
 def yes_no(text: str | None) -> bool | None:
