@@ -38,8 +38,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("policies", ("retry", "tool_args"), "the one retry policy of HTTP callers; the tools' argument limits"),
     (
         "base",
-        ("types", "errors", "console", "resources", "phases", "layers", "sentences", "__init__"),
-        "shared models, the error tree, the stderr console, small leaves",
+        ("types", "errors", "console", "resources", "phases", "layers", "sentences", "markdown", "__init__"),
+        "shared models, the error tree, the stderr console, Markdown tables, small leaves",
     ),
 )
 
@@ -116,6 +116,7 @@ _MODULES = frozenset(
         "tool_args",
         "layers",
         "sentences",
+        "markdown",
     }
 )
 

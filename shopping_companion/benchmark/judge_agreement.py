@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any, Literal
 
+from shopping_companion.markdown import markdown_table
 from shopping_companion.types import EpisodeResult, Task, Trajectory, Verdict
 
 __all__ = [
@@ -352,25 +353,23 @@ class AgreementReport:
             f"Judges: {', '.join(self.judges)} · items: {self.n_items} · failed verdicts (excluded, never scored): "
             + ", ".join(f"{j} {n}" for j, n in self.failures.items()),
             "",
-            "| field | judge pairs | items per pair | exact agreement | Cohen's κ | Pearson r |",
-            "|---|---:|---:|---:|---:|---:|",
         ]
-        for name, s in self.field_summary().items():
-            lines.append(
-                f"| {name} | {int(s['pairs'])} | {s['items']:.0f} | {f(s['agreement'])} | "
-                f"{f(s['kappa']) if name in BINARY_FIELDS else '–'} | {f(s['pearson'])} |"
-            )
-        lines += [
-            "",
-            "| judge A | judge B | items | success agreement | success κ | R_z Pearson | R_z Spearman |",
-            "|---|---|---:|---:|---:|---:|---:|",
+        fields = [
+            [name, int(s["pairs"]), f"{s['items']:.0f}", f(s["agreement"])]
+            + [f(s["kappa"]) if name in BINARY_FIELDS else "–", f(s["pearson"])]
+            for name, s in self.field_summary().items()
         ]
+        columns = ["field", "judge pairs", "items per pair", "exact agreement", "Cohen's κ", "Pearson r"]
+        lines.append(markdown_table(columns, fields, align=["", *["right"] * 5]))
+        pairs = []
         for a, b in itertools.combinations(self.judges, 2):
             try:
                 s, r = self.pair(a, b, "success"), self.pair(a, b, "reward")
             except KeyError:
                 continue
-            lines.append(f"| {a} | {b} | {s.n} | {f(s.agreement)} | {f(s.kappa)} | {f(r.pearson)} | {f(r.spearman)} |")
+            pairs.append([a, b, s.n, f(s.agreement), f(s.kappa), f(r.pearson), f(r.spearman)])
+        columns = ["judge A", "judge B", "items", "success agreement", "success κ", "R_z Pearson", "R_z Spearman"]
+        lines += ["", markdown_table(columns, pairs, align=["", "", *["right"] * 5])]
         if self.opc is not None:
             o = self.opc
             lines += [

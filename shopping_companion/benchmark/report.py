@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from shopping_companion import __version__
 from shopping_companion.assembly.endpoints import scrub_url
+from shopping_companion.markdown import markdown_table
 from shopping_companion.runs import JsonlScan, scan_jsonl
 from shopping_companion.types import EpisodeResult, Task
 
@@ -381,13 +382,11 @@ def _main_metrics_section(s: dict[str, Any], strategies: list[str]) -> list[str]
         st = s["strategies"][name]
         if len(strategies) > 1:
             out += [f"### {STRATEGY_LABELS.get(name, name)} (`{name}`)", ""]
-        out += ["| task type | n | Acc | Succ |", "|---|---|---|---|"]
-        for tt, v in st["by_task_type"].items():
-            out.append(f"| {tt} | {v['n']} | {_fmt(v['acc'])} | {_fmt(v['succ'])} |")
+        rows = [[tt, v["n"], _fmt(v["acc"]), _fmt(v["succ"])] for tt, v in st["by_task_type"].items()]
         if len(st["by_task_type"]) > 1:
-            out.append(f"| avg (of types) | – | {_fmt(st['avg']['acc'])} | {_fmt(st['avg']['succ'])} |")
-        out.append(f"| **all** | {st['all']['n']} | **{_fmt(st['all']['acc'])}** | **{_fmt(st['all']['succ'])}** |")
-        out.append("")
+            rows.append(["avg (of types)", "–", _fmt(st["avg"]["acc"]), _fmt(st["avg"]["succ"])])
+        rows.append(["**all**", st["all"]["n"], f"**{_fmt(st['all']['acc'])}**", f"**{_fmt(st['all']['succ'])}**"])
+        out += [markdown_table(["task type", "n", "Acc", "Succ"], rows), ""]
     out += [
         "Acc: fraction of gold preference attributes recovered in stage 1 (m1/F). "
         "Succ: the recommendation satisfies count, request, every preference (and budget for add-on deals). "
@@ -402,13 +401,12 @@ def _source_section(s: dict[str, Any]) -> list[str]:
     out: list[str] = []
     by_source = {k: v for k, v in s.get("by_source", {}).items() if k != "all"}
     if len(by_source) > 1:
-        out += _table_head("Succ by source of the reference products", ["source", "single", "addon", "all"])
-        for name, row in by_source.items():
-            cells = [
-                f"{_fmt(row[t]['succ'])} (n={row[t]['n']})" if row[t]["n"] else "–" for t in ("single", "addon", "all")
-            ]
-            out.append(f"| {name} | " + " | ".join(cells) + " |")
-        out.append("")
+        rows = [
+            [name]
+            + [f"{_fmt(row[t]['succ'])} (n={row[t]['n']})" if row[t]["n"] else "–" for t in ("single", "addon", "all")]
+            for name, row in by_source.items()
+        ]
+        out += _table_section("Succ by source of the reference products", ["source", "single", "addon", "all"], rows)
     return out
 
 
@@ -419,22 +417,19 @@ def _group_section(s: dict[str, Any], key: str, title: str, trivial: str) -> lis
     if all(set(row) <= {trivial} for row in table.values()):
         return []
     ks = sorted({k for row in table.values() for cell in row.values() for k in cell["pass^k"]})
-    out = [
-        f"## {title}",
-        "",
-        "| strategy | group | episodes | tasks | Acc | S1 | Succ | " + " | ".join(f"pass^{k}" for k in ks) + " |",
-        "|---|---|---|---|---|---|---|" + "---|" * len(ks),
-    ]
     drops = s.get("stress_drops", {}) if key == "by_stress" else {}
+    rows = []
     for strategy, row in table.items():
         for g, c in row.items():
-            hat = " | ".join(_fmt(c["pass^k"].get(k)) for k in ks)
             drop = drops.get(strategy, {}).get(g) or {}
             succ, s1 = (
                 _fmt(c.get(m)) + (f" ({100 * drop[m]:+.1f} pts)" if drop.get(m) is not None else "")
                 for m in ("succ", "succ1")
             )
-            out.append(f"| {strategy} | {g} | {c['n']} | {c['n_tasks']} | {_fmt(c['acc'])} | {s1} | {succ} | {hat} |")
+            hat = [_fmt(c["pass^k"].get(k)) for k in ks]
+            rows.append([strategy, g, c["n"], c["n_tasks"], _fmt(c["acc"]), s1, succ, *hat])
+    columns = ["strategy", "group", "episodes", "tasks", "Acc", "S1", "Succ", *(f"pass^{k}" for k in ks)]
+    out = [f"## {title}", "", markdown_table(columns, rows)]
     out += ["", "S1: stage-1 success (every preference found, none invented: what abstention and needle_removed test)."]
     if drops:
         out += ["In brackets: the variant's S1 / Succ minus the original tasks' (the policy's drop)."]
@@ -448,27 +443,24 @@ def _strategies_section(s: dict[str, Any], strategies: list[str]) -> list[str]:
     out: list[str] = []
     if len(strategies) > 1:
         types = sorted({tt for v in s["strategies"].values() for tt in v["by_task_type"]})
-        head = " | ".join(TASK_TYPE_LABELS.get(t, t) for t in types)
-        out += [
-            "## Strategies (Succ %, Table 3)",
-            "",
-            f"| strategy | {head} | Avg. | Acc avg. |",
-            "|---|" + "---|" * (len(types) + 2),
+        columns = ["strategy", *(TASK_TYPE_LABELS.get(t, t) for t in types), "Avg.", "Acc avg."]
+        rows = [
+            [STRATEGY_LABELS.get(name, name)]
+            + [_pct(v["by_task_type"].get(t, {}).get("succ")) for t in types]
+            + [_pct(v["avg"]["succ"]), _pct(v["avg"]["acc"])]
+            for name, v in s["strategies"].items()
         ]
-        for name, v in s["strategies"].items():
-            cells = " | ".join(_pct(v["by_task_type"].get(t, {}).get("succ")) for t in types)
-            out.append(
-                f"| {STRATEGY_LABELS.get(name, name)} | {cells} | {_pct(v['avg']['succ'])} | {_pct(v['avg']['acc'])} |"
-            )
-        out.append("")
+        out += _table_section("Strategies (Succ %, Table 3)", columns, rows)
     return out
 
 
-def _table_head(title: str, columns: list[str], intro: str | None = None) -> list[str]:
-    """The opening lines of a report section that is a Markdown table: ``## title``, a blank line,
-    ``intro`` and a blank line (when given), the header row of ``columns`` and its rule."""
+def _table_section(
+    title: str, columns: list[str], rows: Iterable[Sequence[Any]], intro: str | None = None
+) -> list[str]:
+    """A report section that is a Markdown table: ``## title``, a blank line, ``intro`` and a blank
+    line (when given), the table (:func:`~shopping_companion.markdown.markdown_table`) and a blank line."""
     head = [f"## {title}", ""] + ([intro, ""] if intro else [])
-    return [*head, "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return [*head, markdown_table(columns, rows), ""]
 
 
 def _pass_k_section(s: dict[str, Any]) -> list[str]:
@@ -477,26 +469,25 @@ def _pass_k_section(s: dict[str, Any]) -> list[str]:
         "Per task with n scored trials and c successes: pass@k = 1 − C(n−c,k)/C(n,k), "
         "pass^k = C(c,k)/C(n,k); means over tasks with n ≥ k."
     )
-    out = _table_head("pass@k and pass^k", ["strategy", "k", "tasks", "pass@k", "pass^k"], intro)
-    for name, tab in s["pass_k"].items():
-        for k, v in tab["k"].items():
-            out.append(f"| {name} | {k} | {v['n_tasks']} | {_fmt(v['pass@k'])} | {_fmt(v['pass^k'])} |")
-    out.append("")
-    return out
+    rows = [
+        [name, k, v["n_tasks"], _fmt(v["pass@k"]), _fmt(v["pass^k"])]
+        for name, tab in s["pass_k"].items()
+        for k, v in tab["k"].items()
+    ]
+    return _table_section("pass@k and pass^k", ["strategy", "k", "tasks", "pass@k", "pass^k"], rows, intro)
 
 
 def _behaviour_section(s: dict[str, Any]) -> list[str]:
     """Table 4: turns, tool uses and response length per strategy, and tool uses by tool."""
     columns = ["strategy", "Turns", "Tool Uses", "Resp. Len. (tokens)", "Resp. Len. (chars)", "tool-call rate"]
-    out = _table_head("Behaviour (Table 4, means per episode)", columns)
+    rows = []
     for name, b in s["behaviour"].items():
         tok = _fmt(b["resp_tokens"]) + (f" (n={b['n_resp_tokens']})" if b["n_resp_tokens"] != b["n"] else "")
-        out.append(
-            f"| {name} | {_fmt(b['turns'])} | {_fmt(b['tool_uses'])} | {tok} | {_fmt(b['resp_chars'])} | "
-            f"{_fmt(b['tool_call_rate'])} |"
+        rows.append(
+            [name, _fmt(b["turns"]), _fmt(b["tool_uses"]), tok, _fmt(b["resp_chars"]), _fmt(b["tool_call_rate"])]
         )
+    out = _table_section("Behaviour (Table 4, means per episode)", columns, rows)
     out += [
-        "",
         "Turns: assistant turns over all stages. Tool uses: every tool call issued (rejected and "
         "malformed ones included). Resp. Len.: sum of completion tokens (as reported by the backend) and "
         "of characters over the episode's assistant turns.",
@@ -504,10 +495,8 @@ def _behaviour_section(s: dict[str, Any]) -> list[str]:
     ]
     tools = sorted({t for b in s["behaviour"].values() for t in b["tool_uses_by_tool"]})
     if tools:
-        out += ["| strategy | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---|" + "---|" * len(tools)]
-        for name, b in s["behaviour"].items():
-            out.append(f"| {name} | " + " | ".join(_fmt(b["tool_uses_by_tool"].get(t)) for t in tools) + " |")
-        out.append("")
+        rows = [[name] + [_fmt(b["tool_uses_by_tool"].get(t)) for t in tools] for name, b in s["behaviour"].items()]
+        out += [markdown_table(["strategy", *(f"`{t}`" for t in tools)], rows), ""]
     return out
 
 
@@ -531,12 +520,9 @@ def _tool_calls_section(
         out += [
             f"{label}: tool calls summed over episodes, by episode turn (stage 1 then stage 2, from 0).",
             "",
-            "| tool | " + " | ".join(str(i) for i in range(n_turns)) + " |",
-            "|---|" + "---|" * n_turns,
+            markdown_table(["tool", *range(n_turns)], [[f"`{tool}`", *ys] for tool, ys in data.items()]),
+            "",
         ]
-        for tool, ys in data.items():
-            out.append(f"| `{tool}` | " + " | ".join(str(y) for y in ys) + " |")
-        out.append("")
     return out
 
 
@@ -553,18 +539,15 @@ def _taxonomy_section(s: dict[str, Any], out_dir: Path, plots: bool) -> list[str
             "Primary: one category per failure, earliest failure in the trajectory first; "
             "all labels: a failure counts under every rule it matches.",
             "",
-            "| error type | Single | Add-on | Total (primary) | all labels |",
-            "|---|---|---|---|---|",
         ]
+        rows = []
         for c, v in tax["primary"]["rows"].items():
             lab = tax["labels"]["rows"].get(c, {}).get("total", 0)
             share = f" ({100 * v['share']:.1f}%)" if v["share"] is not None else ""
-            out.append(f"| {CATEGORY_LABELS.get(c, c)} | {v['single']} | {v['addon']} | {v['total']}{share} | {lab} |")
-        out.append(
-            f"| **Total** | {tax['primary']['by_task_type'].get('single', 0)} | "
-            f"{tax['primary']['by_task_type'].get('addon', 0)} | {tax['primary']['n_failures']} | |"
-        )
-        out.append("")
+            rows.append([CATEGORY_LABELS.get(c, c), v["single"], v["addon"], f"{v['total']}{share}", lab])
+        by_type = tax["primary"]["by_task_type"]
+        rows.append(["**Total**", by_type.get("single", 0), by_type.get("addon", 0), tax["primary"]["n_failures"], ""])
+        out += [markdown_table(["error type", "Single", "Add-on", "Total (primary)", "all labels"], rows), ""]
         if plots and _plot_taxonomy(tax["primary"], out_dir / "error_taxonomy.png"):
             out += ["![error taxonomy](error_taxonomy.png)", ""]
         llm = [it for it in tax["items"] if it.get("llm")]
@@ -577,12 +560,11 @@ def _taxonomy_section(s: dict[str, Any], out_dir: Path, plots: bool) -> list[str
                 f"LLM attribution ({model}): {usable}/{len(llm)} usable replies; "
                 f"agrees with the rule's primary category on {agree}.",
                 "",
-                "| LLM category | failures |",
-                "|---|---|",
+                markdown_table(
+                    ["LLM category", "failures"], [[CATEGORY_LABELS.get(c, c), v] for c, v in cnt.most_common()]
+                ),
+                "",
             ]
-            for c, v in cnt.most_common():
-                out.append(f"| {CATEGORY_LABELS.get(c, c)} | {v} |")
-            out.append("")
     else:
         out += ["No failed episode.", ""]
     return out
@@ -600,13 +582,14 @@ def _errors_section(s: dict[str, Any], meta: dict[str, Any]) -> list[str]:
             "backend and judge errors (`--no-retry-errors` skips them); episode errors are retried only "
             "with `--retry-failed`."
         )
-        out += _table_head("Episodes not scored (errors)", ["task", "trial", "strategy", "kind", "error"], intro)
-        for e in s["errors"][:50]:
-            msg = (e["error"] or "").replace("|", "\\|").replace("\n", " ")[:300]
-            out.append(f"| {e['task_id']} | {e['trial']} | {e['strategy']} | {e['kind']} | {msg} |")
+        rows = [
+            [e["task_id"], e["trial"], e["strategy"], e["kind"], (e["error"] or "")[:300]] for e in s["errors"][:50]
+        ]
         if len(s["errors"]) > 50:
-            out.append(f"| … | | | | {len(s['errors']) - 50} more |")
-        out.append("")
+            rows.append(["…", "", "", "", f"{len(s['errors']) - 50} more"])
+        out += _table_section(
+            "Episodes not scored (errors)", ["task", "trial", "strategy", "kind", "error"], rows, intro
+        )
     rf = meta.get("results_file") or {}
     notes = []
     if rf.get("unreadable_lines"):
@@ -631,9 +614,8 @@ def _errors_section(s: dict[str, Any], meta: dict[str, Any]) -> list[str]:
 
 def _means_section(s: dict[str, Any]) -> list[str]:
     """Reward component means, the judging counts and the other behaviour means."""
-    out = _table_head("Reward components (means)", ["component", "mean"])
-    for k, v in s["reward_means"].items():
-        out.append(f"| {k} | {_fmt(v)} |")
+    means = [[k, _fmt(v)] for k, v in s["reward_means"].items()]
+    out = ["## Reward components (means)", "", markdown_table(["component", "mean"], means)]
     judging = s.get("judging") or {}
     if any(d["items"] for d in judging.values()):
         out += [
@@ -643,25 +625,21 @@ def _means_section(s: dict[str, Any]) -> list[str]:
             'Items are the judge\'s decisions (docs/judge.md, "Selective verdicts"); uncertain ones earn what the '
             "reward spec's `uncertain` says, or go to the LLM judge in a cascade.",
             "",
-            "| stage | stages | items | uncertain | uncertain share | stages with uncertain items | LLM calls | reasons |",
-            "|---|---|---|---|---|---|---|---|",
         ]
-        for k, d in judging.items():
-            why = ", ".join(f"{r} {n}" for r, n in d["reasons"].items()) or "–"
-            out.append(
-                f"| {k} | {d['stages']} | {d['items']} | {d['uncertain']} | {_pct(d['uncertain_share'])}% | "
-                f"{d['stages_uncertain']} | {d['llm_calls']} | {why} |"
-            )
-    out += ["", "## Other behaviour", "", "| metric | value |", "|---|---|"]
-    for k, v in s["mean_turns"].items():
-        out.append(f"| mean assistant turns, {k} | {_fmt(v)} |")
-    out.append(f"| mean tool calls per episode | {_fmt(s['mean_total_tool_calls'])} |")
-    for k, v in s["mean_tool_calls_per_episode"].items():
-        out.append(f"| mean `{k}` calls per episode | {_fmt(v)} |")
-    out.append(f"| mean assistant message length (chars) | {_fmt(s['mean_response_chars'])} |")
-    out.append(f"| mean episode wall time (s) | {_fmt(s['mean_wall_s'])} |")
-    for k, v in s["terminations"].items():
-        out.append(f"| terminations {k} | {v} |")
+        columns = ["stage", "stages", "items", "uncertain", "uncertain share", "stages with uncertain items"]
+        rows = [
+            [k, d["stages"], d["items"], d["uncertain"], f"{_pct(d['uncertain_share'])}%", d["stages_uncertain"]]
+            + [d["llm_calls"], ", ".join(f"{r} {n}" for r, n in d["reasons"].items()) or "–"]
+            for k, d in judging.items()
+        ]
+        out.append(markdown_table([*columns, "LLM calls", "reasons"], rows))
+    rows = [[f"mean assistant turns, {k}", _fmt(v)] for k, v in s["mean_turns"].items()]
+    rows.append(["mean tool calls per episode", _fmt(s["mean_total_tool_calls"])])
+    rows += [[f"mean `{k}` calls per episode", _fmt(v)] for k, v in s["mean_tool_calls_per_episode"].items()]
+    rows.append(["mean assistant message length (chars)", _fmt(s["mean_response_chars"])])
+    rows.append(["mean episode wall time (s)", _fmt(s["mean_wall_s"])])
+    rows += [[f"terminations {k}", v] for k, v in s["terminations"].items()]
+    out += ["", "## Other behaviour", "", markdown_table(["metric", "value"], rows)]
     return out
 
 
@@ -713,7 +691,7 @@ def write_report(
         ),
         ("package version", __version__),
     ]
-    out += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in ident if v not in (None, "")] + [""]
+    out += [markdown_table(["", ""], [[k, v] for k, v in ident if v not in (None, "")]), ""]
 
     out += _main_metrics_section(s, strategies)
     out += _source_section(s)

@@ -25,8 +25,7 @@ and keeps an item only when all checks pass (the rest are dropped and counted by
 ``duplicate_key``
     a valid value for that key came earlier in the answer.
 
-Answers are cached in SQLite (the synthesis generator's
-:class:`~shopping_companion.benchmark.synthesis.llm_generator.LLMCache`) under the SHA-256 of
+Answers are cached in SQLite (:class:`~shopping_companion.llm.replies.ReplyCache`) under the SHA-256 of
 ``(model, prompt version, product text)``; only answers that parse as JSON are cached. HTTP,
 deadlines and retries are :class:`~shopping_companion.llm.openai_backend.OpenAIBackend`'s.
 
@@ -200,7 +199,7 @@ class LLMExtractor:
     ) -> None:
         if not model:
             raise ValueError("LLMExtractor: model must be a non-empty model name")
-        from shopping_companion.llm.replies import LLMCache
+        from shopping_companion.llm.replies import ReplyCache
 
         self.model = model
         self.extractor = f"llm:{model}"
@@ -216,7 +215,7 @@ class LLMExtractor:
             from shopping_companion.paths import cache_dir
 
             cache_path = cache_dir() / "llm" / "extractions.sqlite"
-        self.cache = LLMCache(cache_path)
+        self.cache = ReplyCache(cache_path)
         self.stats: Counter[str] = Counter()
 
     def _messages(self, fields: dict[str, str]) -> list[dict[str, Any]]:
@@ -253,7 +252,7 @@ class LLMExtractor:
             self.stats["invalid_json"] += 1
             return None
         if cache:
-            self.cache.put(key, self.model, text)
+            self.cache.put(key, text, model=self.model)
         items = obj.get("attributes")
         if not isinstance(items, list):
             self.stats["invalid_json"] += 1

@@ -48,10 +48,10 @@ Transport
     (temperature 0).
 
 Cache
-    Valid replies are cached under ``sha256(model, sampling, messages)``: in memory (an LRU of
-    the 50,000 most recent), and in an SQLite
-    file when ``cache_path`` is given (shared by processes and runs; safe across threads). A cached
-    reply is validated again before use. Failures are never cached.
+    Valid replies are cached under ``sha256(model, sampling, messages)`` in the package's one
+    :class:`~shopping_companion.llm.replies.ReplyCache`: in memory (an LRU of the 50,000 most
+    recent), and in an SQLite file when ``cache_path`` is given (shared by processes and runs; safe
+    across threads). A cached reply is validated again before use. Failures are never cached.
 
 Concurrency
     :meth:`LLMJudge.judge_many` judges many (task, trajectory) pairs on a thread pool of at most
@@ -60,10 +60,8 @@ Concurrency
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,7 +75,7 @@ from shopping_companion.errors import ConfigError
 from shopping_companion.judges.base import JudgeFailedError, no_answer_verdict
 from shopping_companion.llm.base import BackendError, ChatBackend, Sampling
 from shopping_companion.llm.bounded import CallTimeout, call_within
-from shopping_companion.llm.replies import extract_json
+from shopping_companion.llm.replies import ReplyCache, extract_json
 from shopping_companion.registry import JUDGES
 from shopping_companion.retry import Attempts, Backoff, default_deadline_s, is_retryable_status
 from shopping_companion.types import Preference, Product, Task, Trajectory, Verdict
@@ -89,7 +87,6 @@ __all__ = [
     "Stage1SingleReply",
     "Stage2AddonReply",
     "Stage2SingleReply",
-    "ReplyCache",
     "bounded_call",
     "parse_json_reply",
 ]
@@ -473,62 +470,6 @@ def _match_prompt(task: Task, products: Sequence[Product], max_desc: int) -> str
     )
 
 
-# --------------------------------------------------------------------------- cache
-
-
-class ReplyCache:
-    """Content-addressed reply cache: an in-memory LRU of at most ``max_entries`` replies (a
-    GRPO run judges without end), plus an SQLite file when ``path`` is given (unbounded, on disk)."""
-
-    def __init__(self, path: str | Path | None, max_entries: int = 50_000) -> None:
-        from collections import OrderedDict
-
-        self._mem: OrderedDict[str, str] = OrderedDict()
-        self._max = max(1, int(max_entries))
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        if path is not None:
-            p = Path(path).expanduser()
-            p.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(p), check_same_thread=False, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL)"
-            )
-            self._db.commit()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            if key in self._mem:
-                self._mem.move_to_end(key)
-                return self._mem[key]
-            if self._db is not None:
-                row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
-                if row is not None:
-                    self._remember(key, row[0])
-                    return row[0]
-        return None
-
-    def _remember(self, key: str, reply: str) -> None:
-        self._mem[key] = reply
-        self._mem.move_to_end(key)
-        while len(self._mem) > self._max:
-            self._mem.popitem(last=False)
-
-    def put(self, key: str, reply: str) -> None:
-        with self._lock:
-            self._remember(key, reply)
-            if self._db is not None:
-                self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", (key, reply, time.time()))
-                self._db.commit()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-
 # --------------------------------------------------------------------------- the judge
 
 
@@ -829,12 +770,7 @@ class LLMJudge:
         return ids, found, shown_product_ids(traj)
 
     def _key(self, messages: list[dict[str, str]]) -> str:
-        blob = json.dumps(
-            {"model": self.model_id, "sampling": self.sampling.model_dump(), "messages": messages},
-            sort_keys=True,
-            ensure_ascii=False,
-        )
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return ReplyCache.key({"model": self.model_id, "sampling": self.sampling.model_dump(), "messages": messages})
 
     def _call(self, messages: list[dict[str, str]], deadline: float | None = None) -> str:
         """One attempt, within ``timeout_s`` and the time left before ``deadline`` (monotonic)."""

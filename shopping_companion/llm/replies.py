@@ -10,8 +10,9 @@ object nested in another is never a candidate on its own). Among several candida
 kind found, ``which`` picks the ``"first"`` or the ``"last"``: the judge takes the last (a preamble
 or a draft comes before the grading), the generators the first.
 
-:class:`LLMCache` keeps replies in an SQLite file shared by processes (the LLM task generator and
-the LLM attribute extractor).
+:class:`ReplyCache` is the one reply cache of the package (the LLM judge, the personalization
+benchmark's LLM roles, the LLM task generator, the LLM attribute extractor): replies under a content
+key, in an in-memory LRU and, with a path, in an SQLite file shared by threads, processes and runs.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import re
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["LLMCache", "extract_json"]
+__all__ = ["ReplyCache", "extract_json"]
 
 _THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
@@ -99,38 +101,107 @@ def _bare_objects(s: str) -> Iterator[dict[str, Any]]:
         i = s.find("{", end)
 
 
-class LLMCache:
-    """SQLite cache ``key -> response text`` (WAL; safe for several processes)."""
+class ReplyCache:
+    """Replies under a content key: an in-memory LRU of at most ``max_entries`` replies (a GRPO run
+    judges without end), plus, when ``path`` is given, the SQLite file ``path`` (WAL; unbounded; safe
+    across threads and processes). ``get`` reads memory, then the file; ``put`` writes both.
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, response TEXT, created REAL)"
-        )
-        self._db.commit()
+    A caller keys a call with :meth:`key` of everything that makes two of its calls the same
+    (model, messages, sampling, reply schema, prompt version, ...). Replies live in the table
+    ``llm_replies (key, model, reply, created)``. A file written before this class was the one cache
+    (the judge's table ``replies``, the generators' ``calls``; the same keys) is migrated into it once
+    when opened (``PRAGMA user_version`` 0 -> 1; the old tables are left as they were); an old table
+    of another shape is ignored.
+    """
+
+    TABLE = "llm_replies"
+    _VERSION = 1
+    #: the tables of earlier files: ``table -> (its columns, the SELECT of (key, model, reply, created))``
+    _OLD_TABLES = {
+        "replies": (
+            {"key", "reply", "created"},
+            "SELECT key, NULL, reply, created FROM replies WHERE typeof(key) = 'text' AND typeof(reply) = 'text'",
+        ),
+        "calls": (
+            {"key", "model", "response", "created"},
+            "SELECT key, model, response, created FROM calls WHERE typeof(key) = 'text' AND typeof(response) = 'text'",
+        ),
+    }
+
+    def __init__(self, path: str | Path | None, max_entries: int = 50_000) -> None:
+        self.path = None if path is None else Path(path).expanduser()
+        self._mem: OrderedDict[str, str] = OrderedDict()
+        self._max = max(1, int(max_entries))
         self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._open_table(self._db)
+
+    @classmethod
+    def _open_table(cls, db: sqlite3.Connection) -> None:
+        """Create :attr:`TABLE` and migrate the tables of older files, once, in one transaction."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {cls.TABLE} "
+                "(key TEXT PRIMARY KEY, model TEXT, reply TEXT NOT NULL, created REAL)"
+            )
+            if int(db.execute("PRAGMA user_version").fetchone()[0]) < cls._VERSION:
+                for table, (columns, select) in cls._OLD_TABLES.items():
+                    found = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    if columns <= found:
+                        db.execute(f"INSERT OR IGNORE INTO {cls.TABLE} {select}")
+                db.execute(f"PRAGMA user_version = {cls._VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def key(payload: dict[str, Any]) -> str:
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        """Hex SHA-256 of ``payload`` as JSON (keys sorted, non-ASCII kept): the content key."""
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
     def get(self, key: str) -> str | None:
+        """The reply stored under ``key``, or None."""
         with self._lock:
-            row = self._db.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
+            if key in self._mem:
+                self._mem.move_to_end(key)
+                return self._mem[key]
+            if self._db is not None:
+                row = self._db.execute(f"SELECT reply FROM {self.TABLE} WHERE key = ?", (key,)).fetchone()
+                if row is not None:
+                    self._remember(key, str(row[0]))
+                    return str(row[0])
+        return None
 
-    def put(self, key: str, model: str, response: str) -> None:
+    def _remember(self, key: str, reply: str) -> None:
+        self._mem[key] = reply
+        self._mem.move_to_end(key)
+        while len(self._mem) > self._max:
+            self._mem.popitem(last=False)
+
+    def put(self, key: str, reply: str, *, model: str | None = None) -> None:
+        """Store ``reply`` under ``key`` (replacing what was there); ``model`` is recorded beside it."""
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, response, time.time()))
-            self._db.commit()
+            self._remember(key, reply)
+            if self._db is not None:
+                self._db.execute(
+                    f"INSERT OR REPLACE INTO {self.TABLE} VALUES (?, ?, ?, ?)", (key, model, reply, time.time())
+                )
 
     def __len__(self) -> int:
+        """Replies stored: in the file when there is one, else in memory."""
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+            if self._db is None:
+                return len(self._mem)
+            return int(self._db.execute(f"SELECT COUNT(*) FROM {self.TABLE}").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None

@@ -12,8 +12,6 @@ when ``cache_path`` is given).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 from pathlib import Path
@@ -21,7 +19,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from shopping_companion.judges.llm import bounded_call, ReplyCache, ask_strict_json
+from shopping_companion.judges.llm import ask_strict_json, bounded_call
+from shopping_companion.llm.replies import ReplyCache
 from shopping_companion.llm.base import ChatBackend, Sampling
 from shopping_companion.errors import JSONAskError  # noqa: F401 - re-exported
 
@@ -105,17 +104,14 @@ class JSONAsker:
             self.stats[k] += 1
 
     def _key(self, messages: list[dict[str, Any]], model: type[BaseModel]) -> str:
-        blob = json.dumps(
+        return ReplyCache.key(
             {
                 "model": self.model_id,
                 "schema": model.__name__,
                 "sampling": self.sampling.model_dump(),
                 "messages": messages,
-            },
-            sort_keys=True,
-            ensure_ascii=False,
+            }
         )
-        return hashlib.sha256(blob.encode()).hexdigest()
 
     def ask(self, messages: list[dict[str, Any]], model: type[M], context: dict[str, Any] | None = None) -> M:
         """The validated reply. Raises :class:`JSONAskError` after ``max_retries`` re-asks or when

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shopping_companion.errors import ConfigError
+from shopping_companion.markdown import markdown_table
 from shopping_companion.personalization.agents import VARIANTS
 from shopping_companion.personalization.build import load_cases
 from shopping_companion.personalization.judge import JUDGE_METRICS, TrajectoryJudge
@@ -142,10 +143,9 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.2f}%"
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(_f(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows]
-    return "\n".join(out)
+def _formatted_table(header: list[str], rows: list[list[Any]]) -> str:
+    """:func:`~shopping_companion.markdown.markdown_table` with numbers and None written by :func:`_f`."""
+    return markdown_table(header, [[_f(c) for c in r] for r in rows])
 
 
 def _paired_family(
@@ -175,7 +175,7 @@ def _dataset_section(manifest: dict[str, Any]) -> list[str]:
     cats = manifest.get("categories", {})
     md += ["## Dataset statistics per category (Table 6 shape)", ""]
     md.append(
-        _table(
+        _formatted_table(
             ["category", "source", "target users", "items", "reviews", "trajectories", "queries", "title sources"],
             [
                 [
@@ -238,7 +238,12 @@ def _judge_section(
                         by_metric[m][v][d["case_id"]] = float(j[m])
                 row.append(_mean(xs))
             rows.append(row)
-        md += [_table(["metric"] + variants, rows), "", f"Judge: {next(iter(main_j.values())).get('judge')}", ""]
+        md += [
+            _formatted_table(["metric"] + variants, rows),
+            "",
+            f"Judge: {next(iter(main_j.values())).get('judge')}",
+            "",
+        ]
     else:
         md += [
             "Not run: the trajectory judge needs an OpenAI-compatible endpoint (`shopcomp personalize eval "
@@ -275,7 +280,7 @@ def _retrieval_section(
         for d in ds_:
             by_metric["title_overlap"][v][d["case_id"]] = float(d["overlap_max"])
     md.append(
-        _table(
+        _formatted_table(
             [
                 "variant",
                 "Acc. (real titles)",
@@ -328,7 +333,7 @@ def _calls_section(
             ]
         )
     md.append(
-        _table(
+        _formatted_table(
             [
                 "variant",
                 "role calls / turn",
@@ -355,7 +360,7 @@ def _paired_section(variants: list[str], by_metric: dict[str, dict[str, dict[str
         md += ["No judge scores: tests run on the per-dialogue best title-overlap ratio instead.", ""]
     fam = _paired_family({}, metrics, comps, by_metric)
     md.append(
-        _table(
+        _formatted_table(
             ["comparison", "metric", "n", "non-zero", "W", "p", "Holm p", "r (rank-biserial)"],
             [
                 [
@@ -385,7 +390,7 @@ def _agreement_section(jsets: dict[str, dict]) -> list[str]:
         a, b = jsets[names[0]], jsets[names[1]]
         keys = [k for k in a if k in b and not a[k].get("error") and not b[k].get("error")]
         md.append(
-            _table(
+            _formatted_table(
                 ["metric"] + [m.upper() for m in ("gpc", "cis", "it", "overall")] + ["n"],
                 [
                     ["Spearman ρ"]
@@ -427,7 +432,9 @@ def _memory_section(ok: list[dict], main_j: dict) -> list[str]:
                 ]
             )
         md.append(
-            _table(["memory", "Overall", "IT", "CIS", "SR@all", "Acc. (all)", "recommended SR@all", "dialogues"], rows)
+            _formatted_table(
+                ["memory", "Overall", "IT", "CIS", "SR@all", "Acc. (all)", "recommended SR@all", "dialogues"], rows
+            )
         )
         md += [
             "",

@@ -88,16 +88,15 @@ def _check_benchmark(cfg: PipelineConfig, good: Callable[[str], None], bad: Call
 
 def _check_teacher(cfg: PipelineConfig, good: Callable[[str], None], bad: Callable[[str], None]) -> None:
     """An OpenAI-compatible teacher answers a ping (the scripted one needs no check)."""
-    # teacher
     t = cfg.teacher
     if t.kind == "openai":
-        from shopping_companion.llm.openai_backend import OpenAIBackend
+        from shopping_companion.train_pipeline.run import ping_teacher
 
         try:
-            OpenAIBackend(model=str(t.model), base_url=str(t.base_url), api_key_env=t.api_key_env).ping()
+            ping_teacher(t)
             good(f"teacher: {t.model} answers at {t.base_url}")
-        except Exception as e:  # noqa: BLE001
-            bad(f"teacher.base_url: {t.base_url} does not answer ({' '.join(str(e).split())[:200]})")
+        except Exception as e:  # noqa: BLE001 - a check reports every failure, it does not stop
+            bad(" ".join(str(e).split())[:300])
     else:
         good("teacher: scripted (served on 127.0.0.1 during collection)")
 

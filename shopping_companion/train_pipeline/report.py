@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shopping_companion.markdown import markdown_table
 from shopping_companion.runs import scan_jsonl
 from shopping_companion.train_pipeline.learning import (
     learning_delta,
@@ -274,38 +275,29 @@ def write_report(
             f"{2 * len(o['task_ids'])} stages; {o['stages_with_spread_all']} of {2 * o['candidates']} over all): "
             + ", ".join(f"`{t}`" for t in o["task_ids"])
         )
-    L += [
-        "",
-        "## Hand-offs (content hashes of the weights)",
-        "",
-        "| checkpoint | weights | first rollouts | path |",
-        "|---|---|---|---|",
-    ]
+    L += ["", "## Hand-offs (content hashes of the weights)", ""]
+    hand_rows = []
     for h in handoffs:
         fr = h.get("first_rollout_weights_sha256")
-        L.append(
-            f"| {h['checkpoint']} | `{short(h['weights_sha256'])}` | {('`' + short(fr) + '`') if fr else ''} | `{h['path']}` |"
+        hand_rows.append(
+            [h["checkpoint"], f"`{short(h['weights_sha256'])}`", f"`{short(fr)}`" if fr else "", f"`{h['path']}`"]
         )
+    L.append(markdown_table(["checkpoint", "weights", "first rollouts", "path"], hand_rows))
     L += ["", _checked_line(handoffs, evals, arms), ""]
-    L += [
-        "## Results (same evaluation code for every model)",
-        "",
-        "`n`: scored episodes (tasks × trials).",
-        "",
-        "| model | split | n | Acc | Succ | "
-        + " | ".join(f"pass^{k}" for k in ks)
-        + " | S1 R_z | S1 R_tool | S1 R_fmt | S2 R_z | S2 R_tool | S2 R_fmt | format-valid | tool calls | weights |",
-        "|" + "---|" * (14 + len(ks)),
-    ]
+    L += ["## Results (same evaluation code for every model)", "", "`n`: scored episodes (tasks × trials).", ""]
+    rewards = [f"S{s} {c}" for s in (1, 2) for c in ("R_z", "R_tool", "R_fmt")]
+    columns = ["model", "split", "n", "Acc", "Succ", *(f"pass^{k}" for k in ks), *rewards]
+    result_rows = []
     for r in rows:
         fv = r["format_valid"]
-        L.append(
-            f"| {r['model']} | {r['split']} | {_fmt(r['n'])} | {_fmt(r['acc'])} | {_fmt(r['succ'])} | "
-            + " | ".join(_fmt(r["pass^k"].get(str(k))) for k in ks)
-            + " | "
-            + " | ".join(_fmt(r[f"s{s}.{c}"]) for s in (1, 2) for c in ("R_z", "R_tool", "R_fmt"))
-            + f" | {_fmt(fv['rate'])} ({fv['valid']}/{fv['turns']}) | {_fmt(r['tool_calls'], 2)} | `{short(r['weights_sha256'])}` |"
+        result_rows.append(
+            [r["model"], r["split"], _fmt(r["n"]), _fmt(r["acc"]), _fmt(r["succ"])]
+            + [_fmt(r["pass^k"].get(str(k))) for k in ks]
+            + [_fmt(r[f"s{s}.{c}"]) for s in (1, 2) for c in ("R_z", "R_tool", "R_fmt")]
+            + [f"{_fmt(fv['rate'])} ({fv['valid']}/{fv['turns']})", _fmt(r["tool_calls"], 2)]
+            + [f"`{short(r['weights_sha256'])}`"]
         )
+    L.append(markdown_table([*columns, "format-valid", "tool calls", "weights"], result_rows))
     L += ["", "Succ by task type: " + "; ".join(f"{r['model']}/{r['split']} {r['succ_by_type']}" for r in rows), ""]
     L += [
         "## Learning (training prompts, per-trajectory rollout records)",
@@ -314,21 +306,22 @@ def write_report(
         "prompt (each prompt against itself; `pairing: none` = all groups, unpaired), 95% cluster bootstrap; "
         "unpaired Δ = every trajectory of the last window − the first.",
         "",
-        "| arm | trajectories | task reward first → last | Δ [95% CI] | pairing (units) | unpaired Δ "
-        "| R_z Δ [95% CI] | R_tool Δ [95% CI] | tool calls first → last | zero-std groups |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    learn_rows = []
     for name, e in learning.items():
         tr, tc, z = e.get("task_reward"), e.get("tool_calls"), e.get("zero_std_groups") or {}
         if tr is None:
-            L.append(f"| {name} | {e['trajectories']} | {e.get('note', '–')} | | | | | | | {_fmt(z.get('mean'), 2)} |")
+            learn_rows.append([name, e["trajectories"], e.get("note", "–"), *[""] * 6, _fmt(z.get("mean"), 2)])
             continue
-        L.append(
-            f"| {name} | {e['trajectories']} | {tr['first']:.3f} → {tr['last']:.3f} | {tr['delta']:+.3f} "
-            f"[{_fmt(tr['ci_low'])}, {_fmt(tr['ci_high'])}] | {tr['pairing']} ({tr['units']}) | "
-            f"{tr['delta_unpaired']:+.3f} | {_delta_ci(e['R_z'])} | {_delta_ci(e['R_tool'])} | "
-            f"{tc['first']:.2f} → {tc['last']:.2f} | {_fmt(z.get('mean'), 2)} |"
+        learn_rows.append(
+            [name, e["trajectories"], f"{tr['first']:.3f} → {tr['last']:.3f}"]
+            + [f"{tr['delta']:+.3f} [{_fmt(tr['ci_low'])}, {_fmt(tr['ci_high'])}]", f"{tr['pairing']} ({tr['units']})"]
+            + [f"{tr['delta_unpaired']:+.3f}", _delta_ci(e["R_z"]), _delta_ci(e["R_tool"])]
+            + [f"{tc['first']:.2f} → {tc['last']:.2f}", _fmt(z.get("mean"), 2)]
         )
+    columns = ["arm", "trajectories", "task reward first → last", "Δ [95% CI]", "pairing (units)", "unpaired Δ"]
+    columns += ["R_z Δ [95% CI]", "R_tool Δ [95% CI]", "tool calls first → last", "zero-std groups"]
+    L.append(markdown_table(columns, learn_rows))
     sft_sha = sft["outputs"]["weights_sha256"]
     for name, rec in arms.items():
         if rec["outputs"].get("weights_sha256") == sft_sha:
@@ -339,8 +332,8 @@ def write_report(
             ]
     if drawn:
         L += ["", "![learning curves](curves.png)"]
-    L += ["", "## Wall time per phase (s)", "", "| phase | seconds |", "|---|---|"]
-    L += [f"| {p} | {_fmt(s, 1)} |" for p, s in phases.items()]
+    L += ["", "## Wall time per phase (s)", ""]
+    L.append(markdown_table(["phase", "seconds"], [[p, _fmt(s, 1)] for p, s in phases.items()]))
     L += ["", f"This invocation: {wall_s:.1f} s (reused phases count their original time above)."]
     (run_dir / "report.md").write_text("\n".join(L) + "\n", encoding="utf-8")
     return data

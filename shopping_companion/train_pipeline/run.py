@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.config import config_hash, dump_yaml
-from shopping_companion.errors import BackendError, ConfigError, DataError, HandoffError, TrainingError
+from shopping_companion.errors import ConfigError, DataError, HandoffError, TrainingError
 from shopping_companion.llm.teacher import teacher_knows
 from shopping_companion.runs import file_sha256, read_json
-from shopping_companion.train_pipeline.config import PipelineConfig
+from shopping_companion.train_pipeline.config import PipelineConfig, TeacherSettings
 from shopping_companion.train_pipeline.report import short
 
-__all__ = ["PHASE_FILE", "Pipeline", "phase_order"]
+__all__ = ["PHASE_FILE", "Pipeline", "phase_order", "ping_teacher"]
 
 PHASE_FILE = "phase.json"
 _REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +81,19 @@ def _python(spec: str, what: str) -> str:
         f"python.{what}: {spec!r} is not an executable interpreter (relative paths are taken from the repository "
         f"root and the working directory); install the stack with scripts/install_{what}.sh or point python.{what} "
         "at an interpreter that has it"
+    )
+
+
+def ping_teacher(teacher: TeacherSettings) -> None:
+    """Check that an ``openai`` teacher's endpoint answers (``OpenAIBackend.ping``); raises
+    :class:`~shopping_companion.errors.BackendError` naming ``teacher.base_url`` when it does not.
+    The run (before collection loads its resources) and ``--check`` both ask this."""
+    from shopping_companion.assembly.endpoints import check_reachable
+    from shopping_companion.llm.openai_backend import OpenAIBackend
+
+    t = teacher
+    check_reachable(
+        OpenAIBackend(model=str(t.model), base_url=str(t.base_url), api_key_env=t.api_key_env), "teacher.base_url"
     )
 
 
@@ -135,13 +148,7 @@ class Pipeline:
                 report.rename(report.with_name(f"{name}.stale-{stamp}"))
 
     def _load(self, phase: str) -> dict[str, Any] | None:
-        p = _phase_dir(self.run_dir, phase) / PHASE_FILE
-        if not p.is_file():
-            return None
-        try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except ValueError:
-            return None
+        return read_json(_phase_dir(self.run_dir, phase) / PHASE_FILE)  # None: missing or torn
 
     def _phase(self, phase: str, inputs: dict[str, Any], body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
         """Run ``body(phase_dir)`` unless a finished record with the same identity exists."""
@@ -375,15 +382,7 @@ class Pipeline:
     def _teacher(self, bench: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
         t = self.cfg.teacher
         if t.kind == "openai":
-            from shopping_companion.llm.openai_backend import OpenAIBackend
-
-            try:  # before collection loads its resources (minutes), under the setting's own name
-                OpenAIBackend(model=str(t.model), base_url=str(t.base_url), api_key_env=t.api_key_env).ping()
-            except BackendError as e:
-                raise BackendError(
-                    f"teacher.base_url: the teacher endpoint {t.base_url} does not answer "
-                    f"({' '.join(str(e).split())[:300]})"
-                ) from None
+            ping_teacher(t)  # before collection loads its resources (minutes)
             yield str(t.base_url), str(t.model), t.api_key_env
             return
         from shopping_companion.assembly.data import load_benchmark

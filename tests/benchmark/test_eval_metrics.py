@@ -336,7 +336,7 @@ def test_report_and_parquet(tmp_path):
         "policy": "openai:m",
         "endpoint": "http://u:sk-zzz@localhost:1/v1?k=sk-zzz",
         "judge": "rule",
-        "simulator": "scripted (seed 0)",
+        "simulator": "scripted (seed 0)\nwith | a pipe",
         "trials": 2,
         "seeds": "base 0",
         "config": {"a": 1},
@@ -344,6 +344,7 @@ def test_report_and_parquet(tmp_path):
     s = write_report(rs, tmp_path / "report.md", meta)
     md = (tmp_path / "report.md").read_text()
     assert "sk-zzz" not in md and "http://localhost:1/v1" in md
+    assert "| user simulator | scripted (seed 0) with \\| a pipe |" in md  # one row (markdown_table escapes)
     assert "| Two-Stage (High Hint) | 50.0 | 50.0 | 50.0 | 50.0 |" in md  # Table 3 row: Single, Add-on, Avg, Acc
     assert "| Oracle | 0.0 | 0.0 | 0.0 | – |" in md  # no Acc for oracle
     assert "| two_stage:high | 2 | 2 | 1.0000 | 0.0000 |" in md  # pass@2 = 1, pass^2 = 0 for both tasks

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -145,12 +146,19 @@ def test_llm_build_is_valid_cached_and_reproducible(products, pool, tmp_path):
     assert all("tools" not in b and isinstance(b.get("seed"), int) for b in bodies)
     assert any(_prompt(b).startswith("A user is about to buy") for b in bodies)  # conflict checks ran (cued)
 
-    # a rebuild reads every answer from the cache: no request, byte-identical files
+    # a rebuild reads every answer from the cache: no request, byte-identical files; the cache is
+    # rewritten in the format of the generator's cache before the one ReplyCache (table ``calls``),
+    # which is migrated with its keys (model, messages, temperature, top_p, max_tokens, seed)
+    old = tmp_path / "old.sqlite"
+    _as_old_generator_cache(tmp_path / "llm.sqlite", old)
     with ScriptedOpenAIServer(["unused"]) as srv2:
         cfg2 = cfg.model_copy(
             update={
                 "generator": cfg.generator.model_copy(
-                    update={"endpoints": [LLMEndpoint(model="scripted", base_url=srv2.base_url)]}
+                    update={
+                        "endpoints": [LLMEndpoint(model="scripted", base_url=srv2.base_url)],
+                        "cache_path": str(old),
+                    }
                 )
             }
         )
@@ -159,6 +167,29 @@ def test_llm_build_is_valid_cached_and_reproducible(products, pool, tmp_path):
         assert srv2.bodies == [] and gen2.stats["requests"] == 0 and gen2.stats["cache_hits"] > 0
     for name in ("tasks.jsonl", "sessions.jsonl", "stats.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    # another temperature is another call: every answer is asked again
+    with ScriptedOpenAIServer(lambda body: answer(body)) as srv3:
+        gen = cfg.generator.model_copy(
+            update={"endpoints": [LLMEndpoint(model="scripted", base_url=srv3.base_url)], "temperature": 0.5}
+        )
+        gen3 = LLMGenerator(gen)
+        cfg3 = cfg.model_copy(update={"generator": gen, "n_tasks": 2})  # the same first tasks, fewer
+        build_benchmark(tmp_path / "c", products, pool, cfg3, generator=gen3)
+        assert gen3.stats["cache_hits"] == 0 and gen3.stats["requests"] == len(srv3.bodies) > 0
+
+
+def _as_old_generator_cache(new: Path, old: Path) -> None:
+    """Copy the replies of ``new`` into ``old`` in the generator's earlier format (table ``calls``)."""
+    import sqlite3
+
+    from shopping_companion.llm.replies import ReplyCache
+
+    with sqlite3.connect(new) as db:
+        rows = db.execute(f"SELECT key, model, reply, created FROM {ReplyCache.TABLE}").fetchall()
+    assert rows
+    with sqlite3.connect(old) as db:
+        db.execute("CREATE TABLE calls (key TEXT PRIMARY KEY, model TEXT, response TEXT, created REAL)")
+        db.executemany("INSERT INTO calls VALUES (?, ?, ?, ?)", rows)
 
 
 def test_invalid_json_is_fed_back_and_retried(products, pool, tmp_path):

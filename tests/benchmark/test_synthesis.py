@@ -520,3 +520,18 @@ def test_load_benchmark_names_what_a_foreign_directory_lacks(tmp_path):
     (tmp_path / "manifest.json").write_text("{}")  # e.g. a `shopcomp personalize build` dataset
     with pytest.raises(FileNotFoundError, match="no tasks.jsonl, so this is not a Shopping Companion benchmark"):
         load_benchmark(tmp_path)
+
+
+def test_part_store_reads_a_missing_or_torn_part_as_none(tmp_path):
+    """PartStore.get reads through runs.read_json: a missing or torn part is rebuilt, not a crash."""
+    from shopping_companion.benchmark.synthesis.directory import PartStore
+
+    store = PartStore(tmp_path / "out", "fp")
+    try:
+        assert store.get(0) is None
+        store.put(0, {"task": {"id": "t0"}})
+        assert store.get(0) == {"task": {"id": "t0"}}
+        store._path(1).write_text('{"task": {"id"', encoding="utf-8")  # torn by a crash mid-write
+        assert store.get(1) is None
+    finally:
+        store.close()

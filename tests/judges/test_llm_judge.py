@@ -14,6 +14,7 @@ import pytest
 from shopping_companion.errors import ConfigError
 from shopping_companion.judges.base import JudgeFailedError
 from shopping_companion.judges.llm import LLMJudge, parse_json_reply
+from shopping_companion.llm.base import Sampling
 from shopping_companion.llm.openai_backend import OpenAIBackend
 from shopping_companion.rewards import compute_reward, paper_rubric, safe_reward, stage1_reward, stage2_reward
 from shopping_companion.types import (
@@ -342,6 +343,42 @@ def test_cache_in_memory_and_on_disk(tmp_path):
         judge.judge(single_task(instruction="Something else entirely"), stage1_traj())
         assert len(srv.bodies) == 1
         judge.close()
+
+
+def test_a_judge_cache_of_the_old_format_still_hits_and_other_sampling_misses(tmp_path):
+    """A cache file the judge wrote before the one ReplyCache (table ``replies``) is migrated with
+    its keys: the same (model, sampling, messages) is a hit without a request; other sampling or
+    another judge model is a miss."""
+    import sqlite3
+
+    from shopping_companion.llm.replies import ReplyCache
+
+    new = tmp_path / "new.sqlite"
+    with ScriptedOpenAIServer([GOOD1]) as srv:
+        judge = judge_for(srv, cache_path=new)
+        v1 = judge.judge(single_task(), stage1_traj())
+        judge.close()
+    with sqlite3.connect(new) as db:
+        rows = db.execute(f"SELECT key, reply, created FROM {ReplyCache.TABLE}").fetchall()
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as db:
+        db.execute("CREATE TABLE replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL)")
+        db.executemany("INSERT INTO replies VALUES (?, ?, ?)", rows)
+    with ScriptedOpenAIServer([]) as srv:
+        judge = judge_for(srv, cache_path=old)
+        assert judge.judge(single_task(), stage1_traj()) == v1 and srv.bodies == []
+        assert judge.stats["cache_hits"] == 1
+        judge.close()
+    with ScriptedOpenAIServer([GOOD1, GOOD1]) as srv:
+        sampling = Sampling(temperature=0.0, top_p=1.0, top_k=None, max_tokens=1024)
+        judge = judge_for(srv, cache_path=old, sampling=sampling)
+        judge.judge(single_task(), stage1_traj())
+        judge.close()
+        backend = OpenAIBackend("another-model", base_url=srv.base_url, api_key="k", max_retries=0, timeout_s=10)
+        judge = LLMJudge(backend, lookup, cache_path=old, backoff_s=0.0)
+        judge.judge(single_task(), stage1_traj())
+        judge.close()
+        assert len(srv.bodies) == 2
 
 
 def test_failures_are_not_cached():

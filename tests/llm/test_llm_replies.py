@@ -72,3 +72,95 @@ def test_replies_without_an_object_are_refused(bad, says, which):
 def test_which_must_be_first_or_last():
     with pytest.raises(ValueError, match="which"):
         extract_json('{"a": 1}', which="middle")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- the one reply cache
+
+
+def test_reply_cache_is_bounded_in_memory_and_complete_on_disk(tmp_path):
+    from shopping_companion.llm.replies import ReplyCache
+
+    mem = ReplyCache(None, max_entries=2)
+    for k in "abc":
+        mem.put(k, k.upper())
+    assert mem.get("a") is None and mem.get("b") == "B" and mem.get("c") == "C" and len(mem) == 2
+    disk = ReplyCache(tmp_path / "c.sqlite", max_entries=1)
+    for k in "abc":
+        disk.put(k, k.upper(), model="m")
+    assert [disk.get(k) for k in "abc"] == ["A", "B", "C"]  # evicted from memory, read back from SQLite
+    disk.put("a", "A2")  # the same key replaces its reply
+    assert disk.get("a") == "A2" and len(disk) == 3
+    disk.close()
+    again = ReplyCache(tmp_path / "c.sqlite")  # another process sees the same file
+    assert again.get("b") == "B" and again.get("a") == "A2" and again.get("d") is None
+    again.close()
+
+
+def test_reply_cache_key_is_the_sha256_of_the_sorted_json_payload():
+    import hashlib
+    import json
+
+    from shopping_companion.llm.replies import ReplyCache
+
+    payload = {"model": "m", "messages": [{"role": "user", "content": "héllo"}], "sampling": {"t": 0}}
+    want = hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    assert ReplyCache.key(payload) == want == ReplyCache.key(dict(reversed(payload.items())))
+    assert ReplyCache.key({**payload, "sampling": {"t": 1}}) != want
+
+
+def _old_file(path, create: str, rows: list[tuple]) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute(create)
+    db.executemany(f"INSERT INTO {create.split()[2]} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "create, rows",
+    [
+        # the LLM judge's and the personalization roles' file before the one cache
+        ("CREATE TABLE replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL)", [("k1", "R1", 1.0)]),
+        # the LLM task generator's and the attribute extractor's file before the one cache
+        (
+            "CREATE TABLE calls (key TEXT PRIMARY KEY, model TEXT, response TEXT, created REAL)",
+            [("k1", "m", "R1", 1.0), ("k2", "m", None, 1.0)],
+        ),
+    ],
+)
+def test_a_cache_file_of_the_old_format_is_migrated_with_its_keys(tmp_path, create, rows):
+    """The keys did not change, so an old file's replies are the same hits; a row without a reply
+    is dropped, the old table is left for older code, and the migration runs once."""
+    import sqlite3
+
+    from shopping_companion.llm.replies import ReplyCache
+
+    path = tmp_path / "old.sqlite"
+    _old_file(path, create, rows)
+    cache = ReplyCache(path)
+    assert cache.get("k1") == "R1" and cache.get("k2") is None and len(cache) == 1
+    cache.put("k3", "R3")
+    cache.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute(f"SELECT COUNT(*) FROM {create.split()[2]}").fetchone()[0] == len(rows)  # left as it was
+    db.execute(f"DELETE FROM {ReplyCache.TABLE} WHERE key = 'k1'")
+    db.commit()
+    db.close()
+    again = ReplyCache(path)  # not migrated a second time
+    assert again.get("k1") is None and again.get("k3") == "R3"
+    again.close()
+
+
+def test_an_old_table_of_another_shape_is_ignored_not_a_crash(tmp_path):
+    from shopping_companion.llm.replies import ReplyCache
+
+    path = tmp_path / "other.sqlite"
+    _old_file(path, "CREATE TABLE replies (k TEXT, v BLOB)", [("k1", b"R1")])
+    cache = ReplyCache(path)
+    assert cache.get("k1") is None and len(cache) == 0
+    cache.put("k1", "R1")
+    assert cache.get("k1") == "R1"
+    cache.close()

@@ -135,17 +135,3 @@ def test_bounded_judge_caps_concurrent_calls():
     assert bj.name == "slow" and bj.judge(None, 7) == 7
     with pytest.raises(ConfigError, match="max_in_flight"):
         BoundedJudge(inner, 0)
-
-
-def test_judge_reply_cache_is_bounded_in_memory_and_complete_on_disk(tmp_path):
-    from shopping_companion.judges.llm import ReplyCache
-
-    mem = ReplyCache(None, max_entries=2)
-    for k in "abc":
-        mem.put(k, k.upper())
-    assert mem.get("a") is None and mem.get("b") == "B" and mem.get("c") == "C"
-    disk = ReplyCache(tmp_path / "c.sqlite", max_entries=1)
-    for k in "abc":
-        disk.put(k, k.upper())
-    assert [disk.get(k) for k in "abc"] == ["A", "B", "C"]  # evicted from memory, read back from SQLite
-    disk.close()

@@ -247,6 +247,12 @@ def test_a_teacher_endpoint_that_does_not_answer_is_named_before_collection_load
     with pytest.raises(BackendError, match=rf"teacher\.base_url: .*127\.0\.0\.1:{port}") as e:
         Pipeline(cfg, Console(file=io.StringIO(), width=200)).phase_collect(bench)
     assert e.value.exit_code == 4
+    from shopping_companion.train_pipeline.check import _check_teacher
+
+    good: list[str] = []
+    bad: list[str] = []
+    _check_teacher(cfg, good.append, bad.append)  # --check asks the same ping_teacher
+    assert not good and bad == [" ".join(str(e.value).split())[:300]]
 
 
 def test_trl_trainer_settings_are_refused_with_the_verl_backend() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shopping_companion.benchmark.synthesis.common import SynthError
-from shopping_companion.runs import file_sha256, write_lines_atomic, write_text_atomic
+from shopping_companion.runs import file_sha256, read_json, write_lines_atomic, write_text_atomic
 from shopping_companion.types import Session, Task
 
 __all__ = [
@@ -156,13 +156,8 @@ class PartStore:
         return self.parts / f"{index:06d}.json"
 
     def get(self, index: int) -> dict[str, Any] | None:
-        p = self._path(index)
-        if not p.is_file():
-            return None
-        try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except ValueError:
-            return None  # a torn file (should not happen: writes are atomic); rebuild the task
+        # None for a missing or torn file (should not happen: writes are atomic); rebuild the task
+        return read_json(self._path(index))
 
     def put(self, index: int, record: dict[str, Any]) -> None:
         write_text_atomic(self._path(index), json.dumps(record, sort_keys=True, ensure_ascii=False))

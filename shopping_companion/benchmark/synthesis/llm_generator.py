@@ -45,10 +45,10 @@ from shopping_companion.benchmark.synthesis.catalog_view import Feature
 from shopping_companion.benchmark.synthesis.conflicts import Conflict, is_revision
 from shopping_companion.benchmark.synthesis.generators import SlotSpec, TaskSpec, format_money
 from shopping_companion.benchmark.synthesis.verify import evidence_text, states_value
-from shopping_companion.llm.replies import LLMCache, extract_json  # noqa: F401 - LLMCache re-exported (tests, plug-ins)
+from shopping_companion.llm.replies import ReplyCache, extract_json
 from shopping_companion.types import Session, Turn
 
-__all__ = ["LLMCache", "LLMGenerator"]
+__all__ = ["LLMGenerator"]
 
 SYSTEM_PROMPT = (
     "You produce synthetic data for a benchmark of shopping assistants. Follow the rules exactly and "
@@ -147,7 +147,7 @@ class LLMGenerator:
                 from shopping_companion.paths import cache_dir
 
                 cache_path = cache_dir() / "llm" / "generations.sqlite"
-        self.cache = LLMCache(cache_path)
+        self.cache = ReplyCache(cache_path)
         factory = backend_factory or self._default_backend
         self.backends = [factory(e) for e in config.endpoints]
         self.stats = {"requests": 0, "cache_hits": 0, "invalid": 0, "failed_calls": 0}
@@ -199,7 +199,7 @@ class LLMGenerator:
                 "max_tokens": sampling.max_tokens,
                 "seed": seed,
             }
-            key = LLMCache.key(payload)
+            key = ReplyCache.key(payload)
             text = self.cache.get(key)
             if text is None:
                 try:
@@ -211,7 +211,7 @@ class LLMGenerator:
                     ) from None
                 self.stats["requests"] += 1
                 text = msg.content or ""
-                self.cache.put(key, endpoint.model, text)
+                self.cache.put(key, text, model=endpoint.model)
             else:
                 self.stats["cache_hits"] += 1
             try:
