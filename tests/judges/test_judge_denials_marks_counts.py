@@ -11,39 +11,9 @@ from shopping_companion.judges.matching import default_reader
 from shopping_companion.judges.matching.normalize import denied_in, phrase_occurs, split_denials, tokens
 from shopping_companion.judges.matching.quantity import parse_constraint
 from shopping_companion.judges.rule import match_preferences
-from shopping_companion.types import Preference, Product, ProductSlot, Task
+from tests.judges.rule_support import pref, product, task
 
 R = default_reader()
-
-
-def pref(attribute: str, value: str, polarity: str = "want") -> Preference:
-    return Preference(slot=0, attribute=attribute, value=value, polarity=polarity)
-
-
-def product(title: str, description: str = "", features: tuple[str, ...] = (), **attrs: str) -> Product:
-    return Product(
-        product_id="x:1",
-        title=title,
-        description=description,
-        features=list(features),
-        source="test",
-        shop="s",
-        shop_id="s",
-        category_path=["Things"],
-        attributes=attrs,
-    )
-
-
-def task(*gold: Preference) -> Task:
-    return Task(
-        task_id="t",
-        instruction="x",
-        user_id="u",
-        history=[],
-        needle_session_ids=[],
-        preferences=list(gold),
-        slots=[ProductSlot(product_type="item", reference_product_id="r")],
-    )
 
 
 # ---------------------------------------------------------------- 1, 2: denials in product text

@@ -10,39 +10,11 @@ from shopping_companion.judges.matching import default_matcher, default_reader
 from shopping_companion.judges.matching.normalize import phrase_occurs, tokens
 from shopping_companion.judges.matching.values import readings, split_gloss, yes_no
 from shopping_companion.judges.rule import RuleJudge, match_preferences, structural_spurious
-from shopping_companion.types import Preference, Product, ProductSlot, Session, SessionRef, Task, Trajectory, Turn
+from shopping_companion.types import Preference, Session, SessionRef, Task, Trajectory, Turn
+from tests.judges.rule_support import pref, product, task
 
 M = default_matcher()
 R = default_reader()
-
-
-def pref(attribute: str, value: str, polarity: str = "want") -> Preference:
-    return Preference(slot=0, attribute=attribute, value=value, polarity=polarity)
-
-
-def task(*gold: Preference) -> Task:
-    return Task(
-        task_id="t",
-        instruction="x",
-        user_id="u",
-        history=[],
-        needle_session_ids=[],
-        preferences=list(gold),
-        slots=[ProductSlot(product_type="item", reference_product_id="r")],
-    )
-
-
-def product(title: str, description: str = "", **attrs: str) -> Product:
-    return Product(
-        product_id="x:1",
-        title=title,
-        description=description,
-        source="test",
-        shop="s",
-        shop_id="s",
-        category_path=["Things"],
-        attributes=attrs,
-    )
 
 
 def test_yes_no_and_readings():
