@@ -54,6 +54,17 @@ NEGATED = {
 }
 
 
+def _positive_int(text: str) -> int:
+    """``--window``: an integer >= 1 (refused by argparse, exit 2)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {n}")
+    return n
+
+
 def _stopped(reason: str, code: int) -> int:
     """A run that could not be judged: the reason and a machine-readable last line."""
     print(f"FAIL {reason}")
@@ -82,9 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         help="config override KEY=VALUE (dotted key, YAML value); repeatable",
     )
     ap.add_argument("--fresh", action="append", default=[], help="recompute this phase and later ones (e.g. grpo)")
-    ap.add_argument("--window", type=int, default=5, help="steps at each end compared (default 5)")
+    ap.add_argument("--window", type=_positive_int, default=5, help="steps at each end compared (>= 1; default 5)")
     ap.add_argument(
-        "--split", default="train", help="split of the checked format-valid rate (default train: the training prompts)"
+        "--split",
+        default="train",
+        choices=["train", "test"],
+        help="split of the checked format-valid rate (default train: the training prompts)",
     )
     ap.add_argument("--check", action="store_true", help="exit 1 when a learning condition fails")
     a = ap.parse_args(argv)
@@ -105,10 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg.grpo.arms = real + controls
     other = "test" if a.split == "train" else "train"
     cfg.eval.splits = [a.split, other]  # format-valid rates of base and SFT; the other split is reported
+    steps = cfg.grpo.trainer.get("max_steps")
+    if isinstance(steps, int) and steps < 2 * a.window:  # refused now, not after every arm has trained
+        return _stopped(
+            f"--window {a.window}: two windows need at least {2 * a.window} GRPO steps; "
+            f"grpo.trainer.max_steps is {steps}",
+            2,
+        )
 
-    pipe = Pipeline(cfg, console, fresh=a.fresh)
     t0 = time.perf_counter()
     try:
+        pipe = Pipeline(cfg, console, fresh=a.fresh)  # an unknown --fresh phase: FAIL and RESULT, exit 2
         rows, fv, fv_other = _run(pipe, cfg, a, other)
     except ShopCompError as e:  # a locked run (5), a refused config (2), a broken hand-off (3), ...
         return _stopped(f"{type(e).__name__}: {e}", e.exit_code)
