@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from shopping_companion.config import STRICT, RunDir
+from shopping_companion.config import STRICT, RunDir, validation_message
 from shopping_companion.trainers.nano import NanoModelConfig
 
 __all__ = [
@@ -302,9 +302,9 @@ class PipelineConfig(RunDir, BaseModel):
             try:
                 TrlGrpoConfig.model_validate(conf)
             except ValidationError as e:
-                where = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
                 raise ValueError(
-                    f"arm {arm.name}: its TRL config (grpo.trainer / rows / lora / guards / extra) is refused: {where}"
+                    f"arm {arm.name}: its TRL config (grpo.trainer / arms[].trainer / rows / lora / guards / extra, "
+                    f"paths as in `shopcomp grpo trl`'s config) is refused: {validation_message(TrlGrpoConfig, e)}"
                 ) from None
             try:
                 load_reward_spec(arm.reward_config)

@@ -263,3 +263,20 @@ def test_trl_trainer_settings_are_refused_with_the_verl_backend() -> None:
         load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", ["grpo.backend=verl"], {})
     paper = load_model(PipelineConfig, ROOT / "configs/pipeline/paper.yaml", [], {})
     assert paper.grpo.backend == "verl" and not paper.grpo.trainer
+
+
+@pytest.mark.parametrize(
+    ("sets", "needle"),
+    [
+        (["grpo.trainer.bogus=1"], "trainer.bogus: unknown field; allowed: beta"),
+        (["grpo.trainer.max_steps=-3"], "trainer.max_steps: Input should be greater than or equal to 1, got -3"),
+        (["grpo.trainer.num_generations=3"], "must be a multiple of trainer.num_generations (3)"),
+    ],
+)
+def test_an_arms_trl_settings_are_named_like_every_other_field(sets: list[str], needle: str) -> None:
+    """The arm's TRL config errors read as the rest of the config's: allowed keys, the value
+    given, and no pydantic "Value error," prefix (break test)."""
+    with pytest.raises(ConfigError) as e:
+        load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", sets, {})
+    text = " ".join(str(e.value).split())
+    assert needle in text and "Value error" not in text
