@@ -692,11 +692,14 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
 
     console = console or _console()
     require_trl()
-    if looks_like_path(cfg.model) and not Path(cfg.model).expanduser().is_dir():  # before anything is written
-        raise ConfigError(
-            f"model: {cfg.model!r} is not a directory (give a local model directory, or a hub id org/name "
-            "already in the Hugging Face cache)"
-        )
+    if looks_like_path(cfg.model):  # before anything is written
+        where = Path(cfg.model).expanduser()
+        if not where.is_dir() or not (where / "config.json").is_file():
+            why = "is not a directory" if not where.is_dir() else "is not a model directory (no config.json)"
+            raise ConfigError(
+                f"model: {cfg.model!r} {why} (give a local model directory, or a hub id org/name "
+                "already in the Hugging Face cache)"
+            )
     spec = load_reward_spec(cfg.reward_config)
     spec.build_rubric()  # a rubric that does not import fails here, before anything loads
     out = Path(cfg.trainer.output_dir)

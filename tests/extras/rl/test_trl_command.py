@@ -160,14 +160,18 @@ def test_bad_config_fields_are_named(tmp_path, extra, needle):
     assert not (tmp_path / "o" / "config.yaml").exists()  # nothing written for a refused config
 
 
-@pytest.mark.parametrize("model", ["/nonexistent/model", "./no_such_dir", "a/b/c"])
-def test_a_model_path_that_is_no_directory_is_named_before_anything_is_written(tmp_path, model):
+@pytest.mark.parametrize("model", ["/nonexistent/model", "./no_such_dir", "a/b/c", "EMPTY_DIR"])
+def test_a_model_path_that_is_no_model_directory_is_named_before_anything_is_written(tmp_path, model):
+    if model == "EMPTY_DIR":  # a directory without config.json
+        model = str(tmp_path / "empty")
+        (tmp_path / "empty").mkdir()
     res, _ = _invoke(
         ["--config", str(CPU_CONFIG), "--model", model, "--bench", "b", "--output-dir", str(tmp_path / "o")]
     )
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
-    assert f"model: {model!r} is not a directory" in text and "repo id" not in text.lower(), text
+    why = "is not a model directory (no config.json)" if model.endswith("empty") else "is not a directory"
+    assert f"model: {model!r} {why}" in text and "repo id" not in text.lower(), text
     assert not (tmp_path / "o").exists()
 
 
