@@ -543,6 +543,20 @@ def zero_std_summary(logs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"mean": (sum(shares) / len(shares)) if shares else None, "steps": len(shares)}
 
 
+def _check_model_path(model: str) -> None:
+    """Raise :class:`ConfigError` when ``model`` is written as a path (not a hub id) and is not a
+    model directory (missing, or without ``config.json``)."""
+    if not looks_like_path(model):
+        return
+    where = Path(model).expanduser()
+    if not where.is_dir() or not (where / "config.json").is_file():
+        why = "is not a directory" if not where.is_dir() else "is not a model directory (no config.json)"
+        raise ConfigError(
+            f"model: {model!r} {why} (give a local model directory, or a hub id org/name "
+            "already in the Hugging Face cache)"
+        )
+
+
 def _load_model(cfg: TrlGrpoConfig) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -692,14 +706,7 @@ def run_trl(cfg: TrlGrpoConfig, *, console: Any = None) -> dict[str, Any]:
 
     console = console or _console()
     require_trl()
-    if looks_like_path(cfg.model):  # before anything is written
-        where = Path(cfg.model).expanduser()
-        if not where.is_dir() or not (where / "config.json").is_file():
-            why = "is not a directory" if not where.is_dir() else "is not a model directory (no config.json)"
-            raise ConfigError(
-                f"model: {cfg.model!r} {why} (give a local model directory, or a hub id org/name "
-                "already in the Hugging Face cache)"
-            )
+    _check_model_path(cfg.model)  # before anything is written
     spec = load_reward_spec(cfg.reward_config)
     spec.build_rubric()  # a rubric that does not import fails here, before anything loads
     out = Path(cfg.trainer.output_dir)
