@@ -39,7 +39,7 @@ from shopping_companion.config import STRICT
 from shopping_companion.assembly.endpoints import ServiceConfig, check_tools
 from shopping_companion.errors import ConfigError, DataError, TrainingSignalError
 from shopping_companion.llm.breaker import deadline_or_none
-from shopping_companion.llm.model_files import looks_like_path
+from shopping_companion.llm.model_files import looks_like_path, model_config
 
 __all__ = [
     "TrlEnvSettings",
@@ -545,15 +545,14 @@ def zero_std_summary(logs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _check_model_path(model: str) -> None:
     """Raise :class:`ConfigError` when ``model`` is written as a path (not a hub id) and is not a
-    model directory (missing, or without ``config.json``)."""
+    model directory (:func:`~shopping_companion.llm.model_files.model_config` says why)."""
     if not looks_like_path(model):
         return
-    where = Path(model).expanduser()
-    if not where.is_dir() or not (where / "config.json").is_file():
-        why = "is not a directory" if not where.is_dir() else "is not a model directory (no config.json)"
+    found, why = model_config(model)
+    if found is None:
         raise ConfigError(
-            f"model: {model!r} {why} (give a local model directory, or a hub id org/name "
-            "already in the Hugging Face cache)"
+            f"model: {model!r} is not a model directory ({why}; give a local model directory, or a hub id "
+            "org/name already in the Hugging Face cache)"
         )
 
 

@@ -170,8 +170,9 @@ def test_a_model_path_that_is_no_model_directory_is_named_before_anything_is_wri
     )
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
-    why = "is not a model directory (no config.json)" if model.endswith("empty") else "is not a directory"
-    assert f"model: {model!r} {why}" in text and "repo id" not in text.lower(), text
+    why = "has no config.json" if model.endswith("empty") else "does not exist here"
+    assert f"model: {model!r} is not a model directory (" in text and why in text, text
+    assert "repo id" not in text.lower(), text
     assert not (tmp_path / "o").exists()
 
 
