@@ -23,21 +23,34 @@
 #                            reuse them (keyed by content hash and code versions: a stale entry is
 #                            rebuilt). Default: a fresh temporary directory, removed at the end
 #   extra arguments          passed to every pytest call (e.g. -x, -k name)
-# Every phase (each install, lint, each suite) prints "== phase NAME: 12.3 s (exit 0)" as it ends,
+# Every phase (each install, lint, each suite) prints "== phase NAME: 12.3 s (exit 0, CPU busy
+# 97%)" as it ends (CPU busy: the whole machine's, lanes beside it included),
 # and all of them again with the total at the end, so a slow phase shows in the log the day it
 # lands; the main suite also lists its 25 slowest tests (--durations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t_start=$EPOCHREALTIME
 phase_lines=()
-# timed NAME command...: run the command, print its phase line, return its exit status
+# cpu_ticks: "BUSY TOTAL" jiffies of the whole machine (/proc/stat; "0 0" where there is none)
+cpu_ticks() {
+    awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8; found = 1 }
+        END { if (!found) print 0, 0 }' /proc/stat 2>/dev/null || echo 0 0
+}
+# timed NAME command...: run the command, print its phase line, return its exit status. The line
+# gives the wall time and how busy the machine's CPUs were meanwhile (all processes, lanes beside
+# it included): a phase near 100% is bound by CPU, one far below it waits (on the network, disk,
+# sleeps or timeouts), which says whether running something beside it could pay
 timed() {
-    local name=$1 t0=$EPOCHREALTIME rc=0
+    local name=$1 t0=$EPOCHREALTIME rc=0 c0 c1
+    c0=$(cpu_ticks)
     shift
     "$@" || rc=$?
+    c1=$(cpu_ticks)
     local line
-    line=$(awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$name" -v rc="$rc" \
-        'BEGIN { printf "== phase %s: %.1f s (exit %d)", n, b - a, rc }')
+    line=$(awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$name" -v rc="$rc" -v c0="$c0" -v c1="$c1" \
+        'BEGIN { split(c0, x, " "); split(c1, y, " "); busy = ""
+                 if (y[2] > x[2]) busy = sprintf(", CPU busy %.0f%%", 100 * (y[1] - x[1]) / (y[2] - x[2]))
+                 printf "== phase %s: %.1f s (exit %d%s)", n, b - a, rc, busy }')
     echo "$line"
     phase_lines+=("$line")
     return $rc
