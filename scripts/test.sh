@@ -15,8 +15,9 @@
 #                            directory: tests/conftest.py, session_dir); 0: one process; default:
 #                            2 on a machine with 2 or more cores (the reference CI machine has 2:
 #                            670 s instead of 845 s for the main suite), else 0
-#   SHOPCOMP_EXTRAS_LANES=1  run the extras suites one after another (default: tests/extras/rl beside
-#                            the others, two lanes at once; each lane's output printed as it ends)
+#   SHOPCOMP_EXTRAS_LANES=N  run the extras suites in N lanes at once (default 3: tests/extras/rl,
+#                            which mostly waits on Ray, beside two lanes of the others; 1: one
+#                            after another); each lane's output printed as it ends
 #   SHOPCOMP_TEST_SHARED_DIR the session fixtures' directory, shared by every suite of this run
 #                            (tests/conftest.py, session_dir): the main suite builds the catalog
 #                            cache, the BM25 index and the MiniLM encodings once, the extras suites
@@ -175,29 +176,51 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
         name=$(basename "$dir")
         [ "$name" = pipeline ] || wait_install "$name" || status=$?
     done
-    # The extras suites run in two lanes at once (SHOPCOMP_EXTRAS_LANES=1: one after another):
-    # tests/extras/rl (Ray clusters and Serve replicas: much of its time is spent waiting) in one,
-    # the others one after another in the second, the pipeline last (it needs .venv-sft and
-    # .venv-rl, nothing of the other suites). Each lane's output is printed when the lane ends.
-    lane_a=() lane_b=()
+    # The extras suites run in lanes at once (SHOPCOMP_EXTRAS_LANES, default 3; 1: one after
+    # another): tests/extras/rl (Ray clusters and Serve replicas: much of its time is spent
+    # waiting) in the first lane, the others in order, split into the remaining lanes as evenly as
+    # their count allows, the pipeline last (it needs .venv-sft and .venv-rl, nothing of the other
+    # suites). Each lane's output is printed when the lane ends.
+    suites=()
     for dir in tests/extras/*/; do
         name=$(basename "$dir")
-        if [ "$name" = rl ]; then lane_a+=("$name"); elif [ "$name" != pipeline ]; then lane_b+=("$name"); fi
+        if [ "$name" = rl ]; then suites=("$name" "${suites[@]}"); elif [ "$name" != pipeline ]; then suites+=("$name"); fi
     done
-    [ -d tests/extras/pipeline ] && lane_b+=(pipeline)
-    if [ "${SHOPCOMP_EXTRAS_LANES:-2}" = 1 ]; then
-        for name in "${lane_a[@]}" "${lane_b[@]}"; do run_extra "$name" "$@" || status=$?; done
+    [ -d tests/extras/pipeline ] && suites+=(pipeline)
+    n_lanes="${SHOPCOMP_EXTRAS_LANES:-3}"
+    case "$n_lanes" in
+        '' | *[!0-9]* | 0) echo "SHOPCOMP_EXTRAS_LANES must be a whole number from 1, got '$n_lanes'" >&2; exit 2 ;;
+    esac
+    if [ "$n_lanes" = 1 ] || [ "${#suites[@]}" -le 1 ]; then
+        for name in "${suites[@]}"; do run_extra "$name" "$@" || status=$?; done
     else
         mkdir -p .cache
-        lane_suites=("${lane_a[@]}")
-        lane .cache/test-lane-a.log "$@" &
-        pid_a=$!
-        lane_suites=("${lane_b[@]}")
-        lane .cache/test-lane-b.log "$@" &
-        pid_b=$!
-        echo "== tests/extras: ${lane_a[*]} beside ${lane_b[*]} (logs .cache/test-lane-a.log, .cache/test-lane-b.log)"
-        end_lane "$pid_a" .cache/test-lane-a.log || status=$?
-        end_lane "$pid_b" .cache/test-lane-b.log || status=$?
+        # lane_of[i]: the lane of suite i; rl (if any) alone in lane 0, the rest in contiguous runs
+        rest=("${suites[@]}")
+        lanes=()
+        if [ "${suites[0]}" = rl ]; then lanes+=("rl"); rest=("${suites[@]:1}"); fi
+        k=$((n_lanes - ${#lanes[@]}))
+        [ "$k" -ge 1 ] || k=1
+        [ "$k" -le "${#rest[@]}" ] || k=${#rest[@]}
+        start=0
+        for ((j = 0; j < k; j++)); do
+            size=$(((${#rest[@]} - start) / (k - j)))
+            lanes+=("${rest[*]:start:size}")
+            start=$((start + size))
+        done
+        pids=() logs=()
+        letters=(a b c d e f g h)
+        for ((j = 0; j < ${#lanes[@]}; j++)); do
+            read -r -a lane_suites <<<"${lanes[j]}"
+            log=.cache/test-lane-${letters[j]:-$j}.log
+            lane "$log" "$@" &
+            pids+=($!)
+            logs+=("$log")
+        done
+        shown=()
+        for ((j = 0; j < ${#lanes[@]}; j++)); do shown+=("[${lanes[j]}]"); done
+        echo "== tests/extras in ${#lanes[@]} lanes at once: ${shown[*]} (logs ${logs[*]})"
+        for ((j = 0; j < ${#lanes[@]}; j++)); do end_lane "${pids[j]}" "${logs[j]}" || status=$?; done
     fi
 fi
 exit $status
