@@ -181,6 +181,20 @@ class TrlTrainerSettings(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _warmup_ends(self) -> TrlTrainerSettings:
+        warmup = self.extra_args.get("warmup_steps")
+        if self.max_steps is not None and isinstance(warmup, int) and warmup >= self.max_steps:
+            raise ValueError(
+                f"trainer.extra_args.warmup_steps ({warmup}) must be below trainer.max_steps ({self.max_steps}): "
+                f"the learning rate would still be warming up when the run ends and never reach "
+                f"trainer.learning_rate ({self.learning_rate:g}); lower warmup_steps or raise max_steps"
+            )
+        ratio = self.extra_args.get("warmup_ratio")
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and not 0 <= ratio < 1:
+            raise ValueError(f"trainer.extra_args.warmup_ratio must be in [0, 1); got {ratio!r}")
+        return self
+
+    @model_validator(mode="after")
     def _group_fits(self) -> TrlTrainerSettings:
         per_step = self.per_device_train_batch_size * self.gradient_accumulation_steps
         if per_step % self.num_generations:

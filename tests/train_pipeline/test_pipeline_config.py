@@ -271,6 +271,9 @@ def test_trl_trainer_settings_are_refused_with_the_verl_backend() -> None:
         (["grpo.trainer.bogus=1"], "trainer.bogus: unknown field; allowed: beta"),
         (["grpo.trainer.max_steps=-3"], "trainer.max_steps: Input should be greater than or equal to 1, got -3"),
         (["grpo.trainer.num_generations=3"], "must be a multiple of trainer.num_generations (3)"),
+        # cpu_nano warms up over 4 steps: a 2-step run would end before its learning rate is reached
+        (["grpo.trainer.max_steps=2"], "trainer.extra_args.warmup_steps (4) must be below trainer.max_steps (2)"),
+        (["grpo.trainer.extra_args={warmup_ratio: 1.5}"], "trainer.extra_args.warmup_ratio must be in [0, 1); got 1.5"),
     ],
 )
 def test_an_arms_trl_settings_are_named_like_every_other_field(sets: list[str], needle: str) -> None:
@@ -280,3 +283,13 @@ def test_an_arms_trl_settings_are_named_like_every_other_field(sets: list[str], 
         load_model(PipelineConfig, ROOT / "configs/pipeline/cpu_nano.yaml", sets, {})
     text = " ".join(str(e.value).split())
     assert needle in text and "Value error" not in text
+
+
+def test_a_short_run_with_a_warmup_that_fits_is_accepted() -> None:
+    cfg = load_model(
+        PipelineConfig,
+        ROOT / "configs/pipeline/cpu_nano.yaml",
+        ["grpo.trainer.max_steps=5", "grpo.trainer.extra_args={warmup_steps: 4}"],
+        {},
+    )
+    assert cfg.grpo.trainer["max_steps"] == 5

@@ -36,6 +36,7 @@ SETS = [
     "sft.args.num_train_epochs=1.0",
     "sft.args.per_device_train_batch_size=4",
     "grpo.trainer.max_steps=2",
+    "grpo.trainer.extra_args={warmup_steps: 1}",  # the shipped 4 would not end before step 2
     "grpo.trainer.per_device_train_batch_size=4",
     "grpo.trainer.num_generations=2",
     "grpo.trainer.max_completion_length=768",
