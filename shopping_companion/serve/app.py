@@ -239,8 +239,26 @@ def _open_search(data_dir: str | None, index_dir: str | None) -> Any:
 # --------------------------------------------------------------------------- deployments
 
 
+class _Replica:
+    """What a replica of every deployment answers besides its routes (``ready``, ``whoami``),
+    and its clean-up: the direct server (``_direct``) stopped and the worker threads (``pool``)
+    shut down."""
+
+    def ready(self) -> str:
+        return "ready"
+
+    def whoami(self) -> dict[str, Any]:
+        return _whoami()
+
+    def __del__(self) -> None:
+        _stop_direct(getattr(self, "_direct", None))
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+
 @serve.deployment
-class ProductTools:
+class ProductTools(_Replica):
     """The BM25 product index (``product_search``, ``product_view``). ``data_dir`` /
     ``index_dir``: as ``shopcomp eval``'s ``data`` (None: the defaults); ``threads``: worker
     threads running Lucene (>= 1); ``direct``: the direct endpoint's settings (None: none)."""
@@ -277,21 +295,9 @@ class ProductTools:
     def info(self) -> api.CatalogInfo:
         return self._info
 
-    def ready(self) -> str:
-        return "ready"
-
-    def whoami(self) -> dict[str, Any]:
-        return _whoami()
-
-    def __del__(self) -> None:
-        _stop_direct(getattr(self, "_direct", None))
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.shutdown(wait=False)
-
 
 @serve.deployment
-class MemoryTools:
+class MemoryTools(_Replica):
     """The benchmarks' memory (``mem_search``, ``mem_view``). ``benchmarks``: name -> directory;
     ``memory_cache``: stores kept (LRU, >= 1); ``batch``: ``{enabled, max_batch_size,
     batch_wait_timeout_s}`` of the query-encoding batcher; ``direct``: the direct endpoint's
@@ -318,7 +324,7 @@ class MemoryTools:
             batched.set_max_batch_size(int(batch.get("max_batch_size", 64)))
             batched.set_batch_wait_timeout_s(float(batch.get("batch_wait_timeout_s", 0.002)))
         self._lock = threading.RLock()
-        self._builder = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="serve-memory")
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="serve-memory")
         self._stores: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._building: dict[tuple[Any, ...], concurrent.futures.Future] = {}
         self._stats = {"batches": 0, "requests": 0, "max_batch": 0, "stores_built": 0, "cached": 0}
@@ -344,7 +350,7 @@ class MemoryTools:
                 return done
             fut = self._building.get(key)
             if fut is None:
-                fut = self._builder.submit(MemoryStore.from_pool, b.sessions, task.history, self.embedder)
+                fut = self.pool.submit(MemoryStore.from_pool, b.sessions, task.history, self.embedder)
                 self._building[key] = fut
                 fut.add_done_callback(lambda f, key=key: self._built(key, f))
             return fut
@@ -433,9 +439,6 @@ class MemoryTools:
     def info(self) -> list[api.BenchmarkInfo]:
         return [b.info for b in self.benches.values()]
 
-    def ready(self) -> str:
-        return "ready"
-
     def stats(self) -> dict[str, Any]:
         """Counters of this replica: ``batches`` encoded, ``requests`` in them, ``max_batch``
         (most requests in one batch), ``cached`` (requests whose queries were all in the query
@@ -444,18 +447,9 @@ class MemoryTools:
         with self._lock:
             return {**self._stats, "stores": len(self._stores), "batching": self.batching}
 
-    def whoami(self) -> dict[str, Any]:
-        return _whoami()
-
-    def __del__(self) -> None:
-        _stop_direct(getattr(self, "_direct", None))
-        builder = getattr(self, "_builder", None)
-        if builder is not None:
-            builder.shutdown(wait=False)
-
 
 @serve.deployment
-class Scoring:
+class Scoring(_Replica):
     """The judge and the rubric of the reward spec ``reward_config`` (``judge``, ``reward``):
     one judge per benchmark (over its sessions, with the product records of the index at
     ``data_dir`` / ``index_dir`` and the MiniLM embedder), one rubric. ``threads``: worker
@@ -508,18 +502,6 @@ class Scoring:
 
     def info(self) -> api.RewardInfo:
         return self._info
-
-    def ready(self) -> str:
-        return "ready"
-
-    def whoami(self) -> dict[str, Any]:
-        return _whoami()
-
-    def __del__(self) -> None:
-        _stop_direct(getattr(self, "_direct", None))
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.shutdown(wait=False)
 
 
 # --------------------------------------------------------------------------- the HTTP API
