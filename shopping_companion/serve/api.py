@@ -34,7 +34,7 @@ or wrong bearer token (401), a failed verdict given to ``/v1/reward`` (409), dat
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from pydantic_core import PydanticSerializationError
@@ -255,6 +255,47 @@ class RewardRequest(JudgeRequest):
 
 class RewardResponse(_Body):
     reward: RewardBreakdown
+
+
+class PostRoute(NamedTuple):
+    """One ``POST /v1/<name>`` route: the ``deployment`` whose method ``<name>`` answers it, its
+    ``request`` and ``response`` models and its ``doc`` (the route's description)."""
+
+    deployment: str
+    request: type[_Body]
+    response: type[_Body]
+    doc: str
+
+
+#: The POST routes by name (table order): the ingress forwards each to its deployment, whose
+#: replicas also serve it on their direct endpoints (:mod:`shopping_companion.serve.direct`).
+POST_ROUTES: dict[str, PostRoute] = {
+    "product_search": PostRoute(
+        "ProductTools",
+        ProductSearchRequest,
+        ProductSearchResponse,
+        "BM25 product search (the ``product_search`` tool).",
+    ),
+    "product_view": PostRoute(
+        "ProductTools", ProductViewRequest, ProductViewResponse, "Full product records (the ``product_view`` tool)."
+    ),
+    "mem_search": PostRoute(
+        "MemoryTools",
+        MemSearchRequest,
+        MemSearchResponse,
+        "Dense search over one task's user history (the ``mem_search`` tool).",
+    ),
+    "mem_view": PostRoute(
+        "MemoryTools",
+        MemViewRequest,
+        MemViewResponse,
+        "Full sessions of one task's user history (the ``mem_view`` tool).",
+    ),
+    "judge": PostRoute("Scoring", JudgeRequest, JudgeResponse, "The verdict of one stage trajectory."),
+    "reward": PostRoute(
+        "Scoring", RewardRequest, RewardResponse, "The reward breakdown of one judged stage trajectory."
+    ),
+}
 
 
 def tool_input_message(field: str, text: str) -> str:

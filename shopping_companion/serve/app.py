@@ -62,11 +62,10 @@ from shopping_companion.errors import JudgeFailedError, ToolInputError, VerdictM
 from shopping_companion.serve import api
 from shopping_companion.serve.config import ServeConfig
 from shopping_companion.serve.http import (
-    ERRORS,
-    PROTECTED,
     ApiError,
     install_error_handlers,
     internal_message,
+    protected_route,
     short_repr,
     to_response,
 )
@@ -240,8 +239,26 @@ def _open_search(data_dir: str | None, index_dir: str | None) -> Any:
 # --------------------------------------------------------------------------- deployments
 
 
+class _Replica:
+    """What a replica of every deployment answers besides its routes (``ready``, ``whoami``),
+    and its clean-up: the direct server (``_direct``) stopped and the worker threads (``pool``)
+    shut down."""
+
+    def ready(self) -> str:
+        return "ready"
+
+    def whoami(self) -> dict[str, Any]:
+        return _whoami()
+
+    def __del__(self) -> None:
+        _stop_direct(getattr(self, "_direct", None))
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+
 @serve.deployment
-class ProductTools:
+class ProductTools(_Replica):
     """The BM25 product index (``product_search``, ``product_view``). ``data_dir`` /
     ``index_dir``: as ``shopcomp eval``'s ``data`` (None: the defaults); ``threads``: worker
     threads running Lucene (>= 1); ``direct``: the direct endpoint's settings (None: none)."""
@@ -278,21 +295,9 @@ class ProductTools:
     def info(self) -> api.CatalogInfo:
         return self._info
 
-    def ready(self) -> str:
-        return "ready"
-
-    def whoami(self) -> dict[str, Any]:
-        return _whoami()
-
-    def __del__(self) -> None:
-        _stop_direct(getattr(self, "_direct", None))
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.shutdown(wait=False)
-
 
 @serve.deployment
-class MemoryTools:
+class MemoryTools(_Replica):
     """The benchmarks' memory (``mem_search``, ``mem_view``). ``benchmarks``: name -> directory;
     ``memory_cache``: stores kept (LRU, >= 1); ``batch``: ``{enabled, max_batch_size,
     batch_wait_timeout_s}`` of the query-encoding batcher; ``direct``: the direct endpoint's
@@ -319,7 +324,7 @@ class MemoryTools:
             batched.set_max_batch_size(int(batch.get("max_batch_size", 64)))
             batched.set_batch_wait_timeout_s(float(batch.get("batch_wait_timeout_s", 0.002)))
         self._lock = threading.RLock()
-        self._builder = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="serve-memory")
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="serve-memory")
         self._stores: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._building: dict[tuple[Any, ...], concurrent.futures.Future] = {}
         self._stats = {"batches": 0, "requests": 0, "max_batch": 0, "stores_built": 0, "cached": 0}
@@ -345,7 +350,7 @@ class MemoryTools:
                 return done
             fut = self._building.get(key)
             if fut is None:
-                fut = self._builder.submit(MemoryStore.from_pool, b.sessions, task.history, self.embedder)
+                fut = self.pool.submit(MemoryStore.from_pool, b.sessions, task.history, self.embedder)
                 self._building[key] = fut
                 fut.add_done_callback(lambda f, key=key: self._built(key, f))
             return fut
@@ -434,9 +439,6 @@ class MemoryTools:
     def info(self) -> list[api.BenchmarkInfo]:
         return [b.info for b in self.benches.values()]
 
-    def ready(self) -> str:
-        return "ready"
-
     def stats(self) -> dict[str, Any]:
         """Counters of this replica: ``batches`` encoded, ``requests`` in them, ``max_batch``
         (most requests in one batch), ``cached`` (requests whose queries were all in the query
@@ -445,18 +447,9 @@ class MemoryTools:
         with self._lock:
             return {**self._stats, "stores": len(self._stores), "batching": self.batching}
 
-    def whoami(self) -> dict[str, Any]:
-        return _whoami()
-
-    def __del__(self) -> None:
-        _stop_direct(getattr(self, "_direct", None))
-        builder = getattr(self, "_builder", None)
-        if builder is not None:
-            builder.shutdown(wait=False)
-
 
 @serve.deployment
-class Scoring:
+class Scoring(_Replica):
     """The judge and the rubric of the reward spec ``reward_config`` (``judge``, ``reward``):
     one judge per benchmark (over its sessions, with the product records of the index at
     ``data_dir`` / ``index_dir`` and the MiniLM embedder), one rubric. ``threads``: worker
@@ -510,18 +503,6 @@ class Scoring:
     def info(self) -> api.RewardInfo:
         return self._info
 
-    def ready(self) -> str:
-        return "ready"
-
-    def whoami(self) -> dict[str, Any]:
-        return _whoami()
-
-    def __del__(self) -> None:
-        _stop_direct(getattr(self, "_direct", None))
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.shutdown(wait=False)
-
 
 # --------------------------------------------------------------------------- the HTTP API
 
@@ -548,10 +529,33 @@ def _is_unavailable(e: BaseException) -> bool:
     )
 
 
+def _forward(cls: type, name: str, route: api.PostRoute) -> Callable[..., Awaitable[Response]]:
+    """The method of ``cls`` answering ``POST /v1/<name>``: the request goes to the method
+    ``name`` of the deployment ``route.deployment`` (:meth:`Ingress._call`)."""
+
+    async def forward(self: Any, req: Any) -> Response:
+        return await self._call(getattr(self.deployments[route.deployment], name), req)
+
+    forward.__annotations__ = {"req": route.request, "return": Response}  # FastAPI reads the body model here
+    forward.__name__, forward.__doc__ = name, route.doc
+    forward.__qualname__ = f"{cls.__qualname__}.{name}"  # how Serve finds the routes of the class
+    return forward
+
+
+def _with_post_routes(cls: type) -> type:
+    """``cls`` with a method and a protected route per :data:`api.POST_ROUTES` entry (table order)."""
+    for name, route in api.POST_ROUTES.items():
+        method = protected_route(fastapi_app, "post", name, response_model=route.response)(_forward(cls, name, route))
+        setattr(cls, name, method)
+    return cls
+
+
 @serve.deployment
 @serve.ingress(fastapi_app)
+@_with_post_routes
 class Ingress:
-    """The HTTP API (:mod:`shopping_companion.serve.api`) over handles to the three deployments.
+    """The HTTP API (:mod:`shopping_companion.serve.api`) over handles to the three deployments
+    (``deployments``: name -> handle); the POST routes forward to them (:func:`_with_post_routes`).
     ``token_env``: the variable holding the bearer token in this replica's environment (unset or
     empty: no token asked for); ``replicas``: deployment name -> replicas, and
     ``memory_cache``, for ``/v1/info``; ``direct_app``: the application whose endpoint registry
@@ -568,6 +572,7 @@ class Ingress:
         direct_app: str | None = None,
     ) -> None:
         self.products, self.memory, self.scoring = products, memory, scoring
+        self.deployments = {"ProductTools": products, "MemoryTools": memory, "Scoring": scoring}
         # Serve pickles this class by value (the module's name ``Ingress`` is the Deployment), so
         # its globals are copies: set the token where ``_auth`` (pickled by reference) reads it.
         from shopping_companion.serve import http
@@ -596,25 +601,25 @@ class Ingress:
         """Liveness: answers as soon as the ingress runs (no token)."""
         return api.HealthResponse()
 
-    @fastapi_app.get(
-        f"{api.API_PREFIX}/ready",
+    @protected_route(
+        fastapi_app,
+        "get",
+        "ready",
         response_model=api.ReadyResponse,
-        dependencies=PROTECTED,
         responses={503: {"model": api.ReadyResponse}, 401: {"model": api.ErrorResponse}},
     )
     async def ready(self) -> JSONResponse:
         """Readiness: 200 when every deployment answers that its data is loaded, else 503 with
         what each one waits for."""
-        names = {"ProductTools": self.products, "MemoryTools": self.memory, "Scoring": self.scoring}
 
         async def probe(h: Any) -> str:
             return await h.ready.remote()
 
         answers = await asyncio.gather(
-            *(asyncio.wait_for(probe(h), READY_TIMEOUT_S) for h in names.values()), return_exceptions=True
+            *(asyncio.wait_for(probe(h), READY_TIMEOUT_S) for h in self.deployments.values()), return_exceptions=True
         )
         states = {}
-        for name, a in zip(names, answers):
+        for name, a in zip(self.deployments, answers):
             if isinstance(a, BaseException):
                 states[name] = f"not ready ({type(a).__name__}: {str(a).splitlines()[0] if str(a) else 'no answer'})"[
                     :300
@@ -625,9 +630,7 @@ class Ingress:
         body = api.ReadyResponse(ready=ok, deployments=states)
         return JSONResponse(body.model_dump(mode="json"), status_code=200 if ok else 503)
 
-    @fastapi_app.get(
-        f"{api.API_PREFIX}/info", response_model=api.InfoResponse, dependencies=PROTECTED, responses=ERRORS
-    )
+    @protected_route(fastapi_app, "get", "info", response_model=api.InfoResponse)
     async def info(self) -> JSONResponse:
         """Loaded benchmarks, catalog, reward spec, deployments."""
         if self._info is None:
@@ -651,9 +654,7 @@ class Ingress:
             )
         return JSONResponse(self._info.model_dump(mode="json"))
 
-    @fastapi_app.get(
-        f"{api.API_PREFIX}/endpoints", response_model=api.EndpointsResponse, dependencies=PROTECTED, responses=ERRORS
-    )
+    @protected_route(fastapi_app, "get", "endpoints", response_model=api.EndpointsResponse)
     async def endpoints(self) -> JSONResponse:
         """The direct endpoints of the replicas alive now (docs/cluster.md, "Request path")."""
         if self.direct_app is None:
@@ -670,7 +671,7 @@ class Ingress:
         body = api.EndpointsResponse(enabled=True, endpoints=[api.DirectEndpoint(**e) for e in entries])
         return JSONResponse(body.model_dump(mode="json"))
 
-    @fastapi_app.get(f"{api.API_PREFIX}/openapi.json", dependencies=PROTECTED, include_in_schema=False)
+    @protected_route(fastapi_app, "get", "openapi.json", include_in_schema=False)
     async def openapi(self) -> JSONResponse:
         """FastAPI's OpenAPI schema of these routes."""
         return JSONResponse(fastapi_app.openapi())
@@ -680,55 +681,6 @@ class Ingress:
         """Swagger UI over ``/v1/openapi.json`` (a static page: it holds no data; the schema it
         loads needs the token when the service has one)."""
         return get_swagger_ui_html(openapi_url=f"{api.API_PREFIX}/openapi.json", title="shopcomp serve")
-
-    # ------------------------------------------------------------------ POST
-    @fastapi_app.post(
-        f"{api.API_PREFIX}/product_search",
-        response_model=api.ProductSearchResponse,
-        dependencies=PROTECTED,
-        responses=ERRORS,
-    )
-    async def product_search(self, req: api.ProductSearchRequest) -> Response:
-        """BM25 product search (the ``product_search`` tool)."""
-        return await self._call(self.products.product_search, req)
-
-    @fastapi_app.post(
-        f"{api.API_PREFIX}/product_view",
-        response_model=api.ProductViewResponse,
-        dependencies=PROTECTED,
-        responses=ERRORS,
-    )
-    async def product_view(self, req: api.ProductViewRequest) -> Response:
-        """Full product records (the ``product_view`` tool)."""
-        return await self._call(self.products.product_view, req)
-
-    @fastapi_app.post(
-        f"{api.API_PREFIX}/mem_search", response_model=api.MemSearchResponse, dependencies=PROTECTED, responses=ERRORS
-    )
-    async def mem_search(self, req: api.MemSearchRequest) -> Response:
-        """Dense search over one task's user history (the ``mem_search`` tool)."""
-        return await self._call(self.memory.mem_search, req)
-
-    @fastapi_app.post(
-        f"{api.API_PREFIX}/mem_view", response_model=api.MemViewResponse, dependencies=PROTECTED, responses=ERRORS
-    )
-    async def mem_view(self, req: api.MemViewRequest) -> Response:
-        """Full sessions of one task's user history (the ``mem_view`` tool)."""
-        return await self._call(self.memory.mem_view, req)
-
-    @fastapi_app.post(
-        f"{api.API_PREFIX}/judge", response_model=api.JudgeResponse, dependencies=PROTECTED, responses=ERRORS
-    )
-    async def judge(self, req: api.JudgeRequest) -> Response:
-        """The verdict of one stage trajectory."""
-        return await self._call(self.scoring.judge, req)
-
-    @fastapi_app.post(
-        f"{api.API_PREFIX}/reward", response_model=api.RewardResponse, dependencies=PROTECTED, responses=ERRORS
-    )
-    async def reward(self, req: api.RewardRequest) -> Response:
-        """The reward breakdown of one judged stage trajectory."""
-        return await self._call(self.scoring.reward, req)
 
 
 # --------------------------------------------------------------------------- deploy / shutdown

@@ -39,30 +39,17 @@ __all__ = ["DirectServer", "EndpointRegistry", "ROUTES", "deployment_of", "regis
 
 logger = logging.getLogger("ray.serve")
 
-#: Deployment (class name) -> the POST routes its replicas serve directly.
+#: Deployment (class name) -> the POST routes its replicas serve directly (:data:`api.POST_ROUTES`).
 ROUTES: dict[str, tuple[str, ...]] = {
-    "ProductTools": ("product_search", "product_view"),
-    "MemoryTools": ("mem_search", "mem_view"),
-    "Scoring": ("judge", "reward"),
+    dep: tuple(r for r, route in api.POST_ROUTES.items() if route.deployment == dep)
+    for dep in dict.fromkeys(route.deployment for route in api.POST_ROUTES.values())
 }
-
-#: Request model of each POST route.
-_REQUESTS: dict[str, type] = {
-    "product_search": api.ProductSearchRequest,
-    "product_view": api.ProductViewRequest,
-    "mem_search": api.MemSearchRequest,
-    "mem_view": api.MemViewRequest,
-    "judge": api.JudgeRequest,
-    "reward": api.RewardRequest,
-}
-
-
-_DEPLOYMENT_OF = {route: dep for dep, routes in ROUTES.items() for route in routes}
 
 
 def deployment_of(route: str) -> str | None:
     """The deployment whose replicas serve the POST ``route`` directly, or None."""
-    return _DEPLOYMENT_OF.get(route.strip("/"))
+    found = api.POST_ROUTES.get(route.strip("/"))
+    return found.deployment if found is not None else None
 
 
 def registry_name(app_name: str) -> str:
@@ -73,7 +60,8 @@ def registry_name(app_name: str) -> str:
 def route_table(instance: Any, deployment: str) -> dict[str, tuple[type, Callable[..., Any]]]:
     """``route -> (request model, bound coroutine method)`` of ``deployment`` on ``instance``."""
     return {
-        r: (_REQUESTS[r], getattr(instance, f"direct_{r}", None) or getattr(instance, r)) for r in ROUTES[deployment]
+        r: (api.POST_ROUTES[r].request, getattr(instance, f"direct_{r}", None) or getattr(instance, r))
+        for r in ROUTES[deployment]
     }
 
 
@@ -130,7 +118,7 @@ def _make_app(routes: dict[str, tuple[type, Callable[..., Any]]], nonce: str) ->
     from fastapi import FastAPI
     from fastapi.responses import Response
 
-    from shopping_companion.serve.http import PROTECTED, install_error_handlers, to_response
+    from shopping_companion.serve.http import install_error_handlers, protected_route, to_response
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     app.state.direct_routes = [f"{api.API_PREFIX}/{r}" for r in routes]  # named by its 404 answer
@@ -146,7 +134,7 @@ def _make_app(routes: dict[str, tuple[type, Callable[..., Any]]], nonce: str) ->
 
         handler.__annotations__ = {"req": model, "return": Response}
         handler.__name__ = f"direct_{route}"
-        app.post(f"{api.API_PREFIX}/{route}", dependencies=PROTECTED)(handler)
+        protected_route(app, "post", route)(handler)
 
     for route, (model, method) in routes.items():
         add(route, model, method)

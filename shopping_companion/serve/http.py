@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,6 +24,7 @@ __all__ = [
     "BodyLimit",
     "install_error_handlers",
     "internal_message",
+    "protected_route",
     "set_token",
     "short_repr",
     "to_response",
@@ -220,6 +221,14 @@ PROTECTED = [Depends(_auth)]
 ERRORS = {
     s: {"model": api.ErrorResponse} for s in (400, 401, 404, 409, 422, 500, 503)
 }  # documented on every POST route
+
+
+def protected_route(app: FastAPI, method: str, name: str, **options: Any) -> Callable[[Any], Any]:
+    """The decorator of the route ``<method> /v1/<name>`` on ``app`` behind the bearer token
+    (:data:`PROTECTED`), documenting the error bodies (:data:`ERRORS`) unless ``options`` give
+    ``responses``; the other ``options`` (``response_model``, ...) go to FastAPI's ``api_route``."""
+    options.setdefault("responses", ERRORS)
+    return app.api_route(f"{api.API_PREFIX}/{name}", methods=[method.upper()], dependencies=PROTECTED, **options)
 
 
 def set_token(token: str | None) -> None:
