@@ -217,10 +217,8 @@ async def _auth(credentials: Annotated[HTTPAuthorizationCredentials | None, Depe
 PROTECTED = [Depends(_auth)]
 
 
-#: the error answers documented on every POST route
-ERRORS = {
-    s: {"model": api.ErrorResponse} for s in (400, 401, 404, 409, 422, 500, 503)
-}  # documented on every POST route
+#: the error answers documented on every route protected_route adds (the POST routes, /info, /endpoints)
+ERRORS = {s: {"model": api.ErrorResponse} for s in (400, 401, 404, 409, 422, 500, 503)}
 
 
 def protected_route(app: FastAPI, method: str, name: str, **options: Any) -> Callable[[Any], Any]:
