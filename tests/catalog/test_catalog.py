@@ -66,7 +66,13 @@ def catalog_path() -> Path:
 
 @pytest.fixture(scope="session")
 def loaded(catalog_path):
-    return load_products(catalog_path)
+    """``load_products(catalog_path)`` through the catalog cache: the same ``(products, report)``
+    (``load_catalog`` parses with ``load_products`` on a miss; its round trip is
+    tests/catalog/test_catalog_cache.py's), shared with every other test of the process instead of
+    a second full parse of the 98,730 lines."""
+    from shopping_companion.catalog.cache import load_catalog
+
+    return load_catalog(catalog_path)
 
 
 @pytest.fixture(scope="session")
