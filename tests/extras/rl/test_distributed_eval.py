@@ -1,7 +1,7 @@
 """``shopcomp eval --ray ADDRESS`` (issue 19 part 3): episodes on Ray episode workers, the driver the
 one writer of the results file.
 
-Real Ray (a 2-CPU local cluster started by this module), real benchmark, index, memory, judge and
+Real Ray (the session's 2-CPU local cluster, conftest.ray_cluster), real benchmark, index, memory, judge and
 rubric in every worker; the policy is the scripted OpenAI-compatible server on 127.0.0.1 (a pure
 function of each request, so runs for the same seeds are comparable). Covers: 2 workers' results
 equal a local run's (everything except wall times and latencies); the driver (one worker) killed
@@ -52,25 +52,10 @@ def bench_dir(bench, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ray_address(shopcomp_cache_dir, catalog_index_dir):
-    """A 2-CPU local Ray cluster for this module (token auth off, so that a CLI subprocess can join)."""
-    import ray
-    import ray._private.ray_constants as ray_constants
-
-    # this process runs the JVM (the product index) already: Ray's failure signal handler would
-    # replace the JVM's SIGSEGV handler (which the JVM needs), so it is not installed here
-    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
-    old = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-        if old is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = old
+def ray_address(ray_connection, catalog_index_dir):
+    """The session's local Ray cluster (conftest: 2 CPUs, token auth off, so that a CLI subprocess
+    can join), this process connected to it."""
+    return ray_connection.address
 
 
 @pytest.fixture(scope="module")

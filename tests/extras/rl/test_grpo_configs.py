@@ -134,8 +134,14 @@ def test_verl_use_external_modules_registers_grpo_judged_without_the_entry_point
     )
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
-    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert "MISSING" in off.stdout, off.stdout + off.stderr[-2000:]  # entry points off: not registered
-    env["VERL_USE_EXTERNAL_MODULES"] = "shopping_companion.trainers.verl_plugin"
-    on = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert "REGISTERED" in on.stdout, on.stdout + on.stderr[-2000:]
+    # both interpreters at once (each spends its time importing verl)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    off = subprocess.Popen([sys.executable, "-c", code], env=env, **pipes)
+    on = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**env, "VERL_USE_EXTERNAL_MODULES": "shopping_companion.trainers.verl_plugin"},
+        **pipes,
+    )
+    (off_out, off_err), (on_out, on_err) = off.communicate(timeout=300), on.communicate(timeout=300)
+    assert "MISSING" in off_out, off_out + off_err[-2000:]  # entry points off: not registered
+    assert "REGISTERED" in on_out, on_out + on_err[-2000:]

@@ -1,4 +1,5 @@
-"""`shopcomp grpo submit` against a real local Ray cluster (head with dashboard and job agent, 2 CPUs):
+"""`shopcomp grpo submit` against a real local Ray cluster (the session's, conftest.ray_cluster: head
+with dashboard and job agent, 2 CPUs):
 the packaging smoke job (`--smoke`) and the real verl entrypoint (`--cfg job --resolve`: Hydra
 composes and prints the config in the job and exits, so no GPU is needed) run under the job's
 runtime_env; the imports must come from the shipped copy, `grpo_judged` must be registered with
@@ -9,12 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -24,15 +21,6 @@ from tests.extras.rl.conftest import require
 require("verl", "hydra", "ray")
 
 from tests.extras.rl.test_grpo_launch_check import _bench  # noqa: E402
-
-HEAD = """
-import sys, ray
-ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=int(sys.argv[1]),
-         _temp_dir=sys.argv[2], configure_logging=False)
-print("READY", flush=True)
-sys.stdin.read()  # until the test closes stdin
-ray.shutdown()
-"""
 
 PLUGIN = """
 from shopping_companion.rewards.rubric import Rubric, reward
@@ -46,56 +34,21 @@ RUBRIC = Rubric([("outcome", 1.0), ("format", 1.0), (brevity, WEIGHT)], name="br
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def ray_dashboard():
-    """A one-node Ray cluster started by a child process (torn down with it), and its dashboard URL."""
-    port = _free_port()
-    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
-    # Ray 2.60's ray.init() turns token authentication on and writes ~/.ray/auth_token, which later
-    # `ray start` heads on this machine would then pick up: opt out explicitly (head and clients)
-    old_mode = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HEAD, str(port), temp],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    t0 = time.monotonic()
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 90)
-        assert ready and proc.stdout.readline().startswith("READY"), "the Ray head did not start"
-        from ray.job_submission import JobSubmissionClient
+def ray_dashboard(ray_cluster):
+    """The session's Ray cluster (conftest: one node, 2 CPUs) once its job API answers: its URL."""
+    from ray.job_submission import JobSubmissionClient
 
-        url = f"http://127.0.0.1:{port}"
-        for i in range(120):  # the job agent comes up shortly after the dashboard
-            try:
-                JobSubmissionClient(url).list_jobs()
-                break
-            except Exception:  # noqa: BLE001
-                assert i < 119, "the Ray job API did not answer"
-                time.sleep(0.5)
-        print(f"ray head ready in {time.monotonic() - t0:.1f} s")
-        yield url
-    finally:
-        proc.stdin.close()
+    t0 = time.monotonic()
+    for i in range(120):  # the job agent comes up shortly after the dashboard
         try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
-        if old_mode is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = old_mode
+            JobSubmissionClient(ray_cluster.dashboard_url).list_jobs()
+            break
+        except Exception:  # noqa: BLE001
+            assert i < 119, "the Ray job API did not answer"
+            time.sleep(0.5)
+    print(f"ray job API ready in {time.monotonic() - t0:.1f} s")
+    return ray_cluster.dashboard_url
 
 
 def test_submit_smoke_and_the_real_entrypoint_run_on_the_cluster(tmp_path, tool_model_dir, ray_dashboard):
@@ -184,7 +137,7 @@ def test_submit_smoke_and_the_real_entrypoint_run_on_the_cluster(tmp_path, tool_
     deadline = time.monotonic() + 240
     while str(client.get_job_status(sid)).rsplit(".", 1)[-1] not in ("SUCCEEDED", "FAILED", "STOPPED"):
         assert time.monotonic() < deadline, client.get_job_logs(sid)[-3000:]
-        time.sleep(1)
+        time.sleep(0.2)
     logs = client.get_job_logs(sid)
     assert str(client.get_job_status(sid)).endswith("SUCCEEDED"), logs[-4000:]
     info = client.get_job_info(sid)
@@ -217,7 +170,7 @@ def test_submit_smoke_and_the_real_entrypoint_run_on_the_cluster(tmp_path, tool_
     try:
         args = smoke_args(plan, None, config_name="gpu_smoke", paths=[])
         (tmp_path / "rubrics" / "submit_rubric.yaml").rename(tmp_path / "rubrics" / "moved.yaml")
-        res = run_smoke(plan, args, timeout_s=240)
+        res = run_smoke(plan, args, timeout_s=240, poll_s=0.2)
     finally:
         plan.cleanup()
     assert res["problems"] == [], (res["problems"], res["logs_tail"])

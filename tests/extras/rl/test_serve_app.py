@@ -4,19 +4,18 @@ ProductSearch, MemoryStore.from_pool, the reward spec's judge and rubric on a go
 concurrent mem_search requests are batched and give the sequential results, the bearer token,
 the error bodies and statuses of serve/api.py, the OpenAPI schema, and a killed ProductTools
 replica that Serve restarts. Runs in .venv-rl (``ray[serve]``); the application is deployed
-once for the module."""
+once for the module, on the session's Ray cluster (conftest.ray_cluster)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import socket
 import time
 
 import pytest
 
-from tests.extras.rl.conftest import require
+from tests.extras.rl.conftest import free_port, require
 
 require("ray.serve", "httpx")
 
@@ -34,12 +33,6 @@ TOKEN = "s3cret-token-for-the-serve-test"
 BENCH = "b1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def bench(synth_bench):
     return synth_bench(2, seed=43, sessions_per_user=30)
@@ -53,15 +46,16 @@ def bench_dir(bench, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def service(bench_dir, catalog_index_dir, data_dir, embedder):
-    """The application on a local Ray cluster (2 CPUs), token set; yields (Deployed, cfg)."""
+def service(bench_dir, catalog_index_dir, data_dir, embedder, ray_connection):
+    """The application on the session's local Ray cluster (conftest: 2 CPUs), token set; yields
+    (Deployed, cfg). Serve is shut down at the module's end (the cluster stays)."""
     from ray import serve
 
     from shopping_companion.serve.app import deploy, shutdown
 
     old = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = TOKEN
-    port = _free_port()
+    port = free_port()
     small = {"num_replicas": 1, "num_cpus": 0.1, "max_ongoing_requests": 64}
     cfg = load_serve_config(
         {
@@ -76,9 +70,6 @@ def service(bench_dir, catalog_index_dir, data_dir, embedder):
             "deployments": {k: small for k in ("products", "memory", "scoring", "ingress")},
         }
     )
-    from shopping_companion.assembly.cluster import connect
-
-    conn = connect("local", num_cpus=2)  # without Ray's failure signal handler (it crashes the JVM here)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         deployed = deploy(cfg, blocking=False)
@@ -88,7 +79,6 @@ def service(bench_dir, catalog_index_dir, data_dir, embedder):
         try:
             shutdown()
         finally:
-            conn.close()
             if old is None:
                 os.environ.pop(TOKEN_ENV, None)
             else:
@@ -555,29 +545,7 @@ def test_shopcomp_serve_command_serves_until_interrupted(bench_dir, catalog_inde
     exe = [sys.executable, "-m", "shopping_companion.cli"]
     env = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, "SHOPCOMP_SERVE_TOKEN")}
     env["COLUMNS"] = "200"
-    r = subprocess.run(
-        exe + ["serve", "--bench", str(bench_dir), "--host", "0.0.0.0"], env=env, capture_output=True, text=True
-    )
-    assert r.returncode == 2 and "SHOPCOMP_SERVE_TOKEN" in r.stderr, r.stderr
-    r = subprocess.run(exe + ["serve", "--bench", str(tmp_path)], env=env, capture_output=True, text=True)
-    assert r.returncode == 2 and "not a benchmark directory" in r.stderr, r.stderr
-    r = subprocess.run(exe + ["serve", "--bench", f"q={bench_dir}", "--check"], env=env, capture_output=True, text=True)
-    assert r.returncode == 0 and "benchmarks:" in r.stdout and "q:" in r.stdout, (r.stdout, r.stderr)
-    assert "replicas reserve 1.85 CPUs" in " ".join(r.stderr.split() + r.stdout.split())
-    # a private cluster too small for the replicas: refused at once (Serve would wait forever)
-    r = subprocess.run(
-        exe
-        + ["serve", "--bench", f"q={bench_dir}", "--num-cpus", "2", "--port", str(_free_port())]
-        + ["--set", "deployments.products.num_replicas=3"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    err = " ".join(r.stderr.split())
-    assert r.returncode == 2 and "reserve 2.85 CPUs" in err and "has 2" in err, r.stderr
-
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     cmd = (
         exe
@@ -596,13 +564,38 @@ def test_shopcomp_serve_command_serves_until_interrupted(bench_dir, catalog_inde
         ]
         + [f"--set=deployments.{d}.num_cpus=0.1" for d in ("products", "memory", "scoring", "ingress")]
     )
+    # the server starts first; the refusals (each its own process too) run while it loads
     with log.open("w") as f:
         proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
+        r = subprocess.run(
+            exe + ["serve", "--bench", str(bench_dir), "--host", "0.0.0.0"], env=env, capture_output=True, text=True
+        )
+        assert r.returncode == 2 and "SHOPCOMP_SERVE_TOKEN" in r.stderr, r.stderr
+        r = subprocess.run(exe + ["serve", "--bench", str(tmp_path)], env=env, capture_output=True, text=True)
+        assert r.returncode == 2 and "not a benchmark directory" in r.stderr, r.stderr
+        r = subprocess.run(
+            exe + ["serve", "--bench", f"q={bench_dir}", "--check"], env=env, capture_output=True, text=True
+        )
+        assert r.returncode == 0 and "benchmarks:" in r.stdout and "q:" in r.stdout, (r.stdout, r.stderr)
+        assert "replicas reserve 1.85 CPUs" in " ".join(r.stderr.split() + r.stdout.split())
+        # a private cluster too small for the replicas: refused at once (Serve would wait forever)
+        other = next(p for p in iter(free_port, None) if p != port)  # not the starting server's port
+        r = subprocess.run(
+            exe
+            + ["serve", "--bench", f"q={bench_dir}", "--num-cpus", "2", "--port", str(other)]
+            + ["--set", "deployments.products.num_replicas=3"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        err = " ".join(r.stderr.split())
+        assert r.returncode == 2 and "reserve 2.85 CPUs" in err and "has 2" in err, r.stderr
         t0 = time.monotonic()
         while "ready in" not in log.read_text() and time.monotonic() - t0 < 240:
             assert proc.poll() is None, log.read_text()
-            time.sleep(1)
+            time.sleep(0.2)
         text = log.read_text()
         assert f"http://127.0.0.1:{port}/v1" in text and "bearer token off" in " ".join(text.split()), text
         url = f"http://127.0.0.1:{port}/v1"
