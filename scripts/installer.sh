@@ -34,9 +34,9 @@ venv_create() {
     # merges all indexes: unsafe-best-match is uv's name for that)
     # --compile-bytecode: write every package's .pyc at install time, as pip does (uv does not by
     # default). Without them each Python process compiles what it imports, and under
-    # PYTHONDONTWRITEBYTECODE=1 (set on this project's 2-core machines) it does so again in every process:
-    # importing LLaMA-Factory took 22.8 CPU-s instead of 10.8 on the 2-core machine, paid by every
-    # test that starts llamafactory-cli, TRL or vf-eval
+    # PYTHONDONTWRITEBYTECODE=1 (set on this project's 2-core machines) again in every process:
+    # importing LLaMA-Factory took 22.8 CPU-s instead of 10.8, paid by every test that starts
+    # llamafactory-cli, TRL, vf-eval or inspect
     UV_ARGS=(--index-strategy unsafe-best-match --compile-bytecode)
     UV_ENV=()
     local conf

@@ -5,8 +5,9 @@
 Each test module calls :func:`require` for the packages it needs: it skips when they are missing,
 and FAILS when ``SHOPCOMP_REQUIRE_EXTRAS=1`` (scripts/test.sh and CI set it). The benchmark is the
 small one every suite synthesises offline from the real catalog and SGD sessions
-(``synth_bench`` of tests/conftest.py), written to disk once for the session; the reference run
-is ``shopcomp eval`` on it with the scripted policy server (:func:`eval_results`).
+(``synth_bench`` of tests/conftest.py), written to disk once for the run and shared with
+tests/extras/inspect, which plays the same one (:func:`~tests.extras_support.shared_benchmark`);
+the reference run is ``shopcomp eval`` on it with the scripted policy server (:func:`eval_results`).
 """
 
 from __future__ import annotations
