@@ -5,8 +5,9 @@
 Each test module calls :func:`require` for the packages it needs: it skips when they are missing,
 and FAILS when ``SHOPCOMP_REQUIRE_EXTRAS=1`` (scripts/test.sh and CI set it). The benchmark is the
 small one every suite synthesises offline from the real catalog and SGD sessions
-(``synth_bench`` of tests/conftest.py), written to disk once for the session; the reference run
-is ``shopcomp eval`` on it with the scripted policy server (:func:`eval_results`).
+(``synth_bench`` of tests/conftest.py), written to disk once for the run and shared with
+tests/extras/inspect, which plays the same one (:func:`~tests.extras_support.shared_benchmark`);
+the reference run is ``shopcomp eval`` on it with the scripted policy server (:func:`eval_results`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.extras_support import require_modules
+from tests.extras_support import require_modules, shared_benchmark
 import yaml
 
 #: tasks of the suite's benchmark and the strategies every parity test plays
@@ -30,15 +31,20 @@ def require(*modules: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def agents_bench(synth_bench):
-    return synth_bench(N_TASKS, seed=36, sessions_per_user=30)
+def agents_bench_and_dir(request):
+    """The suite's benchmark and its directory: the one tests/extras/inspect plays too (same
+    arguments), synthesised once for both (:func:`~tests.extras_support.shared_benchmark`)."""
+    return shared_benchmark(request, N_TASKS, seed=36, sessions_per_user=30)
 
 
 @pytest.fixture(scope="session")
-def agents_bench_dir(agents_bench, tmp_path_factory):
-    from shopping_companion.benchmark.synth import write_benchmark
+def agents_bench(agents_bench_and_dir):
+    return agents_bench_and_dir[0]
 
-    return write_benchmark(agents_bench, tmp_path_factory.mktemp("agentsbench") / "bench")
+
+@pytest.fixture(scope="session")
+def agents_bench_dir(agents_bench_and_dir):
+    return agents_bench_and_dir[1]
 
 
 @pytest.fixture(scope="session")

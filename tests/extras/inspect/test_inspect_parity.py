@@ -36,10 +36,10 @@ from inspect_ai.log import read_eval_log  # noqa: E402
 
 from shopping_companion.benchmark.metrics import acc_applies  # noqa: E402
 from shopping_companion.benchmark.report import read_results  # noqa: E402
-from shopping_companion.benchmark.synth import write_benchmark  # noqa: E402
 from shopping_companion.cli import app  # noqa: E402
 from shopping_companion.integrations.inspect.solvers import RESULT_KEY  # noqa: E402
 from shopping_companion.types import EpisodeResult  # noqa: E402
+from tests.extras_support import shared_benchmark  # noqa: E402
 from tests.openai_server import ScriptedOpenAIServer  # noqa: E402
 from tests.scripted_policy import policy_script  # noqa: E402
 
@@ -50,13 +50,20 @@ TRIALS = 2
 
 
 @pytest.fixture(scope="module")
-def bench(synth_bench):
-    return synth_bench(N_TASKS, seed=36, sessions_per_user=30)
+def bench_and_dir(request):
+    """The benchmark and its directory: tests/extras/agents plays the same one (same arguments),
+    synthesised once for both (:func:`~tests.extras_support.shared_benchmark`)."""
+    return shared_benchmark(request, N_TASKS, seed=36, sessions_per_user=30)
 
 
 @pytest.fixture(scope="module")
-def bench_dir(bench, tmp_path_factory):
-    return write_benchmark(bench, tmp_path_factory.mktemp("inspectbench") / "bench")
+def bench(bench_and_dir):
+    return bench_and_dir[0]
+
+
+@pytest.fixture(scope="module")
+def bench_dir(bench_and_dir):
+    return bench_and_dir[1]
 
 
 def comparable(r: EpisodeResult) -> dict:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,20 +35,10 @@ if _LF_ERROR is not None:
         )
     pytest.skip(f"LLaMA-Factory not importable ({_LF_ERROR}); scripts/install_sft.sh", allow_module_level=True)
 
+from tests.extras.sft.lf_support import llamafactory_cli  # noqa: E402
 from tests.tiny_model import build_tiny_model  # noqa: E402
 from tests.sft.test_sft_export_lengths import _examples, _export  # noqa: E402
 
-CLI = str(Path(sys.executable).with_name("llamafactory-cli"))
-LF_ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "CUDA_VISIBLE_DEVICES": "",
-    "WANDB_DISABLED": "true",
-    "DISABLE_VERSION_CHECK": "1",
-    "OMP_NUM_THREADS": "2",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 CPU = {
     "use_cpu": True,
     "bf16": False,
@@ -76,17 +64,13 @@ def tied(tmp_path_factory):
     return d
 
 
-def _lf(args: list[str], cwd: Path) -> str:
-    p = subprocess.run([CLI, *args], cwd=cwd, env=LF_ENV, capture_output=True, text=True, timeout=300)
-    out = p.stdout[-3000:] + p.stderr[-6000:]
-    assert p.returncode == 0, out
-    return out
-
-
-def _export_and_train(tied: Path, out: Path, **keys):
+def _export_and_train(tied: Path, out: Path, merge: bool = False, **keys):
+    """Export a few examples with ``keys`` over the CPU settings, ``llamafactory-cli train`` them
+    (then ``llamafactory-cli export``, the merge, when ``merge``); the summary and the train log."""
     s = _export(_examples("R", 0, [1, 2]), out, base_model=str(tied), template="qwen", overrides={**CPU, **keys})
-    log = _lf(["train", str(s.train_yaml)], out)
-    return s, log
+    commands = [["train", str(s.train_yaml)]] + ([["export", str(s.merge_yaml)]] if merge else [])
+    _wall, logs = llamafactory_cli(*commands, cwd=out)
+    return s, logs[0]
 
 
 def _load(path: Path):
@@ -107,10 +91,9 @@ def test_additional_target_unties_the_merged_model_as_the_export_warns(tied, tmp
 
     import torch
 
-    s, log = _export_and_train(tied, tmp_path / "e", additional_target="embed_tokens,lm_head")
+    s, log = _export_and_train(tied, tmp_path / "e", merge=True, additional_target="embed_tokens,lm_head")
     assert len(s.warnings) == 1 and "two different matrices" in s.warnings[0]
     assert "ensure_weight_tying" in log  # PEFT says so while LLaMA-Factory trains
-    _lf(["export", str(s.merge_yaml)], tmp_path)
     merged_dir = s.out_dir / "merged"
     assert (
         json.loads((merged_dir / "config.json").read_text())["tie_word_embeddings"] is True
@@ -133,9 +116,8 @@ def test_lora_on_the_tied_head_makes_the_merge_differ_from_base_plus_adapter(tie
     import torch
     from peft import PeftModel
 
-    s, _ = _export_and_train(tied, tmp_path / "e", lora_target="q_proj,v_proj,lm_head")
+    s, _ = _export_and_train(tied, tmp_path / "e", merge=True, lora_target="q_proj,v_proj,lm_head")
     assert len(s.warnings) == 1 and "not base + adapter" in s.warnings[0]
-    _lf(["export", str(s.merge_yaml)], tmp_path)
     ids = torch.tensor([[5, 6, 7, 8, 9]])
     adapter = PeftModel.from_pretrained(_load(tied), str(s.out_dir / "lora")).eval()
     merged = _load(s.out_dir / "merged")
