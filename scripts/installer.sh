@@ -32,12 +32,7 @@ venv_create() {
     fi
     # pip's sources, constraints, certificates and timeout, so that uv picks what pip would (pip
     # merges all indexes: unsafe-best-match is uv's name for that)
-    # --compile-bytecode: write every package's .pyc at install time, as pip does (uv does not by
-    # default). Without them each Python process compiles what it imports, and under
-    # PYTHONDONTWRITEBYTECODE=1 (set on this project's 2-core machines) again in every process:
-    # importing LLaMA-Factory took 22.8 CPU-s instead of 10.8, paid by every test that starts
-    # llamafactory-cli, TRL, vf-eval or inspect
-    UV_ARGS=(--index-strategy unsafe-best-match --compile-bytecode)
+    UV_ARGS=(--index-strategy unsafe-best-match)
     UV_ENV=()
     local conf
     conf=$("$venv/bin/python" -m pip config list 2>/dev/null || true)
