@@ -108,11 +108,8 @@ __all__ = [
 #: operator, feet, chat clauses, run-together text, prose phrases, purposes, counts, sizes, glosses).
 #: 9: a product text denying the wish ("Not compatible with Xbox", "not suitable for …") is no
 #: statement of it; inch and foot marks are units; a count of another thing ("Pack of 2", "3 pockets
-#: each") is no count of the wished part. 10: an attribute named short ("ink" for "ink colour") is the
-#: gold attribute; "yes, X" is X; sizes and water-resistance ratings in other units ("55 x 79 in",
-#: "10 ATM"); a sized value is compared by every number; a title saying the product comes with the
-#: wished feature ("Bed frame with storage") meets it (docs/judge.md, "Version 10").
-RULE_JUDGE_VERSION = 10
+#: each") is no count of the wished part.
+RULE_JUDGE_VERSION = 9
 
 
 # --------------------------------------------------------------------------- what a trajectory says

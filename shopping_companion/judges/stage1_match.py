@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from shopping_companion.judges.assignment import max_matching
 from shopping_companion.judges.matching import ResolvedKey, ValueMatcher, default_matcher
-from shopping_companion.judges.matching.lexicon import GENERIC_KEY_WORDS, counted_part
+from shopping_companion.judges.matching.lexicon import counted_part
 from shopping_companion.judges.matching.normalize import padded, tokens
 from shopping_companion.judges.matching.quantity import parse_constraint
-from shopping_companion.judges.matching.values import affirmed, split_gloss, split_negation, yes_no
+from shopping_companion.judges.matching.values import split_gloss, split_negation, yes_no
 from shopping_companion.sentences import ends_sentence, split_sentences
 from shopping_companion.types import Preference, ProductSlot, Task
 
@@ -158,25 +158,16 @@ def _same_dimension_narrower_key(
 
 
 def _compat(
-    m: ValueMatcher,
-    gold: list[Preference],
-    gkeys: list[ResolvedKey],
-    q: Preference,
-    qk: ResolvedKey,
-    i: int,
-    single: bool,
+    m: ValueMatcher, gold: list[Preference], gkeys: list[ResolvedKey], qk: ResolvedKey, value: str, i: int, single: bool
 ) -> tuple[bool, str | None]:
     """(same attribute, doubt): doubt ``unknown_key`` when a key the lexicon does not know
-    keeps the answer ``q`` (key ``qk``) from being read as a value of gold preference ``i``."""
+    keeps the answer (key ``qk``, ``value``) from being read as a value of gold preference ``i``."""
     gk = gkeys[i]
-    value = q.value
     if gk.same_key(qk):
         return True, None
-    own = m.vocab_for(qk) if qk.known else None
-    if _shortened_key(gold, i, q, single) and not (own is not None and own.find(value)):
-        return True, None  # "ink: blue" for "ink colour: Blue", "strap: non-leather" for strap material
     vocab = m.vocab_for(gk)
     if qk.known:
+        own = m.vocab_for(qk)
         if (
             qk.kind != "quantity"
             and not (own is not None and own.find(value))
@@ -190,8 +181,8 @@ def _compat(
             and (vocab.lookup(value) is not None or vocab.find(value))
             and (own is None or not own.find(value))
         ):
-            # "finish: white" for colour, "type: loafers / slip-ons" for fastening: a value its own
-            # key cannot hold (or has no vocabulary to say), the key no short name of the gold's, that
+            # "finish: white", "strap: non-leather" for strap material, "type: loafers / slip-ons"
+            # for fastening: a value its own key cannot hold (or has no vocabulary to say) that
             # names one of the gold's concepts — a misnamed attribute or another property: not for
             # the rules to say
             return False, "value_outside_vocabulary"
@@ -204,20 +195,6 @@ def _compat(
     if _counts_one_part(m, gk, gold[i].value, qk, value):
         return True, None  # "drawers: four" for "number of drawers: 4"
     return False, "unknown_key"
-
-
-def _shortened_key(gold: list[Preference], i: int, q: Preference, single: bool) -> bool:
-    """The answer's attribute name is gold preference ``i``'s with words left out ("ink" for "ink
-    colour", "strap" for "strap material", "size" for "mattress size", "cards" for "card storage";
-    generic words such as "type" aside) and no other gold preference of its slot has a name
-    holding those words: the same attribute, named short. Names that only share a word ("barrel
-    colour" for "ink colour") are not."""
-    words = set(tokens(q.attribute)) - GENERIC_KEY_WORDS
-    if not words or not words < set(tokens(gold[i].attribute)):
-        return False
-    return not any(
-        k != i and (single or g.slot == gold[i].slot) and words <= set(tokens(g.attribute)) for k, g in enumerate(gold)
-    )
 
 
 def _counts_one_part(m: ValueMatcher, gk: ResolvedKey, gold_value: str, qk: ResolvedKey, value: str) -> bool:
@@ -286,7 +263,7 @@ def match_preferences(
         k = (i, j)
         hit = eq_cache.get(k)
         if hit is None:
-            ok, doubt = _compat(m, gold, gkeys, identified[j], ikeys[j], i, single)
+            ok, doubt = _compat(m, gold, gkeys, ikeys[j], identified[j].value, i, single)
             if ok:
                 d = m.compare(gkeys[i], gold[i].value, identified[j].value)
                 hit = (d.holds, None if d.explicit else "value_outside_vocabulary")
@@ -338,7 +315,7 @@ def match_preferences(
                     i
                     for s, i in sorted(gold_keys)
                     if s == slot(q)
-                    and (gkeys[i].same_key(qk) or (not qk.known and _compat(m, gold, gkeys, q, qk, i, single)[0]))
+                    and (gkeys[i].same_key(qk) or (not qk.known and _compat(m, gold, gkeys, qk, q.value, i, single)[0]))
                     and (
                         q.polarity == "want"
                         or gold[i].polarity == "avoid"
@@ -396,8 +373,6 @@ def _denegate(m: ValueMatcher, q: Preference) -> Preference:
 
     Applied alike to gold and answer preferences, so the readings agree."""
     flip = "avoid" if q.polarity == "want" else "want"
-    if (rest := affirmed(q.value)) is not None:
-        q = q.model_copy(update={"value": rest})  # "cards: yes, card pocket" is "cards: card pocket"
     yn = yes_no(q.value)
     if yn is not None and tokens(q.attribute):
         q = q.model_copy(update={"value": q.attribute, "polarity": q.polarity if yn else flip})

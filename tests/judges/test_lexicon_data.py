@@ -25,7 +25,7 @@ CATALOG_CANDIDATES = [
     Path("/work/shared/data/catalog/products.jsonl.gz"),
 ]
 
-KEY_FIELDS = {"aliases", "secondary", "vocabulary", "multi_valued", "kind", "dimension", "unit", "rated_units"}
+KEY_FIELDS = {"aliases", "secondary", "vocabulary", "multi_valued", "kind", "dimension", "unit"}
 KINDS = {"category", "quantity", "text"}
 DIMENSIONS = {"length", "mass", "volume", "information", "time", "dimensionless", "currency"}
 VOCAB_FIELDS = {"version", "vocabulary", "modifiers", "concepts"}

@@ -224,9 +224,6 @@ class KeySpec:
     kind: str = "category"
     dimension: tuple[str, ...] | None = None
     unit: str | None = None
-    #: ratings in other units read in the key's ``unit`` (``water resistance``: 1 bar = 1 ATM = 10 m,
-    #: the watch industry's rating of ISO 22810), as ``((unit word, factor), ...)``
-    rated_units: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -310,7 +307,7 @@ class Lexicon:
 
 # --------------------------------------------------------------------------- loading
 
-_KEY_FIELDS = {"aliases", "secondary", "vocabulary", "multi_valued", "kind", "dimension", "unit", "rated_units", "note"}
+_KEY_FIELDS = {"aliases", "secondary", "vocabulary", "multi_valued", "kind", "dimension", "unit", "note"}
 _CONCEPT_FIELDS = {"forms", "broader", "contains", "group", "note"}
 
 
@@ -397,24 +394,8 @@ def load_lexicon(path: str | None = None) -> Lexicon:
             raise ConfigError(f"lexicon keys.yaml: key {kname!r}: unknown unit {unit!r}")
         dim = body.get("dimension")
         dim = tuple(str(d) for d in dim) if isinstance(dim, list) else ((str(dim),) if dim else None)
-        rated = body.get("rated_units") or {}
-        if rated and (
-            not isinstance(rated, dict)
-            or not unit
-            or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in rated.values())
-        ):
-            raise ConfigError(
-                f"lexicon keys.yaml: key {kname!r}: rated_units {rated!r} must map unit words to positive "
-                f"numbers of the key's unit (the key needs a unit)"
-            )
         spec = KeySpec(
-            str(kname),
-            vocab,
-            bool(body.get("multi_valued", False)),
-            kind,
-            dim,
-            str(unit).lower() if unit else None,
-            tuple((str(w).lower(), float(f)) for w, f in rated.items()),
+            str(kname), vocab, bool(body.get("multi_valued", False)), kind, dim, str(unit).lower() if unit else None
         )
         keys[spec.name] = spec
         entries = [(kname, "primary", None)]

@@ -448,34 +448,7 @@ class ProductReader:
                 negated = source
         if negated is not None:
             return Evidence(not want, negated, f"{negated} states it is free of {pref.value!r}")
-        if want and (comes := self._comes_with(product, key, pref.value)) is not None:
-            return comes
         return _unknown(want, "no field or text states it", _unread_reason(key, vocab is not None))
-
-    def _comes_with(self, product: Product, key: ResolvedKey, value: str) -> Evidence | None:
-        """A wish naming its own attribute as its head noun, qualified only by words that name the
-        product itself or that it is part of it ("storage: built-in under-bed storage" on a bed), met
-        by a title that says the product comes *with* it ("Bed frame with storage", "w 4 storage
-        boxes"): explicit (docs/judge.md, stage 2). None when the rule does not apply."""
-        words = tokens(value)
-        key_words = tokens(key.name)
-        if len(words) < 2 or not key_words or words[-1] != key_words[-1]:
-            return None
-        head = words[-1]
-        own = {t for t in tokens(self.title_type(product) or "") if t not in STOP_WORDS}
-        if not own or not all(w in _PART_OF_PRODUCT or w in own for w in words[:-1]):
-            return None
-        title = _words(product.title)
-        for i, w in enumerate(title):
-            if w not in ("with", "w"):
-                continue
-            between = title[i + 1 : i + 1 + _WITH_GAP + 1]
-            for j, x in enumerate(between):
-                if x == head:
-                    return Evidence(True, "title", f"title says it comes with {head!r}")
-                if x in STOP_WORDS or j >= _WITH_GAP:
-                    break
-        return None
 
     def _parts_counted(self, key: ResolvedKey, gold: Value, fields: list[tuple[str, str]]) -> Evidence | None:
         """How many of a part a page states, for a wish on the number of that part ("number of
@@ -678,13 +651,6 @@ def _only_in_slash_pairs(value: str, text: str) -> bool:
 _MEASURE_WORDS = frozenset(UNIT_ALIASES) | {"degree", "x", "by", "percent", "pct", "year", "month", "day", "hour"}
 #: at most this many words between a count and its part ("four corner mounted inline skate wheels")
 _COUNT_GAP = 4
-
-
-#: qualifiers a product's own feature carries by being part of it ("built-in", "integrated",
-#: "under-bed" on a bed: the location words go with a noun of the product's own type)
-_PART_OF_PRODUCT = frozenset({"built", "builtin", "integrated", "integral", "under", "underneath", "beneath"})
-#: at most this many words between *with* and the feature's noun ("w 4 storage boxes")
-_WITH_GAP = 2
 
 
 def _names_part(key: ResolvedKey) -> bool:

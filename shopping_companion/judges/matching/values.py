@@ -57,7 +57,6 @@ from shopping_companion.judges.matching.quantity import (
     Constraint,
     parse_constraint,
     parse_quantities,
-    unit_info,
 )
 
 __all__ = [
@@ -255,9 +254,7 @@ class ValueMatcher:
         explicitly), explicitly "no" only when every pair is explicitly not. A plain quantity with its unit (or
         a bare count) equal to the single bound of ``a`` ("100 m" for "at least 100 m", "2" for "at
         least 2" ports) is equivalent: people state a rating or a minimum without its "at least";
-        the other way round (a bound for a plain ``a``) is not known (not explicit). Ratings in a
-        key's ``rated_units`` are read in its unit first ("10 ATM" of water resistance is 100 m)."""
-        a, b = in_rated_units(key, a), in_rated_units(key, b)
+        the other way round (a bound for a plain ``a``) is not known (not explicit)."""
         d = self._compare(key, a, b)
         if d.holds or ("(" not in a and "(" not in b):
             return d
@@ -331,8 +328,6 @@ class ValueMatcher:
             and _bare_count(vb.text) == va.constraint.lo
         ):
             return True  # "2" ports for "at least 2": the gold's bound without its operator (below)
-        if (da := _dimensions(va.text)) is not None and (db := _dimensions(vb.text)) is not None:
-            return _same_size(da, db)  # sizes of two or three numbers: every number, not the last one
         if va.constraint is not None and vb.constraint is not None:
             same = va.constraint.same_as(vb.constraint)
             if same and va.constraint.dim == "" and not _counts_alike(va.text, vb.text, key.name):
@@ -367,6 +362,12 @@ class ValueMatcher:
             return True
         if not key.known and _bare_count(va.text) is not None and _bare_count(vb.text) is not None:
             return False  # "number of drawers": 6 is not 4 (equal counts have equal words)
+        if (da := _dimensions(va.text)) is not None and (db := _dimensions(vb.text)) is not None:
+            (na, ua), (nb, ub) = da, db
+            if ua == ub or not ua or not ub:
+                # "140x200" for "140x200 cm": one size written with and without its unit; "90x200"
+                # is another size
+                return na == nb
         if (
             ta
             and ta <= tb
@@ -471,7 +472,6 @@ class ValueMatcher:
         return d if d is not None else _fallback(key, self._similar(key, gold, product_value))
 
     def _decide(self, key: ResolvedKey, gold: str, value: str, *, main_only: bool) -> Decision | None:
-        gold, value = in_rated_units(key, gold), in_rated_units(key, value)
         vg = self.parse(key, gold)
         if vg.empty:
             return _NO
@@ -631,7 +631,7 @@ def _bare_count(text: str) -> int | None:
 
 
 _DIMENSIONS = re.compile(
-    r"^\s*(?:(?:about|around|approx(?:imately|\.)?|roughly|c\.|ca\.?|~)\s*)?(\d+(?:\.\d+)?)\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?)(?:\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?))?"
+    r"^\s*(\d+(?:\.\d+)?)\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?)(?:\s*(?:x|×|\*|by)\s*(\d+(?:\.\d+)?))?"
     r"\s*(cm|mm|m|in|inch|inches|\")?\s*$",
     re.IGNORECASE,
 )
@@ -646,37 +646,6 @@ def _dimensions(text: str) -> tuple[tuple[float, ...], str] | None:
     unit = (m.group(4) or "").lower()
     unit = {"inch": "in", "inches": "in", '"': "in"}.get(unit, unit)
     return tuple(float(g) for g in m.groups()[:3] if g is not None), unit
-
-
-_RATED = re.compile(r"(\d+(?:\.\d+)?)\s*([A-Za-z]+)\b")
-
-
-def in_rated_units(key: ResolvedKey, text: str) -> str:
-    """``text`` with ratings in the key's ``rated_units`` (keys.yaml) written in its unit: "10 ATM"
-    and "10 bar" of water resistance are "100 m"; other text unchanged."""
-    spec = key.spec
-    if spec is None or not spec.rated_units or not text:
-        return text
-    rated = dict(spec.rated_units)
-
-    def sub(m: re.Match) -> str:
-        f = rated.get(m.group(2).lower())
-        return m.group(0) if f is None else f"{float(m.group(1)) * f:g} {spec.unit}"
-
-    return _RATED.sub(sub, text)
-
-
-def _same_size(a: tuple[tuple[float, ...], str], b: tuple[tuple[float, ...], str]) -> bool:
-    """Two sizes of :func:`_dimensions` are one: "140x200" for "140x200 cm" (written with and
-    without its unit: the numbers equal), "55 x 79 inches" for "140x200 cm" (in another unit: each
-    number within :data:`REL_TOL`); "90x200" and "35 x 79 in" are other sizes."""
-    (na, ua), (nb, ub) = a, b
-    if len(na) != len(nb):
-        return False
-    if ua == ub or not ua or not ub:
-        return na == nb
-    fa, fb = unit_info(ua)[0], unit_info(ub)[0]
-    return all(abs(x * fa - y * fb) <= REL_TOL * abs(x * fa) for x, y in zip(na, nb))
 
 
 def listed_names(text: str | None) -> tuple[str, ...]:
@@ -717,17 +686,6 @@ def yes_no(text: str | None) -> bool | None:
     if p in _DENY:
         return False
     return None
-
-
-#: an affirmation opening a value, then what it affirms: "yes, card pocket", "yes - TSA lock"
-_AFFIRMED = re.compile(r"^\s*(?:yes|yeah|yep|definitely|absolutely)\s*[,;:\-–—]\s*(?=\S)", re.IGNORECASE)
-
-
-def affirmed(text: str) -> str | None:
-    """What a value affirms after a leading "yes" ("yes, card pocket" → "card pocket"), else None:
-    the "yes" says the attribute is wanted, the rest is the value."""
-    m = _AFFIRMED.match(text or "")
-    return text[m.end() :].strip() if m is not None else None
 
 
 def split_negation(text: str) -> tuple[bool, str]:
