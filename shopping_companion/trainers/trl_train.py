@@ -182,16 +182,24 @@ class TrlTrainerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _warmup_ends(self) -> TrlTrainerSettings:
-        warmup = self.extra_args.get("warmup_steps")
-        if self.max_steps is not None and isinstance(warmup, int) and warmup >= self.max_steps:
+        def number(name: str) -> float | None:
+            v = self.extra_args.get(name)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
+                raise ValueError(f"trainer.extra_args.{name} must be a finite number >= 0; got {v!r}")
+            return float(v)
+
+        warmup = number("warmup_steps")  # >= 1: steps; below 1: a fraction of the run (transformers)
+        if warmup is not None and warmup >= 1 and self.max_steps is not None and warmup >= self.max_steps:
             raise ValueError(
-                f"trainer.extra_args.warmup_steps ({warmup}) must be below trainer.max_steps ({self.max_steps}): "
+                f"trainer.extra_args.warmup_steps ({warmup:g}) must be below trainer.max_steps ({self.max_steps}): "
                 f"the learning rate would still be warming up when the run ends and never reach "
                 f"trainer.learning_rate ({self.learning_rate:g}); lower warmup_steps or raise max_steps"
             )
-        ratio = self.extra_args.get("warmup_ratio")
-        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and not 0 <= ratio < 1:
-            raise ValueError(f"trainer.extra_args.warmup_ratio must be in [0, 1); got {ratio!r}")
+        ratio = number("warmup_ratio")
+        if ratio is not None and ratio >= 1:
+            raise ValueError(f"trainer.extra_args.warmup_ratio must be in [0, 1); got {ratio:g}")
         return self
 
     @model_validator(mode="after")

@@ -274,6 +274,15 @@ def test_trl_trainer_settings_are_refused_with_the_verl_backend() -> None:
         # cpu_nano warms up over 4 steps: a 2-step run would end before its learning rate is reached
         (["grpo.trainer.max_steps=2"], "trainer.extra_args.warmup_steps (4) must be below trainer.max_steps (2)"),
         (["grpo.trainer.extra_args={warmup_ratio: 1.5}"], "trainer.extra_args.warmup_ratio must be in [0, 1); got 1.5"),
+        # every form TRL would take as 4 steps, or fail on only after the run had loaded everything
+        (["grpo.trainer.max_steps=2", "grpo.trainer.extra_args={warmup_steps: 4.0}"], "warmup_steps (4) must be below"),
+        (["grpo.trainer.extra_args={warmup_steps: '4'}"], "warmup_steps must be a finite number >= 0; got '4'"),
+        (["grpo.trainer.extra_args={warmup_steps: -1}"], "warmup_steps must be a finite number >= 0; got -1"),
+        (["grpo.trainer.extra_args={warmup_steps: true}"], "warmup_steps must be a finite number >= 0; got True"),
+        (["grpo.trainer.extra_args={warmup_steps: [4]}"], "warmup_steps must be a finite number >= 0; got [4]"),
+        (["grpo.trainer.extra_args={warmup_steps: .inf}"], "warmup_steps must be a finite number >= 0; got inf"),
+        (["grpo.trainer.extra_args={warmup_ratio: '0.5'}"], "warmup_ratio must be a finite number >= 0; got '0.5'"),
+        (["grpo.trainer.extra_args={warmup_ratio: .nan}"], "warmup_ratio must be a finite number >= 0; got nan"),
     ],
 )
 def test_an_arms_trl_settings_are_named_like_every_other_field(sets: list[str], needle: str) -> None:
@@ -293,3 +302,11 @@ def test_a_short_run_with_a_warmup_that_fits_is_accepted() -> None:
         {},
     )
     assert cfg.grpo.trainer["max_steps"] == 5
+    # a fraction of the run (transformers reads warmup_steps below 1 so) and no warmup at all
+    for extra in ("{warmup_steps: 0.5}", "{warmup_steps: null}", "{warmup_ratio: 0.1}"):
+        load_model(
+            PipelineConfig,
+            ROOT / "configs/pipeline/cpu_nano.yaml",
+            ["grpo.trainer.max_steps=2", f"grpo.trainer.extra_args={extra}"],
+            {},
+        )
