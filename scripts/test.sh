@@ -17,7 +17,8 @@
 #                            670 s instead of 845 s for the main suite), else 0
 #   SHOPCOMP_EXTRAS_LANES=N  run the extras suites in N lanes at once (default 3: tests/extras/rl,
 #                            which mostly waits on Ray, beside two lanes of the others; 1: one
-#                            after another); each lane's output printed as it ends
+#                            after another; more lanes than suites: one suite a lane); each
+#                            lane's output printed as it ends
 #   SHOPCOMP_TEST_SHARED_DIR the session fixtures' directory, shared by every suite of this run
 #                            (tests/conftest.py, session_dir): the main suite builds the catalog
 #                            cache, the BM25 index and the MiniLM encodings once, the extras suites
@@ -72,6 +73,13 @@ finish() {
     if [ -n "$shared_dir" ]; then rm -rf "$shared_dir"; fi
 }
 trap finish EXIT
+# checked before anything runs (a bad value used to surface only after the main suite)
+n_lanes="${SHOPCOMP_EXTRAS_LANES:-3}"
+case "$n_lanes" in
+    *[!0-9]* | '') echo "SHOPCOMP_EXTRAS_LANES must be a whole number from 1, got '$n_lanes'" >&2; exit 2 ;;
+esac
+n_lanes=$((10#$n_lanes))  # 08 is 8, not an octal error
+if [ "$n_lanes" -lt 1 ]; then echo "SHOPCOMP_EXTRAS_LANES must be a whole number from 1, got '$SHOPCOMP_EXTRAS_LANES'" >&2; exit 2; fi
 export SHOPCOMP_REQUIRE_EXTRAS=1  # inside tests/extras a missing stack fails instead of skipping
 # Bytecode: the suites start hundreds of Python processes (CLI subprocesses, xdist workers, Ray
 # workers, llamafactory-cli, TRL); under PYTHONDONTWRITEBYTECODE=1 (set on the CI machine) each one
@@ -80,8 +88,10 @@ export SHOPCOMP_REQUIRE_EXTRAS=1  # inside tests/extras a missing stack fails in
 # (.cache/pycache, SHOPCOMP_PYCACHE to move it), kept between runs; Python checks each against
 # its source's size and time, so an edited module is compiled again.
 unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX="${SHOPCOMP_PYCACHE:-$PWD/.cache/pycache}"
+PYTHONPYCACHEPREFIX="${SHOPCOMP_PYCACHE:-$PWD/.cache/pycache}"
 mkdir -p "$PYTHONPYCACHEPREFIX"
+PYTHONPYCACHEPREFIX=$(cd "$PYTHONPYCACHEPREFIX" && pwd)  # absolute: processes that change directory share it
+export PYTHONPYCACHEPREFIX
 if [ -n "${CI:-}" ]; then
     export COLUMNS=80
 fi
@@ -196,10 +206,6 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
         if [ "$name" = rl ]; then suites=("$name" "${suites[@]}"); elif [ "$name" != pipeline ]; then suites+=("$name"); fi
     done
     [ -d tests/extras/pipeline ] && suites+=(pipeline)
-    n_lanes="${SHOPCOMP_EXTRAS_LANES:-3}"
-    case "$n_lanes" in
-        '' | *[!0-9]* | 0) echo "SHOPCOMP_EXTRAS_LANES must be a whole number from 1, got '$n_lanes'" >&2; exit 2 ;;
-    esac
     if [ "$n_lanes" = 1 ] || [ "${#suites[@]}" -le 1 ]; then
         for name in "${suites[@]}"; do run_extra "$name" "$@" || status=$?; done
     else
