@@ -210,12 +210,12 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
         for name in "${suites[@]}"; do run_extra "$name" "$@" || status=$?; done
     else
         mkdir -p .cache
-        # lane_of[i]: the lane of suite i; rl (if any) alone in lane 0, the rest in contiguous runs
+        # lanes[j]: the suites of lane j (space-separated); rl (if any) alone in the first, the
+        # rest in k contiguous runs (k >= 1: n_lanes >= 2 here)
         rest=("${suites[@]}")
         lanes=()
         if [ "${suites[0]}" = rl ]; then lanes+=("rl"); rest=("${suites[@]:1}"); fi
         k=$((n_lanes - ${#lanes[@]}))
-        [ "$k" -ge 1 ] || k=1
         [ "$k" -le "${#rest[@]}" ] || k=${#rest[@]}
         start=0
         for ((j = 0; j < k; j++)); do
@@ -223,7 +223,7 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
             lanes+=("${rest[*]:start:size}")
             start=$((start + size))
         done
-        pids=() logs=()
+        pids=() logs=() shown=()
         letters=(a b c d e f g h)
         for ((j = 0; j < ${#lanes[@]}; j++)); do
             read -r -a lane_suites <<<"${lanes[j]}"
@@ -231,9 +231,8 @@ if [ "${SHOPCOMP_SKIP_EXTRAS:-0}" != 1 ]; then
             lane "$log" "$@" &
             pids+=($!)
             logs+=("$log")
+            shown+=("[${lanes[j]}]")
         done
-        shown=()
-        for ((j = 0; j < ${#lanes[@]}; j++)); do shown+=("[${lanes[j]}]"); done
         echo "== tests/extras in ${#lanes[@]} lanes at once: ${shown[*]} (logs ${logs[*]})"
         for ((j = 0; j < ${#lanes[@]}; j++)); do end_lane "${pids[j]}" "${logs[j]}" || status=$?; done
     fi
