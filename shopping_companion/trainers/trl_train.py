@@ -29,6 +29,7 @@ Nothing here imports TRL, torch or transformers at module level: the config vali
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -186,7 +187,7 @@ class TrlTrainerSettings(BaseModel):
             v = self.extra_args.get(name)
             if v is None:
                 return None
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"trainer.extra_args.{name} must be a finite number >= 0; got {v!r}")
             return float(v)
 
